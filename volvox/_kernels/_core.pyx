@@ -1,0 +1,158 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False, embedsignature=True
+"""Native CPU kernels: OpenMP loops over per-ISA C tiles.
+
+Everything here trusts its arguments: volvox.kernels validates dtypes, shapes and
+layouts once at the Python boundary, then calls in here, where the work runs
+without the GIL. Parallelism: `with nogil, parallel()` + `prange(schedule="static")`
+over activation rows (quantization) and over chunks of output features (the GEMM).
+"""
+from cython.parallel cimport parallel, prange
+from libc.stdint cimport int64_t, uint8_t
+
+from volvox._kernels.vx cimport (
+    VX_F16, VX_F32, VX_NTYPES, vx_act_row_bytes, vx_dequant_fn, vx_gemm_fn, vx_get_table,
+    vx_quantize_fn, vx_table, vx_tier_count, vx_tier_name, vx_tier_supported,
+)
+
+# OpenMP shim (scikit-learn style): builds without OpenMP run every loop on one thread.
+cdef extern from *:
+    """
+    #ifdef _OPENMP
+    #include <omp.h>
+    #define VX_OPENMP 1
+    #else
+    #define VX_OPENMP 0
+    static int omp_get_max_threads(void) { return 1; }
+    #endif
+    """
+    int VX_OPENMP
+    int omp_get_max_threads() noexcept nogil
+
+cdef const vx_table *_tbl = NULL
+cdef int _nthreads = 1
+
+# Output features per parallel work item: weight rows of one chunk stay in L1/L2 while
+# every group of 4 activation rows passes over them.
+cdef int64_t CHUNK_ROWS = 16
+# Below this many multiply-adds a call runs on one thread (fork/join costs ~µs).
+cdef int64_t MIN_PARALLEL_MACS = 1 << 16
+
+
+def compiled_isas():
+    """ISA tiers compiled into this build, most portable first."""
+    return [vx_tier_name(i).decode() for i in range(vx_tier_count())]
+
+
+def isa_supported(str name):
+    """True when tier `name` is compiled in and this CPU can run it."""
+    return bool(vx_tier_supported(name.encode()))
+
+
+def set_isa(str name):
+    """Route every kernel through tier `name` (the caller checked isa_supported)."""
+    global _tbl
+    cdef const vx_table *t = vx_get_table(name.encode())
+    if t == NULL or not vx_tier_supported(name.encode()):
+        raise ValueError(name)
+    _tbl = t
+
+
+def get_isa():
+    return None if _tbl == NULL else _tbl.name.decode()
+
+
+def openmp_enabled():
+    return bool(VX_OPENMP)
+
+
+def set_num_threads(int n):
+    global _nthreads
+    _nthreads = n if VX_OPENMP else 1
+
+
+def get_num_threads():
+    return _nthreads
+
+
+def act_row_bytes(int wtype, int64_t K):
+    """Scratch bytes per activation row for weights of type `wtype`."""
+    return vx_act_row_bytes(wtype, K)
+
+
+cdef inline int _threads_for(int64_t macs) noexcept nogil:
+    return _nthreads if macs >= MIN_PARALLEL_MACS else 1
+
+
+def gemm(int wtype, const uint8_t[:, ::1] w, int64_t K, const float[:, ::1] x,
+         float[:, ::1] y, uint8_t[::1] scratch):
+    """y (M, N) = x (M, K) @ W.T, W given as N rows of bytes (quant blocks, f32 or f16).
+
+    scratch: at least M * act_row_bytes(wtype, K) bytes (unused for f32 / f16).
+    """
+    cdef int64_t M = x.shape[0]
+    cdef int64_t N = w.shape[0]
+    cdef int64_t w_stride = w.shape[1]
+    if M == 0 or N == 0:
+        return
+    cdef vx_gemm_fn g = _tbl.gemm[wtype]
+    cdef vx_quantize_fn q = _tbl.quantize[wtype]
+    cdef int64_t ab = vx_act_row_bytes(wtype, K)
+    cdef const void *a
+    cdef int64_t a_stride
+    if q != NULL:
+        a = <const void *> &scratch[0]
+        a_stride = ab
+    else:
+        a = <const void *> &x[0, 0]
+        a_stride = K * sizeof(float)
+    cdef int64_t nchunks = (N + CHUNK_ROWS - 1) // CHUNK_ROWS
+    cdef int nt = _threads_for(M * N * K)
+    cdef int64_t i, c, n0, n1
+    cdef float *yp = &y[0, 0]
+
+    with nogil, parallel(num_threads=nt):
+        if q != NULL:
+            # step 1: activation rows -> 8-bit act rows, (M, ab) bytes of scratch
+            for i in prange(M, schedule="static"):
+                q(K, &x[i, 0], &scratch[i * ab])
+        # step 2: output features in chunks; each chunk sees all M rows, 4 at a time
+        for c in prange(nchunks, schedule="static"):
+            n0 = c * CHUNK_ROWS
+            n1 = n0 + CHUNK_ROWS
+            if n1 > N:
+                n1 = N
+            g(K, &w[n0, 0], w_stride, n1 - n0, a, a_stride, M, yp + n0, N)
+
+
+def embedding(int wtype, const uint8_t[:, ::1] table, int64_t D, const long long[::1] ids,
+              float[:, ::1] out):
+    """out[s] = dequantized table row ids[s]. Returns the position of the first
+    out-of-range id, or -1 (then nothing was written)."""
+    cdef int64_t S = ids.shape[0]
+    cdef int64_t V = table.shape[0]
+    cdef int64_t s, bad = -1
+    cdef vx_dequant_fn dq = _tbl.dequant[wtype]
+    with nogil:
+        for s in range(S):
+            if ids[s] < 0 or ids[s] >= V:
+                bad = s
+                break
+    if bad >= 0 or S == 0:
+        return bad
+    cdef int nt = _threads_for(S * D * 16)
+    for s in prange(S, nogil=True, schedule="static", num_threads=nt):
+        dq(D, &table[ids[s], 0], &out[s, 0])
+    return -1
+
+
+def rms_norm(const float[:, ::1] x, const float[::1] weight, float eps, float[:, ::1] out):
+    """out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight, row by row."""
+    cdef int64_t M = x.shape[0]
+    cdef int64_t D = x.shape[1]
+    cdef int64_t i
+    if M == 0 or D == 0:
+        return
+    cdef int nt = _threads_for(M * D * 16)
+    for i in prange(M, nogil=True, schedule="static", num_threads=nt):
+        _tbl.rms_norm(D, &x[i, 0], &weight[0], eps, &out[i, 0])

@@ -1,0 +1,906 @@
+/* volvox CPU kernels, one translation unit compiled once per ISA tier.
+ *
+ * CMake builds this file several times with -DVX_TIER=<name> and the tier's flags
+ * (generic: baseline; avx2: -mavx2 -mfma -mf16c; avx512: + AVX-512 F/BW/VL/DQ/VNNI;
+ * neon / dotprod on arm64). Everything is static except vx_table_<tier>().
+ *
+ * Layout, ggml style: every kernel has a portable `*_ref` version (the fallback and
+ * the reference the SIMD versions are tested against), then the SIMD versions
+ * under #if for the tier's instruction set.
+ *
+ * Hot spot: the 32-block GEMV (gemm_b32_* with m == 1): SmolLM2 decode streams
+ * ~85 MB of q4_1 / q8_0 weights per token through it.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "vx_kernels.h"
+
+/* The portable *_ref kernels stay compiled in every tier (reference + fallback). */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
+#ifndef VX_TIER
+#error "compile with -DVX_TIER=<tier name>"
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define VX_AVX2 1
+#include <immintrin.h>
+#endif
+#if defined(VX_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define VX_AVX512 1
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define VX_NEON 1
+#include <arm_neon.h>
+#endif
+
+#define VX_CAT2(a, b) a##_##b
+#define VX_CAT(a, b) VX_CAT2(a, b)
+#define VX_STR2(a) #a
+#define VX_STR(a) VX_STR2(a)
+#define VX_INLINE static inline __attribute__((always_inline, unused))
+
+/* ------------------------------------------------------------------------------------
+ * fp16 -> fp32
+ * ---------------------------------------------------------------------------------- */
+static inline float vx_bits_f32(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+static inline uint32_t vx_f32_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+
+/* Portable IEEE half -> float (Maratyszcza's FP16 method, as in ggml). */
+static inline float vx_f16_to_f32_ref(vx_f16 h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    const uint32_t two_w = w + w;
+    const float normalized = vx_bits_f32((two_w >> 4) + (UINT32_C(0xE0) << 23)) * 0x1.0p-112f;
+    const float denormalized = vx_bits_f32((two_w >> 17) | (UINT32_C(126) << 23)) - 0.5f;
+    const uint32_t r = sign | (two_w < (UINT32_C(1) << 27) ? vx_f32_bits(denormalized)
+                                                            : vx_f32_bits(normalized));
+    return vx_bits_f32(r);
+}
+
+static inline float vx_f16_to_f32(vx_f16 h) {
+#if defined(VX_AVX2)
+    return _cvtsh_ss(h);
+#elif defined(__aarch64__)
+    __fp16 f; memcpy(&f, &h, 2); return (float)f;
+#else
+    return vx_f16_to_f32_ref(h);
+#endif
+}
+
+static inline int32_t vx_round(float v) { return (int32_t)lrintf(v); } /* half to even */
+
+/* ------------------------------------------------------------------------------------
+ * Activation quantization (see vx_kernels.h for the act row layout)
+ * ---------------------------------------------------------------------------------- */
+static void quantize_a32_ref(int64_t K, const float *x, void *act) {
+    int8_t *qs = (int8_t *)act;                              /* (K,) */
+    float *ds = (float *)((char *)act + VX_ALIGN(K));       /* (K/32, 2) */
+    for (int64_t b = 0; b < K / VX_QK; b++) {
+        const float *xb = x + b * VX_QK;
+        float amax = 0.0f;
+        for (int j = 0; j < VX_QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < VX_QK; j++) {
+            const int32_t q = vx_round(xb[j] * id);
+            qs[b * VX_QK + j] = (int8_t)q;
+            sum += q;
+        }
+        ds[2 * b + 0] = d;
+        ds[2 * b + 1] = d * (float)sum;
+    }
+}
+
+static void quantize_aK_ref(int64_t K, const float *x, void *act) {
+    int8_t *qs = (int8_t *)act;                                               /* (K,) */
+    float *dd = (float *)((char *)act + VX_ALIGN(K));                         /* (K/256,) */
+    int32_t *bsums = (int32_t *)((char *)dd + VX_ALIGN(4 * (K / VX_QK_K)));   /* (K/16,) */
+    for (int64_t b = 0; b < K / VX_QK_K; b++) {
+        const float *xb = x + b * VX_QK_K;
+        float amax = 0.0f;
+        for (int j = 0; j < VX_QK_K; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int g = 0; g < VX_QK_K / 16; g++) {
+            int32_t sum = 0;
+            for (int j = 16 * g; j < 16 * g + 16; j++) {
+                const int32_t q = vx_round(xb[j] * id);
+                qs[b * VX_QK_K + j] = (int8_t)q;
+                sum += q;
+            }
+            bsums[b * (VX_QK_K / 16) + g] = sum;
+        }
+        dd[b] = d;
+    }
+}
+
+#if defined(VX_AVX512)
+/* Quantize a row for the AVX-512 32-block kernels; `interleave` for q4 weights (see
+ * vx_kernels.h). Also writes the lane-spread scales dv. */
+VX_INLINE void quantize_a32_avx512_impl(const int interleave, int64_t K, const float *x, void *act) {
+    const int64_t nb = K / VX_QK;
+    int8_t *qs = (int8_t *)act;
+    float *ds = (float *)((char *)act + VX_ALIGN(K));
+    float *dv = (float *)((char *)ds + VX_ALIGN(8 * nb));
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + b * VX_QK);
+        const __m512 v1 = _mm512_loadu_ps(x + b * VX_QK + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float d = amax / 127.0f;
+        const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        const int paired = (b & ~(int64_t)1) + 1 < nb; /* block has a partner */
+        if (interleave && paired) {
+            const int64_t base = (b & ~(int64_t)1) * VX_QK + (b & 1) * 16;
+            _mm_storeu_si128((__m128i *)(qs + base), _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(qs + base + 32), _mm512_cvtsepi32_epi8(q1));
+        } else {
+            _mm_storeu_si128((__m128i *)(qs + b * VX_QK), _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(qs + b * VX_QK + 16), _mm512_cvtsepi32_epi8(q1));
+        }
+        ds[2 * b + 0] = d;
+        ds[2 * b + 1] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        if (paired) {
+            float *p = dv + (b >> 1) * 16;
+            if (interleave) { /* lanes 0-3, 8-11: block 0; 4-7, 12-15: block 1 */
+                for (int j = 0; j < 4; j++) { p[4 * (b & 1) + j] = d; p[8 + 4 * (b & 1) + j] = d; }
+            } else {          /* lanes 0-7: block 0; 8-15: block 1 */
+                for (int j = 0; j < 8; j++) p[8 * (b & 1) + j] = d;
+            }
+        }
+    }
+}
+static void quantize_a32_avx512(int64_t K, const float *x, void *act) {
+    quantize_a32_avx512_impl(0, K, x, act);
+}
+static void quantize_a32_avx512_q4(int64_t K, const float *x, void *act) {
+    quantize_a32_avx512_impl(1, K, x, act);
+}
+#endif
+
+#if defined(VX_AVX2)
+VX_INLINE float hmax_ps256(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+VX_INLINE float hsum_ps256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+VX_INLINE int32_t hsum_epi32_256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static void quantize_a32_avx2(int64_t K, const float *x, void *act) {
+    int8_t *qs = (int8_t *)act;
+    float *ds = (float *)((char *)act + VX_ALIGN(K));
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < K / VX_QK; b++) {
+        const float *xb = x + b * VX_QK;
+        __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8);
+        __m256 v2 = _mm256_loadu_ps(xb + 16), v3 = _mm256_loadu_ps(xb + 24);
+        __m256 a = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+        a = _mm256_max_ps(a, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        const float d = hmax_ps256(a) / 127.0f;
+        const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
+        const int32_t sum = hsum_epi32_256(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+        i0 = _mm256_packs_epi32(i0, i1); /* 0-3 8-11 | 4-7 12-15 */
+        i2 = _mm256_packs_epi32(i2, i3);
+        i0 = _mm256_packs_epi16(i0, i2);
+        i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(qs + b * VX_QK), i0);
+        ds[2 * b + 0] = d;
+        ds[2 * b + 1] = d * (float)sum;
+    }
+}
+#endif
+
+/* ------------------------------------------------------------------------------------
+ * 32-block weights: q4_0, q4_1, q8_0.
+ * Every block contributes  wd * dx * dot(wq, xq) + wm * sx  where
+ *   q4_0: wq = nibble (0..15), wd = d, wm = -8 d    (q4_0 value = d * (nibble - 8))
+ *   q4_1: wq = nibble (0..15), wd = d, wm = m       (q4_1 value = d * nibble + m)
+ *   q8_0: wq = int8,           wd = d, wm = 0
+ * and dx, sx = dx * sum(xq) come from the act row.
+ * ---------------------------------------------------------------------------------- */
+
+/* Decode one block into int8 weights (nibbles stay unsigned 0..15) and its scales. */
+VX_INLINE void b32_decode(const int fmt, const uint8_t *row, int64_t b, int8_t wq[VX_QK],
+                          float *wd, float *wm) {
+    if (fmt == VX_Q8_0) {
+        const vx_block_q8_0 *blk = (const vx_block_q8_0 *)row + b;
+        memcpy(wq, blk->qs, VX_QK);
+        *wd = vx_f16_to_f32(blk->d);
+        *wm = 0.0f;
+        return;
+    }
+    const uint8_t *qs;
+    if (fmt == VX_Q4_1) {
+        const vx_block_q4_1 *blk = (const vx_block_q4_1 *)row + b;
+        qs = blk->qs;
+        *wd = vx_f16_to_f32(blk->d);
+        *wm = vx_f16_to_f32(blk->m);
+    } else {
+        const vx_block_q4_0 *blk = (const vx_block_q4_0 *)row + b;
+        qs = blk->qs;
+        *wd = vx_f16_to_f32(blk->d);
+        *wm = -8.0f * *wd;
+    }
+    for (int j = 0; j < VX_QK / 2; j++) {
+        wq[j] = (int8_t)(qs[j] & 0x0F);            /* low nibbles: values 0..15  */
+        wq[j + VX_QK / 2] = (int8_t)(qs[j] >> 4);  /* high nibbles: values 16..31 */
+    }
+}
+
+/* int8 . int8 over one 32-value block */
+VX_INLINE int32_t dot32_s8(const int8_t *w, const int8_t *x) {
+#if defined(VX_NEON) && defined(__ARM_FEATURE_DOTPROD)
+    int32x4_t acc = vdupq_n_s32(0);
+    acc = vdotq_s32(acc, vld1q_s8(w), vld1q_s8(x));
+    acc = vdotq_s32(acc, vld1q_s8(w + 16), vld1q_s8(x + 16));
+    return vaddvq_s32(acc);
+#elif defined(VX_NEON)
+    const int8x16_t w0 = vld1q_s8(w), w1 = vld1q_s8(w + 16);
+    const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+    int16x8_t p = vmull_s8(vget_low_s8(w0), vget_low_s8(x0));
+    p = vmlal_s8(p, vget_high_s8(w0), vget_high_s8(x0));
+    int16x8_t q = vmull_s8(vget_low_s8(w1), vget_low_s8(x1));
+    q = vmlal_s8(q, vget_high_s8(w1), vget_high_s8(x1));
+    return vaddvq_s32(vaddq_s32(vpaddlq_s16(p), vpaddlq_s16(q)));
+#else
+    int32_t s = 0;
+    for (int j = 0; j < VX_QK; j++) s += (int32_t)w[j] * (int32_t)x[j];
+    return s;
+#endif
+}
+
+VX_INLINE void gemm_b32_ref_impl(const int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                                 int64_t n, const void *a, int64_t a_stride, int64_t m,
+                                 float *y, int64_t ldy) {
+    const int64_t nb = K / VX_QK;
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+        const int mr = (int)(m - i0 < 4 ? m - i0 : 4);
+        const int8_t *xq[4];  /* (mr, K) */
+        const float *ds[4];   /* (mr, K/32, 2) */
+        for (int i = 0; i < mr; i++) {
+            xq[i] = (const int8_t *)a + (i0 + i) * a_stride;
+            ds[i] = (const float *)((const char *)xq[i] + VX_ALIGN(K));
+        }
+        for (int64_t r = 0; r < n; r++) {
+            const uint8_t *row = w + r * w_stride;
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int64_t b = 0; b < nb; b++) {
+                int8_t wq[VX_QK];
+                float wd, wm;
+                b32_decode(fmt, row, b, wq, &wd, &wm);
+                for (int i = 0; i < mr; i++) {
+                    const int32_t s = dot32_s8(wq, xq[i] + b * VX_QK);
+                    acc[i] += wd * ds[i][2 * b] * (float)s + wm * ds[i][2 * b + 1];
+                }
+            }
+            for (int i = 0; i < mr; i++) y[(i0 + i) * ldy + r] = acc[i];
+        }
+    }
+}
+
+static void gemm_q4_0_ref(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                          int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_b32_ref_impl(VX_Q4_0, K, w, ws, n, a, as, m, y, ldy);
+}
+static void gemm_q4_1_ref(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                          int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_b32_ref_impl(VX_Q4_1, K, w, ws, n, a, as, m, y, ldy);
+}
+static void gemm_q8_0_ref(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                          int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_b32_ref_impl(VX_Q8_0, K, w, ws, n, a, as, m, y, ldy);
+}
+
+#if defined(VX_AVX2)
+/* u8 (first) x s8 (second) dot products summed in groups of 4 into 8 int32 lanes. */
+VX_INLINE __m256i dot_u8s8_256(__m256i u, __m256i s) {
+#if defined(VX_AVX512)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* One weight row against MR act rows; out[i] = dot(row, act row i). */
+VX_INLINE void b32_avx2_tile(const int fmt, const int MR, int64_t K, const uint8_t *row,
+                             const int8_t *const *xq, const float *const *ds, float *out) {
+    const int64_t nb = K / VX_QK;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[4];
+    float accm[4];
+    for (int i = 0; i < MR; i++) { acc[i] = _mm256_setzero_ps(); accm[i] = 0.0f; }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wq, wv = _mm256_setzero_si256();
+        float wd, wm;
+        if (fmt == VX_Q8_0) {
+            const vx_block_q8_0 *blk = (const vx_block_q8_0 *)row + b;
+            wv = _mm256_loadu_si256((const __m256i *)blk->qs);
+            wq = _mm256_sign_epi8(wv, wv);
+            wd = _cvtsh_ss(blk->d);
+            wm = 0.0f;
+        } else {
+            const uint8_t *qs;
+            if (fmt == VX_Q4_1) {
+                const vx_block_q4_1 *blk = (const vx_block_q4_1 *)row + b;
+                qs = blk->qs; wd = _cvtsh_ss(blk->d); wm = _cvtsh_ss(blk->m);
+            } else {
+                const vx_block_q4_0 *blk = (const vx_block_q4_0 *)row + b;
+                qs = blk->qs; wd = _cvtsh_ss(blk->d); wm = -8.0f * wd;
+            }
+            const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+            wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
+        }
+        for (int i = 0; i < MR; i++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(xq[i] + b * VX_QK));
+            if (fmt == VX_Q8_0) xv = _mm256_sign_epi8(xv, wv);
+            const __m256i p = dot_u8s8_256(wq, xv);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ds[i][2 * b]), acc[i]);
+            if (fmt != VX_Q8_0) accm[i] += wm * ds[i][2 * b + 1];
+        }
+    }
+    for (int i = 0; i < MR; i++) out[i] = hsum_ps256(acc[i]) + accm[i];
+}
+#endif
+
+#if defined(VX_AVX512)
+/* Two q4 blocks' 16 nibble bytes each -> 64 u8 weights [b0 lo | b1 lo | b0 hi | b1 hi],
+ * the order the act row of the AVX-512 tier holds its values in for q4 weights. */
+VX_INLINE __m512i unpack_q4x2(const uint8_t *q0, const uint8_t *q1) {
+    const __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q0)),
+        _mm_loadu_si128((const __m128i *)q1), 1);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t), t, 1); /* q0 q1 q0 q1 */
+    z = _mm512_mask_srli_epi16(z, (__mmask32)0xFFFF0000u, z, 4);     /* upper half: high nibbles */
+    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+}
+
+/* fp16 (d, m) of two blocks at p0, p1 -> [d0, m0, d1, m1] */
+VX_INLINE __m128 load_dm_x2(const void *p0, const void *p1) {
+    uint32_t a, b;
+    memcpy(&a, p0, 4);
+    memcpy(&b, p1, 4);
+    return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)a), (int)b, 1));
+}
+
+/* Two blocks per step: 64 weights in one zmm, VNNI dpbusd into 16 int32 lanes, the
+ * per-block scales (weight: spread once per pair; act: dv, spread at quantization)
+ * applied with one multiply + FMA per row. The q4_1 / q4_0 offset term wm * sx is a
+ * 4-lane FMA per row. */
+VX_INLINE void b32_avx512_tile(const int fmt, const int MR, int64_t K, const uint8_t *row,
+                               const int8_t *const *xq, const float *const *ds,
+                               const float *const *dv, float *out) {
+    const int64_t nb = K / VX_QK;
+    /* lanes of block 0 / block 1 inside a pair: interleaved (q4) or halves (q8_0) */
+    const __m512i spread = fmt == VX_Q8_0
+        ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+        : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
+    __m512 acc[4];
+    __m128 accm[4];
+    for (int i = 0; i < MR; i++) { acc[i] = _mm512_setzero_ps(); accm[i] = _mm_setzero_ps(); }
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512i wq;
+        __mmask64 neg = 0;
+        __m128 wdm; /* [wd0, wm0, wd1, wm1] */
+        if (fmt == VX_Q8_0) {
+            const vx_block_q8_0 *blk = (const vx_block_q8_0 *)row + b;
+            const __m512i wv = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk[0].qs)),
+                _mm256_loadu_si256((const __m256i *)blk[1].qs), 1);
+            neg = _mm512_movepi8_mask(wv);
+            wq = _mm512_abs_epi8(wv);
+            wdm = load_dm_x2(&blk[0].d, &blk[1].d); /* m lanes hold qs bytes: unused */
+        } else if (fmt == VX_Q4_1) {
+            const vx_block_q4_1 *blk = (const vx_block_q4_1 *)row + b;
+            wq = unpack_q4x2(blk[0].qs, blk[1].qs);
+            wdm = load_dm_x2(&blk[0].d, &blk[1].d);
+        } else {
+            const vx_block_q4_0 *blk = (const vx_block_q4_0 *)row + b;
+            wq = unpack_q4x2(blk[0].qs, blk[1].qs);
+            wdm = _mm_mul_ps(_mm_moveldup_ps(load_dm_x2(&blk[0].d, &blk[1].d)),
+                             _mm_setr_ps(1.0f, -8.0f, 1.0f, -8.0f));
+        }
+        const __m512 wdv = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(wdm));
+        const __m128 wmv = _mm_and_ps(wdm, _mm_castsi128_ps(_mm_setr_epi32(0, -1, 0, -1)));
+        for (int i = 0; i < MR; i++) {
+            __m512i xv = _mm512_loadu_si512((const void *)(xq[i] + b * VX_QK));
+            if (fmt == VX_Q8_0) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xv);
+            const __m512 sc = _mm512_mul_ps(wdv, _mm512_loadu_ps(dv[i] + b * 8));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[i]);
+            if (fmt != VX_Q8_0) accm[i] = _mm_fmadd_ps(wmv, _mm_loadu_ps(ds[i] + 2 * b), accm[i]);
+        }
+    }
+    float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (b < nb) { /* odd block count: the last block (natural order) with 256-bit VNNI */
+        int8_t wq8[VX_QK];
+        float wd, wm;
+        b32_decode(fmt, row, b, wq8, &wd, &wm);
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)wq8);
+        const __m256i wq = _mm256_sign_epi8(wv, wv);
+        for (int i = 0; i < MR; i++) {
+            const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(xq[i] + b * VX_QK)), wv);
+            const float s = (float)hsum_epi32_256(_mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xv));
+            tail[i] = wd * ds[i][2 * b] * s + wm * ds[i][2 * b + 1];
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        float mterm[4];
+        _mm_storeu_ps(mterm, accm[i]);
+        out[i] = _mm512_reduce_add_ps(acc[i]) + (mterm[1] + mterm[3]) + tail[i];
+    }
+}
+#endif
+
+#if defined(VX_AVX512) || defined(VX_AVX2)
+#if defined(VX_AVX512)
+#define VX_B32_TILE(fmt, MR, K, row, xq, ds, dv, out) b32_avx512_tile(fmt, MR, K, row, xq, ds, dv, out)
+#else
+#define VX_B32_TILE(fmt, MR, K, row, xq, ds, dv, out) b32_avx2_tile(fmt, MR, K, row, xq, ds, out)
+#endif
+VX_INLINE void gemm_b32_simd_impl(const int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                                  int64_t n, const void *a, int64_t a_stride, int64_t m,
+                                  float *y, int64_t ldy) {
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+        const int mr = (int)(m - i0 < 4 ? m - i0 : 4);
+        const int8_t *xq[4] = {0, 0, 0, 0};  /* (mr, K) */
+        const float *ds[4] = {0, 0, 0, 0};   /* (mr, K/32, 2) */
+        const float *dv[4] = {0, 0, 0, 0};   /* (mr, K/64, 16) */
+        for (int i = 0; i < mr; i++) {
+            xq[i] = (const int8_t *)a + (i0 + i) * a_stride;
+            ds[i] = (const float *)((const char *)xq[i] + VX_ALIGN(K));
+            dv[i] = (const float *)((const char *)ds[i] + VX_ALIGN(8 * (K / VX_QK)));
+        }
+        for (int64_t r = 0; r < n; r++) {
+            const uint8_t *row = w + r * w_stride;
+            float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            switch (mr) {
+                case 4: VX_B32_TILE(fmt, 4, K, row, xq, ds, dv, out); break;
+                case 3: VX_B32_TILE(fmt, 3, K, row, xq, ds, dv, out); break;
+                case 2: VX_B32_TILE(fmt, 2, K, row, xq, ds, dv, out); break;
+                default: VX_B32_TILE(fmt, 1, K, row, xq, ds, dv, out); break;
+            }
+            for (int i = 0; i < mr; i++) y[(i0 + i) * ldy + r] = out[i];
+        }
+    }
+}
+static void gemm_q4_0_simd(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                           int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_b32_simd_impl(VX_Q4_0, K, w, ws, n, a, as, m, y, ldy);
+}
+static void gemm_q4_1_simd(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                           int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_b32_simd_impl(VX_Q4_1, K, w, ws, n, a, as, m, y, ldy);
+}
+static void gemm_q8_0_simd(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                           int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_b32_simd_impl(VX_Q8_0, K, w, ws, n, a, as, m, y, ldy);
+}
+#endif
+
+/* ------------------------------------------------------------------------------------
+ * k-quants: q4_K and q6_K against a q8_K-style act row.
+ * ---------------------------------------------------------------------------------- */
+
+/* ggml's get_scale_min_k4: 8 (scale, min) pairs of 6 bits packed in 12 bytes. */
+VX_INLINE void q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+        mn[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+typedef struct {
+    const int8_t *qs;     /* (K,) */
+    const float *d;       /* (K/256,) */
+    const int32_t *bsums; /* (K/16,) */
+} vx_actK;
+
+VX_INLINE vx_actK actK_row(const void *a, int64_t a_stride, int64_t i, int64_t K) {
+    vx_actK r;
+    r.qs = (const int8_t *)a + i * a_stride;
+    r.d = (const float *)((const char *)r.qs + VX_ALIGN(K));
+    r.bsums = (const int32_t *)((const char *)r.d + VX_ALIGN(4 * (K / VX_QK_K)));
+    return r;
+}
+
+/* Integer part of one q4_K super-block against 256 act values (before d, dmin). */
+VX_INLINE int32_t q4k_block_dot_ref(const vx_block_q4_K *blk, const uint8_t *sc, const int8_t *q8) {
+    int32_t sumi = 0;
+    for (int j = 0; j < 4; j++) {
+        int32_t s_lo = 0, s_hi = 0;
+        for (int l = 0; l < 32; l++) {
+            s_lo += (blk->qs[32 * j + l] & 0x0F) * q8[64 * j + l];
+            s_hi += (blk->qs[32 * j + l] >> 4) * q8[64 * j + 32 + l];
+        }
+        sumi += sc[2 * j] * s_lo + sc[2 * j + 1] * s_hi;
+    }
+    return sumi;
+}
+
+/* sum_k scale_k * dot(q6 unsigned (0..63), q8) over the 16 groups of 16 (before -32, d). */
+VX_INLINE int32_t q6k_block_dot_ref(const vx_block_q6_K *blk, const int8_t *q8) {
+    int32_t sumi = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk->ql + 64 * h, *qh = blk->qh + 32 * h;
+        const int8_t *sc = blk->scales + 8 * h, *x = q8 + 128 * h;
+        int32_t isum[8] = {0};
+        for (int l = 0; l < 32; l++) {
+            const int g = l / 16;
+            const int q1 = (ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4);
+            const int q2 = (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4);
+            const int q3 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            const int q4 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+            isum[g + 0] += q1 * x[l];
+            isum[g + 2] += q2 * x[l + 32];
+            isum[g + 4] += q3 * x[l + 64];
+            isum[g + 6] += q4 * x[l + 96];
+        }
+        for (int k = 0; k < 8; k++) sumi += sc[k] * isum[k];
+    }
+    return sumi;
+}
+
+#if defined(VX_AVX2)
+/* dot of 32 u8 x s8 with the first 16 products scaled by s_lo, the last 16 by s_hi. */
+VX_INLINE __m256i dot_u8s8_scaled(__m256i u, __m256i s, int s_lo, int s_hi) {
+#if defined(VX_AVX512)
+    return _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s),
+                              _mm256_set_m128i(_mm_set1_epi32(s_hi), _mm_set1_epi32(s_lo)));
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                             _mm256_set_m128i(_mm_set1_epi16((short)s_hi), _mm_set1_epi16((short)s_lo)));
+#endif
+}
+
+VX_INLINE int32_t q4k_block_dot_simd(const vx_block_q4_K *blk, const uint8_t *sc, const int8_t *q8) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
+        const __m256i lo = _mm256_and_si256(q, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)),
+                                                    sc[2 * j], sc[2 * j]));
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)),
+                                                    sc[2 * j + 1], sc[2 * j + 1]));
+    }
+    return hsum_epi32_256(acc);
+}
+
+VX_INLINE int32_t q6k_block_dot_simd(const vx_block_q6_K *blk, const int8_t *q8) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const int8_t *sc = blk->scales + 8 * h;
+        const int8_t *x = q8 + 128 * h;
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h + 32));
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+        const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(q1, _mm256_loadu_si256((const __m256i *)(x + 0)), sc[0], sc[1]));
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(q2, _mm256_loadu_si256((const __m256i *)(x + 32)), sc[2], sc[3]));
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(q3, _mm256_loadu_si256((const __m256i *)(x + 64)), sc[4], sc[5]));
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(q4, _mm256_loadu_si256((const __m256i *)(x + 96)), sc[6], sc[7]));
+    }
+    return hsum_epi32_256(acc);
+}
+#define VX_Q4K_DOT q4k_block_dot_simd
+#define VX_Q6K_DOT q6k_block_dot_simd
+#else
+#define VX_Q4K_DOT q4k_block_dot_ref
+#define VX_Q6K_DOT q6k_block_dot_ref
+#endif
+
+/* k-quant GEMM; `dotfn` picks the portable or SIMD integer block dot. */
+#define VX_DEFINE_GEMM_Q4K(NAME, DOTFN)                                                       \
+    static void NAME(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a, \
+                     int64_t a_stride, int64_t m, float *y, int64_t ldy) {                    \
+        const int64_t nb = K / VX_QK_K;                                                       \
+        for (int64_t i0 = 0; i0 < m; i0 += 4) {                                               \
+            const int mr = (int)(m - i0 < 4 ? m - i0 : 4);                                    \
+            vx_actK x[4];                                                                     \
+            for (int i = 0; i < mr; i++) x[i] = actK_row(a, a_stride, i0 + i, K);             \
+            for (int64_t r = 0; r < n; r++) {                                                 \
+                const vx_block_q4_K *row = (const vx_block_q4_K *)(w + r * w_stride);         \
+                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                      \
+                for (int64_t b = 0; b < nb; b++) {                                            \
+                    uint8_t sc[8], mn[8];                                                     \
+                    q4k_scales(row[b].scales, sc, mn);                                        \
+                    const float d = vx_f16_to_f32(row[b].d);                                  \
+                    const float dmin = vx_f16_to_f32(row[b].dmin);                            \
+                    for (int i = 0; i < mr; i++) {                                            \
+                        const int32_t *bs = x[i].bsums + 16 * b;                              \
+                        int32_t summ = 0;                                                     \
+                        for (int j = 0; j < 8; j++) summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]); \
+                        const int32_t sumi = DOTFN(&row[b], sc, x[i].qs + VX_QK_K * b);       \
+                        acc[i] += x[i].d[b] * (d * (float)sumi - dmin * (float)summ);         \
+                    }                                                                         \
+                }                                                                             \
+                for (int i = 0; i < mr; i++) y[(i0 + i) * ldy + r] = acc[i];                  \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+#define VX_DEFINE_GEMM_Q6K(NAME, DOTFN)                                                       \
+    static void NAME(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a, \
+                     int64_t a_stride, int64_t m, float *y, int64_t ldy) {                    \
+        const int64_t nb = K / VX_QK_K;                                                       \
+        for (int64_t i0 = 0; i0 < m; i0 += 4) {                                               \
+            const int mr = (int)(m - i0 < 4 ? m - i0 : 4);                                    \
+            vx_actK x[4];                                                                     \
+            for (int i = 0; i < mr; i++) x[i] = actK_row(a, a_stride, i0 + i, K);             \
+            for (int64_t r = 0; r < n; r++) {                                                 \
+                const vx_block_q6_K *row = (const vx_block_q6_K *)(w + r * w_stride);         \
+                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                      \
+                for (int64_t b = 0; b < nb; b++) {                                            \
+                    const float d = vx_f16_to_f32(row[b].d);                                  \
+                    for (int i = 0; i < mr; i++) {                                            \
+                        const int32_t *bs = x[i].bsums + 16 * b;                              \
+                        int32_t off = 0;                                                      \
+                        for (int k = 0; k < 16; k++) off += row[b].scales[k] * bs[k];         \
+                        const int32_t sumi = DOTFN(&row[b], x[i].qs + VX_QK_K * b) - 32 * off; \
+                        acc[i] += x[i].d[b] * d * (float)sumi;                                \
+                    }                                                                         \
+                }                                                                             \
+                for (int i = 0; i < mr; i++) y[(i0 + i) * ldy + r] = acc[i];                  \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+
+VX_DEFINE_GEMM_Q4K(gemm_q4_K_ref, q4k_block_dot_ref)
+VX_DEFINE_GEMM_Q6K(gemm_q6_K_ref, q6k_block_dot_ref)
+#if defined(VX_AVX2)
+VX_DEFINE_GEMM_Q4K(gemm_q4_K_simd, VX_Q4K_DOT)
+VX_DEFINE_GEMM_Q6K(gemm_q6_K_simd, VX_Q6K_DOT)
+#endif
+
+/* ------------------------------------------------------------------------------------
+ * f32 / f16 weights: y = x . w over K floats (a = float rows, a_stride in bytes).
+ * ---------------------------------------------------------------------------------- */
+VX_INLINE float wload(const int fmt, const uint8_t *row, int64_t k) {
+    if (fmt == VX_F32) { float v; memcpy(&v, row + 4 * k, 4); return v; }
+    vx_f16 h; memcpy(&h, row + 2 * k, 2); return vx_f16_to_f32(h);
+}
+
+VX_INLINE void gemm_float_ref_impl(const int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                                   int64_t n, const void *a, int64_t a_stride, int64_t m,
+                                   float *y, int64_t ldy) {
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+        const int mr = (int)(m - i0 < 4 ? m - i0 : 4);
+        for (int64_t r = 0; r < n; r++) {
+            const uint8_t *row = w + r * w_stride;
+            float acc[4][4] = {{0.0f}};
+            int64_t k = 0;
+            for (; k + 4 <= K; k += 4) {
+                const float w0 = wload(fmt, row, k), w1 = wload(fmt, row, k + 1);
+                const float w2 = wload(fmt, row, k + 2), w3 = wload(fmt, row, k + 3);
+                for (int i = 0; i < mr; i++) {
+                    const float *x = (const float *)((const char *)a + (i0 + i) * a_stride) + k;
+                    acc[i][0] += w0 * x[0]; acc[i][1] += w1 * x[1];
+                    acc[i][2] += w2 * x[2]; acc[i][3] += w3 * x[3];
+                }
+            }
+            for (; k < K; k++) {
+                const float wk = wload(fmt, row, k);
+                for (int i = 0; i < mr; i++)
+                    acc[i][0] += wk * ((const float *)((const char *)a + (i0 + i) * a_stride))[k];
+            }
+            for (int i = 0; i < mr; i++)
+                y[(i0 + i) * ldy + r] = (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]);
+        }
+    }
+}
+static void gemm_f32_ref(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                         int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_float_ref_impl(VX_F32, K, w, ws, n, a, as, m, y, ldy);
+}
+static void gemm_f16_ref(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                         int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_float_ref_impl(VX_F16, K, w, ws, n, a, as, m, y, ldy);
+}
+
+#if defined(VX_AVX512)
+VX_INLINE __m512 wload16(const int fmt, const uint8_t *row, int64_t k, __mmask16 mask) {
+    if (fmt == VX_F32) return _mm512_maskz_loadu_ps(mask, row + 4 * k);
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + 2 * k));
+}
+VX_INLINE void float_avx512_tile(const int fmt, const int MR, int64_t K, const uint8_t *row,
+                                 const float *const *x, float *out) {
+    __m512 acc[4];
+    for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        const __m512 wv = wload16(fmt, row, k, 0xFFFF);
+        for (int i = 0; i < MR; i++) acc[i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[i] + k), acc[i]);
+    }
+    if (k < K) {
+        const __mmask16 mask = (__mmask16)((1u << (K - k)) - 1u);
+        const __m512 wv = wload16(fmt, row, k, mask);
+        for (int i = 0; i < MR; i++)
+            acc[i] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, x[i] + k), acc[i]);
+    }
+    for (int i = 0; i < MR; i++) out[i] = _mm512_reduce_add_ps(acc[i]);
+}
+#define VX_FLOAT_TILE float_avx512_tile
+#elif defined(VX_AVX2)
+VX_INLINE void float_avx2_tile(const int fmt, const int MR, int64_t K, const uint8_t *row,
+                               const float *const *x, float *out) {
+    __m256 acc[4];
+    for (int i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        const __m256 wv = fmt == VX_F32 ? _mm256_loadu_ps((const float *)(row + 4 * k))
+                                        : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * k)));
+        for (int i = 0; i < MR; i++) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[i] + k), acc[i]);
+    }
+    for (int i = 0; i < MR; i++) {
+        float s = hsum_ps256(acc[i]);
+        for (int64_t kk = k; kk < K; kk++) s += wload(fmt, row, kk) * x[i][kk];
+        out[i] = s;
+    }
+}
+#define VX_FLOAT_TILE float_avx2_tile
+#endif
+
+#if defined(VX_FLOAT_TILE)
+VX_INLINE void gemm_float_simd_impl(const int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                                    int64_t n, const void *a, int64_t a_stride, int64_t m,
+                                    float *y, int64_t ldy) {
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+        const int mr = (int)(m - i0 < 4 ? m - i0 : 4);
+        const float *x[4];
+        for (int i = 0; i < mr; i++) x[i] = (const float *)((const char *)a + (i0 + i) * a_stride);
+        for (int64_t r = 0; r < n; r++) {
+            const uint8_t *row = w + r * w_stride;
+            float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            switch (mr) {
+                case 4: VX_FLOAT_TILE(fmt, 4, K, row, x, out); break;
+                case 3: VX_FLOAT_TILE(fmt, 3, K, row, x, out); break;
+                case 2: VX_FLOAT_TILE(fmt, 2, K, row, x, out); break;
+                default: VX_FLOAT_TILE(fmt, 1, K, row, x, out); break;
+            }
+            for (int i = 0; i < mr; i++) y[(i0 + i) * ldy + r] = out[i];
+        }
+    }
+}
+static void gemm_f32_simd(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                          int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_float_simd_impl(VX_F32, K, w, ws, n, a, as, m, y, ldy);
+}
+static void gemm_f16_simd(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a,
+                          int64_t as, int64_t m, float *y, int64_t ldy) {
+    gemm_float_simd_impl(VX_F16, K, w, ws, n, a, as, m, y, ldy);
+}
+#endif
+
+/* ------------------------------------------------------------------------------------
+ * Row dequantization (embedding lookups) and rms_norm: portable C in every tier.
+ * ---------------------------------------------------------------------------------- */
+static void dequant_b32(const int fmt, int64_t K, const uint8_t *w, float *y) {
+    for (int64_t b = 0; b < K / VX_QK; b++) {
+        int8_t wq[VX_QK];
+        float wd, wm;
+        b32_decode(fmt, w, b, wq, &wd, &wm);
+        for (int j = 0; j < VX_QK; j++) y[b * VX_QK + j] = wd * (float)wq[j] + wm;
+    }
+}
+static void dequant_q4_0(int64_t K, const uint8_t *w, float *y) { dequant_b32(VX_Q4_0, K, w, y); }
+static void dequant_q4_1(int64_t K, const uint8_t *w, float *y) { dequant_b32(VX_Q4_1, K, w, y); }
+static void dequant_q8_0(int64_t K, const uint8_t *w, float *y) { dequant_b32(VX_Q8_0, K, w, y); }
+
+static void dequant_q4_K(int64_t K, const uint8_t *w, float *y) {
+    const vx_block_q4_K *blk = (const vx_block_q4_K *)w;
+    for (int64_t b = 0; b < K / VX_QK_K; b++, y += VX_QK_K) {
+        uint8_t sc[8], mn[8];
+        q4k_scales(blk[b].scales, sc, mn);
+        const float d = vx_f16_to_f32(blk[b].d), dmin = vx_f16_to_f32(blk[b].dmin);
+        for (int j = 0; j < 4; j++) {
+            for (int l = 0; l < 32; l++) {
+                y[64 * j + l] = d * sc[2 * j] * (blk[b].qs[32 * j + l] & 0x0F) - dmin * mn[2 * j];
+                y[64 * j + 32 + l] = d * sc[2 * j + 1] * (blk[b].qs[32 * j + l] >> 4) - dmin * mn[2 * j + 1];
+            }
+        }
+    }
+}
+
+static void dequant_q6_K(int64_t K, const uint8_t *w, float *y) {
+    const vx_block_q6_K *blk = (const vx_block_q6_K *)w;
+    for (int64_t b = 0; b < K / VX_QK_K; b++, y += VX_QK_K) {
+        const float d = vx_f16_to_f32(blk[b].d);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = blk[b].ql + 64 * h, *qh = blk[b].qh + 32 * h;
+            const int8_t *sc = blk[b].scales + 8 * h;
+            float *yy = y + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                const int g = l / 16;
+                yy[l] = d * sc[g + 0] * (float)(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                yy[l + 32] = d * sc[g + 2] * (float)(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                yy[l + 64] = d * sc[g + 4] * (float)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                yy[l + 96] = d * sc[g + 6] * (float)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+    }
+}
+
+static void dequant_f32(int64_t K, const uint8_t *w, float *y) { memcpy(y, w, (size_t)K * 4); }
+static void dequant_f16(int64_t K, const uint8_t *w, float *y) {
+    for (int64_t k = 0; k < K; k++) y[k] = wload(VX_F16, w, k);
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * weight  (sum of squares in double, as ggml) */
+static void rms_norm_ref(int64_t D, const float *x, const float *weight, float eps, float *y) {
+    double ss = 0.0;
+    for (int64_t k = 0; k < D; k++) ss += (double)x[k] * (double)x[k];
+    const float scale = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+    for (int64_t k = 0; k < D; k++) y[k] = x[k] * scale * weight[k];
+}
+
+/* ------------------------------------------------------------------------------------
+ * The tier's table.
+ * ---------------------------------------------------------------------------------- */
+#if defined(VX_AVX512)
+#define VX_QUANT_A32 quantize_a32_avx512
+#define VX_QUANT_A32_Q4 quantize_a32_avx512_q4
+#elif defined(VX_AVX2)
+#define VX_QUANT_A32 quantize_a32_avx2
+#define VX_QUANT_A32_Q4 quantize_a32_avx2
+#else
+#define VX_QUANT_A32 quantize_a32_ref
+#define VX_QUANT_A32_Q4 quantize_a32_ref
+#endif
+
+#if defined(VX_AVX2)
+#define VX_GEMM_B32(t) gemm_##t##_simd
+#define VX_GEMM_K(t) gemm_##t##_simd
+#define VX_GEMM_F(t) gemm_##t##_simd
+#else
+#define VX_GEMM_B32(t) gemm_##t##_ref
+#define VX_GEMM_K(t) gemm_##t##_ref
+#define VX_GEMM_F(t) gemm_##t##_ref
+#endif
+
+const vx_table *VX_CAT(vx_table, VX_TIER)(void) {
+    static const vx_table table = {
+        VX_STR(VX_TIER),
+        /* quantize */ {VX_QUANT_A32_Q4, VX_QUANT_A32_Q4, VX_QUANT_A32, quantize_aK_ref, quantize_aK_ref, NULL, NULL},
+        /* gemm */ {VX_GEMM_B32(q4_0), VX_GEMM_B32(q4_1), VX_GEMM_B32(q8_0), VX_GEMM_K(q4_K), VX_GEMM_K(q6_K),
+                    VX_GEMM_F(f32), VX_GEMM_F(f16)},
+        /* dequant */ {dequant_q4_0, dequant_q4_1, dequant_q8_0, dequant_q4_K, dequant_q6_K, dequant_f32, dequant_f16},
+        rms_norm_ref,
+    };
+    return &table;
+}

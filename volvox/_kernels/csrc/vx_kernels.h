@@ -1,0 +1,121 @@
+/* volvox CPU kernels: the C-level API shared by every ISA tier.
+ *
+ * Weights are ggml blocks read in place (no widening to f32 at load). Activations
+ * are quantized on the fly into an internal 8-bit "act" row (see below), then the
+ * kernels do integer dot products per block and apply the block scales in float.
+ *
+ * One object per ISA tier (vx_impl.c compiled with -DVX_TIER=<name> and the tier's
+ * flags) exports `const vx_table *vx_table_<name>(void)`; vx_cpu.c picks one.
+ */
+#ifndef VX_KERNELS_H
+#define VX_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VX_QK 32     /* values per block of q4_0 / q4_1 / q8_0 */
+#define VX_QK_K 256  /* values per super-block of q4_K / q6_K */
+
+typedef uint16_t vx_f16;
+
+/* ggml block layouts (byte-for-byte what a GGUF file holds). */
+typedef struct { vx_f16 d; uint8_t qs[VX_QK / 2]; } vx_block_q4_0;              /* 18 B  */
+typedef struct { vx_f16 d; vx_f16 m; uint8_t qs[VX_QK / 2]; } vx_block_q4_1;    /* 20 B  */
+typedef struct { vx_f16 d; int8_t qs[VX_QK]; } vx_block_q8_0;                   /* 34 B  */
+typedef struct {
+    vx_f16 d;            /* super-block scale for the 6-bit scales */
+    vx_f16 dmin;         /* super-block scale for the 6-bit mins   */
+    uint8_t scales[12];  /* 8 scales + 8 mins, 6 bits each (get_scale_min_k4) */
+    uint8_t qs[VX_QK_K / 2];
+} vx_block_q4_K;                                                                 /* 144 B */
+typedef struct {
+    uint8_t ql[VX_QK_K / 2];      /* low 4 bits  */
+    uint8_t qh[VX_QK_K / 4];      /* high 2 bits */
+    int8_t scales[VX_QK_K / 16];  /* 8-bit scale per 16 values */
+    vx_f16 d;
+} vx_block_q6_K;                                                                 /* 210 B */
+
+_Static_assert(sizeof(vx_block_q4_0) == 18, "q4_0 block size");
+_Static_assert(sizeof(vx_block_q4_1) == 20, "q4_1 block size");
+_Static_assert(sizeof(vx_block_q8_0) == 34, "q8_0 block size");
+_Static_assert(sizeof(vx_block_q4_K) == 144, "q4_K block size");
+_Static_assert(sizeof(vx_block_q6_K) == 210, "q6_K block size");
+
+/* Weight types the kernels multiply. */
+enum {
+    VX_Q4_0 = 0,
+    VX_Q4_1 = 1,
+    VX_Q8_0 = 2,
+    VX_Q4_K = 3,
+    VX_Q6_K = 4,
+    VX_F32 = 5,
+    VX_F16 = 6,
+    VX_NTYPES = 7
+};
+
+/* Quantized activation row ("act"), one per activation row, in caller scratch:
+ *   32-block weights (q4_0/q4_1/q8_0), a "q8_1"-style row:
+ *     int8  qs[K]              at 0
+ *     float ds[K/32][2]        at VX_ALIGN(K): d (scale) and s = d * sum(qs) per block
+ *     float dv[K/64][16]       at VX_ALIGN(K) + VX_ALIGN(8*K/32): AVX-512 tier only, the
+ *                              scales of each block pair spread over the 16 lanes its
+ *                              products land in (saves a shuffle per block pair and row)
+ *   The AVX-512 tier also stores each pair of blocks of a row meant for q4_0 / q4_1
+ *   weights nibble-interleaved: [b0 x0..15 | b1 x0..15 | b0 x16..31 | b1 x16..31],
+ *   the order the weights' low / high nibbles unpack to; a trailing odd block stays
+ *   in natural order. Each tier's quantize and gemm functions agree on this.
+ *   k-quant weights (q4_K/q6_K), a "q8_K"-style row:
+ *     int8  qs[K]              at 0
+ *     float d[K/256]           at VX_ALIGN(K)
+ *     int32 bsums[K/16]        at VX_ALIGN(K) + VX_ALIGN(4*K/256): sums of 16 qs
+ * q = round-half-even(x / d), d = amax / 127 per block, so |q| <= 127.
+ * f32 / f16 weights take the float activations as they are (no act row).
+ */
+#define VX_ALIGN(n) ((((size_t)(n)) + 63u) & ~(size_t)63u)
+
+static inline size_t vx_act_row_bytes(int wtype, int64_t K) {
+    if (wtype == VX_Q4_K || wtype == VX_Q6_K)
+        return VX_ALIGN(K) + VX_ALIGN(4 * (K / VX_QK_K)) + VX_ALIGN(4 * (K / 16));
+    if (wtype == VX_F32 || wtype == VX_F16) return 0;
+    return VX_ALIGN(K) + VX_ALIGN(8 * (K / VX_QK)) + VX_ALIGN(32 * (K / VX_QK));
+}
+
+/* Quantize one activation row of K floats into an act row. */
+typedef void (*vx_quantize_fn)(int64_t K, const float *x, void *act);
+
+/* y[i*ldy + r] = dot(weight row r, activation row i), for r < n, i < m.
+ *   w:   first weight row; rows are w_stride bytes apart
+ *   a:   act rows (a_stride bytes apart), or for f32/f16 weights the float rows
+ *   the tile reads weight rows once per group of up to 4 activation rows. */
+typedef void (*vx_gemm_fn)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                           const void *a, int64_t a_stride, int64_t m,
+                           float *y, int64_t ldy);
+
+/* Dequantize one weight row of K values into floats. */
+typedef void (*vx_dequant_fn)(int64_t K, const uint8_t *w, float *y);
+
+typedef void (*vx_rms_norm_fn)(int64_t D, const float *x, const float *weight, float eps,
+                               float *y);
+
+typedef struct {
+    const char *name;
+    vx_quantize_fn quantize[VX_NTYPES]; /* NULL for f32 / f16 */
+    vx_gemm_fn gemm[VX_NTYPES];
+    vx_dequant_fn dequant[VX_NTYPES];
+    vx_rms_norm_fn rms_norm;
+} vx_table;
+
+/* vx_cpu.c: tiers compiled into this build, CPU support, selection. */
+int vx_tier_count(void);
+const char *vx_tier_name(int i);             /* i < vx_tier_count(), best last */
+int vx_tier_supported(const char *name);     /* compiled in and the CPU runs it */
+const vx_table *vx_get_table(const char *name); /* NULL if not compiled in */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VX_KERNELS_H */

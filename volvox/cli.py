@@ -1,0 +1,183 @@
+"""The ``volvox`` command line: generate, chat, run, info."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def _add_load_args(p: argparse.ArgumentParser, model: str = "default") -> None:
+    """Model argument ("default": optional with the default model, "required", "optional") and load options."""
+    what = "model name, .gguf file or blueprint directory"
+    if model == "required":
+        p.add_argument("model", help=what)
+    else:
+        default = DEFAULT_MODEL if model == "default" else None
+        p.add_argument("model", nargs="?", default=default, help=f"{what} (default: {default})")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    p.add_argument("--backend", default="cpu", help="cpu (default) | auto | vulkan | opengl | gles | webgpu")
+    p.add_argument("--debug", action="store_true", help="print load time, tokens/s and time per op type to stderr")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+
+
+def _sampling_kwargs(a) -> dict:
+    return dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
+                repetition_penalty=a.repetition_penalty, seed=a.seed, stop=a.stop)
+
+
+def _load(a):
+    import volvox
+
+    return volvox.load(a.model, threads=a.threads, backend=a.backend, profile=a.debug)
+
+
+def _debug_report(model, stats=None) -> None:
+    from . import kernels
+
+    err = sys.stderr
+    print(f"\n--- volvox debug: {model.source}", file=err)
+    print(f"load: {model.load_seconds * 1e3:.1f} ms   isa: {kernels.isa()}   threads: {kernels.get_num_threads()}", file=err)
+    if stats is not None:
+        print(f"prefill: {stats.prompt_tokens} tokens in {stats.prefill_seconds * 1e3:.1f} ms = {stats.prefill_tok_s:.1f} tok/s", file=err)
+        print(f"decode: {stats.new_tokens} tokens in {stats.decode_seconds * 1e3:.1f} ms = {stats.decode_tok_s:.1f} tok/s "
+              f"(finish: {stats.finish_reason})", file=err)
+    if model.profile is not None and model.profile.runs:
+        print(f"time per op type over {model.profile.runs} forward passes:", file=err)
+        print(model.profile.table(), file=err)
+
+
+def cmd_generate(a) -> int:
+    lm = _load(a)
+    for piece in lm.generate(a.prompt, stream=True, **_sampling_kwargs(a)):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    if a.debug:
+        _debug_report(lm, lm.last_stats)
+    return 0
+
+
+def cmd_chat(a) -> int:
+    lm = _load(a)
+    messages = [{"role": "system", "content": a.system}] if a.system else []
+    turns = [a.message] if a.message is not None else None
+    interactive = turns is None
+    while True:
+        if interactive:
+            try:
+                text = input("> ")
+            except EOFError:
+                return 0
+            if text.strip() in ("/exit", "/quit"):
+                return 0
+        else:
+            if not turns:
+                return 0
+            text = turns.pop(0)
+        messages.append({"role": "user", "content": text})
+        reply = []
+        for piece in lm.chat(messages, stream=True, **_sampling_kwargs(a)):
+            reply.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": "".join(reply)})
+        if a.debug:
+            _debug_report(lm, lm.last_stats)
+
+
+def cmd_run(a) -> int:
+    model = _load(a)
+    feeds = {}
+    for item in a.input:
+        name, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"volvox run: --input must be NAME=FILE.npy, got {item!r}")
+        feeds[name] = np.load(path, allow_pickle=False)
+    t0 = time.perf_counter()
+    outputs = model.run(feeds)
+    dt = time.perf_counter() - t0
+    if a.output:
+        np.savez(a.output, **outputs)
+    for name, arr in outputs.items():
+        print(f"{name}: {arr.dtype}{list(arr.shape)}  min {arr.min():.6g}  max {arr.max():.6g}  mean {arr.mean():.6g}")
+    if a.debug:
+        print(f"run: {dt * 1e3:.2f} ms", file=sys.stderr)
+        _debug_report(model)
+    return 0
+
+
+def cmd_info(a) -> int:
+    from . import kernels
+    from .hub import recipe_names
+
+    info = {"volvox": __import__("volvox").__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "isa": kernels.isa(), "isas_available": kernels.available_isas(),
+            "threads": kernels.get_num_threads(), "known_models": recipe_names()}
+    if a.model:
+        model = _load(a)
+        g = model.graph
+        info["model"] = {"source": model.source, "task": model.metadata.get("task"), "metadata": model.metadata,
+                         "inputs": [s.describe() for s in g.inputs], "outputs": [g.specs[o].describe() for o in g.outputs],
+                         "nodes": len(g.nodes), "weights": len(g.weights), "weight_bytes": model.weight_bytes(),
+                         "load_ms": round(model.load_seconds * 1e3, 1)}
+        if hasattr(model, "config"):
+            info["model"]["config"] = vars(model.config)
+    print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(prog="volvox", description="volvox: small, fast neural network inference")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("generate", help="continue a prompt")
+    _add_load_args(p)
+    p.add_argument("--prompt", required=True)
+    _add_sampling_args(p)
+    p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("chat", help="chat with an instruct model (interactive, or one --message)")
+    _add_load_args(p)
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--message", default=None, help="send one message, print the reply and exit")
+    _add_sampling_args(p)
+    p.set_defaults(func=cmd_chat)
+    p = sub.add_parser("run", help="run a blueprint graph on .npy inputs")
+    _add_load_args(p, model="required")
+    p.add_argument("--input", action="append", default=[], help="NAME=FILE.npy (repeatable)")
+    p.add_argument("--output", default=None, help="write all outputs to this .npz")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("info", help="machine, kernels and (optionally) a model's graph and weights")
+    _add_load_args(p, model="optional")
+    p.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``volvox`` command; volvox errors print one line and exit 1."""
+    from .errors import VolvoxError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except VolvoxError as e:
+        print(f"volvox: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

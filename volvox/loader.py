@@ -1,0 +1,68 @@
+"""``volvox.load``: a path, GGUF file or model name -> a ready Model / LanguageModel."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from . import kernels
+from .errors import ModelNotFoundError, UnsupportedError
+from .hub import load_recipe, resolve_model_file
+from .model import Model
+
+BACKENDS = ("cpu", "auto", "vulkan", "opengl", "gles", "webgpu")
+
+
+def _select_backend(backend: str) -> str:
+    """The backend that will run; GPU requests fall back to the CPU with one line saying why."""
+    if backend not in BACKENDS:
+        raise UnsupportedError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    if backend in ("cpu", "auto"):
+        return "cpu"
+    print(f"Backend: CPU ({backend} unavailable: GPU backends are not part of this build yet)", file=sys.stderr)
+    return "cpu"
+
+
+def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
+         profile: bool = False, reference: bool = False) -> Model:
+    """Load a blueprint directory, a ``.gguf`` file or a known model name.
+
+    threads: CPU threads for kernels (default: physical cores). profile: time every node
+    (see ``model.profile``). reference: run the numpy oracle of every op (slow; for debugging).
+    """
+    t0 = time.perf_counter()
+    _select_backend(backend)
+    if threads is not None:
+        kernels.set_num_threads(threads)
+    path = Path(model)
+    kw = dict(reference=reference, profile=profile)
+    if path.is_dir():
+        result = _load_directory(path, kw)
+    elif path.is_file():
+        result = _load_file(path, kw)
+    elif str(model).endswith((".gguf", ".json", ".safetensors")) or "/" in str(model):
+        raise ModelNotFoundError(f"{model}: no such file or directory")
+    else:
+        recipe = load_recipe(str(model))
+        result = _load_file(resolve_model_file(recipe["name"]), kw)
+    result.load_seconds = time.perf_counter() - t0
+    return result
+
+
+def _load_file(path: Path, kw: dict) -> Model:
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"GGUF":
+        from .importers.gguf_llm import load_gguf_lm
+        return load_gguf_lm(str(path), **kw)
+    raise UnsupportedError(f"{path}: not a model file volvox can load (expected a GGUF file, "
+                           f"a blueprint directory or a model name; file starts with {magic!r})")
+
+
+def _load_directory(path: Path, kw: dict) -> Model:
+    from .blueprint import read_blueprint
+
+    graph, weights, metadata, st = read_blueprint(path)
+    closers = [st.close] if st is not None else []
+    return Model(graph, weights, metadata, str(path), closers=closers, **kw)

@@ -1,0 +1,61 @@
+"""Model: a compiled graph with its weights, ready to run; the base of every task class."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import ClosedError
+from .graph import Graph
+from .runtime.executor import Executor, RunContext
+
+
+class Model:
+    """A loaded blueprint: ``run({name: array}) -> {name: array}``; close() releases the weights' mmaps."""
+
+    def __init__(self, graph: Graph, weights: dict[str, Any], metadata: dict, source: str,
+                 closers: list[Callable[[], None]] = (), reference: bool = False, profile: bool = False):
+        self.graph = graph
+        self.metadata = metadata
+        self.source = source
+        self.executor = Executor(graph, weights, reference=reference, profile=profile)
+        self._closers = list(closers)
+        self._closed = False
+        self.load_seconds = 0.0  # set by volvox.load
+
+    @property
+    def profile(self):
+        """Per-op timings accumulated so far (None unless loaded with profile=True)."""
+        return self.executor.profile
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"model {self.source!r} was closed")
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Run the graph once on ``feeds`` (graph input name -> array); returns every graph output."""
+        self._check_open()
+        return self.executor.run(RunContext(), feeds)
+
+    def weight_bytes(self) -> dict[str, int]:
+        """Bytes of weights per dtype / quantization type."""
+        out: dict[str, int] = {}
+        for (slot, w), spec in zip(self.executor.weight_slots, self.graph.weights.values()):
+            out[spec.dtype] = out.get(spec.dtype, 0) + int(w.nbytes)
+        return out
+
+    def close(self) -> None:
+        """Release the weights (mmaps) and every resource; later calls raise ClosedError."""
+        if self._closed:
+            return
+        self._closed = True
+        self.executor = None
+        for close in self._closers:
+            close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

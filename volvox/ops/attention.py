@@ -1,0 +1,111 @@
+"""Sequence ops: rotary position embedding, attention over the KV cache, row selection.
+
+These ops are stateful: they read the run context (``ctx``), which holds the
+KV cache and the number of tokens already cached (``ctx.pos``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import expect, same_dim
+from . import OpDef, register
+
+
+def _rope_infer(specs, params):
+    x, pos = specs["x"], specs["positions"]
+    hd = int(params["head_dim"])
+    rd = int(params.get("rope_dim", hd))
+    expect(params.get("style", "half") in ("half", "interleaved"), f"unknown rope style {params.get('style')!r}")
+    expect(0 < rd <= hd and rd % 2 == 0, f"rope_dim {rd} must be even and within head_dim {hd}")
+    expect(len(x.shape) == 2 and (not isinstance(x.shape[1], int) or x.shape[1] % hd == 0),
+           f"x must be (seq, heads*{hd}), got {x.describe()}")
+    expect(pos.dtype in ("int32", "int64") and len(pos.shape) == 1 and same_dim(pos.shape[0], x.shape[0]),
+           f"positions must be int (seq,), got {pos.describe()} for {x.describe()}")
+    return {"y": (x.shape, "float32")}
+
+
+def rope_angles(positions: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin tables (seq, rope_dim/2) for ``positions``, with linear position scaling."""
+    rd = int(p.get("rope_dim", p["head_dim"]))
+    inv_freq = float(p.get("theta", 10000.0)) ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)  # (rd/2,)
+    angles = np.outer(positions / float(p.get("scale", 1.0)), inv_freq)  # (seq, rd/2)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def rope_ref(ctx, p, x, positions):
+    """Rotate pairs of each head's first rope_dim dims by position-dependent angles.
+
+    style "interleaved" pairs (2i, 2i+1) (GGUF/ggml LLaMA layout); "half" pairs (i, i + rope_dim/2) (HF/NeoX).
+    """
+    hd = int(p["head_dim"])
+    rd = int(p.get("rope_dim", hd))
+    seq = x.shape[0]
+    cos, sin = rope_angles(positions, p)
+    h = x.reshape(seq, -1, hd).copy()  # (seq, heads, head_dim)
+    cos, sin = cos[:, None, :], sin[:, None, :]  # (seq, 1, rd/2)
+    if p.get("style", "half") == "interleaved":
+        x0, x1 = h[..., 0:rd:2].copy(), h[..., 1:rd:2].copy()
+        h[..., 0:rd:2] = x0 * cos - x1 * sin
+        h[..., 1:rd:2] = x0 * sin + x1 * cos
+    else:
+        half = rd // 2
+        x0, x1 = h[..., :half].copy(), h[..., half:rd].copy()
+        h[..., :half] = x0 * cos - x1 * sin
+        h[..., half:rd] = x0 * sin + x1 * cos
+    return h.reshape(x.shape)
+
+
+def _attention_infer(specs, params):
+    q, k, v = specs["q"], specs["k"], specs["v"]
+    nh, nkv, hd = int(params["n_heads"]), int(params["n_kv_heads"]), int(params["head_dim"])
+    expect(nh > 0 and nkv > 0 and nh % nkv == 0, f"n_heads {nh} must be a multiple of n_kv_heads {nkv}")
+    expect(len(q.shape) == 2 and same_dim(q.shape[1], nh * hd), f"q must be (seq, {nh * hd}), got {q.describe()}")
+    for t in (k, v):
+        expect(len(t.shape) == 2 and same_dim(t.shape[1], nkv * hd) and same_dim(t.shape[0], q.shape[0]),
+               f"{t.name} must be (seq, {nkv * hd}), got {t.describe()}")
+    int(params.get("layer", 0))
+    return {"y": (q.shape, "float32")}
+
+
+def attention_ref(ctx, p, q, k, v):
+    """Scaled dot-product attention of the new queries over all cached keys/values (GQA).
+
+    Appends k, v to ctx.kv at positions ctx.pos..ctx.pos+seq; causal masking by absolute position.
+    Without a KV cache (ctx.kv is None) attends over the given k, v alone.
+    """
+    nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+    group, seq = nh // nkv, q.shape[0]
+    k_new = k.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
+    v_new = v.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
+    start = ctx.pos if ctx.kv is not None else 0
+    if ctx.kv is not None:
+        keys, values = ctx.kv.append(int(p.get("layer", 0)), start, k_new, v_new)  # (nkv, start+seq, hd) each
+    else:
+        keys, values = k_new, v_new
+    qh = q.reshape(seq, nkv, group, hd).transpose(1, 2, 0, 3)  # (nkv, group, seq, hd)
+    scores = (qh @ keys.transpose(0, 2, 1)[:, None]) * np.float32(p.get("scale", hd ** -0.5))  # (nkv, group, seq, total)
+    if p.get("causal", True):
+        total = keys.shape[1]
+        q_pos = start + np.arange(seq)[:, None]  # (seq, 1)
+        scores = np.where(np.arange(total)[None, :] <= q_pos, scores, np.float32(-np.inf))
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = scores / scores.sum(axis=-1, keepdims=True)
+    out = probs @ values[:, None]  # (nkv, group, seq, hd)
+    return np.ascontiguousarray(out.transpose(2, 0, 1, 3)).reshape(seq, nh * hd)
+
+
+def _rows_infer(specs, params):
+    x = specs["x"]
+    expect(len(x.shape) == 2, f"x must be (seq, dim), got {x.describe()}")
+    return {"y": (("out_seq", x.shape[1]), x.dtype)}
+
+
+def output_rows_ref(ctx, p, x):
+    """The rows whose outputs the caller wants: all of them, or only the last (ctx.output_rows)."""
+    return x if ctx.output_rows == "all" else x[-1:]
+
+
+register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref))
+register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, stateful=True))
+register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True))

@@ -1,0 +1,46 @@
+"""Normalisation ops: RMSNorm and LayerNorm over the last axis."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from ..graph import expect, same_dim
+from . import OpDef, register
+
+
+def _norm_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    expect(x.dtype == "float32", f"x must be float32, got {x.describe()}")
+    expect(len(w.shape) == 1 and same_dim(w.shape[0], x.shape[-1]),
+           f"weight must be 1-D of x's last dim: {w.describe()} vs {x.describe()}")
+    if "bias" in specs:
+        expect(specs["bias"].shape == w.shape, f"bias must match weight: {specs['bias'].describe()}")
+    float(params.get("eps", 1e-5))
+    return {"y": (x.shape, "float32")}
+
+
+def rms_norm_ref(ctx, p, x, weight):
+    """x / sqrt(mean(x^2) + eps) * weight (mean in float64, like ggml)."""
+    ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
+    return (x * (1.0 / np.sqrt(ms + p.get("eps", 1e-5))).astype(np.float32) * weight).astype(np.float32)
+
+
+def rms_norm_fast(ctx, p, x, weight):
+    """RMSNorm through the CPU kernel."""
+    return kernels.rms_norm(x.reshape(-1, x.shape[-1]), weight, p.get("eps", 1e-5)).reshape(x.shape)
+
+
+def layer_norm_ref(ctx, p, x, weight, bias=None):
+    """(x - mean) / sqrt(var + eps) * weight + bias."""
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=-1, keepdims=True)
+    var = np.square(x64 - mu).mean(axis=-1, keepdims=True)
+    y = (x64 - mu) / np.sqrt(var + p.get("eps", 1e-5)) * weight
+    if bias is not None:
+        y += bias
+    return y.astype(np.float32)
+
+
+register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast))
+register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref))

@@ -1,0 +1,1 @@
+"""Running compiled graphs: the executor, run contexts and the KV cache."""

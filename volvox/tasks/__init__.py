@@ -1,0 +1,1 @@
+"""Task front-ends over the graph runtime: text generation (and later classify, detect, ctc, embed)."""

@@ -1,0 +1,169 @@
+"""Text generation: sessions with a KV cache, prefill then decode, sampling, streaming, chat."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import GenerationError
+from ..model import Model
+from ..runtime.executor import RunContext
+from ..runtime.kv_cache import KVCache
+from .sampling import Sampler, SamplingParams
+
+PREFILL_CHUNK = 256  # prompt tokens per forward pass: bounds attention scratch memory
+
+
+@dataclass
+class GenerationStats:
+    """Timings of the last generate() call."""
+
+    prompt_tokens: int = 0
+    prefill_seconds: float = 0.0
+    new_tokens: int = 0
+    decode_seconds: float = 0.0
+    finish_reason: str = ""
+
+    @property
+    def prefill_tok_s(self) -> float:
+        """Prompt tokens per second."""
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Generated tokens per second after the first (which prefill produced)."""
+        n = self.new_tokens - 1
+        return n / self.decode_seconds if n > 0 and self.decode_seconds else 0.0
+
+
+class Session:
+    """One conversation's state: a KV cache and the number of tokens in it."""
+
+    def __init__(self, lm: "LanguageModel"):
+        cfg = lm.config
+        self.lm = lm
+        self.ctx = RunContext(kv=KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.context_length))
+        self.tokens: list[int] = []
+
+    def forward(self, ids: list[int] | np.ndarray, all_logits: bool = False) -> np.ndarray:
+        """Append ``ids`` to the context; logits (len(ids) or 1, vocab) for all or only the last position."""
+        ids = np.asarray(ids, dtype=np.int32).reshape(-1)  # (n,)
+        if ids.size == 0:
+            raise GenerationError("forward() needs at least one token")
+        if ids.min() < 0 or ids.max() >= self.lm.config.vocab_size:
+            raise GenerationError(f"token ids must be in [0, {self.lm.config.vocab_size}), got {ids.min()}..{ids.max()}")
+        self.ctx.kv.reserve(self.ctx.pos + ids.size)
+        self.ctx.output_rows = "all" if all_logits else "last"
+        chunks = []
+        for start in range(0, ids.size, PREFILL_CHUNK):
+            part = ids[start:start + PREFILL_CHUNK]
+            positions = np.arange(self.ctx.pos, self.ctx.pos + part.size, dtype=np.int32)  # (n,)
+            logits = self.lm._forward(self.ctx, part, positions)
+            self.ctx.pos += part.size
+            if all_logits or start + PREFILL_CHUNK >= ids.size:
+                chunks.append(logits)
+        self.tokens.extend(int(i) for i in ids)
+        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
+class LanguageModel(Model):
+    """A decoder-only language model: ``generate``, ``chat``, ``logits`` and a tokenizer."""
+
+    def __init__(self, graph, weights, metadata, source, config, tokenizer, **kw):
+        super().__init__(graph, weights, metadata, source, **kw)
+        self.config = config
+        self.tokenizer = tokenizer
+        self.last_stats = GenerationStats()
+
+    def _forward(self, ctx: RunContext, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        self._check_open()
+        return self.executor.run(ctx, {"tokens": tokens, "positions": positions})["logits"]
+
+    def new_session(self) -> Session:
+        """A fresh session (empty KV cache) for incremental use."""
+        self._check_open()
+        return Session(self)
+
+    def logits(self, ids) -> np.ndarray:
+        """Logits (len(ids), vocab) for every position of ``ids``, from an empty context."""
+        return self.new_session().forward(ids, all_logits=True)
+
+    def generate(self, prompt: str | list[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int | None = None,
+                 stop: list[str] | str | None = None, stream: bool = False, add_bos: bool | None = None):
+        """Continue ``prompt`` (text or token ids); returns the new text, or an iterator of pieces if ``stream``.
+
+        Greedy by default (temperature 0). Stops at an end-of-generation token, at any
+        ``stop`` string (not included in the output) or after ``max_new_tokens``.
+        """
+        self._check_open()
+        if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
+            raise GenerationError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        params = SamplingParams(temperature, top_k, top_p, repetition_penalty, seed)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if any(not isinstance(s, str) or not s for s in stops):
+            raise GenerationError(f"stop strings must be non-empty strings, got {stop!r}")
+        ids = (list(prompt) if not isinstance(prompt, str)
+               else self.tokenizer.encode(prompt, add_bos=add_bos))
+        if not ids:
+            if self.tokenizer.bos_id is None:
+                raise GenerationError("the prompt is empty and the model has no BOS token to start from")
+            ids = [self.tokenizer.bos_id]
+        limit = self.config.context_length
+        if len(ids) + max_new_tokens > limit:
+            raise GenerationError(f"prompt of {len(ids)} tokens + max_new_tokens {max_new_tokens} exceeds "
+                                  f"the context length of {limit} tokens")
+        pieces = self._generate_pieces(ids, int(max_new_tokens), Sampler(params), stops)
+        return pieces if stream else "".join(pieces)
+
+    def _generate_pieces(self, ids: list[int], max_new: int, sampler: Sampler, stops: list[str]) -> Iterator[str]:
+        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+        if max_new == 0:
+            stats.finish_reason = "length"
+            return
+        session = self.new_session()
+        t0 = time.perf_counter()
+        logits = session.forward(ids)[-1]  # (vocab,)
+        stats.prefill_seconds = time.perf_counter() - t0
+        t_decode = time.perf_counter()
+        decoder = self.tokenizer.stream_decoder()
+        text, emitted = "", 0
+        hold = max((len(s) for s in stops), default=1) - 1  # chars that might start a stop string
+        stats.finish_reason = "length"
+        for step in range(max_new):
+            tok = sampler(logits, session.tokens)
+            if tok in self.tokenizer.eog_ids:
+                stats.finish_reason = "eos"
+                break
+            stats.new_tokens += 1
+            text += decoder.push(tok)
+            cut = min((i for i in (text.find(s, max(0, emitted - hold)) for s in stops) if i >= 0), default=-1)
+            if cut >= 0:
+                if cut > emitted:
+                    yield text[emitted:cut]
+                emitted = len(text)
+                stats.finish_reason = "stop"
+                break
+            safe = len(text) - hold
+            if safe > emitted:
+                yield text[emitted:safe]
+                emitted = safe
+            if step + 1 < max_new:
+                logits = session.forward([tok])[-1]
+        if stats.finish_reason != "stop":
+            text += decoder.flush()
+            if len(text) > emitted:
+                yield text[emitted:]
+        stats.decode_seconds = time.perf_counter() - t_decode
+
+    def chat(self, messages: list[dict], **kwargs):
+        """Reply to a conversation (list of {"role", "content"}) using the model's chat template."""
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+            raise GenerationError("messages must be a list of {'role': ..., 'content': ...} dicts")
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        kwargs.setdefault("add_bos", False)
+        kwargs.setdefault("max_new_tokens", 256)
+        return self.generate(prompt, **kwargs)

@@ -1,0 +1,14 @@
+"""Tokenizers: byte-level BPE (GPT-2 family) and chat templates."""
+
+from .bpe import ByteLevelBPETokenizer, StreamDecoder
+from .chat import CHATML_TEMPLATE, render_chat_template
+from .pretokenize import PRETOKENIZER_NAMES, Pretokenizer
+
+__all__ = [
+    "ByteLevelBPETokenizer",
+    "StreamDecoder",
+    "CHATML_TEMPLATE",
+    "render_chat_template",
+    "PRETOKENIZER_NAMES",
+    "Pretokenizer",
+]
