@@ -35,7 +35,7 @@ def test_info_reports_kernels_and_model(tmp_path):
     info = json.loads(r.stdout)
     assert info["isa"] in info["isas_available"]
     assert info["model"]["config"]["n_layers"] == 2
-    assert info["model"]["outputs"] == ["logits: float32[out_seq, 260]"]
+    assert info["model"]["outputs"] == ["logits: float32[out_seq, 263]"]
 
 
 def test_run_blueprint_graph(tmp_path):
