@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -10,8 +11,9 @@ from tiny_gguf import write_tiny_llama
 
 
 def volvox_cli(*args, env=None):
+    # cwd outside the source tree, so the installed package (with its compiled kernels) is the one run
     return subprocess.run([sys.executable, "-m", "volvox", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, env=env)
+                          timeout=600, env=env, cwd=Path(__file__).parent)
 
 
 def test_generate_default_model_with_debug(smollm2_gguf_path):

@@ -282,7 +282,9 @@ def _run_with_isa(value):
     env = dict(os.environ, VOLVOX_ISA=value)
     code = ("import volvox.kernels as K, sys\n"
             "sys.stdout.write(K.isa())\n")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    # cwd outside the source tree: the installed package (with its compiled kernels) must be imported
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=os.path.dirname(__file__))
 
 
 @pytest.mark.parametrize("value", TIERS)
