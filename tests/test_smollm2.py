@@ -51,13 +51,23 @@ def test_logits_match_float_reference(lm, reference, smollm2_gguf_path):
     assert np.abs(exact - want).max() / scale < 1e-4
 
 
-def test_kv_cache_decode_equals_full_forward(lm):
+def test_kv_cache_decode_equals_full_forward(lm, smollm2_gguf_path):
+    """Decoding token by token through the KV cache gives the logits of one full pass.
+
+    With 8-bit activations the two orders are not bit-identical: float rounding
+    differences of 1e-7 flip a few activation roundings, which spread through 30
+    layers (llama.cpp measures the same: NMSE 1.4e-4, max 0.67 on this prompt). The
+    exact float oracle shows the cache itself is exact.
+    """
     ids = lm.tokenizer.encode("Counting: one, two, three, four")
-    full = lm.logits(ids)
-    session = lm.new_session()
-    session.forward(ids[:3])
-    steps = [session.forward([t])[0] for t in ids[3:]]
-    np.testing.assert_allclose(np.stack(steps), full[3:], rtol=0, atol=2e-3 * np.abs(full).max())
+    for model in (lm, volvox.load(smollm2_gguf_path, reference=True)):
+        full = model.logits(ids)
+        session = model.new_session()
+        session.forward(ids[:3])
+        steps = np.stack([session.forward([t])[0] for t in ids[3:]])
+        nmse = np.mean((steps - full[3:]) ** 2) / np.mean(full[3:] ** 2)
+        assert nmse < (3e-4 if model is lm else 1e-10)
+        assert (steps.argmax(-1) == full[3:].argmax(-1)).all()
 
 
 def _llama_cpp_greedy(llm, ids, n):

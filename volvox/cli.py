@@ -24,6 +24,7 @@ def _add_load_args(p: argparse.ArgumentParser, model: str = "default") -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--backend", default="cpu", help="cpu (default) | auto | vulkan | opengl | gles | webgpu")
     p.add_argument("--debug", action="store_true", help="print load time, tokens/s and time per op type to stderr")
+    p.add_argument("--trace", default=None, metavar="OUT.json", help="write a Chrome trace (Perfetto) of every node run")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -44,7 +45,16 @@ def _sampling_kwargs(a) -> dict:
 def _load(a):
     import volvox
 
-    return volvox.load(a.model, threads=a.threads, backend=a.backend, profile=a.debug)
+    return volvox.load(a.model, threads=a.threads, backend=a.backend, profile=a.debug or bool(a.trace))
+
+
+def _finish(a, model, stats=None) -> None:
+    """After a command: the --debug report and the --trace file, when asked for."""
+    if a.debug:
+        _debug_report(model, stats)
+    if a.trace:
+        model.profile.write_trace(a.trace)
+        print(f"trace: {a.trace} ({len(model.profile.events)} node runs)", file=sys.stderr)
 
 
 def _debug_report(model, stats=None) -> None:
@@ -52,7 +62,8 @@ def _debug_report(model, stats=None) -> None:
 
     err = sys.stderr
     print(f"\n--- volvox debug: {model.source}", file=err)
-    print(f"load: {model.load_seconds * 1e3:.1f} ms   isa: {kernels.isa()}   threads: {kernels.get_num_threads()}", file=err)
+    print(f"load: {model.load_seconds * 1e3:.1f} ms   isa: {kernels.isa()}   threads: {kernels.get_num_threads()}   "
+          f"nodes: {len(model.source_graph.nodes)} -> {len(model.graph.nodes)} after fusion", file=err)
     if stats is not None:
         print(f"prefill: {stats.prompt_tokens} tokens in {stats.prefill_seconds * 1e3:.1f} ms = {stats.prefill_tok_s:.1f} tok/s", file=err)
         print(f"decode: {stats.new_tokens} tokens in {stats.decode_seconds * 1e3:.1f} ms = {stats.decode_tok_s:.1f} tok/s "
@@ -60,6 +71,8 @@ def _debug_report(model, stats=None) -> None:
     if model.profile is not None and model.profile.runs:
         print(f"time per op type over {model.profile.runs} forward passes:", file=err)
         print(model.profile.table(), file=err)
+        print("slowest nodes:", file=err)
+        print(model.profile.node_table(model.graph, top=8), file=err)
 
 
 def cmd_generate(a) -> int:
@@ -68,8 +81,7 @@ def cmd_generate(a) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
-    if a.debug:
-        _debug_report(lm, lm.last_stats)
+    _finish(a, lm, lm.last_stats)
     return 0
 
 
@@ -98,8 +110,7 @@ def cmd_chat(a) -> int:
             sys.stdout.flush()
         sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": "".join(reply)})
-        if a.debug:
-            _debug_report(lm, lm.last_stats)
+        _finish(a, lm, lm.last_stats)
 
 
 def cmd_run(a) -> int:
@@ -119,7 +130,7 @@ def cmd_run(a) -> int:
         print(f"{name}: {arr.dtype}{list(arr.shape)}  min {arr.min():.6g}  max {arr.max():.6g}  mean {arr.mean():.6g}")
     if a.debug:
         print(f"run: {dt * 1e3:.2f} ms", file=sys.stderr)
-        _debug_report(model)
+    _finish(a, model)
     return 0
 
 
@@ -139,8 +150,25 @@ def cmd_info(a) -> int:
                          "load_ms": round(model.load_seconds * 1e3, 1)}
         if hasattr(model, "config"):
             info["model"]["config"] = vars(model.config)
+        if a.plan:
+            info["model"]["plan"] = _plan(model, a.dims)
     print(json.dumps(info, indent=2, default=str))
     return 0
+
+
+def _plan(model, dims_arg: list[str]) -> dict:
+    """Compiler report and activation memory for ``volvox info --plan``."""
+    from .compile.memory import activation_bytes
+
+    dims = {"seq": 1, "out_seq": 1}
+    for item in dims_arg:
+        name, _, value = item.partition("=")
+        dims[name] = int(value)
+    peak, naive = activation_bytes(model.graph, dims)
+    weights = sum(model.weight_bytes().values())
+    return {"passes": [{"pass": p, "nodes_before": b, "nodes_after": n} for p, b, n in model.compile_report.steps],
+            "nodes_before": len(model.source_graph.nodes), "nodes_after": len(model.graph.nodes),
+            "dims": dims, "peak_activation_bytes": peak, "naive_activation_bytes": naive, "weight_bytes": weights}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("info", help="machine, kernels and (optionally) a model's graph and weights")
     _add_load_args(p, model="optional")
+    p.add_argument("--plan", action="store_true", help="compiler passes, node counts and activation memory")
+    p.add_argument("--dims", action="append", default=[], metavar="SYMBOL=N", help="bind a symbolic dim for --plan (default seq=1)")
     p.set_defaults(func=cmd_info)
     return parser
 

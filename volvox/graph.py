@@ -87,7 +87,7 @@ class Graph:
             except (KeyError, TypeError, ValueError) as e:
                 raise BlueprintError(f"node {node.id!r} ({node.op}): bad params {node.params!r}: {e}") from None
             for port, name in node.outputs.items():
-                shape, dtype = out_specs[port]
+                shape, dtype = out_specs[port]  # infer returns every port it can; nodes may leave optional ones out
                 _add_spec(specs, TensorSpec(name, tuple(shape), dtype), f"output of node {node.id!r}")
         for name in self.outputs:
             if name not in specs:

@@ -25,18 +25,19 @@ def _select_backend(backend: str) -> str:
 
 
 def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
-         profile: bool = False, reference: bool = False) -> Model:
+         profile: bool = False, reference: bool = False, optimize: bool | list[str] = True) -> Model:
     """Load a blueprint directory, a ``.gguf`` file or a known model name.
 
     threads: CPU threads for kernels (default: physical cores). profile: time every node
     (see ``model.profile``). reference: run the numpy oracle of every op (slow; for debugging).
+    optimize: run the graph compiler's passes (True: all; a list: those; False: none).
     """
     t0 = time.perf_counter()
     _select_backend(backend)
     if threads is not None:
         kernels.set_num_threads(threads)
     path = Path(model)
-    kw = dict(reference=reference, profile=profile)
+    kw = dict(reference=reference, profile=profile, optimize=optimize)
     if path.is_dir():
         result = _load_directory(path, kw)
     elif path.is_file():
@@ -62,7 +63,16 @@ def _load_file(path: Path, kw: dict) -> Model:
 
 def _load_directory(path: Path, kw: dict) -> Model:
     from .blueprint import read_blueprint
+    from .importers.hf import is_hf_folder, load_hf
+    from .tasks.from_blueprint import task_model
 
+    if is_hf_folder(path):  # a Hugging Face checkpoint folder (config.json with a model_type)
+        return load_hf(path, **kw)
     graph, weights, metadata, st = read_blueprint(path)
     closers = [st.close] if st is not None else []
-    return Model(graph, weights, metadata, str(path), closers=closers, **kw)
+    try:
+        return task_model(graph, weights, metadata, path, closers, **kw)
+    except BaseException:
+        for close in closers:
+            close()
+        raise

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .compile import compile_graph
 from .errors import ClosedError
 from .graph import Graph
 from .runtime.executor import Executor, RunContext
@@ -15,11 +16,14 @@ class Model:
     """A loaded blueprint: ``run({name: array}) -> {name: array}``; close() releases the weights' mmaps."""
 
     def __init__(self, graph: Graph, weights: dict[str, Any], metadata: dict, source: str,
-                 closers: list[Callable[[], None]] = (), reference: bool = False, profile: bool = False):
-        self.graph = graph
+                 closers: list[Callable[[], None]] = (), reference: bool = False, profile: bool = False,
+                 optimize: bool | list[str] = True):
+        self.source_graph = graph  # as loaded, before compiler passes
+        passes = None if optimize is True else (optimize or [])
+        self.graph, weights, self.compile_report = compile_graph(graph, weights, passes)
         self.metadata = metadata
         self.source = source
-        self.executor = Executor(graph, weights, reference=reference, profile=profile)
+        self.executor = Executor(self.graph, weights, reference=reference, profile=profile)
         self._closers = list(closers)
         self._closed = False
         self.load_seconds = 0.0  # set by volvox.load

@@ -1,6 +1,6 @@
 """The op registry: the single list of what volvox can compute.
 
-Each op has named input/output ports, a shape rule (``infer``), a numpy
+Each op has named input/output ports (optional ones end in '?'), a shape rule (``infer``), a numpy
 reference (``ref``, the oracle every kernel is tested against) and optionally
 a fast CPU kernel (``fast``). Both compute functions take
 ``(ctx, params, *inputs)`` with inputs in port order (absent optional inputs
@@ -20,7 +20,10 @@ ShapeRule = Callable[[dict[str, TensorSpec], dict[str, Any]], dict[str, tuple[tu
 
 @dataclass(frozen=True)
 class OpDef:
-    """One op: ports (optional inputs end in '?'), shape rule, numpy reference, fast kernel."""
+    """One op: ports (optional ones end in '?'), shape rule, numpy reference, fast kernel.
+
+    Outputs are returned in port order; absent optional outputs are trailing and not returned.
+    """
 
     name: str
     family: str
@@ -36,6 +39,11 @@ class OpDef:
         """Input port names without the optional marker."""
         return tuple(p.rstrip("?") for p in self.inputs)
 
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Output port names without the optional marker."""
+        return tuple(p.rstrip("?") for p in self.outputs)
+
     def check_ports(self, node: Node) -> None:
         """Raise BlueprintError unless ``node`` wires exactly this op's ports."""
         required = {p for p in self.inputs if not p.endswith("?")}
@@ -46,7 +54,8 @@ class OpDef:
             raise BlueprintError(
                 f"node {node.id!r} ({self.name}): inputs must be {sorted(allowed)} "
                 f"(missing {sorted(missing)}, unknown {sorted(extra)})")
-        if set(node.outputs) != set(self.outputs):
+        required_out = {p for p in self.outputs if not p.endswith("?")}
+        if not required_out <= set(node.outputs) <= set(self.output_names):
             raise BlueprintError(
                 f"node {node.id!r} ({self.name}): outputs must be {list(self.outputs)}, "
                 f"got {sorted(node.outputs)}")
@@ -71,4 +80,4 @@ def get_op(name: str, node_id: str = "?") -> OpDef:
                                f"(known ops: {', '.join(sorted(OPS))})") from None
 
 
-from . import elementwise, linear, norm, attention  # noqa: E402,F401  (registers the ops)
+from . import elementwise, linear, norm, attention, fused, conv, pool, activation, arith, shape, quantized  # noqa: E402,F401  (registers the ops)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import expect, same_dim
+from ..runtime.batch import BatchContext
 from . import OpDef, register
 
 
@@ -18,6 +19,8 @@ def _rope_infer(specs, params):
     rd = int(params.get("rope_dim", hd))
     expect(params.get("style", "half") in ("half", "interleaved"), f"unknown rope style {params.get('style')!r}")
     expect(0 < rd <= hd and rd % 2 == 0, f"rope_dim {rd} must be even and within head_dim {hd}")
+    if "llama3" in params:
+        expect(set(params["llama3"]) == set(_LLAMA3_KEYS), f"llama3 rope params must be {list(_LLAMA3_KEYS)}")
     expect(len(x.shape) == 2 and (not isinstance(x.shape[1], int) or x.shape[1] % hd == 0),
            f"x must be (seq, heads*{hd}), got {x.describe()}")
     expect(pos.dtype in ("int32", "int64") and len(pos.shape) == 1 and same_dim(pos.shape[0], x.shape[0]),
@@ -25,10 +28,25 @@ def _rope_infer(specs, params):
     return {"y": (x.shape, "float32")}
 
 
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context")
+
+
+def llama3_inv_freq(inv_freq: np.ndarray, factor, low_freq_factor, high_freq_factor, original_context) -> np.ndarray:
+    """LLaMA-3.1 frequency scaling: long wavelengths / factor, short kept, a smooth blend between."""
+    wavelen = 2 * np.pi / inv_freq  # (rd/2,)
+    smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    low, high = original_context / low_freq_factor, original_context / high_freq_factor
+    return np.where(wavelen > low, inv_freq / factor, np.where(wavelen < high, inv_freq, blended))
+
+
 def rope_angles(positions: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin tables (seq, rope_dim/2) for ``positions``, with linear position scaling."""
+    """cos and sin tables (seq, rope_dim/2) for ``positions``, with linear position scaling
+    (``scale``) or LLaMA-3.1 frequency scaling (``llama3``: {factor, low/high_freq_factor, original_context})."""
     rd = int(p.get("rope_dim", p["head_dim"]))
     inv_freq = float(p.get("theta", 10000.0)) ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)  # (rd/2,)
+    if "llama3" in p:
+        inv_freq = llama3_inv_freq(inv_freq, **{k: float(v) for k, v in p["llama3"].items()})
     angles = np.outer(positions / float(p.get("scale", 1.0)), inv_freq)  # (seq, rd/2)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
@@ -65,15 +83,20 @@ def _attention_infer(specs, params):
         expect(len(t.shape) == 2 and same_dim(t.shape[1], nkv * hd) and same_dim(t.shape[0], q.shape[0]),
                f"{t.name} must be (seq, {nkv * hd}), got {t.describe()}")
     int(params.get("layer", 0))
+    expect(int(params.get("window", 0)) >= 0, f"window must be >= 0 (0: unlimited), got {params.get('window')}")
     return {"y": (q.shape, "float32")}
 
 
 def attention_ref(ctx, p, q, k, v):
     """Scaled dot-product attention of the new queries over all cached keys/values (GQA).
 
-    Appends k, v to ctx.kv at positions ctx.pos..ctx.pos+seq; causal masking by absolute position.
-    Without a KV cache (ctx.kv is None) attends over the given k, v alone.
+    Appends k, v to ctx.kv at positions ctx.pos..ctx.pos+seq; causal masking by absolute position
+    (``causal``, default true), limited to the last ``window`` positions when ``window`` > 0
+    (query i sees key j iff i - window < j <= i). Without a KV cache (ctx.kv is None) attends over
+    the given k, v alone. A BatchContext runs each sequence's rows against its own cache.
     """
+    if isinstance(ctx, BatchContext):
+        return ctx.map_rows(attention_ref, p, q, k, v)
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
     group, seq = nh // nkv, q.shape[0]
     k_new = k.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
@@ -88,7 +111,11 @@ def attention_ref(ctx, p, q, k, v):
     if p.get("causal", True):
         total = keys.shape[1]
         q_pos = start + np.arange(seq)[:, None]  # (seq, 1)
-        scores = np.where(np.arange(total)[None, :] <= q_pos, scores, np.float32(-np.inf))
+        k_pos = np.arange(total)[None, :]  # (1, total)
+        visible = k_pos <= q_pos
+        if int(p.get("window", 0)) > 0:
+            visible &= k_pos > q_pos - int(p["window"])
+        scores = np.where(visible, scores, np.float32(-np.inf))
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     probs = scores / scores.sum(axis=-1, keepdims=True)
     out = probs @ values[:, None]  # (nkv, group, seq, hd)
@@ -103,6 +130,8 @@ def _rows_infer(specs, params):
 
 def output_rows_ref(ctx, p, x):
     """The rows whose outputs the caller wants: all of them, or only the last (ctx.output_rows)."""
+    if isinstance(ctx, BatchContext):
+        return ctx.map_rows(output_rows_ref, p, x)
     return x if ctx.output_rows == "all" else x[-1:]
 
 

@@ -42,12 +42,37 @@ class Step:
 
 @dataclass
 class Profile:
-    """Accumulated wall time per op type and per node (filled only when profiling)."""
+    """Accumulated wall time per op type and per node, and a trace of every node run (when profiling)."""
 
     by_op: dict[str, list] = field(default_factory=lambda: defaultdict(lambda: [0, 0.0]))    # op -> [calls, seconds]
     by_node: dict[str, list] = field(default_factory=lambda: defaultdict(lambda: [0, 0.0]))  # node -> [calls, seconds]
     runs: int = 0
     seconds: float = 0.0
+    events: list[tuple] = field(default_factory=list)  # (node_id, op, start_s, seconds, output shapes, output bytes)
+
+    def node_table(self, graph: Graph, top: int = 10) -> str:
+        """The ``top`` nodes by total time: id, op, backend, calls, ms."""
+        ops = {n.id: n.op for n in graph.nodes}
+        rows = sorted(self.by_node.items(), key=lambda kv: -kv[1][1])[:top]
+        lines = [f"{'node':<28}{'op':<14}{'backend':<9}{'calls':>7}{'ms':>10}"]
+        lines += [f"{node[:27]:<28}{ops.get(node, '?'):<14}{'cpu':<9}{calls:>7}{sec * 1e3:>10.2f}"
+                  for node, (calls, sec) in rows]
+        return "\n".join(lines)
+
+    def reset(self) -> None:
+        """Forget everything recorded so far."""
+        self.__init__()
+
+    def write_trace(self, path: str) -> None:
+        """Chrome trace-event JSON (open in Perfetto or chrome://tracing): one event per node run."""
+        import json
+
+        t0 = self.events[0][2] if self.events else 0.0
+        events = [{"name": node, "cat": op, "ph": "X", "ts": (start - t0) * 1e6, "dur": dur * 1e6, "pid": 1, "tid": 1,
+                   "args": {"backend": "cpu", "op": op, "shapes": shapes, "bytes": nbytes}}
+                  for node, op, start, dur, shapes, nbytes in self.events]
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
 
     def table(self) -> str:
         """Per-op-type totals, largest first, as aligned text."""
@@ -76,9 +101,10 @@ class Executor:
             fn = op.ref if reference or op.fast is None else op.fast
             ins = [slot_of[node.inputs[p]] if p in node.inputs else None for p in op.input_names]
             outs = []
-            for port in op.outputs:
-                slot_of[node.outputs[port]] = len(slot_of)
-                outs.append(slot_of[node.outputs[port]])
+            for port in op.output_names:
+                if port in node.outputs:
+                    slot_of[node.outputs[port]] = len(slot_of)
+                    outs.append(slot_of[node.outputs[port]])
             steps.append(Step(fn, node.params, ins, outs, [], node.id, node.op))
         keep = {slot_of[n] for n in graph.outputs} | {slot_of[n] for n in graph.weights}
         last_reader: dict[int, int] = {}
@@ -154,6 +180,7 @@ class Executor:
                 rec[0] += 1
                 rec[1] += dt
             outs = [out] if len(st.outputs) == 1 else out
+            prof.events.append((st.node_id, st.op, t0, dt, [list(o.shape) for o in outs], sum(o.nbytes for o in outs)))
             for s, o in zip(st.outputs, outs):
                 env[s] = o
             for s in st.release:

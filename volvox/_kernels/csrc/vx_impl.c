@@ -43,7 +43,7 @@
 #define VX_INLINE static inline __attribute__((always_inline, unused))
 
 /* ------------------------------------------------------------------------------------
- * fp16 -> fp32
+ * fp16 <-> fp32
  * ---------------------------------------------------------------------------------- */
 static inline float vx_bits_f32(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
 static inline uint32_t vx_f32_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
@@ -60,6 +60,21 @@ static inline float vx_f16_to_f32_ref(vx_f16 h) {
     return vx_bits_f32(r);
 }
 
+/* Portable float -> IEEE half, round to nearest even, subnormals and overflow to inf
+ * included: bit-identical to F16C's _cvtss_sh(x, 0) (ggml_compute_fp32_to_fp16). */
+static inline vx_f16 vx_f32_to_f16_ref(float f) {
+    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = vx_f32_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    uint32_t bias = shl1_w & UINT32_C(0xFF000000);
+    if (bias < UINT32_C(0x71000000)) bias = UINT32_C(0x71000000);
+    base = vx_bits_f32((bias >> 1) + UINT32_C(0x07800000)) + base;
+    const uint32_t bits = vx_f32_bits(base);
+    const uint32_t nonsign = ((bits >> 13) & UINT32_C(0x00007C00)) + (bits & UINT32_C(0x00000FFF));
+    return (vx_f16)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT16_C(0x7E00) : nonsign));
+}
+
 static inline float vx_f16_to_f32(vx_f16 h) {
 #if defined(VX_AVX2)
     return _cvtsh_ss(h);
@@ -70,12 +85,37 @@ static inline float vx_f16_to_f32(vx_f16 h) {
 #endif
 }
 
+/* f rounded to the nearest fp16 (ties to even) and back: how ggml stores act scales. */
+static inline float vx_round_f16(float f) {
+#if defined(VX_AVX2)
+    return _cvtsh_ss(_cvtss_sh(f, 0));
+#elif defined(__aarch64__)
+    const __fp16 h = (__fp16)f; return (float)h;
+#else
+    return vx_f16_to_f32_ref(vx_f32_to_f16_ref(f));
+#endif
+}
+
 static inline int32_t vx_round(float v) { return (int32_t)lrintf(v); } /* half to even */
 
 /* ------------------------------------------------------------------------------------
- * Activation quantization (see vx_kernels.h for the act row layout)
+ * Activation quantization, bit-identical to ggml's x86 build (see vx_kernels.h):
+ *   q8_0 / q8_1 (ggml's quantize_row_q8_0 / _q8_1, AVX path), per 32 values:
+ *     amax = max |x|,  d = fp16(amax / 127),  q = round_half_even(x * (127 / amax))
+ *     q8_1 (q4_1 weights) also s = fp16(d_f32 * sum(q)), with d_f32 the unrounded d;
+ *     q4_0 / q8_0 weights get s = d * sum(q) (exact: ggml uses the integers there).
+ *   q8_K (quantize_row_q8_K_ref), per 256 values:
+ *     max = the first x of largest |x|, iscale = -127 / max,
+ *     q = min(127, round_half_even(iscale * x)), d = 1 / iscale (f32, may be < 0).
  * ---------------------------------------------------------------------------------- */
-static void quantize_a32_ref(int64_t K, const float *x, void *act) {
+/* How the block sum s is stored: exact (q4_0 / q8_0 weights) or fp16-rounded (q4_1). */
+enum { VX_S_EXACT = 0, VX_S_F16 = 1 };
+
+VX_INLINE float act_s(const int smode, float d_f32, float d16, int32_t sum) {
+    return smode == VX_S_F16 ? vx_round_f16(d_f32 * (float)sum) : d16 * (float)sum;
+}
+
+VX_INLINE void quantize_a32_ref_impl(const int smode, int64_t K, const float *x, void *act) {
     int8_t *qs = (int8_t *)act;                              /* (K,) */
     float *ds = (float *)((char *)act + VX_ALIGN(K));       /* (K/32, 2) */
     for (int64_t b = 0; b < K / VX_QK; b++) {
@@ -83,16 +123,22 @@ static void quantize_a32_ref(int64_t K, const float *x, void *act) {
         float amax = 0.0f;
         for (int j = 0; j < VX_QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         int32_t sum = 0;
         for (int j = 0; j < VX_QK; j++) {
             const int32_t q = vx_round(xb[j] * id);
             qs[b * VX_QK + j] = (int8_t)q;
             sum += q;
         }
-        ds[2 * b + 0] = d;
-        ds[2 * b + 1] = d * (float)sum;
+        ds[2 * b + 0] = vx_round_f16(d);
+        ds[2 * b + 1] = act_s(smode, d, ds[2 * b + 0], sum);
     }
+}
+static void quantize_a32_ref(int64_t K, const float *x, void *act) {
+    quantize_a32_ref_impl(VX_S_EXACT, K, x, act);
+}
+static void quantize_a32_ref_q4_1(int64_t K, const float *x, void *act) {
+    quantize_a32_ref_impl(VX_S_F16, K, x, act);
 }
 
 static void quantize_aK_ref(int64_t K, const float *x, void *act) {
@@ -101,39 +147,44 @@ static void quantize_aK_ref(int64_t K, const float *x, void *act) {
     int32_t *bsums = (int32_t *)((char *)dd + VX_ALIGN(4 * (K / VX_QK_K)));   /* (K/16,) */
     for (int64_t b = 0; b < K / VX_QK_K; b++) {
         const float *xb = x + b * VX_QK_K;
-        float amax = 0.0f;
-        for (int j = 0; j < VX_QK_K; j++) amax = fmaxf(amax, fabsf(xb[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < VX_QK_K; j++) {
+            const float ax = fabsf(xb[j]);
+            if (ax > amax) { amax = ax; max = xb[j]; }
+        }
+        const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
         for (int g = 0; g < VX_QK_K / 16; g++) {
             int32_t sum = 0;
             for (int j = 16 * g; j < 16 * g + 16; j++) {
-                const int32_t q = vx_round(xb[j] * id);
+                int32_t q = vx_round(iscale * xb[j]);
+                q = q < 127 ? q : 127;
                 qs[b * VX_QK_K + j] = (int8_t)q;
                 sum += q;
             }
             bsums[b * (VX_QK_K / 16) + g] = sum;
         }
-        dd[b] = d;
+        dd[b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
     }
 }
 
 #if defined(VX_AVX512)
 /* Quantize a row for the AVX-512 32-block kernels; `interleave` for q4 weights (see
  * vx_kernels.h). Also writes the lane-spread scales dv. */
-VX_INLINE void quantize_a32_avx512_impl(const int interleave, int64_t K, const float *x, void *act) {
+VX_INLINE void quantize_a32_avx512_impl(const int interleave, const int smode, int64_t K,
+                                        const float *x, void *act) {
     const int64_t nb = K / VX_QK;
-    int8_t *qs = (int8_t *)act;
-    float *ds = (float *)((char *)act + VX_ALIGN(K));
-    float *dv = (float *)((char *)ds + VX_ALIGN(8 * nb));
+    int8_t *qs = (int8_t *)act;                               /* (K,) */
+    float *ds = (float *)((char *)act + VX_ALIGN(K));        /* (K/32, 2) */
+    float *dv = (float *)((char *)ds + VX_ALIGN(8 * nb));    /* (K/64, 16) */
     for (int64_t b = 0; b < nb; b++) {
         const __m512 v0 = _mm512_loadu_ps(x + b * VX_QK);
         const __m512 v1 = _mm512_loadu_ps(x + b * VX_QK + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         const float d = amax / 127.0f;
-        const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        const float d16 = vx_round_f16(d);
+        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const int paired = (b & ~(int64_t)1) + 1 < nb; /* block has a partner */
         if (interleave && paired) {
             const int64_t base = (b & ~(int64_t)1) * VX_QK + (b & 1) * 16;
@@ -143,23 +194,26 @@ VX_INLINE void quantize_a32_avx512_impl(const int interleave, int64_t K, const f
             _mm_storeu_si128((__m128i *)(qs + b * VX_QK), _mm512_cvtsepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(qs + b * VX_QK + 16), _mm512_cvtsepi32_epi8(q1));
         }
-        ds[2 * b + 0] = d;
-        ds[2 * b + 1] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        ds[2 * b + 0] = d16;
+        ds[2 * b + 1] = act_s(smode, d, d16, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
         if (paired) {
             float *p = dv + (b >> 1) * 16;
             if (interleave) { /* lanes 0-3, 8-11: block 0; 4-7, 12-15: block 1 */
-                for (int j = 0; j < 4; j++) { p[4 * (b & 1) + j] = d; p[8 + 4 * (b & 1) + j] = d; }
+                for (int j = 0; j < 4; j++) { p[4 * (b & 1) + j] = d16; p[8 + 4 * (b & 1) + j] = d16; }
             } else {          /* lanes 0-7: block 0; 8-15: block 1 */
-                for (int j = 0; j < 8; j++) p[8 * (b & 1) + j] = d;
+                for (int j = 0; j < 8; j++) p[8 * (b & 1) + j] = d16;
             }
         }
     }
 }
 static void quantize_a32_avx512(int64_t K, const float *x, void *act) {
-    quantize_a32_avx512_impl(0, K, x, act);
+    quantize_a32_avx512_impl(0, VX_S_EXACT, K, x, act);
 }
-static void quantize_a32_avx512_q4(int64_t K, const float *x, void *act) {
-    quantize_a32_avx512_impl(1, K, x, act);
+static void quantize_a32_avx512_q4_0(int64_t K, const float *x, void *act) {
+    quantize_a32_avx512_impl(1, VX_S_EXACT, K, x, act);
+}
+static void quantize_a32_avx512_q4_1(int64_t K, const float *x, void *act) {
+    quantize_a32_avx512_impl(1, VX_S_F16, K, x, act);
 }
 #endif
 
@@ -183,9 +237,10 @@ VX_INLINE int32_t hsum_epi32_256(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-static void quantize_a32_avx2(int64_t K, const float *x, void *act) {
-    int8_t *qs = (int8_t *)act;
-    float *ds = (float *)((char *)act + VX_ALIGN(K));
+/* ggml's AVX2 quantize_row_q8_0 / q8_1, instruction for instruction. */
+VX_INLINE void quantize_a32_avx2_impl(const int smode, int64_t K, const float *x, void *act) {
+    int8_t *qs = (int8_t *)act;                              /* (K,) */
+    float *ds = (float *)((char *)act + VX_ALIGN(K));       /* (K/32, 2) */
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < K / VX_QK; b++) {
         const float *xb = x + b * VX_QK;
@@ -193,21 +248,29 @@ static void quantize_a32_avx2(int64_t K, const float *x, void *act) {
         __m256 v2 = _mm256_loadu_ps(xb + 16), v3 = _mm256_loadu_ps(xb + 24);
         __m256 a = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
         a = _mm256_max_ps(a, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-        const float d = hmax_ps256(a) / 127.0f;
-        const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id));
-        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
-        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id));
-        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
+        const float amax = hmax_ps256(a);
+        const float d = amax / 127.0f;
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), rn));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), rn));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), rn));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), rn));
         const int32_t sum = hsum_epi32_256(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
         i0 = _mm256_packs_epi32(i0, i1); /* 0-3 8-11 | 4-7 12-15 */
         i2 = _mm256_packs_epi32(i2, i3);
         i0 = _mm256_packs_epi16(i0, i2);
         i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)(qs + b * VX_QK), i0);
-        ds[2 * b + 0] = d;
-        ds[2 * b + 1] = d * (float)sum;
+        ds[2 * b + 0] = vx_round_f16(d);
+        ds[2 * b + 1] = act_s(smode, d, ds[2 * b + 0], sum);
     }
+}
+static void quantize_a32_avx2(int64_t K, const float *x, void *act) {
+    quantize_a32_avx2_impl(VX_S_EXACT, K, x, act);
+}
+static void quantize_a32_avx2_q4_1(int64_t K, const float *x, void *act) {
+    quantize_a32_avx2_impl(VX_S_F16, K, x, act);
 }
 #endif
 
@@ -873,14 +936,17 @@ static void rms_norm_ref(int64_t D, const float *x, const float *weight, float e
  * The tier's table.
  * ---------------------------------------------------------------------------------- */
 #if defined(VX_AVX512)
-#define VX_QUANT_A32 quantize_a32_avx512
-#define VX_QUANT_A32_Q4 quantize_a32_avx512_q4
+#define VX_QUANT_Q4_0 quantize_a32_avx512_q4_0
+#define VX_QUANT_Q4_1 quantize_a32_avx512_q4_1
+#define VX_QUANT_Q8_0 quantize_a32_avx512
 #elif defined(VX_AVX2)
-#define VX_QUANT_A32 quantize_a32_avx2
-#define VX_QUANT_A32_Q4 quantize_a32_avx2
+#define VX_QUANT_Q4_0 quantize_a32_avx2
+#define VX_QUANT_Q4_1 quantize_a32_avx2_q4_1
+#define VX_QUANT_Q8_0 quantize_a32_avx2
 #else
-#define VX_QUANT_A32 quantize_a32_ref
-#define VX_QUANT_A32_Q4 quantize_a32_ref
+#define VX_QUANT_Q4_0 quantize_a32_ref
+#define VX_QUANT_Q4_1 quantize_a32_ref_q4_1
+#define VX_QUANT_Q8_0 quantize_a32_ref
 #endif
 
 #if defined(VX_AVX2)
@@ -896,7 +962,7 @@ static void rms_norm_ref(int64_t D, const float *x, const float *weight, float e
 const vx_table *VX_CAT(vx_table, VX_TIER)(void) {
     static const vx_table table = {
         VX_STR(VX_TIER),
-        /* quantize */ {VX_QUANT_A32_Q4, VX_QUANT_A32_Q4, VX_QUANT_A32, quantize_aK_ref, quantize_aK_ref, NULL, NULL},
+        /* quantize */ {VX_QUANT_Q4_0, VX_QUANT_Q4_1, VX_QUANT_Q8_0, quantize_aK_ref, quantize_aK_ref, NULL, NULL},
         /* gemm */ {VX_GEMM_B32(q4_0), VX_GEMM_B32(q4_1), VX_GEMM_B32(q8_0), VX_GEMM_K(q4_K), VX_GEMM_K(q6_K),
                     VX_GEMM_F(f32), VX_GEMM_F(f16)},
         /* dequant */ {dequant_q4_0, dequant_q4_1, dequant_q8_0, dequant_q4_K, dequant_q6_K, dequant_f32, dequant_f16},

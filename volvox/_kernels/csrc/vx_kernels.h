@@ -57,22 +57,27 @@ enum {
     VX_NTYPES = 7
 };
 
-/* Quantized activation row ("act"), one per activation row, in caller scratch:
- *   32-block weights (q4_0/q4_1/q8_0), a "q8_1"-style row:
+/* Quantized activation row ("act"), one per activation row, in caller scratch. The
+ * quantization is bit-identical to ggml's x86 build (the activation format ggml pairs
+ * with each weight type), so volvox and llama.cpp see the same integers and scales:
+ *   32-block weights (q4_0 / q8_0: ggml's q8_0; q4_1: ggml's q8_1):
  *     int8  qs[K]              at 0
- *     float ds[K/32][2]        at VX_ALIGN(K): d (scale) and s = d * sum(qs) per block
+ *     float ds[K/32][2]        at VX_ALIGN(K): d and s per block, held in f32 but with
+ *                              ggml's values: d = fp16(amax / 127); s = fp16(d * sum(qs))
+ *                              (q8_1, q4_1 weights) or the exact d16 * sum(qs) (q8_0)
  *     float dv[K/64][16]       at VX_ALIGN(K) + VX_ALIGN(8*K/32): AVX-512 tier only, the
  *                              scales of each block pair spread over the 16 lanes its
  *                              products land in (saves a shuffle per block pair and row)
+ *     q = round-half-even(x * (127 / amax)), so |q| <= 127.
  *   The AVX-512 tier also stores each pair of blocks of a row meant for q4_0 / q4_1
  *   weights nibble-interleaved: [b0 x0..15 | b1 x0..15 | b0 x16..31 | b1 x16..31],
  *   the order the weights' low / high nibbles unpack to; a trailing odd block stays
  *   in natural order. Each tier's quantize and gemm functions agree on this.
- *   k-quant weights (q4_K/q6_K), a "q8_K"-style row:
- *     int8  qs[K]              at 0
- *     float d[K/256]           at VX_ALIGN(K)
- *     int32 bsums[K/16]        at VX_ALIGN(K) + VX_ALIGN(4*K/256): sums of 16 qs
- * q = round-half-even(x / d), d = amax / 127 per block, so |q| <= 127.
+ *   k-quant weights (q4_K/q6_K), ggml's q8_K (quantize_row_q8_K_ref):
+ *     int8  qs[K]              at 0: min(127, round-half-even(x * (-127 / max))), max
+ *                              the first value of largest |x| in the 256
+ *     float d[K/256]           at VX_ALIGN(K): 1 / (-127 / max) (negative when max > 0)
+ *     int32 bsums[K/16]        at VX_ALIGN(K) + VX_ALIGN(4 * K/256): sums of 16 qs
  * f32 / f16 weights take the float activations as they are (no act row).
  */
 #define VX_ALIGN(n) ((((size_t)(n)) + 63u) & ~(size_t)63u)

@@ -1,0 +1,100 @@
+"""Pooling in NHWC: max_pool2d, avg_pool2d (padding excluded from the count, as TFLite and
+ONNX count_include_pad=0 do), global_avg_pool (keeps H = W = 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import expect
+from . import OpDef, register
+from .conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
+
+
+def pool_out_shape(x, p: dict) -> tuple:
+    """NHWC output shape of a kernel=(kh, kw) window op over ``x``."""
+    expect(len(x.shape) == 4, f"x must be NHWC (4-D), got {x.describe()}")
+    kh, kw = (int(k) for k in p["kernel"])
+    (sh, sw), _, (pt, pl, pb, pr) = window_params(p)
+    expect(kh >= 1 and kw >= 1 and max(pt, pb) < kh and max(pl, pr) < kw, f"bad pooling window {p}")
+    return (x.shape[0], conv_out_dim(x.shape[1], kh, sh, 1, pt, pb), conv_out_dim(x.shape[2], kw, sw, 1, pl, pr), x.shape[3])
+
+
+def _pool_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "float32", f"x must be float32, got {x.describe()}")
+    expect(params.get("activation", "none") in ACTIVATIONS, f"activation must be one of {ACTIVATIONS}")
+    return {"y": (pool_out_shape(x, params), "float32")}
+
+
+def windows(x: np.ndarray, p: dict, fill) -> np.ndarray:
+    """All pooling windows of ``x`` padded with ``fill``: (N, OH, OW, C, kh, kw) (a strided view)."""
+    kh, kw = (int(k) for k in p["kernel"])
+    (sh, sw), _, pads = window_params(p)
+    v = np.lib.stride_tricks.sliding_window_view(pad_nhwc(x, pads, fill), (kh, kw), axis=(1, 2))
+    return v[:, ::sh, ::sw]
+
+
+def max_pool2d_ref(ctx, p, x):
+    """Max over each window (padding never wins)."""
+    y = windows(x, p, -np.inf).max(axis=(4, 5))
+    return apply_activation(np.ascontiguousarray(y), p.get("activation", "none")).astype(np.float32)
+
+
+def avg_pool2d_ref(ctx, p, x):
+    """Mean over the in-image part of each window, float64 sums."""
+    v = windows(x.astype(np.float64), p, np.nan)
+    y = np.nanmean(v, axis=(4, 5)) if p.get("count_include_pad", False) is False else \
+        np.nan_to_num(v).mean(axis=(4, 5))
+    return apply_activation(y, p.get("activation", "none")).astype(np.float32)
+
+
+def pool_taps(x: np.ndarray, p: dict, fill, reduce) -> np.ndarray:
+    """Fold ``reduce`` (np.maximum / np.add) over the kernel taps of padded ``x``: (N, OH, OW, C)."""
+    kh, kw = (int(k) for k in p["kernel"])
+    strides, _, pads = window_params(p)
+    oh = conv_out_dim(x.shape[1], kh, strides[0], 1, pads[0], pads[2])
+    ow = conv_out_dim(x.shape[2], kw, strides[1], 1, pads[1], pads[3])
+    xp = pad_nhwc(x, pads, fill)
+    y = tap(xp, 0, 0, oh, ow, strides, (1, 1)).copy()
+    for i in range(kh):
+        for j in range(kw):
+            if i or j:
+                reduce(y, tap(xp, i, j, oh, ow, strides, (1, 1)), out=y)
+    return y
+
+
+def valid_counts(shape, p: dict) -> np.ndarray:
+    """How many in-image pixels each output window covers: (OH, OW, 1)."""
+    ones = np.ones((1, shape[1], shape[2], 1), np.float32)
+    return pool_taps(ones, p, 0, np.add)[0]
+
+
+def max_pool2d_fast(ctx, p, x):
+    """Max pooling as a tap loop of np.maximum."""
+    return apply_activation(pool_taps(x, p, -np.inf, np.maximum), p.get("activation", "none"))
+
+
+def avg_pool2d_fast(ctx, p, x):
+    """Average pooling as a tap loop of adds, divided by the in-image count."""
+    s = pool_taps(x, p, 0, np.add)
+    if p.get("count_include_pad", False):
+        s /= np.float32(int(p["kernel"][0]) * int(p["kernel"][1]))
+    else:
+        s /= valid_counts(x.shape, p)
+    return apply_activation(s, p.get("activation", "none"))
+
+
+def _global_infer(specs, params):
+    x = specs["x"]
+    expect(len(x.shape) == 4 and x.dtype == "float32", f"x must be float32 NHWC, got {x.describe()}")
+    return {"y": ((x.shape[0], 1, 1, x.shape[3]), "float32")}
+
+
+def global_avg_pool_ref(ctx, p, x):
+    """Mean over H and W in float64: (N, 1, 1, C)."""
+    return x.mean(axis=(1, 2), keepdims=True, dtype=np.float64).astype(np.float32)
+
+
+register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast))
+register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast))
+register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref))

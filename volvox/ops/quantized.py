@@ -1,0 +1,193 @@
+"""The int8 island, bit-exact to TFLite's builtin kernels.
+
+Tensors are int8 with an affine (scale, zero_point); weights are symmetric int8
+with per-output-channel scales and int32 biases. Accumulation is exact integer
+arithmetic; requantization uses TFLite's ``MultiplyByQuantizedMultiplier``
+(saturating rounding doubling high multiply, then rounding right shift), with the
+(int32 multiplier, shift) pairs the importer computes once per output channel
+with :func:`quantize_multiplier`.
+
+The fast conv runs the float kernels of ``ops/conv.py`` in float64 on
+zero-point-shifted int8 values: every product fits in 17 bits and every sum of
+up to 2**36 of them is an exact float64 integer, so the result equals the int64
+reference bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph import expect, same_dim
+from . import OpDef, register
+from .conv import conv_direct, conv_fast, conv_infer_shape
+from .pool import pool_out_shape, pool_taps, valid_counts
+
+INT8_MIN, INT8_MAX = -128, 127
+
+
+def tflite_round(x: np.ndarray) -> np.ndarray:
+    """std::round of float32/64 values: halves away from zero (numpy's rint rounds them to even).
+
+    Widening float32 to float64 is exact, and so is |x| + 0.5 for |x| < 2**28."""
+    x = np.asarray(x, np.float64)
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: real = m * 2**(shift - 31) with m an int32 in [2**30, 2**31)."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    m = int(math.floor(q * (1 << 31) + 0.5))
+    if m == 1 << 31:
+        m //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return m, shift
+
+
+def multiply_by_quantized_multiplier(x: np.ndarray, m: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier over int64 arrays holding int32 values (broadcasting)."""
+    x, m, shift = (np.asarray(v, np.int64) for v in (x, m, shift))
+    a = x << np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    ab = a * m                                         # SaturatingRoundingDoublingHighMul
+    ab += np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    high = np.where(ab >= 0, ab >> 31, -((-ab) >> 31))  # C division by 2**31 truncates toward zero
+    mask = (np.int64(1) << right) - 1                   # RoundingDivideByPOT
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> right) + ((high & mask) > threshold)
+
+
+def requantize(acc: np.ndarray, bias, m, shift, p: dict) -> np.ndarray:
+    """int64 accumulators (+ int32 bias) -> int8 output: rescale, add the zero point, clamp."""
+    if bias is not None:
+        acc = acc + bias
+    y = multiply_by_quantized_multiplier(acc, m, shift) + int(p["output_zero_point"])
+    return np.clip(y, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))).astype(np.int8)
+
+
+def _check_requant(specs, n_out) -> None:
+    for port in ("multiplier", "shift"):
+        s = specs[port]
+        expect(s.dtype == "int32" and len(s.shape) == 1 and s.shape[0] in (1, n_out),
+               f"{port} must be int32[{n_out}] (or [1]), got {s.describe()}")
+    if "bias" in specs:
+        b = specs["bias"]
+        expect(b.dtype == "int32" and b.shape == (n_out,), f"bias must be int32[{n_out}], got {b.describe()}")
+
+
+# ----------------------------------------------------------------------------- quantize / dequantize
+def _quantize_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "float32", f"x must be float32, got {x.describe()}")
+    expect(float(params["scale"]) > 0, f"scale must be positive, got {params['scale']}")
+    return {"y": (x.shape, "int8")}
+
+
+def quantize_ref(ctx, p, x):
+    """int8(round(x / scale) + zero_point), float32 division, halves away from zero, saturated."""
+    q = tflite_round(x / np.float32(p["scale"])).astype(np.int64) + int(p["zero_point"])
+    return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def _dequantize_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int8", f"x must be int8, got {x.describe()}")
+    return {"y": (x.shape, "float32")}
+
+
+def dequantize_ref(ctx, p, x):
+    """float32(scale * (q - zero_point))."""
+    return (np.float32(p["scale"]) * (x.astype(np.float32) - np.float32(p["zero_point"]))).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- conv / fully connected
+def _qconv_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    expect(x.dtype == "int8" and w.dtype == "int8", f"x and weight must be int8: {x.describe()}, {w.describe()}")
+    _check_requant(specs, w.shape[0])
+    return {"y": (conv_infer_shape(x, w, params), "int8")}
+
+
+def qconv2d_ref(ctx, p, x, weight, bias, multiplier, shift):
+    """int8 NHWC conv: int64 tap-by-tap accumulation of (x - zp_in) * w, then requantize."""
+    xs = x.astype(np.int64) - int(p["input_zero_point"])
+    return requantize(conv_direct(xs, weight, p, np.int64), bias, multiplier, shift, p)
+
+
+def qconv2d_fast(ctx, p, x, weight, bias, multiplier, shift):
+    """int8 NHWC conv via exact float64 im2col/BLAS (or depthwise tap loop), then requantize."""
+    xs = x.astype(np.float64) - int(p["input_zero_point"])
+    acc = conv_fast(xs, weight, p, np.float64).astype(np.int64)
+    return requantize(acc, bias, multiplier, shift, p)
+
+
+def _qlinear_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    expect(x.dtype == "int8" and w.dtype == "int8" and len(w.shape) == 2,
+           f"x must be int8 and weight a 2-D int8 matrix: {x.describe()}, {w.describe()}")
+    expect(same_dim(x.shape[-1], w.shape[1]), f"x's last dim must equal weight's in_features: {x.describe()} vs {w.describe()}")
+    _check_requant(specs, w.shape[0])
+    return {"y": (x.shape[:-1] + (w.shape[0],), "int8")}
+
+
+def qlinear_ref(ctx, p, x, weight, bias, multiplier, shift):
+    """int8 fully connected: int64 (x - zp_in) @ w.T, then requantize."""
+    acc = (x.astype(np.int64) - int(p["input_zero_point"])) @ weight.astype(np.int64).T
+    return requantize(acc, bias, multiplier, shift, p)
+
+
+def qlinear_fast(ctx, p, x, weight, bias, multiplier, shift):
+    """int8 fully connected via an exact float64 BLAS matmul, then requantize."""
+    acc = (x.astype(np.float64) - int(p["input_zero_point"])) @ weight.astype(np.float64).T
+    return requantize(acc.astype(np.int64), bias, multiplier, shift, p)
+
+
+# ----------------------------------------------------------------------------- pooling / softmax
+def _qpool_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int8", f"x must be int8, got {x.describe()}")
+    return {"y": (pool_out_shape(x, params), "int8")}
+
+
+def qavg_pool2d_ref(ctx, p, x):
+    """int8 average pool (same scale in and out): integer sum over in-image pixels, divided
+    rounding half away from zero (C division), clamped."""
+    acc = pool_taps(x.astype(np.int64), p, 0, np.add)     # (N, OH, OW, C)
+    count = valid_counts(x.shape, p).astype(np.int64)      # (OH, OW, 1)
+    half = count // 2
+    q = np.where(acc > 0, (acc + half) // count, -((-acc + half) // count))
+    return np.clip(q, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))).astype(np.int8)
+
+
+def _qsoftmax_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int8", f"x must be int8, got {x.describe()}")
+    return {"y": (x.shape, "int8")}
+
+
+def qsoftmax_ref(ctx, p, x):
+    """TFLite's int8 softmax over the last axis: a float32 exp table of (x - max), float32
+    normalisation, round half away from zero, + output zero point."""
+    scale = np.float32(-np.float32(p["input_scale"]) * np.float32(p.get("beta", 1.0)))
+    table = np.exp((scale * np.arange(256, dtype=np.float32)).astype(np.float64)).astype(np.float32)  # (256,)
+    diff = x.astype(np.int64).max(axis=-1, keepdims=True) - x.astype(np.int64)                       # (..., n) in [0, 255]
+    e = table[diff]                                                                                     # (..., n) float32
+    sum_exp = np.cumsum(e, axis=-1, dtype=np.float32)[..., -1:]                                        # sequential, as C
+    inv = np.float32(1.0) / (sum_exp * np.float32(p["output_scale"]))
+    q = tflite_round(e * inv).astype(np.int64) + int(p["output_zero_point"])
+    return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+register(OpDef("quantize", "quantized", ("x",), ("y",), _quantize_infer, quantize_ref))
+register(OpDef("dequantize", "quantized", ("x",), ("y",), _dequantize_infer, dequantize_ref))
+register(OpDef("qconv2d", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",),
+               _qconv_infer, qconv2d_ref, qconv2d_fast))
+register(OpDef("qlinear", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",),
+               _qlinear_infer, qlinear_ref, qlinear_fast))
+register(OpDef("qavg_pool2d", "quantized", ("x",), ("y",), _qpool_infer, qavg_pool2d_ref))
+register(OpDef("qsoftmax", "quantized", ("x",), ("y",), _qsoftmax_infer, qsoftmax_ref))

@@ -1,0 +1,119 @@
+"""Data movement: reshape, transpose, concat, pad, slice. numpy is already the fast path."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph import expect
+from . import OpDef, register
+
+
+def reshape_target(in_shape: tuple, target) -> tuple:
+    """Resolve ONNX-style reshape dims (0 = copy the input dim, -1 = infer) against ``in_shape``."""
+    target = [int(d) for d in target]
+    expect(target.count(-1) <= 1 and all(d >= -1 for d in target), f"bad reshape target {target}")
+    out = [in_shape[i] if d == 0 else d for i, d in enumerate(target)]
+    if -1 in out:
+        known = [d for d in out if d != -1]
+        if all(isinstance(d, int) for d in list(in_shape) + known):
+            total, rest = math.prod(in_shape), math.prod(known)
+            expect(rest > 0 and total % rest == 0, f"cannot reshape {in_shape} to {target}")
+            out[out.index(-1)] = total // rest
+        else:
+            out[out.index(-1)] = "reshape(" + ",".join(map(str, in_shape)) + ")"  # symbolic
+    elif all(isinstance(d, int) for d in list(in_shape) + out):
+        expect(math.prod(in_shape) == math.prod(out), f"cannot reshape {in_shape} to {target}")
+    return tuple(out)
+
+
+def _reshape_infer(specs, params):
+    x = specs["x"]
+    return {"y": (reshape_target(x.shape, params["shape"]), x.dtype)}
+
+
+def reshape_ref(ctx, p, x):
+    """x viewed with shape ``params.shape`` (0 copies an input dim, -1 is inferred)."""
+    return x.reshape(reshape_target(x.shape, p["shape"]))
+
+
+def _transpose_infer(specs, params):
+    x = specs["x"]
+    perm = [int(i) for i in params["perm"]]
+    expect(sorted(perm) == list(range(len(x.shape))), f"perm {perm} does not fit {x.describe()}")
+    return {"y": (tuple(x.shape[i] for i in perm), x.dtype)}
+
+
+def transpose_ref(ctx, p, x):
+    """x with axes permuted by ``perm`` (made contiguous)."""
+    return np.ascontiguousarray(x.transpose([int(i) for i in p["perm"]]))
+
+
+def _concat_infer(specs, params):
+    parts = [specs[f"x{i}"] for i in range(len(specs))]
+    first = parts[0]
+    n = len(first.shape)
+    axis = int(params["axis"])
+    expect(-n <= axis < n, f"axis {axis} out of range for {first.describe()}")
+    axis %= n
+    for s in parts[1:]:
+        expect(s.dtype == first.dtype and len(s.shape) == n and all(
+            i == axis or a == b or isinstance(a, str) or isinstance(b, str) for i, (a, b) in enumerate(zip(s.shape, first.shape))),
+            f"cannot concatenate {s.describe()} with {first.describe()} on axis {axis}")
+    dims = [s.shape[axis] for s in parts]
+    total = sum(dims) if all(isinstance(d, int) for d in dims) else "+".join(map(str, dims))
+    return {"y": (first.shape[:axis] + (total,) + first.shape[axis + 1:], first.dtype)}
+
+
+def concat_ref(ctx, p, *xs):
+    """Concatenation along ``axis`` of every wired input."""
+    return np.concatenate([x for x in xs if x is not None], axis=int(p["axis"]))
+
+
+def _pad_infer(specs, params):
+    x = specs["x"]
+    pads = params["pads"]
+    expect(len(pads) == len(x.shape) and all(len(pa) == 2 and min(pa) >= 0 for pa in pads),
+           f"pads must be one non-negative [before, after] per axis of {x.describe()}, got {pads}")
+    shape = tuple(d + a + b if isinstance(d, int) else (d if a + b == 0 else f"{d}+{a + b}")
+                  for d, (a, b) in zip(x.shape, pads))
+    return {"y": (shape, x.dtype)}
+
+
+def pad_ref(ctx, p, x):
+    """Constant padding: ``pads`` [[before, after], ...] per axis, ``value`` (default 0)."""
+    return np.pad(x, [tuple(pa) for pa in p["pads"]], constant_values=p.get("value", 0))
+
+
+def slice_bounds(n: int, start: int, end: int, step: int) -> range:
+    """ONNX/numpy slice of an axis of length n, clamped."""
+    return range(*slice(start, end, step).indices(n))
+
+
+def _slice_infer(specs, params):
+    x = specs["x"]
+    shape = list(x.shape)
+    for axis, start, end, step in zip(params["axes"], params["starts"], params["ends"], params.get("steps", [1] * len(params["axes"]))):
+        expect(-len(shape) <= axis < len(shape) and step != 0, f"bad slice on axis {axis} of {x.describe()}")
+        d = shape[axis]
+        shape[axis] = len(slice_bounds(d, start, end, step)) if isinstance(d, int) else f"{d}[{start}:{end}:{step}]"
+    return {"y": (tuple(shape), x.dtype)}
+
+
+def slice_ref(ctx, p, x):
+    """x[starts:ends:steps] on ``axes``."""
+    index = [slice(None)] * x.ndim
+    for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p.get("steps", [1] * len(p["axes"]))):
+        index[axis] = slice(start, end, step)
+    return np.ascontiguousarray(x[tuple(index)])
+
+
+MAX_CONCAT_INPUTS = 16
+
+register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref))
+register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref))
+register(OpDef("concat", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
+               _concat_infer, concat_ref))
+register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref))
+register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref))

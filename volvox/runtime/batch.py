@@ -1,0 +1,29 @@
+"""Ragged batching: several sequences' new tokens packed as the rows of one forward pass.
+
+Row-wise ops (embedding, norms, linear, activations) see one (rows, dim) matrix, so a
+decode step of B sequences multiplies every weight once for all of them; the few
+stateful ops (attention, output_rows) split the rows back per sequence and use
+that sequence's own RunContext (its KV cache and position). No padding, no mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class BatchContext:
+    """The run context of a packed forward pass: (context, row count) per sequence, in row order."""
+
+    parts: list[tuple[object, int]]
+
+    def map_rows(self, fn: Callable, params: dict, *arrays: np.ndarray) -> np.ndarray:
+        """Apply ``fn(ctx, params, *row_slices)`` per sequence; concatenate the results in order."""
+        out, start = [], 0
+        for ctx, n in self.parts:
+            out.append(fn(ctx, params, *(a[start:start + n] for a in arrays)))
+            start += n
+        return np.concatenate(out)
