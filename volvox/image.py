@@ -3,8 +3,9 @@ normalisation from a model's ``metadata.preprocess``.
 
 ``preprocess`` keys (all optional except size):
   size [w, h]; resize "stretch" (default) | "letterbox" (keep aspect, centre, pad black) |
-  "height" (scale to height h, keep aspect, width rounded up and capped at w, pad right with 0
-  after normalisation); channel_order "rgb" | "bgr"; scale (multiplied first), mean, std
+  "height" (PaddleOCR's recogniser input: scale to height h keeping the aspect ratio; the
+  tensor is max(w, h * aspect) wide and the image is padded on the right with 0 after
+  normalisation); channel_order "rgb" | "bgr"; scale (multiplied first), mean, std
   (per channel, after scale); layout "nhwc" (default) | "nchw".
 """
 
@@ -95,6 +96,7 @@ def preprocess(image, spec: dict) -> Prepared:
         x = _normalise(canvas, spec)
         padding = (left / w, top / h, (w - rw - left) / w, (h - rh - top) / h)
     elif mode == "height":
+        w = max(w, int(h * w0 / h0))
         rw = min(w, int(math.ceil(h * w0 / h0)))
         x = np.zeros((h, w, 3), np.float32)  # (h, w, 3) zero padding after normalisation
         x[:, :rw] = _normalise(resize(rgb, rw, h), spec)

@@ -46,24 +46,28 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
         raise ModelNotFoundError(f"{model}: no such file or directory")
     else:
         recipe = load_recipe(str(model))
-        result = _load_file(resolve_model_file(recipe["name"]), kw)
+        result = _load_file(resolve_model_file(recipe["name"]), kw, recipe.get("metadata"))
     result.load_seconds = time.perf_counter() - t0
     return result
 
 
-def _load_file(path: Path, kw: dict) -> Model:
+def _load_file(path: Path, kw: dict, metadata: dict | None = None) -> Model:
     with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic == b"GGUF":
+        magic = f.read(8)
+    if magic[:4] == b"GGUF":
         from .importers.gguf_llm import load_gguf_lm
         return load_gguf_lm(str(path), **kw)
+    if magic[4:8] == b"TFL3" or path.suffix in (".onnx", ".pth"):
+        from .importers.vision import load_vision_file
+        return load_vision_file(path, metadata, **kw)
     raise UnsupportedError(f"{path}: not a model file volvox can load (expected a GGUF file, "
-                           f"a blueprint directory or a model name; file starts with {magic!r})")
+                           f"a blueprint directory or a model name; file starts with {magic[:4]!r})")
 
 
 def _load_directory(path: Path, kw: dict) -> Model:
     from .blueprint import read_blueprint
     from .importers.hf import is_hf_folder, load_hf
+    from .importers.vision import VISION_TASKS, task_class
     from .tasks.from_blueprint import task_model
 
     if is_hf_folder(path):  # a Hugging Face checkpoint folder (config.json with a model_type)
@@ -71,6 +75,8 @@ def _load_directory(path: Path, kw: dict) -> Model:
     graph, weights, metadata, st = read_blueprint(path)
     closers = [st.close] if st is not None else []
     try:
+        if metadata.get("task") in VISION_TASKS:
+            return task_class(metadata["task"])(graph, weights, metadata, str(path), closers=closers, **kw)
         return task_model(graph, weights, metadata, path, closers, **kw)
     except BaseException:
         for close in closers:

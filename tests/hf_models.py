@@ -1,0 +1,84 @@
+"""Tiny random Hugging Face checkpoints built locally with transformers (no download), for tests."""
+
+import shutil
+
+import numpy as np
+
+CORPUS = [
+    "Once upon a time there was a little robot who loved to read books about the sea.",
+    "The quick brown fox jumps over the lazy dog; 12345 + 678 = 13023!",
+    "Tiny models tell tiny stories: a cat, a hat, and a bat sat on the mat.",
+    "def main():\n    print('hello, world')  # code too\n",
+    "Ünïcödé wörds, naïve café, 東京 and emoji 🙂 appear sometimes.",
+]
+
+
+def train_bpe_tokenizer(path, vocab_size=400):
+    """A byte-level BPE tokenizer.json trained on CORPUS with the `tokenizers` library; returns its vocab size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok.save(str(path))
+    return tok.get_vocab_size()
+
+
+def hf_config(kind, vocab, **kw):
+    """A transformers config of architecture ``kind`` with small defaults overridden by ``kw``."""
+    import transformers as tf
+
+    if kind == "gpt2":
+        base = dict(n_layer=2, n_embd=48, n_head=4, n_positions=128)
+        return tf.GPT2Config(vocab_size=vocab, **{**base, **kw})
+    if kind == "gpt_neo":
+        base = dict(num_layers=2, hidden_size=48, num_heads=4, max_position_embeddings=128, window_size=5,
+                    attention_types=[[["global", "local"], 1]])
+        return tf.GPTNeoConfig(vocab_size=vocab, **{**base, **kw})
+    cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config}[kind]
+    base = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=80, max_position_embeddings=256)
+    return cls(vocab_size=vocab, **{**base, **kw})
+
+
+def build_causal_lm(directory, kind, tokenizer_json, vocab, seed=0, **kw):
+    """Save a random ``kind`` causal LM (fp32) + tokenizer.json into ``directory``; return the torch model."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    config = hf_config(kind, vocab, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kw)
+    model = tf.AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():  # random init is tiny (std 0.02): widen it so logits are far from ties
+        for name, p in model.named_parameters():
+            if p.ndim >= 2 or "bias" in name:
+                p.mul_(4.0)
+    model.save_pretrained(directory)
+    shutil.copy(tokenizer_json, directory / "tokenizer.json")
+    return model
+
+
+def torch_logits(model, ids):
+    """transformers' logits (seq, vocab) for one sequence, fp32."""
+    import torch
+
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+def torch_greedy(model, ids, n):
+    """n greedy tokens from transformers with its KV cache."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    return out[0, len(ids):].tolist()
+
+
+def rel_err(a, b):
+    """max |a - b| relative to max |b|."""
+    return float(np.abs(a - b).max() / np.abs(b).max())
