@@ -18,11 +18,15 @@ def test_passes_on_equal_passes_off(tmp_path, qtype):
     ids = [3, 9, 27, 81, 243, 100, 7]
     with volvox.load(path) as on, volvox.load(path, optimize=False) as off:
         assert len(on.graph.nodes) < len(off.graph.nodes)
-        np.testing.assert_array_equal(on.logits(ids), off.logits(ids))  # merged rows compute exactly as before
+        # Quantized rows are computed exactly as before; f32 GEMM tiles over N, so a merged matrix
+        # may sum some columns in another order (float rounding only).
+        check = np.testing.assert_array_equal if qtype != "f32" else \
+            (lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max()))
+        check(on.logits(ids), off.logits(ids))
         s_on, s_off = on.new_session(), off.new_session()
         s_on.forward(ids)
         s_off.forward(ids)
-        np.testing.assert_array_equal(s_on.forward([5]), s_off.forward([5]))
+        check(s_on.forward([5]), s_off.forward([5]))
 
 
 def test_llama_fusions_shape_the_graph(tmp_path):

@@ -1,6 +1,9 @@
 """Text generation speed: volvox vs llama.cpp (llama-cpp-python) on the same GGUF, in one run.
 
     python tools/bench_generate.py [--model smollm2-135m-instruct] [--threads 1 2] [--new 128]
+    python tools/bench_generate.py --hf DIR [--threads 2]     # vs transformers + torch (fp32)
+
+(a GPT-2-small-shaped random checkpoint: ``python tools/make_random_gpt2.py DIR``)
 
 For each thread count: load time, prefill tok/s (32-token prompt and a
 512-token prompt) and greedy decode tok/s (128 new tokens after the 32-token
@@ -76,13 +79,42 @@ def bench_llama_cpp(path: str, threads: int, short: list[int], long: list[int], 
     return dict(load_s=load, prefill32=prefill_short, prefill512=prefill_long, decode=decode)
 
 
+def bench_transformers(path: str, threads: int, short: list[int], long: list[int], n_new: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    load = time.perf_counter() - t0
+    with torch.inference_mode():
+        model(torch.tensor([short[:8]]))  # warm-up
+        t0 = time.perf_counter()
+        model(torch.tensor([long]))
+        prefill_long = len(long) / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        out = model(torch.tensor([short]), use_cache=True)
+        prefill_short = len(short) / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(n_new):
+            tok = int(torch.argmax(out.logits[0, -1]))
+            out = model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
+        decode = n_new / (time.perf_counter() - t0)
+    return dict(load_s=load, prefill32=prefill_short, prefill512=prefill_long, decode=decode)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--hf", default=None, metavar="DIR", help="a Hugging Face checkpoint: compare with transformers")
     a = ap.parse_args()
-    path = a.model if a.model.endswith(".gguf") else str(resolve_model_file(a.model))
+    if a.hf:
+        path, peer_name, peer = a.hf, "torch", bench_transformers
+    else:
+        path = a.model if a.model.endswith(".gguf") else str(resolve_model_file(a.model))
+        peer_name, peer = "llama.cpp", bench_llama_cpp
     with volvox.load(path) as lm:
         short, long = prompt_ids(lm.tokenizer, 32), prompt_ids(lm.tokenizer, 512)
     from volvox import kernels
@@ -92,10 +124,10 @@ def main() -> None:
     for t in a.threads:
         v = bench_volvox(path, t, short, long, a.new)
         try:
-            l = bench_llama_cpp(path, t, short, long, a.new)
+            l = peer(path, t, short, long, a.new)
         except ImportError:
             l = None
-        for name, r in (("volvox", v), ("llama.cpp", l)):
+        for name, r in (("volvox", v), (peer_name, l)):
             if r:
                 print(f"{t:>7} {name:<10} {r['load_s'] * 1e3:>8.1f} {r['prefill32']:>10.1f} {r['prefill512']:>11.1f} {r['decode']:>8.1f}")
         if l:

@@ -64,6 +64,8 @@ def _debug_report(model, stats=None) -> None:
     print(f"\n--- volvox debug: {model.source}", file=err)
     print(f"load: {model.load_seconds * 1e3:.1f} ms   isa: {kernels.isa()}   threads: {kernels.get_num_threads()}   "
           f"nodes: {len(model.source_graph.nodes)} -> {len(model.graph.nodes)} after fusion", file=err)
+    if hasattr(model.executor, "describe"):  # a GPU backend: where the nodes run
+        print(model.executor.describe(), file=err)
     if stats is not None:
         print(f"prefill: {stats.prompt_tokens} tokens in {stats.prefill_seconds * 1e3:.1f} ms = {stats.prefill_tok_s:.1f} tok/s", file=err)
         print(f"decode: {stats.new_tokens} tokens in {stats.decode_seconds * 1e3:.1f} ms = {stats.decode_tok_s:.1f} tok/s "
@@ -134,6 +136,47 @@ def cmd_run(a) -> int:
     return 0
 
 
+def cmd_vision(a) -> int:
+    """classify / detect / ctc one image; prints one JSON object."""
+    model = _load(a)
+    method = getattr(model, a.command, None)
+    if method is None:
+        from .errors import UnsupportedError
+        raise UnsupportedError(f"{a.model}: task {model.metadata.get('task')!r} has no {a.command}()")
+    t0 = time.perf_counter()
+    result = method(a.image, top_k=a.top_k) if a.command == "classify" else method(a.image)
+    dt = time.perf_counter() - t0
+    if a.command == "ctc":
+        out = {"text": result.text, "score": result.score, "char_scores": list(result.char_scores)}
+    else:
+        out = [vars(r) for r in result]
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+    if a.debug:
+        print(f"{a.command}: {dt * 1e3:.2f} ms", file=sys.stderr)
+        _debug_report(model)
+    return 0
+
+
+def cmd_convert(a) -> int:
+    """GGUF file / HF folder / blueprint -> blueprint directory."""
+    from .convert import convert
+
+    out = convert(a.src, a.out_dir, quantize=a.quantize, overwrite=a.force, progress=True)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_embed(a) -> int:
+    """Sentence embeddings of each --text, one JSON list per line."""
+    model = _load(a)
+    if not hasattr(model, "embed"):
+        from .errors import UnsupportedError
+        raise UnsupportedError(f"{a.model}: task {model.metadata.get('task')!r} has no embed()")
+    for row in model.embed(a.text, normalize=a.normalize):
+        print(json.dumps([round(float(v), 7) for v in row]))
+    return 0
+
+
 def cmd_info(a) -> int:
     from . import kernels
     from .hub import recipe_names
@@ -191,6 +234,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=[], help="NAME=FILE.npy (repeatable)")
     p.add_argument("--output", default=None, help="write all outputs to this .npz")
     p.set_defaults(func=cmd_run)
+    for name, what in (("classify", "top-k labels of an image"), ("detect", "objects (boxes, keypoints) in an image"),
+                       ("ctc", "the text of a one-line image")):
+        p = sub.add_parser(name, help=what)
+        _add_load_args(p, model="required")
+        p.add_argument("image", help="image file")
+        if name == "classify":
+            p.add_argument("--top-k", type=int, default=5)
+        p.set_defaults(func=cmd_vision)
+    p = sub.add_parser("convert", help="GGUF file or Hugging Face folder -> volvox blueprint directory")
+    p.add_argument("src", help=".gguf file, Hugging Face checkpoint folder or blueprint directory")
+    p.add_argument("out_dir", help="blueprint directory to create")
+    p.add_argument("--quantize", choices=["q8_0", "q4_0", "q4_1"], default=None,
+                   help="pack float linear/embedding matrices in this block format")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    p.set_defaults(func=cmd_convert)
+    p = sub.add_parser("embed", help="sentence embeddings (mean-pooled) of texts, one JSON list per line")
+    _add_load_args(p, model="required")
+    p.add_argument("--text", action="append", required=True, help="text to embed (repeatable)")
+    p.add_argument("--normalize", action="store_true", help="scale each embedding to unit L2 norm")
+    p.set_defaults(func=cmd_embed)
     p = sub.add_parser("info", help="machine, kernels and (optionally) a model's graph and weights")
     _add_load_args(p, model="optional")
     p.add_argument("--plan", action="store_true", help="compiler passes, node counts and activation memory")

@@ -14,14 +14,29 @@ from .model import Model
 BACKENDS = ("cpu", "auto", "vulkan", "opengl", "gles", "webgpu")
 
 
-def _select_backend(backend: str) -> str:
-    """The backend that will run; GPU requests fall back to the CPU with one line saying why."""
+def _select_backend(backend: str):
+    """The GPU device that will run (None: the CPU). A GPU request that cannot be met falls back to
+    the CPU with one line saying why; "auto" takes the first hardware GPU, silently the CPU if none."""
     if backend not in BACKENDS:
         raise UnsupportedError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    if backend in ("cpu", "auto"):
-        return "cpu"
-    print(f"Backend: CPU ({backend} unavailable: GPU backends are not part of this build yet)", file=sys.stderr)
-    return "cpu"
+    if backend == "cpu":
+        return None
+    from ._gpu.devices import GPU_BACKENDS, LABELS, open_device
+    from ._gpu.backend import BackendUnavailable
+
+    for name in (GPU_BACKENDS if backend == "auto" else (backend,)):
+        try:
+            device = open_device(name)
+        except BackendUnavailable as e:
+            if backend != "auto":
+                reason = " ".join(str(e).split())
+                print(f"Backend: CPU ({LABELS[name]} unavailable: {reason[:200]})", file=sys.stderr)
+            continue
+        if backend == "auto" and device.software:  # a CPU rasterizer is slower than the CPU kernels
+            device.close()
+            continue
+        return device
+    return None
 
 
 def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
@@ -33,11 +48,22 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     optimize: run the graph compiler's passes (True: all; a list: those; False: none).
     """
     t0 = time.perf_counter()
-    _select_backend(backend)
+    device = _select_backend(backend)
     if threads is not None:
         kernels.set_num_threads(threads)
     path = Path(model)
-    kw = dict(reference=reference, profile=profile, optimize=optimize)
+    kw = dict(reference=reference, profile=profile, optimize=optimize, device=device)
+    try:
+        result = _load_any(model, path, kw)
+    except BaseException:
+        if device is not None:
+            device.close()
+        raise
+    result.load_seconds = time.perf_counter() - t0
+    return result
+
+
+def _load_any(model: str | Path, path: Path, kw: dict) -> Model:
     if path.is_dir():
         result = _load_directory(path, kw)
     elif path.is_file():
@@ -47,7 +73,6 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     else:
         recipe = load_recipe(str(model))
         result = _load_file(resolve_model_file(recipe["name"]), kw, recipe.get("metadata"))
-    result.load_seconds = time.perf_counter() - t0
     return result
 
 

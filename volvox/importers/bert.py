@@ -29,6 +29,11 @@ class BertConfig:
     norm_eps: float
     gelu: str = "none"  # GELU approximation: "none" (exact erf) or "tanh"
 
+    @property
+    def n_kv_heads(self) -> int:
+        """Every head has its own keys and values."""
+        return self.n_heads
+
 
 _L = "encoder.layer.{l}."
 BERT_NAMES = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..graph import expect, same_dim
 from ..runtime.batch import BatchContext
 from . import OpDef, register
@@ -74,6 +75,15 @@ def rope_ref(ctx, p, x, positions):
     return h.reshape(x.shape)
 
 
+def rope_fast(ctx, p, x, positions):
+    """RoPE through the CPU kernel (ggml's float32 angle arithmetic); LLaMA-3.1 scaling uses the reference."""
+    if "llama3" in p:
+        return rope_ref(ctx, p, x, positions)
+    hd = int(p["head_dim"])
+    return kernels.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
+                        float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved")
+
+
 def _attention_infer(specs, params):
     q, k, v = specs["q"], specs["k"], specs["v"]
     nh, nkv, hd = int(params["n_heads"]), int(params["n_kv_heads"]), int(params["head_dim"])
@@ -122,6 +132,29 @@ def attention_ref(ctx, p, q, k, v):
     return np.ascontiguousarray(out.transpose(2, 0, 1, 3)).reshape(seq, nh * hd)
 
 
+def attention_fast(ctx, p, q, k, v):
+    """attention_ref's contract through the CPU kernel: appends k, v to the cache like the
+    reference, then one nogil call (parallel over heads and query rows, O(seq) memory)."""
+    if isinstance(ctx, BatchContext):
+        return ctx.map_rows(attention_fast, p, q, k, v)
+    if not p.get("causal", True):
+        return attention_ref(ctx, p, q, k, v)
+    nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+    seq = q.shape[0]
+    k_new = k.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
+    v_new = v.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
+    if ctx.kv is not None:
+        start = ctx.pos
+        layer = int(p.get("layer", 0))
+        ctx.kv.append(layer, start, k_new, v_new)
+        keys, values = ctx.kv.keys[layer], ctx.kv.values[layer]  # (nkv, capacity, hd) each
+    else:
+        start = 0
+        keys, values = np.ascontiguousarray(k_new), np.ascontiguousarray(v_new)
+    return kernels.attention(q, keys, values, start, nh, float(np.float32(p.get("scale", hd ** -0.5))),
+                             int(p.get("window", 0)))
+
+
 def _rows_infer(specs, params):
     x = specs["x"]
     expect(len(x.shape) == 2, f"x must be (seq, dim), got {x.describe()}")
@@ -135,6 +168,7 @@ def output_rows_ref(ctx, p, x):
     return x if ctx.output_rows == "all" else x[-1:]
 
 
-register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref))
-register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, stateful=True))
+register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast))
+register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
+               stateful=True))
 register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True))

@@ -98,6 +98,8 @@ class LanguageModel(Model):
 
         Greedy by default (temperature 0). Stops at an end-of-generation token, at any
         ``stop`` string (not included in the output) or after ``max_new_tokens``.
+        A list of prompts (texts or id lists) is generated as one batch (tasks/batch.py)
+        and returns a list of texts, each equal to generating that prompt alone.
         """
         self._check_open()
         if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
@@ -106,6 +108,19 @@ class LanguageModel(Model):
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not isinstance(s, str) or not s for s in stops):
             raise GenerationError(f"stop strings must be non-empty strings, got {stop!r}")
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, (str, list, tuple)) for p in prompt):
+            from .batch import generate_batch
+
+            if stream:
+                raise GenerationError("stream=True needs a single prompt, not a list of prompts")
+            batch = [self._prompt_ids(p, add_bos, max_new_tokens) for p in prompt]
+            return generate_batch(self, batch, int(max_new_tokens), params, stops)
+        pieces = self._generate_pieces(self._prompt_ids(prompt, add_bos, max_new_tokens), int(max_new_tokens),
+                                       Sampler(params), stops)
+        return pieces if stream else "".join(pieces)
+
+    def _prompt_ids(self, prompt: str | list[int], add_bos: bool | None, max_new_tokens: int) -> list[int]:
+        """Token ids of one prompt (BOS for an empty one); GenerationError if it cannot fit the context."""
         ids = (list(prompt) if not isinstance(prompt, str)
                else self.tokenizer.encode(prompt, add_bos=add_bos))
         if not ids:
@@ -116,8 +131,7 @@ class LanguageModel(Model):
         if len(ids) + max_new_tokens > limit:
             raise GenerationError(f"prompt of {len(ids)} tokens + max_new_tokens {max_new_tokens} exceeds "
                                   f"the context length of {limit} tokens")
-        pieces = self._generate_pieces(ids, int(max_new_tokens), Sampler(params), stops)
-        return pieces if stream else "".join(pieces)
+        return ids
 
     def _generate_pieces(self, ids: list[int], max_new: int, sampler: Sampler, stops: list[str]) -> Iterator[str]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))

@@ -1,0 +1,114 @@
+"""volvox convert: GGUF / HF folder -> blueprint gives identical logits and token ids; atomic writes."""
+
+import json
+
+import numpy as np
+import pytest
+
+import volvox
+from tiny_gguf import write_tiny_llama
+from volvox import convert as convert_module
+from volvox.convert import convert, quantizable, source_weights
+from volvox.errors import BlueprintError
+from volvox.model import Model
+from volvox.quant import quantize_ref
+
+TEXT = "Once upon a time, the quick brown fox 12345 said <|im_start|>user\nHi there!<|im_end|> café 東京"
+
+
+def assert_same_model(src, out, n=24):
+    """Logits bit-identical and tokenizer ids / special-token state identical."""
+    with volvox.load(src) as a, volvox.load(out) as b:
+        assert type(b) is type(a)
+        ids = a.tokenizer.encode(TEXT)
+        assert b.tokenizer.encode(TEXT) == ids
+        np.testing.assert_array_equal(b.logits(ids[:n]), a.logits(ids[:n]))
+        assert (b.tokenizer.bos_id, b.tokenizer.eos_id, b.tokenizer.eog_ids, b.tokenizer.chat_template) == \
+               (a.tokenizer.bos_id, a.tokenizer.eos_id, a.tokenizer.eog_ids, a.tokenizer.chat_template)
+        assert b.generate(TEXT, max_new_tokens=8) == a.generate(TEXT, max_new_tokens=8)
+
+
+@pytest.mark.parametrize("qtype", ["f32", "q4_1", "q4_k"])
+def test_tiny_gguf_roundtrip(tmp_path, qtype):
+    src = tmp_path / "tiny.gguf"
+    shape = dict(dim=256, ffn=256) if qtype == "q4_k" else {}  # k-quants need rows of 256
+    write_tiny_llama(src, qtype=qtype, embed_qtype="q8_0" if qtype != "f32" else "f32", tied=False, **shape)
+    convert(src, tmp_path / "bp")
+    assert_same_model(src, tmp_path / "bp")
+    cfg = json.loads((tmp_path / "bp" / "config.json").read_text())
+    assert cfg["metadata"]["task"] == "generate" and cfg["metadata"]["source_format"] == "gguf"
+
+
+def test_smollm2_gguf_roundtrip(tmp_path, smollm2_gguf_path):
+    convert(smollm2_gguf_path, tmp_path / "smollm2")
+    assert_same_model(smollm2_gguf_path, tmp_path / "smollm2", n=12)
+    tokenizers = pytest.importorskip("tokenizers")  # the written tokenizer.json is valid for HF tokenizers too
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "smollm2" / "tokenizer.json"))
+    with volvox.load(tmp_path / "smollm2") as lm:
+        assert hf.encode(TEXT).ids == lm.tokenizer.encode(TEXT)
+
+
+@pytest.fixture(scope="module")
+def hf_gpt2(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from hf_models import build_causal_lm, train_bpe_tokenizer
+
+    d = tmp_path_factory.mktemp("hf_gpt2")
+    vocab = train_bpe_tokenizer(d / "tok.json")
+    build_causal_lm(d, "gpt2", d / "tok.json", vocab, n_embd=64)
+    return d
+
+
+def test_hf_roundtrip(tmp_path, hf_gpt2):
+    convert(hf_gpt2, tmp_path / "bp")
+    assert_same_model(hf_gpt2, tmp_path / "bp")
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0"])
+def test_quantize_equals_quantizing_in_memory(tmp_path, hf_gpt2, qtype):
+    convert(hf_gpt2, tmp_path / "bp", quantize=qtype)
+    with volvox.load(hf_gpt2, optimize=False) as src, volvox.load(tmp_path / "bp") as bp:
+        weights = source_weights(src)
+        names = quantizable(src.graph, weights)
+        assert len(names) >= 9  # every 64-wide projection and both embeddings
+        for name in names:
+            weights[name] = quantize_ref(np.asarray(weights[name]), qtype)
+        in_memory = Model(src.graph, weights, {}, "in-memory")
+        feeds = {"tokens": np.arange(1, 17, dtype=np.int32), "positions": np.arange(16, dtype=np.int32)}
+        np.testing.assert_array_equal(bp.run(feeds)["logits"], in_memory.run(feeds)["logits"])
+        assert set(json.loads((tmp_path / "bp" / "config.json").read_text())["weights"]["quantized"]) == set(names)
+
+
+def test_interrupted_convert_leaves_nothing(tmp_path, monkeypatch):
+    src = tmp_path / "tiny.gguf"
+    write_tiny_llama(src)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed mid-write")
+
+    monkeypatch.setattr(convert_module, "save_safetensors", crash)
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, tmp_path / "out" / "bp")
+    assert not (tmp_path / "out" / "bp").exists()
+    assert list((tmp_path / "out").iterdir()) == []  # no temp directory left behind either
+
+
+def test_existing_out_dir_needs_overwrite(tmp_path):
+    src = tmp_path / "tiny.gguf"
+    write_tiny_llama(src)
+    convert(src, tmp_path / "bp")
+    with pytest.raises(BlueprintError, match="already exists"):
+        convert(src, tmp_path / "bp")
+    convert(src, tmp_path / "bp", quantize="q8_0", overwrite=True)
+    assert json.loads((tmp_path / "bp" / "config.json").read_text())["weights"]["quantized"]
+
+
+def test_cli_convert(tmp_path, capsys):
+    from volvox.cli import main
+
+    src = tmp_path / "tiny.gguf"
+    write_tiny_llama(src)
+    assert main(["convert", str(src), str(tmp_path / "bp"), "--quantize", "q4_1"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert main(["convert", str(src), str(tmp_path / "bp")]) == 1
+    assert "already exists" in capsys.readouterr().err

@@ -1,0 +1,151 @@
+"""``volvox convert``: a GGUF file, an HF checkpoint folder or a blueprint -> a volvox blueprint.
+
+The source is loaded as ``volvox.load`` loads it (without compiler passes), so
+the blueprint holds the very graph and weight bytes the source runs with:
+loading it gives bit-identical outputs. ``quantize`` packs every float matrix
+read by a ``linear`` or ``embedding`` node (rows a multiple of 32 values) with
+``quant.quantize_ref``. The blueprint is written into a temporary directory
+beside OUT_DIR and renamed into place at the end: an interrupted conversion
+never leaves a blueprint that loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import BlueprintError, UnsupportedError
+from .graph import Graph
+from .quant import QUANTIZABLE_QTYPES, QuantTensor, quantize_ref
+from .safetensors import save_safetensors
+from .tasks.from_blueprint import ModelDims, tokenizer_metadata
+
+
+class Progress:
+    """A one-line progress bar on stderr (silent when disabled)."""
+
+    def __init__(self, total: int, label: str, enabled: bool):
+        self.total, self.label, self.enabled, self.done = max(total, 1), label, enabled, 0
+
+    def step(self, what: str = "") -> None:
+        """Advance by one and redraw."""
+        self.done += 1
+        filled = 30 * self.done // self.total
+        if self.enabled and (filled != 30 * (self.done - 1) // self.total or self.done == self.total):
+            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {what[:40]:<40}")
+            if self.done == self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def source_weights(model) -> dict[str, Any]:
+    """The weights a loaded model runs with, by graph weight name (arrays or QuantTensors)."""
+    return {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
+
+
+def quantizable(graph: Graph, weights: dict[str, Any]) -> list[str]:
+    """Float matrices read as a linear weight or an embedding table, with rows a multiple of 32 values."""
+    names = {node.inputs.get("weight") for node in graph.nodes if node.op == "linear"}
+    names |= {node.inputs.get("table") for node in graph.nodes if node.op == "embedding"}
+    return [n for n in graph.weights if n in names and isinstance(weights[n], np.ndarray)
+            and weights[n].ndim == 2 and weights[n].shape[1] % 32 == 0]
+
+
+def graph_config(graph: Graph, quantized: dict[str, dict], metadata: dict) -> dict:
+    """config.json (blueprint format v1) describing ``graph``."""
+    return {
+        "format": "volvox-blueprint",
+        "version": 1,
+        "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in graph.inputs],
+        "nodes": [{"id": n.id, "op": n.op, "inputs": n.inputs, "outputs": n.outputs, "params": n.params}
+                  for n in graph.nodes],
+        "outputs": list(graph.outputs),
+        "weights": {"file": "model.safetensors", "quantized": quantized},
+        "metadata": metadata,
+    }
+
+
+def _tokenizer_json(src: Path, model) -> str:
+    """The tokenizer.json text for the blueprint: the source's own, or one built from GGUF metadata."""
+    if src.is_dir():
+        name = (model.metadata.get("tokenizer") or {}).get("file", "tokenizer.json")
+        return (src / Path(name).name).read_text(encoding="utf-8")
+    from .importers.gguf import GGUFFile
+    from .tokenizers.hf_json import bpe_tokenizer_json
+
+    tok = model.tokenizer
+    with GGUFFile(str(src)) as gguf:
+        merges = list(gguf.metadata.get("tokenizer.ggml.merges") or [])
+    doc = bpe_tokenizer_json(tok.tokens, merges, tok.special_tokens, tok.added_tokens, tok.pre,
+                             ignore_merges=tok._ignore_merges)
+    return json.dumps(doc, ensure_ascii=False)
+
+
+def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | None = None,
+            overwrite: bool = False, progress: bool = False) -> Path:
+    """Write the blueprint of ``src`` (GGUF file, HF folder or blueprint) to ``out_dir``; returns its path."""
+    from .loader import load
+
+    src, out_dir = Path(src), Path(out_dir)
+    if quantize is not None and quantize not in QUANTIZABLE_QTYPES:
+        raise UnsupportedError(f"--quantize {quantize!r}: choose from {', '.join(QUANTIZABLE_QTYPES)}")
+    if out_dir.exists() and not overwrite:
+        raise BlueprintError(f"{out_dir} already exists (pass overwrite=True / --force to replace it)")
+    model = load(src, optimize=False)
+    try:
+        graph, weights = model.graph, source_weights(model)
+        targets = set(quantizable(graph, weights)) if quantize else set()
+        bar = Progress(len(graph.weights) + 1, f"convert {src.name}", progress)
+        tensors: dict[str, np.ndarray] = {}
+        quantized: dict[str, dict] = {}
+        for name, w in weights.items():
+            if name in targets:
+                w = quantize_ref(np.asarray(w, dtype=np.float32), quantize)
+            if isinstance(w, QuantTensor):
+                quantized[name] = {"qtype": w.qtype, "shape": list(w.shape)}
+                w = w.data
+            tensors[name] = np.asarray(w)
+            bar.step(name)
+        metadata = {k: v for k, v in model.metadata.items() if k not in ("format", "quantized", "dims", "tokenizer")}
+        metadata["source_format"] = model.metadata.get("source_format", model.metadata.get("format"))
+        if metadata.get("task") in ("generate", "embed"):
+            metadata["dims"] = vars(ModelDims.of(model.config))
+            metadata["tokenizer"] = (tokenizer_metadata(model.tokenizer) if metadata["task"] == "generate"
+                                     else {"file": "tokenizer.json"})
+        files = {"config.json": json.dumps(graph_config(graph, quantized, metadata), indent=1, ensure_ascii=False)}
+        if "tokenizer" in metadata:
+            files["tokenizer.json"] = _tokenizer_json(src, model)
+        _write_atomically(out_dir, files, tensors, overwrite)
+        bar.step("model.safetensors")
+    finally:
+        model.close()
+    return out_dir
+
+
+def _write_atomically(out_dir: Path, files: dict[str, str], tensors: dict[str, np.ndarray], overwrite: bool) -> None:
+    """Write the blueprint into a temporary sibling directory, then rename it to ``out_dir``."""
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".{out_dir.name}.{secrets.token_hex(6)}.tmp"
+    tmp.mkdir()
+    try:
+        save_safetensors(tmp / "model.safetensors", tensors)
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if out_dir.exists() and overwrite:
+            old = parent / f".{out_dir.name}.{secrets.token_hex(6)}.old"
+            os.rename(out_dir, old)
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
