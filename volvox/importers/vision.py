@@ -36,7 +36,7 @@ def load_vision_file(path: Path, metadata: dict | None, **model_kw) -> Model:
         from .onnx import read_onnx
         graph, weights, meta = read_onnx(path)
     elif path.suffix == ".pth" and metadata and metadata.get("architecture") == "efficientnet-lite0":
-        from .torch_state_dict import read_efficientnet_lite
+        from .efficientnet_lite import read_efficientnet_lite
         graph, weights, meta = read_efficientnet_lite(path)
     else:
         raise UnsupportedError(f"{path}: not a model file volvox can load (expected GGUF, TFLite, ONNX, "
