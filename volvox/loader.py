@@ -46,6 +46,8 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     threads: CPU threads for kernels (default: physical cores). profile: time every node
     (see ``model.profile``). reference: run the numpy oracle of every op (slow; for debugging).
     optimize: run the graph compiler's passes (True: all; a list: those; False: none).
+    backend: "cpu", or a GPU backend ("vulkan", "opengl", "gles", "webgpu", "auto": the first hardware
+    GPU) that runs the nodes it supports (docs/backends.md); an unavailable one falls back to the CPU.
     """
     t0 = time.perf_counter()
     device = _select_backend(backend)

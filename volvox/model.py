@@ -17,14 +17,19 @@ class Model:
 
     def __init__(self, graph: Graph, weights: dict[str, Any], metadata: dict, source: str,
                  closers: list[Callable[[], None]] = (), reference: bool = False, profile: bool = False,
-                 optimize: bool | list[str] = True):
+                 optimize: bool | list[str] = True, device=None):
         self.source_graph = graph  # as loaded, before compiler passes
         passes = None if optimize is True else (optimize or [])
         self.graph, weights, self.compile_report = compile_graph(graph, weights, passes)
         self.metadata = metadata
         self.source = source
-        self.executor = Executor(self.graph, weights, reference=reference, profile=profile)
         self._closers = list(closers)
+        if device is None:
+            self.executor = Executor(self.graph, weights, reference=reference, profile=profile)
+        else:  # a GPU backend (volvox/_gpu): same run(ctx, feeds), nodes placed on the device or the CPU
+            from .runtime.gpu_executor import GpuExecutor
+            self.executor = GpuExecutor(self.graph, weights, device, reference=reference, profile=profile)
+            self._closers.insert(0, device.close)
         self._closed = False
         self.load_seconds = 0.0  # set by volvox.load
 

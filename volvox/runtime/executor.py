@@ -49,19 +49,20 @@ class Profile:
     runs: int = 0
     seconds: float = 0.0
     events: list[tuple] = field(default_factory=list)  # (node_id, op, start_s, seconds, output shapes, output bytes)
+    backends: dict[str, str] = field(default_factory=dict)  # node -> backend that runs it (absent: cpu)
 
     def node_table(self, graph: Graph, top: int = 10) -> str:
         """The ``top`` nodes by total time: id, op, backend, calls, ms."""
         ops = {n.id: n.op for n in graph.nodes}
         rows = sorted(self.by_node.items(), key=lambda kv: -kv[1][1])[:top]
         lines = [f"{'node':<28}{'op':<14}{'backend':<9}{'calls':>7}{'ms':>10}"]
-        lines += [f"{node[:27]:<28}{ops.get(node, '?'):<14}{'cpu':<9}{calls:>7}{sec * 1e3:>10.2f}"
+        lines += [f"{node[:27]:<28}{ops.get(node, '?'):<14}{self.backends.get(node, 'cpu'):<9}{calls:>7}{sec * 1e3:>10.2f}"
                   for node, (calls, sec) in rows]
         return "\n".join(lines)
 
     def reset(self) -> None:
-        """Forget everything recorded so far."""
-        self.__init__()
+        """Forget everything recorded so far (node placement stays)."""
+        self.__init__(backends=self.backends)
 
     def write_trace(self, path: str) -> None:
         """Chrome trace-event JSON (open in Perfetto or chrome://tracing): one event per node run."""
@@ -69,7 +70,7 @@ class Profile:
 
         t0 = self.events[0][2] if self.events else 0.0
         events = [{"name": node, "cat": op, "ph": "X", "ts": (start - t0) * 1e6, "dur": dur * 1e6, "pid": 1, "tid": 1,
-                   "args": {"backend": "cpu", "op": op, "shapes": shapes, "bytes": nbytes}}
+                   "args": {"backend": self.backends.get(node, "cpu"), "op": op, "shapes": shapes, "bytes": nbytes}}
                   for node, op, start, dur, shapes, nbytes in self.events]
         with open(path, "w") as f:
             json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)

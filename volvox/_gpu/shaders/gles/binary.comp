@@ -1,0 +1,116 @@
+#version 310 es
+layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
+
+struct _4
+{
+    uint _m0;
+    uint _m1;
+    uint _m2;
+    uint _m3;
+    uint _m4;
+    uint _m5;
+    uint _m6;
+    uint _m7;
+    uint _m8;
+    uint _m9;
+    uint _m10;
+    uint _m11;
+    uint _m12;
+    uint _m13;
+};
+
+layout(binding = 0, std430) readonly buffer _9_8
+{
+    float _m0[];
+} _8;
+
+layout(binding = 1, std430) readonly buffer _12_11
+{
+    float _m0[];
+} _11;
+
+layout(binding = 2, std430) buffer _15_14
+{
+    float _m0[];
+} _14;
+
+layout(binding = 3, std430) readonly buffer _18_17
+{
+    _4 _m0;
+} _17;
+
+uint _48(uint _50, uint _51)
+{
+    return _50 % ((_51 == 0u) ? 1u : _51);
+}
+
+uint _58(uint _59, uint _60)
+{
+    return _59 / ((_60 == 0u) ? 1u : _60);
+}
+
+float _23(float _21, float _22)
+{
+    if (_22 == 2.0)
+    {
+        return _21 * _21;
+    }
+    if ((_21 < 0.0) && (_22 == roundEven(_22)))
+    {
+        float _41 = pow(-_21, _22);
+        return (abs(_22 - 2.0 * trunc(_22 / 2.0)) == 1.0) ? (-_41) : _41;
+    }
+    return pow(_21, _22);
+}
+
+void main()
+{
+    float _83 = 0.0;
+    uint _93 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_93 >= _17._m0._m0)
+    {
+        return;
+    }
+    uint _103 = _48(_93, _17._m0._m3);
+    uint _106 = _58(_93, _17._m0._m3);
+    uint _110 = _48(_106, _17._m0._m2);
+    uint _113 = _58(_106, _17._m0._m2);
+    uint _116 = _48(_113, _17._m0._m1);
+    uint _119 = _58(_113, _17._m0._m1);
+    uint _138 = (((_119 * _17._m0._m4) + (_116 * _17._m0._m5)) + (_110 * _17._m0._m6)) + (_103 * _17._m0._m7);
+    uint _160 = (((_119 * _17._m0._m8) + (_116 * _17._m0._m9)) + (_110 * _17._m0._m10)) + (_103 * _17._m0._m11);
+    switch (_17._m0._m12)
+    {
+        case 1u:
+        {
+            _83 = _8._m0[_138] * _11._m0[_160];
+            break;
+        }
+        case 2u:
+        {
+            _83 = _8._m0[_138] - _11._m0[_160];
+            break;
+        }
+        case 3u:
+        {
+            _83 = _8._m0[_138] / _11._m0[_160];
+            break;
+        }
+        case 4u:
+        {
+            _83 = _23(_8._m0[_138], _11._m0[_160]);
+            break;
+        }
+        default:
+        {
+            _83 = _8._m0[_138] + _11._m0[_160];
+            break;
+        }
+    }
+    if (_17._m0._m13 != 0u)
+    {
+        _83 = max(_83, 0.0);
+    }
+    _14._m0[_93] = _83;
+}
+

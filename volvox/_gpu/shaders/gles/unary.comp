@@ -1,0 +1,97 @@
+#version 310 es
+layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
+
+struct _5
+{
+    uint _m0;
+    uint _m1;
+    float _m2;
+    float _m3;
+};
+
+layout(binding = 0, std430) readonly buffer _9_8
+{
+    float _m0[];
+} _8;
+
+layout(binding = 1, std430) buffer _12_11
+{
+    float _m0[];
+} _11;
+
+layout(binding = 2, std430) readonly buffer _15_14
+{
+    _5 _m0;
+} _14;
+
+float _51(float _50)
+{
+    return 1.0 / (1.0 + exp(-_50));
+}
+
+float _19(float _18)
+{
+    float _29 = abs(_18);
+    float _32 = 1.0 / (1.0 + (0.3275910913944244384765625 * _29));
+    return sign(_18) * (1.0 - ((_32 * (0.254829585552215576171875 + (_32 * ((-0.284496724605560302734375) + (_32 * (1.42141377925872802734375 + (_32 * ((-1.45315206050872802734375) + (_32 * 1.0614054203033447265625))))))))) * exp((-_29) * _29)));
+}
+
+void main()
+{
+    float _82 = 0.0;
+    uint _92 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_92 >= _14._m0._m0)
+    {
+        return;
+    }
+    switch (_14._m0._m1)
+    {
+        case 0u:
+        {
+            _82 = max(_8._m0[_92], 0.0);
+            break;
+        }
+        case 1u:
+        {
+            _82 = _51(_8._m0[_92]);
+            break;
+        }
+        case 2u:
+        {
+            _82 = _8._m0[_92] * _51(_8._m0[_92]);
+            break;
+        }
+        case 3u:
+        {
+            _82 = (0.5 * _8._m0[_92]) * (1.0 + _19(_8._m0[_92] * 0.707106769084930419921875));
+            break;
+        }
+        case 4u:
+        {
+            _82 = _8._m0[_92] * _51(1.5957691669464111328125 * (_8._m0[_92] + (((0.0447149984538555145263671875 * _8._m0[_92]) * _8._m0[_92]) * _8._m0[_92])));
+            break;
+        }
+        case 5u:
+        {
+            _82 = clamp(_8._m0[_92], _14._m0._m2, _14._m0._m3);
+            break;
+        }
+        case 6u:
+        {
+            _82 = clamp((_14._m0._m2 * _8._m0[_92]) + _14._m0._m3, 0.0, 1.0);
+            break;
+        }
+        case 7u:
+        {
+            _82 = (_8._m0[_92] * clamp(_8._m0[_92] + 3.0, 0.0, 6.0)) / 6.0;
+            break;
+        }
+        default:
+        {
+            _82 = sqrt(_8._m0[_92]);
+            break;
+        }
+    }
+    _11._m0[_92] = _82;
+}
+

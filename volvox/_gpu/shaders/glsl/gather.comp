@@ -1,0 +1,92 @@
+#version 430
+layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
+
+struct _6
+{
+    uint _m0;
+    uint _m1;
+    uint _m2;
+    uint _m3;
+    uint _m4;
+    uint _m5;
+    int _m6;
+    int _m7;
+    int _m8;
+    int _m9;
+    int _m10;
+    int _m11;
+    int _m12;
+    uint _m13;
+    uint _m14;
+    uint _m15;
+    uint _m16;
+    uint _m17;
+    uint _m18;
+    uint _m19;
+    uint _m20;
+    uint _m21;
+    uint _m22;
+    uint _m23;
+    uint _m24;
+    float _m25;
+};
+
+layout(binding = 0, std430) readonly buffer _10_9
+{
+    float _m0[];
+} _9;
+
+layout(binding = 1, std430) buffer _13_12
+{
+    float _m0[];
+} _12;
+
+layout(binding = 2, std430) readonly buffer _16_15
+{
+    _6 _m0;
+} _15;
+
+uint _18(uint _20, uint _21)
+{
+    return _20 % ((_21 == 0u) ? 1u : _21);
+}
+
+uint _29(uint _30, uint _31)
+{
+    return _30 / ((_31 == 0u) ? 1u : _31);
+}
+
+void main()
+{
+    uint _54 = 0u;
+    float _57 = 0.0;
+    uint _67 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_67 >= _15._m0._m0)
+    {
+        return;
+    }
+    _54 = _67;
+    uint _78 = _18(_54, _15._m0._m5);
+    int _84 = int(_78) - int(_15._m0._m18);
+    _54 = _29(_54, _15._m0._m5);
+    uint _93 = _18(_54, _15._m0._m4);
+    int _99 = int(_93) - int(_15._m0._m17);
+    _54 = _29(_54, _15._m0._m4);
+    uint _108 = _18(_54, _15._m0._m3);
+    int _114 = int(_108) - int(_15._m0._m16);
+    _54 = _29(_54, _15._m0._m3);
+    uint _123 = _18(_54, _15._m0._m2);
+    int _129 = int(_123) - int(_15._m0._m15);
+    _54 = _29(_54, _15._m0._m2);
+    uint _137 = _18(_54, _15._m0._m1);
+    int _143 = int(_137) - int(_15._m0._m14);
+    _54 = _29(_54, _15._m0._m1);
+    int _154 = int(_54) - int(_15._m0._m13);
+    _57 = _15._m0._m25;
+    if ((((((((((((_154 >= 0) && (_154 < int(_15._m0._m19))) && (_143 >= 0)) && (_143 < int(_15._m0._m20))) && (_129 >= 0)) && (_129 < int(_15._m0._m21))) && (_114 >= 0)) && (_114 < int(_15._m0._m22))) && (_99 >= 0)) && (_99 < int(_15._m0._m23))) && (_84 >= 0)) && (_84 < int(_15._m0._m24)))
+    {
+        _57 = _9._m0[uint((((((_15._m0._m12 + (_154 * _15._m0._m6)) + (_143 * _15._m0._m7)) + (_129 * _15._m0._m8)) + (_114 * _15._m0._m9)) + (_99 * _15._m0._m10)) + (_84 * _15._m0._m11))];
+    }
+    _12._m0[_67] = _57;
+}
+

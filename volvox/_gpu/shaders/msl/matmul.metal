@@ -1,0 +1,201 @@
+#pragma clang diagnostic ignored "-Wmissing-prototypes"
+#pragma clang diagnostic ignored "-Wmissing-braces"
+
+#include <metal_stdlib>
+#include <simd/simd.h>
+
+using namespace metal;
+
+template<typename T, size_t Num>
+struct spvUnsafeArray
+{
+    T elements[Num ? Num : 1];
+    
+    thread T& operator [] (size_t pos) thread
+    {
+        return elements[pos];
+    }
+    constexpr const thread T& operator [] (size_t pos) const thread
+    {
+        return elements[pos];
+    }
+    
+    device T& operator [] (size_t pos) device
+    {
+        return elements[pos];
+    }
+    constexpr const device T& operator [] (size_t pos) const device
+    {
+        return elements[pos];
+    }
+    
+    constexpr const constant T& operator [] (size_t pos) const constant
+    {
+        return elements[pos];
+    }
+    
+    threadgroup T& operator [] (size_t pos) threadgroup
+    {
+        return elements[pos];
+    }
+    constexpr const threadgroup T& operator [] (size_t pos) const threadgroup
+    {
+        return elements[pos];
+    }
+};
+
+struct _4
+{
+    uint _m0;
+    uint _m1;
+    uint _m2;
+    uint _m3;
+    uint _m4;
+    uint _m5;
+    uint _m6;
+    uint _m7;
+    uint _m8;
+    uint _m9;
+};
+
+struct _12
+{
+    float _m0[1];
+};
+
+struct _15
+{
+    float _m0[1];
+};
+
+struct _18
+{
+    float _m0[1];
+};
+
+struct _21
+{
+    float _m0[1];
+};
+
+struct _24
+{
+    _4 _m0;
+};
+
+constant spvUnsafeArray<float, 256> _28 = spvUnsafeArray<float, 256>({ 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0 });
+
+static inline __attribute__((always_inline))
+float _32(float _31)
+{
+    float _42 = abs(_31);
+    float _45 = 1.0 / (1.0 + (0.3275910913944244384765625 * _42));
+    return sign(_31) * (1.0 - ((_45 * (0.254829585552215576171875 + (_45 * ((-0.284496724605560302734375) + (_45 * (1.42141377925872802734375 + (_45 * ((-1.45315206050872802734375) + (_45 * 1.0614054203033447265625))))))))) * exp((-_42) * _42)));
+}
+
+static inline __attribute__((always_inline))
+float _65(float _63, uint _64)
+{
+    switch (_64)
+    {
+        case 1u:
+        {
+            return fast::max(_63, 0.0);
+        }
+        case 2u:
+        {
+            return fast::clamp(_63, 0.0, 6.0);
+        }
+        case 3u:
+        {
+            return _63 / (1.0 + exp(-_63));
+        }
+        case 4u:
+        {
+            return (0.5 * _63) * (1.0 + _32(_63 * 0.707106769084930419921875));
+        }
+        default:
+        {
+            return _63;
+        }
+    }
+    return 0.0;
+}
+
+kernel void main0(const device _12& _11 [[buffer(0)]], const device _15& _14 [[buffer(1)]], const device _18& _17 [[buffer(2)]], device _21& _20 [[buffer(3)]], const device _24& _23 [[buffer(4)]], uint3 gl_WorkGroupID [[threadgroup_position_in_grid]], uint3 gl_LocalInvocationID [[thread_position_in_threadgroup]])
+{
+    float _107 = 0.0;
+    uint _109 = 0u;
+    float _111 = 0.0;
+    float _113 = 0.0;
+    float _117 = 0.0;
+    uint2 _154 = uint2(4294967295u);
+    uint2 _237 = uint2(4294967295u);
+    threadgroup float _26[256];
+    threadgroup float _29[256];
+    uint _123 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
+    uint _127 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
+    uint _131 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
+    uint _137 = gl_WorkGroupID.z * _23._m0._m6;
+    uint _142 = gl_WorkGroupID.z * _23._m0._m7;
+    for (;;)
+    {
+        if (all(uint2(0u) == _154))
+        {
+            break;
+        }
+        _154 -= uint2(uint(_154.y == 0u), 1u);
+        if (!(_109 < _23._m0._m1))
+        {
+            break;
+        }
+        uint _175 = _109 + gl_LocalInvocationID.x;
+        _111 = 0.0;
+        if ((_123 < _23._m0._m0) && (_175 < _23._m0._m1))
+        {
+            _111 = _11._m0[(_137 + (_123 * _23._m0._m1)) + _175];
+        }
+        _26[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _111;
+        _113 = 0.0;
+        if ((_131 < _23._m0._m2) && (_175 < _23._m0._m1))
+        {
+            _113 = _14._m0[(_142 + ((_23._m0._m3 + _131) * _23._m0._m4)) + (_175 * _23._m0._m5)];
+        }
+        _29[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _113;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        uint _115 = 0u;
+        for (;;)
+        {
+            if (all(uint2(0u) == _237))
+            {
+                break;
+            }
+            _237 -= uint2(uint(_237.y == 0u), 1u);
+            if (!(_115 < 16u))
+            {
+                break;
+            }
+            _107 += (_26[(gl_LocalInvocationID.y * 16u) + _115] * _29[(gl_LocalInvocationID.x * 16u) + _115]);
+            _115++;
+            continue;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        _109 += 16u;
+        continue;
+    }
+    if ((_123 < _23._m0._m0) && (_127 < _23._m0._m2))
+    {
+        _117 = _107;
+        if (_23._m0._m8 != 0u)
+        {
+            _117 += _17._m0[_127];
+        }
+        _20._m0[(((gl_WorkGroupID.z * _23._m0._m0) + _123) * _23._m0._m2) + _127] = _65(_117, _23._m0._m9);
+        return;
+    }
+    else
+    {
+        return;
+    }
+}
+

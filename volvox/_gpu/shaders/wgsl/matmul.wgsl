@@ -1,0 +1,75 @@
+// y[b] = act(x[b] @ W[b]^T + bias) per batch b (grid z): x (M, K) row-major, W read as (N, K) through
+// strides (w_n, w_k), so a linear weight (N, K) has (K, 1) and a matmul's right operand (K, N) has (1, N);
+// batch strides 0 broadcast an operand. linear: W's rows start at w_row (linear_split reads a block).
+// 16x16 output tile per workgroup, K walked in 16-wide slices staged in workgroup memory.
+// act: 0 none, 1 relu, 2 relu6, 3 silu, 4 gelu (erf).
+
+struct Params {
+    M: u32,
+    K: u32,
+    N: u32,
+    w_row: u32,     // first weight row (linear_split reads a block of rows)
+    w_n: u32,       // W stride between rows n
+    w_k: u32,       // W stride between columns k
+    x_batch: u32,   // batch strides (0: broadcast)
+    w_batch: u32,
+    has_bias: u32,
+    act: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;        // (M, K)
+@group(0) @binding(1) var<storage, read> w: array<f32>;        // (rows, K) or (K, N)
+@group(0) @binding(2) var<storage, read> bias: array<f32>;     // (N,) or a dummy
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;  // (batch, M, N)
+@group(0) @binding(4) var<storage, read> P: Params;
+
+const TS: u32 = 16u;
+var<workgroup> xs: array<f32, 256>;  // (TS rows, TS k)
+var<workgroup> ws: array<f32, 256>;  // (TS cols, TS k)
+
+fn erf_approx(v: f32) -> f32 {
+    // Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
+    let a = abs(v);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    return sign(v) * (1.0 - poly * exp(-a * a));
+}
+
+fn activate(v: f32, act: u32) -> f32 {
+    switch act {
+        case 1u: { return max(v, 0.0); }
+        case 2u: { return clamp(v, 0.0, 6.0); }
+        case 3u: { return v / (1.0 + exp(-v)); }
+        case 4u: { return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); }
+        default: { return v; }
+    }
+}
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let row = wid.y * TS + lid.y;
+    let col = wid.x * TS + lid.x;
+    let wrow = wid.x * TS + lid.y;  // the weight row this thread stages
+    let xb = wid.z * P.x_batch;
+    let wb = wid.z * P.w_batch;
+    var acc = 0.0;
+    for (var k0 = 0u; k0 < P.K; k0 = k0 + TS) {
+        let k = k0 + lid.x;
+        var xv = 0.0;
+        if (row < P.M && k < P.K) { xv = x[xb + row * P.K + k]; }
+        xs[lid.y * TS + lid.x] = xv;
+        var wv = 0.0;
+        if (wrow < P.N && k < P.K) { wv = w[wb + (P.w_row + wrow) * P.w_n + k * P.w_k]; }
+        ws[lid.y * TS + lid.x] = wv;
+        workgroupBarrier();
+        for (var kk = 0u; kk < TS; kk = kk + 1u) {
+            acc = acc + xs[lid.y * TS + kk] * ws[lid.x * TS + kk];
+        }
+        workgroupBarrier();
+    }
+    if (row < P.M && col < P.N) {
+        var v = acc;
+        if (P.has_bias != 0u) { v = v + bias[col]; }
+        y[(wid.z * P.M + row) * P.N + col] = activate(v, P.act);
+    }
+}
