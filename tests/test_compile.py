@@ -86,3 +86,37 @@ def test_trace_is_chrome_json(tmp_path):
     assert len(trace) % n_nodes == 0 and len(trace) >= 2 * n_nodes
     ev = trace[0]
     assert ev["ph"] == "X" and ev["dur"] >= 0 and ev["args"]["backend"] == "cpu" and ev["args"]["shapes"]
+
+
+VISION_MODELS = {"efficientnet-lite0": {}, "blazeface-short-range": {}, "mltk-person-detection": {},
+                 "pp-ocrv4-rec": {"?": 48, "p2o.DynamicDimension.1": 160}}
+
+
+@pytest.mark.parametrize("name", sorted(VISION_MODELS))
+def test_every_vision_model_same_with_passes_on_and_off(name):
+    """Every model the project runs computes the same outputs with every pass on and with none."""
+    rng = np.random.default_rng(0)
+    with volvox.load(name) as on, volvox.load(name, optimize=False) as off:
+        feeds = {}
+        for spec in on.graph.inputs:
+            shape = [d if isinstance(d, int) else VISION_MODELS[name][d] for d in spec.shape]
+            feeds[spec.name] = rng.uniform(-1, 1, shape).astype(spec.dtype)
+        got, want = on.run(feeds), off.run(feeds)
+    for key in want:
+        if want[key].dtype.kind in "iu":
+            np.testing.assert_array_equal(got[key], want[key])
+        else:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5 * np.abs(want[key]).max())
+
+
+def test_conv_activation_fusion_and_noop_reshape(tmp_path):
+    x = TensorSpec("x", (1, 6, 6, 2), "float32")
+    w = {"w": np.random.default_rng(1).standard_normal((3, 3, 3, 2)).astype(np.float32)}
+    g = Graph([x], {"w": TensorSpec("w", (3, 3, 3, 2), "float32")}, [
+        Node("conv", "conv2d", {"x": "x", "weight": "w"}, {"y": "c"}, {"strides": [1, 1], "pads": [1, 1, 1, 1]}),
+        Node("same", "reshape", {"x": "c"}, {"y": "r"}, {"shape": [1, 6, 6, 3]}),
+        Node("act", "clip", {"x": "r"}, {"y": "out"}, {"min": 0, "max": 6}),
+    ], ["out"])
+    g.validate()
+    compiled, weights, _ = compile_graph(g, w, ["elide_noop_reshapes", "fuse_conv_activation"])
+    assert [(n.op, n.params.get("activation")) for n in compiled.nodes] == [("conv2d", "relu6")]

@@ -12,12 +12,15 @@ from typing import Any, Callable
 
 from ..errors import UnsupportedError
 from ..graph import Graph
+from .fuse_conv import elide_noop_reshapes, fuse_conv_activation
 from .fuse_linear import fuse_swiglu, merge_sibling_linears
 
 Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 
 # In order: swiglu first, so gate/up pairs are taken before sibling merging sees them.
 PASSES: dict[str, Pass] = {
+    "elide_noop_reshapes": elide_noop_reshapes,
+    "fuse_conv_activation": fuse_conv_activation,
     "fuse_swiglu": fuse_swiglu,
     "merge_sibling_linears": merge_sibling_linears,
 }

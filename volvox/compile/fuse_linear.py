@@ -25,7 +25,7 @@ def stack_rows(ws: list) -> Any:
     return np.concatenate([np.asarray(w) for w in ws])
 
 
-class _Index:
+class GraphIndex:
     """Producer and consumers of every tensor of a graph."""
 
     def __init__(self, graph: Graph):
@@ -68,7 +68,7 @@ def _rebuild(graph: Graph, weights: dict, nodes: list[Node], new_specs: dict[str
 
 def fuse_swiglu(graph: Graph, weights: dict) -> tuple[Graph, dict]:
     """mul(silu(x Wg^T), x Wu^T) -> swiglu(x [Wg; Wu]^T): one matmul and one elementwise op."""
-    idx, weights, new_specs = _Index(graph), dict(weights), {}
+    idx, weights, new_specs = GraphIndex(graph), dict(weights), {}
     replaced: dict[str, list[Node]] = {}  # id of the mul node -> its replacement
     dropped: set[str] = set()
     for m in graph.nodes:
