@@ -6,9 +6,11 @@ same table VOLVOX_ISA selects at import); VOLVOX_ISA itself is tested in subproc
 Two references per quantized case:
 
 * strict: the dequantized weights times the activation *after* the kernel's declared
-  8-bit activation quantization (q = rint(x / d), d = amax / 127 per 32 values, per
-  256 for k-quants), emulated in numpy. The integer dot products are exact, so only
-  float rounding remains: |y - ref| <= 1e-6 * (|x_q| @ |w|.T) per element.
+  8-bit activation quantization, which is ggml's x86 one bit for bit (q8_0 / q8_1 per 32
+  values: d = fp16(amax / 127), q = rint(x * (127 / amax)), q8_1's s = fp16(d * sum q);
+  q8_K per 256: iscale = -127 / max, q = min(127, rint(iscale * x)), d = 1 / iscale),
+  emulated in numpy. The integer dot products are exact, so only float rounding
+  remains: |y - ref| <= 1e-6 * (|x_q| @ |w|.T) per element.
 * float: the dequantized weights times the *unquantized* activation, by NMSE pooled
   over the case table. The error source is the activation rounding: variance d^2/12
   with d = amax/127. For Gaussian activations amax is ~2.4 sigma over 32 values
@@ -43,10 +45,6 @@ def kdim(wtype):
     return {"q4_k": 512, "q6_k": 768, "f32": 37, "f16": 101}.get(wtype, 160)
 
 
-def act_block(wtype):
-    return 256 if wtype in ("q4_k", "q6_k") else 32
-
-
 def make_weight(rng, wtype, n, k):
     """(weight argument for linear, its float32 (n, k) values)."""
     if wtype in ("q4_k", "q6_k"):
@@ -68,14 +66,60 @@ def make_weight(rng, wtype, n, k):
     return qt, dequantize_ref(qt)
 
 
-def quantize_activation(x, block):
-    """numpy emulation of the kernels' activation quantization (see module doc)."""
+def ggml_q8_0(x):
+    """numpy emulation of ggml's x86 quantize_row_q8_0 (AVX path): (q int8 (M, K),
+    d float32 (M, K/32) = fp16(amax / 127)); q = rint(x * (127 / amax)), ties to even."""
     m, k = x.shape
-    b = x.reshape(m, k // block, block)
-    d = (np.abs(b).max(-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    b = x.reshape(m, k // 32, 32)
+    amax = np.abs(b).max(-1)                                            # (M, K/32)
+    d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
     with np.errstate(divide="ignore"):
-        inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
-    return (np.rint(b * inv) * d).reshape(m, k)
+        iscale = np.where(amax == 0, np.float32(0), np.float32(127) / amax).astype(np.float32)
+    q = np.rint(b * iscale[..., None]).astype(np.int8).reshape(m, k)
+    return q, d
+
+
+def ggml_q8_1_s(x, q):
+    """s of ggml's quantize_row_q8_1: fp16(d * sum(q)) with d = amax / 127 unrounded."""
+    m, k = x.shape
+    d = np.abs(x.reshape(m, k // 32, 32)).max(-1) / np.float32(127)
+    total = q.reshape(m, k // 32, 32).astype(np.int32).sum(-1).astype(np.float32)
+    return (d * total).astype(np.float16).astype(np.float32)
+
+
+def ggml_q8_K(x):
+    """numpy emulation of ggml's quantize_row_q8_K_ref: (q int8 (M, K), d float32 (M, K/256))."""
+    m, k = x.shape
+    b = x.reshape(m, k // 256, 256)
+    mx = np.take_along_axis(b, np.abs(b).argmax(-1)[..., None], -1)[..., 0]  # first largest |x|
+    with np.errstate(divide="ignore"):
+        iscale = np.where(mx == 0, np.float32(0), np.float32(-127) / mx).astype(np.float32)
+        d = np.where(mx == 0, np.float32(0), np.float32(1) / iscale).astype(np.float32)
+    q = np.minimum(np.rint(b * iscale[..., None]), 127).astype(np.int8).reshape(m, k)
+    return q, d
+
+
+def quantize_activation(x, wtype):
+    """The activation values the kernels multiply `wtype` weights with, float64 (M, K)."""
+    m, k = x.shape
+    if wtype in ("q4_k", "q6_k"):
+        q, d = ggml_q8_K(x)
+        blk = 256
+    else:
+        q, d = ggml_q8_0(x)
+        blk = 32
+    return (q.reshape(m, k // blk, blk) * d[..., None].astype(np.float64)).reshape(m, k)
+
+
+def q4_1_offset_correction(x, w):
+    """(M, N): what q8_1's fp16-rounded s adds to xq @ w.T for q4_1 weights w:
+    sum over blocks of m_block * (s - d * sum(q))."""
+    q, d = ggml_q8_0(x)
+    m, k = x.shape
+    sq = q.reshape(m, k // 32, 32).astype(np.float64).sum(-1)                     # (M, nb)
+    ds = ggml_q8_1_s(x, q).astype(np.float64) - d.astype(np.float64) * sq          # (M, nb)
+    mins = np.ascontiguousarray(w.data.reshape(w.shape[0], k // 32, 20)[..., 2:4]).view("<f2")[..., 0]
+    return ds @ mins.astype(np.float64).T
 
 
 @pytest.fixture(params=TIERS)
@@ -108,8 +152,10 @@ def test_linear_matches_reference(tier, wtype):
             err2 += float(((y - exact) ** 2).sum())
             ref2 += float((exact ** 2).sum())
             if wtype in QTYPES:
-                xq = quantize_activation(x, act_block(wtype)).astype(np.float64)
+                xq = quantize_activation(x, wtype)
                 strict = xq @ wf64.T
+                if wtype == "q4_1":
+                    strict += q4_1_offset_correction(x, w)
                 scale = np.abs(xq) @ np.abs(wf64).T + 1e-30
                 worst = float((np.abs(y - strict) / scale).max())
                 assert worst <= 1e-6, f"{wtype} M={m} N={n}: {worst:.3g}"
@@ -173,6 +219,100 @@ def test_linear_threads_bit_identical():
         K.set_num_threads(n0)
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_array_equal(y1, y3)
+
+
+def awkward_activations(rng, m, k):
+    """float32 (m, k) with the cases where quantizers part ways, one per 32-block row:
+    Gaussian, exact .5 ties (amax 127: x * 127 / amax = x), all zero, tiny (fp16
+    subnormal d = amax / 127), huge, a block whose largest |x| appears as +a and -a."""
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[0, :32] = np.arange(-15.5, 16.5, 1.0, dtype=np.float32)
+    x[0, 31] = 127.0
+    x[1 % m, 32:64] = 0.0
+    x[2 % m, 64:96] *= np.float32(3e-4)
+    x[3 % m, 96:128] *= np.float32(1e4)
+    x[4 % m, 0:2] = [-9.0, 9.0]
+    return x
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_activation_quantization_is_ggml(tier, qtype):
+    """The act rows equal ggml's x86 quantize_row_q8_0 / q8_1 / q8_K bit for bit."""
+    rng = np.random.default_rng(11)
+    k = 512
+    x = awkward_activations(rng, 7, k)
+    got = K._quantize_activation(x, qtype)
+    if qtype in ("q4_k", "q6_k"):
+        q, d = ggml_q8_K(x)
+        np.testing.assert_array_equal(got["qs"], q)
+        np.testing.assert_array_equal(got["d"].view(np.uint32), d.view(np.uint32))
+        np.testing.assert_array_equal(got["bsums"], q.reshape(7, -1, 16).astype(np.int32).sum(-1))
+        return
+    q, d = ggml_q8_0(x)
+    np.testing.assert_array_equal(got["qs"], q)
+    np.testing.assert_array_equal(got["d"].view(np.uint32), d.view(np.uint32))
+    if qtype == "q4_1":
+        s = ggml_q8_1_s(x, q)
+    else:  # q8_0 activations have no s; the kernels keep the exact d * sum(q)
+        s = d * q.reshape(7, -1, 32).astype(np.int32).sum(-1).astype(np.float32)
+    np.testing.assert_array_equal(got["s"].view(np.uint32), s.view(np.uint32))
+    assert got["qs"][0, 15] == -0 and got["qs"][0, 16] == 0 and got["qs"][0, 18] == 2  # -0.5, 0.5, 2.5 tie to even
+
+
+def test_q8_0_matches_gguf_reference():
+    """Against gguf-py's quantize(Q8_0), ggml's *reference* q8_0 (quantize_row_q8_0_ref).
+
+    d is the same fp16(amax / 127) bit for bit. The quants differ only where ggml's x86
+    path itself differs from its reference: x86 scales by 127 / amax and rounds half to
+    even; the reference scales by 1 / d (one ulp away at times) and rounds half away from
+    zero. Everywhere else they are equal."""
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(12)
+    x = awkward_activations(rng, 64, 576)
+    ref = gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0).reshape(64, 18, 34)
+    ref_d = np.ascontiguousarray(ref[..., :2]).view(np.float16)[..., 0].astype(np.float32)
+    ref_q = np.ascontiguousarray(ref[..., 2:]).view(np.int8).reshape(64, 576)
+    got = K._quantize_activation(x, "q8_0")
+    np.testing.assert_array_equal(got["d"], ref_d)
+    b = x.reshape(64, 18, 32)
+    amax = np.abs(b).max(-1, keepdims=True)
+    d32 = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        v_ref = b * np.where(d32 == 0, np.float32(0), np.float32(1) / d32).astype(np.float32)
+        v_x86 = b * np.where(amax == 0, np.float32(0), np.float32(127) / amax).astype(np.float32)
+    # where the two rules part: .5 ties, and the ulp between 1 / d and 127 / amax
+    may_differ = (np.sign(v_ref) * np.floor(np.abs(v_ref) + np.float32(0.5)) != np.rint(v_x86)).reshape(64, 576)
+    np.testing.assert_array_equal(got["qs"][~may_differ], ref_q[~may_differ])
+    assert (got["qs"] != ref_q).any()  # the tie row: 2.5 -> 2 on x86, 3 in the reference
+    assert may_differ.mean() < 0.01
+
+
+@pytest.mark.parametrize("wtype", ["q4_0", "q4_1", "q8_0"])
+def test_simd_tiers_bit_identical(wtype):
+    """avx2 and avx512 multiply in ggml's order: the same bits, every shape."""
+    simd = [t for t in TIERS if t in ("avx2", "avx512")]
+    if len(simd) < 2:
+        pytest.skip("needs the avx2 and avx512 tiers")
+    rng = np.random.default_rng(13)
+    before = K.isa()
+    try:
+        for n, kk, m in [(1, 32, 1), (3, 96, 5), (257, 160, 17), (6, 576, 4)]:
+            w, _ = make_weight(rng, wtype, n, kk)
+            x = rng.standard_normal((m, kk)).astype(np.float32)
+            outs = []
+            for t in simd:
+                K._set_isa_for_testing(t)
+                outs.append(K.linear(x, w))
+            np.testing.assert_array_equal(outs[0], outs[1])
+    finally:
+        K._set_isa_for_testing(before)
+
+
+def test_quantize_activation_rejects_bad_input():
+    with pytest.raises(ShapeError):
+        K._quantize_activation(np.zeros((2, 48), np.float32), "q8_0")
+    with pytest.raises(KernelError):
+        K._quantize_activation(np.zeros((2, 64), np.float32), "f32")
 
 
 @pytest.mark.parametrize("wtype", WTYPES)
@@ -269,9 +409,10 @@ def test_real_smollm2_weights(tier, smollm2_gguf_path):
         wf = dequantize_ref(qt).astype(np.float64)
         x = rng.standard_normal((5, cols)).astype(np.float32)
         y = K.linear(x, qt)
-        xq = quantize_activation(x, 32).astype(np.float64)
+        xq = quantize_activation(x, qt.qtype)
+        strict = xq @ wf.T + (q4_1_offset_correction(x, qt) if qt.qtype == "q4_1" else 0.0)
         scale = np.abs(xq) @ np.abs(wf).T
-        assert np.all(np.abs(y - xq @ wf.T) <= 1e-6 * scale), name
+        assert np.all(np.abs(y - strict) <= 1e-6 * scale), name
         exact = x.astype(np.float64) @ wf.T
         assert ((y - exact) ** 2).sum() / (exact ** 2).sum() <= NMSE_QUANT, name
         ids = np.array([0, rows - 1, rows // 3], np.int64)

@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Benchmark volvox's quantized linear kernels against numpy float32 matmul.
+"""Benchmark volvox's CPU kernels against a peer in the same run.
+
+Quantized linear vs numpy float32 matmul; causal GQA attention over a KV cache vs
+torch's scaled_dot_product_attention (when torch is installed) and volvox's numpy
+reference (attention_ref).
 
 SmolLM2-135M shapes (hidden 576, ffn 1536, vocab 49152): M=1 GEMV (decode) and
 M=32 / 512 GEMM (prefill), at 1 and 2 threads. For every case it prints
@@ -104,6 +108,60 @@ def child(threads: int, isa: str | None, quick: bool) -> None:
     nbytes = 30 * sum(w.nbytes for w in ws) + head.nbytes
     print(f"SmolLM2-135M decode matmuls only (211 linear calls, {nbytes / 1e6:.1f} MB): "
           f"{tt * 1e3:.2f} ms/token = {1 / tt:.0f} tok/s upper bound, {nbytes / tt / 1e9:.1f} GB/s")
+    bench_attention(threads, min_time)
+
+
+# (label, new query rows, cached rows before them): SmolLM2 heads (9 q, 3 kv, 64 dims)
+ATTN = [("decode   T=64 ", 1, 63), ("decode   T=512", 1, 511), ("decode   T=2048", 1, 2047),
+        ("prefill  S=32 ", 32, 0), ("prefill  S=512", 512, 0)]
+
+
+def bench_attention(threads: int, min_time: float) -> None:
+    """volvox.kernels.attention vs torch SDPA (causal, GQA expanded) and attention_ref."""
+    import volvox.kernels as K
+    from volvox.ops.attention import attention_ref
+    from volvox.runtime.executor import RunContext
+    from volvox.runtime.kv_cache import KVCache
+
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    nh, nkv, hd = 9, 3, 64
+    rng = np.random.default_rng(1)
+    print(f"\n{'attention':16s} {'seq':>4s} {'T':>5s} | {'volvox us':>10s} | {'torch us':>10s} {'speedup':>7s} | "
+          f"{'numpy us':>10s} {'speedup':>7s}")
+    for label, seq, start in ATTN:
+        total = seq + start
+        kc = rng.standard_normal((nkv, total, hd)).astype(np.float32)   # (nkv, T, hd)
+        vc = rng.standard_normal((nkv, total, hd)).astype(np.float32)
+        q = rng.standard_normal((seq, nh * hd)).astype(np.float32)      # (seq, nh*hd)
+        tv = timeit(lambda: K.attention(q, kc, vc, start, nh, hd ** -0.5), min_time)
+        tt_s = "-"
+        sp_t = "-"
+        if torch is not None:
+            qt = torch.from_numpy(q.reshape(seq, nh, hd).transpose(1, 0, 2).copy())[None]   # (1, nh, seq, hd)
+            kt = torch.from_numpy(kc).repeat_interleave(nh // nkv, 0)[None]                 # (1, nh, T, hd)
+            vt = torch.from_numpy(vc).repeat_interleave(nh // nkv, 0)[None]
+            mask = torch.ones(seq, total, dtype=torch.bool).tril(start)                     # causal at offset
+            f = torch.nn.functional.scaled_dot_product_attention
+            with torch.no_grad():
+                tt = timeit(lambda: f(qt, kt, vt, attn_mask=mask), min_time)
+            tt_s, sp_t = f"{tt * 1e6:10.1f}", f"{tt / tv:6.2f}x"
+        p = {"n_heads": nh, "n_kv_heads": nkv, "head_dim": hd}
+        k_new = kc[:, start:].transpose(1, 0, 2).reshape(seq, nkv * hd)
+        v_new = vc[:, start:].transpose(1, 0, 2).reshape(seq, nkv * hd)
+
+        def ref():
+            ctx = RunContext(kv=KVCache(1, nkv, hd, total), pos=start)
+            ctx.kv.keys[0][:] = kc
+            ctx.kv.values[0][:] = vc
+            attention_ref(ctx, p, q, k_new, v_new)
+
+        tn = timeit(ref, min_time) if total <= 2048 else float("nan")
+        print(f"{label:16s} {seq:4d} {total:5d} | {tv * 1e6:10.1f} | {tt_s:>10s} {sp_t:>7s} | "
+              f"{tn * 1e6:10.1f} {tn / tv:6.2f}x", flush=True)
 
 
 def main() -> None:

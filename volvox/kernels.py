@@ -15,6 +15,9 @@ number of physical cores available to this process).
     linear(x, w, out=None)          y = x @ w.T   (quantized or f32/f16 weights)
     embedding(table, ids)           rows of a (quantized) table
     rms_norm(x, weight, eps, out=None)
+    attention(q, k_cache, v_cache, start, n_heads, scale, window=0)   causal GQA over a KV cache
+    rope(x, positions, head_dim, ...)   rotary embedding (ggml's arithmetic)
+    swiglu(x), silu(x)              silu(gate) * up for x = [gate | up]; silu
     isa(), available_isas(), set_num_threads(n), get_num_threads()
 """
 
@@ -35,8 +38,8 @@ except ImportError as exc:  # pragma: no cover - only without a build
         f"volvox's compiled kernels are missing ({exc}); build them with "
         "`pip install --no-build-isolation -e .` (developers) or `pip install .`") from exc
 
-__all__ = ["linear", "embedding", "rms_norm", "isa", "available_isas",
-           "set_num_threads", "get_num_threads"]
+__all__ = ["linear", "embedding", "rms_norm", "attention", "rope", "swiglu", "silu", "isa",
+           "available_isas", "set_num_threads", "get_num_threads"]
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
 
@@ -228,6 +231,39 @@ def linear(x, w, out=None) -> np.ndarray:
     return y[0] if vec else y
 
 
+def _align64(n: int) -> int:
+    return (n + 63) & ~63
+
+
+def _quantize_activation(x, qtype: str) -> dict[str, np.ndarray]:
+    """The 8-bit activation rows the kernels multiply `qtype` weights with (tests compare
+    them with ggml's quantize_row_q8_0 / q8_1 / q8_K); layout of csrc/vx_kernels.h.
+
+    x: float32 (M, K). Returns qs int8 (M, K) and, for 32-block types, d and s float32
+    (M, K/32); for k-quants, d float32 (M, K/256) and bsums int32 (M, K/16).
+    """
+    x2, _ = _f32_matrix(x, "x")
+    if qtype not in _QTYPE_CODE:
+        raise KernelError(f"no activation quantization for {qtype!r}")
+    code, (m, k) = _QTYPE_CODE[qtype], x2.shape
+    kq = qtype in ("q4_k", "q6_k")
+    block = 256 if kq else 32
+    if k % block:
+        raise ShapeError(f"{qtype} activations need a multiple of {block} values, got {k}")
+    rows = np.empty((m, _core.act_row_bytes(code, k)), np.uint8)  # (M, act row bytes)
+    _core.quantize_act(code, x2, rows)
+    out = {"qs": rows[:, :k].view(np.int8)}
+    if kq:
+        d0 = _align64(k)
+        out["d"] = rows[:, d0:d0 + 4 * (k // 256)].copy().view(np.float32)
+        b0 = d0 + _align64(4 * (k // 256))
+        out["bsums"] = rows[:, b0:b0 + 4 * (k // 16)].copy().view(np.int32)
+    else:
+        ds = rows[:, _align64(k):_align64(k) + 8 * (k // 32)].copy().view(np.float32)  # (M, K/32 * 2)
+        out["d"], out["s"] = ds[:, 0::2], ds[:, 1::2]
+    return out
+
+
 def embedding(table, ids) -> np.ndarray:
     """Rows `ids` of `table` as float32 (S, D).
 
@@ -271,3 +307,89 @@ def rms_norm(x, weight, eps, out=None) -> np.ndarray:
     if out is not None:
         return out
     return y[0] if vec else y
+
+
+def _f32_rows(a, name: str, ncols: int | None = None) -> np.ndarray:
+    """A 2-D float32 C-contiguous view or copy of `a` (ShapeError unless 2-D / ncols)."""
+    if not isinstance(a, np.ndarray):
+        raise KernelError(f"{name} must be a numpy array, got {type(a).__name__}")
+    if a.dtype != np.float32:
+        raise KernelError(f"{name} must be float32, got {a.dtype}")
+    if a.ndim != 2 or (ncols is not None and a.shape[1] != ncols):
+        want = f"(rows, {ncols})" if ncols is not None else "2-D"
+        raise ShapeError(f"{name} must be {want}, got shape {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, window: int = 0) -> np.ndarray:
+    """Causal grouped-query attention of new queries over a KV cache.
+
+    q:        float32 (seq, n_heads * head_dim), rows at absolute positions start..start+seq-1
+    k_cache:  float32 (n_kv_heads, capacity, head_dim), C-contiguous; rows 0..start+seq-1
+    v_cache:  the same for values (the new rows already written, as KVCache.append does)
+    window:   > 0 limits each query to the last `window` positions (sliding window)
+    Returns float32 (seq, n_heads * head_dim). Memory: one score row per thread (O(seq)).
+    On x86 SIMD tiers the arithmetic is ggml's, bit for bit (see csrc/vx_kernels.h).
+    """
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(c, np.ndarray) or c.dtype != np.float32 or c.ndim != 3 or not c.flags.c_contiguous:
+            raise KernelError(f"attention: {name} must be a C-contiguous float32 (n_kv_heads, capacity, head_dim) array")
+    if k_cache.shape != v_cache.shape:
+        raise ShapeError(f"attention: k_cache {k_cache.shape} and v_cache {v_cache.shape} differ")
+    nkv, cap, hd = k_cache.shape
+    if n_heads < 1 or nkv < 1 or n_heads % nkv:
+        raise ShapeError(f"attention: n_heads {n_heads} must be a positive multiple of n_kv_heads {nkv}")
+    q2 = _f32_rows(q, "q", n_heads * hd)
+    seq = q2.shape[0]
+    if start < 0 or start + seq > cap:
+        raise ShapeError(f"attention: positions {start}..{start + seq - 1} are outside the cache's {cap} rows")
+    if window < 0:
+        raise KernelError(f"attention: window must be >= 0, got {window}")
+    out = np.empty((seq, n_heads * hd), np.float32)  # (seq, n_heads * head_dim)
+    per = _core.attention_scratch_floats(start + seq, hd)
+    scratch = np.empty(get_num_threads() * per, np.float32)  # (threads, per) score rows + lane sums
+    _core.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch)
+    return out
+
+
+def rope(x, positions, head_dim: int, rope_dim: int | None = None, theta: float = 10000.0,
+         scale: float = 1.0, interleaved: bool = False) -> np.ndarray:
+    """Rotary position embedding of x (seq, heads * head_dim) at `positions` (seq,) ints.
+
+    Pairs (2i, 2i+1) when interleaved (GGUF / ggml LLaMA layout), else (i, i + rope_dim/2);
+    angle pos / scale * theta^(-2i/rope_dim), computed as ggml does (float32, repeated
+    multiplication, cosf / sinf), so results match llama.cpp bit for bit.
+    """
+    x2 = _f32_rows(x, "x")
+    rd = head_dim if rope_dim is None else int(rope_dim)
+    if head_dim < 1 or x2.shape[1] % head_dim or not (0 < rd <= head_dim and rd % 2 == 0):
+        raise ShapeError(f"rope: x {x2.shape} needs heads of {head_dim} with an even rope_dim <= head_dim, got {rd}")
+    if not isinstance(positions, np.ndarray) or positions.dtype.kind not in "iu" or positions.shape != (x2.shape[0],):
+        raise ShapeError(f"rope: positions must be an integer array of shape ({x2.shape[0]},)")
+    if not (theta > 0 and scale > 0):
+        raise KernelError(f"rope: theta and scale must be positive, got {theta}, {scale}")
+    y = np.empty_like(x2)  # (seq, heads * head_dim)
+    _core.rope(x2, np.ascontiguousarray(positions, dtype=np.longlong), x2.shape[1] // head_dim, head_dim,
+               rd, int(bool(interleaved)), float(theta), float(np.float32(1.0) / np.float32(scale)), y)
+    return y
+
+
+def swiglu(x) -> np.ndarray:
+    """silu(gate) * up for float32 x (rows, 2F) = [gate | up]; returns (rows, F)."""
+    x2 = _f32_rows(x, "x")
+    if x2.shape[1] % 2:
+        raise ShapeError(f"swiglu: x needs an even number of columns [gate | up], got {x2.shape[1]}")
+    y = np.empty((x2.shape[0], x2.shape[1] // 2), np.float32)  # (rows, F)
+    _core.swiglu(x2, y, True)
+    return y
+
+
+def silu(x) -> np.ndarray:
+    """x * sigmoid(x) for float32 x of any shape, with swiglu's arithmetic (silu(g) * u
+    equals swiglu([g | u]) bit for bit)."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise KernelError("silu: x must be a float32 numpy array")
+    x2 = np.ascontiguousarray(x).reshape(1, -1) if x.ndim != 2 else np.ascontiguousarray(x)
+    y = np.empty_like(x2)  # x's shape, rows kept when 2-D
+    _core.swiglu(x2, y, False)
+    return y.reshape(x.shape)

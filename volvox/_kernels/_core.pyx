@@ -4,15 +4,20 @@
 
 Everything here trusts its arguments: volvox.kernels validates dtypes, shapes and
 layouts once at the Python boundary, then calls in here, where the work runs
-without the GIL. Parallelism: `with nogil, parallel()` + `prange(schedule="static")`
-over activation rows (quantization) and over chunks of output features (the GEMM).
+without the GIL. Parallelism: `prange` over activation rows (quantization, norms, RoPE,
+SwiGLU), over (head, query row) items (attention) and, dynamically scheduled so a thread
+the OS delays does not hold the others back, over chunks of output features (the GEMM).
+One thread, or a GEMV's few rows of quantization, never enters an OpenMP region.
+Every output is computed by one thread in a fixed order: results do not depend on
+the thread count.
 """
-from cython.parallel cimport parallel, prange
+from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint8_t
 
 from volvox._kernels.vx cimport (
-    VX_F16, VX_F32, VX_NTYPES, vx_act_row_bytes, vx_dequant_fn, vx_gemm_fn, vx_get_table,
-    vx_quantize_fn, vx_table, vx_tier_count, vx_tier_name, vx_tier_supported,
+    VX_F16, VX_F32, VX_NTYPES, vx_act_row_bytes, vx_attn_scratch_floats, vx_attn_shape,
+    vx_dequant_fn, vx_gemm_fn, vx_get_table, vx_quantize_fn, vx_table, vx_tier_count,
+    vx_tier_name, vx_tier_supported,
 )
 
 # OpenMP shim (scikit-learn style): builds without OpenMP run every loop on one thread.
@@ -111,18 +116,47 @@ def gemm(int wtype, const uint8_t[:, ::1] w, int64_t K, const float[:, ::1] x,
     cdef int64_t i, c, n0, n1
     cdef float *yp = &y[0, 0]
 
+    if nt == 1 or (q != NULL and M <= 4):
+        # one thread, or a few rows: quantize here, without entering an OpenMP region
+        with nogil:
+            if q != NULL:
+                for i in range(M):
+                    q(K, &x[i, 0], &scratch[i * ab])
+            if nt == 1:
+                g(K, &w[0, 0], w_stride, N, a, a_stride, M, yp, N)
+        if nt == 1:
+            return
+        for c in prange(nchunks, nogil=True, schedule="dynamic", num_threads=nt):
+            n0 = c * CHUNK_ROWS
+            n1 = n0 + CHUNK_ROWS
+            if n1 > N:
+                n1 = N
+            g(K, &w[n0, 0], w_stride, n1 - n0, a, a_stride, M, yp + n0, N)
+        return
     with nogil, parallel(num_threads=nt):
         if q != NULL:
             # step 1: activation rows -> 8-bit act rows, (M, ab) bytes of scratch
             for i in prange(M, schedule="static"):
                 q(K, &x[i, 0], &scratch[i * ab])
         # step 2: output features in chunks; each chunk sees all M rows, 4 at a time
-        for c in prange(nchunks, schedule="static"):
+        for c in prange(nchunks, schedule="dynamic"):
             n0 = c * CHUNK_ROWS
             n1 = n0 + CHUNK_ROWS
             if n1 > N:
                 n1 = N
             g(K, &w[n0, 0], w_stride, n1 - n0, a, a_stride, M, yp + n0, N)
+
+
+def quantize_act(int wtype, const float[:, ::1] x, uint8_t[:, ::1] out):
+    """out[i] = the act row of x[i] for weights of type `wtype` (a quantized type; the
+    caller checked K and out's shape (M, act_row_bytes(wtype, K)))."""
+    cdef int64_t M = x.shape[0]
+    cdef int64_t K = x.shape[1]
+    cdef int64_t i
+    cdef vx_quantize_fn q = _tbl.quantize[wtype]
+    with nogil:
+        for i in range(M):
+            q(K, &x[i, 0], &out[i, 0])
 
 
 def embedding(int wtype, const uint8_t[:, ::1] table, int64_t D, const long long[::1] ids,
@@ -154,5 +188,81 @@ def rms_norm(const float[:, ::1] x, const float[::1] weight, float eps, float[:,
     if M == 0 or D == 0:
         return
     cdef int nt = _threads_for(M * D * 16)
+    if nt == 1:
+        with nogil:
+            for i in range(M):
+                _tbl.rms_norm(D, &x[i, 0], &weight[0], eps, &out[i, 0])
+        return
     for i in prange(M, nogil=True, schedule="static", num_threads=nt):
         _tbl.rms_norm(D, &x[i, 0], &weight[0], eps, &out[i, 0])
+
+
+def attention_scratch_floats(int64_t total, int64_t head_dim):
+    """Scratch floats attention() needs per thread for `total` cached positions."""
+    return vx_attn_scratch_floats(total, head_dim)
+
+
+def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :, ::1] vc,
+              int64_t start, int64_t n_heads, int64_t window, float scale, float[:, ::1] out,
+              float[::1] scratch):
+    """out (seq, n_heads*hd) = causal GQA attention of q (seq, n_heads*hd) over the cache
+    kc, vc (n_kv_heads, capacity, hd) whose first start+seq rows are filled.
+    scratch: get_num_threads() * attention_scratch_floats(start + seq, hd) floats."""
+    cdef vx_attn_shape s
+    s.seq = q.shape[0]
+    s.start = start
+    s.n_heads = n_heads
+    s.n_kv_heads = kc.shape[0]
+    s.head_dim = kc.shape[2]
+    s.kv_head_stride = kc.shape[1] * kc.shape[2]
+    s.window = window
+    s.scale = scale
+    cdef int64_t items = n_heads * s.seq
+    cdef int64_t it
+    cdef int64_t per = vx_attn_scratch_floats(start + s.seq, s.head_dim)
+    if items == 0:
+        return
+    cdef int nt = _threads_for(items * (start + s.seq) * s.head_dim * 4)
+    if nt == 1:
+        with nogil:
+            for it in range(items):
+                _tbl.attention(&s, &q[0, 0], &kc[0, 0, 0], &vc[0, 0, 0], it, &scratch[0], &out[0, 0])
+        return
+    for it in prange(items, nogil=True, schedule="static", num_threads=nt):
+        _tbl.attention(&s, &q[0, 0], &kc[0, 0, 0], &vc[0, 0, 0], it,
+                       &scratch[threadid() * per], &out[0, 0])
+
+
+def swiglu(const float[:, ::1] x, float[:, ::1] y, bint gated):
+    """gated: y[i] = silu(x[i, :F]) * x[i, F:] with F = y.shape[1] = x.shape[1] / 2;
+    else y[i] = silu(x[i]) (y has x's shape)."""
+    cdef int64_t M = x.shape[0]
+    cdef int64_t F = y.shape[1]
+    cdef int64_t i
+    if M == 0 or F == 0:
+        return
+    cdef int nt = _threads_for(M * F * 16)
+    if nt == 1:
+        with nogil:
+            for i in range(M):
+                _tbl.swiglu(F, &x[i, 0], &x[i, F] if gated else NULL, &y[i, 0])
+        return
+    for i in prange(M, nogil=True, schedule="static", num_threads=nt):
+        _tbl.swiglu(F, &x[i, 0], &x[i, F] if gated else NULL, &y[i, 0])
+
+
+def rope(const float[:, ::1] x, const long long[::1] pos, int64_t n_heads, int64_t head_dim,
+         int64_t rope_dim, int interleaved, float base, float freq_scale, float[:, ::1] y):
+    """y[i] = x[i] rotated for position pos[i] (heads of head_dim, first rope_dim dims)."""
+    cdef int64_t M = x.shape[0]
+    cdef int64_t i
+    if M == 0:
+        return
+    cdef int nt = _threads_for(M * n_heads * rope_dim * 8)
+    if nt == 1:
+        with nogil:
+            for i in range(M):
+                _tbl.rope(n_heads, head_dim, rope_dim, interleaved, pos[i], base, freq_scale, &x[i, 0], &y[i, 0])
+        return
+    for i in prange(M, nogil=True, schedule="static", num_threads=nt):
+        _tbl.rope(n_heads, head_dim, rope_dim, interleaved, pos[i], base, freq_scale, &x[i, 0], &y[i, 0])

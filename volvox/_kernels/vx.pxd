@@ -26,12 +26,28 @@ cdef extern from "vx_kernels.h" nogil:
     ctypedef void (*vx_rms_norm_fn)(int64_t D, const float *x, const float *weight, float eps,
                                     float *y) noexcept nogil
 
+    ctypedef struct vx_attn_shape:
+        int64_t seq, start, n_heads, n_kv_heads, head_dim, kv_head_stride, window
+        float scale
+    size_t vx_attn_scratch_floats(int64_t total, int64_t head_dim)
+    # One (head, query row) item of causal GQA attention over a KV cache.
+    ctypedef void (*vx_attn_fn)(const vx_attn_shape *s, const float *q, const float *kc,
+                                const float *vc, int64_t item, float *scratch,
+                                float *out) noexcept nogil
+    ctypedef void (*vx_swiglu_fn)(int64_t F, const float *gate, const float *up, float *y) noexcept nogil
+    ctypedef void (*vx_rope_fn)(int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+                                int interleaved, int64_t pos, float base, float freq_scale,
+                                const float *x, float *y) noexcept nogil
+
     ctypedef struct vx_table:
         const char *name
         vx_quantize_fn quantize[7]   # [VX_NTYPES]; NULL for f32 / f16
         vx_gemm_fn gemm[7]
         vx_dequant_fn dequant[7]
         vx_rms_norm_fn rms_norm
+        vx_attn_fn attention
+        vx_swiglu_fn swiglu
+        vx_rope_fn rope
 
     size_t vx_act_row_bytes(int wtype, int64_t K)
     int vx_tier_count()

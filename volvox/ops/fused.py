@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..graph import expect, same_dim
 from . import OpDef, register
 from .linear import linear_fast, linear_ref
@@ -24,6 +25,12 @@ def swiglu_ref(ctx, p, x):
     half = x.shape[-1] // 2
     gate, up = x[..., :half], x[..., half:]
     return (gate * (0.5 * (1.0 + np.tanh(0.5 * gate))) * up).astype(np.float32)
+
+
+def swiglu_fast(ctx, p, x):
+    """silu(gate) * up through the CPU kernel (ggml's vectorised expf on x86)."""
+    y = kernels.swiglu(x.reshape(-1, x.shape[-1]))
+    return y.reshape(x.shape[:-1] + (y.shape[-1],))
 
 
 def _linear_split_infer(specs, params):
@@ -55,4 +62,4 @@ def linear_split_fast(ctx, p, x, weight):
 
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
                _linear_split_infer, linear_split_ref, linear_split_fast))
-register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref))
+register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels
+from ..errors import WeightsError
 from ..graph import expect, same_dim
 from . import OpDef, register
 
@@ -12,6 +13,7 @@ from . import OpDef, register
 def _norm_infer(specs, params):
     x, w = specs["x"], specs["weight"]
     expect(x.dtype == "float32", f"x must be float32, got {x.describe()}")
+    expect(w.dtype == "float32", f"weight must be float32, got {w.describe()}")
     expect(len(w.shape) == 1 and same_dim(w.shape[0], x.shape[-1]),
            f"weight must be 1-D of x's last dim: {w.describe()} vs {x.describe()}")
     if "bias" in specs:
@@ -40,6 +42,19 @@ def layer_norm_ref(ctx, p, x, weight, bias=None):
     if bias is not None:
         y += bias
     return y.astype(np.float32)
+
+
+def check_norm_weights(graph, weights: dict, where: str) -> None:
+    """Refuse NaN / inf in the weights and biases of norm nodes (checked at load: they are small,
+    and one bad value would silently turn every activation after it into NaN)."""
+    for node in graph.nodes:
+        if node.op not in ("rms_norm", "layer_norm"):
+            continue
+        for port in ("weight", "bias"):
+            value = weights.get(node.inputs.get(port))
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise WeightsError(f"{where}: tensor {node.inputs[port]!r} ({port} of node {node.id!r}, "
+                                   f"{node.op}) holds NaN or inf")
 
 
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast))

@@ -10,37 +10,17 @@
  *
  * Hot spot: the 32-block GEMV (gemm_b32_* with m == 1): SmolLM2 decode streams
  * ~85 MB of q4_1 / q8_0 weights per token through it.
+ *
+ * Numerics: activation quantization and the x86 SIMD dot products follow ggml's x86
+ * code step for step (see vx_kernels.h), so results equal llama.cpp's bit for bit.
  */
 #include <math.h>
 #include <string.h>
 
-#include "vx_kernels.h"
+#include "vx_tier.h"
 
 /* The portable *_ref kernels stay compiled in every tier (reference + fallback). */
 #pragma GCC diagnostic ignored "-Wunused-function"
-
-#ifndef VX_TIER
-#error "compile with -DVX_TIER=<tier name>"
-#endif
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define VX_AVX2 1
-#include <immintrin.h>
-#endif
-#if defined(VX_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512VL__) && defined(__AVX512VNNI__)
-#define VX_AVX512 1
-#endif
-#if defined(__aarch64__) && defined(__ARM_NEON)
-#define VX_NEON 1
-#include <arm_neon.h>
-#endif
-
-#define VX_CAT2(a, b) a##_##b
-#define VX_CAT(a, b) VX_CAT2(a, b)
-#define VX_STR2(a) #a
-#define VX_STR(a) VX_STR2(a)
-#define VX_INLINE static inline __attribute__((always_inline, unused))
 
 /* ------------------------------------------------------------------------------------
  * fp16 <-> fp32
@@ -166,56 +146,6 @@ static void quantize_aK_ref(int64_t K, const float *x, void *act) {
         dd[b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
     }
 }
-
-#if defined(VX_AVX512)
-/* Quantize a row for the AVX-512 32-block kernels; `interleave` for q4 weights (see
- * vx_kernels.h). Also writes the lane-spread scales dv. */
-VX_INLINE void quantize_a32_avx512_impl(const int interleave, const int smode, int64_t K,
-                                        const float *x, void *act) {
-    const int64_t nb = K / VX_QK;
-    int8_t *qs = (int8_t *)act;                               /* (K,) */
-    float *ds = (float *)((char *)act + VX_ALIGN(K));        /* (K/32, 2) */
-    float *dv = (float *)((char *)ds + VX_ALIGN(8 * nb));    /* (K/64, 16) */
-    for (int64_t b = 0; b < nb; b++) {
-        const __m512 v0 = _mm512_loadu_ps(x + b * VX_QK);
-        const __m512 v1 = _mm512_loadu_ps(x + b * VX_QK + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float d = amax / 127.0f;
-        const float d16 = vx_round_f16(d);
-        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-        const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const int paired = (b & ~(int64_t)1) + 1 < nb; /* block has a partner */
-        if (interleave && paired) {
-            const int64_t base = (b & ~(int64_t)1) * VX_QK + (b & 1) * 16;
-            _mm_storeu_si128((__m128i *)(qs + base), _mm512_cvtsepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(qs + base + 32), _mm512_cvtsepi32_epi8(q1));
-        } else {
-            _mm_storeu_si128((__m128i *)(qs + b * VX_QK), _mm512_cvtsepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(qs + b * VX_QK + 16), _mm512_cvtsepi32_epi8(q1));
-        }
-        ds[2 * b + 0] = d16;
-        ds[2 * b + 1] = act_s(smode, d, d16, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
-        if (paired) {
-            float *p = dv + (b >> 1) * 16;
-            if (interleave) { /* lanes 0-3, 8-11: block 0; 4-7, 12-15: block 1 */
-                for (int j = 0; j < 4; j++) { p[4 * (b & 1) + j] = d16; p[8 + 4 * (b & 1) + j] = d16; }
-            } else {          /* lanes 0-7: block 0; 8-15: block 1 */
-                for (int j = 0; j < 8; j++) p[8 * (b & 1) + j] = d16;
-            }
-        }
-    }
-}
-static void quantize_a32_avx512(int64_t K, const float *x, void *act) {
-    quantize_a32_avx512_impl(0, VX_S_EXACT, K, x, act);
-}
-static void quantize_a32_avx512_q4_0(int64_t K, const float *x, void *act) {
-    quantize_a32_avx512_impl(1, VX_S_EXACT, K, x, act);
-}
-static void quantize_a32_avx512_q4_1(int64_t K, const float *x, void *act) {
-    quantize_a32_avx512_impl(1, VX_S_F16, K, x, act);
-}
-#endif
 
 #if defined(VX_AVX2)
 VX_INLINE float hmax_ps256(__m256 v) {
@@ -385,15 +315,20 @@ VX_INLINE __m256i dot_u8s8_256(__m256i u, __m256i s) {
 #endif
 }
 
-/* One weight row against MR act rows; out[i] = dot(row, act row i). */
-VX_INLINE void b32_avx2_tile(const int fmt, const int MR, int64_t K, const uint8_t *row,
+/* One weight row against MR act rows; out[i] = dot(row, act row i); prefetches the row
+ * pf bytes ahead (weights stream from DRAM once per GEMV). Per block: 8 int32
+ * lanes of 4 products each, one FMA of (wd * dx) into 8 float lanes, wm * s into a scalar
+ * FMA chain; then hsum + the scalar: ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0 (AVX2) exactly. */
+VX_INLINE void b32_avx2_tile(const int fmt, const int MR, int64_t K, const uint8_t *row, int64_t pf,
                              const int8_t *const *xq, const float *const *ds, float *out) {
     const int64_t nb = K / VX_QK;
+    const int bsz = fmt == VX_Q4_1 ? 20 : fmt == VX_Q4_0 ? 18 : 34; /* block bytes */
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[4];
     float accm[4];
     for (int i = 0; i < MR; i++) { acc[i] = _mm256_setzero_ps(); accm[i] = 0.0f; }
     for (int64_t b = 0; b < nb; b++) {
+        if (((b * bsz) & 63) < bsz) _mm_prefetch((const char *)(row + pf + b * bsz + 64), _MM_HINT_T0);
         __m256i wq, wv = _mm256_setzero_si256();
         float wd, wm;
         if (fmt == VX_Q8_0) {
@@ -427,101 +362,89 @@ VX_INLINE void b32_avx2_tile(const int fmt, const int MR, int64_t K, const uint8
 #endif
 
 #if defined(VX_AVX512)
-/* Two q4 blocks' 16 nibble bytes each -> 64 u8 weights [b0 lo | b1 lo | b0 hi | b1 hi],
- * the order the act row of the AVX-512 tier holds its values in for q4 weights. */
-VX_INLINE __m512i unpack_q4x2(const uint8_t *q0, const uint8_t *q1) {
-    const __m256i t = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q0)),
-        _mm_loadu_si128((const __m128i *)q1), 1);
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t), t, 1); /* q0 q1 q0 q1 */
-    z = _mm512_mask_srli_epi16(z, (__mmask32)0xFFFF0000u, z, 4);     /* upper half: high nibbles */
-    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
-}
-
-/* fp16 (d, m) of two blocks at p0, p1 -> [d0, m0, d1, m1] */
-VX_INLINE __m128 load_dm_x2(const void *p0, const void *p1) {
-    uint32_t a, b;
-    memcpy(&a, p0, 4);
-    memcpy(&b, p1, 4);
-    return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)a), (int)b, 1));
-}
-
-/* Two blocks per step: 64 weights in one zmm, VNNI dpbusd into 16 int32 lanes, the
- * per-block scales (weight: spread once per pair; act: dv, spread at quantization)
- * applied with one multiply + FMA per row. The q4_1 / q4_0 offset term wm * sx is a
- * 4-lane FMA per row. */
-VX_INLINE void b32_avx512_tile(const int fmt, const int MR, int64_t K, const uint8_t *row,
-                               const int8_t *const *xq, const float *const *ds,
-                               const float *const *dv, float *out) {
+/* Weight rows 2 at a time, one per 256-bit half of a zmm, NP zmm (2 * NP rows) per pass
+ * over the same blocks: each row's 8 lanes see exactly the products and the FMA
+ * sequence of the AVX2 tile (and of ggml's ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0), so the
+ * tiers give identical bits; the zmm only doubles the work per instruction.
+ * rows: 2 * NP row pointers; out[(2 * NP) * i + j]: act row i, weight row j.
+ * pf: bytes from each row to the row it prefetches (the next tiles' rows): decode streams
+ * the weights from DRAM once, and the prefetch keeps that stream ahead of the FMAs. */
+VX_INLINE void b32_avx512_tile(const int fmt, const int NP, const int MR, int64_t K,
+                               const uint8_t *const *rows, int64_t pf, const int8_t *const *xq,
+                               const float *const *ds, float *out) {
     const int64_t nb = K / VX_QK;
-    /* lanes of block 0 / block 1 inside a pair: interleaved (q4) or halves (q8_0) */
-    const __m512i spread = fmt == VX_Q8_0
-        ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
-        : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
-    __m512 acc[4];
-    __m128 accm[4];
-    for (int i = 0; i < MR; i++) { acc[i] = _mm512_setzero_ps(); accm[i] = _mm_setzero_ps(); }
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        __m512i wq;
-        __mmask64 neg = 0;
-        __m128 wdm; /* [wd0, wm0, wd1, wm1] */
-        if (fmt == VX_Q8_0) {
-            const vx_block_q8_0 *blk = (const vx_block_q8_0 *)row + b;
-            const __m512i wv = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk[0].qs)),
-                _mm256_loadu_si256((const __m256i *)blk[1].qs), 1);
-            neg = _mm512_movepi8_mask(wv);
-            wq = _mm512_abs_epi8(wv);
-            wdm = load_dm_x2(&blk[0].d, &blk[1].d); /* m lanes hold qs bytes: unused */
-        } else if (fmt == VX_Q4_1) {
-            const vx_block_q4_1 *blk = (const vx_block_q4_1 *)row + b;
-            wq = unpack_q4x2(blk[0].qs, blk[1].qs);
-            wdm = load_dm_x2(&blk[0].d, &blk[1].d);
-        } else {
-            const vx_block_q4_0 *blk = (const vx_block_q4_0 *)row + b;
-            wq = unpack_q4x2(blk[0].qs, blk[1].qs);
-            wdm = _mm_mul_ps(_mm_moveldup_ps(load_dm_x2(&blk[0].d, &blk[1].d)),
-                             _mm_setr_ps(1.0f, -8.0f, 1.0f, -8.0f));
-        }
-        const __m512 wdv = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(wdm));
-        const __m128 wmv = _mm_and_ps(wdm, _mm_castsi128_ps(_mm_setr_epi32(0, -1, 0, -1)));
-        for (int i = 0; i < MR; i++) {
-            __m512i xv = _mm512_loadu_si512((const void *)(xq[i] + b * VX_QK));
-            if (fmt == VX_Q8_0) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xv);
-            const __m512 sc = _mm512_mul_ps(wdv, _mm512_loadu_ps(dv[i] + b * 8));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[i]);
-            if (fmt != VX_Q8_0) accm[i] = _mm_fmadd_ps(wmv, _mm_loadu_ps(ds[i] + 2 * b), accm[i]);
-        }
+    const int bsz = fmt == VX_Q4_1 ? 20 : fmt == VX_Q4_0 ? 18 : 34; /* block bytes */
+    const int qoff = fmt == VX_Q4_1 ? 4 : 2;                          /* qs offset */
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i nib = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);  /* [q0 q0 q1 q1] */
+    /* lanes of [d0 m0 d1 m1 d2 m2 d3 m3]: d of rows (0, 1) and of rows (2, 3) */
+    const __m512i pick[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)};
+    __m512 acc[4][2]; /* (MR, NP) x [row 2p: 8 lanes | row 2p+1: 8 lanes] */
+    __m256 accm[4];   /* (MR,) x lanes 2j + 1: sum of wm * s of row j */
+    for (int i = 0; i < MR; i++) {
+        accm[i] = _mm256_setzero_ps();
+        for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
     }
-    float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (b < nb) { /* odd block count: the last block (natural order) with 256-bit VNNI */
-        int8_t wq8[VX_QK];
-        float wd, wm;
-        b32_decode(fmt, row, b, wq8, &wd, &wm);
-        const __m256i wv = _mm256_loadu_si256((const __m256i *)wq8);
-        const __m256i wq = _mm256_sign_epi8(wv, wv);
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t off = b * bsz;
+        if ((off & 63) < bsz)
+            for (int j = 0; j < 2 * NP; j++) _mm_prefetch((const char *)(rows[j] + pf + off + 64), _MM_HINT_T0);
+        /* fp16 (d, m) of each row: q4_1 blocks start with both; q4_0 / q8_0 with d only */
+        __m128i hdm = _mm_setzero_si128();
+        for (int j = 0; j < 2 * NP; j++) {
+            int32_t v;
+            memcpy(&v, rows[j] + off, 4);
+            hdm = _mm_insert_epi32(hdm, v, j);
+        }
+        __m256 dm = _mm256_cvtph_ps(hdm);
+        if (fmt == VX_Q4_0)
+            dm = _mm256_mul_ps(_mm256_moveldup_ps(dm), _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8));
+        __m512i wq[2];
+        __mmask64 neg[2] = {0, 0};
+        __m512 dw[2];
+        for (int p = 0; p < NP; p++) {
+            const uint8_t *q0 = rows[2 * p] + off + qoff, *q1 = rows[2 * p + 1] + off + qoff;
+            if (fmt == VX_Q8_0) {
+                const __m512i wv = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q0)),
+                    _mm256_loadu_si256((const __m256i *)q1), 1);
+                neg[p] = _mm512_movepi8_mask(wv);
+                wq[p] = _mm512_abs_epi8(wv);
+            } else {
+                const __m256i t = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q0)),
+                    _mm_loadu_si128((const __m128i *)q1), 1);
+                __m512i z = _mm512_permutexvar_epi64(nib, _mm512_castsi256_si512(t));
+                z = _mm512_mask_srli_epi16(z, (__mmask32)0xFF00FF00u, z, 4); /* high nibbles */
+                wq[p] = _mm512_and_si512(z, m4);
+            }
+            dw[p] = _mm512_permutexvar_ps(pick[p], _mm512_castps256_ps512(dm));
+        }
         for (int i = 0; i < MR; i++) {
-            const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(xq[i] + b * VX_QK)), wv);
-            const float s = (float)hsum_epi32_256(_mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xv));
-            tail[i] = wd * ds[i][2 * b] * s + wm * ds[i][2 * b + 1];
+            const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xq[i] + b * VX_QK)));
+            const __m512 dx = _mm512_set1_ps(ds[i][2 * b]);
+            for (int p = 0; p < NP; p++) {
+                const __m512i xs = fmt == VX_Q8_0 ? _mm512_mask_sub_epi8(xv, neg[p], _mm512_setzero_si512(), xv) : xv;
+                const __m512i prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[p], xs);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx), _mm512_cvtepi32_ps(prod), acc[i][p]);
+            }
+            if (fmt != VX_Q8_0) accm[i] = _mm256_fmadd_ps(dm, _mm256_set1_ps(ds[i][2 * b + 1]), accm[i]);
         }
     }
     for (int i = 0; i < MR; i++) {
-        float mterm[4];
-        _mm_storeu_ps(mterm, accm[i]);
-        out[i] = _mm512_reduce_add_ps(acc[i]) + (mterm[1] + mterm[3]) + tail[i];
+        float mterm[8];
+        _mm256_storeu_ps(mterm, accm[i]);
+        for (int p = 0; p < NP; p++) {
+            float *o = out + 2 * NP * i + 2 * p;
+            o[0] = hsum_ps256(_mm512_castps512_ps256(acc[i][p])) + (fmt != VX_Q8_0 ? mterm[4 * p + 1] : 0.0f);
+            o[1] = hsum_ps256(_mm512_extractf32x8_ps(acc[i][p], 1)) + (fmt != VX_Q8_0 ? mterm[4 * p + 3] : 0.0f);
+        }
     }
 }
 #endif
 
-#if defined(VX_AVX512) || defined(VX_AVX2)
-#if defined(VX_AVX512)
-#define VX_B32_TILE(fmt, MR, K, row, xq, ds, dv, out) b32_avx512_tile(fmt, MR, K, row, xq, ds, dv, out)
-#else
-#define VX_B32_TILE(fmt, MR, K, row, xq, ds, dv, out) b32_avx2_tile(fmt, MR, K, row, xq, ds, out)
-#endif
+#if defined(VX_AVX2)
 VX_INLINE void gemm_b32_simd_impl(const int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
                                   int64_t n, const void *a, int64_t a_stride, int64_t m,
                                   float *y, int64_t ldy) {
@@ -529,20 +452,40 @@ VX_INLINE void gemm_b32_simd_impl(const int fmt, int64_t K, const uint8_t *w, in
         const int mr = (int)(m - i0 < 4 ? m - i0 : 4);
         const int8_t *xq[4] = {0, 0, 0, 0};  /* (mr, K) */
         const float *ds[4] = {0, 0, 0, 0};   /* (mr, K/32, 2) */
-        const float *dv[4] = {0, 0, 0, 0};   /* (mr, K/64, 16) */
         for (int i = 0; i < mr; i++) {
             xq[i] = (const int8_t *)a + (i0 + i) * a_stride;
             ds[i] = (const float *)((const char *)xq[i] + VX_ALIGN(K));
-            dv[i] = (const float *)((const char *)ds[i] + VX_ALIGN(8 * (K / VX_QK)));
         }
-        for (int64_t r = 0; r < n; r++) {
+        int64_t r = 0;
+#if defined(VX_AVX512)
+        for (; r + 2 <= n; r += 4) {
+            const int np = r + 4 <= n ? 2 : 1;
+            const uint8_t *rows[4];  /* 2 * np weight rows */
+            for (int j = 0; j < 2 * np; j++) rows[j] = w + (r + j) * w_stride;
+            float out[16];           /* (mr, 2 * np) */
+            const int64_t pf = 8 * w_stride; /* two tiles ahead */
+#define VX_B32_CASE(NP)                                                              \
+            switch (mr) {                                                            \
+                case 4: b32_avx512_tile(fmt, NP, 4, K, rows, pf, xq, ds, out); break;    \
+                case 3: b32_avx512_tile(fmt, NP, 3, K, rows, pf, xq, ds, out); break;    \
+                case 2: b32_avx512_tile(fmt, NP, 2, K, rows, pf, xq, ds, out); break;    \
+                default: b32_avx512_tile(fmt, NP, 1, K, rows, pf, xq, ds, out); break;   \
+            }
+            if (np == 2) { VX_B32_CASE(2) } else { VX_B32_CASE(1) }
+#undef VX_B32_CASE
+            for (int i = 0; i < mr; i++)
+                for (int j = 0; j < 2 * np; j++) y[(i0 + i) * ldy + r + j] = out[2 * np * i + j];
+            if (np == 1) { r += 2; break; }
+        }
+#endif
+        for (; r < n; r++) {
             const uint8_t *row = w + r * w_stride;
             float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             switch (mr) {
-                case 4: VX_B32_TILE(fmt, 4, K, row, xq, ds, dv, out); break;
-                case 3: VX_B32_TILE(fmt, 3, K, row, xq, ds, dv, out); break;
-                case 2: VX_B32_TILE(fmt, 2, K, row, xq, ds, dv, out); break;
-                default: VX_B32_TILE(fmt, 1, K, row, xq, ds, dv, out); break;
+                case 4: b32_avx2_tile(fmt, 4, K, row, 4 * w_stride, xq, ds, out); break;
+                case 3: b32_avx2_tile(fmt, 3, K, row, 4 * w_stride, xq, ds, out); break;
+                case 2: b32_avx2_tile(fmt, 2, K, row, 4 * w_stride, xq, ds, out); break;
+                default: b32_avx2_tile(fmt, 1, K, row, 4 * w_stride, xq, ds, out); break;
             }
             for (int i = 0; i < mr; i++) y[(i0 + i) * ldy + r] = out[i];
         }
@@ -924,10 +867,11 @@ static void dequant_f16(int64_t K, const uint8_t *w, float *y) {
     for (int64_t k = 0; k < K; k++) y[k] = wload(VX_F16, w, k);
 }
 
-/* y = x / sqrt(mean(x^2) + eps) * weight  (sum of squares in double, as ggml) */
+/* y = x / sqrt(mean(x^2) + eps) * weight, as ggml's rms_norm + mul: squares in float,
+ * summed in order in double, mean rounded to float. */
 static void rms_norm_ref(int64_t D, const float *x, const float *weight, float eps, float *y) {
     double ss = 0.0;
-    for (int64_t k = 0; k < D; k++) ss += (double)x[k] * (double)x[k];
+    for (int64_t k = 0; k < D; k++) ss += (double)(x[k] * x[k]);
     const float scale = 1.0f / sqrtf((float)(ss / (double)D) + eps);
     for (int64_t k = 0; k < D; k++) y[k] = x[k] * scale * weight[k];
 }
@@ -935,11 +879,7 @@ static void rms_norm_ref(int64_t D, const float *x, const float *weight, float e
 /* ------------------------------------------------------------------------------------
  * The tier's table.
  * ---------------------------------------------------------------------------------- */
-#if defined(VX_AVX512)
-#define VX_QUANT_Q4_0 quantize_a32_avx512_q4_0
-#define VX_QUANT_Q4_1 quantize_a32_avx512_q4_1
-#define VX_QUANT_Q8_0 quantize_a32_avx512
-#elif defined(VX_AVX2)
+#if defined(VX_AVX2)
 #define VX_QUANT_Q4_0 quantize_a32_avx2
 #define VX_QUANT_Q4_1 quantize_a32_avx2_q4_1
 #define VX_QUANT_Q8_0 quantize_a32_avx2
@@ -967,6 +907,9 @@ const vx_table *VX_CAT(vx_table, VX_TIER)(void) {
                     VX_GEMM_F(f32), VX_GEMM_F(f16)},
         /* dequant */ {dequant_q4_0, dequant_q4_1, dequant_q8_0, dequant_q4_K, dequant_q6_K, dequant_f32, dequant_f16},
         rms_norm_ref,
+        VX_CAT(vx_attention, VX_TIER),
+        VX_CAT(vx_swiglu, VX_TIER),
+        VX_CAT(vx_rope, VX_TIER),
     };
     return &table;
 }

@@ -65,14 +65,11 @@ enum {
  *     float ds[K/32][2]        at VX_ALIGN(K): d and s per block, held in f32 but with
  *                              ggml's values: d = fp16(amax / 127); s = fp16(d * sum(qs))
  *                              (q8_1, q4_1 weights) or the exact d16 * sum(qs) (q8_0)
- *     float dv[K/64][16]       at VX_ALIGN(K) + VX_ALIGN(8*K/32): AVX-512 tier only, the
- *                              scales of each block pair spread over the 16 lanes its
- *                              products land in (saves a shuffle per block pair and row)
  *     q = round-half-even(x * (127 / amax)), so |q| <= 127.
- *   The AVX-512 tier also stores each pair of blocks of a row meant for q4_0 / q4_1
- *   weights nibble-interleaved: [b0 x0..15 | b1 x0..15 | b0 x16..31 | b1 x16..31],
- *   the order the weights' low / high nibbles unpack to; a trailing odd block stays
- *   in natural order. Each tier's quantize and gemm functions agree on this.
+ *   Values stay in natural order. The x86 SIMD tiers multiply block by block in ggml's
+ *   order (8 float lanes per block, one FMA per block, then a horizontal sum), so avx2
+ *   and avx512 agree bit for bit with each other and with ggml's AVX2 kernels; the
+ *   portable tier sums one float per block (ggml's generic order, up to contraction).
  *   k-quant weights (q4_K/q6_K), ggml's q8_K (quantize_row_q8_K_ref):
  *     int8  qs[K]              at 0: min(127, round-half-even(x * (-127 / max))), max
  *                              the first value of largest |x| in the 256
@@ -86,7 +83,7 @@ static inline size_t vx_act_row_bytes(int wtype, int64_t K) {
     if (wtype == VX_Q4_K || wtype == VX_Q6_K)
         return VX_ALIGN(K) + VX_ALIGN(4 * (K / VX_QK_K)) + VX_ALIGN(4 * (K / 16));
     if (wtype == VX_F32 || wtype == VX_F16) return 0;
-    return VX_ALIGN(K) + VX_ALIGN(8 * (K / VX_QK)) + VX_ALIGN(32 * (K / VX_QK));
+    return VX_ALIGN(K) + VX_ALIGN(8 * (K / VX_QK));
 }
 
 /* Quantize one activation row of K floats into an act row. */
@@ -106,12 +103,54 @@ typedef void (*vx_dequant_fn)(int64_t K, const uint8_t *w, float *y);
 typedef void (*vx_rms_norm_fn)(int64_t D, const float *x, const float *weight, float eps,
                                float *y);
 
+/* Causal grouped-query attention of `seq` new query rows over a KV cache laid out
+ * (n_kv_heads, capacity, head_dim) per layer, the new rows already appended at
+ * positions start..start+seq-1. Query row i (absolute position start+i) sees keys
+ * j <= start+i, and only j > start+i-window when window > 0. */
+typedef struct {
+    int64_t seq, start;      /* new rows; the absolute position of the first */
+    int64_t n_heads, n_kv_heads, head_dim;
+    int64_t kv_head_stride;  /* floats from one kv head to the next in the cache */
+    int64_t window;          /* 0: unlimited */
+    float scale;             /* applied to q.k before the softmax */
+} vx_attn_shape;
+
+/* Floats of scratch one attention work item needs (one per thread). */
+static inline size_t vx_attn_scratch_floats(int64_t total, int64_t head_dim) {
+    return (size_t)(((total + 7) / 8) * 8 + 32 * head_dim + 16);
+}
+
+/* One work item `item` = (head h, query row i), item = h * seq + i:
+ *   out[i * n_heads * head_dim + h * head_dim + d] for d < head_dim
+ * q: (seq, n_heads * head_dim); kc, vc: the layer's keys / values.
+ * The x86 SIMD tiers do ggml's f32 arithmetic step for step (ggml_mul_mat of k and q,
+ * ggml_soft_max_ext with its vectorised expf, ggml_mul_mat of v and the weights), so
+ * they agree bit for bit with llama.cpp's CPU attention (f32 KV cache, no flash). */
+typedef void (*vx_attn_fn)(const vx_attn_shape *s, const float *q, const float *kc,
+                           const float *vc, int64_t item, float *scratch, float *out);
+
+/* y[f] = silu(gate[f]) * up[f] for f < F, or silu(gate[f]) when up is NULL; ggml's
+ * ggml_vec_swiglu_f32 (and its silu) on the x86 SIMD tiers, so silu then a float
+ * multiply gives the same bits as the fused op. */
+typedef void (*vx_swiglu_fn)(int64_t F, const float *gate, const float *up, float *y);
+
+/* Rotary embedding of one row of n_heads heads at absolute position `pos`, as ggml's
+ * rope (f32): theta_i = pos * base^(-2i/rope_dim) by repeated float multiplication,
+ * cosf / sinf of freq_scale * theta_i, x0 * cos - x1 * sin with one FMA. Pairs are
+ * (2i, 2i+1) when `interleaved` (ggml's NORM), else (i, i + rope_dim/2) (NEOX); the
+ * dims from rope_dim to head_dim are copied. x and y may be the same row. */
+typedef void (*vx_rope_fn)(int64_t n_heads, int64_t head_dim, int64_t rope_dim, int interleaved,
+                           int64_t pos, float base, float freq_scale, const float *x, float *y);
+
 typedef struct {
     const char *name;
     vx_quantize_fn quantize[VX_NTYPES]; /* NULL for f32 / f16 */
     vx_gemm_fn gemm[VX_NTYPES];
     vx_dequant_fn dequant[VX_NTYPES];
     vx_rms_norm_fn rms_norm;
+    vx_attn_fn attention;
+    vx_swiglu_fn swiglu;
+    vx_rope_fn rope;
 } vx_table;
 
 /* vx_cpu.c: tiers compiled into this build, CPU support, selection. */

@@ -1,0 +1,187 @@
+"""volvox.kernels attention / rope / swiglu on every ISA tier, against the numpy op references
+(volvox.ops attention_ref, rope_ref, swiglu_ref) and, for RoPE, against an emulation of
+ggml's float32 arithmetic built from libm's cosf / sinf."""
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+import pytest
+
+import volvox.kernels as K
+from volvox.errors import KernelError, ShapeError
+from volvox.ops.attention import attention_fast, attention_ref, rope_fast, rope_ref
+from volvox.ops.elementwise import silu_fast, silu_ref
+from volvox.ops.fused import swiglu_fast, swiglu_ref
+from volvox.runtime.batch import BatchContext
+from volvox.runtime.executor import RunContext
+from volvox.runtime.kv_cache import KVCache
+
+TIERS = K.available_isas()
+
+
+@pytest.fixture(params=TIERS)
+def tier(request):
+    before = K.isa()
+    K._set_isa_for_testing(request.param)
+    yield request.param
+    K._set_isa_for_testing(before)
+
+
+def run_attention(fn, rng, nh, nkv, hd, chunks, window=0):
+    """Feed `chunks` (new rows per call) through fn with a fresh KV cache; all outputs."""
+    p = {"n_heads": nh, "n_kv_heads": nkv, "head_dim": hd, "layer": 1, "window": window}
+    ctx = RunContext(kv=KVCache(2, nkv, hd, 512))
+    outs = []
+    for n in chunks:
+        q = rng.standard_normal((n, nh * hd)).astype(np.float32) * 2
+        k = rng.standard_normal((n, nkv * hd)).astype(np.float32) * 2
+        v = rng.standard_normal((n, nkv * hd)).astype(np.float32)
+        outs.append(fn(ctx, p, q, k, v))
+        ctx.pos += n
+    return outs, ctx
+
+
+@pytest.mark.parametrize("nh,nkv,hd,chunks,window", [
+    (9, 3, 64, [5, 1, 1, 1], 0),      # SmolLM2: prefill then decode steps
+    (4, 4, 24, [1, 17, 3], 0),         # MHA, head_dim not a multiple of 32 (dot leftovers)
+    (6, 2, 20, [37, 1], 0),            # head_dim not a multiple of 8
+    (2, 1, 64, [30, 1, 9], 7),         # sliding window
+])
+def test_attention_matches_reference(tier, nh, nkv, hd, chunks, window):
+    seed = abs(hash((tier, nh, hd))) % 2**32
+    got, ctx_f = run_attention(attention_fast, np.random.default_rng(seed), nh, nkv, hd, chunks, window)
+    want, ctx_r = run_attention(attention_ref, np.random.default_rng(seed), nh, nkv, hd, chunks, window)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == np.float32
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    # the fast path appended to the cache exactly like the reference
+    total = sum(chunks)
+    np.testing.assert_array_equal(ctx_f.kv.keys[1][:, :total], ctx_r.kv.keys[1][:, :total])
+    np.testing.assert_array_equal(ctx_f.kv.values[1][:, :total], ctx_r.kv.values[1][:, :total])
+
+
+def test_attention_without_cache_and_batched(tier):
+    rng = np.random.default_rng(3)
+    p = {"n_heads": 4, "n_kv_heads": 2, "head_dim": 16}
+    q, k, v = (rng.standard_normal((6, n)).astype(np.float32) for n in (64, 32, 32))
+    np.testing.assert_allclose(attention_fast(RunContext(), p, q, k, v), attention_ref(RunContext(), p, q, k, v),
+                               rtol=1e-5, atol=1e-6)
+    ctxs = [RunContext(kv=KVCache(1, 2, 16, 64)) for _ in range(2)]
+    got = attention_fast(BatchContext([(ctxs[0], 2), (ctxs[1], 4)]), p, q, k, v)
+    ctxs = [RunContext(kv=KVCache(1, 2, 16, 64)) for _ in range(2)]
+    want = attention_ref(BatchContext([(ctxs[0], 2), (ctxs[1], 4)]), p, q, k, v)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_threads_bit_identical():
+    n0 = K.get_num_threads()
+    outs = []
+    try:
+        for n in (1, 2, 3):
+            K.set_num_threads(n)
+            outs.append(run_attention(attention_fast, np.random.default_rng(4), 9, 3, 64, [40, 1])[0])
+    finally:
+        K.set_num_threads(n0)
+    for o in outs[1:]:
+        for a, b in zip(o, outs[0]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_attention_rejects_bad_input():
+    kc = np.zeros((2, 8, 16), np.float32)
+    q = np.zeros((3, 64), np.float32)
+    K.attention(q, kc, kc, 5, 4, 0.25)  # fills rows 5..7: fine
+    with pytest.raises(ShapeError, match="outside"):
+        K.attention(q, kc, kc, 6, 4, 0.25)
+    with pytest.raises(ShapeError):
+        K.attention(q, kc, kc, -1, 4, 0.25)
+    with pytest.raises(ShapeError):
+        K.attention(q, kc, kc, 0, 3, 0.25)                 # 3 heads over 2 kv heads
+    with pytest.raises(ShapeError):
+        K.attention(q[:, :48].copy(), kc, kc, 0, 4, 0.25)  # q width
+    with pytest.raises(ShapeError):
+        K.attention(q, kc, kc[:, :4].copy(), 0, 4, 0.25)   # k / v caches differ
+    with pytest.raises(KernelError):
+        K.attention(q.astype(np.float64), kc, kc, 0, 4, 0.25)
+    with pytest.raises(KernelError):
+        K.attention(q, kc.transpose(1, 0, 2), kc, 0, 4, 0.25)  # not C-contiguous
+    with pytest.raises(KernelError):
+        K.attention(q, kc, kc, 0, 4, 0.25, window=-1)
+
+
+def _libm():
+    lib = ctypes.CDLL(ctypes.util.find_library("m"))
+    for name in ("cosf", "sinf", "powf"):
+        getattr(lib, name).restype = ctypes.c_float
+    lib.cosf.argtypes = lib.sinf.argtypes = [ctypes.c_float]
+    lib.powf.argtypes = [ctypes.c_float, ctypes.c_float]
+    return lib
+
+
+def ggml_rope_rows(x, positions, hd, rd, base, interleaved):
+    """ggml's f32 rope (ggml_rope_cache_init + rotate_pairs), emulated: theta by repeated
+    float32 multiplication, libm cosf / sinf, x0*cos - x1*sin with one rounding for x0*cos."""
+    lib, f32 = _libm(), np.float32
+    ts = f32(lib.powf(f32(base), f32(-2.0) / f32(rd)))
+    h = x.reshape(x.shape[0], -1, hd).astype(np.float64)
+    y = h.astype(f32).copy()
+    for r, pos in enumerate(positions):
+        theta = f32(pos)
+        for k in range(rd // 2):
+            c, s = np.float64(lib.cosf(theta)), np.float64(lib.sinf(theta))
+            i0, i1 = (2 * k, 2 * k + 1) if interleaved else (k, k + rd // 2)
+            x0, x1 = h[r, :, i0], h[r, :, i1]
+            y[r, :, i0] = (x0 * c - (x1 * s).astype(f32)).astype(f32)  # fma(x0, c, -(x1 s))
+            y[r, :, i1] = (x0 * s + (x1 * c).astype(f32)).astype(f32)  # fma(x0, s, x1 c)
+            theta = f32(theta * ts)
+    return y.reshape(x.shape)
+
+
+@pytest.mark.parametrize("style", ["interleaved", "half"])
+def test_rope(tier, style):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 3 * 64)).astype(np.float32)
+    pos = np.array([0, 1, 2, 77, 500, 4095], np.int64)
+    for rd, theta, scale in [(64, 100000.0, 1.0), (32, 10000.0, 1.0), (64, 10000.0, 4.0)]:
+        p = {"head_dim": 64, "rope_dim": rd, "theta": theta, "style": style, "scale": scale}
+        got = rope_fast(None, p, x, pos)
+        # float32 angles (as ggml) vs float64 ones: |error| grows with the angle, ~pos * 1e-7
+        np.testing.assert_allclose(got, rope_ref(None, p, x, pos), rtol=0, atol=2e-3)
+        np.testing.assert_allclose(got[:3], rope_ref(None, p, x[:3], pos[:3]), rtol=0, atol=2e-6)
+        if scale == 1.0:
+            np.testing.assert_array_equal(got, ggml_rope_rows(x, pos, 64, rd, theta, style == "interleaved"))
+    p = {"head_dim": 64, "style": style, "llama3": {"factor": 8.0, "low_freq_factor": 1.0,
+                                                     "high_freq_factor": 4.0, "original_context": 8192}}
+    np.testing.assert_array_equal(rope_fast(None, p, x, pos), rope_ref(None, p, x, pos))  # reference path
+    with pytest.raises(ShapeError):
+        K.rope(x, pos[:3], 64)
+    with pytest.raises(ShapeError):
+        K.rope(x, pos, 64, rope_dim=63)
+    with pytest.raises(ShapeError):
+        K.rope(x, pos, 50)
+    with pytest.raises(KernelError):
+        K.rope(x, pos, 64, theta=0.0)
+
+
+def test_swiglu(tier):
+    rng = np.random.default_rng(6)
+    for rows, f in [(1, 1536), (5, 37), (3, 8)]:
+        x = (rng.standard_normal((rows, 2 * f)) * 4).astype(np.float32)
+        x[0, :4] = [-100.0, 100.0, -0.0, 88.0]  # the expf flush paths
+        want = swiglu_ref(None, {}, x)
+        got = swiglu_fast(None, {}, x)
+        # float32 silu by exp (kernel) vs by tanh (reference): a few ulp of the larger terms
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+    np.testing.assert_array_equal(swiglu_fast(None, {}, x.reshape(1, rows, 2 * f)), got[None])
+    # silu then a float32 multiply is the fused op, bit for bit (fusion passes change nothing)
+    np.testing.assert_array_equal(silu_fast(None, {}, x[:, :f]) * x[:, f:], got)
+    x3 = x.reshape(rows, 2, f)
+    np.testing.assert_allclose(silu_fast(None, {}, x3), silu_ref(None, {}, x3), rtol=1e-5, atol=1e-6 * np.abs(x).max())
+    with pytest.raises(ShapeError):
+        K.swiglu(np.zeros((2, 5), np.float32))
+    with pytest.raises(KernelError):
+        K.swiglu(np.zeros((2, 4), np.float64))
+    with pytest.raises(KernelError):
+        K.silu(np.zeros(4, np.float64))
+    assert K.silu(np.zeros((0, 3), np.float32)).shape == (0, 3)
