@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from ..errors import GenerationError
@@ -10,16 +12,22 @@ from ..errors import GenerationError
 class KVCache:
     """Keys and values per layer, each (n_kv_heads, max_tokens, head_dim) float32.
 
-    The arrays are reserved for the whole context at once with ``np.zeros``,
-    which the OS backs lazily: memory grows with the tokens actually cached,
-    nothing is ever copied or reallocated, and a decode step allocates nothing.
+    The whole context is reserved at once in anonymous memory that the OS backs
+    lazily with zeroed 4 KiB pages: memory grows with the tokens actually
+    cached, nothing is ever copied or reallocated, and a decode step allocates
+    nothing. (Not ``np.zeros``: numpy asks for 2 MiB huge pages on large arrays,
+    and the first token written to each head's region would zero a whole one.)
     """
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_tokens: int):
         self.max_tokens = max_tokens
         shape = (n_kv_heads, max_tokens, head_dim)
-        self.keys = [np.zeros(shape, np.float32) for _ in range(n_layers)]    # n_layers x (n_kv_heads, max_tokens, head_dim)
-        self.values = [np.zeros(shape, np.float32) for _ in range(n_layers)]  # n_layers x (n_kv_heads, max_tokens, head_dim)
+        per_array = n_kv_heads * max_tokens * head_dim * 4
+        self._memory = mmap.mmap(-1, max(1, 2 * n_layers * per_array))  # anonymous, zero-filled on first touch
+        arrays = np.frombuffer(self._memory, np.float32, count=2 * n_layers * per_array // 4)
+        arrays = arrays.reshape((2 * n_layers,) + shape)
+        self.keys = list(arrays[:n_layers])    # n_layers x (n_kv_heads, max_tokens, head_dim)
+        self.values = list(arrays[n_layers:])  # n_layers x (n_kv_heads, max_tokens, head_dim)
 
     def reserve(self, n_tokens: int) -> None:
         """Check that ``n_tokens`` fit; GenerationError past the context limit."""
