@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import volvox
 import volvox.errors
 from volvox.importers.gguf import read_gguf
+from volvox.importers.torch_state_dict import read_state_dict
 from volvox.safetensors import SafeTensorsFile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,8 +21,13 @@ BAD_FILES = sorted(p.name for p in BAD.iterdir() if p.name != "expected.json")
 
 
 def _open_and_touch(path: Path) -> None:
-    """Open ``path`` with the reader its suffix names and fetch every tensor."""
-    if path.suffix == ".gguf":
+    """Open ``path`` with the reader its suffix names and fetch every tensor (a blueprint
+    directory or a vision model file: load it as a model)."""
+    if path.is_dir() or path.suffix in (".tflite", ".onnx"):
+        volvox.load(path).close()
+    elif path.suffix == ".pth":
+        read_state_dict(path)
+    elif path.suffix == ".gguf":
         with read_gguf(path) as f:
             for name in f.tensors:
                 f.tensor(name)
@@ -41,21 +48,21 @@ def test_every_file_has_an_entry_and_every_entry_a_file():
 def test_bad_file_fails_cleanly(name):
     path = BAD / name
     want = EXPECTED[name]
-    error = getattr(volvox.errors, want["error"])
     with pytest.raises(volvox.errors.VolvoxError) as caught:
         _open_and_touch(path)
     msg = str(caught.value)
-    assert type(caught.value) is error, msg
+    assert type(caught.value).__name__ == want["error"], msg  # TFLiteError / ONNXError live in importers
     assert str(path) in msg  # names the file ...
     assert want["match"] in msg.replace(str(path), "")  # ... and the field at fault
 
 
 @pytest.mark.parametrize("name", BAD_FILES)
 def test_bad_file_is_small(name):
-    assert (BAD / name).stat().st_size < 64 * 1024
+    files = [p for p in (BAD / name).rglob("*") if p.is_file()] if (BAD / name).is_dir() else [BAD / name]
+    assert sum(p.stat().st_size for p in files) < 64 * 1024
 
 
-@pytest.mark.parametrize("name", ["tiny.gguf", "tiny.safetensors"])
+@pytest.mark.parametrize("name", ["tiny.gguf", "tiny.safetensors", "tiny.tflite", "tiny.onnx", "tiny.pth"])
 def test_seeds_are_valid(name):
     _open_and_touch(DATA / name)
 
@@ -65,6 +72,7 @@ def test_corpus_matches_generator():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     files = tool.corpus()
-    assert {n for n in files if n.startswith("bad/")} == {f"bad/{n}" for n in [*BAD_FILES, "expected.json"]}
+    on_disk = {f"bad/{p.relative_to(BAD)}" for p in BAD.rglob("*") if p.is_file()}
+    assert {n for n in files if n.startswith("bad/")} == on_disk
     stale = [rel for rel, data in files.items() if (DATA / rel).read_bytes() != data]
     assert not stale, f"run `python tools/make_bad_files.py`: stale {stale}"

@@ -1,20 +1,25 @@
-"""Write the crafted bad-input corpus: tests/data/bad/ plus the two valid seeds it breaks.
+"""Write the crafted bad-input corpus: tests/data/bad/ plus the valid seeds it breaks.
 
-    python tools/make_bad_files.py            # rewrites tests/data/{tiny.gguf,tiny.safetensors,bad/}
+    python tools/make_bad_files.py            # rewrites tests/data/{tiny.*,bad/}
 
-Each bad file is the tiny valid GGUF or safetensors file with one thing broken.
-``tests/data/bad/expected.json`` maps every file name to the volvox exception
-it must raise (when opened and every tensor touched) and a substring of its
-message. The output is deterministic, so tests/test_bad_files.py can check the
-committed corpus is what this script writes. Nothing here imports volvox: the
-files are built from the formats' specifications alone.
+Each bad file is one of the tiny valid seeds (GGUF, safetensors, TFLite, ONNX, a torch.save
+zip) with one thing broken; each bp_* directory is a small blueprint (config.json +
+model.safetensors) that lies about one thing. ``tests/data/bad/expected.json`` maps every
+file or directory name to the volvox exception it must raise (when opened and every tensor
+touched, or loaded as a model) and a substring of its message. The output is deterministic,
+so tests/test_bad_files.py can check the committed corpus is what this script writes.
+Nothing here imports volvox: the files are built from the formats' specifications alone
+(the seeds are checked against the reference runtimes in tests/test_fuzz_formats.py).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
 import struct
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -356,13 +361,402 @@ def bad_safetensors_files() -> dict[str, tuple[bytes, str, str]]:
     }
 
 
+# --- FlatBuffers / TFLite ----------------------------------------------------------------
+
+class FB:
+    """A flatbuffer value for ``build_flatbuffer``: "table" (fields by slot), "vector" (scalars of
+    struct code ``fmt``), "tables" (a vector of tables) or "string"."""
+
+    def __init__(self, kind: str, value, fmt: str = ""):
+        self.kind, self.value, self.fmt = kind, value, fmt
+
+
+def fb_table(*fields) -> FB:
+    """A table; each field is None (absent), (struct code, scalar) or an FB (stored as a uoffset)."""
+    return FB("table", fields)
+
+
+def build_flatbuffer(root_table: FB, ident: bytes) -> tuple[bytes, dict[str, list[int]]]:
+    """Serialize front to back (every uoffset points forward); return the bytes and the positions
+    of every uoffset, vector/string length and table soffset (for the fuzzers)."""
+    out = bytearray(struct.pack("<I", 0) + ident)
+    at: dict[str, list[int]] = {"uoffset": [], "length": [], "soffset": []}
+
+    def align(n: int) -> None:
+        out.extend(bytes(-len(out) % n))
+
+    def link(slot: int, target: int) -> None:
+        struct.pack_into("<I", out, slot, target - slot)
+        at["uoffset"].append(slot)
+
+    def write(obj: FB) -> int:
+        if obj.kind == "table":
+            layout, size = [], 4  # field offsets from the table start; the soffset comes first
+            for f in obj.value:
+                n = 0 if f is None else 4 if isinstance(f, FB) else struct.calcsize("<" + f[0])
+                size += -size % max(n, 1)
+                layout.append(size if n else 0)
+                size += n
+            align(8)
+            vtable = len(out)
+            out.extend(struct.pack(f"<HH{len(layout)}H", 4 + 2 * len(layout), size, *layout))
+            align(8)
+            table = len(out)
+            out.extend(bytes(size))
+            struct.pack_into("<i", out, table, table - vtable)
+            at["soffset"].append(table)
+            for f, pos in zip(obj.value, layout):
+                if f is not None and not isinstance(f, FB):
+                    struct.pack_into("<" + f[0], out, table + pos, f[1])
+            for f, pos in zip(obj.value, layout):
+                if isinstance(f, FB):
+                    link(table + pos, write(f))
+            return table
+        if obj.kind == "string":
+            align(4)
+            start = len(out)
+            at["length"].append(start)
+            raw = obj.value.encode()
+            out.extend(struct.pack("<I", len(raw)) + raw + b"\0")
+            return start
+        out.extend(bytes(-(len(out) + 4) % 16))  # vector data 16-byte aligned (TFLite buffers)
+        start = len(out)
+        at["length"].append(start)
+        out.extend(struct.pack("<I", len(obj.value)))
+        if obj.kind == "vector":
+            out.extend(struct.pack(f"<{len(obj.value)}{obj.fmt}", *obj.value))
+            return start
+        out.extend(bytes(4 * len(obj.value)))
+        for k, child in enumerate(obj.value):
+            link(start + 4 + 4 * k, write(child))
+        return start
+
+    link(0, write(root_table))
+    return bytes(out), at
+
+
+def _fb_vec(fmt: str, values) -> FB:
+    return FB("vector", list(values), fmt)
+
+
+def _tfl_tensor(name: str, shape, type_code: int, buffer: int) -> FB:
+    # Tensor: shape, type, buffer, name
+    return fb_table(_fb_vec("i", shape), ("b", type_code), ("I", buffer), FB("string", name))
+
+
+def _tfl_op(opcode: int, ins, outs, options_type: int = 0, options: FB | None = None) -> FB:
+    # Operator: opcode_index, inputs, outputs, builtin_options_type, builtin_options
+    return fb_table(("I", opcode), _fb_vec("i", ins), _fb_vec("i", outs),
+                    ("B", options_type) if options else None, options)
+
+
+# The tiny float32 TFLite model: x (1,4,4,2) -> CONV_2D 3x3 SAME relu (3 filters) -> RESHAPE
+# (1,48) -> FULLY_CONNECTED (5) -> SOFTMAX.
+TFL_CONV_W = ((np.arange(54, dtype=np.float32) % 7 - 3) / 8).reshape(3, 3, 3, 2)  # (out, kh, kw, in)
+TFL_CONV_B = np.array([0.1, -0.2, 0.3], np.float32)                                  # (3,)
+TFL_FC_W = ((np.arange(240, dtype=np.float32) % 11 - 5) / 16).reshape(5, 48)        # (out, in)
+TFL_FC_B = np.linspace(-0.5, 0.5, 5).astype(np.float32)                              # (5,)
+TFL_OPS = {"CONV_2D": 3, "RESHAPE": 22, "FULLY_CONNECTED": 9, "SOFTMAX": 25}
+
+
+def build_tflite(ops: dict[str, int] = TFL_OPS) -> tuple[bytes, dict[str, list[int]]]:
+    """The tiny float32 TFLite model (bytes, field positions), from tensorflow/lite/schema/schema.fbs."""
+    consts = [TFL_CONV_W, TFL_CONV_B, np.array([1, 48], np.int32), TFL_FC_W, TFL_FC_B]
+    buffers = [fb_table()] + [fb_table(_fb_vec("B", c.astype(c.dtype.newbyteorder("<")).tobytes()))
+                              for c in consts] + [fb_table()]
+    f32, i32 = 0, 2
+    tensors = [_tfl_tensor("x", [1, 4, 4, 2], f32, 0),
+               _tfl_tensor("conv/w", [3, 3, 3, 2], f32, 1), _tfl_tensor("conv/b", [3], f32, 2),
+               _tfl_tensor("conv", [1, 4, 4, 3], f32, 0),
+               _tfl_tensor("shape", [2], i32, 3), _tfl_tensor("flat", [1, 48], f32, 0),
+               _tfl_tensor("fc/w", [5, 48], f32, 4), _tfl_tensor("fc/b", [5], f32, 5),
+               _tfl_tensor("logits", [1, 5], f32, 0), _tfl_tensor("probs", [1, 5], f32, 0)]
+    conv_opts = fb_table(("b", 0), ("i", 1), ("i", 1), ("b", 1))  # SAME, stride 1x1, RELU
+    operators = [_tfl_op(0, [0, 1, 2], [3], 1, conv_opts),
+                 _tfl_op(1, [3, 4], [5], 17, fb_table(_fb_vec("i", [1, 48]))),
+                 _tfl_op(2, [5, 6, 7], [8], 8, fb_table(("b", 0))),
+                 _tfl_op(3, [8], [9], 9, fb_table(("f", 1.0)))]
+    # OperatorCode: deprecated_builtin_code, custom_code, version, builtin_code
+    codes = [fb_table(("b", min(code, 127)), None, ("i", 1), ("i", code)) for code in ops.values()]
+    subgraph = fb_table(FB("tables", tensors), _fb_vec("i", [0]), _fb_vec("i", [9]),
+                        FB("tables", operators), FB("string", "main"))
+    # Model: version, operator_codes, subgraphs, description, buffers
+    model = fb_table(("I", 3), FB("tables", codes), FB("tables", [subgraph]), FB("string", "volvox tiny"),
+                     FB("tables", buffers))
+    return build_flatbuffer(model, b"TFL3")
+
+
+def bad_tflite_files() -> dict[str, tuple[bytes, str, str]]:
+    """name -> (file bytes, exception class name, message substring)."""
+    good, at = build_tflite()
+    root_len = at["length"][0]  # the operator_codes vector comes first after the model table
+    return {
+        "tfl_truncated.tflite": (good[:len(good) // 2], "TFLiteError", "outside"),
+        "tfl_garbage.tflite": (good[:8] + _rng_bytes(256, 5), "TFLiteError", "outside"),
+        "tfl_no_identifier.tflite": (good[:4] + b"XXXX" + good[8:], "UnsupportedError", "not a model file"),
+        "tfl_root_offset_huge.tflite": (patch(good, 0, "I", 2**32 - 8), "TFLiteError", "outside"),
+        "tfl_vector_length_huge.tflite": (patch(good, root_len, "I", 2**31), "TFLiteError", "outside"),
+        "tfl_unknown_op.tflite": (build_tflite(TFL_OPS | {"SOFTMAX": 99})[0],
+                                  "UnsupportedError", "op builtin op 99 is not supported"),
+    }
+
+
+# --- protobuf / ONNX ---------------------------------------------------------------------
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def pb(*fields) -> bytes:
+    """A protobuf message from (field number, value): int -> varint, bytes/str -> length-delimited."""
+    out = bytearray()
+    for number, value in fields:
+        if isinstance(value, int):
+            out += _varint(number << 3) + _varint(value % 2**64)
+        else:
+            raw = value.encode() if isinstance(value, str) else value
+            out += _varint(number << 3 | 2) + _varint(len(raw)) + raw
+    return bytes(out)
+
+
+def _onnx_tensor(name: str, arr: np.ndarray) -> bytes:
+    # TensorProto: dims 1, data_type 2 (1 float, 7 int64), name 8, raw_data 9
+    code = {np.dtype(np.float32): 1, np.dtype(np.int64): 7}[arr.dtype]
+    return pb(*[(1, d) for d in arr.shape], (2, code), (8, name), (9, arr.astype(arr.dtype.newbyteorder("<")).tobytes()))
+
+
+def _onnx_value(name: str, dims) -> bytes:
+    # ValueInfoProto{name 1, type 2: TypeProto{tensor_type 1: {elem_type 1, shape 2: {dim 1: {dim_value 1}}}}}
+    shape = pb(*[(1, pb((1, d))) for d in dims])
+    return pb((1, name), (2, pb((1, pb((1, 1), (2, shape))))))
+
+
+def _onnx_node(op: str, ins, outs, name: str, *attrs) -> bytes:
+    # NodeProto: input 1, output 2, name 3, op_type 4, attribute 5
+    return pb(*[(1, i) for i in ins], *[(2, o) for o in outs], (3, name), (4, op), *[(5, a) for a in attrs])
+
+
+def _onnx_ints(name: str, values) -> bytes:
+    # AttributeProto: name 1, ints 8, type 20 (7 = INTS)
+    return pb((1, name), *[(8, v) for v in values], (20, 7))
+
+
+# The tiny float32 ONNX model: x (1,2,4,4) -> Conv 3x3 pad 1 (3 filters) -> BatchNormalization ->
+# Relu -> MaxPool 2x2 -> Reshape (1,12) -> MatMul (12,5) -> Add -> Softmax.
+ONNX_CONV_W = ((np.arange(54, dtype=np.float32) % 5 - 2) / 6).reshape(3, 2, 3, 3)  # (out, in, kh, kw)
+ONNX_CONV_B = np.array([0.05, -0.1, 0.2], np.float32)                               # (3,)
+ONNX_BN = [np.array(v, np.float32) for v in ([1.5, 0.5, 1.0], [0.1, 0.0, -0.1], [0.2, -0.1, 0.0],
+                                             [1.0, 2.0, 0.5])]                       # gamma, beta, mean, var
+ONNX_FC_W = ((np.arange(60, dtype=np.float32) % 7 - 3) / 5).reshape(12, 5)          # (in, out)
+ONNX_FC_B = np.linspace(-0.3, 0.3, 5).astype(np.float32)                            # (5,)
+
+
+def build_onnx(opset: int = 13, extra_nodes: tuple = ()) -> bytes:
+    """The tiny float32 ONNX model, from onnx/onnx.proto."""
+    inits = [("conv.w", ONNX_CONV_W), ("conv.b", ONNX_CONV_B), ("bn.g", ONNX_BN[0]), ("bn.b", ONNX_BN[1]),
+             ("bn.m", ONNX_BN[2]), ("bn.v", ONNX_BN[3]), ("shape", np.array([1, 12], np.int64)),
+             ("fc.w", ONNX_FC_W), ("fc.b", ONNX_FC_B)]
+    nodes = [_onnx_node("Conv", ["x", "conv.w", "conv.b"], ["c"], "conv", _onnx_ints("pads", [1, 1, 1, 1])),
+             _onnx_node("BatchNormalization", ["c", "bn.g", "bn.b", "bn.m", "bn.v"], ["n"], "bn"),
+             _onnx_node("Relu", ["n"], ["r"], "relu"),
+             _onnx_node("MaxPool", ["r"], ["p"], "pool", _onnx_ints("kernel_shape", [2, 2]),
+                        _onnx_ints("strides", [2, 2])),
+             _onnx_node("Reshape", ["p", "shape"], ["f"], "flatten"),
+             _onnx_node("MatMul", ["f", "fc.w"], ["m"], "fc"),
+             _onnx_node("Add", ["m", "fc.b"], ["logits"], "fc_bias"),
+             _onnx_node("Softmax", ["logits"], ["probs"], "softmax"), *extra_nodes]
+    # GraphProto: node 1, name 2, initializer 5, input 11, output 12
+    graph = pb(*[(1, n) for n in nodes], (2, "tiny"), *[(5, _onnx_tensor(n, a)) for n, a in inits],
+               (11, _onnx_value("x", [1, 2, 4, 4])), (12, _onnx_value("probs", [1, 5])))
+    # ModelProto: ir_version 1, producer_name 2, graph 7, opset_import 8 {domain 1, version 2}
+    return pb((1, 7), (2, "volvox tools/make_bad_files.py"), (7, graph), (8, pb((1, ""), (2, opset))))
+
+
+def bad_onnx_files() -> dict[str, tuple[bytes, str, str]]:
+    """name -> (file bytes, exception class name, message substring)."""
+    good = build_onnx()
+    return {
+        "onnx_truncated.onnx": (good[:len(good) // 2], "ONNXError", "truncated"),
+        "onnx_garbage.onnx": (_rng_bytes(300, 6), "ONNXError", "not an ONNX file"),
+        "onnx_empty.onnx": (b"", "ONNXError", "no graph"),
+        "onnx_opset_7.onnx": (build_onnx(opset=7), "UnsupportedError", "opset 7"),
+        "onnx_unknown_op.onnx": (build_onnx(extra_nodes=(_onnx_node("Frobnicate", ["probs"], ["z"], "frob"),)),
+                                 "UnsupportedError", "node 'frob' (Frobnicate): op Frobnicate is not supported"),
+        # producer_name (field 2 at byte 2, its 1-byte length at byte 3) announces 2**40 bytes
+        "onnx_length_huge.onnx": (good[:3] + _varint(2**40) + good[4:], "ONNXError", "announced"),
+    }
+
+
+# --- PyTorch state dict (zip format) -----------------------------------------------------
+
+def _pkl_str(s: str) -> bytes:
+    raw = s.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw  # BINUNICODE
+
+
+def _pkl_int(n: int) -> bytes:
+    return b"J" + struct.pack("<i", n)  # BININT
+
+
+def _pkl_tuple(*items: bytes) -> bytes:
+    return b"(" + b"".join(items) + b"t"  # MARK ... TUPLE
+
+
+def pkl_global(module: str, name: str) -> bytes:
+    """The GLOBAL opcode: push ``module.name`` (resolved by the unpickler's find_class)."""
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _pkl_tensor(key: str, storage: str, arr: np.ndarray) -> bytes:
+    """torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks), as
+    torch.save writes it; the storage is a persistent id ('storage', type, key, 'cpu', numel)."""
+    stride = [s // arr.itemsize for s in arr.strides]
+    pid = _pkl_tuple(_pkl_str("storage"), pkl_global("torch", storage), _pkl_str(key), _pkl_str("cpu"),
+                     _pkl_int(arr.size)) + b"Q"  # BINPERSID
+    args = _pkl_tuple(pid, _pkl_int(0), _pkl_tuple(*map(_pkl_int, arr.shape)), _pkl_tuple(*map(_pkl_int, stride)),
+                      b"\x89", pkl_global("collections", "OrderedDict") + b")R")  # NEWFALSE, OrderedDict()
+    return pkl_global("torch._utils", "_rebuild_tensor_v2") + args + b"R"  # REDUCE
+
+
+SD_TENSORS = {"conv.weight": ("FloatStorage", np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 2, 2)),
+              "conv.bias": ("FloatStorage", np.array([0.5, -0.5], np.float32)),
+              "bn.num_batches_tracked": ("LongStorage", np.array(7, np.int64))}
+
+
+def state_dict_pickle(entries: bytes | None = None) -> bytes:
+    """data.pkl of an OrderedDict state dict (protocol 2); ``entries`` replaces the key/value opcodes."""
+    if entries is None:
+        entries = b"".join(_pkl_str(name) + _pkl_tensor(str(k), storage, arr)
+                           for k, (name, (storage, arr)) in enumerate(SD_TENSORS.items()))
+    return b"\x80\x02" + pkl_global("collections", "OrderedDict") + b")R(" + entries + b"u."
+
+
+def build_state_dict(pickle_bytes: bytes | None = None, storages: dict[str, bytes] | None = None) -> bytes:
+    """A torch.save zip: archive/data.pkl, archive/data/<key> (stored, as torch writes them)."""
+    if storages is None:
+        storages = {str(k): arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+                    for k, (storage, arr) in enumerate(SD_TENSORS.values())}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in [("archive/data.pkl", pickle_bytes or state_dict_pickle()), ("archive/version", b"3\n"),
+                           *((f"archive/data/{k}", v) for k, v in storages.items())]:
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))  # fixed: deterministic bytes
+            zf.writestr(info, data)
+    return out.getvalue()
+
+
+def bad_state_dict_files() -> dict[str, tuple[bytes, str, str]]:
+    """name -> (file bytes, exception class name, message substring)."""
+    good = build_state_dict()
+    # os.system('...') as a value: must be refused by find_class before anything runs
+    evil = _pkl_str("x") + pkl_global("os", "system") + _pkl_tuple(_pkl_str("touch /tmp/volvox-pwned")) + b"R"
+    builtin = _pkl_str("x") + pkl_global("builtins", "eval") + _pkl_tuple(_pkl_str("1+1")) + b"R"
+    return {
+        "sd_os_system.pth": (build_state_dict(state_dict_pickle(evil)), "WeightsError",
+                             "refuses to unpickle os.system"),
+        "sd_builtins_eval.pth": (build_state_dict(state_dict_pickle(builtin)), "WeightsError",
+                                 "refuses to unpickle builtins.eval"),
+        "sd_truncated.pth": (good[:len(good) // 2], "WeightsError", "not a readable PyTorch state dict"),
+        "sd_missing_storage.pth": (build_state_dict(storages={"0": b"\0" * 96}), "WeightsError",
+                                   "not a readable PyTorch state dict"),
+        "sd_short_storage.pth": (build_state_dict(storages={"0": b"\0" * 8, "1": b"\0" * 8, "2": b"\0" * 8}),
+                                 "WeightsError", "reaches past its storage"),
+        "sd_not_a_dict.pth": (build_state_dict(b"\x80\x02K\x07."), "WeightsError", "expected a dict of tensors"),
+    }
+
+
+# --- blueprint directories ---------------------------------------------------------------
+
+BP_CONFIG = {
+    "format": "volvox-blueprint", "version": 1,
+    "inputs": [{"name": "x", "shape": ["n", 4], "dtype": "float32"}],
+    "nodes": [
+        {"id": "fc", "op": "linear", "inputs": {"x": "x", "weight": "w", "bias": "b"}, "outputs": {"y": "h"}},
+        {"id": "norm", "op": "rms_norm", "inputs": {"x": "h", "weight": "g"}, "outputs": {"y": "out"},
+         "params": {"eps": 1e-5}},
+    ],
+    "outputs": ["out"],
+    "metadata": {"task": "run"},
+}
+BP_WEIGHTS = {"w": ("F32", [3, 4], np.ones((3, 4), "<f4")), "b": ("F32", [3], np.zeros(3, "<f4")),
+              "g": ("F32", [3], np.ones(3, "<f4"))}
+
+
+def _bp(edit=None, **weights) -> dict[str, bytes]:
+    """A blueprint directory (config.json + model.safetensors): BP_CONFIG after ``edit(config)``,
+    BP_WEIGHTS with the named entries replaced by (dtype, shape, array)."""
+    config = json.loads(json.dumps(BP_CONFIG))
+    if edit is not None:
+        edit(config)
+    header, data = {}, b""
+    for name, (dtype, shape, arr) in (BP_WEIGHTS | weights).items():
+        raw = arr.tobytes()
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    return {"config.json": (json.dumps(config, indent=1) + "\n").encode(),
+            "model.safetensors": build_safetensors(header, data)}
+
+
+def _set(path: str, value):
+    """An edit that sets config[path...] (dot-separated keys / list indices) to ``value``."""
+    def edit(config):
+        *parents, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+        for key in parents:
+            config = config[key]
+        config[last] = value
+    return edit
+
+
+def bad_blueprints() -> dict[str, tuple[dict[str, bytes], str, str]]:
+    """directory name -> ({file name: bytes}, exception class name, message substring)."""
+    nan_g = np.array([1.0, np.nan, 1.0], "<f4")
+    return {
+        "bp_cycle": (_bp(_set("nodes.0.inputs.x", "out")), "BlueprintError",
+                     "node 'fc' (linear): input 'x' reads tensor 'out'"),
+        "bp_reads_later_output": (_bp(lambda c: c["nodes"].reverse()), "BlueprintError",
+                                  "node 'norm' (rms_norm): input 'x' reads tensor 'h'"),
+        "bp_unknown_op": (_bp(_set("nodes.1.op", "frobnicate")), "UnsupportedError",
+                          "node 'norm': unknown op 'frobnicate'"),
+        "bp_shape_lie": (_bp(w=("F32", [3, 5], np.ones((3, 5), "<f4"))), "ShapeError",
+                         "node 'fc' (linear): x's last dim must equal weight's in_features"),
+        "bp_dtype_lie": (_bp(w=("I8", [3, 4], np.ones((3, 4), "i1"))), "ShapeError",
+                         "node 'fc' (linear): weight must be a 2-D float"),
+        "bp_norm_weight_f16": (_bp(g=("F16", [3], np.ones(3, "<f2"))), "ShapeError",
+                               "node 'norm' (rms_norm): weight must be float32"),
+        "bp_huge_dims": (_bp(_set("inputs.0.shape", [2**40, 2**40])), "ShapeError",
+                         "x: float32[1099511627776, 1099511627776]"),
+        "bp_nan_norm_weight": (_bp(g=("F32", [3], nan_g)), "WeightsError",
+                               "tensor 'g' (weight of node 'norm', rms_norm) holds NaN or inf"),
+        "bp_inf_norm_weight": (_bp(g=("F32", [3], np.array([1.0, 1.0, np.inf], "<f4"))), "WeightsError",
+                               "tensor 'g' (weight of node 'norm', rms_norm) holds NaN or inf"),
+        "bp_weights_dtype_lie": (
+            {"config.json": _bp()["config.json"],
+             "model.safetensors": build_safetensors(
+                 {"w": {"dtype": "F64", "shape": [3, 4], "data_offsets": [0, 48]},
+                  "b": {"dtype": "F32", "shape": [3], "data_offsets": [48, 60]},
+                  "g": {"dtype": "F32", "shape": [3], "data_offsets": [60, 72]}}, bytes(72))},
+            "WeightsError", "tensor 'w': data_offsets [0, 48] hold 48 bytes, but F64 [3, 4] needs 96"),
+    }
+
+
 def corpus() -> dict[str, bytes]:
     """Every file this script writes, by path relative to tests/data/."""
     files = {"tiny.gguf": build_gguf()[0],
-             "tiny.safetensors": build_safetensors(TINY_ST_HEADER, TINY_ST_DATA)}
-    bad = bad_gguf_files() | bad_safetensors_files()
-    expected = {name: {"error": err, "match": match} for name, (_, err, match) in sorted(bad.items())}
+             "tiny.safetensors": build_safetensors(TINY_ST_HEADER, TINY_ST_DATA),
+             "tiny.tflite": build_tflite()[0],
+             "tiny.onnx": build_onnx(),
+             "tiny.pth": build_state_dict()}
+    bad = bad_gguf_files() | bad_safetensors_files() | bad_tflite_files() | bad_onnx_files() | bad_state_dict_files()
+    dirs = bad_blueprints()
+    expected = {name: {"error": err, "match": match}
+                for name, (_, err, match) in sorted((bad | dirs).items())}
     files.update({f"bad/{name}": data for name, (data, _, _) in bad.items()})
+    files.update({f"bad/{name}/{f}": data for name, (content, _, _) in dirs.items() for f, data in content.items()})
     files["bad/expected.json"] = (json.dumps(expected, indent=1) + "\n").encode()
     return files
 
@@ -370,11 +764,10 @@ def corpus() -> dict[str, bytes]:
 def main(argv: list[str]) -> int:
     """Rewrite tests/data/ (or the directory given as the only argument)."""
     root = Path(argv[0]) if argv else DATA_DIR
-    (root / "bad").mkdir(parents=True, exist_ok=True)
-    for old in (root / "bad").iterdir():
-        old.unlink()
+    shutil.rmtree(root / "bad", ignore_errors=True)
     files = corpus()
     for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     print(f"wrote {len(files)} files under {root}")
     return 0

@@ -124,7 +124,7 @@ def read_blueprint(directory: str | Path) -> tuple[Graph, dict, dict, SafeTensor
         for name in quantized:
             if name not in graph.weights:
                 raise BlueprintError(f"{cfg_path}: weights.quantized names {name!r}, which the graph does not use")
-        graph.validate()
+        graph.validate_file(str(cfg_path))
     except VolvoxError:
         if st is not None:
             st.close()

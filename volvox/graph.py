@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import BlueprintError, ShapeError
+from .errors import BlueprintError, ShapeError, VolvoxError
 
 Dim = int | str
 FLOAT_DTYPES = ("float32", "float16")
@@ -55,6 +55,13 @@ class Graph:
     nodes: list[Node]
     outputs: list[str]
     specs: dict[str, TensorSpec] = field(default_factory=dict)
+
+    def validate_file(self, path: str) -> None:
+        """validate(), with ``path`` (the file the graph was read from) leading any error message."""
+        try:
+            self.validate()
+        except VolvoxError as e:
+            raise type(e)(f"{path}: {e}") from None
 
     def validate(self) -> None:
         """Check names, order and ops, and infer every tensor's shape; raises BlueprintError/ShapeError."""

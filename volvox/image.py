@@ -44,8 +44,10 @@ def load_image(image) -> np.ndarray:
                 return np.asarray(im.convert("RGB"))
         except FileNotFoundError:
             raise ImageError(f"{image}: no such image file") from None
-        except (UnidentifiedImageError, OSError) as e:
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             raise ImageError(f"{image}: not an image Pillow can read ({e})") from None
+        except Image.DecompressionBombError as e:  # declared size over Pillow's MAX_IMAGE_PIXELS
+            raise ImageError(f"{image}: refused, the declared size is a decompression bomb ({e})") from None
     if isinstance(image, Image.Image):
         return np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
     if isinstance(image, np.ndarray):

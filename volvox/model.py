@@ -9,6 +9,7 @@ import numpy as np
 from .compile import compile_graph
 from .errors import ClosedError
 from .graph import Graph
+from .ops.norm import check_norm_weights
 from .runtime.executor import Executor, RunContext
 
 
@@ -19,6 +20,7 @@ class Model:
                  closers: list[Callable[[], None]] = (), reference: bool = False, profile: bool = False,
                  optimize: bool | list[str] = True, device=None):
         self.source_graph = graph  # as loaded, before compiler passes
+        check_norm_weights(graph, weights, source)
         passes = None if optimize is True else (optimize or [])
         self.graph, weights, self.compile_report = compile_graph(graph, weights, passes)
         self.metadata = metadata

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UnsupportedError, WeightsError
+from ..errors import BlueprintError, ShapeError, UnsupportedError, WeightsError
 from ..graph import Graph, Node, TensorSpec
 from ..ops import get_op
 from .protobuf import floats, ints, parse, text
@@ -122,6 +122,8 @@ class _Importer:
             spec = get_op(op, node_id).infer({p: self.specs[n] for p, n in inputs.items()}, params)["y"]
         except KeyError as e:
             raise ONNXError(f"{self.path}: node {node_id!r}: missing input {e}") from None
+        except (ShapeError, BlueprintError) as e:
+            raise type(e)(f"{self.path}: node {node_id!r} ({op}): {e}") from None
         self.specs[out] = TensorSpec(out, tuple(spec[0]), spec[1])
         self.nodes.append(node)
         physical = tuple(spec[0])
@@ -406,6 +408,17 @@ def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
         buf = memoryview(Path(path).read_bytes())
     except FileNotFoundError:
         raise ONNXError(f"{path}: no such file") from None
+    try:
+        return _import(buf, path)
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as e:
+        # a required field missing or of the wrong wire type deep in the schema (op_type, an
+        # attribute's value, a node's inputs): the protobuf reader is schema-less, so these
+        # surface as Python lookups failing; report them as the malformed file they are
+        raise ONNXError(f"{path}: malformed ONNX model ({type(e).__name__}: {e})") from None
+
+
+def _import(buf: memoryview, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    """read_onnx's work on the file's bytes."""
     error = lambda msg: ONNXError(f"{path}: {msg} (truncated or not an ONNX file)")  # noqa: E731
     model = parse(buf, error)
     if 7 not in model:
@@ -455,6 +468,6 @@ def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
         outputs.append(imp.logical(name, f"{path}: output {name!r}"))
     used = {n for node in imp.nodes for n in node.inputs.values()}
     graph = Graph(inputs, {n: imp.specs[n] for n in imp.weights if n in used}, imp.nodes, outputs)
-    graph.validate()
+    graph.validate_file(path)
     weights = {n: imp.weights[n] for n in graph.weights}
     return graph, weights, {"format": "onnx", "opset": opset, "onnx_metadata": props}

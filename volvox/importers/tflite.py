@@ -330,6 +330,16 @@ def read_tflite(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
         raise TFLiteError(f"{path}: no such file") from None
     if len(file) < 8 or file[4:8] != b"TFL3":
         raise TFLiteError(f"{path}: not a TFLite file (no 'TFL3' identifier at byte 4)")
+    try:
+        return _import(file, path)
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as e:
+        # the flatbuffer reads are bounds-checked; what remains is a schema-valid file whose
+        # values contradict each other (a zero channel count, an operator missing its inputs)
+        raise TFLiteError(f"{path}: malformed TFLite model ({type(e).__name__}: {e})") from None
+
+
+def _import(file: bytes, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    """read_tflite's work on the file's bytes."""
     error = TFLiteError
     model = root(file, path, error)
     buffers = model.tables(4, "buffers")
@@ -362,7 +372,7 @@ def read_tflite(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
     used = {n for node in imp.nodes for n in node.inputs.values()}
     graph = Graph(inputs, {n: TensorSpec(n, w.shape, w.dtype.name) for n, w in imp.weights.items() if n in used},
                   imp.nodes, outputs)
-    graph.validate()
+    graph.validate_file(path)
     for name in outputs:
         want = tensors[[imp.names[i] for i in range(len(tensors))].index(name)]
         got = graph.specs[name]

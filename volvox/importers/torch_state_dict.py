@@ -14,6 +14,7 @@ import io
 import pickle
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 
@@ -30,15 +31,24 @@ def _rebuild_tensor(storage, offset, size, stride, *unused) -> np.ndarray:
     """torch._utils._rebuild_tensor_v2 as a bounds-checked numpy copy."""
     data, dtype = storage
     arr = np.frombuffer(data, dtype)
+    size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
     extent = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else offset
-    if offset < 0 or extent > arr.size or any(s < 0 for s in stride):
-        raise WeightsError(f"tensor of shape {tuple(size)} reaches past its storage of {arr.size} elements")
+    if offset < 0 or extent > arr.size or any(s < 0 for s in stride) or len(size) != len(stride):
+        raise ValueError(f"tensor of shape {size} reaches past its storage of {arr.size} elements")
+    if any(n < 0 for n in size) or int(np.prod(size, dtype=object)) > arr.size:
+        # stride-0 (expanded) tensors could declare any size over a tiny storage: refused, so that
+        # the copy below never allocates more than the file holds
+        raise ValueError(f"tensor of shape {size} has more elements than its storage of {arr.size}")
     item = arr.itemsize
     return np.lib.stride_tricks.as_strided(arr[offset:], tuple(size), tuple(s * item for s in stride)).copy()
 
 
-class _Unpickler(pickle.Unpickler):
-    """Unpickles dicts of tensors only; ``storage_bytes(key, dtype)`` supplies storage data."""
+class _Unpickler(pickle._Unpickler):
+    """Unpickles dicts of tensors only; ``storage_bytes(key, dtype)`` supplies storage data.
+
+    The pure-Python unpickler, not the C one: the C one allocates the length a BINBYTES /
+    BINUNICODE opcode declares before reading it (4 GiB from 5 hostile bytes), the Python one
+    reads what the file holds. data.pkl is small (the tensor data lives beside it)."""
 
     def __init__(self, file, path: str, storage_bytes, rebuild=_rebuild_tensor):
         super().__init__(file)
@@ -71,14 +81,28 @@ def read_state_dict(path: str | Path) -> dict[str, np.ndarray]:
             zf = zipfile.ZipFile(io.BytesIO(raw))
             pkl = next(n for n in zf.namelist() if n.endswith("/data.pkl"))
             prefix = pkl[: -len("data.pkl")]
-            obj = _Unpickler(io.BytesIO(zf.read(pkl)), path, lambda key, dt: zf.read(f"{prefix}data/{key}")).load()
+            obj = _Unpickler(io.BytesIO(_member(zf, pkl, len(raw))), path,
+                             lambda key, dt: _member(zf, f"{prefix}data/{key}", len(raw))).load()
         else:
             obj = _read_legacy(raw, path)
-    except (pickle.UnpicklingError, EOFError, KeyError, StopIteration, ValueError, struct.error) as e:
+    except (pickle.UnpicklingError, EOFError, KeyError, StopIteration, ValueError, struct.error, TypeError,
+            AttributeError, IndexError, OverflowError, RecursionError, zipfile.BadZipFile, zlib.error,
+            NotImplementedError, RuntimeError) as e:
+        # a hostile pickle can call the allowed callables with any arguments: every such misuse
+        # (wrong arity, non-tuple shapes, a storage name called as a function) lands here
         raise WeightsError(f"{path}: not a readable PyTorch state dict ({type(e).__name__}: {e})") from None
     if not isinstance(obj, dict) or not all(isinstance(v, np.ndarray) for v in obj.values()):
         raise WeightsError(f"{path}: expected a dict of tensors (a state dict)")
     return dict(obj)
+
+
+def _member(zf: zipfile.ZipFile, name: str, file_size: int) -> bytes:
+    """One archive member; torch stores members uncompressed, so one that would inflate past the
+    file's own size is a zip bomb, refused before anything is decompressed."""
+    size = zf.getinfo(name).file_size
+    if size > file_size:
+        raise ValueError(f"archive member {name!r} declares {size} bytes, more than the {file_size}-byte file")
+    return zf.read(name)
 
 
 def _read_legacy(raw: bytes, path: str):

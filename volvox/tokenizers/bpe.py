@@ -245,12 +245,17 @@ class ByteLevelBPETokenizer:
         except TokenizerError as exc:
             raise TokenizerError(f"{path}: {exc}") from None
 
+        for key, kind in (("vocab", dict), ("merges", list)):
+            if not isinstance(model.get(key) or kind(), kind):
+                raise TokenizerError(f"{path}: model.{key} must be a JSON {'object' if kind is dict else 'array'}")
         id_of = dict(model.get("vocab") or {})
         special, added = {}, {}
         for tok in data.get("added_tokens") or []:
             if not isinstance(tok, dict):
                 raise TokenizerError(f"{path}: added token {tok!r} is not an object")
             content, token_id = tok.get("content"), tok.get("id")
+            if not isinstance(content, str):
+                raise TokenizerError(f"{path}: added token {tok!r:.80}: content must be a string")
             id_of[content] = token_id
             (special if tok.get("special") else added)[content] = token_id
         text_of = {}
@@ -325,7 +330,12 @@ class ByteLevelBPETokenizer:
     def _bpe(self, word: str) -> tuple[int, ...]:
         """Ids of one pre-token: merge adjacent symbols by rank (a heap of candidate pairs)."""
         # latin-1 turns each byte into the code point of the same value; translate maps it.
-        symbols = list(word.encode("utf-8").decode("latin-1").translate(_BYTE_TO_CHAR))
+        try:
+            raw = word.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise TokenizerError(f"encode(): text holds the lone surrogate {word[e.start]!r}, "
+                                 "which is not valid Unicode and has no UTF-8 bytes") from None
+        symbols = list(raw.decode("latin-1").translate(_BYTE_TO_CHAR))
         vocab = self._vocab
         whole = "".join(symbols)
         if self._ignore_merges and whole in vocab:

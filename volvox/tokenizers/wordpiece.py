@@ -73,6 +73,15 @@ class WordPieceTokenizer:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise TokenizerError(f"{path}: cannot read tokenizer.json: {e}") from None
+        try:
+            return cls._from_json_doc(data, path)
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
+            # a field of the wrong JSON type (a list where an object belongs, a null id)
+            raise TokenizerError(f"{path}: malformed WordPiece tokenizer.json ({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _from_json_doc(cls, data, path: Path) -> "WordPieceTokenizer":
+        """from_tokenizer_json's work on the parsed document."""
         model = data.get("model") if isinstance(data, dict) else None
         if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
             raise TokenizerError(f"{path}: not a WordPiece tokenizer (model type "
@@ -85,6 +94,9 @@ class WordPieceTokenizer:
         if not isinstance(pre, dict) or pre.get("type") != "BertPreTokenizer":
             raise TokenizerError(f"{path}: pre_tokenizer {pre!r} is not supported (BertPreTokenizer only)")
         vocab = model["vocab"]
+        bad = next((t for t, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool) or i < 0), None)
+        if bad is not None:
+            raise TokenizerError(f"{path}: token {bad!r} has invalid id {vocab[bad]!r}")
         added = {t["content"]: t["id"] for t in data.get("added_tokens") or [] if isinstance(t, dict)}
         prefix_ids, suffix_ids = _template_ids(data.get("post_processor"), {**vocab, **added}, path)
         return cls(vocab, unk_token=model.get("unk_token", "[UNK]"),
@@ -148,6 +160,8 @@ class WordPieceTokenizer:
         """Token ids of ``text``; with ``max_length``, content is truncated so the result fits."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode() needs a str, got {type(text).__name__}")
+        if max_length is not None and (not isinstance(max_length, int) or max_length < 0):
+            raise TokenizerError(f"max_length must be a non-negative int or None, got {max_length!r}")
         ids: list[int] = []
         pos = 0
         for m in (self._added_re.finditer(text) if self._added_re else ()):
