@@ -24,7 +24,8 @@ import struct
 
 import numpy as np
 
-from .errors import ClosedError, ModelNotFoundError, WeightsError
+from .errors import ClosedError, WeightsError
+from .mapped_file import map_file, release
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the limit the reference implementation enforces
 MAX_NDIM = 32  # numpy's limit before 2.0
@@ -48,21 +49,6 @@ DTYPES: dict[str, np.dtype] = {
 }
 # numpy dtype kind+size -> safetensors dtype, for writing.
 _DTYPE_NAMES = {(dt.kind, dt.itemsize): name for name, dt in DTYPES.items() if name != "BF16"}
-
-
-def _map_file(path: str) -> mmap.mmap | bytes:
-    """Map ``path`` read-only (an empty file comes back as b"", which mmap cannot map)."""
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return b""
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise ModelNotFoundError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WeightsError(f"{path}: is a directory, not a safetensors file") from None
-    except OSError as e:
-        raise WeightsError(f"{path}: cannot read: {e.strerror or e}") from None
 
 
 def _no_duplicate_keys(pairs: list) -> dict:
@@ -148,7 +134,7 @@ class SafeTensorsFile:
     def __init__(self, path: str | os.PathLike):
         """Open and map ``path``; validate the header and every tensor entry."""
         self.path = os.fspath(path)
-        self._buf: mmap.mmap | bytes | None = _map_file(self.path)
+        self._buf: mmap.mmap | bytes | None = map_file(self.path, WeightsError, "safetensors")
         try:
             self.metadata, self._data_start, self._entries = _parse(self._buf, self.path)
         except BaseException:
@@ -173,11 +159,7 @@ class SafeTensorsFile:
     def close(self) -> None:
         """Release the mapping; arrays already handed out keep it alive until they are freed."""
         buf, self._buf = self._buf, None
-        if isinstance(buf, mmap.mmap):
-            try:
-                buf.close()
-            except BufferError:
-                pass  # views still export the buffer; the mmap unmaps when the last one dies
+        release(buf)
 
     def __enter__(self) -> SafeTensorsFile:
         return self

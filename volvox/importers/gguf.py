@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ClosedError, GGUFError, ModelNotFoundError, UnsupportedError
+from ..errors import ClosedError, GGUFError, UnsupportedError
+from ..mapped_file import map_file, release
 from ..quant import GGML_FORMAT_BY_ID, SUPPORTED_QTYPES, QuantTensor
 
 MAGIC = b"GGUF"
@@ -208,21 +209,6 @@ def _is_utf8(b: bytes) -> bool:
     return True
 
 
-def _map_file(path: str) -> mmap.mmap | bytes:
-    """Map ``path`` read-only (an empty file comes back as b"", which mmap cannot map)."""
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return b""
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise ModelNotFoundError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise GGUFError(f"{path}: is a directory, not a GGUF file") from None
-    except OSError as e:
-        raise GGUFError(f"{path}: cannot read: {e.strerror or e}") from None
-
-
 def _parse(buf: mmap.mmap | bytes, path: str) -> tuple[int, dict[str, Any], int, dict[str, GGUFTensorInfo]]:
     """Parse and validate the whole header; return (version, metadata, alignment, tensors)."""
     c = _Cursor(buf, path)
@@ -325,7 +311,7 @@ class GGUFFile:
     def __init__(self, path: str | os.PathLike):
         """Open and map ``path``; parse and validate the header, metadata and tensor infos."""
         self.path = os.fspath(path)
-        self._buf: mmap.mmap | bytes | None = _map_file(self.path)
+        self._buf: mmap.mmap | bytes | None = map_file(self.path, GGUFError, "GGUF")
         try:
             self.version, self.metadata, self.alignment, self.tensors = _parse(self._buf, self.path)
         except BaseException:
@@ -357,11 +343,7 @@ class GGUFFile:
     def close(self) -> None:
         """Release the mapping; arrays already handed out keep it alive until they are freed."""
         buf, self._buf = self._buf, None
-        if isinstance(buf, mmap.mmap):
-            try:
-                buf.close()
-            except BufferError:
-                pass  # views still export the buffer; the mmap unmaps when the last one dies
+        release(buf)
 
     def __enter__(self) -> GGUFFile:
         return self
