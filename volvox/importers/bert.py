@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import Graph, Node, TensorSpec
+from ..graph import Graph, TensorSpec
+from .builder import GraphBuilder
 from .gpt2 import gelu_of
 from .hf import HFCheckpoint, HFConfig, HFImport, specs_of
 
@@ -50,45 +51,33 @@ BERT_NAMES = {
 }
 
 
-def build_bert_graph(cfg: BertConfig, names: dict[str, str]) -> list[Node]:
-    """The encoder's nodes: inputs tokens/positions/token_types (seq,), output ``hidden`` (seq, dim)."""
-    nodes: list[Node] = []
-
-    def add(op: str, node_id: str, inputs: dict, out: str, **params) -> str:
-        nodes.append(Node(node_id, op, inputs, {"y": out}, params))
-        return out
-
-    def linear(node_id: str, x: str, key: str, layer: int, out: str) -> str:
-        inputs = {"x": x, "weight": names[key].format(l=layer), "bias": names[key + "_bias"].format(l=layer)}
-        return add("linear", node_id, inputs, out)
-
-    def layer_norm(node_id: str, x: str, key: str, layer: int | None, out: str) -> str:
-        inputs = {"x": x, "weight": names[key].format(l=layer), "bias": names[key + "_bias"].format(l=layer)}
-        return add("layer_norm", node_id, inputs, out, eps=cfg.norm_eps)
-
+def build_bert_graph(cfg: BertConfig, names: dict[str, str], weights: dict[str, TensorSpec]) -> Graph:
+    """The encoder: inputs tokens/positions/token_types (seq,), output ``hidden`` (seq, dim)."""
+    b = GraphBuilder("BERT", names, weights)
     attn = dict(n_heads=cfg.n_heads, n_kv_heads=cfg.n_heads, head_dim=cfg.head_dim, causal=False)
-    w = add("embedding", "word_embed", {"table": names["word"], "ids": "tokens"}, "word_emb")            # (seq, dim)
-    p = add("embedding", "pos_embed", {"table": names["position"], "ids": "positions"}, "pos_emb")      # (seq, dim)
-    t = add("embedding", "type_embed", {"table": names["type"], "ids": "token_types"}, "type_emb")     # (seq, dim)
-    h = add("add", "embed_sum", {"a": add("add", "embed_wp", {"a": w, "b": p}, "emb_wp"), "b": t}, "emb")
-    h = layer_norm("embed_ln", h, "emb_ln", None, "h.0")
+    w = b.add("embedding", "word_embed", {"table": b.weight("word"), "ids": "tokens"}, "word_emb")         # (seq, dim)
+    p = b.add("embedding", "pos_embed", {"table": b.weight("position"), "ids": "positions"}, "pos_emb")   # (seq, dim)
+    t = b.add("embedding", "type_embed", {"table": b.weight("type"), "ids": "token_types"}, "type_emb")  # (seq, dim)
+    h = b.add("add", "embed_sum", {"a": b.add("add", "embed_wp", {"a": w, "b": p}, "emb_wp"), "b": t}, "emb")
+    h = b.layer_norm("embed_ln", h, "emb_ln", None, "h.0", cfg.norm_eps)
     for l in range(cfg.n_layers):
         pre = f"l{l}."
         # attention block (post-norm): h = layernorm(h + W_o attention(W_q h, W_k h, W_v h))
-        q = linear(pre + "query", h, "q", l, pre + "q")  # (seq, dim)
-        k = linear(pre + "key", h, "k", l, pre + "k")    # (seq, dim)
-        v = linear(pre + "value", h, "v", l, pre + "v")  # (seq, dim)
-        a = add("attention", pre + "attn", {"q": q, "k": k, "v": v}, pre + "attn", layer=l, **attn)
-        o = linear(pre + "attn_out", a, "o", l, pre + "o")  # (seq, dim)
-        h = layer_norm(pre + "attn_ln", add("add", pre + "attn_residual", {"a": o, "b": h}, pre + "h_res"),
-                       "attn_ln", l, pre + "h_attn")
+        q = b.linear(pre + "query", h, "q", l, pre + "q")  # (seq, dim)
+        k = b.linear(pre + "key", h, "k", l, pre + "k")    # (seq, dim)
+        v = b.linear(pre + "value", h, "v", l, pre + "v")  # (seq, dim)
+        a = b.add("attention", pre + "attn", {"q": q, "k": k, "v": v}, pre + "attn", layer=l, **attn)
+        o = b.linear(pre + "attn_out", a, "o", l, pre + "o")  # (seq, dim)
+        h = b.layer_norm(pre + "attn_ln", b.add("add", pre + "attn_residual", {"a": o, "b": h}, pre + "h_res"),
+                         "attn_ln", l, pre + "h_attn", cfg.norm_eps)
         # feed-forward block (post-norm): h = layernorm(h + W_proj gelu(W_fc h))
-        f = linear(pre + "fc", h, "fc", l, pre + "fc")  # (seq, ffn_dim)
-        f = add("gelu", pre + "act", {"x": f}, pre + "fc_gelu", approximate=cfg.gelu)
-        d = linear(pre + "proj", f, "proj", l, pre + "proj")  # (seq, dim)
-        h = layer_norm(pre + "ffn_ln", add("add", pre + "ffn_residual", {"a": d, "b": h}, pre + "h_ffn_res"),
-                       "ffn_ln", l, "hidden" if l == cfg.n_layers - 1 else f"h.{l + 1}")
-    return nodes
+        f = b.linear(pre + "fc", h, "fc", l, pre + "fc")  # (seq, ffn_dim)
+        f = b.add("gelu", pre + "act", {"x": f}, pre + "fc_gelu", approximate=cfg.gelu)
+        d = b.linear(pre + "proj", f, "proj", l, pre + "proj")  # (seq, dim)
+        h = b.layer_norm(pre + "ffn_ln", b.add("add", pre + "ffn_residual", {"a": d, "b": h}, pre + "h_ffn_res"),
+                         "ffn_ln", l, "hidden" if l == cfg.n_layers - 1 else f"h.{l + 1}", cfg.norm_eps)
+    inputs = [TensorSpec(n, ("seq",), "int32") for n in ("tokens", "positions", "token_types")]
+    return b.graph(inputs, ["hidden"])
 
 
 def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
@@ -115,7 +104,5 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
     config = BertConfig(n_layers=n_layers, dim=dim, n_heads=n_heads, head_dim=dim // n_heads, ffn_dim=ffn,
                         vocab_size=vocab, context_length=context, type_vocab_size=n_types,
                         norm_eps=cfg.get("layer_norm_eps", default=1e-12, kind=float), gelu=gelu)
-    inputs = [TensorSpec(n, ("seq",), "int32") for n in ("tokens", "positions", "token_types")]
-    graph = Graph(inputs, specs_of(weights), build_bert_graph(config, BERT_NAMES), ["hidden"])
-    graph.validate()
+    graph = build_bert_graph(config, BERT_NAMES, specs_of(weights))
     return HFImport(graph, weights, config, "embed")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UnsupportedError
-from ..graph import Graph, Node, TensorSpec
+from ..graph import Graph, TensorSpec
+from .builder import DECODER_INPUTS, GraphBuilder
 from .hf import HFCheckpoint, HFConfig, HFImport, specs_of
 
 
@@ -45,61 +45,35 @@ def build_gpt_graph(cfg: GPTConfig, names: dict[str, str], weights: dict[str, Te
 
     A missing output projection means the embedding is tied.
     """
-    nodes: list[Node] = []
-
-    def add(op: str, node_id: str, inputs: dict, out: str, **params) -> str:
-        nodes.append(Node(node_id, op, inputs, {"y": out}, params))
-        return out
-
-    def weight(key: str, layer: int | None = None) -> str:
-        name = names[key].format(l=layer)
-        if name not in weights:
-            raise UnsupportedError(f"GPT weights lack tensor {name!r}")
-        return name
-
-    def with_bias(inputs: dict, key: str, layer: int | None) -> dict:
-        bias = names.get(key + "_bias", "").format(l=layer)
-        return {**inputs, "bias": bias} if bias in weights else inputs
-
-    def linear(node_id: str, x: str, key: str, layer: int, out: str) -> str:
-        return add("linear", node_id, with_bias({"x": x, "weight": weight(key, layer)}, key, layer), out)
-
-    def layer_norm(node_id: str, x: str, key: str, layer: int | None, out: str) -> str:
-        return add("layer_norm", node_id, with_bias({"x": x, "weight": weight(key, layer)}, key, layer), out,
-                   eps=cfg.norm_eps)
+    b = GraphBuilder("GPT", names, weights)
 
     attn = dict(n_heads=cfg.n_heads, n_kv_heads=cfg.n_heads, head_dim=cfg.head_dim)
     if cfg.attn_scale:
         attn["scale"] = cfg.attn_scale
-    tok = add("embedding", "embed", {"table": weight("wte"), "ids": "tokens"}, "tok_emb")           # (seq, dim)
-    pos = add("embedding", "pos_embed", {"table": weight("wpe"), "ids": "positions"}, "pos_emb")   # (seq, dim)
-    h = add("add", "embed_sum", {"a": tok, "b": pos}, "h.0")
+    tok = b.add("embedding", "embed", {"table": b.weight("wte"), "ids": "tokens"}, "tok_emb")           # (seq, dim)
+    pos = b.add("embedding", "pos_embed", {"table": b.weight("wpe"), "ids": "positions"}, "pos_emb")   # (seq, dim)
+    h = b.add("add", "embed_sum", {"a": tok, "b": pos}, "h.0")
     for l in range(cfg.n_layers):
         p = f"l{l}."
         # attention block: h += W_o attention(W_q x, W_k x, W_v x), x = layernorm(h)
-        x = layer_norm(p + "ln_1", h, "ln_1", l, p + "x")
-        q = linear(p + "q_proj", x, "q", l, p + "q")  # (seq, dim)
-        k = linear(p + "k_proj", x, "k", l, p + "k")  # (seq, dim)
-        v = linear(p + "v_proj", x, "v", l, p + "v")  # (seq, dim)
+        x = b.layer_norm(p + "ln_1", h, "ln_1", l, p + "x", cfg.norm_eps)
+        q = b.linear(p + "q_proj", x, "q", l, p + "q")  # (seq, dim)
+        k = b.linear(p + "k_proj", x, "k", l, p + "k")  # (seq, dim)
+        v = b.linear(p + "v_proj", x, "v", l, p + "v")  # (seq, dim)
         window = {"window": cfg.layer_windows[l]} if cfg.layer_windows and cfg.layer_windows[l] else {}
-        a = add("attention", p + "attn", {"q": q, "k": k, "v": v}, p + "attn", layer=l, **attn, **window)
-        o = linear(p + "o_proj", a, "o", l, p + "o")  # (seq, dim)
-        h = add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
+        a = b.add("attention", p + "attn", {"q": q, "k": k, "v": v}, p + "attn", layer=l, **attn, **window)
+        o = b.linear(p + "o_proj", a, "o", l, p + "o")  # (seq, dim)
+        h = b.add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
         # MLP block: h += W_proj gelu(W_fc x), x = layernorm(h)
-        x = layer_norm(p + "ln_2", h, "ln_2", l, p + "x_mlp")
-        f = linear(p + "fc", x, "fc", l, p + "fc")  # (seq, ffn_dim)
-        f = add("gelu", p + "act", {"x": f}, p + "fc_gelu", approximate=cfg.gelu)
-        d = linear(p + "proj", f, "proj", l, p + "proj")  # (seq, dim)
-        h = add("add", p + "mlp_residual", {"a": h, "b": d}, f"h.{l + 1}")
-    h = add("output_rows", "output_rows", {"x": h}, "h.out")  # (out_seq, dim)
-    h = layer_norm("ln_f", h, "ln_f", None, "h.norm")
-    out_w = names["output"] if names["output"] in weights else weight("wte")
-    add("linear", "lm_head", {"x": h, "weight": out_w}, "logits")  # (out_seq, vocab)
-    inputs = [TensorSpec("tokens", ("seq",), "int32"), TensorSpec("positions", ("seq",), "int32")]
-    used = {n for node in nodes for n in node.inputs.values()}
-    graph = Graph(inputs, {n: s for n, s in weights.items() if n in used}, nodes, ["logits"])
-    graph.validate()
-    return graph
+        x = b.layer_norm(p + "ln_2", h, "ln_2", l, p + "x_mlp", cfg.norm_eps)
+        f = b.linear(p + "fc", x, "fc", l, p + "fc")  # (seq, ffn_dim)
+        f = b.add("gelu", p + "act", {"x": f}, p + "fc_gelu", approximate=cfg.gelu)
+        d = b.linear(p + "proj", f, "proj", l, p + "proj")  # (seq, dim)
+        h = b.add("add", p + "mlp_residual", {"a": h, "b": d}, f"h.{l + 1}")
+    h = b.add("output_rows", "output_rows", {"x": h}, "h.out")  # (out_seq, dim)
+    h = b.layer_norm("ln_f", h, "ln_f", None, "h.norm", cfg.norm_eps)
+    b.add("linear", "lm_head", {"x": h, "weight": b.weight("output" if b.has("output") else "wte")}, "logits")  # (out_seq, vocab)
+    return b.graph(list(DECODER_INPUTS), ["logits"])
 
 
 def gelu_of(cfg: HFConfig, key: str = "activation_function", default: str = "gelu_new") -> str:
