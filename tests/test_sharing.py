@@ -37,8 +37,8 @@ def test_threads_with_own_sessions_match_sequential(smollm2_gguf_path):
 
 
 def test_generate_to_context_limit_keeps_memory_flat(tmp_path):
-    """Fill a 2048-token context twice: memory grows only by the KV cache, and not at all the second time."""
-    ctx = 2048
+    """Fill a 4096-token context twice: memory grows only by the KV cache, and not at all the second time."""
+    ctx = 4096
     path = write_tiny_llama(tmp_path / "t.gguf", context=ctx, dim=64, n_layers=2)
     with volvox.load(path) as lm:
         lm.generate("the", max_new_tokens=8)  # warm-up
@@ -70,3 +70,4 @@ def test_close_releases_and_forbids_use(tmp_path):
         lm.run({"tokens": np.array([1], np.int32), "positions": np.array([0], np.int32)})
     lm.close()  # closing twice is harmless
     assert np.isfinite(logits).all()
+
