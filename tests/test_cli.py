@@ -63,3 +63,23 @@ def test_errors_are_one_line(tmp_path):
     assert r.stderr.startswith("volvox: error:") and "nope.gguf" in r.stderr and "Traceback" not in r.stderr
     r = volvox_cli("generate", write_tiny_llama(tmp_path / "t.gguf"), "--prompt", "hi", "--max-new-tokens", "-2")
     assert r.returncode == 1 and "max_new_tokens" in r.stderr
+
+
+def test_info_reports_machine_tiers_openmp_and_gpu_backends():
+    import os
+    import platform
+
+    from gpu_helpers import device_or_none
+    from volvox._gpu.devices import GPU_BACKENDS
+
+    r = volvox_cli("info", env={**os.environ, "VOLVOX_ISA": "generic", "VOLVOX_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["machine"] == platform.machine()
+    assert info["isa"] == "generic" and info["threads"] == 1
+    assert set(info["isas_available"]) <= set(info["isas_built"]) and "generic" in info["isas_available"]
+    assert isinstance(info["openmp"], bool)
+    assert list(info["gpu_backends"]) == list(GPU_BACKENDS)
+    for name, entry in info["gpu_backends"].items():  # agrees with opening each backend in this process
+        assert entry["available"] == (device_or_none(name) is not None), (name, entry)
+        assert entry["device"] if entry["available"] else entry["reason"]

@@ -183,7 +183,8 @@ def cmd_info(a) -> int:
 
     info = {"volvox": __import__("volvox").__version__, "python": platform.python_version(),
             "machine": platform.machine(), "isa": kernels.isa(), "isas_available": kernels.available_isas(),
-            "threads": kernels.get_num_threads(), "known_models": recipe_names()}
+            "isas_built": list(kernels._core.compiled_isas()), "openmp": bool(kernels._core.openmp_enabled()),
+            "threads": kernels.get_num_threads(), "gpu_backends": _gpu_backends(), "known_models": recipe_names()}
     if a.model:
         model = _load(a)
         g = model.graph
@@ -197,6 +198,24 @@ def cmd_info(a) -> int:
             info["model"]["plan"] = _plan(model, a.dims)
     print(json.dumps(info, indent=2, default=str))
     return 0
+
+
+def _gpu_backends() -> dict:
+    """Each GPU backend: whether it opens here, its device and whether that is a CPU rasterizer,
+    or why not."""
+    from ._gpu.backend import BackendUnavailable
+    from ._gpu.devices import GPU_BACKENDS, open_device
+
+    report = {}
+    for name in GPU_BACKENDS:
+        try:
+            device = open_device(name)
+        except BackendUnavailable as e:
+            report[name] = {"available": False, "reason": " ".join(str(e).split())[:200]}
+            continue
+        report[name] = {"available": True, "device": device.description, "software": device.software}
+        device.close()
+    return report
 
 
 def _plan(model, dims_arg: list[str]) -> dict:
