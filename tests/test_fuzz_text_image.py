@@ -148,6 +148,15 @@ def test_mutated_tokenizer_json_fails_cleanly(tmp_path_factory, doc, cls):
     check()
 
 
+@pytest.mark.parametrize("doc, cls", [(BPE_JSON, ByteLevelBPETokenizer), (WP_JSON, WordPieceTokenizer)],
+                         ids=["bpe", "wordpiece"])
+@pytest.mark.parametrize("value", [True, 5, "tokens", {"content": "x"}])
+def test_added_tokens_of_the_wrong_type(tmp_path_factory, doc, cls, value):
+    """Found by the fuzzer: a non-list added_tokens raised a bare TypeError."""
+    with pytest.raises(VolvoxError):
+        _load(tmp_path_factory, _mutate(doc, [(("added_tokens",), value)]), cls)
+
+
 # ------------------------------------------------------------------ images
 
 def _png(width: int, height: int, body: bytes = b"") -> bytes:

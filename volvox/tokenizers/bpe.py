@@ -250,7 +250,10 @@ class ByteLevelBPETokenizer:
                 raise TokenizerError(f"{path}: model.{key} must be a JSON {'object' if kind is dict else 'array'}")
         id_of = dict(model.get("vocab") or {})
         special, added = {}, {}
-        for tok in data.get("added_tokens") or []:
+        added_tokens = data.get("added_tokens") or []
+        if not isinstance(added_tokens, list):
+            raise TokenizerError(f"{path}: added_tokens must be a JSON array, got {type(added_tokens).__name__}")
+        for tok in added_tokens:
             if not isinstance(tok, dict):
                 raise TokenizerError(f"{path}: added token {tok!r} is not an object")
             content, token_id = tok.get("content"), tok.get("id")

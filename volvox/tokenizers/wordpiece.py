@@ -97,7 +97,10 @@ class WordPieceTokenizer:
         bad = next((t for t, i in vocab.items() if not isinstance(i, int) or isinstance(i, bool) or i < 0), None)
         if bad is not None:
             raise TokenizerError(f"{path}: token {bad!r} has invalid id {vocab[bad]!r}")
-        added = {t["content"]: t["id"] for t in data.get("added_tokens") or [] if isinstance(t, dict)}
+        added_tokens = data.get("added_tokens") or []
+        if not isinstance(added_tokens, list):
+            raise TokenizerError(f"{path}: added_tokens must be a JSON array, got {type(added_tokens).__name__}")
+        added = {t["content"]: t["id"] for t in added_tokens if isinstance(t, dict)}
         prefix_ids, suffix_ids = _template_ids(data.get("post_processor"), {**vocab, **added}, path)
         return cls(vocab, unk_token=model.get("unk_token", "[UNK]"),
                    prefix=model.get("continuing_subword_prefix", "##"),
