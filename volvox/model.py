@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .compile import compile_graph
-from .errors import ClosedError
+from .errors import ClosedError, VolvoxError
 from .graph import Graph
 from .ops.norm import check_norm_weights
 from .runtime.executor import Executor, RunContext
@@ -47,7 +47,10 @@ class Model:
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """Run the graph once on ``feeds`` (graph input name -> array); returns every graph output."""
         self._check_open()
-        return self.executor.run(RunContext(), feeds)
+        try:
+            return self.executor.run(RunContext(), feeds)
+        except VolvoxError as e:
+            raise type(e)(f"{self.source}: {e}") from None
 
     def weight_bytes(self) -> dict[str, int]:
         """Bytes of weights per dtype / quantization type."""

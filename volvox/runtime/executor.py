@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, VolvoxError
 from ..graph import Graph
 from ..ops import get_op
 
@@ -154,7 +154,11 @@ class Executor:
             env[slot] = a
         for slot, w in self.weight_slots:
             env[slot] = w
-        if self.profile is None:
+        if self.profile is not None:
+            self._run_profiled(ctx, env)
+            return {n: env[s] for n, s in self.output_slots.items()}
+        st = None
+        try:
             for st in self.steps:
                 out = st.fn(ctx, st.params, *[None if s is None else env[s] for s in st.inputs])
                 if len(st.outputs) == 1:
@@ -164,8 +168,8 @@ class Executor:
                         env[s] = o
                 for s in st.release:
                     env[s] = None
-        else:
-            self._run_profiled(ctx, env)
+        except VolvoxError as e:  # name the node that failed (shapes only known at run time, bad ids, ...)
+            raise type(e)(f"node {st.node_id!r} ({st.op}): {e}") from None
         return {n: env[s] for n, s in self.output_slots.items()}
 
     def _run_profiled(self, ctx: RunContext, env: list) -> None:
