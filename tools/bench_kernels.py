@@ -3,7 +3,9 @@
 
 Quantized linear vs numpy float32 matmul; causal GQA attention over a KV cache vs
 torch's scaled_dot_product_attention (when torch is installed) and volvox's numpy
-reference (attention_ref).
+reference (attention_ref); vision kernels (--vision: only these): f32 linear with many
+rows vs numpy, NHWC f32 conv / depthwise vs torch (channels_last), int8 conv /
+depthwise vs onnxruntime's QLinearConv (when torch / onnxruntime + onnx are installed).
 
 SmolLM2-135M shapes (hidden 576, ffn 1536, vocab 49152): M=1 GEMV (decode) and
 M=32 / 512 GEMM (prefill), at 1 and 2 threads. For every case it prints
@@ -18,6 +20,7 @@ Each thread count runs in its own child process so numpy's BLAS can be pinned to
 
     python tools/bench_kernels.py                 # 1 and 2 threads, best ISA
     python tools/bench_kernels.py --threads 2 --isa avx2 --quick
+    python tools/bench_kernels.py --vision --threads 1
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def timeit(fn, min_time: float) -> float:
     return float(np.min(samples))
 
 
-def child(threads: int, isa: str | None, quick: bool) -> None:
+def child(threads: int, isa: str | None, quick: bool, vision: bool) -> None:
     import volvox.kernels as K
     from volvox.quant import quantize_ref
 
@@ -72,6 +75,9 @@ def child(threads: int, isa: str | None, quick: bool) -> None:
         K._set_isa_for_testing(isa)
     K.set_num_threads(threads)
     min_time = 0.1 if quick else 0.4
+    if vision:
+        bench_vision(threads, min_time)
+        return
     rng = np.random.default_rng(0)
     print(f"\n== threads={threads} isa={K.isa()} (numpy peer: float32 x @ W.T, BLAS pinned to "
           f"{threads} thread{'s' if threads > 1 else ''})")
@@ -164,15 +170,114 @@ def bench_attention(threads: int, min_time: float) -> None:
               f"{tn * 1e6:10.1f} {tn / tv:6.2f}x", flush=True)
 
 
+# (label, M, N, K): f32 weights, many activation rows
+F32_GEMM = [("ppocr head   ", 40, 6625, 120), ("gpt2 qkv S=64", 64, 2304, 768), ("gpt2 fc2 S=64", 64, 768, 3072)]
+# (label, (N, H, W, C), (cout, kh, kw), groups, stride, pad)
+CONVS = [("conv3x3 56x56x64->64", (1, 56, 56, 64), (64, 3, 3), 1, 1, 1),
+         ("conv1x1 28x28x128->256", (1, 28, 28, 128), (256, 1, 1), 1, 1, 0),
+         ("dw3x3 112x112x32", (1, 112, 112, 32), (32, 3, 3), 32, 1, 1),
+         ("dw3x3/2 112x112x64", (1, 112, 112, 64), (64, 3, 3), 64, 2, 1)]
+
+
+def _ort_qlinearconv(x, w, bias, zp_in, zp_out, scale_w, groups, stride, pad, threads):
+    """An onnxruntime session running one QLinearConv (NCHW int8, per-channel weight scales)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    cout = w.shape[0]
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "xs"), numpy_helper.from_array(np.array(zp_in, np.int8), "xz"),
+             numpy_helper.from_array(w.transpose(0, 3, 1, 2).copy(), "w"),
+             numpy_helper.from_array(scale_w.astype(np.float32), "ws"), numpy_helper.from_array(np.zeros(cout, np.int8), "wz"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "ys"), numpy_helper.from_array(np.array(zp_out, np.int8), "yz"),
+             numpy_helper.from_array(bias, "b")]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+                            group=groups, strides=[stride, stride], pads=[pad] * 4)
+    g = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.INT8, list(x.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def bench_vision(threads: int, min_time: float) -> None:
+    """f32 GEMM with many rows vs numpy; f32 convs vs torch; int8 convs vs onnxruntime."""
+    import volvox.kernels as K
+    from volvox.ops.quantized import quantize_multiplier
+
+    rng = np.random.default_rng(2)
+    print(f"\n== vision kernels, threads={threads} isa={K.isa()}")
+    print(f"{'f32 linear':24s} {'M':>4s} {'N':>6s} {'K':>5s} | {'volvox us':>10s} {'GFLOP/s':>8s} | "
+          f"{'numpy us':>10s} {'GFLOP/s':>8s} | {'speedup':>7s}")
+    for label, m, n, k in F32_GEMM:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        tv = timeit(lambda: K.linear(x, w), min_time)
+        tn = timeit(lambda: x @ w.T, min_time)
+        fl = 2.0 * m * n * k
+        print(f"{label:24s} {m:4d} {n:6d} {k:5d} | {tv * 1e6:10.1f} {fl / tv / 1e9:8.1f} | {tn * 1e6:10.1f} "
+              f"{fl / tn / 1e9:8.1f} | {tn / tv:6.2f}x", flush=True)
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+        have_ort = True
+    except ImportError:
+        have_ort = False
+    print(f"\n{'conv (NHWC)':24s} {'type':4s} | {'volvox us':>10s} {'GMAC/s':>7s} | {'peer':>11s} {'peer us':>10s} | {'speedup':>7s}")
+    for label, xs, (cout, kh, kw), groups, st, pad in CONVS:
+        geo = dict(strides=(st, st), pads=(pad,) * 4, groups=groups)
+        cin_g = xs[3] // groups
+        oh = (xs[1] + 2 * pad - kh) // st + 1
+        macs = xs[0] * oh * oh * cout * kh * kw * cin_g
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal((cout, kh, kw, cin_g)).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        tv = timeit(lambda: K.conv2d(x, w, b, activation="relu6", **geo), min_time)
+        peer, tp = "-", float("nan")
+        if torch is not None:
+            xt = torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).contiguous(memory_format=torch.channels_last)
+            wt = torch.from_numpy(w.transpose(0, 3, 1, 2).copy()).contiguous(memory_format=torch.channels_last)
+            bt = torch.from_numpy(b)
+            f = torch.nn.functional.conv2d
+            with torch.no_grad():
+                tp = timeit(lambda: f(xt, wt, bt, st, pad, 1, groups).clamp_(0, 6), min_time)
+            peer = "torch"
+        print(f"{label:24s} f32  | {tv * 1e6:10.1f} {macs / tv / 1e9:7.1f} | {peer:>11s} {tp * 1e6:10.1f} | "
+              f"{tp / tv:6.2f}x", flush=True)
+        xq = rng.integers(-128, 128, xs, dtype=np.int8)
+        wq = rng.integers(-127, 128, (cout, kh, kw, cin_g), dtype=np.int8)
+        bq = rng.integers(-1000, 1000, cout).astype(np.int32)
+        scale_w = rng.uniform(0.001, 0.01, cout)
+        pairs = [quantize_multiplier(0.05 * float(s) / 0.1) for s in scale_w]
+        mq = np.array([m for m, _ in pairs], np.int32)
+        sq = np.array([s for _, s in pairs], np.int32)
+        tv = timeit(lambda: K.qconv2d(xq, wq, bq, mq, sq, 3, -5, **geo), min_time)
+        peer, tp = "-", float("nan")
+        if have_ort:
+            sess = _ort_qlinearconv(xq.transpose(0, 3, 1, 2).copy(), wq, bq, 3, -5, scale_w, groups, st, pad, threads)
+            feeds = {"x": xq.transpose(0, 3, 1, 2).copy()}
+            tp = timeit(lambda: sess.run(None, feeds), min_time)
+            peer = "onnxruntime"
+        print(f"{label:24s} int8 | {tv * 1e6:10.1f} {macs / tv / 1e9:7.1f} | {peer:>11s} {tp * 1e6:10.1f} | "
+              f"{tp / tv:6.2f}x", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--isa", default=None, help="force an ISA tier (default: best available)")
     ap.add_argument("--quick", action="store_true", help="shorter timing (noisier)")
+    ap.add_argument("--vision", action="store_true", help="only the vision kernels (f32 GEMM, convs)")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        child(args.child, args.isa, args.quick)
+        child(args.child, args.isa, args.quick, args.vision)
         return
     for t in args.threads:
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t),
@@ -182,6 +287,8 @@ def main() -> None:
             cmd += ["--isa", args.isa]
         if args.quick:
             cmd.append("--quick")
+        if args.vision:
+            cmd.append("--vision")
         subprocess.run(cmd, env=env, check=True)
 
 

@@ -18,6 +18,8 @@ number of physical cores available to this process).
     attention(q, k_cache, v_cache, start, n_heads, scale, window=0)   causal GQA over a KV cache
     rope(x, positions, head_dim, ...)   rotary embedding (ggml's arithmetic)
     swiglu(x), silu(x)              silu(gate) * up for x = [gate | up]; silu
+    conv2d(x, w, bias, ...)         NHWC f32 conv (dense or depthwise), fused bias + ReLU/ReLU6
+    qconv2d(x, w, bias, mult, shift, ...)   NHWC int8 conv, TFLite-exact requantization
     isa(), available_isas(), set_num_threads(n), get_num_threads()
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -38,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
         f"volvox's compiled kernels are missing ({exc}); build them with "
         "`pip install --no-build-isolation -e .` (developers) or `pip install .`") from exc
 
-__all__ = ["linear", "embedding", "rms_norm", "attention", "rope", "swiglu", "silu", "isa",
+__all__ = ["linear", "embedding", "rms_norm", "attention", "rope", "swiglu", "silu", "conv2d", "qconv2d", "isa",
            "available_isas", "set_num_threads", "get_num_threads"]
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
@@ -224,11 +227,20 @@ def linear(x, w, out=None) -> np.ndarray:
         if np.may_share_memory(out, x2):
             raise KernelError("linear: out must not overlap x")
         y = out.reshape(m, n)
-    nbytes = m * _core.act_row_bytes(code, k)
-    _core.gemm(code, wb, k, x2, y, _scratch(nbytes))
+    if code == _F32 and m >= SGEMM_MIN_ROWS:
+        nbytes = 4 * 32 * k * get_num_threads()  # (threads, K, 32) f32: a packed weight panel each
+        _core.sgemm(wb, k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32))
+    else:
+        nbytes = m * _core.act_row_bytes(code, k)
+        _core.gemm(code, wb, k, x2, y, _scratch(nbytes))
     if out is not None:
         return out
     return y[0] if vec else y
+
+
+# From this many activation rows on, f32 weights go through the packed register-tiled
+# GEMM (panels of 32 weight rows, 8x32 / 6x16 tiles); fewer rows stream W row by row.
+SGEMM_MIN_ROWS = 16
 
 
 def _align64(n: int) -> int:
@@ -393,3 +405,146 @@ def silu(x) -> np.ndarray:
     y = np.empty_like(x2)  # x's shape, rows kept when 2-D
     _core.swiglu(x2, y, False)
     return y.reshape(x.shape)
+
+
+# ---------------------------------------------------------------------------- convolution
+_ACT_CODE = {"none": 0, "relu": 1, "relu6": 2}
+
+
+def _conv_geometry(x, w, strides, dilations, pads, name: str) -> tuple:
+    """(oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left) of an NHWC conv; ShapeError if it cannot run."""
+    (sh, sw), (dh, dw) = (tuple(int(v) for v in strides), tuple(int(v) for v in dilations))
+    pt, pl, pb, pr = (int(v) for v in pads)
+    if min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
+        raise ShapeError(f"{name}: strides/dilations must be positive and pads >= 0, got "
+                         f"{strides}, {dilations}, {pads}")
+    _, h, wd, _ = x.shape
+    _, kh, kw, _ = w.shape
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if oh < 1 or ow < 1 or kh < 1 or kw < 1:
+        raise ShapeError(f"{name}: kernel {kh}x{kw} does not fit input {x.shape} with pads {pads}")
+    return (oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
+
+
+def _conv_operands(x, w, bias, groups: int, dtype, bias_dtype, name: str) -> tuple:
+    """C-contiguous x (N, H, W, C), w (cout, kh, kw, C / groups), bias (or None), and whether the
+    conv is depthwise; KernelError / ShapeError for anything the kernels do not take."""
+    for arg, a, dt in (("x", x, dtype), ("weight", w, dtype)):
+        if not isinstance(a, np.ndarray) or a.dtype != dt:
+            raise KernelError(f"{name}: {arg} must be a {np.dtype(dt).name} numpy array")
+        if a.ndim != 4:
+            raise ShapeError(f"{name}: {arg} must be 4-D (NHWC / OHWI), got shape {a.shape}")
+    c, (cout, _, _, cin_g) = x.shape[3], w.shape
+    depthwise = groups == c == cout and cin_g == 1 and groups > 1
+    if not (groups == 1 and cin_g == c) and not depthwise:
+        raise ShapeError(f"{name}: x {x.shape} and weight {w.shape} with groups={groups}: the kernels "
+                         "take dense (groups=1) or depthwise multiplier-1 convs")
+    if bias is not None:
+        if not isinstance(bias, np.ndarray) or bias.dtype != bias_dtype or bias.shape != (cout,):
+            raise ShapeError(f"{name}: bias must be {np.dtype(bias_dtype).name}[{cout}], got "
+                             f"{getattr(bias, 'dtype', type(bias).__name__)} {getattr(bias, 'shape', '')}")
+        bias = np.ascontiguousarray(bias)
+    return np.ascontiguousarray(x), np.ascontiguousarray(w), bias, depthwise
+
+
+# Packed forms of read-only weights (which cannot change), kept while the weight lives:
+# (id(weight), kind) -> (weakref to the weight, packed arrays).
+_PACKED: dict[tuple[int, str], tuple] = {}
+
+
+def _packed(w: np.ndarray, kind: str, make):
+    """make(), cached for read-only `w` (a model's constant weights repack nothing per run)."""
+    if w.flags.writeable:
+        return make()
+    key = (id(w), kind)
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    val = make()
+    _PACKED[key] = (weakref.ref(w, lambda _, key=key: _PACKED.pop(key, None)), val)
+    return val
+
+
+def _pack_f32(w2: np.ndarray) -> np.ndarray:
+    packed = np.empty(_core.sgemm_packed_floats(w2.shape[1], w2.shape[0]), np.float32)  # (n/32, K, 32) panels
+    _core.sgemm_pack(w2, packed)
+    return packed
+
+
+def _pack_i8(w2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    packed = np.empty(_core.qgemm_packed_bytes(w2.shape[1], w2.shape[0]), np.int8)  # (n/16, K4/4, 16, 4) panels
+    wsum = np.empty(w2.shape[0], np.int32)  # (n,) row sums
+    _core.qgemm_pack(w2, packed, wsum)
+    return packed, wsum
+
+
+def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), groups: int = 1,
+           activation: str = "none") -> np.ndarray:
+    """NHWC float32 convolution with fused bias and activation ("none", "relu", "relu6").
+
+    x: float32 (N, H, W, C); w: float32 (cout, kh, kw, C / groups) (OHWI); pads are
+    [top, left, bottom, right]. Dense convs (groups=1) run im2col (or nothing, for 1x1
+    stride-1 unpadded) + the packed f32 GEMM; depthwise multiplier-1 convs (groups = C =
+    cout) a direct kernel. Read-only weights are packed once and the packing cached while
+    they live (a writeable weight may change, so it is repacked per call). Returns float32
+    (N, OH, OW, cout).
+    """
+    x, w, bias, depthwise = _conv_operands(x, w, bias, int(groups), np.float32, np.float32, "conv2d")
+    if activation not in _ACT_CODE:
+        raise KernelError(f"conv2d: activation must be one of {sorted(_ACT_CODE)}, got {activation!r}")
+    geo = _conv_geometry(x, w, strides, dilations, pads, "conv2d")
+    n, _, _, c = x.shape
+    cout, kh, kw, cin_g = w.shape
+    y = np.empty((n, geo[0], geo[1], cout), np.float32)  # (N, OH, OW, cout)
+    if depthwise:
+        wt = _packed(w, "dw", lambda: np.ascontiguousarray(w.reshape(cout, kh * kw).T))  # (kh*kw, C)
+        _core.dwconv_f32(x, wt, geo, bias, _ACT_CODE[activation], y)
+        return y
+    kk = kh * kw * c
+    packed = _packed(w, "f32", lambda: _pack_f32(w.reshape(cout, kk)))
+    direct = kh == kw == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == x.shape[1:3]
+    scratch = np.empty(0 if direct else get_num_threads() * 64 * kk, np.float32)  # (threads, 64 pixels, kk)
+    _core.conv2d_f32(x, packed, cout, geo, bias, _ACT_CODE[activation], direct, y, scratch)
+    return y
+
+
+def _i32_channels(a, n: int, name: str) -> np.ndarray:
+    """int32 (n,) C-contiguous from an int32 (n,) or (1,) array (broadcast)."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.int32 or a.shape not in ((n,), (1,)):
+        raise ShapeError(f"qconv2d: {name} must be int32[{n}] (or [1]), got "
+                         f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    return np.ascontiguousarray(np.broadcast_to(a, (n,)))
+
+
+def qconv2d(x, w, bias, multiplier, shift, input_zero_point: int, output_zero_point: int,
+            act_min: int = -128, act_max: int = 127, strides=(1, 1), dilations=(1, 1),
+            pads=(0, 0, 0, 0), groups: int = 1) -> np.ndarray:
+    """NHWC int8 convolution, bit-exact to TFLite's W8A8 conv / depthwise conv.
+
+    x: int8 (N, H, W, C); w: int8 (cout, kh, kw, C / groups); bias: int32 (cout,) or None;
+    multiplier, shift: int32 per output channel ((cout,) or (1,)), TFLite's
+    QuantizeMultiplier pairs. y = clamp(MultiplyByQuantizedMultiplier(sum (x - zp_in) * w
+    + bias) + zp_out, act_min, act_max), with int32 accumulation. Dense (groups=1) or
+    depthwise multiplier-1 convs; read-only weights are packed once, as in conv2d.
+    Returns int8 (N, OH, OW, cout).
+    """
+    x, w, bias, depthwise = _conv_operands(x, w, bias, int(groups), np.int8, np.int32, "qconv2d")
+    geo = _conv_geometry(x, w, strides, dilations, pads, "qconv2d")
+    n, _, _, c = x.shape
+    cout, kh, kw, _ = w.shape
+    mult, sh = _i32_channels(multiplier, cout, "multiplier"), _i32_channels(shift, cout, "shift")
+    zps = tuple(int(v) for v in (input_zero_point, output_zero_point, act_min, act_max))
+    if not (-128 <= zps[0] <= 127 and -128 <= zps[1] <= 127 and -128 <= zps[2] <= zps[3] <= 127):
+        raise KernelError(f"qconv2d: zero points and the clamp range must be int8 values, got "
+                          f"zp_in={zps[0]} zp_out={zps[1]} act=[{zps[2]}, {zps[3]}]")
+    y = np.empty((n, geo[0], geo[1], cout), np.int8)  # (N, OH, OW, cout)
+    if depthwise:
+        wt = _packed(w, "qdw", lambda: np.ascontiguousarray(w.reshape(cout, kh * kw).T, dtype=np.int16))  # (kh*kw, C)
+        _core.qdwconv(x, wt, geo, bias, mult, sh, zps, y)
+        return y
+    kk = kh * kw * c
+    packed, wsum = _packed(w, "i8", lambda: _pack_i8(w.reshape(cout, kk)))
+    scratch = np.empty(get_num_threads() * 64 * ((kk + 3) // 4 * 4), np.uint8)  # (threads, 64 pixels, K4)
+    _core.qconv2d(x, packed, wsum, cout, geo, bias, mult, sh, zps, y, scratch)
+    return y

@@ -266,3 +266,6 @@ def rope(const float[:, ::1] x, const long long[::1] pos, int64_t n_heads, int64
         return
     for i in prange(M, nogil=True, schedule="static", num_threads=nt):
         _tbl.rope(n_heads, head_dim, rope_dim, interleaved, pos[i], base, freq_scale, &x[i, 0], &y[i, 0])
+
+
+include "_conv.pxi"

@@ -1,6 +1,6 @@
 # The C-level API of volvox's CPU kernels (csrc/vx_kernels.h), for cimport by any
 # Cython module that wants to call them without Python in between.
-from libc.stdint cimport uint8_t, int64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 
 
 cdef extern from "vx_kernels.h" nogil:
@@ -39,6 +39,39 @@ cdef extern from "vx_kernels.h" nogil:
                                 int interleaved, int64_t pos, float base, float freq_scale,
                                 const float *x, float *y) noexcept nogil
 
+    # Vision kernels (vx_conv.c): packed f32 GEMM, f32 / int8 NHWC convolutions.
+    enum:
+        VX_ACT_NONE
+        VX_ACT_RELU
+        VX_ACT_RELU6
+    ctypedef struct vx_conv_shape:
+        int64_t n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl
+    ctypedef struct vx_requant:
+        const int32_t *bias
+        const int32_t *mult
+        const int32_t *shift
+        int32_t zp_in, zp_out, lo, hi
+    size_t vx_sgemm_packed_floats(int64_t K, int64_t n)
+    size_t vx_qgemm_packed_bytes(int64_t K, int64_t n)
+    ctypedef struct vx_conv_table:
+        void (*sgemm_pack)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                           float *packed) noexcept nogil
+        void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda,
+                      int64_t m, float *y, int64_t ldy, const float *bias, int act) noexcept nogil
+        void (*im2col_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
+                           float *cols) noexcept nogil
+        void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w,
+                           const float *bias, int act, int64_t item, float *y) noexcept nogil
+        void (*qgemm_pack)(int64_t K, const int8_t *w, int64_t n, int8_t *packed,
+                           int32_t *wsum) noexcept nogil
+        void (*im2col_u8)(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64_t np,
+                          uint8_t pad_u8, uint8_t *cols, int64_t ldc) noexcept nogil
+        void (*qgemm)(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n,
+                      const uint8_t *a, int64_t lda, int64_t m, const vx_requant *rq, int8_t *y,
+                      int64_t ldy) noexcept nogil
+        void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w,
+                        const vx_requant *rq, int64_t item, int8_t *y) noexcept nogil
+
     ctypedef struct vx_table:
         const char *name
         vx_quantize_fn quantize[7]   # [VX_NTYPES]; NULL for f32 / f16
@@ -48,6 +81,7 @@ cdef extern from "vx_kernels.h" nogil:
         vx_attn_fn attention
         vx_swiglu_fn swiglu
         vx_rope_fn rope
+        const vx_conv_table *conv
 
     size_t vx_act_row_bytes(int wtype, int64_t K)
     int vx_tier_count()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..graph import expect, same_dim
 from . import OpDef, register
 
@@ -164,8 +165,23 @@ def conv2d_ref(ctx, p, x, weight, bias=None):
     return apply_activation(y, p.get("activation", "none")).astype(np.float32)
 
 
+def native_conv(x: np.ndarray, w: np.ndarray, p: dict) -> bool:
+    """Whether volvox.kernels runs this conv: dense (groups=1) or depthwise with multiplier 1."""
+    groups = int(p.get("groups", 1))
+    return groups == 1 or (groups == x.shape[3] == w.shape[0] and w.shape[3] == 1)
+
+
+def conv_kernel_args(p: dict) -> dict:
+    """The geometry keywords of kernels.conv2d / qconv2d from a conv node's params."""
+    strides, dil, pads = window_params(p)
+    return dict(strides=strides, dilations=dil, pads=pads, groups=int(p.get("groups", 1)))
+
+
 def conv2d_fast(ctx, p, x, weight, bias=None):
-    """NHWC conv through im2col + float32 BLAS (dense) or a tap loop (depthwise)."""
+    """NHWC conv through volvox's kernels (packed GEMM, direct depthwise, fused bias +
+    activation); other grouped convs through im2col + float32 BLAS per group."""
+    if native_conv(x, weight, p):
+        return kernels.conv2d(x, weight, bias, activation=p.get("activation", "none"), **conv_kernel_args(p))
     y = conv_fast(x, weight, p, np.float32)
     if bias is not None:
         y += bias

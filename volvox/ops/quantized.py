@@ -7,10 +7,11 @@ arithmetic; requantization uses TFLite's ``MultiplyByQuantizedMultiplier``
 (int32 multiplier, shift) pairs the importer computes once per output channel
 with :func:`quantize_multiplier`.
 
-The fast conv runs the float kernels of ``ops/conv.py`` in float64 on
-zero-point-shifted int8 values: every product fits in 17 bits and every sum of
-up to 2**36 of them is an exact float64 integer, so the result equals the int64
-reference bit for bit.
+The fast conv is volvox.kernels.qconv2d (int32 accumulation, VNNI on avx512) for
+dense and depthwise convs; other grouped convs run the float kernels of
+``ops/conv.py`` in float64 on zero-point-shifted int8 values: every product fits
+in 17 bits and every sum of up to 2**36 of them is an exact float64 integer, so
+the result equals the int64 reference bit for bit.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import math
 
 import numpy as np
 
+from .. import kernels
 from ..graph import expect, same_dim
 from . import OpDef, register
-from .conv import conv_direct, conv_fast, conv_infer_shape
+from .conv import conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv
 from .pool import pool_out_shape, pool_taps, valid_counts
 
 INT8_MIN, INT8_MAX = -128, 127
@@ -120,7 +122,12 @@ def qconv2d_ref(ctx, p, x, weight, bias, multiplier, shift):
 
 
 def qconv2d_fast(ctx, p, x, weight, bias, multiplier, shift):
-    """int8 NHWC conv via exact float64 im2col/BLAS (or depthwise tap loop), then requantize."""
+    """int8 NHWC conv: volvox.kernels.qconv2d (dense / depthwise), else exact float64
+    im2col/BLAS per group, then requantize."""
+    if native_conv(x, weight, p):
+        return kernels.qconv2d(x, weight, bias, multiplier, shift, int(p["input_zero_point"]),
+                               int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)),
+                               int(p.get("act_max", INT8_MAX)), **conv_kernel_args(p))
     xs = x.astype(np.float64) - int(p["input_zero_point"])
     acc = conv_fast(xs, weight, p, np.float64).astype(np.int64)
     return requantize(acc, bias, multiplier, shift, p)

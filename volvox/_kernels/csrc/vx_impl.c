@@ -58,7 +58,7 @@ static inline vx_f16 vx_f32_to_f16_ref(float f) {
 static inline float vx_f16_to_f32(vx_f16 h) {
 #if defined(VX_AVX2)
     return _cvtsh_ss(h);
-#elif defined(__aarch64__)
+#elif defined(VX_NEON)
     __fp16 f; memcpy(&f, &h, 2); return (float)f;
 #else
     return vx_f16_to_f32_ref(h);
@@ -69,7 +69,7 @@ static inline float vx_f16_to_f32(vx_f16 h) {
 static inline float vx_round_f16(float f) {
 #if defined(VX_AVX2)
     return _cvtsh_ss(_cvtss_sh(f, 0));
-#elif defined(__aarch64__)
+#elif defined(VX_NEON)
     const __fp16 h = (__fp16)f; return (float)h;
 #else
     return vx_f16_to_f32_ref(vx_f32_to_f16_ref(f));
@@ -910,6 +910,7 @@ const vx_table *VX_CAT(vx_table, VX_TIER)(void) {
         VX_CAT(vx_attention, VX_TIER),
         VX_CAT(vx_swiglu, VX_TIER),
         VX_CAT(vx_rope, VX_TIER),
+        &VX_CAT(vx_conv, VX_TIER),
     };
     return &table;
 }

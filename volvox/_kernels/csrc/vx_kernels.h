@@ -142,6 +142,57 @@ typedef void (*vx_swiglu_fn)(int64_t F, const float *gate, const float *up, floa
 typedef void (*vx_rope_fn)(int64_t n_heads, int64_t head_dim, int64_t rope_dim, int interleaved,
                            int64_t pos, float base, float freq_scale, const float *x, float *y);
 
+/* Vision kernels (vx_conv.c): packed f32 GEMM, f32 / int8 NHWC convolutions. */
+enum { VX_ACT_NONE = 0, VX_ACT_RELU = 1, VX_ACT_RELU6 = 2 };
+
+/* A 2-D NHWC convolution's geometry (weights (out, kh, kw, in), pads top/left given;
+ * bottom/right are implied by oh / ow). */
+typedef struct {
+    int64_t n, h, w, c;      /* input */
+    int64_t oh, ow;          /* output rows / columns */
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl;
+} vx_conv_shape;
+
+/* Per-output-channel int8 requantization (TFLite's MultiplyByQuantizedMultiplier). */
+typedef struct {
+    const int32_t *bias;     /* (n,) or NULL */
+    const int32_t *mult, *shift;  /* (n,) */
+    int32_t zp_in, zp_out, lo, hi;
+} vx_requant;
+
+/* f32 weights packed in panels of 32 rows: [ceil(n/32)][K][32], zero padded. */
+static inline size_t vx_sgemm_packed_floats(int64_t K, int64_t n) {
+    return (size_t)((n + 31) / 32 * 32 * K);
+}
+/* int8 weights packed for qgemm: [ceil(n/32)*2][K4/4][16][4], K4 = K rounded up to 4. */
+static inline size_t vx_qgemm_packed_bytes(int64_t K, int64_t n) {
+    return (size_t)((n + 31) / 32 * 32 * ((K + 3) & ~(int64_t)3));
+}
+
+typedef struct {
+    /* pack f32 rows w (n rows, w_stride bytes apart, K floats each) into panels */
+    void (*sgemm_pack)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, float *packed);
+    /* y[i*ldy + r] = act(bias[r] + a[i*lda : +K] . W[r]) for i < m, r < n (bias may be NULL) */
+    void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda, int64_t m,
+                  float *y, int64_t ldy, const float *bias, int act);
+    /* np im2col rows (kh*kw*C floats each) of output pixels p0.. (flattened b, oh, ow) */
+    void (*im2col_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols);
+    /* depthwise (multiplier 1) output row item = b*oh_total + oh; w (kh*kw, C) */
+    void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w, const float *bias,
+                       int act, int64_t item, float *y);
+    /* pack int8 rows (n, K) for qgemm; wsum[r] = sum of row r */
+    void (*qgemm_pack)(int64_t K, const int8_t *w, int64_t n, int8_t *packed, int32_t *wsum);
+    /* im2col of int8 x as u8 (x + 128), padding pad_u8, rows ldc bytes (>= kh*kw*C, 0 filled) */
+    void (*im2col_u8)(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64_t np, uint8_t pad_u8,
+                      uint8_t *cols, int64_t ldc);
+    /* y[i*ldy + r] = requant(sum_k (x - zp_in) w[r][k] + bias[r]); a: u8 rows of K4 bytes */
+    void (*qgemm)(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n, const uint8_t *a,
+                  int64_t lda, int64_t m, const vx_requant *rq, int8_t *y, int64_t ldy);
+    /* depthwise int8 (multiplier 1) output row item; w (kh*kw, C) int16 */
+    void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
+                    int64_t item, int8_t *y);
+} vx_conv_table;
+
 typedef struct {
     const char *name;
     vx_quantize_fn quantize[VX_NTYPES]; /* NULL for f32 / f16 */
@@ -151,6 +202,7 @@ typedef struct {
     vx_attn_fn attention;
     vx_swiglu_fn swiglu;
     vx_rope_fn rope;
+    const vx_conv_table *conv;  /* vx_conv.c */
 } vx_table;
 
 /* vx_cpu.c: tiers compiled into this build, CPU support, selection. */

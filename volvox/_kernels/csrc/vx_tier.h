@@ -15,7 +15,8 @@
     defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define VX_AVX512 1
 #endif
-#if defined(__aarch64__) && defined(__ARM_NEON)
+/* Advanced SIMD is baseline on arm64, so the generic tier opts out (-DVX_PORTABLE=1). */
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(VX_PORTABLE)
 #define VX_NEON 1
 #include <arm_neon.h>
 #endif
@@ -33,5 +34,6 @@ void VX_CAT(vx_attention, VX_TIER)(const vx_attn_shape *s, const float *q, const
 void VX_CAT(vx_swiglu, VX_TIER)(int64_t F, const float *gate, const float *up, float *y);
 void VX_CAT(vx_rope, VX_TIER)(int64_t n_heads, int64_t head_dim, int64_t rope_dim, int interleaved,
                               int64_t pos, float base, float freq_scale, const float *x, float *y);
+extern const vx_conv_table VX_CAT(vx_conv, VX_TIER); /* vx_conv.c */
 
 #endif /* VX_TIER_H */

@@ -1,0 +1,533 @@
+/* volvox vision kernels: packed f32 GEMM, f32 / int8 convolutions (NHWC). One translation
+ * unit per ISA tier (like vx_impl.c); the tier's table in vx_impl.c points at `vx_conv_<tier>`.
+ *
+ * f32 GEMM: weights (N, K) row-major are packed into panels of VX_SG_NR = 32 output
+ * features, [panel][k][32] (zero padded), the same layout on every tier. A register tile
+ * of activation rows x 32 features runs over all K (avx512: 8 x 32, avx2: 6 x 16 twice,
+ * generic: 4 x 32 in plain C); bias and ReLU / ReLU6 are applied at the store.
+ *
+ * int8 conv (TFLite's W8A8, per-output-channel requantization): activations are offset
+ * by +128 to u8 (im2col pads with zp_in + 128, rows padded to a multiple of 4 with 0),
+ * weights packed into panels of 16 channels [panel][k/4][16][4] (VNNI's vpdpbusd
+ * layout; 32-channel pairs of panels). Then
+ *     sum_k (x - zp_in) w = sum_k u w - (zp_in + 128) * sum_k w
+ * exactly in int32, and MultiplyByQuantizedMultiplier as ops/quantized.py's reference.
+ */
+#include <string.h>
+
+#include "vx_tier.h"
+
+#pragma GCC diagnostic ignored "-Wunused-function"
+
+#define VX_SG_NR 32
+#define VX_QG_NR 32  /* two 16-channel panels */
+
+/* ------------------------------------------------------------------------------------
+ * f32 GEMM
+ * ---------------------------------------------------------------------------------- */
+static void sgemm_pack(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, float *packed) {
+    for (int64_t p0 = 0; p0 < n; p0 += VX_SG_NR) {
+        float *pp = packed + p0 * K;                                /* (K, 32) */
+        const int nr = (int)(n - p0 < VX_SG_NR ? n - p0 : VX_SG_NR);
+        const float *rows[VX_SG_NR];
+        for (int j = 0; j < nr; j++) rows[j] = (const float *)(w + (p0 + j) * w_stride);
+        /* k outer: the panel is written in order; the 32 rows' current lines stay in L1 */
+        for (int64_t k = 0; k < K; k++) {
+            float *dst = pp + k * VX_SG_NR;
+            int j = 0;
+            for (; j < nr; j++) dst[j] = rows[j][k];
+            for (; j < VX_SG_NR; j++) dst[j] = 0.0f;
+        }
+    }
+}
+
+VX_INLINE float act_f32(const int act, float v) {
+    if (act == VX_ACT_NONE) return v;
+    v = v > 0.0f ? v : 0.0f;
+    return act == VX_ACT_RELU6 && v > 6.0f ? 6.0f : v;
+}
+
+#if defined(VX_AVX512)
+#define SG_MR 8
+VX_INLINE void sg_tile(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
+                       int nr, const float *bias, const int act, float *y, int64_t ldy) {
+    __m512 c0[SG_MR], c1[SG_MR];
+    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 b0 = _mm512_loadu_ps(p + VX_SG_NR * k), b1 = _mm512_loadu_ps(p + VX_SG_NR * k + 16);
+        for (int i = 0; i < MR; i++) {
+            const __m512 av = _mm512_set1_ps(a[i * lda + k]);
+            c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+        }
+    }
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1u);
+    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u) : 0;
+    const __m512 bv0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 bv1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    for (int i = 0; i < MR; i++) {
+        __m512 v0 = _mm512_add_ps(c0[i], bv0), v1 = _mm512_add_ps(c1[i], bv1);
+        if (act != VX_ACT_NONE) { v0 = _mm512_max_ps(v0, zero); v1 = _mm512_max_ps(v1, zero); }
+        if (act == VX_ACT_RELU6) { v0 = _mm512_min_ps(v0, six); v1 = _mm512_min_ps(v1, six); }
+        _mm512_mask_storeu_ps(y + i * ldy, m0, v0);
+        _mm512_mask_storeu_ps(y + i * ldy + 16, m1, v1);
+    }
+}
+#define SG_PANEL(MR, K, a, lda, p, nr, bias, act, y, ldy) sg_tile(MR, K, a, lda, p, nr, bias, act, y, ldy)
+#elif defined(VX_AVX2)
+#define SG_MR 6
+/* 6 rows x 16 features (columns off..off+15 of a 32-wide panel). */
+VX_INLINE void sg_tile16(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
+                         int nr, const float *bias, const int act, float *y, int64_t ldy) {
+    __m256 c0[SG_MR], c1[SG_MR];
+    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_loadu_ps(p + VX_SG_NR * k), b1 = _mm256_loadu_ps(p + VX_SG_NR * k + 8);
+        for (int i = 0; i < MR; i++) {
+            const __m256 av = _mm256_set1_ps(a[i * lda + k]);
+            c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        float t[16];
+        _mm256_storeu_ps(t, c0[i]);
+        _mm256_storeu_ps(t + 8, c1[i]);
+        for (int j = 0; j < nr; j++) y[i * ldy + j] = act_f32(act, t[j] + (bias ? bias[j] : 0.0f));
+    }
+}
+VX_INLINE void sg_tile(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
+                       int nr, const float *bias, const int act, float *y, int64_t ldy) {
+    sg_tile16(MR, K, a, lda, p, nr < 16 ? nr : 16, bias, act, y, ldy);
+    if (nr > 16) sg_tile16(MR, K, a, lda, p + 16, nr - 16, bias ? bias + 16 : NULL, act, y + 16, ldy);
+}
+#else
+#define SG_MR 4
+VX_INLINE void sg_tile(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
+                       int nr, const float *bias, const int act, float *y, int64_t ldy) {
+    float c[SG_MR][VX_SG_NR];
+    memset(c, 0, sizeof(c));
+    for (int64_t k = 0; k < K; k++)
+        for (int i = 0; i < MR; i++) {
+            const float av = a[i * lda + k];
+            for (int j = 0; j < VX_SG_NR; j++) c[i][j] += av * p[VX_SG_NR * k + j];
+        }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < nr; j++) y[i * ldy + j] = act_f32(act, c[i][j] + (bias ? bias[j] : 0.0f));
+}
+#endif
+
+/* y[i*ldy + r] = act(bias[r] + sum_k a[i*lda + k] * W[r][k]) for i < m, r < n; W packed. */
+static void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda, int64_t m,
+                  float *y, int64_t ldy, const float *bias, int act) {
+    for (int64_t p0 = 0; p0 < n; p0 += VX_SG_NR) {
+        const float *pp = packed + p0 * K;                          /* (K, 32) */
+        const int nr = (int)(n - p0 < VX_SG_NR ? n - p0 : VX_SG_NR);
+        const float *bp = bias ? bias + p0 : NULL;
+        int64_t i0 = 0;
+        for (; i0 + SG_MR <= m; i0 += SG_MR)
+            sg_tile(SG_MR, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
+        switch (m - i0) {
+#if SG_MR > 7
+            case 7: sg_tile(7, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 6: sg_tile(6, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+#endif
+#if SG_MR > 5
+            case 5: sg_tile(5, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 4: sg_tile(4, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+#endif
+            case 3: sg_tile(3, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 2: sg_tile(2, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 1: sg_tile(1, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            default: break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * f32 convolution pieces: im2col rows, depthwise rows.
+ * ---------------------------------------------------------------------------------- */
+/* cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding). */
+static void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols) {
+    const int64_t C = s->c, KK = s->kh * s->kw * C;
+    for (int64_t q = 0; q < np; q++) {
+        const int64_t p = p0 + q, b = p / (s->oh * s->ow), r = p % (s->oh * s->ow);
+        const int64_t oh = r / s->ow, ow = r % s->ow;
+        float *dst = cols + q * KK;                                  /* (kh, kw, C) */
+        for (int64_t i = 0; i < s->kh; i++) {
+            const int64_t ih = oh * s->sh - s->pt + i * s->dh;
+            for (int64_t j = 0; j < s->kw; j++, dst += C) {
+                const int64_t iw = ow * s->sw - s->pl + j * s->dw;
+                if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) memset(dst, 0, (size_t)C * sizeof(float));
+                else memcpy(dst, x + ((b * s->h + ih) * s->w + iw) * C, (size_t)C * sizeof(float));
+            }
+        }
+    }
+}
+
+/* The kernel taps of output pixel (oh, ow) that land inside the image: i in [*i0, *i1), j in [*j0, *j1). */
+VX_INLINE void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1,
+                          int64_t *j0, int64_t *j1) {
+    const int64_t h0 = oh * s->sh - s->pt, w0 = ow * s->sw - s->pl;
+    /* divisions only at the borders (interior pixels see every tap) */
+    *i0 = h0 >= 0 ? 0 : (-h0 + s->dh - 1) / s->dh;
+    *i1 = h0 + (s->kh - 1) * s->dh < s->h ? s->kh : h0 >= s->h ? 0 : (s->h - 1 - h0) / s->dh + 1;
+    *j0 = w0 >= 0 ? 0 : (-w0 + s->dw - 1) / s->dw;
+    *j1 = w0 + (s->kw - 1) * s->dw < s->w ? s->kw : w0 >= s->w ? 0 : (s->w - 1 - w0) / s->dw + 1;
+}
+
+/* y[r] = clamp(MultiplyByQuantizedMultiplier(acc[r] - corr * wsum[r] + bias[r]) + zp_out, lo, hi)
+ * for r < n (channels c0 + r of rq; wsum may be NULL): TFLite's arithmetic on int64 as
+ * ops/quantized.py's reference, written without branches so the compiler vectorizes it. */
+static void requant_row(int n, const int32_t *acc, int64_t corr, const int32_t *wsum, const vx_requant *rq,
+                        int64_t c0, int8_t *y) {
+    const int32_t *bias = rq->bias ? rq->bias + c0 : NULL, *mult = rq->mult + c0, *shift = rq->shift + c0;
+    int r = 0;
+#if defined(VX_AVX512)
+    const __m512i one = _mm512_set1_epi64(1), zero = _mm512_setzero_si512();
+    for (; r < n; r += 8) {  /* 8 int64 lanes, the same steps as the scalar loop below */
+        const __mmask8 k = n - r >= 8 ? 0xFF : (__mmask8)((1u << (n - r)) - 1u);
+        __m512i v = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, acc + r));
+        if (wsum)
+            v = _mm512_sub_epi64(v, _mm512_mullo_epi64(_mm512_set1_epi64(corr),
+                                                       _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, wsum + r))));
+        if (bias) v = _mm512_add_epi64(v, _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, bias + r)));
+        const __m512i sh = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, shift + r));
+        const __m512i lsh = _mm512_max_epi64(sh, zero);
+        const __m512i rsh = _mm512_min_epi64(_mm512_max_epi64(_mm512_sub_epi64(zero, sh), zero), _mm512_set1_epi64(63));
+        const __m512i ab = _mm512_mullo_epi64(_mm512_sllv_epi64(v, lsh),
+                                              _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, mult + r)));
+        const __m512i t = _mm512_add_epi64(_mm512_add_epi64(ab, _mm512_set1_epi64(INT64_C(1) << 30)),
+                                           _mm512_and_si512(_mm512_srai_epi64(ab, 63),
+                                                            _mm512_set1_epi64(1 - (INT64_C(1) << 31))));
+        const __m512i st = _mm512_srai_epi64(t, 63);
+        const __m512i at = _mm512_srli_epi64(_mm512_sub_epi64(_mm512_xor_si512(t, st), st), 31);
+        const __m512i high = _mm512_sub_epi64(_mm512_xor_si512(at, st), st);
+        const __m512i mask = _mm512_sub_epi64(_mm512_sllv_epi64(one, rsh), one);
+        const __m512i thr = _mm512_sub_epi64(_mm512_srli_epi64(mask, 1), _mm512_srai_epi64(high, 63));
+        __m512i q = _mm512_srav_epi64(high, rsh);
+        q = _mm512_mask_add_epi64(q, _mm512_cmpgt_epi64_mask(_mm512_and_si512(high, mask), thr), q, one);
+        q = _mm512_add_epi64(q, _mm512_set1_epi64(rq->zp_out));
+        q = _mm512_min_epi64(_mm512_max_epi64(q, _mm512_set1_epi64(rq->lo)), _mm512_set1_epi64(rq->hi));
+        _mm512_mask_cvtepi64_storeu_epi8(y + r, k, q);
+    }
+#endif
+    for (; r < n; r++) {
+        const int64_t v = (int64_t)acc[r] - (wsum ? corr * wsum[r] : 0) + (bias ? bias[r] : 0);
+        const int64_t sh = shift[r];
+        const int64_t lsh = sh > 0 ? sh : 0, rsh = sh > 0 ? 0 : (-sh < 63 ? -sh : 63);
+        const int64_t ab = (int64_t)(((uint64_t)v << lsh) * (uint64_t)(int64_t)mult[r]);
+        const int64_t t = ab + (INT64_C(1) << 30) + ((ab >> 63) & (1 - (INT64_C(1) << 31))); /* + nudge */
+        const int64_t st = t >> 63;                                 /* t / 2^31 toward zero */
+        const int64_t high = ((((t ^ st) - st) >> 31) ^ st) - st;
+        const int64_t mask = (INT64_C(1) << rsh) - 1;               /* RoundingDivideByPOT */
+        const int64_t thr = (mask >> 1) - (high >> 63);
+        int64_t q = (high >> rsh) + ((high & mask) > thr) + rq->zp_out;
+        q = q < rq->lo ? rq->lo : q;
+        y[r] = (int8_t)(q > rq->hi ? rq->hi : q);
+    }
+}
+
+/* Vector steps of the depthwise kernels: VL lanes, a lane mask for the last channels. */
+#if defined(VX_AVX512)
+#define DW_VL 16
+typedef __mmask16 dw_mask;
+typedef __m512 dw_vf;
+typedef __m512i dw_vi;
+VX_INLINE dw_mask dw_lanes(int64_t n) { return n >= 16 ? 0xFFFF : (dw_mask)((1u << n) - 1u); }
+VX_INLINE dw_vf dwf_load(dw_mask k, const float *p) { return _mm512_maskz_loadu_ps(k, p); }
+VX_INLINE dw_vf dwf_fma(dw_vf a, dw_vf b, dw_vf c) { return _mm512_fmadd_ps(a, b, c); }
+VX_INLINE dw_vf dwf_zero(void) { return _mm512_setzero_ps(); }
+VX_INLINE void dwf_store(dw_mask k, float *p, dw_vf v, int act) {
+    if (act != VX_ACT_NONE) v = _mm512_max_ps(v, _mm512_setzero_ps());
+    if (act == VX_ACT_RELU6) v = _mm512_min_ps(v, _mm512_set1_ps(6.0f));
+    _mm512_mask_storeu_ps(p, k, v);
+}
+VX_INLINE dw_vi dwi_zero(void) { return _mm512_setzero_si512(); }
+/* a + (x - zp) * w over VL int8 x and int16 w */
+VX_INLINE dw_vi dwi_mac(dw_mask k, dw_vi a, const int8_t *x, const int16_t *w, dw_vi zp) {
+    const dw_vi xv = _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, x)), zp);
+    return _mm512_add_epi32(a, _mm512_mullo_epi32(xv, _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, w))));
+}
+VX_INLINE dw_vi dwi_set1(int32_t v) { return _mm512_set1_epi32(v); }
+VX_INLINE void dwi_store(int32_t *p, dw_vi v) { _mm512_storeu_si512(p, v); }
+#elif defined(VX_AVX2)
+#define DW_VL 8
+typedef __m256i dw_mask;
+typedef __m256 dw_vf;
+typedef __m256i dw_vi;
+VX_INLINE dw_mask dw_lanes(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+VX_INLINE dw_vf dwf_load(dw_mask k, const float *p) { return _mm256_maskload_ps(p, k); }
+VX_INLINE dw_vf dwf_fma(dw_vf a, dw_vf b, dw_vf c) { return _mm256_fmadd_ps(a, b, c); }
+VX_INLINE dw_vf dwf_zero(void) { return _mm256_setzero_ps(); }
+VX_INLINE void dwf_store(dw_mask k, float *p, dw_vf v, int act) {
+    if (act != VX_ACT_NONE) v = _mm256_max_ps(v, _mm256_setzero_ps());
+    if (act == VX_ACT_RELU6) v = _mm256_min_ps(v, _mm256_set1_ps(6.0f));
+    _mm256_maskstore_ps(p, k, v);
+}
+VX_INLINE dw_vi dwi_zero(void) { return _mm256_setzero_si256(); }
+VX_INLINE dw_vi dwi_mac(dw_mask k, dw_vi a, const int8_t *x, const int16_t *w, dw_vi zp) {
+    int64_t xb = 0;
+    __m128i wb = _mm_setzero_si128();
+    const int n = _mm256_movemask_ps(_mm256_castsi256_ps(k)) == 0xFF ? 8 : __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(k)));
+    if (n == 8) { memcpy(&xb, x, 8); wb = _mm_loadu_si128((const __m128i *)w); }
+    else { memcpy(&xb, x, (size_t)n); memcpy(&wb, w, (size_t)n * 2); }
+    const dw_vi xv = _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(xb)), zp);
+    return _mm256_add_epi32(a, _mm256_mullo_epi32(xv, _mm256_cvtepi16_epi32(wb)));
+}
+VX_INLINE dw_vi dwi_set1(int32_t v) { return _mm256_set1_epi32(v); }
+VX_INLINE void dwi_store(int32_t *p, dw_vi v) { _mm256_storeu_si256((__m256i *)p, v); }
+#endif
+
+/* Output pixels ow..ow+PX-1 (PX > 1: all see every column tap) of a depthwise row: the
+ * PX accumulators are independent FMA chains. xp: tap (0, 0) of pixel ow; yo: its output. */
+#if defined(DW_VL)
+VX_INLINE void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp, const float *w,
+                          const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                          float *yo) {
+    const int64_t C = s->c, px = s->sw * C;
+    for (int64_t c = 0; c < C; c += DW_VL) {
+        const dw_mask k = dw_lanes(C - c);
+        dw_vf a[4];
+        for (int p = 0; p < PX; p++) a[p] = bias ? dwf_load(k, bias + c) : dwf_zero();
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = j0; j < j1; j++) {
+                const dw_vf wv = dwf_load(k, w + (i * s->kw + j) * C + c);
+                const float *xr = xp + (i * s->dh * s->w + j * s->dw) * C + c;
+                for (int p = 0; p < PX; p++) a[p] = dwf_fma(dwf_load(k, xr + p * px), wv, a[p]);
+            }
+        for (int p = 0; p < PX; p++) dwf_store(k, yo + p * C + c, a[p], act);
+    }
+}
+
+VX_INLINE void dwi_pixels(const int PX, const vx_conv_shape *s, const int8_t *xp, const int16_t *w,
+                          const vx_requant *rq, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int8_t *yo) {
+    const int64_t C = s->c, px = s->sw * C;
+    const dw_vi zp = dwi_set1(rq->zp_in);
+    int32_t acc[4][DW_VL];
+    for (int64_t c = 0; c < C; c += DW_VL) {
+        const dw_mask k = dw_lanes(C - c);
+        dw_vi a[4];
+        for (int p = 0; p < PX; p++) a[p] = dwi_zero();
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = j0; j < j1; j++) {
+                const int16_t *wr = w + (i * s->kw + j) * C + c;
+                const int8_t *xr = xp + (i * s->dh * s->w + j * s->dw) * C + c;
+                for (int p = 0; p < PX; p++) a[p] = dwi_mac(k, a[p], xr + p * px, wr, zp);
+            }
+        const int n = (int)(C - c < DW_VL ? C - c : DW_VL);
+        for (int p = 0; p < PX; p++) {
+            dwi_store(acc[p], a[p]);
+            requant_row(n, acc[p], 0, NULL, rq, c, yo + p * C + c);
+        }
+    }
+}
+#endif
+
+/* Depthwise (multiplier 1) output row `item` = b * OH + oh: y (OW, C). w: (kh*kw, C).
+ * Interior pixels go 4 at a time. */
+static void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, const float *bias,
+                       int act, int64_t item, float *y) {
+    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+    for (int64_t ow = 0; ow < s->ow;) {
+        int64_t i0, i1, j0, j1, e0, e1, f0, f1;
+        valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+        const float *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
+        float *yo = y + (item * s->ow + ow) * C;                     /* (C,) */
+#if defined(DW_VL)
+        if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
+            valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
+            if (f0 == 0 && f1 == s->kw) {
+                dwf_pixels(4, s, xp, w, bias, act, i0, i1, 0, s->kw, yo);
+                ow += 4;
+                continue;
+            }
+        }
+        dwf_pixels(1, s, xp, w, bias, act, i0, i1, j0, j1, yo);
+#else
+        (void)e0; (void)e1; (void)f0; (void)f1;
+        for (int64_t c = 0; c < C; c++) {
+            float a = bias ? bias[c] : 0.0f;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++)
+                    a += xp[(i * s->dh * s->w + j * s->dw) * C + c] * w[(i * s->kw + j) * C + c];
+            yo[c] = act_f32(act, a);
+        }
+#endif
+        ow++;
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * int8: requantization, packing, im2col, GEMM, depthwise.
+ * ---------------------------------------------------------------------------------- */
+/* w (n, K) int8 -> panels [n/16][K4/4][16][4] (K4 = K rounded up to 4; zero padded, n
+ * rounded up to 32); wsum[r] = sum_k w[r][k]. */
+static void qgemm_pack(int64_t K, const int8_t *w, int64_t n, int8_t *packed, int32_t *wsum) {
+    const int64_t K4 = (K + 3) & ~(int64_t)3, np = (n + VX_QG_NR - 1) / VX_QG_NR * VX_QG_NR;
+    memset(packed, 0, (size_t)(np * K4));
+    for (int64_t r = 0; r < n; r++) {
+        int8_t *pp = packed + (r / 16) * 16 * K4 + (r % 16) * 4;
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; k++) {
+            pp[(k / 4) * 64 + (k % 4)] = w[r * K + k];
+            s += w[r * K + k];
+        }
+        wsum[r] = s;
+    }
+}
+
+/* cols[q * ldc + (i*kw + j)*C + c] = u8(x + 128) at tap (i, j) of output pixel p0 + q, or
+ * pad_u8 in the padding; columns KK..ldc-1 are 0. */
+static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64_t np, uint8_t pad_u8,
+                      uint8_t *cols, int64_t ldc) {
+    const int64_t C = s->c, KK = s->kh * s->kw * C;
+    for (int64_t q = 0; q < np; q++) {
+        const int64_t p = p0 + q, b = p / (s->oh * s->ow), r = p % (s->oh * s->ow);
+        const int64_t oh = r / s->ow, ow = r % s->ow;
+        uint8_t *dst = cols + q * ldc;                               /* (kh, kw, C) then 0s */
+        for (int64_t i = 0; i < s->kh; i++) {
+            const int64_t ih = oh * s->sh - s->pt + i * s->dh;
+            for (int64_t j = 0; j < s->kw; j++, dst += C) {
+                const int64_t iw = ow * s->sw - s->pl + j * s->dw;
+                if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) { memset(dst, pad_u8, (size_t)C); continue; }
+                const int8_t *src = x + ((b * s->h + ih) * s->w + iw) * C;
+                for (int64_t c = 0; c < C; c++) dst[c] = (uint8_t)(src[c] ^ 0x80);
+            }
+        }
+        memset(cols + q * ldc + KK, 0, (size_t)(ldc - KK));
+    }
+}
+
+#define QG_MR 8
+/* acc (MR, 32) int32 of u8 rows a (lda bytes apart) times the panel pair pp (K4 bytes per
+ * channel, 16-channel panels 16 * K4 bytes apart). */
+VX_INLINE void qg_tile(const int MR, int64_t K4, const uint8_t *a, int64_t lda, const int8_t *pp,
+                       int32_t acc[QG_MR][VX_QG_NR]) {
+#if defined(VX_AVX512)
+    __m512i c0[QG_MR], c1[QG_MR];
+    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_si512();
+    const int8_t *p1 = pp + 16 * K4;
+    for (int64_t kq = 0; kq < K4 / 4; kq++) {
+        const __m512i b0 = _mm512_loadu_si512(pp + 64 * kq), b1 = _mm512_loadu_si512(p1 + 64 * kq);
+        for (int i = 0; i < MR; i++) {
+            int32_t a4;
+            memcpy(&a4, a + i * lda + 4 * kq, 4);
+            const __m512i av = _mm512_set1_epi32(a4);
+            c0[i] = _mm512_dpbusd_epi32(c0[i], av, b0);
+            c1[i] = _mm512_dpbusd_epi32(c1[i], av, b1);
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        _mm512_storeu_si512(acc[i], c0[i]);
+        _mm512_storeu_si512(acc[i] + 16, c1[i]);
+    }
+#elif defined(VX_AVX2)
+    /* no VNNI: u8 rows widened to int16 and vpmaddwd (exact: |u * w| <= 255 * 128, two
+     * products per int32 lane), 2 rows x 16 channels at a time; lane 2c + t of acc q holds
+     * channel 4q + c's partial sum t. */
+    for (int i0 = 0; i0 < MR; i0 += 2) {
+        const int rows = MR - i0 < 2 ? MR - i0 : 2;
+        for (int h = 0; h < 2; h++) {
+            const int8_t *b = pp + h * 16 * K4;                     /* (K4/4, 16, 4) */
+            __m256i c[2][4];
+            for (int i = 0; i < 2; i++)
+                for (int q = 0; q < 4; q++) c[i][q] = _mm256_setzero_si256();
+            for (int64_t kq = 0; kq < K4 / 4; kq++) {
+                __m256i wv[4];
+                for (int q = 0; q < 4; q++)
+                    wv[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 64 * kq + 16 * q)));
+                for (int i = 0; i < rows; i++) {
+                    const uint8_t *ai = a + (i0 + i) * lda + 4 * kq;
+                    const __m256i av = _mm256_set1_epi64x((int64_t)((uint64_t)ai[0] | (uint64_t)ai[1] << 16 |
+                                                                    (uint64_t)ai[2] << 32 | (uint64_t)ai[3] << 48));
+                    for (int q = 0; q < 4; q++) c[i][q] = _mm256_add_epi32(c[i][q], _mm256_madd_epi16(wv[q], av));
+                }
+            }
+            for (int i = 0; i < rows; i++)
+                for (int q = 0; q < 4; q++) {
+                    int32_t t[8];
+                    _mm256_storeu_si256((__m256i *)t, c[i][q]);
+                    for (int l = 0; l < 4; l++) acc[i0 + i][16 * h + 4 * q + l] = t[2 * l] + t[2 * l + 1];
+                }
+        }
+    }
+#else
+    for (int i = 0; i < MR; i++) memset(acc[i], 0, sizeof(acc[i]));
+    for (int64_t kq = 0; kq < K4 / 4; kq++)
+        for (int h = 0; h < 2; h++) {
+            const int8_t *b = pp + h * 16 * K4 + 64 * kq;           /* (16, 4) */
+            for (int i = 0; i < MR; i++) {
+                const uint8_t *ai = a + i * lda + 4 * kq;
+                int32_t *ci = acc[i] + 16 * h;
+                for (int l = 0; l < 16; l++)
+                    ci[l] += ai[0] * b[4 * l] + ai[1] * b[4 * l + 1] + ai[2] * b[4 * l + 2] + ai[3] * b[4 * l + 3];
+            }
+        }
+#endif
+}
+
+/* y[i*ldy + r] = requant(sum_k (x - zp_in) w[r][k] + bias[r]) for i < m, r < n, from u8 rows a
+ * (im2col_u8) and qgemm_pack's panels. */
+static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n, const uint8_t *a,
+                  int64_t lda, int64_t m, const vx_requant *rq, int8_t *y, int64_t ldy) {
+    int32_t acc[QG_MR][VX_QG_NR];
+    const int64_t corr = (int64_t)rq->zp_in + 128;
+    for (int64_t p0 = 0; p0 < n; p0 += VX_QG_NR) {
+        const int8_t *pp = packed + p0 * K4;
+        const int nr = (int)(n - p0 < VX_QG_NR ? n - p0 : VX_QG_NR);
+        for (int64_t i0 = 0; i0 < m; i0 += QG_MR) {
+            const int mr = (int)(m - i0 < QG_MR ? m - i0 : QG_MR);
+            if (mr == QG_MR) qg_tile(QG_MR, K4, a + i0 * lda, lda, pp, acc);
+            else qg_tile(mr, K4, a + i0 * lda, lda, pp, acc);
+            for (int i = 0; i < mr; i++) requant_row(nr, acc[i], corr, wsum + p0, rq, p0, y + (i0 + i) * ldy + p0);
+        }
+    }
+}
+
+/* Depthwise int8 (multiplier 1) output row `item` = b * OH + oh: y (OW, C). w: (kh*kw, C) int16.
+ * Padding taps contribute (zp_in - zp_in) * w = 0 and are skipped; interior pixels go 4 at a time. */
+static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
+                    int64_t item, int8_t *y) {
+    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+    for (int64_t ow = 0; ow < s->ow;) {
+        int64_t i0, i1, j0, j1, e0, e1, f0, f1;
+        valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+        const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
+        int8_t *yo = y + (item * s->ow + ow) * C;                    /* (C,) */
+#if defined(DW_VL)
+        if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
+            valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
+            if (f0 == 0 && f1 == s->kw) {
+                dwi_pixels(4, s, xp, w, rq, i0, i1, 0, s->kw, yo);
+                ow += 4;
+                continue;
+            }
+        }
+        dwi_pixels(1, s, xp, w, rq, i0, i1, j0, j1, yo);
+#else
+        enum { CB = 64 };
+        int32_t acc[CB];
+        (void)e0; (void)e1; (void)f0; (void)f1;
+        for (int64_t c0 = 0; c0 < C; c0 += CB) {
+            const int cn = (int)(C - c0 < CB ? C - c0 : CB);
+            memset(acc, 0, sizeof(acc));
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) {
+                    const int8_t *xr = xp + (i * s->dh * s->w + j * s->dw) * C + c0;
+                    const int16_t *wr = w + (i * s->kw + j) * C + c0;
+                    for (int c = 0; c < cn; c++) acc[c] += ((int32_t)xr[c] - rq->zp_in) * (int32_t)wr[c];
+                }
+            requant_row(cn, acc, 0, NULL, rq, c0, yo + c0);
+        }
+#endif
+        ow++;
+    }
+}
+
+const vx_conv_table VX_CAT(vx_conv, VX_TIER) = {
+    sgemm_pack, sgemm, im2col_f32, dwconv_f32, qgemm_pack, im2col_u8, qgemm, qdwconv,
+};
