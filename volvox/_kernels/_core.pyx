@@ -269,3 +269,4 @@ def rope(const float[:, ::1] x, const long long[::1] pos, int64_t n_heads, int64
 
 
 include "_conv.pxi"
+include "_plan.pxi"

@@ -92,6 +92,7 @@ class Executor:
 
     def __init__(self, graph: Graph, weights: dict[str, Any], reference: bool = False, profile: bool = False):
         self.graph = graph
+        self.reference = reference
         self.profile = Profile() if profile else None
         slot_of: dict[str, int] = {}
         for name in [s.name for s in graph.inputs] + list(graph.weights):

@@ -10,8 +10,9 @@ import numpy as np
 
 from ..errors import GenerationError
 from ..model import Model
-from ..runtime.executor import RunContext
+from ..runtime.executor import Executor, RunContext
 from ..runtime.kv_cache import KVCache
+from ..runtime.native_plan import DecodePlan, Unsupported
 from .sampling import Sampler, SamplingParams
 
 PREFILL_CHUNK = 256  # prompt tokens per forward pass: bounds attention scratch memory
@@ -77,10 +78,36 @@ class LanguageModel(Model):
         self.config = config
         self.tokenizer = tokenizer
         self.last_stats = GenerationStats()
+        self._decode_plan: DecodePlan | None | bool = None  # built on the first decode step; False: not lowerable
+        self._closers.insert(0, self._drop_decode_plan)
 
     def _forward(self, ctx: RunContext, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
         self._check_open()
+        if tokens.size == 1 and type(ctx) is RunContext and ctx.kv is not None:
+            plan = self._native_decode_plan()
+            if plan:
+                logits = plan.run(ctx.kv, int(tokens[0]), int(positions[0]), self.executor.profile)
+                if logits is not None:
+                    return logits
         return self.executor.run(ctx, {"tokens": tokens, "positions": positions})["logits"]
+
+    def _native_decode_plan(self) -> DecodePlan | None:
+        """The single-token forward pass as one native call (runtime/native_plan.py), built
+        on first use; None for graphs it cannot lower, GPU executors and reference mode."""
+        if self._decode_plan is None:
+            ex = self.executor
+            self._decode_plan = False
+            if type(ex) is Executor and not ex.reference:
+                weights = {name: w for name, (_, w) in zip(self.graph.weights, ex.weight_slots)}
+                try:
+                    self._decode_plan = DecodePlan(self.graph, weights, self.config.n_layers,
+                                                   self.config.context_length)
+                except Unsupported:
+                    pass
+        return self._decode_plan or None
+
+    def _drop_decode_plan(self) -> None:
+        self._decode_plan = False  # its pointers into the weights die with them
 
     def new_session(self) -> Session:
         """A fresh session (empty KV cache) for incremental use."""

@@ -1,0 +1,141 @@
+"""The native decode plan (runtime/native_plan.py): the same logits as the per-op executor,
+bit for bit, and a clean fallback to it whenever the plan cannot run."""
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import volvox
+from hf_models import build_causal_lm, train_bpe_tokenizer
+from tiny_gguf import write_tiny_llama
+from volvox import kernels
+
+PROMPT, DECODE = [5, 17, 99, 3], [42, 7, 200, 11, 250, 64]
+
+
+@contextlib.contextmanager
+def per_op_executor(lm):
+    """Run ``lm`` without its decode plan inside the block."""
+    plan, lm._decode_plan = lm._decode_plan, False
+    try:
+        yield
+    finally:
+        lm._decode_plan = plan
+
+
+def decode_both_ways(lm, prompt=PROMPT, tokens=DECODE):
+    """(native logits, per-op logits, native session, per-op session) for the same tokens."""
+    native, per_op = lm.new_session(), lm.new_session()
+    native.forward(prompt)
+    with per_op_executor(lm):
+        per_op.forward(prompt)
+    got, want = [], []
+    for t in tokens:
+        got.append(native.forward([t]))
+        with per_op_executor(lm):
+            want.append(per_op.forward([t]))
+    return np.concatenate(got), np.concatenate(want), native, per_op
+
+
+@pytest.mark.parametrize("qtype, embed_qtype, tied", [
+    ("f32", "f32", True), ("f16", "f16", False), ("q8_0", "q8_0", True), ("q4_0", "q8_0", False),
+    ("q4_1", "q8_0", True), ("q4_k", "q6_k", False), ("q6_k", "q4_k", True),
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plan_equals_per_op_executor_bit_for_bit(tmp_path, qtype, embed_qtype, tied, threads):
+    dim, ffn = (256, 512) if "k" in qtype + embed_qtype else (64, 96)
+    path = write_tiny_llama(tmp_path / "m.gguf", dim=dim, ffn=ffn, qtype=qtype, embed_qtype=embed_qtype, tied=tied)
+    with volvox.load(path, threads=threads) as lm:
+        got, want, native, per_op = decode_both_ways(lm)
+        assert lm._decode_plan.runs == len(DECODE)
+        assert np.array_equal(got, want)
+        end = len(PROMPT) + len(DECODE)
+        for layer in range(lm.config.n_layers):  # the plan wrote the same keys and values into the cache
+            assert np.array_equal(native.ctx.kv.keys[layer][:, :end], per_op.ctx.kv.keys[layer][:, :end])
+            assert np.array_equal(native.ctx.kv.values[layer][:, :end], per_op.ctx.kv.values[layer][:, :end])
+
+
+def test_plan_gqa_shapes_and_arena(tmp_path):
+    for n_heads, n_kv in ((4, 4), (4, 1), (8, 2)):
+        path = write_tiny_llama(tmp_path / f"h{n_heads}-{n_kv}.gguf", n_heads=n_heads, n_kv_heads=n_kv, n_layers=3)
+        with volvox.load(path) as lm:
+            got, want, _, _ = decode_both_ways(lm)
+            assert np.array_equal(got, want)
+            plan = lm._decode_plan
+            naive = sum(4 * int(np.prod([d if isinstance(d, int) else 1 for d in lm.graph.specs[o].shape]))
+                        for n in lm.graph.nodes for o in n.outputs.values())
+            assert plan.arena_bytes < naive / 4  # slots are reused once their last reader ran
+
+
+def hf_model(tmp_path, kind, **kw):
+    """A tiny random transformers checkpoint folder (no download)."""
+    tokenizer = tmp_path / "tokenizer.json"
+    vocab = train_bpe_tokenizer(tokenizer)
+    directory = tmp_path / kind
+    build_causal_lm(directory, kind, tokenizer, vocab, **kw)
+    return directory
+
+
+@pytest.mark.parametrize("kind, kw", [("mistral", dict(sliding_window=3)), ("qwen2", {}),
+                                      ("llama", dict(attention_bias=True, mlp_bias=True))])
+def test_hf_decoders_with_windows_and_biases_use_the_plan(tmp_path, kind, kw):
+    with volvox.load(hf_model(tmp_path, kind, **kw)) as lm:
+        got, want, _, _ = decode_both_ways(lm, prompt=[1, 2, 3], tokens=[4, 5, 6, 7, 8])
+        assert lm._decode_plan and lm._decode_plan.runs == 5
+        assert np.array_equal(got, want)
+
+
+def test_graphs_the_plan_does_not_lower_keep_the_per_op_executor(tmp_path):
+    with volvox.load(hf_model(tmp_path, "gpt2")) as lm:  # layer_norm, gelu: not lowered
+        assert lm._native_decode_plan() is None
+        assert isinstance(lm.generate([1, 2, 3], max_new_tokens=3), str)
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    with volvox.load(path, reference=True) as lm:  # the oracle path never takes native shortcuts
+        assert lm._native_decode_plan() is None
+
+
+def test_busy_plan_or_more_threads_fall_back_with_the_same_logits(tmp_path):
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    with volvox.load(path) as lm:
+        a, b = lm.new_session(), lm.new_session()
+        a.forward(PROMPT)
+        b.forward(PROMPT)
+        plan = lm._native_decode_plan()
+        want = a.forward([9])
+        with plan._lock:  # another thread is inside the plan: this call runs per op
+            got = b.forward([9])
+        assert plan.runs == 1 and np.array_equal(got, want)
+        before = kernels.get_num_threads()
+        try:
+            kernels.set_num_threads(plan.threads + 1)  # more threads than the plan has scratch for
+            got = b.forward([10])
+        finally:
+            kernels.set_num_threads(before)
+        assert plan.runs == 1 and np.array_equal(got, a.forward([10]))
+
+
+def test_profiled_decode_reports_every_node(tmp_path):
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    with volvox.load(path, profile=True) as lm:
+        lm.generate([5, 6, 7], max_new_tokens=4)
+        assert lm._decode_plan.runs == 3
+        prof = lm.profile
+        assert prof.runs == 4  # prefill (per op) + 3 decode steps (native)
+        assert {"linear", "attention", "rms_norm", "embedding"} <= set(prof.by_op)
+        ops = {n.id: n.op for n in lm.graph.nodes}
+        assert all(calls == (1 if ops[node] == "output_rows" else 4)  # a view, not a step, in the plan
+                   for node, (calls, _) in prof.by_node.items())
+
+
+def test_closing_the_model_drops_the_plan(tmp_path):
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    lm = volvox.load(path)
+    s = lm.new_session()
+    s.forward(PROMPT)
+    s.forward([1])
+    assert lm._decode_plan
+    lm.close()
+    assert lm._decode_plan is False
+    with pytest.raises(volvox.errors.ClosedError):
+        s.forward([2])

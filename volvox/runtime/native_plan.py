@@ -1,0 +1,308 @@
+"""Native decode plans: a language model's one-token forward pass, run by C in one call.
+
+Python plans, native runs. The per-op executor crosses from Python into a kernel once
+per node (about 360 times per SmolLM2 token) and opens an OpenMP region each time. For
+the single-token decode step, where every shape is fixed, this module lowers the
+compiled graph once into a flat array of kernel steps (csrc/vx_plan.h) over buffers it
+allocates up front; ``DecodePlan.run`` then runs the whole forward pass in one nogil
+call inside one OpenMP region, and allocates nothing.
+
+Buffers live in one arena: each intermediate gets a slot that is reused once its last
+reader has run (never by a step that still reads it). The KV cache and the weights
+stay outside the arena; the logits are copied out so a caller may keep them.
+
+Each step calls the same tile functions as the per-op kernels, and every output
+element is still computed by one thread in a fixed order, so a plan's logits equal the
+per-op executor's bit for bit (tests/test_native_plan.py). Graphs with an op the plan
+does not lower (see ``LOWER``) simply keep the per-op executor.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import kernels
+from ..graph import Graph
+
+_core = kernels._core
+_KIND = _core.STEP_KINDS  # step kind codes of csrc/vx_plan.h
+ALIGN = 64  # bytes: every arena slot starts on a cache line
+
+
+class Unsupported(Exception):
+    """The graph has something a decode plan does not lower (the per-op executor runs it)."""
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+def _aligned(n: int, dtype) -> np.ndarray:
+    """An uninitialised (n,) array whose first element is ALIGN-byte aligned."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n + ALIGN // itemsize, dtype)
+    skip = (-raw.ctypes.data % ALIGN) // itemsize
+    return raw[skip:skip + n]
+
+
+class _Arena:
+    """Float32 slots placed by lifetime: a slot freed after its last reader is reused by a later output."""
+
+    def __init__(self):
+        self.slots: list[tuple[int, int]] = []  # (offset in floats, size in floats)
+        self.free: list[int] = []               # indices into slots
+        self.size = 0                           # floats
+
+    def take(self, n: int) -> int:
+        """A slot of at least n floats (the smallest free one that fits, else a new one)."""
+        fits = [i for i in self.free if self.slots[i][1] >= n]
+        if fits:
+            best = min(fits, key=lambda i: self.slots[i][1])
+            self.free.remove(best)
+            return best
+        self.slots.append((self.size, n))
+        self.size += -(-n * 4 // ALIGN) * ALIGN // 4
+        return len(self.slots) - 1
+
+    def give_back(self, slot: int) -> None:
+        self.free.append(slot)
+
+
+class DecodePlan:
+    """A compiled graph's single-token forward pass as native steps (see the module doc)."""
+
+    def __init__(self, graph: Graph, weights: dict[str, Any], n_layers: int, capacity: int):
+        self.graph = graph
+        self.capacity = capacity  # KV cache positions the attention scratch is sized for
+        self.threads = max(kernels.get_num_threads(), os.cpu_count() or 1)
+        self._keep: list[Any] = []  # every array a step points into
+        self._lock = threading.Lock()
+        self._bound_cache = None
+        self.runs = 0  # forward passes run so far
+        self.vocab = self.kv_shape = None  # set by the embedding and attention lowerings
+        self._lower(graph, weights, n_layers)
+        if self.vocab is None or self.kv_shape is None:
+            raise Unsupported("no token embedding or no attention")
+
+    # ----------------------------------------------------------------------- lowering
+    def _lower(self, graph: Graph, weights: dict[str, Any], n_layers: int) -> None:
+        if [s.name for s in graph.inputs] != ["tokens", "positions"] or len(graph.outputs) != 1:
+            raise Unsupported("inputs must be (tokens, positions) and the output the logits")
+        nodes = graph.nodes
+        for node in nodes:
+            if node.op not in LOWER:
+                raise Unsupported(f"op {node.op!r} (node {node.id!r})")
+        # where each tensor lives: (arena slot, float offset in it, floats) or a weight
+        home: dict[str, tuple[int, int, int]] = {}
+        alias = {n.outputs["y"]: n.inputs["x"] for n in nodes if n.op == "output_rows"}
+
+        def root(name: str) -> str:
+            while name in alias:
+                name = alias[name]
+            return name
+
+        last = {}
+        for i, node in enumerate(nodes):
+            for name in node.inputs.values():
+                last[root(name)] = i
+        out_name = root(graph.outputs[0])
+        last[out_name] = len(nodes)
+        arena = _Arena()
+        planned: list[tuple] = []  # (node, {port: (slot, offset, floats)}, (slot, 0, floats of all outputs))
+        slot_users: dict[int, int] = {}
+        for i, node in enumerate(nodes):
+            if node.op == "output_rows":
+                continue
+            outs = {}
+            sizes = {port: self._floats(graph, name) for port, name in node.outputs.items()}
+            slot = arena.take(sum(sizes.values()))
+            off = 0
+            for port, name in node.outputs.items():
+                outs[port] = home[name] = (slot, off, sizes[port])
+                off += sizes[port]
+            slot_users[slot] = len(node.outputs)
+            planned.append((node, outs, (slot, 0, off)))
+            for name in set(root(n) for n in list(node.inputs.values()) + list(node.outputs.values())):
+                if last.get(name, i) <= i and name in home:
+                    s = home[name][0]
+                    slot_users[s] -= 1
+                    if slot_users[s] == 0:
+                        arena.give_back(s)
+        self.arena = _aligned(arena.size, np.float32)  # (floats,) every activation of one token
+        self.arena_bytes = arena.size * 4
+
+        def view(h: tuple[int, int, int]) -> np.ndarray:
+            slot, off, n = h
+            start = arena.slots[slot][0] + off
+            return self.arena[start:start + n]  # (n,)
+
+        self._view = lambda name: view(home[root(name)])
+        self._weights = weights
+        self._act = _aligned(1 << 16, np.uint8)  # (bytes,) one quantized activation row
+        self.n_layers = n_layers
+        self.steps = _core.StepPlan(2 * len(planned), n_layers)  # at most two steps per node
+        self.step_nodes: list[tuple[str, str]] = []  # (node id, op) per step
+        for node, outs, whole in planned:
+            before = len(self.steps)
+            LOWER[node.op](self, node, {p: view(h) for p, h in outs.items()}, view(whole))
+            self.step_nodes += [(node.id, node.op)] * (len(self.steps) - before)
+        self.logits = self._view(out_name)
+        self._times = np.zeros(len(self.steps), np.float64)  # (steps,) seconds of the last profiled run
+
+    def _floats(self, graph: Graph, name: str) -> int:
+        n = 1
+        for d in graph.specs[name].shape:
+            if isinstance(d, int):
+                n *= d
+            elif d not in ("seq", "out_seq"):
+                raise Unsupported(f"tensor {name!r} has dim {d!r}")
+        if graph.specs[name].dtype != "float32":
+            raise Unsupported(f"tensor {name!r} is {graph.specs[name].dtype}")
+        return n
+
+    def _input(self, node, port: str) -> np.ndarray:
+        name = node.inputs[port]
+        if name in self._weights:
+            w = self._weights[name]
+            if not (isinstance(w, np.ndarray) and w.dtype == np.float32 and w.ndim == 1 and w.flags.c_contiguous):
+                raise Unsupported(f"{node.id}.{port}: weight is not a contiguous float32 vector")
+            self._keep.append(w)
+            return w
+        return self._view(name)
+
+    def _matrix(self, node, port: str) -> tuple[int, np.ndarray, int, int]:
+        code, wb, n, k = kernels._weight_bytes(self._weights[node.inputs[port]], f"{node.id}.{port}")
+        self._keep.append(wb)
+        return code, wb, n, k
+
+    def _need(self, node, cond: bool, what: str) -> None:
+        if not cond:
+            raise Unsupported(f"node {node.id!r} ({node.op}): {what}")
+
+    def _embed(self, node, outs, whole) -> None:
+        code, tb, v, d = self._matrix(node, "table")
+        self._need(node, node.inputs["ids"] == "tokens" and outs["y"].size == d, "ids must be the token input")
+        self.vocab = v
+        self.steps.add(_KIND["embed"], wtype=code, sizes=(d, tb.shape[1], v), a=_addr(tb), y=_addr(outs["y"]))
+
+    def _rms_norm(self, node, outs, whole) -> None:
+        x, w = self._input(node, "x"), self._input(node, "weight")
+        self._need(node, x.size == w.size == outs["y"].size, "x, weight and y sizes differ")
+        self.steps.add(_KIND["rms_norm"], sizes=(x.size,), floats=(float(node.params.get("eps", 1e-5)),), a=_addr(x),
+                       b=_addr(w), y=_addr(outs["y"]))
+
+    def _linear(self, node, outs, whole) -> None:
+        x = self._input(node, "x")
+        code, wb, n, k = self._matrix(node, "weight")
+        bias = self._input(node, "bias") if "bias" in node.inputs else None
+        self._need(node, x.size == k and whole.size == n and (bias is None or bias.size == n), "shapes do not match")
+        self._need(node, _core.act_row_bytes(code, k) <= self._act.nbytes, "activation row too large")
+        self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1]), a=_addr(x), b=_addr(wb),
+                       c=0 if bias is None else _addr(bias), y=_addr(whole), scratch=_addr(self._act))
+        if node.op == "linear_act":  # the activation in place on the output row
+            self._need(node, node.params["activation"] == "silu", f"activation {node.params['activation']!r}")
+            self.steps.add(_KIND["swiglu"], flag=0, sizes=(n,), a=_addr(whole), y=_addr(whole))
+
+    def _rope(self, node, outs, whole) -> None:
+        p = node.params
+        x = self._input(node, "x")
+        hd = int(p["head_dim"])
+        rd = int(p.get("rope_dim", hd))
+        self._need(node, "llama3" not in p and node.inputs["positions"] == "positions", "llama3 scaling or "
+                   "positions other than the position input")
+        self._need(node, x.size % hd == 0 and x.size == outs["y"].size, "x is not whole heads")
+        self.steps.add(_KIND["rope"], flag=int(p.get("style", "half") == "interleaved"), sizes=(x.size // hd, hd, rd),
+                       floats=(float(p.get("theta", 10000.0)), float(np.float32(1.0) / np.float32(p.get("scale", 1.0)))),
+                       a=_addr(x), y=_addr(outs["y"]))
+
+    def _attention(self, node, outs, whole) -> None:
+        p = node.params
+        nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+        q, k, v = (self._input(node, port) for port in ("q", "k", "v"))
+        self._need(node, p.get("causal", True), "not causal")
+        self._need(node, q.size == nh * hd and k.size == v.size == nkv * hd, "q, k, v sizes")
+        self._need(node, 0 <= int(p.get("layer", 0)) < self.n_layers, "layer outside the KV cache")
+        per = _core.attention_scratch_floats(self.capacity, hd)
+        scratch = np.empty(self.threads * per, np.float32)  # (threads, per) score rows
+        self._keep.append(scratch)
+        self.steps.add(_KIND["attention"], sizes=(nh, nkv, hd, int(p.get("window", 0)), int(p.get("layer", 0)), per),
+                       floats=(float(np.float32(p.get("scale", hd ** -0.5))),), a=_addr(q), b=_addr(k), c=_addr(v),
+                       y=_addr(outs["y"]), scratch=_addr(scratch))
+        self.kv_shape = (nkv, hd)
+
+    def _swiglu(self, node, outs, whole) -> None:
+        x = self._input(node, "x")
+        gated = node.op == "swiglu"
+        self._need(node, x.size == (2 if gated else 1) * outs["y"].size, "x must be [gate | up] for swiglu, y's size for silu")
+        self.steps.add(_KIND["swiglu"], flag=int(gated), sizes=(outs["y"].size,), a=_addr(x), y=_addr(outs["y"]))
+
+    def _binary(self, node, outs, whole) -> None:
+        a, b = self._input(node, "a"), self._input(node, "b")
+        self._need(node, a.size == b.size == outs["y"].size, "broadcasting")
+        self.steps.add(_KIND["binary"], flag=int(node.op == "mul"), sizes=(a.size,), a=_addr(a), b=_addr(b),
+                       y=_addr(outs["y"]))
+
+    # ------------------------------------------------------------------------ running
+    def run(self, kv, token: int, pos: int, profile=None) -> np.ndarray | None:
+        """Logits (1, vocab) for ``token`` at ``pos``, its k/v appended to ``kv``; None when
+        this plan cannot run now (another thread is in it, more threads than it has scratch
+        for, or a cache of another size): the caller then uses the per-op executor."""
+        if (kernels.get_num_threads() > self.threads or kv.max_tokens != self.capacity
+                or kv.keys[0].shape != (self.kv_shape[0], self.capacity, self.kv_shape[1])
+                or len(kv.keys) != self.n_layers or not 0 <= token < self.vocab
+                or not self._lock.acquire(blocking=False)):
+            return None
+        try:
+            if kv is not self._bound_cache:
+                self.steps.bind_cache([_addr(k) for k in kv.keys], [_addr(v) for v in kv.values], kv.max_tokens)
+                self._bound_cache = kv
+            kv.reserve(pos + 1)
+            if profile is None:
+                self.steps.run(token, pos)
+            else:
+                t0 = time.perf_counter()
+                self.steps.run(token, pos, self._times)
+                self._record(profile, t0, time.perf_counter() - t0)
+            self.runs += 1
+            return self.logits.reshape(1, -1).copy()
+        finally:
+            self._lock.release()
+
+    def _record(self, prof, t_start: float, seconds: float) -> None:
+        """Add the last run's per-node times to a runtime Profile (as the per-op executor does)."""
+        t, i, n = t_start, 0, len(self.step_nodes)
+        while i < n:
+            node_id, op = self.step_nodes[i]
+            dt = 0.0
+            while i < n and self.step_nodes[i][0] == node_id:  # a node's steps are consecutive
+                dt += self._times[i]
+                i += 1
+            for table, key in ((prof.by_op, op), (prof.by_node, node_id)):
+                rec = table[key]
+                rec[0] += 1
+                rec[1] += dt
+            prof.events.append((node_id, op, t, dt, [], 0))
+            t += dt
+        prof.runs += 1
+        prof.seconds += seconds
+
+
+LOWER = {  # op -> its lowering (outputs: each port's view, and all of them as one row)
+    "embedding": DecodePlan._embed,
+    "rms_norm": DecodePlan._rms_norm,
+    "linear": DecodePlan._linear,
+    "linear_split": DecodePlan._linear,
+    "linear_act": DecodePlan._linear,
+    "rope": DecodePlan._rope,
+    "attention": DecodePlan._attention,
+    "swiglu": DecodePlan._swiglu,
+    "silu": DecodePlan._swiglu,
+    "add": DecodePlan._binary,
+    "mul": DecodePlan._binary,
+    "output_rows": None,  # a view of its input when one row is computed
+}
