@@ -10,8 +10,10 @@ cdef extern from "vx_plan.h" nogil:
     enum:
         VX_STEP_EMBED
         VX_STEP_RMS_NORM
+        VX_STEP_QUANTIZE
         VX_STEP_LINEAR
         VX_STEP_ROPE
+        VX_STEP_KV_STORE
         VX_STEP_ATTENTION
         VX_STEP_SWIGLU
         VX_STEP_BINARY
@@ -24,22 +26,25 @@ cdef extern from "vx_plan.h" nogil:
         const void *c
         float *y
         void *scratch
+    ctypedef struct vx_step_sync:
+        int64_t claimed, done
     ctypedef struct vx_step_input:
         int64_t token, pos, capacity
         float *const *k_cache
         float *const *v_cache
     void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *inp,
-                      int nthreads, double *times)
+                      int nthreads, vx_step_sync *sync, double *times)
 
 # Step kinds by name (csrc/vx_plan.h).
-STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "linear": VX_STEP_LINEAR,
-              "rope": VX_STEP_ROPE, "attention": VX_STEP_ATTENTION, "swiglu": VX_STEP_SWIGLU,
-              "binary": VX_STEP_BINARY}
+STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "quantize": VX_STEP_QUANTIZE,
+              "linear": VX_STEP_LINEAR, "rope": VX_STEP_ROPE, "kv_store": VX_STEP_KV_STORE,
+              "attention": VX_STEP_ATTENTION, "swiglu": VX_STEP_SWIGLU, "binary": VX_STEP_BINARY}
 
 
 cdef class StepPlan:
     """A fixed array of kernel steps plus the KV cache they read; see csrc/vx_plan.h."""
     cdef vx_step *steps
+    cdef vx_step_sync *sync
     cdef int64_t n, cap, layers
     cdef float **k_cache
     cdef float **v_cache
@@ -47,9 +52,10 @@ cdef class StepPlan:
 
     def __cinit__(self, int64_t max_steps, int64_t layers):
         self.steps = <vx_step *> calloc(max(max_steps, 1), sizeof(vx_step))
+        self.sync = <vx_step_sync *> calloc(max(max_steps, 1), sizeof(vx_step_sync))
         self.k_cache = <float **> calloc(max(layers, 1), sizeof(float *))
         self.v_cache = <float **> calloc(max(layers, 1), sizeof(float *))
-        if self.steps == NULL or self.k_cache == NULL or self.v_cache == NULL:
+        if self.steps == NULL or self.sync == NULL or self.k_cache == NULL or self.v_cache == NULL:
             raise MemoryError("step plan")
         self.cap = max_steps
         self.layers = layers
@@ -57,6 +63,7 @@ cdef class StepPlan:
 
     def __dealloc__(self):
         free(self.steps)
+        free(self.sync)
         free(self.k_cache)
         free(self.v_cache)
 
@@ -94,4 +101,4 @@ cdef class StepPlan:
         inp.k_cache, inp.v_cache = self.k_cache, self.v_cache
         cdef double *tp = NULL if times is None else &times[0]
         with nogil:
-            vx_run_steps(_tbl, self.steps, self.n, &inp, _nthreads, tp)
+            vx_run_steps(_tbl, self.steps, self.n, &inp, _nthreads, self.sync, tp)

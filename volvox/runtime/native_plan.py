@@ -145,7 +145,7 @@ class DecodePlan:
         self._weights = weights
         self._act = _aligned(1 << 16, np.uint8)  # (bytes,) one quantized activation row
         self.n_layers = n_layers
-        self.steps = _core.StepPlan(2 * len(planned), n_layers)  # at most two steps per node
+        self.steps = _core.StepPlan(3 * len(planned), n_layers)  # at most three steps per node
         self.step_nodes: list[tuple[str, str]] = []  # (node id, op) per step
         for node, outs, whole in planned:
             before = len(self.steps)
@@ -202,8 +202,11 @@ class DecodePlan:
         bias = self._input(node, "bias") if "bias" in node.inputs else None
         self._need(node, x.size == k and whole.size == n and (bias is None or bias.size == n), "shapes do not match")
         self._need(node, _core.act_row_bytes(code, k) <= self._act.nbytes, "activation row too large")
+        if _core.act_row_bytes(code, k):  # quantized weights: quantize the row once, then the matrix rows
+            self.steps.add(_KIND["quantize"], wtype=code, sizes=(k,), a=_addr(x), scratch=_addr(self._act))
+            x = self._act
         self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1]), a=_addr(x), b=_addr(wb),
-                       c=0 if bias is None else _addr(bias), y=_addr(whole), scratch=_addr(self._act))
+                       c=0 if bias is None else _addr(bias), y=_addr(whole))
         if node.op == "linear_act":  # the activation in place on the output row
             self._need(node, node.params["activation"] == "silu", f"activation {node.params['activation']!r}")
             self.steps.add(_KIND["swiglu"], flag=0, sizes=(n,), a=_addr(whole), y=_addr(whole))
@@ -230,9 +233,11 @@ class DecodePlan:
         per = _core.attention_scratch_floats(self.capacity, hd)
         scratch = np.empty(self.threads * per, np.float32)  # (threads, per) score rows
         self._keep.append(scratch)
-        self.steps.add(_KIND["attention"], sizes=(nh, nkv, hd, int(p.get("window", 0)), int(p.get("layer", 0)), per),
-                       floats=(float(np.float32(p.get("scale", hd ** -0.5))),), a=_addr(q), b=_addr(k), c=_addr(v),
-                       y=_addr(outs["y"]), scratch=_addr(scratch))
+        layer = int(p.get("layer", 0))
+        self.steps.add(_KIND["kv_store"], sizes=(nh, nkv, hd, 0, layer), b=_addr(k), c=_addr(v))
+        self.steps.add(_KIND["attention"], sizes=(nh, nkv, hd, int(p.get("window", 0)), layer, per),
+                       floats=(float(np.float32(p.get("scale", hd ** -0.5))),), a=_addr(q), y=_addr(outs["y"]),
+                       scratch=_addr(scratch))
         self.kv_shape = (nkv, hd)
 
     def _swiglu(self, node, outs, whole) -> None:

@@ -1,12 +1,17 @@
 /* volvox step plans: a compiled graph's one-token forward pass as a flat array of
  * kernel calls that C runs in one go ("Python plans, native runs").
  *
- * Python (volvox/runtime/native_plan.py) lowers each graph node to one vx_step whose
- * pointers name preallocated buffers, weights and scratch; vx_run_steps then runs the
- * whole array inside a single OpenMP parallel region, with a barrier between steps
- * (the thread team is started once per forward, not once per kernel). Each output
- * element is computed by one thread with the same tile functions the per-op path
- * uses, so results are bit-identical to it at any thread count.
+ * Python (volvox/runtime/native_plan.py) lowers each graph node to one or two vx_steps
+ * whose pointers name preallocated buffers, weights and scratch; vx_run_steps then runs
+ * the whole array inside a single OpenMP parallel region (the thread team starts once
+ * per forward, not once per kernel). Each step is cut into work items (chunks of 16
+ * output rows, attention heads, or one item for the small steps) that threads claim
+ * with an atomic counter; a thread starts on step i once every item of step i-1 is
+ * done. There is no barrier: a thread the OS has descheduled delays only the items it
+ * already claimed, never a whole step, so a busy machine slows a forward pass instead
+ * of stalling it at every step. Each output element is computed by one thread with
+ * the same tile functions the per-op path uses, so results are bit-identical to it at
+ * any thread count.
  */
 #ifndef VX_PLAN_H
 #define VX_PLAN_H
@@ -20,24 +25,27 @@ extern "C" {
 enum {
     VX_STEP_EMBED = 0,     /* y (D) = dequantized row `token` of a (V rows of n[1] bytes) */
     VX_STEP_RMS_NORM = 1,  /* y (D) = rms_norm(a (D), weight b, eps f[0]) */
-    VX_STEP_LINEAR = 2,    /* y (N) = a (K) @ W.T (+ bias c); W = b, N rows of n[2] bytes */
-    VX_STEP_ROPE = 3,      /* y = a rotated for position `pos` */
-    VX_STEP_ATTENTION = 4, /* k, v rows into the layer's cache at `pos`, then y = attention(q) */
-    VX_STEP_SWIGLU = 5,    /* y (F) = silu(a[:F]) * a[F:] (gated) or silu(a) */
-    VX_STEP_BINARY = 6,    /* y (n) = a + b (flag 0) or a * b (flag 1) */
-    VX_STEP_NKINDS = 7
+    VX_STEP_QUANTIZE = 2,  /* scratch = the act row of a (K) for weights of type wtype */
+    VX_STEP_LINEAR = 3,    /* y (N) = x (K) @ W.T (+ bias c); W = b, N rows of n[2] bytes */
+    VX_STEP_ROPE = 4,      /* y = a rotated for position `pos` */
+    VX_STEP_KV_STORE = 5,  /* the k, v rows into the layer's cache at `pos` */
+    VX_STEP_ATTENTION = 6, /* y = attention of q over the layer's cache, positions 0..pos */
+    VX_STEP_SWIGLU = 7,    /* y (F) = silu(a[:F]) * a[F:] (gated) or silu(a) */
+    VX_STEP_BINARY = 8,    /* y (n) = a + b (flag 0) or a * b (flag 1) */
+    VX_STEP_NKINDS = 9
 };
 
 /* One kernel call. Field use per kind:
  *   EMBED      a table, n[0] D, n[1] row bytes, n[2] V, wtype
  *   RMS_NORM   a x, b weight, n[0] D, f[0] eps
- *   LINEAR     a x, b weight rows, c bias or NULL, n[0] K, n[1] N, n[2] row bytes, wtype,
- *              scratch: the act row (vx_act_row_bytes(wtype, K) bytes; unused for f32/f16)
+ *   QUANTIZE   a x, n[0] K, wtype, scratch: the act row (vx_act_row_bytes(wtype, K) bytes)
+ *   LINEAR     a: the act row a QUANTIZE step wrote (quantized wtype) or the float x (f32 /
+ *              f16), b weight rows, c bias or NULL, n[0] K, n[1] N, n[2] row bytes, wtype
  *   ROPE       a x, n[0] n_heads, n[1] head_dim, n[2] rope_dim, flag interleaved,
  *              f[0] base, f[1] freq_scale
- *   ATTENTION  a q, b k row, c v row, n[0] n_heads, n[1] n_kv_heads, n[2] head_dim,
- *              n[3] window, n[4] layer, n[5] scratch floats per thread, f[0] scale,
- *              scratch: (threads, n[5]) floats
+ *   KV_STORE   b k row, c v row, n[1] n_kv_heads, n[2] head_dim, n[4] layer
+ *   ATTENTION  a q, n[0] n_heads, n[1] n_kv_heads, n[2] head_dim, n[3] window, n[4] layer,
+ *              n[5] scratch floats per thread, f[0] scale, scratch: (threads, n[5]) floats
  *   SWIGLU     a x, n[0] F, flag gated
  *   BINARY     a, b, n[0] count, flag 0 add / 1 multiply
  */
@@ -61,10 +69,16 @@ typedef struct {
     float *const *v_cache;
 } vx_step_input;
 
-/* Runs steps[0..n) on `nthreads` threads. times: NULL, or n doubles that receive each
- * step's wall seconds (measured by thread 0 between the barriers). */
+/* Per-step work counters, one cache line each (the runner zeroes them). */
+typedef struct {
+    int64_t claimed, done;
+    char pad_[48];
+} vx_step_sync;
+
+/* Runs steps[0..n) on `nthreads` threads; sync: n counters. times: NULL, or n doubles
+ * that receive each step's wall seconds (thread 0 then waits for each step to finish). */
 void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *in,
-                  int nthreads, double *times);
+                  int nthreads, vx_step_sync *sync, double *times);
 
 #ifdef __cplusplus
 }
