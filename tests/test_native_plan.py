@@ -86,10 +86,32 @@ def test_hf_decoders_with_windows_and_biases_use_the_plan(tmp_path, kind, kw):
         assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("activation", ["gelu_new", "gelu"])
+def test_gpt2_uses_the_plan(tmp_path, activation):
+    """LayerNorm, learned positions, biases, fused linear + GELU (tanh or exact)."""
+    with volvox.load(hf_model(tmp_path, "gpt2", activation_function=activation)) as lm:
+        got, want, _, _ = decode_both_ways(lm, prompt=[1, 2, 3], tokens=[4, 5, 6, 7])
+        assert lm._decode_plan and lm._decode_plan.runs == 4
+        assert np.array_equal(got, want)
+        near_end = lm.new_session()  # positions past the learned table: the per-op path raises its error
+        near_end.ctx.pos = lm._decode_plan.max_positions
+        with pytest.raises(volvox.errors.VolvoxError):
+            near_end.forward([1])
+
+
+def test_gpt_neo_local_attention_uses_the_plan(tmp_path):
+    with volvox.load(hf_model(tmp_path, "gpt_neo", window_size=3)) as lm:
+        got, want, _, _ = decode_both_ways(lm, prompt=[1, 2, 3], tokens=[4, 5, 6, 7])
+        assert lm._decode_plan and lm._decode_plan.runs == 4
+        assert np.array_equal(got, want)
+
+
 def test_graphs_the_plan_does_not_lower_keep_the_per_op_executor(tmp_path):
-    with volvox.load(hf_model(tmp_path, "gpt2")) as lm:  # layer_norm, gelu: not lowered
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 16}
+    with volvox.load(hf_model(tmp_path, "llama", rope_scaling=llama3)) as lm:  # llama3 RoPE: not lowered
         assert lm._native_decode_plan() is None
-        assert isinstance(lm.generate([1, 2, 3], max_new_tokens=3), str)
+        assert len(lm.generate([1, 2, 3], max_new_tokens=3)) > 0
     path = write_tiny_llama(tmp_path / "m.gguf")
     with volvox.load(path, reference=True) as lm:  # the oracle path never takes native shortcuts
         assert lm._native_decode_plan() is None

@@ -15,6 +15,8 @@ number of physical cores available to this process).
     linear(x, w, out=None)          y = x @ w.T   (quantized or f32/f16 weights)
     embedding(table, ids)           rows of a (quantized) table
     rms_norm(x, weight, eps, out=None)
+    layer_norm(x, weight, bias, eps)  LayerNorm (statistics in double)
+    gelu(x, approximate, out=None)  exact (erf) or tanh GELU
     attention(q, k_cache, v_cache, start, n_heads, scale, window=0)   causal GQA over a KV cache
     rope(x, positions, head_dim, ...)   rotary embedding (ggml's arithmetic)
     swiglu(x), silu(x)              silu(gate) * up for x = [gate | up]; silu
@@ -41,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
         f"volvox's compiled kernels are missing ({exc}); build them with "
         "`pip install --no-build-isolation -e .` (developers) or `pip install .`") from exc
 
-__all__ = ["linear", "embedding", "rms_norm", "attention", "rope", "swiglu", "silu", "conv2d", "qconv2d", "isa",
+__all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention", "rope", "swiglu", "silu", "conv2d", "qconv2d", "isa",
            "available_isas", "set_num_threads", "get_num_threads"]
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
@@ -319,6 +321,37 @@ def rms_norm(x, weight, eps, out=None) -> np.ndarray:
     if out is not None:
         return out
     return y[0] if vec else y
+
+
+def layer_norm(x, weight, bias, eps) -> np.ndarray:
+    """(x - mean) / sqrt(var + eps) * weight (+ bias) over the last axis of float32 x (M, D) or (D,)."""
+    x2, vec = _f32_matrix(x, "x")
+    d = x2.shape[1]
+    for name, a in (("weight", weight), ("bias", bias)):
+        if a is None and name == "bias":
+            continue
+        if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != (d,):
+            raise ShapeError(f"layer_norm: {name} must be float32 ({d},), got "
+                             f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    eps = float(eps)
+    if not eps >= 0.0:
+        raise KernelError(f"layer_norm: eps must be >= 0, got {eps}")
+    y = np.empty_like(x2)  # (M, D)
+    _core.layer_norm(x2, np.ascontiguousarray(weight), None if bias is None else np.ascontiguousarray(bias), eps, y)
+    return y[0] if vec else y
+
+
+def gelu(x, approximate: str = "none", out=None) -> np.ndarray:
+    """x * Phi(x) for float32 x of any shape: exact (``approximate="none"``, through erfc) or
+    ``"tanh"``; ``out`` (x's shape, float32, C-contiguous) may be x itself."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise KernelError("gelu: x must be a float32 numpy array")
+    if approximate not in ("none", "tanh"):
+        raise KernelError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    x2 = np.ascontiguousarray(x).reshape(1, -1)  # (1, size)
+    y = np.empty_like(x) if out is None else _check_out(out, x.shape)
+    _core.gelu(x2, y.reshape(1, -1), approximate == "tanh")
+    return y
 
 
 def _f32_rows(a, name: str, ncols: int | None = None) -> np.ndarray:

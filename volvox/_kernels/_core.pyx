@@ -17,7 +17,7 @@ from libc.stdint cimport int64_t, uint8_t
 from volvox._kernels.vx cimport (
     VX_F16, VX_F32, VX_NTYPES, vx_act_row_bytes, vx_attn_scratch_floats, vx_attn_shape,
     vx_dequant_fn, vx_gemm_fn, vx_get_table, vx_quantize_fn, vx_table, vx_tier_count,
-    vx_tier_name, vx_tier_supported,
+    vx_tier_name, vx_tier_supported, vx_layer_norm_row, vx_gelu_row,
 )
 
 # OpenMP shim (scikit-learn style): builds without OpenMP run every loop on one thread.
@@ -195,6 +195,45 @@ def rms_norm(const float[:, ::1] x, const float[::1] weight, float eps, float[:,
         return
     for i in prange(M, nogil=True, schedule="static", num_threads=nt):
         _tbl.rms_norm(D, &x[i, 0], &weight[0], eps, &out[i, 0])
+
+
+def layer_norm(const float[:, ::1] x, const float[::1] weight, bias, float eps, float[:, ::1] out):
+    """out[i] = (x[i] - mean) / sqrt(var + eps) * weight (+ bias), row by row (bias: None or float32 (D,))."""
+    cdef int64_t M = x.shape[0]
+    cdef int64_t D = x.shape[1]
+    cdef int64_t i
+    cdef const float[::1] b
+    cdef const float *bp = NULL
+    if bias is not None:
+        b = bias
+        bp = &b[0]
+    if M == 0 or D == 0:
+        return
+    cdef int nt = _threads_for(M * D * 16)
+    if nt == 1:
+        with nogil:
+            for i in range(M):
+                vx_layer_norm_row(D, &x[i, 0], &weight[0], bp, eps, &out[i, 0])
+        return
+    for i in prange(M, nogil=True, schedule="static", num_threads=nt):
+        vx_layer_norm_row(D, &x[i, 0], &weight[0], bp, eps, &out[i, 0])
+
+
+def gelu(const float[:, ::1] x, float[:, ::1] y, bint tanh_approx):
+    """y[i] = gelu(x[i]) (exact, or the tanh approximation); y may be x."""
+    cdef int64_t M = x.shape[0]
+    cdef int64_t N = x.shape[1]
+    cdef int64_t i
+    if M == 0 or N == 0:
+        return
+    cdef int nt = _threads_for(M * N * 32)
+    if nt == 1:
+        with nogil:
+            for i in range(M):
+                vx_gelu_row(N, &x[i, 0], tanh_approx, &y[i, 0])
+        return
+    for i in prange(M, nogil=True, schedule="static", num_threads=nt):
+        vx_gelu_row(N, &x[i, 0], tanh_approx, &y[i, 0])
 
 
 def attention_scratch_floats(int64_t total, int64_t head_dim):

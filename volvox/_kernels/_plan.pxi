@@ -17,6 +17,8 @@ cdef extern from "vx_plan.h" nogil:
         VX_STEP_ATTENTION
         VX_STEP_SWIGLU
         VX_STEP_BINARY
+        VX_STEP_LAYER_NORM
+        VX_STEP_GELU
     ctypedef struct vx_step:
         int32_t kind, wtype, flag
         int64_t n[6]
@@ -38,7 +40,8 @@ cdef extern from "vx_plan.h" nogil:
 # Step kinds by name (csrc/vx_plan.h).
 STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "quantize": VX_STEP_QUANTIZE,
               "linear": VX_STEP_LINEAR, "rope": VX_STEP_ROPE, "kv_store": VX_STEP_KV_STORE,
-              "attention": VX_STEP_ATTENTION, "swiglu": VX_STEP_SWIGLU, "binary": VX_STEP_BINARY}
+              "attention": VX_STEP_ATTENTION, "swiglu": VX_STEP_SWIGLU, "binary": VX_STEP_BINARY,
+              "layer_norm": VX_STEP_LAYER_NORM, "gelu": VX_STEP_GELU}
 
 
 cdef class StepPlan:

@@ -73,4 +73,11 @@ def gelu_ref(ctx, p, x):
 register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref))
 register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref))
 register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast))
-register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref))
+def gelu_fast(ctx, p, x):
+    """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
+    if x.dtype != np.float32:
+        return gelu_ref(ctx, p, x)
+    return kernels.gelu(x, p.get("approximate", "none"))
+
+
+register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast))

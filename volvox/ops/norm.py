@@ -44,6 +44,13 @@ def layer_norm_ref(ctx, p, x, weight, bias=None):
     return y.astype(np.float32)
 
 
+def layer_norm_fast(ctx, p, x, weight, bias=None):
+    """LayerNorm through the CPU kernel (statistics in double, like the reference)."""
+    if x.dtype != np.float32 or any(a is not None and a.dtype != np.float32 for a in (weight, bias)):
+        return layer_norm_ref(ctx, p, x, weight, bias)
+    return kernels.layer_norm(x.reshape(-1, x.shape[-1]), weight, bias, p.get("eps", 1e-5)).reshape(x.shape)
+
+
 def check_norm_weights(graph, weights: dict, where: str) -> None:
     """Refuse NaN / inf in the weights and biases of norm nodes (checked at load: they are small,
     and one bad value would silently turn every activation after it into NaN)."""
@@ -58,4 +65,4 @@ def check_norm_weights(graph, weights: dict, where: str) -> None:
 
 
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast))
-register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref))
+register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref, layer_norm_fast))

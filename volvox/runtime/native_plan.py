@@ -85,6 +85,7 @@ class DecodePlan:
         self._bound_cache = None
         self.runs = 0  # forward passes run so far
         self.vocab = self.kv_shape = None  # set by the embedding and attention lowerings
+        self.max_positions = capacity  # and lowered by a learned position table
         self._lower(graph, weights, n_layers)
         if self.vocab is None or self.kv_shape is None:
             raise Unsupported("no token embedding or no attention")
@@ -186,9 +187,27 @@ class DecodePlan:
 
     def _embed(self, node, outs, whole) -> None:
         code, tb, v, d = self._matrix(node, "table")
-        self._need(node, node.inputs["ids"] == "tokens" and outs["y"].size == d, "ids must be the token input")
-        self.vocab = v
-        self.steps.add(_KIND["embed"], wtype=code, sizes=(d, tb.shape[1], v), a=_addr(tb), y=_addr(outs["y"]))
+        ids = node.inputs["ids"]
+        self._need(node, ids in ("tokens", "positions") and outs["y"].size == d, "ids must be a graph input")
+        if ids == "tokens":
+            self.vocab = v
+        else:  # learned position embeddings: positions past the table are refused at run time
+            self.max_positions = min(self.max_positions, v)
+        self.steps.add(_KIND["embed"], wtype=code, flag=int(ids == "positions"), sizes=(d, tb.shape[1], v),
+                       a=_addr(tb), y=_addr(outs["y"]))
+
+    def _layer_norm(self, node, outs, whole) -> None:
+        x, w = self._input(node, "x"), self._input(node, "weight")
+        b = self._input(node, "bias") if "bias" in node.inputs else None
+        self._need(node, x.size == w.size == outs["y"].size and (b is None or b.size == w.size), "sizes differ")
+        self.steps.add(_KIND["layer_norm"], sizes=(x.size,), floats=(float(node.params.get("eps", 1e-5)),),
+                       a=_addr(x), b=_addr(w), c=0 if b is None else _addr(b), y=_addr(outs["y"]))
+
+    def _gelu(self, node, outs, whole) -> None:
+        x = self._input(node, "x")
+        self._need(node, x.size == outs["y"].size, "sizes differ")
+        self.steps.add(_KIND["gelu"], flag=int(node.params.get("approximate", "none") == "tanh"), sizes=(x.size,),
+                       a=_addr(x), y=_addr(outs["y"]))
 
     def _rms_norm(self, node, outs, whole) -> None:
         x, w = self._input(node, "x"), self._input(node, "weight")
@@ -208,8 +227,10 @@ class DecodePlan:
         self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1]), a=_addr(x), b=_addr(wb),
                        c=0 if bias is None else _addr(bias), y=_addr(whole))
         if node.op == "linear_act":  # the activation in place on the output row
-            self._need(node, node.params["activation"] == "silu", f"activation {node.params['activation']!r}")
-            self.steps.add(_KIND["swiglu"], flag=0, sizes=(n,), a=_addr(whole), y=_addr(whole))
+            act = node.params["activation"]
+            self._need(node, act in ("silu", "gelu", "gelu_tanh"), f"activation {act!r}")
+            kind, flag = ("swiglu", 0) if act == "silu" else ("gelu", int(act == "gelu_tanh"))
+            self.steps.add(_KIND[kind], flag=flag, sizes=(n,), a=_addr(whole), y=_addr(whole))
 
     def _rope(self, node, outs, whole) -> None:
         p = node.params
@@ -259,7 +280,7 @@ class DecodePlan:
         for, or a cache of another size): the caller then uses the per-op executor."""
         if (kernels.get_num_threads() > self.threads or kv.max_tokens != self.capacity
                 or kv.keys[0].shape != (self.kv_shape[0], self.capacity, self.kv_shape[1])
-                or len(kv.keys) != self.n_layers or not 0 <= token < self.vocab
+                or len(kv.keys) != self.n_layers or not 0 <= token < self.vocab or not 0 <= pos < self.max_positions
                 or not self._lock.acquire(blocking=False)):
             return None
         try:
@@ -300,6 +321,8 @@ class DecodePlan:
 LOWER = {  # op -> its lowering (outputs: each port's view, and all of them as one row)
     "embedding": DecodePlan._embed,
     "rms_norm": DecodePlan._rms_norm,
+    "layer_norm": DecodePlan._layer_norm,
+    "gelu": DecodePlan._gelu,
     "linear": DecodePlan._linear,
     "linear_split": DecodePlan._linear,
     "linear_act": DecodePlan._linear,

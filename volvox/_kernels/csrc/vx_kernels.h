@@ -205,6 +205,12 @@ typedef struct {
     const vx_conv_table *conv;  /* vx_conv.c */
 } vx_table;
 
+/* vx_rows.c: portable row kernels, compiled once.
+ * y = (x - mean) / sqrt(var + eps) * weight (+ bias), statistics in double; bias may be NULL. */
+void vx_layer_norm_row(int64_t D, const float *x, const float *weight, const float *bias, float eps, float *y);
+/* y = x * Phi(x) (exact, through erfcf) or its tanh approximation (tanh_approx != 0), float32. */
+void vx_gelu_row(int64_t n, const float *x, int tanh_approx, float *y);
+
 /* vx_cpu.c: tiers compiled into this build, CPU support, selection. */
 int vx_tier_count(void);
 const char *vx_tier_name(int i);             /* i < vx_tier_count(), best last */

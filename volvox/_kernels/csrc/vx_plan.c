@@ -54,7 +54,7 @@ static int64_t step_items(const vx_step *s) {
 static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *in, int64_t item) {
     switch (s->kind) {
     case VX_STEP_EMBED:
-        t->dequant[s->wtype](s->n[0], (const uint8_t *)s->a + in->token * s->n[1], s->y);
+        t->dequant[s->wtype](s->n[0], (const uint8_t *)s->a + (s->flag ? in->pos : in->token) * s->n[1], s->y);
         break;
     case VX_STEP_RMS_NORM:
         t->rms_norm(s->n[0], (const float *)s->a, (const float *)s->b, s->f[0], s->y);
@@ -112,6 +112,12 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
             for (int64_t i = 0; i < s->n[0]; i++) s->y[i] = a[i] + b[i];
         break;
     }
+    case VX_STEP_LAYER_NORM:
+        vx_layer_norm_row(s->n[0], (const float *)s->a, (const float *)s->b, (const float *)s->c, s->f[0], s->y);
+        break;
+    case VX_STEP_GELU:
+        vx_gelu_row(s->n[0], (const float *)s->a, s->flag, s->y);
+        break;
     default:
         break;
     }

@@ -32,11 +32,13 @@ enum {
     VX_STEP_ATTENTION = 6, /* y = attention of q over the layer's cache, positions 0..pos */
     VX_STEP_SWIGLU = 7,    /* y (F) = silu(a[:F]) * a[F:] (gated) or silu(a) */
     VX_STEP_BINARY = 8,    /* y (n) = a + b (flag 0) or a * b (flag 1) */
-    VX_STEP_NKINDS = 9
+    VX_STEP_LAYER_NORM = 9, /* y (D) = layer_norm(a (D), weight b, bias c or NULL, eps f[0]) */
+    VX_STEP_GELU = 10,     /* y (n) = gelu(a), exact (flag 0) or tanh (flag 1) */
+    VX_STEP_NKINDS = 11
 };
 
 /* One kernel call. Field use per kind:
- *   EMBED      a table, n[0] D, n[1] row bytes, n[2] V, wtype
+ *   EMBED      a table, n[0] D, n[1] row bytes, n[2] V, wtype; row `token`, or `pos` when flag
  *   RMS_NORM   a x, b weight, n[0] D, f[0] eps
  *   QUANTIZE   a x, n[0] K, wtype, scratch: the act row (vx_act_row_bytes(wtype, K) bytes)
  *   LINEAR     a: the act row a QUANTIZE step wrote (quantized wtype) or the float x (f32 /
@@ -48,6 +50,8 @@ enum {
  *              n[5] scratch floats per thread, f[0] scale, scratch: (threads, n[5]) floats
  *   SWIGLU     a x, n[0] F, flag gated
  *   BINARY     a, b, n[0] count, flag 0 add / 1 multiply
+ *   LAYER_NORM a x, b weight, c bias or NULL, n[0] D, f[0] eps
+ *   GELU       a x, n[0] count, flag tanh approximation
  */
 typedef struct {
     int32_t kind;
