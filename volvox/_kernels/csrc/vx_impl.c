@@ -761,7 +761,26 @@ VX_INLINE void float_avx512_tile(const int fmt, const int MR, int64_t K, const u
     }
     for (int i = 0; i < MR; i++) out[i] = _mm512_reduce_add_ps(acc[i]);
 }
+/* One activation row against 4 weight rows: 4 independent FMA chains and 4 memory streams
+ * (a GEMV is bound by them); each row's sum is formed exactly as float_avx512_tile forms it. */
+VX_INLINE void float_avx512_rows4(const int fmt, int64_t K, const uint8_t *w, int64_t ws, const float *x,
+                                  float *out) {
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + k);
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(wload16(fmt, w + r * ws, k, 0xFFFF), xv, acc[r]);
+    }
+    if (k < K) {
+        const __mmask16 mask = (__mmask16)((1u << (K - k)) - 1u);
+        const __m512 xv = _mm512_maskz_loadu_ps(mask, x + k);
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(wload16(fmt, w + r * ws, k, mask), xv, acc[r]);
+    }
+    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
 #define VX_FLOAT_TILE float_avx512_tile
+#define VX_FLOAT_ROWS4 float_avx512_rows4
 #elif defined(VX_AVX2)
 VX_INLINE void float_avx2_tile(const int fmt, const int MR, int64_t K, const uint8_t *row,
                                const float *const *x, float *out) {
@@ -779,18 +798,43 @@ VX_INLINE void float_avx2_tile(const int fmt, const int MR, int64_t K, const uin
         out[i] = s;
     }
 }
+/* One activation row against 4 weight rows (see float_avx512_rows4); sums as float_avx2_tile's. */
+VX_INLINE void float_avx2_rows4(const int fmt, int64_t K, const uint8_t *w, int64_t ws, const float *x,
+                                float *out) {
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + k);
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *row = w + r * ws;
+            const __m256 wv = fmt == VX_F32 ? _mm256_loadu_ps((const float *)(row + 4 * k))
+                                            : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * k)));
+            acc[r] = _mm256_fmadd_ps(wv, xv, acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        float s = hsum_ps256(acc[r]);
+        for (int64_t kk = k; kk < K; kk++) s += wload(fmt, w + r * ws, kk) * x[kk];
+        out[r] = s;
+    }
+}
 #define VX_FLOAT_TILE float_avx2_tile
+#define VX_FLOAT_ROWS4 float_avx2_rows4
 #endif
 
 #if defined(VX_FLOAT_TILE)
 VX_INLINE void gemm_float_simd_impl(const int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
                                     int64_t n, const void *a, int64_t a_stride, int64_t m,
                                     float *y, int64_t ldy) {
+    int64_t r0 = 0;
+    if (m == 1) /* a GEMV: weight rows 4 at a time */
+        for (; r0 + 4 <= n; r0 += 4) VX_FLOAT_ROWS4(fmt, K, w + r0 * w_stride, w_stride, (const float *)a, y + r0);
     for (int64_t i0 = 0; i0 < m; i0 += 4) {
         const int mr = (int)(m - i0 < 4 ? m - i0 : 4);
         const float *x[4];
         for (int i = 0; i < mr; i++) x[i] = (const float *)((const char *)a + (i0 + i) * a_stride);
-        for (int64_t r = 0; r < n; r++) {
+        for (int64_t r = r0; r < n; r++) {
             const uint8_t *row = w + r * w_stride;
             float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             switch (mr) {
