@@ -2,8 +2,10 @@
 
     python tools/bench_generate.py [--model smollm2-135m-instruct] [--threads 1 2] [--new 128]
     python tools/bench_generate.py --hf DIR [--threads 2]     # vs transformers + torch (fp32)
+    python tools/bench_generate.py --hf DIR --gguf FILE        # ... and llama.cpp on FILE
 
-(a GPT-2-small-shaped random checkpoint: ``python tools/make_random_gpt2.py DIR``)
+(a GPT-2-small-shaped random checkpoint: ``python tools/make_random_gpt2.py DIR``; the same
+weights as an f32 GGUF for llama.cpp: ``python tools/gpt2_to_gguf.py DIR FILE``)
 
 For each thread count: load time, prefill tok/s (32-token prompt and a
 512-token prompt) and greedy decode tok/s (128 new tokens after the 32-token
@@ -109,12 +111,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--hf", default=None, metavar="DIR", help="a Hugging Face checkpoint: compare with transformers")
+    ap.add_argument("--gguf", default=None, metavar="FILE", help="with --hf: the same weights as GGUF, for llama.cpp")
     a = ap.parse_args()
     if a.hf:
-        path, peer_name, peer = a.hf, "torch", bench_transformers
+        path, peers = a.hf, [("torch", a.hf, bench_transformers)]
+        if a.gguf:
+            peers.append(("llama.cpp", a.gguf, bench_llama_cpp))
     else:
         path = a.model if a.model.endswith(".gguf") else str(resolve_model_file(a.model))
-        peer_name, peer = "llama.cpp", bench_llama_cpp
+        peers = [("llama.cpp", path, bench_llama_cpp)]
     with volvox.load(path) as lm:
         short, long = prompt_ids(lm.tokenizer, 32), prompt_ids(lm.tokenizer, 512)
     from volvox import kernels
@@ -123,16 +128,15 @@ def main() -> None:
     print(f"{'threads':>7} {'engine':<10} {'load ms':>8} {'prefill32':>10} {'prefill512':>11} {'decode':>8}   (tok/s)")
     for t in a.threads:
         v = bench_volvox(path, t, short, long, a.new)
-        try:
-            l = peer(path, t, short, long, a.new)
-        except ImportError:
-            l = None
-        for name, r in (("volvox", v), (peer_name, l)):
-            if r:
-                print(f"{t:>7} {name:<10} {r['load_s'] * 1e3:>8.1f} {r['prefill32']:>10.1f} {r['prefill512']:>11.1f} {r['decode']:>8.1f}")
-        if l:
-            print(f"{t:>7} {'ratio':<10} {'':>8} {v['prefill32'] / l['prefill32']:>9.2f}x {v['prefill512'] / l['prefill512']:>10.2f}x "
-                  f"{v['decode'] / l['decode']:>7.2f}x")
+        print(f"{t:>7} {'volvox':<10} {v['load_s'] * 1e3:>8.1f} {v['prefill32']:>10.1f} {v['prefill512']:>11.1f} {v['decode']:>8.1f}")
+        for peer_name, peer_path, peer in peers:
+            try:
+                r = peer(peer_path, t, short, long, a.new)
+            except ImportError:
+                continue
+            print(f"{t:>7} {peer_name:<10} {r['load_s'] * 1e3:>8.1f} {r['prefill32']:>10.1f} {r['prefill512']:>11.1f} {r['decode']:>8.1f}")
+            print(f"{t:>7} {'ratio':<10} {'':>8} {v['prefill32'] / r['prefill32']:>9.2f}x {v['prefill512'] / r['prefill512']:>10.2f}x "
+                  f"{v['decode'] / r['decode']:>7.2f}x   (volvox / {peer_name})")
 
 
 if __name__ == "__main__":
