@@ -70,6 +70,11 @@ def _debug_report(model, stats=None) -> None:
         print(f"prefill: {stats.prompt_tokens} tokens in {stats.prefill_seconds * 1e3:.1f} ms = {stats.prefill_tok_s:.1f} tok/s", file=err)
         print(f"decode: {stats.new_tokens} tokens in {stats.decode_seconds * 1e3:.1f} ms = {stats.decode_tok_s:.1f} tok/s "
               f"(finish: {stats.finish_reason})", file=err)
+        if stats.decode_native_seconds and stats.new_tokens > 1:
+            per_token = stats.decode_seconds / (stats.new_tokens - 1)
+            outside = 1 - stats.decode_native_seconds / stats.decode_seconds
+            print(f"decode step: {per_token * 1e3:.2f} ms per token in one native call (runtime/native_plan.py); "
+                  f"{100 * outside:.1f}% of decode time outside it (sampling, detokenizing, Python)", file=err)
     if model.profile is not None and model.profile.runs:
         print(f"time per op type over {model.profile.runs} forward passes:", file=err)
         print(model.profile.table(), file=err)

@@ -84,6 +84,7 @@ class DecodePlan:
         self._lock = threading.Lock()
         self._bound_cache = None
         self.runs = 0  # forward passes run so far
+        self.seconds = 0.0  # wall time inside those runs' native call
         self.vocab = self.kv_shape = None  # set by the embedding and attention lowerings
         self.max_positions = capacity  # and lowered by a learned position table
         self._lower(graph, weights, n_layers)
@@ -288,13 +289,16 @@ class DecodePlan:
                 self.steps.bind_cache([_addr(k) for k in kv.keys], [_addr(v) for v in kv.values], kv.max_tokens)
                 self._bound_cache = kv
             kv.reserve(pos + 1)
+            t0 = time.perf_counter()
             if profile is None:
                 self.steps.run(token, pos)
             else:
-                t0 = time.perf_counter()
                 self.steps.run(token, pos, self._times)
-                self._record(profile, t0, time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            if profile is not None:
+                self._record(profile, t0, seconds)
             self.runs += 1
+            self.seconds += seconds
             return self.logits.reshape(1, -1).copy()
         finally:
             self._lock.release()

@@ -26,6 +26,7 @@ class GenerationStats:
     prefill_seconds: float = 0.0
     new_tokens: int = 0
     decode_seconds: float = 0.0
+    decode_native_seconds: float = 0.0  # of decode_seconds, inside the native decode plan's calls
     finish_reason: str = ""
 
     @property
@@ -106,6 +107,10 @@ class LanguageModel(Model):
                     pass
         return self._decode_plan or None
 
+    def _native_seconds(self) -> float:
+        """Wall seconds spent inside the decode plan so far (0 without one)."""
+        return self._decode_plan.seconds if self._decode_plan else 0.0
+
     def _drop_decode_plan(self) -> None:
         self._decode_plan = False  # its pointers into the weights die with them
 
@@ -169,7 +174,7 @@ class LanguageModel(Model):
         t0 = time.perf_counter()
         logits = session.forward(ids)[-1]  # (vocab,)
         stats.prefill_seconds = time.perf_counter() - t0
-        t_decode = time.perf_counter()
+        t_decode, native0 = time.perf_counter(), self._native_seconds()
         decoder = self.tokenizer.stream_decoder()
         text, emitted = "", 0
         hold = max((len(s) for s in stops), default=1) - 1  # chars that might start a stop string
@@ -199,6 +204,7 @@ class LanguageModel(Model):
             if len(text) > emitted:
                 yield text[emitted:]
         stats.decode_seconds = time.perf_counter() - t_decode
+        stats.decode_native_seconds = self._native_seconds() - native0
 
     def chat(self, messages: list[dict], **kwargs):
         """Reply to a conversation (list of {"role", "content"}) using the model's chat template."""
