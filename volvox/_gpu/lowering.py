@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import KernelError
 from ..ops.attention import llama3_inv_freq
 from ..ops.conv import window_params
+from ..ops.resize import NEAREST_MODES, axis_scales, axis_transform
 from ..ops.shape import slice_bounds
 from .backend import MAX_GROUPS, grid_1d
 
@@ -462,3 +463,21 @@ _register("conv2d", Lowering(("conv2d",), _lower_conv, _float_only("x", "weight"
 _register("max_pool2d", Lowering(("pool2d",), _lower_pool("max"), _float_only("x")))
 _register("avg_pool2d", Lowering(("pool2d",), _lower_pool("avg"), _float_only("x")))
 _register("global_avg_pool", Lowering(("pool2d",), _lower_pool("global"), _float_only("x")))
+
+
+def _lower_resize(c: Call) -> list[Dispatch]:
+    """One ``resize`` dispatch; each axis's (a, num, den, b) comes from ops.resize, so the CPU and GPU share the rule."""
+    n_, h, w, ch = c.shapes["x"]
+    _, oh, ow, _ = c.shapes["y"]
+    sy, sx = axis_scales(c.params) or (None, None)
+    coord = c.params["coordinate"]
+    ay, numy, deny, by = (float(v) for v in axis_transform(coord, h, oh, sy))
+    ax, numx, denx, bx = (float(v) for v in axis_transform(coord, w, ow, sx))
+    n = n_ * oh * ow * ch
+    return [Dispatch("resize", ["x", "y"], _groups(n),
+                     dict(n=n, H=h, W=w, C=ch, OH=oh, OW=ow, mode=int(c.params["mode"] == "bilinear"),
+                          rounding=NEAREST_MODES.index(c.params.get("nearest_mode", "round_prefer_floor")),
+                          ay=ay, numy=numy, deny=deny, by=by, ax=ax, numx=numx, denx=denx, bx=bx))]
+
+
+_register("resize", Lowering(("resize",), _lower_resize, _float_only("x")))

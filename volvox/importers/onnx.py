@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import BlueprintError, ShapeError, UnsupportedError, WeightsError
 from ..graph import Graph, Node, TensorSpec
 from ..ops import get_op
+from ..ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
 from .protobuf import floats, ints, parse, text
 
 
@@ -213,6 +214,8 @@ class _Importer:
             self.matmul(ins, out, node_id, where)
         elif op == "Concat":
             self.concat(ins, out, attrs, node_id, where)
+        elif op == "Resize":
+            self.resize(ins, out, attrs, node_id, where)
         else:
             self.layout_op(op, ins, out, attrs, node_id, where)
 
@@ -305,6 +308,42 @@ class _Importer:
             self.emit("concat", node_id, {f"x{k}": i for k, i in enumerate(ins)}, out, nhwc=True, axis=axis)
         else:
             self.emit("concat", node_id, {f"x{k}": self.logical(i, where) for k, i in enumerate(ins)}, out, axis=axis)
+
+    def resize(self, ins, out, attrs, node_id, where) -> None:
+        """Resize (opset 11+) of a 4-D NCHW tensor over H and W, from constant scales or sizes."""
+        mode = attrs.get("mode", "nearest")
+        coordinate = attrs.get("coordinate_transformation_mode", "half_pixel")
+        nearest_mode = attrs.get("nearest_mode", "round_prefer_floor")
+        for attr, value, known in (("mode", mode, ("nearest", "linear")),
+                                   ("coordinate_transformation_mode", coordinate, ONNX_COORDINATES),
+                                   ("nearest_mode", nearest_mode, ONNX_NEAREST_MODES), ("antialias", attrs.get("antialias", 0), (0,)),
+                                   ("keep_aspect_ratio_policy", attrs.get("keep_aspect_ratio_policy", "stretch"), ("stretch",))):
+            if value not in known:
+                raise UnsupportedError(f"{where}: attribute {attr}={value!r} is not supported "
+                                       f"(volvox: {', '.join(map(str, known))})")
+        params = {"mode": "bilinear" if mode == "linear" else "nearest", "coordinate": coordinate, "nearest_mode": nearest_mode}
+        x = self.laid_nhwc(ins[0], where)
+        logical = list(self.shapes[ins[0]])  # (N, C, H, W)
+        sizes = self.const(ins[3], where, "sizes") if len(ins) > 3 and ins[3] else np.zeros(0)
+        scales = self.const(ins[2], where, "scales") if len(ins) > 2 and ins[2] else np.zeros(0)
+        if sizes.size:
+            key, values, full = "size", sizes.tolist(), list(logical)
+        elif scales.size:
+            key, values, full = "scales", scales.astype(np.float32).tolist(), [1.0] * 4
+        else:
+            raise UnsupportedError(f"{where}: needs constant scales or sizes")
+        axes = [int(a) % 4 for a in attrs.get("axes", range(len(values)))]
+        if len(axes) != len(values):
+            raise UnsupportedError(f"{where}: {key} {values} do not match the axes of a 4-D input")
+        unchanged = full[:2]
+        for a, v in zip(axes, values):
+            full[a] = v
+        if full[:2] != unchanged:
+            raise UnsupportedError(f"{where}: {key} {values} resize batch or channels; volvox resizes H and W")
+        if key == "size" and not all(isinstance(v, int) for v in full[2:]):
+            raise UnsupportedError(f"{where}: sizes {values} are not static")
+        params[key] = full[2:]
+        self.emit("resize", node_id, {"x": x}, out, nhwc=True, **params)
 
     def layout_op(self, op, ins, out, attrs, node_id, where) -> None:
         """Ops that run in ONNX's own layout: reshape family, transpose, slice, reductions, softmax."""

@@ -30,7 +30,7 @@ class TFLiteError(WeightsError):
 TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8"}
 BUILTIN_NAMES = {0: "ADD", 1: "AVERAGE_POOL_2D", 2: "CONCATENATION", 3: "CONV_2D", 4: "DEPTHWISE_CONV_2D",
                  6: "DEQUANTIZE", 9: "FULLY_CONNECTED", 17: "MAX_POOL_2D", 19: "RELU", 22: "RESHAPE",
-                 25: "SOFTMAX", 34: "PAD", 114: "QUANTIZE"}
+                 23: "RESIZE_BILINEAR", 25: "SOFTMAX", 34: "PAD", 97: "RESIZE_NEAREST_NEIGHBOR", 114: "QUANTIZE"}
 FUSED_ACTIVATIONS = {0: "none", 1: "relu", 3: "relu6"}
 PADDING_SAME, PADDING_VALID = 0, 1
 
@@ -252,6 +252,32 @@ class _Importer:
         else:
             raise UnsupportedError(f"{where}: input type {x.dtype} is not supported")
 
+    def resize(self, k, op, opts, ins, outs) -> None:
+        """RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR with a constant size, as ``resize`` with TFLite's coordinates."""
+        where = self.where(k, op)
+        x, out = self.tensors[ins[0]], self.tensors[outs[0]]
+        size = self.const(ins[1], where, "the output size") if len(ins) > 1 else None
+        if size is None or size.shape != (2,):
+            raise UnsupportedError(f"{where}: the output size must be a constant int32[2]")
+        nearest = op == "RESIZE_NEAREST_NEIGHBOR"
+        o = 0 if nearest else 2  # ResizeBilinearOptions: new_height, new_width (deprecated), align_corners, half_pixel_centers
+        align, half = (opts.scalar(o, "<b"), opts.scalar(o + 1, "<b")) if opts else (0, 0)
+        if align and half:
+            raise UnsupportedError(f"{where}: align_corners and half_pixel_centers together are not supported")
+        if x.dtype not in ("float32", "int8") or out.dtype != x.dtype:
+            raise UnsupportedError(f"{where}: {x.dtype} -> {out.dtype} is not supported (float32, int8 nearest)")
+        if x.dtype == "int8" and (not nearest or x.qparams() != out.qparams()):
+            raise UnsupportedError(f"{where}: int8 resize must be nearest and keep scale and zero point")
+        if align:
+            coordinate = "tflite_align_corners"
+        elif half:
+            coordinate = "tflite_half_pixel_for_nn" if nearest else "tflite_half_pixel"
+        else:
+            coordinate = "tflite_asymmetric"
+        self.add("resize", f"{op.lower()}_{k}", {"x": self.runtime(ins[0], where)}, outs[0],
+                 mode="nearest" if nearest else "bilinear", coordinate=coordinate,
+                 nearest_mode="round_half_up" if align else "floor", size=[int(v) for v in size])
+
     def translate(self, k: int, op: str, opts: Table | None, ins: list[int], outs: list[int]) -> None:
         """Emit the node(s) for operator ``k``."""
         where = self.where(k, op)
@@ -264,6 +290,8 @@ class _Importer:
             self.fully_connected(k, op, opts, ins, outs)
         elif op in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
             self.pool(k, op, opts, ins, outs)
+        elif op in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
+            self.resize(k, op, opts, ins, outs)
         elif op == "DEQUANTIZE" and ins[0] in self.consts:
             c = self.consts[ins[0]]
             if c.dtype != np.float16:
