@@ -190,7 +190,7 @@ def test_blueprint_resize_errors():
     def graph(**params):
         g = Graph([TensorSpec("x", (1, 4, 4, 2), "float32")], {}, [Node("up", "resize", {"x": "x"}, {"y": "y"}, params)], ["y"])
         g.validate()
-    with pytest.raises(UnsupportedError, match="mode='cubic' is not supported"):
+    with pytest.raises(UnsupportedError, match=r"node 'up' \(resize\): .*mode='cubic' is not supported"):
         graph(mode="cubic", coordinate="half_pixel", size=[8, 8])
     with pytest.raises(UnsupportedError, match="coordinate='tf_crop_and_resize' is not supported"):
         graph(mode="nearest", coordinate="tf_crop_and_resize", size=[8, 8])

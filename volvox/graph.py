@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import BlueprintError, ShapeError, VolvoxError
+from .errors import BlueprintError, ShapeError, UnsupportedError, VolvoxError
 
 Dim = int | str
 FLOAT_DTYPES = ("float32", "float16")
@@ -89,8 +89,8 @@ class Graph:
             in_specs = {port: specs[name] for port, name in node.inputs.items()}
             try:
                 out_specs = op.infer(in_specs, node.params)
-            except ShapeError as e:
-                raise ShapeError(f"node {node.id!r} ({node.op}): {e}") from None
+            except (ShapeError, UnsupportedError) as e:
+                raise type(e)(f"node {node.id!r} ({node.op}): {e}") from None
             except (KeyError, TypeError, ValueError) as e:
                 raise BlueprintError(f"node {node.id!r} ({node.op}): bad params {node.params!r}: {e}") from None
             for port, name in node.outputs.items():
