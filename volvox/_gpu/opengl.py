@@ -3,8 +3,12 @@ PyOpenGL and EGL with a surfaceless context (no window, no X server).
 
 PyOpenGL picks its platform at first import, so this module sets ``PYOPENGL_PLATFORM=egl``
 before importing OpenGL; a process that already imported OpenGL for GLX cannot use it.
-GL executes immediately, so a graph's dispatches are kept until ``end()`` and replayed there
-with a ``glMemoryBarrier`` between them, then one fence wait. Downloads use glGetBufferSubData
+GL executes immediately and has no command buffers, so a recording is a prebuilt dispatch list:
+per dispatch its program (when it differs from the previous one), only the storage bindings
+that differ from the previous dispatch's, the range of the recording's own params buffer and
+the grid. Running it replays the list (glUseProgram / glBindBufferBase / glBindBufferRange /
+glDispatchCompute, a glMemoryBarrier after each), then one fence wait; the first dispatch binds
+everything, since another recording may have run in between. Downloads use glGetBufferSubData
 into a uint8 array on desktop GL (PyOpenGL's float path overruns its temporary) and
 glMapBufferRange on GLES, which has no glGetBufferSubData.
 """
@@ -16,7 +20,8 @@ import os
 
 import numpy as np
 
-from .backend import PARAM_ALIGN, SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, kernel_info
+from .backend import (PARAM_ALIGN, SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording,
+                      describe_driver_error, kernel_info, timed_out)
 
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 try:
@@ -29,6 +34,14 @@ except Exception as e:  # PyOpenGL or libEGL missing
     raise BackendUnavailable(f"PyOpenGL with EGL unavailable: {e}") from None
 
 EGL_PLATFORM_SURFACELESS_MESA = 0x31DD
+
+
+class _GLRecording(Recording):
+    """A dispatch list, per dispatch (program, or 0 when unchanged; [(binding, buffer)] that change;
+    the params binding; params offset and size; grid), and the params buffer the offsets point into."""
+
+    def __init__(self, steps: list[tuple], params: Buffer):
+        self.steps, self.param_buf = steps, params
 
 
 def _gl_string(gl, name) -> str:
@@ -59,11 +72,11 @@ class OpenGLDevice(Device):
             raise BackendUnavailable(f"no EGL/GL driver ({type(e).__name__}: {what})") from None
         self.software = "llvmpipe" in self.description or "softpipe" in self.description
         self.max_blocks = int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS))
+        self.max_binding = int(GL.glGetIntegerv(GL.GL_MAX_SHADER_STORAGE_BLOCK_SIZE))
         if int(GL.glGetIntegerv(GL.GL_SHADER_STORAGE_BUFFER_OFFSET_ALIGNMENT)) > PARAM_ALIGN:
             raise BackendUnavailable(f"storage buffer offsets must align to more than {PARAM_ALIGN} bytes")
         self.description += f" ({version})"
         self.programs: dict[str, int] = {}
-        self.param_buf: Buffer | None = None
 
     def _make_context(self) -> None:
         display = EGL.EGL_NO_DISPLAY
@@ -102,8 +115,17 @@ class OpenGLDevice(Device):
         self._current()
         buf = int(GL.glGenBuffers(1))
         GL.glBindBuffer(GL.GL_SHADER_STORAGE_BUFFER, buf)
-        GL.glBufferData(GL.GL_SHADER_STORAGE_BUFFER, nbytes, None, GL.GL_DYNAMIC_COPY)
+        try:
+            GL.glBufferData(GL.GL_SHADER_STORAGE_BUFFER, nbytes, None, GL.GL_DYNAMIC_COPY)
+        except Exception as e:  # GL_OUT_OF_MEMORY, after which the GL state is undefined: refuse more work
+            GL.glDeleteBuffers(1, [buf])
+            self.failed = f"allocating {nbytes} bytes: {describe_driver_error(e)}"
+            raise
         return Buffer(buf, nbytes)
+
+    def _free(self, buf: Buffer) -> None:
+        self._current()
+        self.gl.glDeleteBuffers(1, [buf.native])
 
     def _write(self, buf: Buffer, data) -> None:
         GL = self.gl
@@ -153,29 +175,50 @@ class OpenGLDevice(Device):
         self.programs[kernel] = program
         return program
 
-    def _run(self, records: list[Record], params: bytes, offsets: list[int], reads: list[Readback]) -> None:
+    def _record(self, records: list[Record], offsets: list[int], params_nbytes: int,
+                reads: list[Readback]) -> _GLRecording:
+        steps, program, bound = [], 0, {}  # the state this list has set so far: program, binding -> buffer
+        for rec, off in zip(records, offsets):
+            prog = self._program(rec.kernel)
+            binds = [(i, b.native) for i, b in enumerate(rec.buffers) if bound.get(i) != b.native]
+            bound.update(binds)
+            p_binding = len(rec.buffers)
+            bound[p_binding] = -1  # now a params range, not a buffer
+            steps.append((prog if prog != program else 0, binds, p_binding, off, len(rec.params), rec.grid))
+            program = prog
+        self.dispatches_recorded += len(records)
+        return _GLRecording(steps, self._alloc(max(params_nbytes, 16)))
+
+    def _submit(self, rec: _GLRecording, params: bytes | None, reads: list[Readback], timeout_ns: int) -> None:
         GL = self.gl
         self._current()
-        if records:
-            if self.param_buf is None or self.param_buf.nbytes < len(params):
-                self.param_buf = self._alloc(max(len(params), 4096) * 2)
-            self._write(self.param_buf, params)
+        if params is not None:
+            self._write(rec.param_buf, params)
         barrier = GL.GL_SHADER_STORAGE_BARRIER_BIT | GL.GL_BUFFER_UPDATE_BARRIER_BIT
-        for rec, off in zip(records, offsets):
-            GL.glUseProgram(self._program(rec.kernel))
-            for i, b in enumerate(rec.buffers):
-                GL.glBindBufferBase(GL.GL_SHADER_STORAGE_BUFFER, i, b.native)
-            GL.glBindBufferRange(GL.GL_SHADER_STORAGE_BUFFER, len(rec.buffers), self.param_buf.native, off,
-                                 len(rec.params))
-            GL.glDispatchCompute(*rec.grid)
+        ssbo, pbuf = GL.GL_SHADER_STORAGE_BUFFER, rec.param_buf.native
+        for program, binds, p_binding, off, size, grid in rec.steps:  # the first step sets its whole state
+            if program:
+                GL.glUseProgram(program)
+            for i, b in binds:
+                GL.glBindBufferBase(ssbo, i, b)
+            GL.glBindBufferRange(ssbo, p_binding, pbuf, off, size)
+            GL.glDispatchCompute(*grid)
             GL.glMemoryBarrier(barrier)
         sync = GL.glFenceSync(GL.GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
         GL.glFlush()
         self.submits += 1
-        GL.glClientWaitSync(sync, GL.GL_SYNC_FLUSH_COMMANDS_BIT, 0xFFFFFFFFFFFFFFFF)
+        status = GL.glClientWaitSync(sync, GL.GL_SYNC_FLUSH_COMMANDS_BIT, timeout_ns)
         GL.glDeleteSync(sync)
+        if status == GL.GL_TIMEOUT_EXPIRED:
+            raise timed_out(timeout_ns)
+        if status not in (GL.GL_ALREADY_SIGNALED, GL.GL_CONDITION_SATISFIED):
+            raise RuntimeError(f"glClientWaitSync failed ({int(status):#x})")
         for r in reads:
             r.data = self._read(r.buffer, r.nbytes)
+
+    def _discard(self, rec: _GLRecording) -> None:
+        if getattr(self, "context", None) is not None:
+            self._free(rec.param_buf)
 
     def close(self) -> None:
         """Destroy the EGL context."""
@@ -183,3 +226,4 @@ class OpenGLDevice(Device):
             EGL.eglMakeCurrent(self.display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
             EGL.eglDestroyContext(self.display, self.context)
             self.context = None
+            self.failed = "it was closed"

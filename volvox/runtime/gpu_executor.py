@@ -11,6 +11,12 @@ dispatches into the command graph; a CPU node needs its inputs on the host, so d
 inputs are downloaded, which ends the graph there (a submit) and starts the next segment.
 With the whole graph on the GPU a forward is one submit and one wait.
 
+Record once, replay: a node's output shapes and dispatches (packed params included) depend only
+on its input shapes and the run-time extras, so they are computed once per such key; the buffer
+pool hands out the same buffers to the same sequence of requests; so a forward with the shapes
+of an earlier one records exactly the same work, and the command graph replays that recording
+(docs/backends.md, "Record once, replay").
+
 Single-token decode (an input of length 1 in a graph with attention) and ragged batches run
 entirely on the CPU executor: per-token GPU round trips lose to the CPU kernels on the
 devices measured so far (see docs/backends.md).
@@ -29,13 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from .._gpu.backend import Buffer, BufferPool, Device
+from .._gpu.backend import Buffer, BufferPool, Device, fmt_bytes, kernel_info
 from .._gpu.lowering import LOWERINGS, Call
-from ..errors import KernelError
+from ..errors import KernelError, VolvoxError
 from ..graph import Graph, TensorSpec
 from ..ops import get_op
 from .batch import BatchContext
 from .executor import Executor, RunContext
+
+MEMO_ENTRIES = 4096  # memoized shape inferences + lowerings kept (all dropped when full)
 
 
 def place(graph: Graph, device: Device) -> dict[str, tuple[str, str]]:
@@ -56,18 +64,33 @@ def place(graph: Graph, device: Device) -> dict[str, tuple[str, str]]:
             elif low.alias or node.op == "output_rows":
                 reason = "" if node.inputs["x"] in on_gpu else "input is on the CPU"
             else:
-                reason = low.check(specs, node.params) or ""
+                reason = low.check(specs, node.params) or _too_big(graph, node, device) or ""
         where[node.id] = ("cpu", reason) if reason else ("gpu", "")
         if not reason:
             on_gpu.update(node.outputs.values())
     return where
 
 
+def _too_big(graph: Graph, node, device: Device) -> str | None:
+    """Why a node's statically-shaped tensor cannot be bound on ``device`` (None: all fit)."""
+    for name in [*node.inputs.values(), *node.outputs.values()]:
+        shape = graph.specs[name].shape
+        if all(isinstance(d, int) for d in shape):
+            nbytes = math.prod(shape) * 4  # float32 / int32 on the GPU
+            bound = nbytes if name in graph.weights else BufferPool.size_class(nbytes)
+            if bound > device.max_binding:
+                return (f"tensor {name!r} ({fmt_bytes(nbytes)}) exceeds {device.name}'s storage binding limit "
+                        f"({fmt_bytes(device.max_binding)})")
+    return None
+
+
 class _KVMirror:
-    """Device copies of one KVCache's layers: (n_kv_heads, capacity, head_dim) keys and values.
+    """Device copies of a KVCache's layers: (n_kv_heads, capacity, head_dim) keys and values.
 
     The host cache spans the whole context; the device copy starts at 256 positions and doubles
-    (re-uploading the host rows) when a run needs more.
+    (new buffers, re-uploading the host rows) when a run needs more. A new host cache (a new
+    session) takes over the same buffers with nothing synced, so its forwards bind the same
+    buffers and replay the recorded command graphs.
     """
 
     def __init__(self, kv, device: Device, layers: list[int], need: int):
@@ -77,6 +100,16 @@ class _KVMirror:
         self.synced = 0  # positions valid on the device
         nbytes = nkv * self.capacity * hd * 4
         self.bufs = {l: (device.alloc(nbytes), device.alloc(nbytes)) for l in layers}
+
+    def follow(self, kv) -> None:
+        """Mirror ``kv`` from now on (nothing of it is on the device yet)."""
+        self.kv, self.synced = weakref.ref(kv), 0
+
+    def free(self, device: Device) -> None:
+        """Release the device buffers."""
+        for pair in self.bufs.values():
+            for buf in pair:
+                device.free(buf)
 
 
 class GpuExecutor:
@@ -93,6 +126,7 @@ class GpuExecutor:
         self.commands = device.graph()
         self.last_backend = "cpu"  # where the last forward ran ("cpu", or the device's name when any node was on it)
         self._mirror: _KVMirror | None = None
+        self._memo: dict[tuple, Any] = {}  # (kind, node id, shapes, ...) -> output shapes / packed dispatches
         slot_names = [s.name for s in graph.inputs] + list(graph.weights)
         for node in graph.nodes:
             slot_names += [node.outputs[p] for p in get_op(node.op).output_names if p in node.outputs]
@@ -138,6 +172,15 @@ class GpuExecutor:
             line += " (" + "; ".join(f"{n}: {r}" for n, r in cpu[:3]) + (", ..." if len(cpu) > 3 else "") + ")"
         return line + ("; single-token decode on the CPU" if self.stateful and self.decode_on_cpu else "")
 
+    def memo(self, key: tuple, make):
+        """``make()``, computed once per ``key`` (shape inference and lowering depend on shapes, not values)."""
+        value = self._memo.get(key)
+        if value is None:
+            if len(self._memo) >= MEMO_ENTRIES:
+                self._memo.clear()
+            value = self._memo[key] = make()
+        return value
+
     def check_feeds(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         """As Executor.check_feeds."""
         return self.cpu.check_feeds(feeds)
@@ -154,6 +197,9 @@ class GpuExecutor:
         arrays = self.check_feeds(feeds)
         if self._cpu_forward(ctx, arrays):
             self.last_backend = "cpu"
+            m = self._mirror
+            if m is not None and ctx.kv is not None and m.kv() is ctx.kv:  # the CPU writes rows from ctx.pos on
+                m.synced = min(m.synced, ctx.pos)
             if self.profile is not None:  # these nodes' times now include CPU runs (decode steps)
                 self.profile.backends.update({n: f"{b}+cpu" for n, b in self.node_backends().items() if b != "cpu"})
             return self.cpu.run(ctx, feeds)
@@ -246,12 +292,15 @@ class _Forward:
         try:
             for st, node in zip(ex.cpu.steps, ex.graph.nodes):
                 t0 = time.perf_counter()
-                if ex.placement[node.id][0] == "gpu":
-                    self._gpu_step(st, node)
-                    if prof is not None:
-                        self._flush()  # profiling times each GPU node by syncing after it
-                else:
-                    self._cpu_step(st)
+                try:
+                    if ex.placement[node.id][0] == "gpu":
+                        self._gpu_step(st, node)
+                        if prof is not None:
+                            self._flush()  # profiling times each GPU node by syncing after it
+                    else:
+                        self._cpu_step(st)
+                except VolvoxError as e:  # name the node (a submit it triggered, shapes only known now, ...)
+                    raise type(e)(f"node {node.id!r} ({node.op}): {e}") from None
                 if prof is not None:
                     self._profiled(st, time.perf_counter() - t0, t0)
                 for s in st.release:
@@ -300,8 +349,9 @@ class _Forward:
         if node.op == "embedding" and self.host[in_slots["ids"]] is not None:
             ids = self.host[in_slots["ids"]]
             if ids.size and (ids.min() < 0 or ids.max() >= shapes["table"][0]):
-                raise KernelError(f"node {node.id!r}: ids must be in [0, {shapes['table'][0]}), got {ids.min()}..{ids.max()}")
-        out_shapes = self._out_shapes(node, op, in_slots, shapes)
+                raise KernelError(f"ids must be in [0, {shapes['table'][0]}), got {ids.min()}..{ids.max()}")
+        shape_key = (node.id, tuple(shapes.values()), self.ctx.output_rows)
+        out_shapes = ex.memo(("shapes",) + shape_key, lambda: self._out_shapes(node, op, in_slots, shapes))
         shapes.update(out_shapes)
         low = LOWERINGS[node.op]
         if low.alias or (node.op == "output_rows" and self.ctx.output_rows == "all"):
@@ -326,8 +376,11 @@ class _Forward:
             if self.ctx.kv is not None:  # the host cache gets this run's keys and values too
                 self.kv_reads.append((int(node.params.get("layer", 0)), self._download(in_slots["k"]),
                                       self._download(in_slots["v"])))
-        for d in low.lower(Call(node.params, shapes, extra)):
-            ex.commands.record(d.kernel, [bufs[b] for b in d.buffers], d.grid, d.params)
+        dispatches = ex.memo(("lower",) + shape_key + tuple(extra.items()), lambda: [
+            (d.kernel, d.buffers, d.grid, kernel_info(d.kernel).pack(d.params))
+            for d in low.lower(Call(node.params, shapes, extra))])
+        for kernel, names, grid, params in dispatches:
+            ex.commands.record(kernel, [bufs[b] for b in names], grid, params)
 
     def _out_shapes(self, node, op, in_slots: dict, shapes: dict) -> dict[str, tuple]:
         if node.op == "output_rows":
@@ -350,10 +403,16 @@ class _Forward:
         start = ctx.pos
         kv.reserve(start + seq)
         m = ex._mirror
-        if m is None or m.kv() is not kv or m.capacity < start + seq:
+        if m is not None and m.capacity < start + seq:  # outgrown: no recording may bind the old buffers
+            ex.commands.invalidate()
+            m.free(ex.device)
+            m = ex._mirror = None
+        if m is None:
             layers = sorted({int(n.params.get("layer", 0)) for n in ex.graph.nodes
                              if n.op == "attention" and ex.placement[n.id][0] == "gpu"})
             m = ex._mirror = _KVMirror(kv, ex.device, layers, start + seq)  # fresh buffers: safe to upload now
+        elif m.kv() is not kv:
+            m.follow(kv)
         if m.synced < start:
             for l, (kb, vb) in m.bufs.items():  # the host holds rows the device lacks (CPU decode ran)
                 ex.device.upload(kv.keys[l][:, :m.capacity], kb)
