@@ -48,3 +48,8 @@ class KernelError(VolvoxError):
 
 class ClosedError(VolvoxError):
     """A model or session was used after close()."""
+
+
+class DeviceError(VolvoxError):
+    """A GPU failed at run time (out of device memory, device lost, a hung submit); the message
+    names the backend and the operation."""

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import KernelError, UnsupportedError, VolvoxError
+from ..errors import DeviceError, KernelError, UnsupportedError, VolvoxError
 
 SHADER_DIR = Path(__file__).resolve().parent / "shaders"
 PARAM_ALIGN = 256       # byte alignment of each dispatch's params (covers every API's offset alignment)
@@ -42,11 +42,6 @@ RECORDING_CACHE = 16    # native recordings a CommandGraph keeps for replay (lea
 
 class BackendUnavailable(UnsupportedError):
     """The driver, library or device a GPU backend needs is missing; the message says which."""
-
-
-class DeviceError(VolvoxError):
-    """The GPU failed at run time (out of device memory, device lost, a hung submit); the message
-    names the backend and the operation."""
 
 
 GL_ERRORS = {0x500: "invalid enum", 0x501: "invalid value", 0x502: "invalid operation", 0x505: "out of memory",
