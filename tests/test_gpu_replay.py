@@ -337,3 +337,24 @@ def test_a_bad_timeout_setting_is_named_and_harmless(value, monkeypatch):
     g.download(dev.upload(np.ones(4, np.float32)), 16)
     g.end()
     assert dev.submits == 1
+
+
+def test_weights_that_do_not_fit_the_gpu_fall_back_to_the_cpu(tmp_path, monkeypatch, capsys):
+    """A DeviceError while the model is placed (weights uploaded) loads it on the CPU, with one line."""
+    from gpu_helpers import device_or_none
+    from tiny_gguf import write_tiny_llama
+    from volvox._gpu.devices import GPU_BACKENDS
+
+    backend = next((b for b in GPU_BACKENDS if device_or_none(b) is not None), None)
+    if backend is None:
+        pytest.skip("no GPU backend here")
+    path = write_tiny_llama(tmp_path / "tiny.gguf", qtype="f32")
+
+    def out_of_memory(self, *args, **kwargs):
+        raise DeviceError(f"{self.name}: out of device memory allocating a buffer")
+
+    monkeypatch.setattr(Device, "upload", out_of_memory)
+    with volvox.load(path, backend=backend) as lm:
+        assert "Backend: CPU (" in capsys.readouterr().err
+        assert type(lm.executor).__name__ == "Executor"
+        assert len(lm.logits([1, 2, 3])) == 3

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from . import kernels
-from .errors import ModelNotFoundError, UnsupportedError
+from .errors import DeviceError, ModelNotFoundError, UnsupportedError
 from .hub import load_recipe, resolve_model_file
 from .model import Model
 
@@ -57,6 +57,12 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     kw = dict(reference=reference, profile=profile, optimize=optimize, device=device)
     try:
         result = _load_any(model, path, kw)
+    except DeviceError as e:  # e.g. the weights do not fit the GPU's memory: the CPU runs the model
+        if device is None:
+            raise
+        device.close()
+        print(f"Backend: CPU ({' '.join(str(e).split())[:200]})", file=sys.stderr)
+        result = _load_any(model, path, {**kw, "device": None})
     except BaseException:
         if device is not None:
             device.close()
