@@ -4,7 +4,9 @@
 
 Each thread count runs in a fresh process with OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set
 (numpy's BLAS reads them at import). Median wall time of --runs calls after 5 warm-up calls;
-ratio = volvox / peer (lower is better for volvox). Inputs: scikit-image's astronaut photo,
+ratio = volvox / peer (lower is better for volvox). "per-op ms" is the per-op executor on
+the same model (what Model.run does when the graph has no vision plan), "plan" whether
+Model.run ran the native vision plan (runtime/vision_plan.py). Inputs: scikit-image's astronaut photo,
 a rendered text line for the OCR model.
 """
 
@@ -80,9 +82,13 @@ def bench_one(name: str, threads: int, runs: int) -> dict:
             it.set_tensor(idx, x)
             it.invoke()
         peer_name = "tflite-xnnpack"
+    from volvox.runtime.executor import RunContext
+
     ours = median_ms(lambda: model.run(feeds), runs)
+    per_op = median_ms(lambda: model.executor.run(RunContext(), feeds), runs)
     theirs = median_ms(peer, runs)
-    return {"model": name, "threads": threads, "volvox_ms": round(ours, 3), "peer": peer_name,
+    return {"model": name, "threads": threads, "volvox_ms": round(ours, 3), "per_op_ms": round(per_op, 3),
+            "plan": model._plan is not None and model._plan.plan is not None, "peer": peer_name,
             "peer_ms": round(theirs, 3), "ratio": round(ours / theirs, 2), "input": list(np.shape(x))}
 
 
@@ -96,8 +102,8 @@ def main() -> None:
     if a.child:
         print(json.dumps(bench_one(a.child[0], int(a.child[1]), a.runs)))
         return
-    print(f"load average: {os.getloadavg()[0]:.2f} (numbers mean little when it is high)")
-    print(f"{'model':<24}{'threads':>8}{'volvox ms':>11}{'peer':>16}{'peer ms':>10}{'ratio':>8}")
+    print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (numbers mean little when it is high)")
+    print(f"{'model':<24}{'threads':>8}{'volvox ms':>11}{'plan':>6}{'per-op ms':>11}{'peer':>16}{'peer ms':>10}{'ratio':>8}")
     for name in a.models:
         for n in a.threads:
             env = dict(os.environ, OPENBLAS_NUM_THREADS=str(n), OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n))
@@ -107,7 +113,8 @@ def main() -> None:
                 print(f"{name:<24}{n:>8}  failed: {proc.stderr.strip().splitlines()[-1:]}")
                 continue
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"{name:<24}{n:>8}{r['volvox_ms']:>11.2f}{r['peer']:>16}{r['peer_ms']:>10.3f}{r['ratio']:>8.1f}")
+            print(f"{name:<24}{n:>8}{r['volvox_ms']:>11.2f}{'yes' if r['plan'] else 'no':>6}{r['per_op_ms']:>11.2f}"
+                  f"{r['peer']:>16}{r['peer_ms']:>10.3f}{r['ratio']:>8.1f}")
 
 
 if __name__ == "__main__":

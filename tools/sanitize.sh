@@ -39,7 +39,7 @@ ldd "$core" | grep -q libasan || { echo "sanitize.sh: $core is not linked agains
 
 # 2. The kernel tests, from outside the source tree so that the instrumented install is imported.
 rm -rf "$logs" && mkdir -p "$logs"
-tests=$(ls "$repo"/tests/test_*kern*.py "$repo"/tests/test_seq*.py 2>/dev/null | sort -u)
+tests=$(ls "$repo"/tests/test_*kern*.py "$repo"/tests/test_seq*.py "$repo"/tests/test_vision_plan.py 2>/dev/null | sort -u)
 status=0
 (
     cd "$logs"

@@ -224,18 +224,21 @@ def _gpu_backends() -> dict:
 
 
 def _plan(model, dims_arg: list[str]) -> dict:
-    """Compiler report and activation memory for ``volvox info --plan``."""
-    from .compile.memory import activation_bytes
+    """Compiler report and activation memory for ``volvox info --plan``: node counts per pass, the
+    arena of a lifetime-based plan (offsets with reuse) against the peak alive at once and the
+    naive sum of every intermediate, and the weight bytes."""
+    from .compile.memory import bind_dims, plan_arena
 
     dims = {"seq": 1, "out_seq": 1}
     for item in dims_arg:
         name, _, value = item.partition("=")
         dims[name] = int(value)
-    peak, naive = activation_bytes(model.graph, dims)
+    plan = plan_arena(bind_dims(model.graph, dims), dims)
     weights = sum(model.weight_bytes().values())
     return {"passes": [{"pass": p, "nodes_before": b, "nodes_after": n} for p, b, n in model.compile_report.steps],
             "nodes_before": len(model.source_graph.nodes), "nodes_after": len(model.graph.nodes),
-            "dims": dims, "peak_activation_bytes": peak, "naive_activation_bytes": naive, "weight_bytes": weights}
+            "dims": dims, "arena_bytes": plan.arena_bytes, "peak_activation_bytes": plan.peak_bytes,
+            "naive_activation_bytes": plan.naive_bytes, "weight_bytes": weights}
 
 
 def build_parser() -> argparse.ArgumentParser:

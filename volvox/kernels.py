@@ -22,6 +22,7 @@ number of physical cores available to this process).
     swiglu(x), silu(x)              silu(gate) * up for x = [gate | up]; silu
     conv2d(x, w, bias, ...)         NHWC f32 conv (dense or depthwise), fused bias + ReLU/ReLU6
     qconv2d(x, w, bias, mult, shift, ...)   NHWC int8 conv, TFLite-exact requantization
+    quantize_i8, dequantize_i8, qavg_pool2d, qsoftmax   TFLite-exact small int8 ops
     isa(), available_isas(), set_num_threads(n), get_num_threads()
 """
 
@@ -43,7 +44,8 @@ except ImportError as exc:  # pragma: no cover - only without a build
         f"volvox's compiled kernels are missing ({exc}); build them with "
         "`pip install --no-build-isolation -e .` (developers) or `pip install .`") from exc
 
-__all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention", "rope", "swiglu", "silu", "conv2d", "qconv2d", "isa",
+__all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention", "rope", "swiglu", "silu", "conv2d", "qconv2d",
+           "quantize_i8", "dequantize_i8", "qavg_pool2d", "qsoftmax", "isa",
            "available_isas", "set_num_threads", "get_num_threads"]
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
@@ -531,15 +533,39 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     cout, kh, kw, cin_g = w.shape
     y = np.empty((n, geo[0], geo[1], cout), np.float32)  # (N, OH, OW, cout)
     if depthwise:
-        wt = _packed(w, "dw", lambda: np.ascontiguousarray(w.reshape(cout, kh * kw).T))  # (kh*kw, C)
-        _core.dwconv_f32(x, wt, geo, bias, _ACT_CODE[activation], y)
+        _core.dwconv_f32(x, conv_weights(w, True), geo, bias, _ACT_CODE[activation], y)
         return y
     kk = kh * kw * c
-    packed = _packed(w, "f32", lambda: _pack_f32(w.reshape(cout, kk)))
+    packed = conv_weights(w, False)
     direct = kh == kw == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == x.shape[1:3]
     scratch = np.empty(0 if direct else get_num_threads() * 64 * kk, np.float32)  # (threads, 64 pixels, kk)
     _core.conv2d_f32(x, packed, cout, geo, bias, _ACT_CODE[activation], direct, y, scratch)
     return y
+
+
+def conv_weights(w: np.ndarray, depthwise: bool):
+    """What the conv kernels read for OHWI weight ``w`` (cached while a read-only ``w`` lives):
+    depthwise (kh*kw, C) taps (int16 for int8 w); dense sgemm panels (float32 w) or
+    (qgemm panels, row sums) (int8 w)."""
+    cout, kh, kw, cin = w.shape
+    if w.dtype == np.int8:
+        if depthwise:
+            return _packed(w, "qdw", lambda: np.ascontiguousarray(w.reshape(cout, kh * kw).T, dtype=np.int16))
+        return _packed(w, "i8", lambda: _pack_i8(w.reshape(cout, kh * kw * cin)))
+    if depthwise:
+        return _packed(w, "dw", lambda: np.ascontiguousarray(w.reshape(cout, kh * kw).T))  # (kh*kw, C)
+    return _packed(w, "f32", lambda: _pack_f32(w.reshape(cout, kh * kw * cin)))
+
+
+def requant_args(multiplier, shift, n: int, input_zero_point: int, output_zero_point: int, act_min: int,
+                 act_max: int) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """(multiplier (n,), shift (n,), (zp_in, zp_out, act_min, act_max)) checked for the int8 kernels."""
+    mult, sh = _i32_channels(multiplier, n, "multiplier"), _i32_channels(shift, n, "shift")
+    zps = tuple(int(v) for v in (input_zero_point, output_zero_point, act_min, act_max))
+    if not (-128 <= zps[0] <= 127 and -128 <= zps[1] <= 127 and -128 <= zps[2] <= zps[3] <= 127):
+        raise KernelError(f"qconv2d: zero points and the clamp range must be int8 values, got "
+                          f"zp_in={zps[0]} zp_out={zps[1]} act=[{zps[2]}, {zps[3]}]")
+    return mult, sh, zps
 
 
 def _i32_channels(a, n: int, name: str) -> np.ndarray:
@@ -566,18 +592,70 @@ def qconv2d(x, w, bias, multiplier, shift, input_zero_point: int, output_zero_po
     geo = _conv_geometry(x, w, strides, dilations, pads, "qconv2d")
     n, _, _, c = x.shape
     cout, kh, kw, _ = w.shape
-    mult, sh = _i32_channels(multiplier, cout, "multiplier"), _i32_channels(shift, cout, "shift")
-    zps = tuple(int(v) for v in (input_zero_point, output_zero_point, act_min, act_max))
-    if not (-128 <= zps[0] <= 127 and -128 <= zps[1] <= 127 and -128 <= zps[2] <= zps[3] <= 127):
-        raise KernelError(f"qconv2d: zero points and the clamp range must be int8 values, got "
-                          f"zp_in={zps[0]} zp_out={zps[1]} act=[{zps[2]}, {zps[3]}]")
+    mult, sh, zps = requant_args(multiplier, shift, cout, input_zero_point, output_zero_point, act_min, act_max)
     y = np.empty((n, geo[0], geo[1], cout), np.int8)  # (N, OH, OW, cout)
     if depthwise:
-        wt = _packed(w, "qdw", lambda: np.ascontiguousarray(w.reshape(cout, kh * kw).T, dtype=np.int16))  # (kh*kw, C)
-        _core.qdwconv(x, wt, geo, bias, mult, sh, zps, y)
+        _core.qdwconv(x, conv_weights(w, True), geo, bias, mult, sh, zps, y)
         return y
     kk = kh * kw * c
-    packed, wsum = _packed(w, "i8", lambda: _pack_i8(w.reshape(cout, kk)))
+    packed, wsum = conv_weights(w, False)
     scratch = np.empty(get_num_threads() * 64 * ((kk + 3) // 4 * 4), np.uint8)  # (threads, 64 pixels, K4)
     _core.qconv2d(x, packed, wsum, cout, geo, bias, mult, sh, zps, y, scratch)
+    return y
+
+
+# ------------------------------------------------------------------------ small int8 kernels
+def _c_array(a, dtype, ndim: int, name: str) -> np.ndarray:
+    if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != ndim:
+        raise KernelError(f"{name} must be a {ndim}-D {np.dtype(dtype).name} numpy array, got "
+                          f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    return np.ascontiguousarray(a)
+
+
+def quantize_i8(x, scale: float, zero_point: int) -> np.ndarray:
+    """int8 clamp(round_half_away(x / scale) + zero_point) of float32 ``x`` (any shape), TFLite's Quantize."""
+    x = _c_array(x, np.float32, np.ndim(x), "quantize: x")
+    if not (scale > 0 and -128 <= zero_point <= 127):
+        raise KernelError(f"quantize: scale must be positive and the zero point an int8, got {scale}, {zero_point}")
+    y = np.empty(x.shape, np.int8)  # x's shape
+    _core.quantize_i8(x.reshape(-1), float(scale), int(zero_point), y.reshape(-1))
+    return y
+
+
+def dequantize_i8(x, scale: float, zero_point: int) -> np.ndarray:
+    """float32 scale * (x - zero_point) of int8 ``x`` (any shape)."""
+    x = _c_array(x, np.int8, np.ndim(x), "dequantize: x")
+    y = np.empty(x.shape, np.float32)  # x's shape
+    _core.dequantize_i8(x.reshape(-1), float(scale), int(zero_point), y.reshape(-1))
+    return y
+
+
+def qavg_pool2d(x, kernel, strides, pads, act_min: int = -128, act_max: int = 127) -> np.ndarray:
+    """int8 NHWC average pool over the in-image taps (rounding half away from zero), TFLite's
+    AveragePool; pads [top, left, bottom, right] smaller than the kernel."""
+    x = _c_array(x, np.int8, 4, "qavg_pool2d: x")
+    kh, kw = (int(k) for k in kernel)
+    sh, sw = (int(v) for v in strides)
+    pt, pl, pb, pr = (int(v) for v in pads)
+    _, h, w, c = x.shape
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    if min(kh, kw, sh, sw) < 1 or not (0 <= min(pt, pb) and max(pt, pb) < kh and 0 <= min(pl, pr)
+                                       and max(pl, pr) < kw) or oh < 1 or ow < 1:
+        raise ShapeError(f"qavg_pool2d: window {kh}x{kw} stride {sh}x{sw} pads {pads} does not fit {x.shape}")
+    y = np.empty((x.shape[0], oh, ow, c), np.int8)  # (N, OH, OW, C)
+    _core.qavg_pool2d(x, (oh, ow, kh, kw, sh, sw, pt, pl), int(act_min), int(act_max), y)
+    return y
+
+
+def qsoftmax(x, table, output_scale: float, output_zero_point: int) -> np.ndarray:
+    """TFLite's int8 softmax over the last axis of ``x`` with ``table`` (256,) float32 of
+    exp(-input_scale * beta * d) for d = max - x."""
+    x = _c_array(x, np.int8, np.ndim(x), "qsoftmax: x")
+    table = _c_array(table, np.float32, 1, "qsoftmax: table")
+    if table.shape != (256,) or x.ndim == 0:
+        raise ShapeError(f"qsoftmax: table must be (256,) and x at least 1-D, got {table.shape}, {x.shape}")
+    y = np.empty(x.shape, np.int8)  # x's shape
+    if x.size:
+        _core.qsoftmax(x.reshape(-1, x.shape[-1]), table, float(output_scale), int(output_zero_point),
+                       y.reshape(-1, x.shape[-1]))
     return y

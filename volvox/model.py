@@ -11,6 +11,7 @@ from .errors import ClosedError, VolvoxError
 from .graph import Graph
 from .ops.norm import check_norm_weights
 from .runtime.executor import Executor, RunContext
+from .runtime.vision_plan import PlanHook
 
 
 class Model:
@@ -22,12 +23,15 @@ class Model:
         self.source_graph = graph  # as loaded, before compiler passes
         check_norm_weights(graph, weights, source)
         passes = None if optimize is True else (optimize or [])
-        self.graph, weights, self.compile_report = compile_graph(graph, weights, passes)
+        self.graph, weights, self.compile_report = compile_graph(graph, weights, passes, gpu=device is not None)
         self.metadata = metadata
         self.source = source
         self._closers = list(closers)
+        self._plan = None  # a VisionPlan hook when the whole graph may run natively (CPU, no profiling)
         if device is None:
             self.executor = Executor(self.graph, weights, reference=reference, profile=profile)
+            if not (reference or profile):
+                self._plan = PlanHook(self.executor)
         else:  # a GPU backend (volvox/_gpu): same run(ctx, feeds), nodes placed on the device or the CPU
             from .runtime.gpu_executor import GpuExecutor
             self.executor = GpuExecutor(self.graph, weights, device, reference=reference, profile=profile)
@@ -48,7 +52,8 @@ class Model:
         """Run the graph once on ``feeds`` (graph input name -> array); returns every graph output."""
         self._check_open()
         try:
-            return self.executor.run(RunContext(), feeds)
+            out = None if self._plan is None else self._plan.run(feeds)
+            return self.executor.run(RunContext(), feeds) if out is None else out
         except VolvoxError as e:
             raise type(e)(f"{self.source}: {e}") from None
 
@@ -64,7 +69,7 @@ class Model:
         if self._closed:
             return
         self._closed = True
-        self.executor = None
+        self.executor = self._plan = None
         for close in self._closers:
             close()
 

@@ -1,8 +1,9 @@
 # Step plans (csrc/vx_plan.c), included into _core.pyx: a forward pass lowered to an
-# array of kernel calls that runs in one nogil call and one OpenMP region. The builder
-# (volvox/runtime/native_plan.py) checks every size and keeps every buffer alive; this
-# class trusts the addresses it is given.
+# array of kernel calls that runs in one nogil call and one OpenMP region. The builders
+# (volvox/runtime/native_plan.py, vision_plan.py) check every size and keep every buffer
+# alive; this class trusts the addresses it is given.
 from libc.stdlib cimport calloc, free
+from libc.string cimport memset
 from libc.stdint cimport int32_t, uintptr_t
 
 
@@ -19,6 +20,24 @@ cdef extern from "vx_plan.h" nogil:
         VX_STEP_BINARY
         VX_STEP_LAYER_NORM
         VX_STEP_GELU
+        VX_STEP_CONV_F32
+        VX_STEP_DWCONV_F32
+        VX_STEP_QCONV
+        VX_STEP_QDWCONV
+        VX_STEP_QUANTIZE_I8
+        VX_STEP_DEQUANTIZE_I8
+        VX_STEP_QAVG_POOL
+        VX_STEP_QSOFTMAX
+        VX_STEP_MAX_POOL
+        VX_STEP_GLOBAL_AVG
+        VX_STEP_RELU
+        VX_STEP_COPY_ROWS
+        VX_CONV_PIXELS
+    ctypedef struct vx_window:
+        vx_conv_shape s
+        vx_requant rq
+        int64_t cout, ldc, per_thread
+        int32_t act
     ctypedef struct vx_step:
         int32_t kind, wtype, flag
         int64_t n[6]
@@ -28,6 +47,7 @@ cdef extern from "vx_plan.h" nogil:
         const void *c
         float *y
         void *scratch
+        const vx_window *p
     ctypedef struct vx_step_sync:
         int64_t claimed, done
     ctypedef struct vx_step_input:
@@ -36,17 +56,29 @@ cdef extern from "vx_plan.h" nogil:
         float *const *v_cache
     void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *inp,
                       int nthreads, vx_step_sync *sync, double *times)
+    void vx_quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y)
+    void vx_dequantize_i8(int64_t n, const int8_t *x, float scale, int32_t zp, float *y)
+    void vx_qavg_pool_row(const vx_window *w, const int8_t *x, int64_t item, int8_t *y)
+    void vx_qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out_scale, int32_t zp_out,
+                         int8_t *y)
 
 # Step kinds by name (csrc/vx_plan.h).
 STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "quantize": VX_STEP_QUANTIZE,
               "linear": VX_STEP_LINEAR, "rope": VX_STEP_ROPE, "kv_store": VX_STEP_KV_STORE,
               "attention": VX_STEP_ATTENTION, "swiglu": VX_STEP_SWIGLU, "binary": VX_STEP_BINARY,
-              "layer_norm": VX_STEP_LAYER_NORM, "gelu": VX_STEP_GELU}
+              "layer_norm": VX_STEP_LAYER_NORM, "gelu": VX_STEP_GELU, "conv_f32": VX_STEP_CONV_F32,
+              "dwconv_f32": VX_STEP_DWCONV_F32, "qconv": VX_STEP_QCONV, "qdwconv": VX_STEP_QDWCONV,
+              "quantize_i8": VX_STEP_QUANTIZE_I8, "dequantize_i8": VX_STEP_DEQUANTIZE_I8,
+              "qavg_pool": VX_STEP_QAVG_POOL, "qsoftmax": VX_STEP_QSOFTMAX, "max_pool": VX_STEP_MAX_POOL,
+              "global_avg": VX_STEP_GLOBAL_AVG, "relu": VX_STEP_RELU, "copy_rows": VX_STEP_COPY_ROWS}
+# Output pixels per work item of an im2col conv step.
+CONV_STEP_PIXELS = VX_CONV_PIXELS
 
 
 cdef class StepPlan:
     """A fixed array of kernel steps plus the KV cache they read; see csrc/vx_plan.h."""
     cdef vx_step *steps
+    cdef vx_window *windows  # one per step (window steps point at theirs)
     cdef vx_step_sync *sync
     cdef int64_t n, cap, layers
     cdef float **k_cache
@@ -56,9 +88,10 @@ cdef class StepPlan:
     def __cinit__(self, int64_t max_steps, int64_t layers):
         self.steps = <vx_step *> calloc(max(max_steps, 1), sizeof(vx_step))
         self.sync = <vx_step_sync *> calloc(max(max_steps, 1), sizeof(vx_step_sync))
+        self.windows = <vx_window *> calloc(max(max_steps, 1), sizeof(vx_window))
         self.k_cache = <float **> calloc(max(layers, 1), sizeof(float *))
         self.v_cache = <float **> calloc(max(layers, 1), sizeof(float *))
-        if self.steps == NULL or self.sync == NULL or self.k_cache == NULL or self.v_cache == NULL:
+        if self.steps == NULL or self.sync == NULL or self.windows == NULL or self.k_cache == NULL or self.v_cache == NULL:
             raise MemoryError("step plan")
         self.cap = max_steps
         self.layers = layers
@@ -67,6 +100,7 @@ cdef class StepPlan:
     def __dealloc__(self):
         free(self.steps)
         free(self.sync)
+        free(self.windows)
         free(self.k_cache)
         free(self.v_cache)
 
@@ -74,12 +108,27 @@ cdef class StepPlan:
         return self.n
 
     def add(self, int kind, int wtype=0, int flag=0, tuple sizes=(), tuple floats=(), uintptr_t a=0,
-            uintptr_t b=0, uintptr_t c=0, uintptr_t y=0, uintptr_t scratch=0):
-        """Append one step (addresses of buffers the caller keeps alive)."""
+            uintptr_t b=0, uintptr_t c=0, uintptr_t y=0, uintptr_t scratch=0, tuple window=None,
+            int64_t cout=0, int64_t ldc=0, int64_t per_thread=0, int act=0, tuple requant=None):
+        """Append one step (addresses of buffers the caller keeps alive). Window steps also
+        take window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left), cout, ldc,
+        per_thread, act and requant = (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi)."""
         if self.n >= self.cap or len(sizes) > 6 or len(floats) > 2:
             raise ValueError("step plan is full or a step has too many fields")
         cdef vx_step *s = &self.steps[self.n]
+        cdef vx_window *w = &self.windows[self.n]
         cdef int i
+        if window is not None:
+            w.s = _window_shape(window)
+            w.cout, w.ldc, w.per_thread, w.act = cout, ldc, per_thread, act
+            if requant is not None:
+                w.rq.bias = <const int32_t *> <uintptr_t> requant[0]
+                w.rq.mult = <const int32_t *> <uintptr_t> requant[1]
+                w.rq.shift = <const int32_t *> <uintptr_t> requant[2]
+                w.rq.zp_in, w.rq.zp_out, w.rq.lo, w.rq.hi = requant[3:]
+            s.p = w
+        else:
+            s.p = NULL
         s.kind, s.wtype, s.flag = kind, wtype, flag
         for i in range(len(sizes)):
             s.n[i] = sizes[i]
@@ -88,6 +137,14 @@ cdef class StepPlan:
         s.a, s.b, s.c = <const void *> a, <const void *> b, <const void *> c
         s.y, s.scratch = <float *> y, <void *> scratch
         self.n += 1
+
+    def run_vision(self, int nthreads):
+        """Run every step once (a graph without a KV cache) on min(nthreads, get_num_threads()) threads."""
+        cdef vx_step_input inp
+        memset(&inp, 0, sizeof(inp))
+        cdef int nt = max(1, min(nthreads, _nthreads))
+        with nogil:
+            vx_run_steps(_tbl, self.steps, self.n, &inp, nt, self.sync, NULL)
 
     def bind_cache(self, list keys, list values, int64_t capacity):
         """Per-layer addresses of the KV cache arrays, each (n_kv_heads, capacity, head_dim)."""
@@ -105,3 +162,43 @@ cdef class StepPlan:
         cdef double *tp = NULL if times is None else &times[0]
         with nogil:
             vx_run_steps(_tbl, self.steps, self.n, &inp, _nthreads, self.sync, tp)
+
+
+cdef vx_conv_shape _window_shape(tuple g):
+    cdef vx_conv_shape s
+    s.n, s.h, s.w, s.c, s.oh, s.ow, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw, s.pt, s.pl = g
+    return s
+
+
+# Per-op entry points of the small int8 / pooling kernels the steps use (vx_plan.h);
+# volvox.kernels checks the arguments.
+def quantize_i8(const float[::1] x, float scale, int zp, int8_t[::1] y):
+    """y = clamp(round_half_away(x / scale) + zp) as int8."""
+    with nogil:
+        vx_quantize_i8(x.shape[0], &x[0], scale, zp, &y[0])
+
+
+def dequantize_i8(const int8_t[::1] x, float scale, int zp, float[::1] y):
+    """y = scale * (x - zp)."""
+    with nogil:
+        vx_dequantize_i8(x.shape[0], &x[0], scale, zp, &y[0])
+
+
+def qavg_pool2d(const int8_t[:, :, :, ::1] x, tuple geo, int lo, int hi, int8_t[:, :, :, ::1] y):
+    """int8 average pool; geo = (oh, ow, kh, kw, sh, sw, pad_top, pad_left)."""
+    cdef vx_window w
+    memset(&w, 0, sizeof(w))
+    w.s = _window_shape((x.shape[0], x.shape[1], x.shape[2], x.shape[3]) + geo[:6] + (1, 1) + geo[6:])
+    w.rq.lo, w.rq.hi = lo, hi
+    cdef int64_t it
+    with nogil:
+        for it in range(w.s.n * w.s.oh):
+            vx_qavg_pool_row(&w, &x[0, 0, 0, 0], it, &y[0, 0, 0, 0])
+
+
+def qsoftmax(const int8_t[:, ::1] x, const float[::1] table, float out_scale, int zp_out, int8_t[:, ::1] y):
+    """TFLite's int8 softmax of every row of x with the exp table (256,)."""
+    cdef int64_t r
+    with nogil:
+        for r in range(x.shape[0]):
+            vx_qsoftmax_row(x.shape[1], &x[r, 0], &table[0], out_scale, zp_out, &y[r, 0])

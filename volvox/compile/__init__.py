@@ -12,18 +12,39 @@ from typing import Any, Callable
 
 from ..errors import UnsupportedError
 from ..graph import Graph
-from .fuse_conv import elide_noop_reshapes, fuse_conv_activation
+from .elide import elide_noop_reshapes
+from .fold_affine import fold_conv_input_affine, fold_conv_output_affine
+from .fuse_activation import fuse_concat_activation, fuse_conv_activation, fuse_linear_activation
+from .fuse_add import fold_linear_bias, fuse_add_chains
 from .fuse_linear import fuse_swiglu, merge_sibling_linears
+from .prepack import prepack_weights
+from .recognize import recognize_hard_swish
 
 Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 
-# In order: swiglu first, so gate/up pairs are taken before sibling merging sees them.
+# In order: activations spelled out in elementwise nodes recognised first (later passes match
+# the ops); affines into convs before conv activations are folded (the affine sits between
+# them); swiglu before sibling merging (it takes the gate/up pairs first); biases into their
+# linears before activations are folded (linear + bias + act -> one node) and before add chains
+# (a bias add is not a chain link); prepacking last, over the weights every other pass made.
 PASSES: dict[str, Pass] = {
     "elide_noop_reshapes": elide_noop_reshapes,
+    "recognize_hard_swish": recognize_hard_swish,
+    "fold_conv_output_affine": fold_conv_output_affine,
+    "fold_conv_input_affine": fold_conv_input_affine,
     "fuse_conv_activation": fuse_conv_activation,
     "fuse_swiglu": fuse_swiglu,
     "merge_sibling_linears": merge_sibling_linears,
+    "fold_linear_bias": fold_linear_bias,
+    "fuse_linear_activation": fuse_linear_activation,
+    "fuse_concat_activation": fuse_concat_activation,
+    "fuse_add_chains": fuse_add_chains,
+    "prepack_weights": prepack_weights,
 }
+
+# Passes whose fused ops only the CPU runs (no GPU lowering yet): skipped for a GPU backend,
+# where they would cut the graph into CPU islands and add transfers.
+CPU_ONLY = ("fuse_linear_activation", "fuse_concat_activation", "fuse_add_chains")
 
 
 @dataclass
@@ -43,10 +64,11 @@ class CompileReport:
         return self.steps[-1][2] if self.steps else 0
 
 
-def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | None = None
+def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | None = None, gpu: bool = False
                   ) -> tuple[Graph, dict[str, Any], CompileReport]:
-    """Run ``passes`` (default: all, in registry order) over a validated graph."""
-    names = list(PASSES) if passes is None else passes
+    """Run ``passes`` (default: all, in registry order; for a ``gpu`` backend all but CPU_ONLY)
+    over a validated graph."""
+    names = [n for n in PASSES if not (gpu and n in CPU_ONLY)] if passes is None else passes
     unknown = [n for n in names if n not in PASSES]
     if unknown:
         raise UnsupportedError(f"unknown compiler passes {unknown} (known: {', '.join(PASSES)})")

@@ -58,7 +58,7 @@ def _merge(graph: Graph, weights: dict, group: list[Node], new_id: str, out: str
     return Node(new_id, "linear", {"x": group[0].inputs["x"], "weight": merged}, {"y": out}), spec
 
 
-def _rebuild(graph: Graph, weights: dict, nodes: list[Node], new_specs: dict[str, TensorSpec]) -> tuple[Graph, dict]:
+def rebuild_graph(graph: Graph, weights: dict, nodes: list[Node], new_specs: dict[str, TensorSpec]) -> tuple[Graph, dict]:
     """A graph over ``nodes`` keeping only the weights they read."""
     specs = {**graph.weights, **new_specs}
     used = {n for node in nodes for n in node.inputs.values()}
@@ -92,7 +92,7 @@ def fuse_swiglu(graph: Graph, weights: dict) -> tuple[Graph, dict]:
         replaced[m.id] = [lin, Node(m.id, "swiglu", {"x": both}, {"y": m.outputs["y"]})]
         dropped |= {gate.id, up.id, act.id}
     nodes = [r for n in graph.nodes if n.id not in dropped for r in replaced.get(n.id, [n])]
-    return _rebuild(graph, weights, nodes, new_specs)
+    return rebuild_graph(graph, weights, nodes, new_specs)
 
 
 def merge_sibling_linears(graph: Graph, weights: dict) -> tuple[Graph, dict]:
@@ -117,4 +117,4 @@ def merge_sibling_linears(graph: Graph, weights: dict) -> tuple[Graph, dict]:
             replaced[group[0].id] = [Node(lin.id, "linear_split", lin.inputs, outputs, {"sizes": sizes})]
             dropped |= {n.id for n in group[1:]}
     merged = [r for n in graph.nodes if n.id not in dropped for r in replaced.get(n.id, [n])]
-    return _rebuild(graph, weights, merged, new_specs)
+    return rebuild_graph(graph, weights, merged, new_specs)

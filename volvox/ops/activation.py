@@ -1,15 +1,20 @@
-"""Activations for vision graphs: relu, clip, sigmoid, hard_sigmoid, hard_swish, softmax.
+"""Activations for vision graphs: relu, clip, sigmoid, hard_sigmoid, hard_swish, softmax;
+and the activations the graph compiler folds into the op before them (``FUSED_ACTIVATIONS``).
 
 References compute in float64; numpy float32 is the fast path where it differs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
+from .. import kernels
 from ..graph import expect
-from . import OpDef, register
-from .elementwise import _unary_infer
+from . import OpDef, get_op, register
+from .elementwise import _unary_infer, silu_fast
 
 
 def _float_unary_infer(specs, params):
@@ -33,9 +38,18 @@ def sigmoid_ref(ctx, p, x):
     return (0.5 * (1.0 + np.tanh(0.5 * x.astype(np.float64)))).astype(np.float32)
 
 
+def sigmoid_into(x, out):
+    """out = 1 / (1 + exp(-x)) in float32, as 0.5 * (1 + tanh(x / 2)) (no overflow); ``out`` may be ``x``."""
+    np.multiply(x, np.float32(0.5), out=out)
+    np.tanh(out, out=out)
+    out += np.float32(1)
+    out *= np.float32(0.5)
+    return out
+
+
 def sigmoid_fast(ctx, p, x):
-    """1 / (1 + exp(-x)) in float32 (tanh form: no overflow)."""
-    return np.float32(0.5) * (np.float32(1) + np.tanh(np.float32(0.5) * x))
+    """1 / (1 + exp(-x)) in float32."""
+    return sigmoid_into(x, np.empty_like(x))
 
 
 def hard_sigmoid_ref(ctx, p, x):
@@ -54,6 +68,20 @@ def hard_swish_ref(ctx, p, x):
     """x * relu6(x + 3) / 6."""
     x64 = x.astype(np.float64)
     return (x64 * np.clip(x64 + 3.0, 0.0, 6.0) / 6.0).astype(np.float32)
+
+
+def hard_swish_into(x, out):
+    """out = x * relu6(x + 3) / 6 in float32; ``out`` may be ``x``."""
+    t = x + np.float32(3)  # x's shape
+    np.clip(t, 0, 6, out=t)
+    np.multiply(x, t, out=out)
+    out /= np.float32(6)
+    return out
+
+
+def hard_swish_fast(ctx, p, x):
+    """x * relu6(x + 3) / 6 in float32."""
+    return hard_swish_into(x, np.empty_like(x))
 
 
 def _softmax_infer(specs, params):
@@ -85,5 +113,78 @@ register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_re
 register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref))
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref, hard_sigmoid_fast))
-register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref))
+register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref, hard_swish_fast))
 register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast))
+
+
+# ------------------------------------------------------------------------------ fused activations
+# An activation the graph compiler folds into the node before it (linear_act, concat_act): the
+# fused node's reference runs the standalone op's ``ref``; its fast path writes act(x) into the
+# node's own output buffer with ``into`` (float32; out may be x).
+
+def relu_into(x, out):
+    """out = max(x, 0)."""
+    return np.maximum(x, np.float32(0), out=out)
+
+
+def relu6_into(x, out):
+    """out = min(max(x, 0), 6)."""
+    return np.clip(x, 0, 6, out=out)
+
+
+def silu_into(x, out):
+    """out = x * sigmoid(x) through silu's CPU kernel."""
+    np.copyto(out, silu_fast(None, {}, x))
+    return out
+
+
+def gelu_tanh_into(x, out):
+    """out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) through gelu's CPU kernel; ``out`` may be ``x``."""
+    return kernels.gelu(x, "tanh", out=out)
+
+
+def gelu_into(x, out):
+    """out = x Phi(x) (exact GELU, through erfc) with gelu's CPU kernel; ``out`` may be ``x``."""
+    return kernels.gelu(x, "none", out=out)
+
+
+@dataclass(frozen=True)
+class FusedActivation:
+    """An activation a fused node applies: the standalone op (and params) it stands for, and its kernel."""
+
+    op: str
+    params: dict
+    into: Callable  # into(x, out) writes act(x) into out (float32; out may be x)
+
+
+FUSED_ACTIVATIONS: dict[str, FusedActivation] = {
+    "relu": FusedActivation("relu", {}, relu_into),
+    "relu6": FusedActivation("clip", {"min": 0, "max": 6}, relu6_into),
+    "sigmoid": FusedActivation("sigmoid", {}, sigmoid_into),
+    "silu": FusedActivation("silu", {}, silu_into),
+    "gelu": FusedActivation("gelu", {"approximate": "none"}, gelu_into),
+    "gelu_tanh": FusedActivation("gelu", {"approximate": "tanh"}, gelu_tanh_into),
+    "hard_swish": FusedActivation("hard_swish", {}, hard_swish_into),
+}
+
+
+def activation_name(op: str, params: dict) -> str | None:
+    """The FUSED_ACTIVATIONS name of a node computing ``op`` with ``params``, or None."""
+    if op == "clip":
+        return {None: "relu", 6: "relu6"}.get(params.get("max")) if params.get("min") == 0 else None
+    if op == "gelu":
+        return "gelu_tanh" if params.get("approximate", "none") == "tanh" else "gelu"
+    return op if op in ("relu", "sigmoid", "silu", "hard_swish") else None
+
+
+def expect_fused_activation(params: dict) -> str:
+    """The ``activation`` param of a fused node; ShapeError unless it names a FUSED_ACTIVATIONS entry."""
+    act = params.get("activation")
+    expect(act in FUSED_ACTIVATIONS, f"activation must be one of {sorted(FUSED_ACTIVATIONS)}, got {act!r}")
+    return act
+
+
+def activation_ref(name: str, x: np.ndarray) -> np.ndarray:
+    """The reference of fused activation ``name``: its standalone op's ``ref``."""
+    act = FUSED_ACTIVATIONS[name]
+    return get_op(act.op).ref(None, act.params, x)

@@ -1,15 +1,22 @@
-"""Ops the graph compiler emits when it fuses nodes (volvox/compile/): swiglu, linear_split."""
+"""Ops the graph compiler emits when it fuses nodes (volvox/compile/): swiglu, linear_split,
+linear_act, concat_act, add_n."""
 
 from __future__ import annotations
+
+from functools import reduce
 
 import numpy as np
 
 from .. import kernels
 from ..graph import expect, same_dim
 from . import OpDef, register
-from .linear import linear_fast, linear_ref
+from .activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
+from .elementwise import add_ref, broadcast_shape
+from .linear import _linear_infer, linear_fast, linear_ref
+from .shape import MAX_CONCAT_INPUTS, _concat_infer, concat_ref
 
 MAX_SPLIT = 4  # outputs of one linear_split node
+MAX_ADD_N = 8  # inputs of one add_n node
 
 
 def _swiglu_infer(specs, params):
@@ -60,6 +67,81 @@ def linear_split_fast(ctx, p, x, weight):
     return _split(linear_fast(ctx, p, x, weight), p["sizes"])
 
 
+def _linear_act_infer(specs, params):
+    expect_fused_activation(params)
+    return _linear_infer(specs, params)
+
+
+def linear_act_ref(ctx, p, x, weight, bias=None):
+    """act(x @ weight.T + bias): linear's reference, then the activation op's."""
+    return activation_ref(p["activation"], linear_ref(ctx, p, x, weight, bias))
+
+
+def linear_act_fast(ctx, p, x, weight, bias=None):
+    """The linear kernel, then the activation in place on its output."""
+    y = linear_fast(ctx, p, x, weight, bias)  # (..., out_features)
+    return FUSED_ACTIVATIONS[p["activation"]].into(y, y)
+
+
+def _concat_act_infer(specs, params):
+    expect_fused_activation(params)
+    expect(all(s.dtype == "float32" for s in specs.values()), "inputs must be float32")
+    return _concat_infer(specs, params)
+
+
+def concat_act_ref(ctx, p, *xs):
+    """act(concat(xs)): concat's reference, then the activation op's."""
+    return activation_ref(p["activation"], concat_ref(ctx, p, *xs))
+
+
+def concat_act_fast(ctx, p, *xs):
+    """Each input's activation written straight into its slice of the output (no concatenated temporary)."""
+    xs = [x for x in xs if x is not None]
+    axis = int(p["axis"]) % xs[0].ndim
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    y = np.empty(shape, np.float32)  # xs[0]'s shape, concatenated dim summed
+    into = FUSED_ACTIVATIONS[p["activation"]].into
+    index = [slice(None)] * y.ndim
+    start = 0
+    for x in xs:
+        index[axis] = slice(start, start + x.shape[axis])
+        part = y[tuple(index)]  # x's shape, strided unless the leading dims are 1
+        if part.flags.c_contiguous:
+            into(x, part)
+        else:  # kernels write contiguous rows: through a temporary
+            part[...] = into(x, np.empty(x.shape, np.float32))
+        start += x.shape[axis]
+    return y
+
+
+def _add_n_infer(specs, params):
+    parts = list(specs.values())
+    expect(all(s.dtype == parts[0].dtype for s in parts), f"dtypes differ: {', '.join(s.describe() for s in parts)}")
+    return {"y": (reduce(broadcast_shape, (s.shape for s in parts)), parts[0].dtype)}
+
+
+def add_n_ref(ctx, p, *xs):
+    """((x0 + x1) + x2) + ...: the chain of adds it replaces, in the same order."""
+    return reduce(lambda a, b: add_ref(ctx, p, a, b), [x for x in xs if x is not None])
+
+
+def add_n_fast(ctx, p, *xs):
+    """The same sums accumulated in place into one fresh buffer (one allocation, not one per add)."""
+    xs = [x for x in xs if x is not None]
+    y = np.empty(np.broadcast_shapes(*(x.shape for x in xs)), xs[0].dtype)  # broadcast of every input
+    np.add(xs[0], xs[1], out=y)
+    for x in xs[2:]:
+        np.add(y, x, out=y)
+    return y
+
+
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
                _linear_split_infer, linear_split_ref, linear_split_fast))
 register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast))
+register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
+               linear_act_fast))
+register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
+               _concat_act_infer, concat_act_ref, concat_act_fast))
+register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
+               _add_n_infer, add_n_ref, add_n_fast))

@@ -23,7 +23,7 @@ import numpy as np
 from .. import kernels
 from ..graph import expect, same_dim
 from . import OpDef, register
-from .conv import conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv
+from .conv import conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv, window_params
 from .pool import pool_out_shape, pool_taps, valid_counts
 
 INT8_MIN, INT8_MAX = -128, 127
@@ -96,6 +96,11 @@ def quantize_ref(ctx, p, x):
     return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
+def quantize_fast(ctx, p, x):
+    """quantize through the C kernel (the same arithmetic as quantize_ref)."""
+    return kernels.quantize_i8(x, float(np.float32(p["scale"])), int(p["zero_point"]))
+
+
 def _dequantize_infer(specs, params):
     x = specs["x"]
     expect(x.dtype == "int8", f"x must be int8, got {x.describe()}")
@@ -105,6 +110,11 @@ def _dequantize_infer(specs, params):
 def dequantize_ref(ctx, p, x):
     """float32(scale * (q - zero_point))."""
     return (np.float32(p["scale"]) * (x.astype(np.float32) - np.float32(p["zero_point"]))).astype(np.float32)
+
+
+def dequantize_fast(ctx, p, x):
+    """dequantize through the C kernel (the same float32 arithmetic as dequantize_ref)."""
+    return kernels.dequantize_i8(x, float(np.float32(p["scale"])), int(p["zero_point"]))
 
 
 # ----------------------------------------------------------------------------- conv / fully connected
@@ -171,17 +181,29 @@ def qavg_pool2d_ref(ctx, p, x):
     return np.clip(q, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))).astype(np.int8)
 
 
+def qavg_pool2d_fast(ctx, p, x):
+    """qavg_pool2d through the C kernel (the same integer arithmetic as the reference)."""
+    _, _, pads = window_params(p)
+    return kernels.qavg_pool2d(x, p["kernel"], p.get("strides", (1, 1)), pads, int(p.get("act_min", INT8_MIN)),
+                               int(p.get("act_max", INT8_MAX)))
+
+
 def _qsoftmax_infer(specs, params):
     x = specs["x"]
     expect(x.dtype == "int8", f"x must be int8, got {x.describe()}")
     return {"y": (x.shape, "int8")}
 
 
+def qsoftmax_table(p: dict) -> np.ndarray:
+    """The float32 exp table of an int8 softmax: exp(-input_scale * beta * d) for d = 0..255, (256,)."""
+    scale = np.float32(-np.float32(p["input_scale"]) * np.float32(p.get("beta", 1.0)))
+    return np.exp((scale * np.arange(256, dtype=np.float32)).astype(np.float64)).astype(np.float32)
+
+
 def qsoftmax_ref(ctx, p, x):
     """TFLite's int8 softmax over the last axis: a float32 exp table of (x - max), float32
     normalisation, round half away from zero, + output zero point."""
-    scale = np.float32(-np.float32(p["input_scale"]) * np.float32(p.get("beta", 1.0)))
-    table = np.exp((scale * np.arange(256, dtype=np.float32)).astype(np.float64)).astype(np.float32)  # (256,)
+    table = qsoftmax_table(p)                                                                           # (256,)
     diff = x.astype(np.int64).max(axis=-1, keepdims=True) - x.astype(np.int64)                       # (..., n) in [0, 255]
     e = table[diff]                                                                                     # (..., n) float32
     sum_exp = np.cumsum(e, axis=-1, dtype=np.float32)[..., -1:]                                        # sequential, as C
@@ -190,11 +212,16 @@ def qsoftmax_ref(ctx, p, x):
     return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
-register(OpDef("quantize", "quantized", ("x",), ("y",), _quantize_infer, quantize_ref))
-register(OpDef("dequantize", "quantized", ("x",), ("y",), _dequantize_infer, dequantize_ref))
+def qsoftmax_fast(ctx, p, x):
+    """qsoftmax through the C kernel, with the reference's exp table."""
+    return kernels.qsoftmax(x, qsoftmax_table(p), float(np.float32(p["output_scale"])), int(p["output_zero_point"]))
+
+
+register(OpDef("quantize", "quantized", ("x",), ("y",), _quantize_infer, quantize_ref, quantize_fast))
+register(OpDef("dequantize", "quantized", ("x",), ("y",), _dequantize_infer, dequantize_ref, dequantize_fast))
 register(OpDef("qconv2d", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",),
                _qconv_infer, qconv2d_ref, qconv2d_fast))
 register(OpDef("qlinear", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",),
                _qlinear_infer, qlinear_ref, qlinear_fast))
-register(OpDef("qavg_pool2d", "quantized", ("x",), ("y",), _qpool_infer, qavg_pool2d_ref))
-register(OpDef("qsoftmax", "quantized", ("x",), ("y",), _qsoftmax_infer, qsoftmax_ref))
+register(OpDef("qavg_pool2d", "quantized", ("x",), ("y",), _qpool_infer, qavg_pool2d_ref, qavg_pool2d_fast))
+register(OpDef("qsoftmax", "quantized", ("x",), ("y",), _qsoftmax_infer, qsoftmax_ref, qsoftmax_fast))

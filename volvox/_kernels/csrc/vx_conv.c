@@ -153,12 +153,19 @@ static void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64
     const int64_t C = s->c, KK = s->kh * s->kw * C;
     for (int64_t q = 0; q < np; q++) {
         const int64_t p = p0 + q, b = p / (s->oh * s->ow), r = p % (s->oh * s->ow);
-        const int64_t oh = r / s->ow, ow = r % s->ow;
+        const int64_t oh = r / s->ow, ow = r % s->ow, iw0 = ow * s->sw - s->pl;
+        /* a kernel row wholly inside the image (no column dilation) is one run of kw*C floats */
+        const int row_inside = s->dw == 1 && iw0 >= 0 && iw0 + s->kw <= s->w;
         float *dst = cols + q * KK;                                  /* (kh, kw, C) */
         for (int64_t i = 0; i < s->kh; i++) {
             const int64_t ih = oh * s->sh - s->pt + i * s->dh;
+            if (row_inside && ih >= 0 && ih < s->h) {
+                memcpy(dst, x + ((b * s->h + ih) * s->w + iw0) * C, (size_t)(s->kw * C) * sizeof(float));
+                dst += s->kw * C;
+                continue;
+            }
             for (int64_t j = 0; j < s->kw; j++, dst += C) {
-                const int64_t iw = ow * s->sw - s->pl + j * s->dw;
+                const int64_t iw = iw0 + j * s->dw;
                 if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) memset(dst, 0, (size_t)C * sizeof(float));
                 else memcpy(dst, x + ((b * s->h + ih) * s->w + iw) * C, (size_t)C * sizeof(float));
             }
@@ -380,22 +387,45 @@ static void qgemm_pack(int64_t K, const int8_t *w, int64_t n, int8_t *packed, in
     }
 }
 
+/* dst[c] = u8(src[c] + 128) for c < n (one loop the compiler vectorises). */
+VX_INLINE void to_u8(int64_t n, const int8_t *src, uint8_t *dst) {
+    for (int64_t c = 0; c < n; c++) dst[c] = (uint8_t)(src[c] ^ 0x80);
+}
+
 /* cols[q * ldc + (i*kw + j)*C + c] = u8(x + 128) at tap (i, j) of output pixel p0 + q, or
- * pad_u8 in the padding; columns KK..ldc-1 are 0. */
+ * pad_u8 in the padding; columns KK..ldc-1 are 0. A 1x1 stride-1 unpadded conv's rows are
+ * the input's; a kernel row wholly inside the image (no column dilation) is one run of kw*C bytes. */
 static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64_t np, uint8_t pad_u8,
                       uint8_t *cols, int64_t ldc) {
     const int64_t C = s->c, KK = s->kh * s->kw * C;
+    if (s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 && s->pl == 0 && s->oh == s->h &&
+        s->ow == s->w) {
+        if (ldc == C) {
+            to_u8(np * C, x + p0 * C, cols);
+            return;
+        }
+        for (int64_t q = 0; q < np; q++) {
+            to_u8(C, x + (p0 + q) * C, cols + q * ldc);
+            memset(cols + q * ldc + C, 0, (size_t)(ldc - C));
+        }
+        return;
+    }
     for (int64_t q = 0; q < np; q++) {
         const int64_t p = p0 + q, b = p / (s->oh * s->ow), r = p % (s->oh * s->ow);
-        const int64_t oh = r / s->ow, ow = r % s->ow;
+        const int64_t oh = r / s->ow, ow = r % s->ow, iw0 = ow * s->sw - s->pl;
+        const int row_inside = s->dw == 1 && iw0 >= 0 && iw0 + s->kw <= s->w;
         uint8_t *dst = cols + q * ldc;                               /* (kh, kw, C) then 0s */
         for (int64_t i = 0; i < s->kh; i++) {
             const int64_t ih = oh * s->sh - s->pt + i * s->dh;
+            if (row_inside && ih >= 0 && ih < s->h) {
+                to_u8(s->kw * C, x + ((b * s->h + ih) * s->w + iw0) * C, dst);
+                dst += s->kw * C;
+                continue;
+            }
             for (int64_t j = 0; j < s->kw; j++, dst += C) {
-                const int64_t iw = ow * s->sw - s->pl + j * s->dw;
+                const int64_t iw = iw0 + j * s->dw;
                 if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) { memset(dst, pad_u8, (size_t)C); continue; }
-                const int8_t *src = x + ((b * s->h + ih) * s->w + iw) * C;
-                for (int64_t c = 0; c < C; c++) dst[c] = (uint8_t)(src[c] ^ 0x80);
+                to_u8(C, x + ((b * s->h + ih) * s->w + iw) * C, dst);
             }
         }
         memset(cols + q * ldc + KK, 0, (size_t)(ldc - KK));
@@ -403,27 +433,29 @@ static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64
 }
 
 #define QG_MR 8
-/* acc (MR, 32) int32 of u8 rows a (lda bytes apart) times the panel pair pp (K4 bytes per
- * channel, 16-channel panels 16 * K4 bytes apart). */
-VX_INLINE void qg_tile(const int MR, int64_t K4, const uint8_t *a, int64_t lda, const int8_t *pp,
+/* acc (MR, 16 * NP) int32 of u8 rows a (lda bytes apart) times the first NP (1 or 2) panels
+ * of the pair pp (K4 bytes per channel, 16-channel panels 16 * K4 bytes apart); NP = 1 when
+ * the pair's second panel is all padding (16 or fewer channels left). */
+VX_INLINE void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *a, int64_t lda, const int8_t *pp,
                        int32_t acc[QG_MR][VX_QG_NR]) {
 #if defined(VX_AVX512)
     __m512i c0[QG_MR], c1[QG_MR];
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_si512();
     const int8_t *p1 = pp + 16 * K4;
     for (int64_t kq = 0; kq < K4 / 4; kq++) {
-        const __m512i b0 = _mm512_loadu_si512(pp + 64 * kq), b1 = _mm512_loadu_si512(p1 + 64 * kq);
+        const __m512i b0 = _mm512_loadu_si512(pp + 64 * kq);
+        const __m512i b1 = NP == 2 ? _mm512_loadu_si512(p1 + 64 * kq) : b0;
         for (int i = 0; i < MR; i++) {
             int32_t a4;
             memcpy(&a4, a + i * lda + 4 * kq, 4);
             const __m512i av = _mm512_set1_epi32(a4);
             c0[i] = _mm512_dpbusd_epi32(c0[i], av, b0);
-            c1[i] = _mm512_dpbusd_epi32(c1[i], av, b1);
+            if (NP == 2) c1[i] = _mm512_dpbusd_epi32(c1[i], av, b1);
         }
     }
     for (int i = 0; i < MR; i++) {
         _mm512_storeu_si512(acc[i], c0[i]);
-        _mm512_storeu_si512(acc[i] + 16, c1[i]);
+        if (NP == 2) _mm512_storeu_si512(acc[i] + 16, c1[i]);
     }
 #elif defined(VX_AVX2)
     /* no VNNI: u8 rows widened to int16 and vpmaddwd (exact: |u * w| <= 255 * 128, two
@@ -431,7 +463,7 @@ VX_INLINE void qg_tile(const int MR, int64_t K4, const uint8_t *a, int64_t lda, 
      * channel 4q + c's partial sum t. */
     for (int i0 = 0; i0 < MR; i0 += 2) {
         const int rows = MR - i0 < 2 ? MR - i0 : 2;
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < NP; h++) {
             const int8_t *b = pp + h * 16 * K4;                     /* (K4/4, 16, 4) */
             __m256i c[2][4];
             for (int i = 0; i < 2; i++)
@@ -458,7 +490,7 @@ VX_INLINE void qg_tile(const int MR, int64_t K4, const uint8_t *a, int64_t lda, 
 #else
     for (int i = 0; i < MR; i++) memset(acc[i], 0, sizeof(acc[i]));
     for (int64_t kq = 0; kq < K4 / 4; kq++)
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < NP; h++) {
             const int8_t *b = pp + h * 16 * K4 + 64 * kq;           /* (16, 4) */
             for (int i = 0; i < MR; i++) {
                 const uint8_t *ai = a + i * lda + 4 * kq;
@@ -481,8 +513,14 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
         const int nr = (int)(n - p0 < VX_QG_NR ? n - p0 : VX_QG_NR);
         for (int64_t i0 = 0; i0 < m; i0 += QG_MR) {
             const int mr = (int)(m - i0 < QG_MR ? m - i0 : QG_MR);
-            if (mr == QG_MR) qg_tile(QG_MR, K4, a + i0 * lda, lda, pp, acc);
-            else qg_tile(mr, K4, a + i0 * lda, lda, pp, acc);
+            if (nr > 16) {
+                if (mr == QG_MR) qg_tile(QG_MR, 2, K4, a + i0 * lda, lda, pp, acc);
+                else qg_tile(mr, 2, K4, a + i0 * lda, lda, pp, acc);
+            } else if (mr == QG_MR) {
+                qg_tile(QG_MR, 1, K4, a + i0 * lda, lda, pp, acc);
+            } else {
+                qg_tile(mr, 1, K4, a + i0 * lda, lda, pp, acc);
+            }
             for (int i = 0; i < mr; i++) requant_row(nr, acc[i], corr, wsum + p0, rq, p0, y + (i0 + i) * ldy + p0);
         }
     }

@@ -7,6 +7,8 @@
  * late (descheduled, or still busy with its last item) finds the items taken and moves
  * on. Compiled once (not per ISA tier): the tier's tiles come in through the vx_table.
  */
+#include <math.h>
+#include <stdint.h>
 #include <sched.h>
 #include <string.h>
 #include <time.h>
@@ -46,8 +48,117 @@ static int64_t step_items(const vx_step *s) {
         return (s->n[1] + VX_LINEAR_CHUNK - 1) / VX_LINEAR_CHUNK;
     case VX_STEP_ATTENTION:
         return s->n[0];
+    case VX_STEP_CONV_F32:
+    case VX_STEP_QCONV:
+        return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS;
+    case VX_STEP_DWCONV_F32:
+    case VX_STEP_QDWCONV:
+    case VX_STEP_QAVG_POOL:
+    case VX_STEP_MAX_POOL:
+        return s->p->s.n * s->p->s.oh;
+    case VX_STEP_BINARY:
+    case VX_STEP_RELU:
+    case VX_STEP_QUANTIZE_I8:
+    case VX_STEP_DEQUANTIZE_I8:
+        return s->n[0] > 0 ? (s->n[0] + VX_ELEM_CHUNK - 1) / VX_ELEM_CHUNK : 1;
     default:
         return 1;
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Small int8 / pooling kernels (vx_plan.h)
+ * ---------------------------------------------------------------------------------- */
+/* int64(std::round(v)) as numpy computes it on x86 (ops/quantized.py's tflite_round, then
+ * astype(int64)): halves away from zero, and INT64_MIN for NaN and values past int64. For
+ * a = |v| + 0.5 < 2**63 the truncating cast is floor(a); no libm call, so the loop vectorises. */
+static int64_t round_away_i64(float v) {
+    const double a = fabs((double)v) + 0.5;
+    if (!(a < 9223372036854775808.0)) return INT64_MIN;
+    const int64_t r = (int64_t)a;
+    return v < 0.0f ? -r : r;
+}
+
+/* clamp(q + zp) as int8, with numpy's wrapping int64 add. */
+static int8_t clamp_i8(int64_t q, int32_t zp, int32_t lo, int32_t hi) {
+    q = (int64_t)((uint64_t)q + (uint64_t)(int64_t)zp);
+    return (int8_t)(q < lo ? lo : q > hi ? hi : q);
+}
+
+void vx_quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = clamp_i8(round_away_i64(x[i] / scale), zp, -128, 127);
+}
+
+void vx_dequantize_i8(int64_t n, const int8_t *x, float scale, int32_t zp, float *y) {
+    const float z = (float)zp;
+    for (int64_t i = 0; i < n; i++) y[i] = scale * ((float)x[i] - z);
+}
+
+/* Valid kernel taps [i0, i1) x [j0, j1) of output pixel (oh, ow) of a window (no dilation). */
+static void pool_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1, int64_t *j0,
+                      int64_t *j1) {
+    const int64_t h0 = oh * s->sh - s->pt, w0 = ow * s->sw - s->pl;
+    *i0 = h0 < 0 ? -h0 : 0;
+    *i1 = h0 + s->kh > s->h ? s->h - h0 : s->kh;
+    *j0 = w0 < 0 ? -w0 : 0;
+    *j1 = w0 + s->kw > s->w ? s->w - w0 : s->kw;
+}
+
+void vx_qavg_pool_row(const vx_window *w, const int8_t *x, int64_t item, int8_t *y) {
+    const vx_conv_shape *s = &w->s;
+    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+    for (int64_t ow = 0; ow < s->ow; ow++) {
+        int64_t i0, i1, j0, j1;
+        pool_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+        const int64_t count = (i1 - i0) * (j1 - j0), half = count / 2;
+        const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
+        int8_t *yo = y + (item * s->ow + ow) * C;                                                 /* (C,) */
+        for (int64_t c = 0; c < C; c++) {
+            int64_t acc = 0;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) acc += xp[(i * s->w + j) * C + c];
+            int64_t q = count == 0 ? 0 : acc > 0 ? (acc + half) / count : -((-acc + half) / count);
+            q = q < w->rq.lo ? w->rq.lo : q > w->rq.hi ? w->rq.hi : q;
+            yo[c] = (int8_t)q;
+        }
+    }
+}
+
+void vx_qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out_scale, int32_t zp_out,
+                     int8_t *y) {
+    int32_t mx = -128;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += table[mx - x[i]];
+    const float inv = 1.0f / (sum * out_scale);
+    for (int64_t i = 0; i < n; i++) y[i] = clamp_i8(round_away_i64(table[mx - x[i]] * inv), zp_out, -128, 127);
+}
+
+/* numpy's maximum(a, b): a when a >= b or a is NaN, else b. */
+static float np_maximum(float a, float b) { return (a >= b || a != a) ? a : b; }
+
+void vx_max_pool_row(const vx_window *w, const float *x, int64_t item, float *y) {
+    const vx_conv_shape *s = &w->s;
+    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+    for (int64_t ow = 0; ow < s->ow; ow++) {
+        int64_t i0, i1, j0, j1;
+        pool_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+        const float *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
+        float *yo = y + (item * s->ow + ow) * C;                                                 /* (C,) */
+        for (int64_t c = 0; c < C; c++) yo[c] = -INFINITY;
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = j0; j < j1; j++) {
+                const float *xr = xp + (i * s->w + j) * C;
+                for (int64_t c = 0; c < C; c++) yo[c] = np_maximum(yo[c], xr[c]);
+            }
+    }
+}
+
+void vx_global_avg(int64_t HW, int64_t C, const float *x, float *y) {
+    for (int64_t c = 0; c < C; c++) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < HW; p++) acc += (double)x[p * C + c];
+        y[c] = (float)(acc / (double)HW);
     }
 }
 
@@ -106,10 +217,11 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         break;
     case VX_STEP_BINARY: {
         const float *a = (const float *)s->a, *b = (const float *)s->b;
+        const int64_t i0 = item * VX_ELEM_CHUNK, i1 = i0 + VX_ELEM_CHUNK < s->n[0] ? i0 + VX_ELEM_CHUNK : s->n[0];
         if (s->flag)
-            for (int64_t i = 0; i < s->n[0]; i++) s->y[i] = a[i] * b[i];
+            for (int64_t i = i0; i < i1; i++) s->y[i] = a[i] * b[i];
         else
-            for (int64_t i = 0; i < s->n[0]; i++) s->y[i] = a[i] + b[i];
+            for (int64_t i = i0; i < i1; i++) s->y[i] = a[i] + b[i];
         break;
     }
     case VX_STEP_LAYER_NORM:
@@ -118,6 +230,75 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_GELU:
         vx_gelu_row(s->n[0], (const float *)s->a, s->flag, s->y);
         break;
+    case VX_STEP_CONV_F32: {
+        const vx_window *w = s->p;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item * VX_CONV_PIXELS;
+        const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
+        const int64_t KK = w->s.kh * w->s.kw * w->s.c;
+        const float *rows = (const float *)s->a + p0 * KK;           /* 1x1 direct: the input rows */
+        if (w->ldc != 0) {
+            float *cols = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, KK) */
+            t->conv->im2col_f32(&w->s, (const float *)s->a, p0, np, cols);
+            rows = cols;
+        }
+        t->conv->sgemm(KK, (const float *)s->b, w->cout, rows, KK, np, s->y + p0 * w->cout, w->cout,
+                       (const float *)s->c, w->act);
+        break;
+    }
+    case VX_STEP_DWCONV_F32:
+        t->conv->dwconv_f32(&s->p->s, (const float *)s->a, (const float *)s->b, (const float *)s->c, s->p->act,
+                            item, s->y);
+        break;
+    case VX_STEP_QCONV: {
+        const vx_window *w = s->p;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item * VX_CONV_PIXELS;
+        const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
+        uint8_t *cols = (uint8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, ldc) */
+        t->conv->im2col_u8(&w->s, (const int8_t *)s->a, p0, np, (uint8_t)(w->rq.zp_in + 128), cols, w->ldc);
+        t->conv->qgemm(w->ldc, (const int8_t *)s->b, (const int32_t *)s->c, w->cout, cols, w->ldc, np, &w->rq,
+                       (int8_t *)s->y + p0 * w->cout, w->cout);
+        break;
+    }
+    case VX_STEP_QDWCONV:
+        t->conv->qdwconv(&s->p->s, (const int8_t *)s->a, (const int16_t *)s->b, &s->p->rq, item, (int8_t *)s->y);
+        break;
+    case VX_STEP_QUANTIZE_I8:
+    case VX_STEP_DEQUANTIZE_I8:
+    case VX_STEP_RELU: {
+        const int64_t i0 = item * VX_ELEM_CHUNK, i1 = i0 + VX_ELEM_CHUNK < s->n[0] ? i0 + VX_ELEM_CHUNK : s->n[0];
+        if (s->kind == VX_STEP_QUANTIZE_I8)
+            vx_quantize_i8(i1 - i0, (const float *)s->a + i0, s->f[0], (int32_t)s->n[1], (int8_t *)s->y + i0);
+        else if (s->kind == VX_STEP_DEQUANTIZE_I8)
+            vx_dequantize_i8(i1 - i0, (const int8_t *)s->a + i0, s->f[0], (int32_t)s->n[1], s->y + i0);
+        else
+            for (int64_t i = i0; i < i1; i++) s->y[i] = np_maximum(((const float *)s->a)[i], 0.0f);
+        break;
+    }
+    case VX_STEP_QAVG_POOL:
+        vx_qavg_pool_row(s->p, (const int8_t *)s->a, item, (int8_t *)s->y);
+        break;
+    case VX_STEP_QSOFTMAX:
+        for (int64_t r = 0; r < s->n[0]; r++)
+            vx_qsoftmax_row(s->n[1], (const int8_t *)s->a + r * s->n[1], (const float *)s->b, s->f[0],
+                            (int32_t)s->n[2], (int8_t *)s->y + r * s->n[1]);
+        break;
+    case VX_STEP_MAX_POOL:
+        vx_max_pool_row(s->p, (const float *)s->a, item, s->y);
+        break;
+    case VX_STEP_GLOBAL_AVG:
+        for (int64_t b = 0; b < s->n[0]; b++)
+            vx_global_avg(s->n[1], s->n[2], (const float *)s->a + b * s->n[1] * s->n[2], s->y + b * s->n[2]);
+        break;
+    case VX_STEP_COPY_ROWS: {
+        const uint8_t *src = (const uint8_t *)s->a;
+        uint8_t *dst = (uint8_t *)s->y;
+        for (int64_t r = 0; r < s->n[0]; r++) {
+            uint8_t *row = dst + r * s->n[3];
+            if (s->flag) memset(row, 0, (size_t)s->n[3]);
+            memcpy(row + s->n[4], src + r * s->n[2], (size_t)s->n[1]);
+        }
+        break;
+    }
     default:
         break;
     }

@@ -4,8 +4,10 @@
  * Python (volvox/runtime/native_plan.py) lowers each graph node to one or two vx_steps
  * whose pointers name preallocated buffers, weights and scratch; vx_run_steps then runs
  * the whole array inside a single OpenMP parallel region (the thread team starts once
- * per forward, not once per kernel). Each step is cut into work items (chunks of 16
- * output rows, attention heads, or one item for the small steps) that threads claim
+ * per forward, not once per kernel). volvox/runtime/vision_plan.py lowers whole image
+ * models the same way (the vision steps below). Each step is cut into work items (chunks
+ * of 16 output rows, attention heads, blocks of 64 output pixels, output image rows,
+ * chunks of elements, or one item for the small steps) that threads claim
  * with an atomic counter; a thread starts on step i once every item of step i-1 is
  * done. There is no barrier: a thread the OS has descheduled delays only the items it
  * already claimed, never a whole step, so a busy machine slows a forward pass instead
@@ -34,8 +36,36 @@ enum {
     VX_STEP_BINARY = 8,    /* y (n) = a + b (flag 0) or a * b (flag 1) */
     VX_STEP_LAYER_NORM = 9, /* y (D) = layer_norm(a (D), weight b, bias c or NULL, eps f[0]) */
     VX_STEP_GELU = 10,     /* y (n) = gelu(a), exact (flag 0) or tanh (flag 1) */
-    VX_STEP_NKINDS = 11
+    /* vision steps (NHWC; p: a vx_window the plan keeps) */
+    VX_STEP_CONV_F32 = 11,    /* y = act(conv(a, packed b) + bias c): im2col (or 1x1 direct) + sgemm */
+    VX_STEP_DWCONV_F32 = 12,  /* y = act(depthwise conv(a, b (kh*kw, C)) + bias c) */
+    VX_STEP_QCONV = 13,       /* int8 y = requant(conv(a, packed b)): im2col_u8 + qgemm */
+    VX_STEP_QDWCONV = 14,     /* int8 y = requant(depthwise conv(a, b (kh*kw, C) int16)) */
+    VX_STEP_QUANTIZE_I8 = 15, /* int8 y (n) = quantize(float a), scale f[0], zero point n[1] */
+    VX_STEP_DEQUANTIZE_I8 = 16, /* float y (n) = f[0] * (int8 a - n[1]) */
+    VX_STEP_QAVG_POOL = 17,   /* int8 y = average pool of int8 a over in-image taps */
+    VX_STEP_QSOFTMAX = 18,    /* int8 y = softmax of int8 a rows, exp table b */
+    VX_STEP_MAX_POOL = 19,    /* y = max pool of a (padding never wins) */
+    VX_STEP_GLOBAL_AVG = 20,  /* y (N, C) = mean of a (N, HW, C) over HW, in double */
+    VX_STEP_RELU = 21,        /* y (n) = max(a, 0), numpy's maximum */
+    VX_STEP_COPY_ROWS = 22,   /* byte rows of a into y at a column offset (concat, channel pad) */
+    VX_STEP_NKINDS = 23
 };
+
+/* Geometry of a window step (convs, pools): the input / output shape, int8 requantization
+ * (pools: rq.lo / rq.hi clamp only), output channels, im2col row length and scratch. */
+typedef struct {
+    vx_conv_shape s;
+    vx_requant rq;
+    int64_t cout;        /* output channels */
+    int64_t ldc;         /* im2col row: K floats (f32) or K4 bytes (int8); 0: 1x1 direct */
+    int64_t per_thread;  /* scratch elements per thread */
+    int32_t act;         /* VX_ACT_* (f32 convs) */
+    int32_t pad_;
+} vx_window;
+
+/* Output pixels per im2col work item (the per-op kernels' CONV_PIXELS). */
+#define VX_CONV_PIXELS 64
 
 /* One kernel call. Field use per kind:
  *   EMBED      a table, n[0] D, n[1] row bytes, n[2] V, wtype; row `token`, or `pos` when flag
@@ -52,6 +82,21 @@ enum {
  *   BINARY     a, b, n[0] count, flag 0 add / 1 multiply
  *   LAYER_NORM a x, b weight, c bias or NULL, n[0] D, f[0] eps
  *   GELU       a x, n[0] count, flag tanh approximation
+ *   CONV_F32   a x, b packed (sgemm_pack), c bias or NULL, p window, scratch (threads, per_thread) floats;
+ *              items: blocks of VX_CONV_PIXELS output pixels
+ *   DWCONV_F32 a x, b weights (kh*kw, C), c bias or NULL, p window; items: output rows
+ *   QCONV      a x, b packed (qgemm_pack), c wsum, p window (rq), scratch (threads, per_thread) bytes
+ *   QDWCONV    a x, b weights (kh*kw, C) int16, p window (rq); items: output rows
+ *   QUANTIZE_I8 / DEQUANTIZE_I8  a x, n[0] count, n[1] zero point, f[0] scale
+ *   QAVG_POOL  a x, p window (geometry, rq.lo / rq.hi); items: output rows
+ *   QSOFTMAX   a x, b table (256 floats), n[0] rows, n[1] row length, n[2] output zero point,
+ *              f[0] output scale
+ *   MAX_POOL   a x, p window (geometry); items: output rows
+ *   GLOBAL_AVG a x, n[0] N, n[1] H*W, n[2] C
+ *   RELU       a x, n[0] count
+ *   COPY_ROWS  a src, n[0] rows, n[1] bytes per row, n[2] src stride, n[3] dst stride, n[4] dst
+ *              offset (bytes); flag: zero the rest of each dst row
+ *   BINARY, RELU, QUANTIZE_I8, DEQUANTIZE_I8 split n[0] into chunks of VX_ELEM_CHUNK.
  */
 typedef struct {
     int32_t kind;
@@ -63,7 +108,11 @@ typedef struct {
     const void *a, *b, *c;
     float *y;
     void *scratch;
+    const vx_window *p;  /* window steps */
 } vx_step;
+
+/* Elements per work item of the elementwise steps. */
+#define VX_ELEM_CHUNK 16384
 
 /* What changes from one forward to the next: the token, its position and the KV cache. */
 typedef struct {
@@ -83,6 +132,25 @@ typedef struct {
  * that receive each step's wall seconds (thread 0 then waits for each step to finish). */
 void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *in,
                   int nthreads, vx_step_sync *sync, double *times);
+
+/* Small int8 / pooling kernels (vx_plan.c), shared by the steps above and the per-op fast
+ * paths, each bit-identical to ops/quantized.py's / ops/pool.py's numpy references.
+ * y[i] = clamp(round_half_away(x[i] / scale) + zp) (float32 division; NaN and values past
+ * int64 as numpy's cast on x86: INT64_MIN, then a wrapping add of zp). */
+void vx_quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y);
+/* y[i] = scale * ((float)x[i] - (float)zp) */
+void vx_dequantize_i8(int64_t n, const int8_t *x, float scale, int32_t zp, float *y);
+/* int8 average pool output row `item` = b * OH + oh: in-image tap sum, divided rounding half
+ * away from zero, clamped to [w->rq.lo, w->rq.hi]. */
+void vx_qavg_pool_row(const vx_window *w, const int8_t *x, int64_t item, int8_t *y);
+/* TFLite's int8 softmax of one row of n: e = table[max - x], float32 sum in order,
+ * q = round_half_away(e / (sum * out_scale)) + zp_out, clamped. */
+void vx_qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out_scale, int32_t zp_out,
+                     int8_t *y);
+/* f32 max pool output row `item`: numpy's maximum over the in-image taps in row-major order. */
+void vx_max_pool_row(const vx_window *w, const float *x, int64_t item, float *y);
+/* y (C) = float(sum over hw of double(x[hw][c]) / HW), summed in order. */
+void vx_global_avg(int64_t HW, int64_t C, const float *x, float *y);
 
 #ifdef __cplusplus
 }

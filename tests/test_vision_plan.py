@@ -1,0 +1,261 @@
+"""Vision plans (runtime/vision_plan.py): a whole image model run natively in one call gives the
+per-op executor's outputs bit for bit, for the real models and for small graphs that use every
+vision step kind, at 1 and 2 threads; graphs it does not lower keep the per-op executor. Also
+the C fast paths of the small int8 ops against their numpy references (TFLite's arithmetic)."""
+
+import numpy as np
+import pytest
+
+import volvox
+from volvox import kernels
+from volvox.errors import ShapeError
+from volvox.graph import Graph, Node, TensorSpec
+from volvox.image import preprocess
+from volvox.model import Model
+from volvox.ops import get_op
+from volvox.ops.quantized import quantize_multiplier
+from volvox.runtime.executor import RunContext
+
+from vision_helpers import model_file, text_line
+
+rng = np.random.default_rng(7)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    before = kernels.get_num_threads()
+    kernels.set_num_threads(request.param)
+    yield request.param
+    kernels.set_num_threads(before)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def plan_and_per_op(model: Model, feeds: dict) -> tuple[dict, dict]:
+    """(outputs through Model.run, outputs of the per-op executor) for the same feeds; the plan
+    runs on every thread of kernels.get_num_threads(), however small its work."""
+    model.run(feeds)  # lowers the graph on the first call
+    if model._plan.plan is not None:
+        model._plan.plan.useful_threads = kernels.get_num_threads()
+    return model.run(feeds), model.executor.run(RunContext(), feeds)
+
+
+# ------------------------------------------------------------------------- small int8 fast paths
+def fast_and_ref(op: str, params: dict, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    o = get_op(op)
+    return o.fast(None, params, x), o.ref(None, params, x)
+
+
+@pytest.mark.parametrize("scale,zp", [(1.0, -128), (0.37, 3), (0.5, 0), (0.02, 127)])
+def test_quantize_fast_is_the_reference(scale, zp):
+    x = (rng.standard_normal((3, 50, 7)) * 100).astype(np.float32)
+    x.flat[:12] = [np.nan, np.inf, -np.inf, 0.5, -0.5, 1.5, 2.5, -2.5, 1e20, -1e20, 3e9, 127.5]
+    with np.errstate(invalid="ignore"):
+        fast, ref = fast_and_ref("quantize", dict(scale=scale, zero_point=zp), x)
+    assert same_bits(fast, ref)
+
+
+def test_dequantize_fast_is_the_reference():
+    q = rng.integers(-128, 128, (2, 9, 5, 3), dtype=np.int8)
+    assert same_bits(*fast_and_ref("dequantize", dict(scale=0.0371, zero_point=-5), q))
+
+
+@pytest.mark.parametrize("params", [
+    dict(kernel=[3, 3], strides=[3, 3], pads=[0, 0, 0, 0]),
+    dict(kernel=[3, 2], strides=[1, 2], pads=[1, 1, 1, 0], act_min=-100, act_max=90),
+    dict(kernel=[2, 2], strides=[2, 2]),
+])
+def test_qavg_pool_fast_is_the_reference(params):
+    q = rng.integers(-128, 128, (2, 7, 9, 11), dtype=np.int8)
+    assert same_bits(*fast_and_ref("qavg_pool2d", params, q))
+
+
+@pytest.mark.parametrize("shape", [(1, 2), (4, 37), (2, 3, 1000)])
+def test_qsoftmax_fast_is_the_reference(shape):
+    p = dict(beta=1.0, input_scale=0.0678, output_scale=1 / 256, output_zero_point=-128)
+    assert same_bits(*fast_and_ref("qsoftmax", p, rng.integers(-128, 128, shape, dtype=np.int8)))
+
+
+def test_small_kernels_refuse_bad_arguments():
+    with pytest.raises(ShapeError, match="qavg_pool2d"):
+        kernels.qavg_pool2d(np.zeros((1, 2, 2, 3), np.int8), (3, 3), (1, 1), (0, 0, 0, 0))
+    with pytest.raises(ShapeError, match="table"):
+        kernels.qsoftmax(np.zeros((2, 3), np.int8), np.zeros(10, np.float32), 1 / 256, -128)
+
+
+@pytest.mark.parametrize("isa", kernels.available_isas())
+@pytest.mark.parametrize("xs,cout", [((2, 5, 6, 5), 7), ((1, 6, 4, 12), 40)])
+def test_qconv_1x1_rows_are_the_reference(isa, xs, cout):
+    """im2col_u8's 1x1 shortcut (rows padded to 4 bytes when C is not), and 16-or-fewer-channel tiles."""
+    before = kernels.isa()
+    kernels._set_isa_for_testing(isa)
+    try:
+        x, w = rng.integers(-128, 128, xs, dtype=np.int8), rng.integers(-127, 128, (cout, 1, 1, xs[3]), dtype=np.int8)
+        b = rng.integers(-500, 500, cout, dtype=np.int32)
+        pairs = [quantize_multiplier(r) for r in rng.uniform(1e-3, 1e-2, cout)]
+        m, sh = np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32)
+        p = dict(input_zero_point=3, output_zero_point=-4)
+        y = kernels.qconv2d(x, w, b, m, sh, 3, -4)
+        assert same_bits(y, get_op("qconv2d").ref(None, p, x, w, b, m, sh))
+    finally:
+        kernels._set_isa_for_testing(before)
+
+
+# ------------------------------------------------------------------------- synthetic graphs
+class GraphMaker:
+    """Nodes, weights and specs of a small test graph, one node at a time."""
+
+    def __init__(self, **inputs):
+        self.inputs = [TensorSpec(n, s, d) for n, (s, d) in inputs.items()]
+        self.nodes: list[Node] = []
+        self.weights: dict[str, np.ndarray] = {}
+
+    def w(self, name: str, a: np.ndarray) -> str:
+        a.setflags(write=False)  # as a model's weights are (the kernels cache their packings)
+        self.weights[name] = a
+        return name
+
+    def node(self, op: str, params=None, **inputs) -> str:
+        out = f"t{len(self.nodes)}"
+        self.nodes.append(Node(f"n{len(self.nodes)}_{op}", op, inputs, {"y": out}, params or {}))
+        return out
+
+    def model(self, outputs: list[str]) -> Model:
+        specs = {n: TensorSpec(n, a.shape, a.dtype.name) for n, a in self.weights.items()}
+        g = Graph(self.inputs, specs, self.nodes, outputs)
+        g.validate()
+        return Model(g, dict(self.weights), {}, "synthetic", optimize=False)
+
+
+def requant(m: GraphMaker, name: str, n: int, lo: float, hi: float) -> dict:
+    pairs = [quantize_multiplier(r) for r in rng.uniform(lo, hi, n)]
+    return dict(multiplier=m.w(f"{name}_m", np.array([p[0] for p in pairs], np.int32)),
+                shift=m.w(f"{name}_s", np.array([p[1] for p in pairs], np.int32)))
+
+
+def float_graph() -> Model:
+    """Every float32 step kind: im2col / 1x1 / depthwise convs with bias and activations, channel
+    pad, relu, max pool, add / mul / add_n, concat (+ ReLU), global average pool, reshape,
+    linear (+ ReLU)."""
+    m = GraphMaker(x=((1, 21, 19, 5), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    a = m.node("conv2d", dict(strides=[2, 2], pads=[1, 1, 0, 1], activation="relu6"), x="x",
+               weight=m.w("c1", f(20, 3, 3, 5)), bias=m.w("b1", f(20)))                       # (1, 11, 10, 20)
+    b = m.node("conv2d", dict(groups=20, pads=[1, 1, 1, 1], activation="relu"), x=a,
+               weight=m.w("dw", f(20, 3, 3, 1)), bias=m.w("bdw", f(20)))                        # depthwise
+    c = m.node("conv2d", {}, x=b, weight=m.w("pw", f(36, 1, 1, 20)))                            # 1x1 direct
+    d = m.node("pad", dict(pads=[[0, 0], [0, 0], [0, 0], [0, 4]]), x=c)                         # (1, 11, 10, 40)
+    e = m.node("relu", x=d)
+    p = m.node("max_pool2d", dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), x=e)     # (1, 6, 5, 40)
+    q = m.node("conv2d", dict(groups=40, pads=[0, 1, 2, 1], strides=[1, 1]), x=p, weight=m.w("dw2", f(40, 3, 3, 1)))
+    s = m.node("add", a=p, b=q)
+    t = m.node("mul", a=s, b=p)
+    u = m.node("add_n", x0=t, x1=s, x2=q)
+    v = m.node("concat_act", dict(axis=3, activation="relu"), x0=u, x1=p)                     # (1, 6, 5, 80)
+    cat = m.node("concat", dict(axis=1), x0=v, x1=v)                                           # (1, 12, 5, 80)
+    g = m.node("global_avg_pool", x=cat)                                                        # (1, 1, 1, 80)
+    r = m.node("reshape", dict(shape=[1, 80]), x=g)
+    h = m.node("linear_act", dict(activation="relu"), x=r, weight=m.w("l1", f(24, 80)), bias=m.w("lb1", f(24)))
+    out = m.node("linear", x=h, weight=m.w("l2", f(7, 24)), bias=m.w("lb2", f(7)))
+    return m.model([out, cat])
+
+
+def int8_graph() -> Model:
+    """Every int8 step kind: quantize, dense / depthwise / 1x1 qconv with requantization and a
+    clamp, average pool, reshape, qlinear, qsoftmax, dequantize."""
+    m = GraphMaker(x=((1, 17, 15, 3), "float32"))
+    i8 = lambda *s: rng.integers(-127, 128, s, dtype=np.int8)  # noqa: E731
+    i32 = lambda n: rng.integers(-2000, 2000, n, dtype=np.int32)  # noqa: E731
+    q = m.node("quantize", dict(scale=0.02, zero_point=-3), x="x")
+    a = m.node("qconv2d", dict(pads=[1, 1, 1, 1], input_zero_point=-3, output_zero_point=5), x=q,
+               weight=m.w("c1", i8(16, 3, 3, 3)), bias=m.w("b1", i32(16)), **requant(m, "r1", 16, 1e-3, 5e-3))
+    b = m.node("qconv2d", dict(groups=16, strides=[2, 2], pads=[1, 1, 1, 1], input_zero_point=5,
+                               output_zero_point=-2, act_min=-2, act_max=127), x=a,
+               weight=m.w("dw", i8(16, 3, 3, 1)), bias=m.w("bdw", i32(16)), **requant(m, "r2", 16, 5e-3, 2e-2))
+    c = m.node("qconv2d", dict(input_zero_point=-2, output_zero_point=1), x=b,
+               weight=m.w("pw", i8(24, 1, 1, 16)), **requant(m, "r3", 24, 1e-3, 4e-3))        # (1, 9, 8, 24)
+    p = m.node("qavg_pool2d", dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], act_min=-100), x=c)  # (1, 5, 4, 24)
+    r = m.node("reshape", dict(shape=[20, 24]), x=p)
+    lin = m.node("qlinear", dict(input_zero_point=1, output_zero_point=0), x=r, weight=m.w("fc", i8(10, 24)),
+                 bias=m.w("fcb", i32(10)), **requant(m, "r4", 1, 2e-3, 3e-3))
+    s = m.node("qsoftmax", dict(beta=1.0, input_scale=0.07, output_scale=1 / 256, output_zero_point=-128), x=lin)
+    out = m.node("dequantize", dict(scale=1 / 256, zero_point=-128), x=s)
+    return m.model([out, p])
+
+
+@pytest.mark.parametrize("make", [float_graph, int8_graph])
+def test_synthetic_graph_plan_is_the_per_op_executor(make, threads):
+    model = make()
+    x = rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
+    for _ in range(2):  # later runs reuse the arena
+        native, per_op = plan_and_per_op(model, {"x": x})
+        assert model._plan.plan is not None, model._plan.why
+        for name in per_op:
+            assert same_bits(native[name], per_op[name]), name
+    assert model._plan.plan.runs == 4
+
+
+def test_int8_graph_plan_is_the_reference():
+    model = int8_graph()
+    ref = Model(model.graph, {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}, {},
+                "synthetic", reference=True, optimize=False)
+    x = rng.standard_normal((1, 17, 15, 3)).astype(np.float32)
+    native, oracle = model.run({"x": x}), ref.run({"x": x})
+    assert all(same_bits(native[n], oracle[n]) for n in oracle)
+    assert ref._plan is None
+
+
+def test_float_graph_plan_is_close_to_the_reference():
+    model = float_graph()
+    ref = Model(model.graph, {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}, {},
+                "synthetic", reference=True, optimize=False)
+    x = rng.standard_normal((1, 21, 19, 5)).astype(np.float32)
+    native, oracle = model.run({"x": x}), ref.run({"x": x})
+    for n in oracle:
+        np.testing.assert_allclose(native[n], oracle[n], rtol=1e-4, atol=1e-4)
+
+
+def test_unlowered_graphs_and_profiling_keep_the_per_op_executor():
+    m = GraphMaker(x=((2, 3), "float32"))
+    y = m.node("sigmoid", x="x")  # no sigmoid step
+    model = m.model([y])
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    assert same_bits(model.run({"x": x})[y], model.executor.run(RunContext(), {"x": x})[y])
+    assert model._plan.plan is None and "sigmoid" in model._plan.why
+    graph = int8_graph().graph
+    weights = {n: w for n, w in zip(graph.weights, [w for _, w in int8_graph().executor.weight_slots])}
+    assert Model(graph, weights, {}, "p", profile=True, optimize=False)._plan is None
+
+
+def test_plan_checks_feeds_like_the_executor():
+    model = int8_graph()
+    with pytest.raises(ShapeError, match="synthetic"):
+        model.run({"x": np.zeros((1, 17, 16, 3), np.float32)})
+    model.run({"x": np.zeros((1, 17, 15, 3), np.float32)})
+    with pytest.raises(ShapeError, match="synthetic"):
+        model.run({"x": np.zeros((1, 17, 16, 3), np.float32)})
+
+
+# ------------------------------------------------------------------------- the real models
+def load_or_skip(name: str) -> Model:
+    try:
+        model_file(name)
+    except Exception as e:  # not cached and not fetchable here
+        pytest.skip(f"{name}: {e}")
+    return volvox.load(name)
+
+
+@pytest.mark.parametrize("name,lowers", [("mltk-person-detection", True), ("blazeface-short-range", True),
+                                         ("efficientnet-lite0", True), ("pp-ocrv4-rec", False)])
+def test_model_plan_is_the_per_op_executor(name, lowers, threads):
+    model = load_or_skip(name)
+    kernels.set_num_threads(threads)  # load() sets its own default
+    image = text_line("The quick brown fox 2026") if name == "pp-ocrv4-rec" else \
+        rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)  # any photo-sized RGB image
+    feeds = {model.graph.inputs[0].name: preprocess(image, model.metadata["preprocess"]).tensor}
+    native, per_op = plan_and_per_op(model, feeds)
+    assert (model._plan.plan is not None) == lowers, model._plan.why
+    for name_ in per_op:
+        assert same_bits(native[name_], per_op[name_]), name_

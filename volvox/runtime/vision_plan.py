@@ -1,0 +1,371 @@
+"""Vision plans: a whole image model's forward pass, run by C in one call.
+
+Python plans, native runs, as native_plan.py does for a decode step. The per-op executor
+crosses from Python into a kernel once per node (validation, output allocation, an OpenMP
+region: tens of microseconds each, as much as a small conv's arithmetic). For a compiled
+graph whose every shape is fixed, this module lowers the graph once into kernel steps
+(csrc/vx_plan.h) over one lifetime-planned arena (native_plan's ``_Arena``: float32 slots,
+int8 tensors rounded up to whole floats); ``VisionPlan.run`` copies the inputs in, runs
+every step in one nogil call inside one OpenMP region, and copies the outputs out.
+
+Weights are packed once at plan build through the per-op kernels' own packers and cache
+(``kernels.conv_weights``), and each step runs the same tile functions on the same work
+items (blocks of 64 output pixels for im2col convs, output rows for depthwise convs and
+pools) as the per-op kernels, so a plan's outputs equal the per-op executor's bit for bit
+(tests/test_vision_plan.py). A graph with an op, shape or dtype the plan does not lower
+(see ``LOWER``) keeps the per-op executor: ``PlanHook`` tries once and remembers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from .. import kernels
+from ..errors import VolvoxError
+from ..graph import Graph
+from ..ops.conv import conv_kernel_args, native_conv, window_params
+from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
+from .native_plan import Unsupported, _addr, _aligned, _Arena, _core, _KIND
+
+_DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
+_ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv steps
+_PIXELS = _core.CONV_STEP_PIXELS                        # output pixels per im2col work item
+# Multiply-adds per thread below which a plan runs on fewer threads: waking a second thread
+# (and the team's closing barrier, which waits for a thread the OS has descheduled) costs
+# more than sharing under ~0.3 ms of work saves.
+MACS_PER_THREAD = 16 << 20
+
+
+def _ptr(a: np.ndarray | None) -> int:
+    return 0 if a is None else _addr(a)
+
+
+class VisionPlan:
+    """A compiled graph with static shapes as native steps (see the module doc)."""
+
+    def __init__(self, graph: Graph, weights: dict[str, Any]):
+        self.graph = graph
+        self.threads = max(kernels.get_num_threads(), os.cpu_count() or 1)  # scratch is sized for this many
+        self._weights = weights
+        self._keep: list[Any] = []  # every array a step points into
+        self._lock = threading.Lock()
+        self.runs = 0  # forward passes run so far
+        self.macs = 0  # multiply-adds of one forward pass (convs and matrix products)
+        self._lower()
+        self.useful_threads = max(1, self.macs // MACS_PER_THREAD)
+
+    # ----------------------------------------------------------------------- lowering
+    def _lower(self) -> None:
+        graph, weights = self.graph, self._weights
+        for node in graph.nodes:
+            if node.op not in LOWER:
+                raise Unsupported(f"op {node.op!r} (node {node.id!r})")
+        alias = {n.outputs["y"]: n.inputs["x"] for n in graph.nodes
+                 if n.op == "reshape" and n.inputs["x"] not in weights}
+
+        def root(name: str) -> str:
+            while name in alias:
+                name = alias[name]
+            return name
+
+        self._root = root
+        last: dict[str, int] = {}  # tensor -> index of the last node reading it
+        for i, node in enumerate(graph.nodes):
+            for name in node.inputs.values():
+                if name not in weights:
+                    last[root(name)] = i
+        for name in graph.outputs:
+            last[root(name)] = len(graph.nodes)
+        arena = _Arena()
+        self._home: dict[str, int] = {}  # tensor -> arena slot (reused after its last reader)
+        for spec in graph.inputs:
+            self._home[spec.name] = arena.take(self._floats(spec.name))
+        for i, node in enumerate(graph.nodes):
+            if node.op == "reshape" and node.outputs["y"] in alias:
+                continue
+            for name in node.outputs.values():
+                self._home[name] = arena.take(self._floats(name))
+            for name in {root(n) for n in node.inputs.values() if n not in weights} | set(node.outputs.values()):
+                if last.get(name, -1) <= i:  # read for the last time (or never): later outputs may reuse it
+                    arena.give_back(self._home[name])
+        self._arena = arena
+        self.arena = _aligned(arena.size, np.float32)  # (floats,) every activation of one forward pass
+        self.arena_bytes = arena.size * 4
+        self.steps = _core.StepPlan(2 * len(graph.nodes) + sum(len(n.inputs) for n in graph.nodes), 0)
+        for node in graph.nodes:
+            if not (node.op == "reshape" and node.outputs["y"] in alias):
+                LOWER[node.op](self, node)
+        self.inputs = [self._tensor(s.name) for s in graph.inputs]
+        self.outputs = {name: self._tensor(name) for name in graph.outputs}
+
+    def _floats(self, name: str) -> int:
+        """Arena floats of activation ``name`` (static shape, float32 or int8), else Unsupported."""
+        spec = self.graph.specs[name]
+        if spec.dtype not in _DTYPES or not all(isinstance(d, int) for d in spec.shape):
+            raise Unsupported(f"tensor {spec.describe()}: not a static float32 / int8 shape")
+        return -(-int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(_DTYPES[spec.dtype]).itemsize // 4)
+
+    def _tensor(self, name: str) -> np.ndarray:
+        """The arena view holding activation ``name``, in its shape and dtype."""
+        spec = self.graph.specs[name]
+        dtype = np.dtype(_DTYPES[spec.dtype])
+        start = self._arena.slots[self._home[self._root(name)]][0]
+        n = int(np.prod(spec.shape, dtype=np.int64))
+        raw = self.arena[start:start + -(-n * dtype.itemsize // 4)].view(np.uint8)
+        return raw[:n * dtype.itemsize].view(dtype).reshape(spec.shape)
+
+    def _in(self, node, port: str) -> np.ndarray:
+        """An input's array: the weight itself (kept alive) or its arena view."""
+        name = node.inputs[port]
+        if name in self._weights:
+            w = self._weights[name]
+            self._need(node, isinstance(w, np.ndarray), f"{port} is not a numpy weight")
+            w = np.ascontiguousarray(w)
+            self._keep.append(w)
+            return w
+        return self._tensor(name)
+
+    def _opt(self, node, port: str) -> np.ndarray | None:
+        return self._in(node, port) if port in node.inputs else None
+
+    def _y(self, node) -> np.ndarray:
+        return self._tensor(node.outputs["y"])
+
+    def _need(self, node, cond: bool, what: str) -> None:
+        if not cond:
+            raise Unsupported(f"node {node.id!r} ({node.op}): {what}")
+
+    def _scratch(self, per_thread: int, dtype) -> np.ndarray:
+        s = _aligned(max(self.threads * per_thread, 1), dtype)  # (threads, per_thread) im2col rows
+        self._keep.append(s)
+        return s
+
+    def _keep_all(self, *arrays) -> None:
+        self._keep.extend(a for a in arrays if a is not None)
+
+    # ------------------------------------------------------------------------ convs
+    def _conv(self, node) -> None:
+        p, int8 = node.params, node.op == "qconv2d"
+        x, w, y = self._in(node, "x"), self._in(node, "weight"), self._y(node)
+        self._need(node, x.ndim == 4 and w.ndim == 4 and native_conv(x, w, p), "not a dense or depthwise-1 conv")
+        args = conv_kernel_args(p)
+        dtype, bias_dtype = (np.int8, np.int32) if int8 else (np.float32, np.float32)
+        _, w, bias, depthwise = kernels._conv_operands(x, w, self._opt(node, "bias"), args["groups"], dtype,
+                                                       bias_dtype, node.id)
+        geo = kernels._conv_geometry(x, w, args["strides"], args["dilations"], args["pads"], node.id)
+        self._need(node, y.shape == (x.shape[0], geo[0], geo[1], w.shape[0]), "output shape")
+        cout, kk = w.shape[0], w.shape[1] * w.shape[2] * x.shape[3]
+        window = dict(window=tuple(x.shape) + geo, cout=cout)
+        self.macs += y.size * (w.shape[1] * w.shape[2] if depthwise else kk)
+        packed = kernels.conv_weights(w, depthwise)
+        self._keep_all(w, bias, packed)
+        if int8:
+            mult, sh, zps = kernels.requant_args(
+                self._in(node, "multiplier"), self._in(node, "shift"), cout, int(p["input_zero_point"]),
+                int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX)))
+            self._keep_all(mult, sh)
+            window["requant"] = (_ptr(bias), _addr(mult), _addr(sh)) + zps
+            if depthwise:
+                self.steps.add(_KIND["qdwconv"], a=_addr(x), b=_addr(packed), y=_addr(y), **window)
+                return
+            k4 = (kk + 3) // 4 * 4
+            scratch = self._scratch(_PIXELS * k4, np.uint8)
+            self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_addr(packed[1]), y=_addr(y),
+                           scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4, **window)
+            return
+        act = p.get("activation", "none")
+        self._need(node, act in _ACT, f"activation {act!r}")
+        if depthwise:
+            self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+                           act=_ACT[act], **window)
+            return
+        direct = w.shape[1] == w.shape[2] == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == x.shape[1:3]
+        per = 0 if direct else _PIXELS * kk
+        scratch = self._scratch(per, np.float32)
+        self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+                       scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=_ACT[act], **window)
+
+    def _qlinear(self, node) -> None:
+        """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path)."""
+        p = node.params
+        x, w, y = self._in(node, "x"), self._in(node, "weight"), self._y(node)
+        self._need(node, w.ndim == 2 and x.shape[-1] == w.shape[1] and w.dtype == np.int8, "weight shape")
+        n, k = w.shape
+        m = x.size // k
+        w4 = w.reshape(n, 1, 1, k)
+        bias = self._opt(node, "bias")
+        self._need(node, bias is None or (bias.dtype == np.int32 and bias.shape == (n,)), "bias")
+        mult, sh, zps = kernels.requant_args(
+            self._in(node, "multiplier"), self._in(node, "shift"), n, int(p["input_zero_point"]),
+            int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX)))
+        packed, wsum = kernels.conv_weights(w4, False)
+        self.macs += m * n * k
+        k4 = (k + 3) // 4 * 4
+        scratch = self._scratch(_PIXELS * k4, np.uint8)
+        self._keep_all(w4, bias, mult, sh, packed, wsum)
+        self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_addr(wsum), y=_addr(y), scratch=_addr(scratch),
+                       window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, ldc=k4, per_thread=_PIXELS * k4,
+                       requant=(_ptr(bias), _addr(mult), _addr(sh)) + zps)
+
+    def _linear(self, node) -> None:
+        """float32 x (1 row) @ W.T (+ bias), the per-op path's row-by-row GEMV (linear_act: then its ReLU)."""
+        x, y = self._in(node, "x"), self._y(node)
+        code, wb, n, k = kernels._weight_bytes(self._weights[node.inputs["weight"]], f"{node.id}.weight")
+        bias = self._opt(node, "bias")
+        self._need(node, x.dtype == np.float32 and x.size == k and y.size == n, "one float32 row")
+        self._need(node, _core.act_row_bytes(code, k) == 0, "quantized weights")
+        self._need(node, bias is None or (bias.dtype == np.float32 and bias.size == n), "bias")
+        self._keep_all(wb, bias)
+        self.macs += n * k
+        self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1]), a=_addr(x), b=_addr(wb), c=_ptr(bias),
+                       y=_addr(y))
+        self._fused_relu(node, y)
+
+    def _fused_relu(self, node, y: np.ndarray) -> None:
+        """The ReLU of a fused node (linear_act, concat_act) in place on its output."""
+        if "activation" in node.params and node.op != "conv2d":
+            self._need(node, node.params["activation"] == "relu", f"activation {node.params['activation']!r}")
+            self.steps.add(_KIND["relu"], sizes=(y.size,), a=_addr(y), y=_addr(y))
+
+    # ------------------------------------------------------------------ small steps
+    def _quantize(self, node) -> None:
+        p, x, y = node.params, self._in(node, "x"), self._y(node)
+        self._need(node, -128 <= int(p["zero_point"]) <= 127 and float(p["scale"]) > 0, "zero point / scale")
+        self.steps.add(_KIND["quantize_i8" if node.op == "quantize" else "dequantize_i8"],
+                       sizes=(x.size, int(p["zero_point"])), floats=(float(np.float32(p["scale"])),), a=_addr(x),
+                       y=_addr(y))
+
+    def _window(self, node, x: np.ndarray, y: np.ndarray) -> tuple:
+        kh, kw = (int(k) for k in node.params["kernel"])
+        (sh, sw), _, (pt, pl, _, _) = window_params(node.params)
+        return tuple(x.shape) + (y.shape[1], y.shape[2], kh, kw, sh, sw, 1, 1, pt, pl)
+
+    def _qavg_pool(self, node) -> None:
+        p, x, y = node.params, self._in(node, "x"), self._y(node)
+        self.steps.add(_KIND["qavg_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3],
+                       requant=(0, 0, 0, 0, 0, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))))
+
+    def _max_pool(self, node) -> None:
+        x, y = self._in(node, "x"), self._y(node)
+        self._need(node, node.params.get("activation", "none") == "none", "fused activation")
+        self.steps.add(_KIND["max_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
+
+    def _qsoftmax(self, node) -> None:
+        p, x, y = node.params, self._in(node, "x"), self._y(node)
+        table = qsoftmax_table(p)  # (256,)
+        self._keep_all(table)
+        self.steps.add(_KIND["qsoftmax"], sizes=(x.size // x.shape[-1], x.shape[-1], int(p["output_zero_point"])),
+                       floats=(float(np.float32(p["output_scale"])),), a=_addr(x), b=_addr(table), y=_addr(y))
+
+    def _global_avg(self, node) -> None:
+        x, y = self._in(node, "x"), self._y(node)
+        self.steps.add(_KIND["global_avg"], sizes=(x.shape[0], x.shape[1] * x.shape[2], x.shape[3]), a=_addr(x),
+                       y=_addr(y))
+
+    def _binary(self, node) -> None:
+        ports = ("a", "b") if node.op in ("add", "mul") else tuple(p for p in node.inputs)
+        xs, y = [self._in(node, p) for p in ports], self._y(node)
+        self._need(node, all(x.shape == y.shape and x.dtype == np.float32 for x in xs), "broadcasting or dtype")
+        self.steps.add(_KIND["binary"], flag=int(node.op == "mul"), sizes=(y.size,), a=_addr(xs[0]), b=_addr(xs[1]),
+                       y=_addr(y))
+        for x in xs[2:]:  # add_n: left to right, in place
+            self.steps.add(_KIND["binary"], sizes=(y.size,), a=_addr(y), b=_addr(x), y=_addr(y))
+
+    def _relu(self, node) -> None:
+        x, y = self._in(node, "x"), self._y(node)
+        self._need(node, x.dtype == np.float32, "dtype")
+        self.steps.add(_KIND["relu"], sizes=(x.size,), a=_addr(x), y=_addr(y))
+
+    def _pad(self, node) -> None:
+        """Zero padding of the last axis only (channel padding)."""
+        pads, x, y = node.params["pads"], self._in(node, "x"), self._y(node)
+        self._need(node, all(tuple(pa) == (0, 0) for pa in pads[:-1]) and not node.params.get("value", 0),
+                   "pads other than zeros after the channels")
+        item = x.itemsize
+        self.steps.add(_KIND["copy_rows"], flag=1, sizes=(x.size // x.shape[-1], x.shape[-1] * item, x.shape[-1] * item,
+                       y.shape[-1] * item, int(pads[-1][0]) * item), a=_addr(x), y=_addr(y))
+
+    def _concat(self, node) -> None:
+        y = self._y(node)
+        axis = int(node.params["axis"]) % y.ndim
+        rows = int(np.prod(y.shape[:axis], dtype=np.int64))
+        offset = 0
+        for port in node.inputs:
+            x = self._in(node, port)
+            self._need(node, x.dtype == y.dtype, "dtypes differ")
+            width = x.size // max(rows, 1) * x.itemsize
+            self.steps.add(_KIND["copy_rows"], sizes=(rows, width, width, y.size // max(rows, 1) * y.itemsize, offset),
+                           a=_addr(x), y=_addr(y))
+            offset += width
+        self._fused_relu(node, y)
+
+    def _reshape(self, node) -> None:
+        raise Unsupported(f"node {node.id!r}: reshape of a weight")
+
+    # ------------------------------------------------------------------------ running
+    def run(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Every graph output for the input arrays (graph-input order, checked by the executor's
+        check_feeds); None when this plan cannot run now (another thread is in it, or more
+        threads than its scratch is sized for): the caller then runs the per-op executor."""
+        if kernels.get_num_threads() > self.threads or any(a.shape != t.shape for a, t in zip(arrays, self.inputs)):
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            for a, t in zip(arrays, self.inputs):
+                np.copyto(t, a)
+            self.steps.run_vision(self.useful_threads)
+            self.runs += 1
+            return {name: t.copy() for name, t in self.outputs.items()}
+        finally:
+            self._lock.release()
+
+
+LOWER = {  # op -> its lowering
+    "conv2d": VisionPlan._conv,
+    "qconv2d": VisionPlan._conv,
+    "qlinear": VisionPlan._qlinear,
+    "linear": VisionPlan._linear,
+    "linear_act": VisionPlan._linear,
+    "quantize": VisionPlan._quantize,
+    "dequantize": VisionPlan._quantize,
+    "qavg_pool2d": VisionPlan._qavg_pool,
+    "qsoftmax": VisionPlan._qsoftmax,
+    "max_pool2d": VisionPlan._max_pool,
+    "global_avg_pool": VisionPlan._global_avg,
+    "add": VisionPlan._binary,
+    "mul": VisionPlan._binary,
+    "add_n": VisionPlan._binary,
+    "relu": VisionPlan._relu,
+    "pad": VisionPlan._pad,
+    "concat": VisionPlan._concat,
+    "concat_act": VisionPlan._concat,
+    "reshape": VisionPlan._reshape,  # a view of its input (aliased), unless its input is a weight
+}
+
+
+class PlanHook:
+    """Model.run's native path: the first run lowers the graph (once); later runs use the plan,
+    or return None (per-op executor) when the graph does not lower or the plan cannot run."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.plan: VisionPlan | None = None
+        self.why: str | None = None  # why the graph did not lower (None: not tried yet, or lowered)
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray] | None:
+        """Graph outputs through the plan, or None."""
+        if self.plan is None:
+            if self.why is not None:
+                return None
+            ex = self.executor
+            try:
+                self.plan = VisionPlan(ex.graph, {n: w for (_, w), n in zip(ex.weight_slots, ex.graph.weights)})
+            except (Unsupported, VolvoxError) as e:  # the per-op path runs (and reports real errors)
+                self.why = str(e) or type(e).__name__
+                return None
+        return self.plan.run(self.executor.check_feeds(feeds))
