@@ -171,7 +171,9 @@ def bench_attention(threads: int, min_time: float) -> None:
 
 
 # (label, M, N, K): f32 weights, many activation rows
-F32_GEMM = [("ppocr head   ", 40, 6625, 120), ("gpt2 qkv S=64", 64, 2304, 768), ("gpt2 fc2 S=64", 64, 768, 3072)]
+F32_GEMM = [("ppocr head   ", 40, 6625, 120), ("gpt2 qkv S=64", 64, 2304, 768), ("gpt2 fc2 S=64", 64, 768, 3072),
+            ("square 256^3", 256, 256, 256), ("square 512^3", 512, 512, 512), ("square 1024^3", 1024, 1024, 1024),
+            ("square 2048^3", 2048, 2048, 2048)]
 # (label, (N, H, W, C), (cout, kh, kw), groups, stride, pad)
 CONVS = [("conv3x3 56x56x64->64", (1, 56, 56, 64), (64, 3, 3), 1, 1, 1),
          ("conv1x1 28x28x128->256", (1, 28, 28, 128), (256, 1, 1), 1, 1, 0),
