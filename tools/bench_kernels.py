@@ -114,7 +114,31 @@ def child(threads: int, isa: str | None, quick: bool, vision: bool) -> None:
     nbytes = 30 * sum(w.nbytes for w in ws) + head.nbytes
     print(f"SmolLM2-135M decode matmuls only (211 linear calls, {nbytes / 1e6:.1f} MB): "
           f"{tt * 1e3:.2f} ms/token = {1 / tt:.0f} tok/s upper bound, {nbytes / tt / 1e9:.1f} GB/s")
+    bench_dram(threads, min_time)
     bench_attention(threads, min_time)
+
+
+def bench_dram(threads: int, min_time: float) -> None:
+    """A q8_0 GEMV over 1 GB of weights (past this machine's 260 MiB shared L3, so it streams
+    from DRAM) beside numpy's max over 1 GB of float32 (a one-thread SIMD read)."""
+    import volvox.kernels as K
+    from volvox.quant import QuantTensor
+
+    k = 4096
+    n = (1 << 30) // (k // 32 * 34)
+    raw = np.zeros((n, k // 32 * 34), np.uint8)  # (rows, blocks * 34): d = 0.01, qs = 1
+    blocks = raw.reshape(n, -1, 34)
+    blocks[:, :, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    blocks[:, :, 2:] = 1
+    w = QuantTensor(raw, "q8_0", (n, k))
+    x = np.ones(k, np.float32)
+    tv = timeit(lambda: K.linear(x, w), min_time)
+    line = f"q8_0 GEMV over {raw.nbytes / 2**30:.2f} GiB (DRAM): {raw.nbytes / tv / 1e9:.1f} GB/s"
+    if threads == 1:
+        a = np.ones(raw.nbytes // 4, np.float32)  # (1 GiB / 4,)
+        tn = timeit(lambda: a.max(), min_time)
+        line += f"; numpy max over the same bytes: {a.nbytes / tn / 1e9:.1f} GB/s ({tn / tv:.0%} of it)"
+    print(line, flush=True)
 
 
 # (label, new query rows, cached rows before them): SmolLM2 heads (9 q, 3 kv, 64 dims)
