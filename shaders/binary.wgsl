@@ -1,5 +1,7 @@
 // Elementwise a (op) b with numpy broadcasting over up to 4 dims (strides 0 on broadcast dims).
 // op: 0 add, 1 mul, 2 sub, 3 div, 4 pow (numpy semantics for negative bases); relu != 0 fuses max(., 0).
+// acc != 0: a is y itself, a unbound (y = y (op) b, e.g. add_n's running sum; WebGPU forbids binding one
+// buffer both read-only and read-write in a dispatch).
 
 struct Params {
     n: u32,           // elements of y
@@ -10,6 +12,7 @@ struct Params {
     b0: u32, b1: u32, b2: u32, b3: u32,  // b's strides per y dim
     op: u32,
     relu: u32,
+    acc: u32,
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -37,7 +40,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r1 = r2 / P.d2;
     let i1 = r1 % P.d1;
     let i0 = r1 / P.d1;
-    let av = a[i0 * P.a0 + i1 * P.a1 + i2 * P.a2 + i3 * P.a3];
+    var av: f32;
+    if (P.acc != 0u) { av = y[i]; } else { av = a[i0 * P.a0 + i1 * P.a1 + i2 * P.a2 + i3 * P.a3]; }
     let bv = b[i0 * P.b0 + i1 * P.b1 + i2 * P.b2 + i3 * P.b3];
     var v: f32;
     switch P.op {

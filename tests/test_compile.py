@@ -204,24 +204,56 @@ def test_conv_activation_fusion_and_noop_reshape(tmp_path):
     assert [(n.op, n.params.get("activation")) for n in compiled.nodes] == [("conv2d", "relu6")]
 
 
-def test_gpu_backends_skip_fusions_only_the_cpu_runs(tmp_path):
-    """linear_act / concat_act / add_n have no GPU lowering: a GPU model keeps the plain ops,
-    so GPT-2's MLP stays on the device instead of becoming CPU islands."""
-    pytest.importorskip("transformers")
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_gpu_backends_run_every_fusion(tmp_path, family):
+    """linear_act / concat_act / add_n lower on every GPU backend, so a GPU model gets every pass
+    (GPT-2's MLP as linear_act; BERT's too, and its embedding sum as add_n), runs whole on the
+    device and matches transformers and the CPU."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
     from gpu_helpers import device_or_none
-    from hf_models import build_causal_lm, train_bpe_tokenizer
     from volvox._gpu.devices import GPU_BACKENDS
-    from volvox.compile import CPU_ONLY
+    from volvox.tasks.generate import Session
 
-    vocab = train_bpe_tokenizer(tmp_path / "tokenizer.json")
-    build_causal_lm(tmp_path / "model", "gpt2", tmp_path / "tokenizer.json", vocab)
-    with volvox.load(tmp_path / "model", optimize=False) as lm:  # the graph and weights as imported
-        weights = {name: w for (_, w), name in zip(lm.executor.weight_slots, lm.graph.weights)}
-        gpu_graph, _, report = compile_graph(lm.graph, weights, gpu=True)
-    assert not {name for name, _, _ in report.steps} & set(CPU_ONLY)
-    assert "linear_act" not in {n.op for n in gpu_graph.nodes}
     backend = next((b for b in GPU_BACKENDS if device_or_none(b) is not None), None)
     if backend is None:
         pytest.skip("no GPU backend here")
-    with volvox.load(tmp_path / "model", backend=backend) as gpu:
+    directory = tmp_path / "model"
+    if family == "gpt2":
+        from hf_models import build_causal_lm, torch_logits, train_bpe_tokenizer
+
+        vocab = train_bpe_tokenizer(tmp_path / "tokenizer.json")
+        model = build_causal_lm(directory, "gpt2", tmp_path / "tokenizer.json", vocab)
+        ids = list(range(3, 40))  # (37,): a prefill, which runs on the GPU
+        want = torch_logits(model, ids)  # (seq, vocab)
+        forward = lambda lm: Session(lm).forward(np.array(ids, np.int32), all_logits=True)  # noqa: E731
+        fused = {"linear_act"}
+    else:
+        from tokenizers import BertWordPieceTokenizer
+        from test_wordpiece import with_specials
+
+        tok = BertWordPieceTokenizer(lowercase=True)
+        tok.train_from_iterator(["the cat sat on the mat", "a dog ran to the sea"] * 5, vocab_size=120,
+                                show_progress=False)
+        with_specials(tok, template=True)
+        directory.mkdir()
+        tok.save(str(directory / "tokenizer.json"))
+        torch.manual_seed(2)
+        cfg = tf.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=64, max_position_embeddings=32)
+        model = tf.BertModel(cfg).eval()
+        model.save_pretrained(directory)
+        ids = tok.encode("the cat ran to the sea").ids
+        with torch.no_grad():
+            want = model(input_ids=torch.tensor([ids])).last_hidden_state[0].numpy()  # (seq, hidden)
+        forward = lambda lm: lm.hidden_states(ids)  # noqa: E731
+        fused = {"linear_act", "add_n"}
+    with volvox.load(directory) as cpu, volvox.load(directory, backend=backend) as gpu:
+        assert [name for name, _, _ in gpu.compile_report.steps] == list(PASSES)
+        assert fused <= {n.op for n in gpu.graph.nodes}
         assert set(gpu.executor.node_backends().values()) == {backend}, gpu.executor.describe()
+        got, on_cpu = forward(gpu), forward(cpu)
+        assert gpu.executor.last_backend == backend
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() < 1e-4 * scale, family  # transformers
+    assert np.abs(got - on_cpu).max() < 1e-5 * scale, family

@@ -14,6 +14,7 @@ import pytest
 
 from gpu_helpers import BACKENDS, device_or_skip, nmse
 from volvox._gpu.lowering import LOWERINGS
+from volvox.ops.activation import FUSED_ACTIVATIONS
 from volvox.graph import Graph, Node, TensorSpec
 from volvox.runtime.executor import Executor, RunContext
 from volvox.runtime.gpu_executor import GpuExecutor
@@ -121,6 +122,21 @@ CASES = [
     Case("avg_pool_incl_pad", "avg_pool2d", dict(x=f32(1, 4, 4, 2)),
          params=dict(kernel=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=True)),
     Case("global_avg_pool", "global_avg_pool", dict(x=f32(2, 5, 3, 7))),
+    # fused ops (volvox/compile/): matmul with the activation in its write, concat's copies then the
+    # activation in place, add_n as a first add then in-place adds; every FUSED_ACTIVATIONS entry
+    *[Case(f"linear_act_{act}", "linear_act", dict(x=f32(2, 5, 24)), dict(weight=f32(18, 24), bias=f32(18)),
+           dict(activation=act)) for act in FUSED_ACTIVATIONS],
+    Case("linear_act_nobias", "linear_act", dict(x=f32(7, 33)), dict(weight=f32(20, 33)), dict(activation="gelu_tanh")),
+    Case("linear_act_f16", "linear_act", dict(x=f32(4, 32)), dict(weight=f32(20, 32).astype(np.float16)),
+         dict(activation="silu")),
+    *[Case(f"concat_act_{act}", "concat_act", dict(x0=f32(2, 3, 4, lo=-8, hi=8), x1=f32(2, 5, 4, lo=-8, hi=8)),
+           params=dict(axis=1, activation=act)) for act in FUSED_ACTIVATIONS],
+    Case("concat_act_last3", "concat_act", dict(x0=f32(3, 4), x1=f32(3, 2), x2=f32(3, 5)),
+         params=dict(axis=-1, activation="sigmoid")),
+    Case("add_n3", "add_n", dict(x0=f32(4, 9), x1=f32(4, 9), x2=f32(4, 9))),
+    Case("add_n_bcast", "add_n", dict(x0=f32(6), x1=f32(1, 6), x2=f32(3, 6), x3=f32(2, 1, 1), x4=f32(2, 3, 6))),
+    Case("add_n_int", "add_n", dict(x0=np.arange(6, dtype=np.int32), x1=np.ones(6, np.int32), x2=np.ones(6, np.int32)),
+         gpu=False),
 ]
 
 
@@ -173,27 +189,9 @@ def test_op_matches_reference(backend, case):
 
 
 @BACKENDS
-def test_fused_activation_and_alias(backend):
-    """matmul's fused activations (not reachable from one graph node) and a reshape that aliases its input."""
-    from volvox._gpu.lowering import matmul_dispatch
-
+def test_reshape_aliases_its_input(backend):
+    """relu -> reshape: the reshape runs on the GPU as an alias of relu's output buffer."""
     device = device_or_skip(backend)
-    x, w, b = f32(5, 24), f32(18, 24), f32(18)
-    bufs = {"x": device.upload(x), "w": device.upload(w), "b": device.upload(b), "y": device.alloc(5 * 18 * 4)}
-    lin = x.astype(np.float64) @ w.T.astype(np.float64) + b
-    import math
-    erf = np.vectorize(math.erf)
-    want = {"relu": np.maximum(lin, 0), "relu6": np.clip(lin, 0, 6), "silu": lin / (1 + np.exp(-lin)),
-            "gelu": 0.5 * lin * (1 + erf(lin / math.sqrt(2)))}
-    for act, ref in want.items():
-        d = matmul_dispatch("x", "w", "b", "y", 5, 24, 18, act=act)
-        g = device.graph()
-        g.begin()
-        g.record(d.kernel, [bufs[n] for n in d.buffers], d.grid, d.params)
-        r = g.download(bufs["y"], 5 * 18 * 4)
-        g.end()
-        assert nmse(r.array(np.float32, (5, 18)), ref) < 1e-10, act
-    # relu -> reshape: the reshape runs on the GPU as an alias of relu's output buffer
     graph = Graph([TensorSpec("x", (4, 6), "float32")], {},
                   [Node("r", "relu", {"x": "x"}, {"y": "h"}), Node("s", "reshape", {"x": "h"}, {"y": "y"}, {"shape": [2, 12]})],
                   ["y"])

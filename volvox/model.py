@@ -23,7 +23,7 @@ class Model:
         self.source_graph = graph  # as loaded, before compiler passes
         check_norm_weights(graph, weights, source)
         passes = None if optimize is True else (optimize or [])
-        self.graph, weights, self.compile_report = compile_graph(graph, weights, passes, gpu=device is not None)
+        self.graph, weights, self.compile_report = compile_graph(graph, weights, passes)
         self.metadata = metadata
         self.source = source
         self._closers = list(closers)

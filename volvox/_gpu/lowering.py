@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import KernelError
+from ..ops.activation import FUSED_ACTIVATIONS
 from ..ops.attention import llama3_inv_freq
 from ..ops.conv import window_params
 from ..ops.resize import NEAREST_MODES, axis_scales, axis_transform
@@ -25,6 +26,8 @@ from .backend import MAX_GROUPS, grid_1d
 FLOAT_WEIGHTS = ("float32", "float16")   # quantized weights stay on the CPU (see docs/backends.md)
 MAX_HEAD_DIM = 128
 ACT_CODES = {"none": 0, "relu": 1, "relu6": 2}
+# matmul's ``act`` codes: every FUSED_ACTIVATIONS entry, applied as the tile is written
+MATMUL_ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "gelu": 4, "sigmoid": 5, "gelu_tanh": 6, "hard_swish": 7}
 
 
 @dataclass
@@ -92,14 +95,15 @@ def matmul_dispatch(x: str, w: str, bias: str | None, y: str, m: int, k: int, n:
     a row-major (rows, k) weight) and per-batch strides x_batch, w_batch (0: broadcast)."""
     return Dispatch("matmul", [x, w, bias or "@dummy", y], (-(-n // 16), -(-m // 16), batch),
                     dict(M=m, K=k, N=n, w_row=w_row, w_n=k if w_n is None else w_n, w_k=w_k, x_batch=x_batch,
-                         w_batch=w_batch, has_bias=int(bias is not None),
-                         act={"none": 0, "relu": 1, "relu6": 2, "silu": 3, "gelu": 4}[act]))
+                         w_batch=w_batch, has_bias=int(bias is not None), act=MATMUL_ACTS[act]))
 
 
 def _lower_linear(c: Call) -> list[Dispatch]:
+    """linear, and linear_act with its activation in matmul's output write."""
     k, n = c.shapes["weight"][1], c.shapes["weight"][0]
     m = math.prod(c.shapes["x"][:-1])
-    return [matmul_dispatch("x", "weight", "bias" if "bias" in c.shapes else None, "y", m, k, n)]
+    return [matmul_dispatch("x", "weight", "bias" if "bias" in c.shapes else None, "y", m, k, n,
+                            act=c.params.get("activation", "none"))]
 
 
 def _lower_linear_split(c: Call) -> list[Dispatch]:
@@ -114,6 +118,7 @@ def _lower_linear_split(c: Call) -> list[Dispatch]:
 
 
 _register("linear", Lowering(("matmul",), _lower_linear, _check_linear))
+_register("linear_act", Lowering(("matmul",), _lower_linear, _check_linear))
 _register("linear_split", Lowering(("matmul",), _lower_linear_split, _check_linear))
 
 
@@ -191,18 +196,23 @@ _register("softmax", Lowering(("softmax",), _lower_softmax, _check_softmax))
 UNARY = {"relu": 0, "sigmoid": 1, "silu": 2, "gelu": 3, "clip": 5, "hard_sigmoid": 6, "hard_swish": 7, "sqrt": 8}
 
 
+def unary_dispatch(op: str, params: dict, x: str | None, y: str, n: int) -> Dispatch:
+    """y = op(x) over n elements, with op's params (clip bounds, hard_sigmoid alpha / beta, gelu's
+    approximation); ``x`` None: y = op(y) in place."""
+    code, lo, hi = UNARY[op], 0.0, 0.0
+    if op == "gelu" and params.get("approximate", "none") == "tanh":
+        code = 4
+    if op == "clip":
+        lo = -3.4e38 if params.get("min") is None else float(params["min"])
+        hi = 3.4e38 if params.get("max") is None else float(params["max"])
+    if op == "hard_sigmoid":
+        lo, hi = float(params.get("alpha", 0.2)), float(params.get("beta", 0.5))
+    return Dispatch("unary", [x or "@dummy", y], _groups(n), dict(n=n, op=code, lo=lo, hi=hi, in_place=int(x is None)))
+
+
 def _lower_unary(op: str) -> Callable[[Call], list[Dispatch]]:
     def lower(c: Call) -> list[Dispatch]:
-        n = math.prod(c.shapes["x"])
-        code, lo, hi = UNARY[op], 0.0, 0.0
-        if op == "gelu" and c.params.get("approximate", "none") == "tanh":
-            code = 4
-        if op == "clip":
-            lo = -3.4e38 if c.params.get("min") is None else float(c.params["min"])
-            hi = 3.4e38 if c.params.get("max") is None else float(c.params["max"])
-        if op == "hard_sigmoid":
-            lo, hi = float(c.params.get("alpha", 0.2)), float(c.params.get("beta", 0.5))
-        return [Dispatch("unary", ["x", "y"], _groups(n), dict(n=n, op=code, lo=lo, hi=hi))]
+        return [unary_dispatch(op, c.params, "x", "y", math.prod(c.shapes["x"]))]
     return lower
 
 
@@ -239,21 +249,42 @@ def _check_binary(specs, params):
     return None if max(len(specs["a"].shape), len(specs["b"].shape)) <= 4 else "rank above 4"
 
 
+def binary_dispatch(op: str, a: str | None, b: str, y: str, shapes: dict[str, tuple]) -> Dispatch:
+    """y = a (op) b broadcast to ``shapes[y]`` (ports' shapes); ``a`` None: y = y (op) b in place."""
+    out = shapes[y]
+    dims = (1,) * (4 - len(out)) + tuple(out)
+    sa, sb = broadcast_strides(shapes[a] if a else out, out), broadcast_strides(shapes[b], out)
+    n = math.prod(out)
+    p = dict(n=n, d1=dims[1], d2=dims[2], d3=dims[3], op=BINARY[op], relu=0, acc=int(a is None))
+    p.update({f"a{i}": s for i, s in enumerate(sa)})
+    p.update({f"b{i}": s for i, s in enumerate(sb)})
+    return Dispatch("binary", [a or "@dummy", b, y], _groups(n), p)
+
+
 def _lower_binary(op: str) -> Callable[[Call], list[Dispatch]]:
     def lower(c: Call) -> list[Dispatch]:
-        out = c.shapes["y"]
-        dims = (1,) * (4 - len(out)) + tuple(out)
-        sa, sb = broadcast_strides(c.shapes["a"], out), broadcast_strides(c.shapes["b"], out)
-        n = math.prod(out)
-        p = dict(n=n, d1=dims[1], d2=dims[2], d3=dims[3], op=BINARY[op], relu=0)
-        p.update({f"a{i}": s for i, s in enumerate(sa)})
-        p.update({f"b{i}": s for i, s in enumerate(sb)})
-        return [Dispatch("binary", ["a", "b", "y"], _groups(n), p)]
+        return [binary_dispatch(op, "a", "b", "y", c.shapes)]
     return lower
 
 
 for _op in BINARY:
     _register(_op, Lowering(("binary",), _lower_binary(_op), _check_binary))
+
+
+def _check_add_n(specs, params):
+    ranks = [len(s.shape) for s in specs.values()]
+    return _float_only(*specs)(specs, params) or (None if max(ranks) <= 4 else "rank above 4")
+
+
+def _lower_add_n(c: Call) -> list[Dispatch]:
+    """((x0 + x1) + x2) + ...: the first add writes y at its full (broadcast) shape, each later one adds
+    in place, so the sums run in add_n's order."""
+    xs = [p for p in (f"x{i}" for i in range(len(c.shapes))) if p in c.shapes]
+    return ([binary_dispatch("add", xs[0], xs[1], "y", c.shapes)]
+            + [binary_dispatch("add", None, x, "y", c.shapes) for x in xs[2:]])
+
+
+_register("add_n", Lowering(("binary",), _lower_add_n, _check_add_n))
 
 
 # -- sequence ops -----------------------------------------------------------------------------------
@@ -425,6 +456,15 @@ def _lower_concat(c: Call) -> list[Dispatch]:
 
 
 _register("concat", Lowering(("copy",), _lower_concat, _check_concat))
+
+
+def _lower_concat_act(c: Call) -> list[Dispatch]:
+    """concat's copies into y, then the activation over y in place."""
+    act = FUSED_ACTIVATIONS[c.params["activation"]]
+    return _lower_concat(c) + [unary_dispatch(act.op, act.params, None, "y", math.prod(c.shapes["y"]))]
+
+
+_register("concat_act", Lowering(("copy", "unary"), _lower_concat_act, _check_concat))
 
 
 # -- vision ---------------------------------------------------------------------------------------

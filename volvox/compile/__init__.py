@@ -42,9 +42,9 @@ PASSES: dict[str, Pass] = {
     "prepack_weights": prepack_weights,
 }
 
-# Passes whose fused ops only the CPU runs (no GPU lowering yet): skipped for a GPU backend,
-# where they would cut the graph into CPU islands and add transfers.
-CPU_ONLY = ("fuse_linear_activation", "fuse_concat_activation", "fuse_add_chains")
+# Every pass serves the GPU backends too: the fused ops (linear_act, concat_act, add_n) lower on
+# each of them (volvox/_gpu/lowering.py) with no more dispatches and fewer intermediate buffers
+# than the nodes they replace. A future pass making a CPU-only op must keep GPU graphs out.
 
 
 @dataclass
@@ -64,11 +64,10 @@ class CompileReport:
         return self.steps[-1][2] if self.steps else 0
 
 
-def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | None = None, gpu: bool = False
+def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | None = None
                   ) -> tuple[Graph, dict[str, Any], CompileReport]:
-    """Run ``passes`` (default: all, in registry order; for a ``gpu`` backend all but CPU_ONLY)
-    over a validated graph."""
-    names = [n for n in PASSES if not (gpu and n in CPU_ONLY)] if passes is None else passes
+    """Run ``passes`` (default: all, in registry order) over a validated graph."""
+    names = list(PASSES) if passes is None else passes
     unknown = [n for n in names if n not in PASSES]
     if unknown:
         raise UnsupportedError(f"unknown compiler passes {unknown} (known: {', '.join(PASSES)})")

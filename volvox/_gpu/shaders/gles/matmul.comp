@@ -70,6 +70,18 @@ float _65(float _63, uint _64)
         {
             return (0.5 * _63) * (1.0 + _32(_63 * 0.707106769084930419921875));
         }
+        case 5u:
+        {
+            return 1.0 / (1.0 + exp(-_63));
+        }
+        case 6u:
+        {
+            return _63 / (1.0 + exp((-1.5957691669464111328125) * (_63 + (((0.0447149984538555145263671875 * _63) * _63) * _63))));
+        }
+        case 7u:
+        {
+            return (_63 * clamp(_63 + 3.0, 0.0, 6.0)) / 6.0;
+        }
         default:
         {
             return _63;
@@ -80,71 +92,71 @@ float _65(float _63, uint _64)
 
 void main()
 {
-    float _107 = 0.0;
-    uint _109 = 0u;
-    float _111 = 0.0;
-    float _113 = 0.0;
-    float _117 = 0.0;
-    uvec2 _154 = uvec2(4294967295u);
-    uvec2 _237 = uvec2(4294967295u);
-    uint _123 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
-    uint _127 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
-    uint _131 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
-    uint _137 = gl_WorkGroupID.z * _23._m0._m6;
-    uint _142 = gl_WorkGroupID.z * _23._m0._m7;
+    float _129 = 0.0;
+    uint _131 = 0u;
+    float _133 = 0.0;
+    float _135 = 0.0;
+    float _139 = 0.0;
+    uvec2 _176 = uvec2(4294967295u);
+    uvec2 _259 = uvec2(4294967295u);
+    uint _145 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
+    uint _149 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
+    uint _153 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
+    uint _159 = gl_WorkGroupID.z * _23._m0._m6;
+    uint _164 = gl_WorkGroupID.z * _23._m0._m7;
     for (;;)
     {
-        if (all(equal(uvec2(0u), _154)))
+        if (all(equal(uvec2(0u), _176)))
         {
             break;
         }
-        _154 -= uvec2(uint(_154.y == 0u), 1u);
-        if (!(_109 < _23._m0._m1))
+        _176 -= uvec2(uint(_176.y == 0u), 1u);
+        if (!(_131 < _23._m0._m1))
         {
             break;
         }
-        uint _175 = _109 + gl_LocalInvocationID.x;
-        _111 = 0.0;
-        if ((_123 < _23._m0._m0) && (_175 < _23._m0._m1))
+        uint _197 = _131 + gl_LocalInvocationID.x;
+        _133 = 0.0;
+        if ((_145 < _23._m0._m0) && (_197 < _23._m0._m1))
         {
-            _111 = _11._m0[(_137 + (_123 * _23._m0._m1)) + _175];
+            _133 = _11._m0[(_159 + (_145 * _23._m0._m1)) + _197];
         }
-        _26[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _111;
-        _113 = 0.0;
-        if ((_131 < _23._m0._m2) && (_175 < _23._m0._m1))
+        _26[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _133;
+        _135 = 0.0;
+        if ((_153 < _23._m0._m2) && (_197 < _23._m0._m1))
         {
-            _113 = _14._m0[(_142 + ((_23._m0._m3 + _131) * _23._m0._m4)) + (_175 * _23._m0._m5)];
+            _135 = _14._m0[(_164 + ((_23._m0._m3 + _153) * _23._m0._m4)) + (_197 * _23._m0._m5)];
         }
-        _29[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _113;
+        _29[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _135;
         barrier();
-        uint _115 = 0u;
+        uint _137 = 0u;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _237)))
+            if (all(equal(uvec2(0u), _259)))
             {
                 break;
             }
-            _237 -= uvec2(uint(_237.y == 0u), 1u);
-            if (!(_115 < 16u))
+            _259 -= uvec2(uint(_259.y == 0u), 1u);
+            if (!(_137 < 16u))
             {
                 break;
             }
-            _107 += (_26[(gl_LocalInvocationID.y * 16u) + _115] * _29[(gl_LocalInvocationID.x * 16u) + _115]);
-            _115++;
+            _129 += (_26[(gl_LocalInvocationID.y * 16u) + _137] * _29[(gl_LocalInvocationID.x * 16u) + _137]);
+            _137++;
             continue;
         }
         barrier();
-        _109 += 16u;
+        _131 += 16u;
         continue;
     }
-    if ((_123 < _23._m0._m0) && (_127 < _23._m0._m2))
+    if ((_145 < _23._m0._m0) && (_149 < _23._m0._m2))
     {
-        _117 = _107;
+        _139 = _129;
         if (_23._m0._m8 != 0u)
         {
-            _117 += _17._m0[_127];
+            _139 += _17._m0[_149];
         }
-        _20._m0[(((gl_WorkGroupID.z * _23._m0._m0) + _123) * _23._m0._m2) + _127] = _65(_117, _23._m0._m9);
+        _20._m0[(((gl_WorkGroupID.z * _23._m0._m0) + _145) * _23._m0._m2) + _149] = _65(_139, _23._m0._m9);
         return;
     }
     else

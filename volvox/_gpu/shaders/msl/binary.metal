@@ -21,6 +21,7 @@ struct _4
     uint _m11;
     uint _m12;
     uint _m13;
+    uint _m14;
 };
 
 struct _9
@@ -73,51 +74,59 @@ float _23(float _21, float _22)
 kernel void main0(const device _9& _8 [[buffer(0)]], const device _12& _11 [[buffer(1)]], device _15& _14 [[buffer(2)]], const device _18& _17 [[buffer(3)]], uint3 gl_WorkGroupID [[threadgroup_position_in_grid]], uint3 gl_NumWorkGroups [[threadgroups_per_grid]], uint gl_LocalInvocationIndex [[thread_index_in_threadgroup]])
 {
     float _83 = 0.0;
-    uint _93 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_93 >= _17._m0._m0)
+    float _86 = 0.0;
+    uint _95 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_95 >= _17._m0._m0)
     {
         return;
     }
-    uint _103 = _48(_93, _17._m0._m3);
-    uint _106 = _58(_93, _17._m0._m3);
-    uint _110 = _48(_106, _17._m0._m2);
-    uint _113 = _58(_106, _17._m0._m2);
-    uint _116 = _48(_113, _17._m0._m1);
-    uint _119 = _58(_113, _17._m0._m1);
-    uint _138 = (((_119 * _17._m0._m4) + (_116 * _17._m0._m5)) + (_110 * _17._m0._m6)) + (_103 * _17._m0._m7);
-    uint _160 = (((_119 * _17._m0._m8) + (_116 * _17._m0._m9)) + (_110 * _17._m0._m10)) + (_103 * _17._m0._m11);
+    uint _105 = _48(_95, _17._m0._m3);
+    uint _108 = _58(_95, _17._m0._m3);
+    uint _112 = _48(_108, _17._m0._m2);
+    uint _115 = _58(_108, _17._m0._m2);
+    uint _118 = _48(_115, _17._m0._m1);
+    uint _121 = _58(_115, _17._m0._m1);
+    if (_17._m0._m14 != 0u)
+    {
+        _83 = _14._m0[_95];
+    }
+    else
+    {
+        _83 = _8._m0[(((_121 * _17._m0._m4) + (_118 * _17._m0._m5)) + (_112 * _17._m0._m6)) + (_105 * _17._m0._m7)];
+    }
+    uint _171 = (((_121 * _17._m0._m8) + (_118 * _17._m0._m9)) + (_112 * _17._m0._m10)) + (_105 * _17._m0._m11);
     switch (_17._m0._m12)
     {
         case 1u:
         {
-            _83 = _8._m0[_138] * _11._m0[_160];
+            _86 = _83 * _11._m0[_171];
             break;
         }
         case 2u:
         {
-            _83 = _8._m0[_138] - _11._m0[_160];
+            _86 = _83 - _11._m0[_171];
             break;
         }
         case 3u:
         {
-            _83 = _8._m0[_138] / _11._m0[_160];
+            _86 = _83 / _11._m0[_171];
             break;
         }
         case 4u:
         {
-            _83 = _23(_8._m0[_138], _11._m0[_160]);
+            _86 = _23(_83, _11._m0[_171]);
             break;
         }
         default:
         {
-            _83 = _8._m0[_138] + _11._m0[_160];
+            _86 = _83 + _11._m0[_171];
             break;
         }
     }
     if (_17._m0._m13 != 0u)
     {
-        _83 = fast::max(_83, 0.0);
+        _86 = fast::max(_86, 0.0);
     }
-    _14._m0[_93] = _83;
+    _14._m0[_95] = _86;
 }
 

@@ -11,6 +11,7 @@ struct _5
     uint _m1;
     float _m2;
     float _m3;
+    uint _m4;
 };
 
 struct _9
@@ -45,59 +46,68 @@ float _19(float _18)
 kernel void main0(const device _9& _8 [[buffer(0)]], device _12& _11 [[buffer(1)]], const device _15& _14 [[buffer(2)]], uint3 gl_WorkGroupID [[threadgroup_position_in_grid]], uint3 gl_NumWorkGroups [[threadgroups_per_grid]], uint gl_LocalInvocationIndex [[thread_index_in_threadgroup]])
 {
     float _82 = 0.0;
-    uint _92 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_92 >= _14._m0._m0)
+    float _85 = 0.0;
+    uint _94 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_94 >= _14._m0._m0)
     {
         return;
+    }
+    if (_14._m0._m4 != 0u)
+    {
+        _82 = _11._m0[_94];
+    }
+    else
+    {
+        _82 = _8._m0[_94];
     }
     switch (_14._m0._m1)
     {
         case 0u:
         {
-            _82 = fast::max(_8._m0[_92], 0.0);
+            _85 = fast::max(_82, 0.0);
             break;
         }
         case 1u:
         {
-            _82 = _51(_8._m0[_92]);
+            _85 = _51(_82);
             break;
         }
         case 2u:
         {
-            _82 = _8._m0[_92] * _51(_8._m0[_92]);
+            _85 = _82 * _51(_82);
             break;
         }
         case 3u:
         {
-            _82 = (0.5 * _8._m0[_92]) * (1.0 + _19(_8._m0[_92] * 0.707106769084930419921875));
+            _85 = (0.5 * _82) * (1.0 + _19(_82 * 0.707106769084930419921875));
             break;
         }
         case 4u:
         {
-            _82 = _8._m0[_92] * _51(1.5957691669464111328125 * (_8._m0[_92] + (((0.0447149984538555145263671875 * _8._m0[_92]) * _8._m0[_92]) * _8._m0[_92])));
+            _85 = _82 * _51(1.5957691669464111328125 * (_82 + (((0.0447149984538555145263671875 * _82) * _82) * _82)));
             break;
         }
         case 5u:
         {
-            _82 = fast::clamp(_8._m0[_92], _14._m0._m2, _14._m0._m3);
+            _85 = fast::clamp(_82, _14._m0._m2, _14._m0._m3);
             break;
         }
         case 6u:
         {
-            _82 = fast::clamp((_14._m0._m2 * _8._m0[_92]) + _14._m0._m3, 0.0, 1.0);
+            _85 = fast::clamp((_14._m0._m2 * _82) + _14._m0._m3, 0.0, 1.0);
             break;
         }
         case 7u:
         {
-            _82 = (_8._m0[_92] * fast::clamp(_8._m0[_92] + 3.0, 0.0, 6.0)) / 6.0;
+            _85 = (_82 * fast::clamp(_82 + 3.0, 0.0, 6.0)) / 6.0;
             break;
         }
         default:
         {
-            _82 = sqrt(_8._m0[_92]);
+            _85 = sqrt(_82);
             break;
         }
     }
-    _11._m0[_92] = _82;
+    _11._m0[_94] = _85;
 }
 

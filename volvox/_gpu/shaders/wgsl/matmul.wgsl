@@ -2,7 +2,8 @@
 // strides (w_n, w_k), so a linear weight (N, K) has (K, 1) and a matmul's right operand (K, N) has (1, N);
 // batch strides 0 broadcast an operand. linear: W's rows start at w_row (linear_split reads a block).
 // 16x16 output tile per workgroup, K walked in 16-wide slices staged in workgroup memory.
-// act: 0 none, 1 relu, 2 relu6, 3 silu, 4 gelu (erf).
+// act: 0 none, 1 relu, 2 relu6, 3 silu, 4 gelu (erf), 5 sigmoid, 6 gelu (tanh), 7 hard_swish
+// (every activation linear_act fuses, applied in the output write).
 
 struct Params {
     M: u32,
@@ -41,6 +42,9 @@ fn activate(v: f32, act: u32) -> f32 {
         case 2u: { return clamp(v, 0.0, 6.0); }
         case 3u: { return v / (1.0 + exp(-v)); }
         case 4u: { return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); }
+        case 5u: { return 1.0 / (1.0 + exp(-v)); }
+        case 6u: { return v / (1.0 + exp(-1.5957691216057308 * (v + 0.044715 * v * v * v))); }  // 0.5(1+tanh(u)) = sigmoid(2u)
+        case 7u: { return v * clamp(v + 3.0, 0.0, 6.0) / 6.0; }
         default: { return v; }
     }
 }

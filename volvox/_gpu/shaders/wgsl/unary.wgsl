@@ -1,12 +1,15 @@
 // Pointwise activations y = f(x).
 // op: 0 relu, 1 sigmoid, 2 silu, 3 gelu (erf), 4 gelu (tanh), 5 clip(lo, hi),
 //     6 hard_sigmoid(alpha, beta), 7 hard_swish, 8 sqrt.
+// in_place != 0: y = f(y), x unbound (an activation over a buffer an earlier dispatch wrote; WebGPU
+// forbids binding one buffer both read-only and read-write in a dispatch).
 
 struct Params {
     n: u32,
     op: u32,
     lo: f32,     // clip bounds / hard_sigmoid alpha
     hi: f32,     // clip bounds / hard_sigmoid beta
+    in_place: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -30,7 +33,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) li: u32) {
     let i = (wid.y * nwg.x + wid.x) * 64u + li;
     if (i >= P.n) { return; }
-    let v = x[i];
+    var v: f32;
+    if (P.in_place != 0u) { v = y[i]; } else { v = x[i]; }
     var r: f32;
     switch P.op {
         case 0u: { r = max(v, 0.0); }
