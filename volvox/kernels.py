@@ -350,10 +350,17 @@ def gelu(x, approximate: str = "none", out=None) -> np.ndarray:
         raise KernelError("gelu: x must be a float32 numpy array")
     if approximate not in ("none", "tanh"):
         raise KernelError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    x2 = np.ascontiguousarray(x).reshape(1, -1)  # (1, size)
+    flat = np.ascontiguousarray(x).reshape(-1)  # (size,)
     y = np.empty_like(x) if out is None else _check_out(out, x.shape)
-    _core.gelu(x2, y.reshape(1, -1), approximate == "tanh")
+    yflat = y.reshape(-1)
+    rows = flat.size // GELU_ROW  # whole rows are shared among the threads, the rest is one short row
+    _core.gelu(flat[:rows * GELU_ROW].reshape(rows, GELU_ROW), yflat[:rows * GELU_ROW].reshape(rows, GELU_ROW),
+               approximate == "tanh")
+    _core.gelu(flat[rows * GELU_ROW:].reshape(1, -1), yflat[rows * GELU_ROW:].reshape(1, -1), approximate == "tanh")
     return y
+
+
+GELU_ROW = 4096  # elements per parallel work item of gelu()
 
 
 def _f32_rows(a, name: str, ncols: int | None = None) -> np.ndarray:

@@ -208,7 +208,8 @@ typedef struct {
 /* vx_rows.c: portable row kernels, compiled once.
  * y = (x - mean) / sqrt(var + eps) * weight (+ bias), statistics in double; bias may be NULL. */
 void vx_layer_norm_row(int64_t D, const float *x, const float *weight, const float *bias, float eps, float *y);
-/* y = x * Phi(x) (exact, through erfcf) or its tanh approximation (tanh_approx != 0), float32. */
+/* y = x * Phi(x) (exact GELU, erfc to 1.2e-7) or its tanh approximation (tanh_approx != 0), float32;
+ * written to vectorise (no libm calls). */
 void vx_gelu_row(int64_t n, const float *x, int tanh_approx, float *y);
 
 /* vx_cpu.c: tiers compiled into this build, CPU support, selection. */
