@@ -110,6 +110,28 @@ def test_qconv2d_per_tensor_and_extreme_requant(tier):
         np.testing.assert_array_equal(y, qconv2d_ref(None, p, x, w, bias, mult, shift))
 
 
+@pytest.mark.parametrize("edges", [False, True])
+@pytest.mark.parametrize("C", [37, 8])  # 37: two full 16-channel blocks and a masked one; 8: pixel pairs
+def test_qdwconv_requant_int32_lanes_and_their_fallbacks(tier, edges, C):
+    """Depthwise requantization (no row sums) runs 16 channels (or two 8-channel pixels) in int32
+    lanes where that equals the int64 arithmetic; a block with acc + bias or its left shift past
+    int32, a right shift past 31 or an INT32_MIN multiplier falls back to int64 lanes: all
+    bit-exact to the reference."""
+    case = ((1, 6, 7, C), (C, 3, 3), C, (1, 1), (1, 1), (1, 1, 1, 1))
+    x, w, bias, mult, shift = _qinputs(case, 4)
+    if edges:
+        bias[0], shift[0] = 2**31 - 50, 0               # acc + bias overflows int32
+        bias[1], shift[1] = 10**6, 12                   # << 12 overflows int32
+        shift[C // 2] = -40                             # right shift past 31
+        mult[C - 3] = -2**31                            # INT32_MIN multiplier
+        shift[C - 1], mult[C - 1] = 5, 2**31 - 1        # large left shift, saturating output
+    p = _params(case, input_zero_point=4, output_zero_point=-9, act_min=-100, act_max=120)
+    y = K.qconv2d(x, w, bias, mult, shift, 4, -9, -100, 120, **_geometry(case))
+    ref = qconv2d_ref(None, p, x, w, bias, mult, shift)
+    np.testing.assert_array_equal(y, ref)
+    assert len(np.unique(ref[..., 2:C // 2])) > 3
+
+
 @pytest.mark.parametrize("m,n,k", [(16, 33, 5), (40, 6625 // 25, 120), (23, 64, 17), (100, 7, 300), (17, 96, 1)])
 def test_linear_f32_packed_gemm(tier, m, n, k):
     x = rng.standard_normal((m, k)).astype(np.float32)

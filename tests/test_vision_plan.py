@@ -15,6 +15,7 @@ from volvox.model import Model
 from volvox.ops import get_op
 from volvox.ops.quantized import quantize_multiplier
 from volvox.runtime.executor import RunContext
+from volvox.runtime.vision_plan import PLANS_PER_GRAPH
 
 from vision_helpers import model_file, text_line
 
@@ -38,7 +39,9 @@ def plan_and_per_op(model: Model, feeds: dict) -> tuple[dict, dict]:
     runs on every thread of kernels.get_num_threads(), however small its work."""
     model.run(feeds)  # lowers the graph on the first call
     if model._plan.plan is not None:
-        model._plan.plan.useful_threads = kernels.get_num_threads()
+        plan = model._plan.plan
+        plan.useful_threads = kernels.get_num_threads()
+        plan.solo_runs, plan.pace = 0, lambda threads, seconds: None  # no stall back-off either
     return model.run(feeds), model.executor.run(RunContext(), feeds)
 
 
@@ -51,7 +54,10 @@ def fast_and_ref(op: str, params: dict, x: np.ndarray) -> tuple[np.ndarray, np.n
 @pytest.mark.parametrize("scale,zp", [(1.0, -128), (0.37, 3), (0.5, 0), (0.02, 127)])
 def test_quantize_fast_is_the_reference(scale, zp):
     x = (rng.standard_normal((3, 50, 7)) * 100).astype(np.float32)
-    x.flat[:12] = [np.nan, np.inf, -np.inf, 0.5, -0.5, 1.5, 2.5, -2.5, 1e20, -1e20, 3e9, 127.5]
+    x.flat[:20] = [np.nan, np.inf, -np.inf, 0.5, -0.5, 1.5, 2.5, -2.5, 1e20, -1e20, 3e9, 127.5,
+                   np.nextafter(np.float32(0.5), 0), -np.nextafter(np.float32(0.5), 0),  # |v| + 0.5 rounds up in f32
+                   2**24 + 2, 2**31 - 128, 2**31, -2**31, 9.3e18, -9.3e18]
+    x.flat[20:26] = [v * scale for v in (0.49999997, -0.49999997, 2**31 - 128, -2**31 + 128, 2.0**31, 1e19)]
     with np.errstate(invalid="ignore"):
         fast, ref = fast_and_ref("quantize", dict(scale=scale, zero_point=zp), x)
     assert same_bits(fast, ref)
@@ -185,6 +191,62 @@ def int8_graph() -> Model:
     return m.model([out, p])
 
 
+def sequence_graph(width) -> Model:
+    """The step kinds of a text recogniser with a symbolic width: transpose, hard_swish, average
+    pools (padded, count_include_pad), a squeeze-excite (global pool, hard_sigmoid, per-channel
+    mul), slice, linear over many and few rows, a layer norm (reduce_mean, sub, pow 2, add, sqrt,
+    div: per-row and per-channel broadcasts), attention-like matmul / softmax, sigmoid."""
+    m = GraphMaker(x=((1, 6, 4, "W"), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    a = m.node("transpose", dict(perm=[0, 2, 3, 1]), x="x")                                    # (1, 4, W, 6)
+    a = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=a, weight=m.w("c1", f(16, 3, 3, 6)), bias=m.w("b1", f(16)))
+    a = m.node("hard_swish", x=a)
+    p = m.node("avg_pool2d", dict(kernel=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1]), x=a)      # (1, 4, W/2, 16)
+    q = m.node("avg_pool2d", dict(kernel=[2, 2], strides=[2, 1], pads=[0, 1, 0, 0], count_include_pad=True), x=p)
+    g = m.node("global_avg_pool", x=q)
+    h = m.node("hard_sigmoid", dict(alpha=0.1666667, beta=0.5), x=g)
+    se = m.node("mul", a=h, b=q)                                                                # broadcast first
+    sl = m.node("slice", dict(axes=[1], starts=[1], ends=[2], steps=[1]), x=se)                # (1, 1, T, 16)
+    r = m.node("reshape", dict(shape=[1, -1, 16]), x=sl)                                        # (1, T, 16)
+    mu = m.node("reduce_mean", dict(axes=[-1]), x=r)
+    d = m.node("sub", a=r, b=mu)
+    var = m.node("reduce_mean", dict(axes=[-1]), x=m.node("pow", a=d, b=m.w("two", np.array([2.0], np.float32))))
+    sd = m.node("sqrt", x=m.node("add", a=var, b=m.w("eps", np.array([1e-5], np.float32))))
+    n = m.node("add", a=m.node("mul", a=m.node("div", a=d, b=sd), b=m.w("gam", f(16))), b=m.w("bet", f(16)))
+    qk = m.node("linear", x=n, weight=m.w("wq", f(16, 16)), bias=m.w("bq", f(16)))             # packed GEMM or rows
+    at = m.node("softmax", dict(axis=-1), x=m.node("matmul", a=qk, b=m.node("transpose", dict(perm=[0, 2, 1]), x=n)))
+    o = m.node("matmul", a=at, b=n)
+    out = m.node("sigmoid", x=m.node("linear", x=o, weight=m.w("wo", f(5, 16))))
+    return m.model([out, p])
+
+
+@pytest.mark.parametrize("widths", [(44, 9, 44), (70, 4, 20, 36, 52, 70)])  # 16+ rows and fewer; LRU eviction
+def test_symbolic_width_plans_are_the_per_op_executor(widths, threads):
+    model = sequence_graph("W")
+    for w in widths:
+        x = rng.standard_normal((1, 6, 4, w)).astype(np.float32)
+        x.flat[:6] = [np.nan, -3.0, -0.0, 3.0, np.inf, -np.inf]  # clip's NaN, hard_swish's zero signs
+        with np.errstate(invalid="ignore"):  # inf * 0 in hard_swish
+            native, per_op = plan_and_per_op(model, {"x": x})
+        assert model._plan.plan is not None, model._plan.why
+        assert model._plan.plan.graph.inputs[0].shape == (1, 6, 4, w)
+        for name in per_op:
+            assert same_bits(native[name], per_op[name]), (w, name)
+    assert len(model._plan.plans) == min(len(set(widths)), PLANS_PER_GRAPH)
+    assert next(reversed(model._plan.plans)) == ((1, 6, 4, widths[-1]),)
+
+
+def test_sequence_graph_plan_is_close_to_the_reference():
+    model = sequence_graph("W")
+    ref = Model(model.graph, {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}, {},
+                "synthetic", reference=True, optimize=False)
+    x = rng.standard_normal((1, 6, 4, 40)).astype(np.float32)
+    native, oracle = model.run({"x": x}), ref.run({"x": x})
+    assert model._plan.plan is not None
+    for n in oracle:
+        np.testing.assert_allclose(native[n], oracle[n], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("make", [float_graph, int8_graph])
 def test_synthetic_graph_plan_is_the_per_op_executor(make, threads):
     model = make()
@@ -219,14 +281,45 @@ def test_float_graph_plan_is_close_to_the_reference():
 
 def test_unlowered_graphs_and_profiling_keep_the_per_op_executor():
     m = GraphMaker(x=((2, 3), "float32"))
-    y = m.node("sigmoid", x="x")  # no sigmoid step
+    y = m.node("silu", x="x")  # no silu step
     model = m.model([y])
     x = rng.standard_normal((2, 3)).astype(np.float32)
     assert same_bits(model.run({"x": x})[y], model.executor.run(RunContext(), {"x": x})[y])
-    assert model._plan.plan is None and "sigmoid" in model._plan.why
+    assert model._plan.plan is None and "silu" in model._plan.why
     graph = int8_graph().graph
     weights = {n: w for n, w in zip(graph.weights, [w for _, w in int8_graph().executor.weight_slots])}
     assert Model(graph, weights, {}, "p", profile=True, optimize=False)._plan is None
+
+
+def test_stalled_multi_thread_runs_back_off_to_one_thread():
+    """A run on several threads slower than the fastest one-thread run (a descheduled thread held
+    the team) sends the next runs to one thread; back-offs double while stalls recur; the first
+    multi-thread run after one-thread runs (it wakes the team) is not judged."""
+    from volvox.runtime.vision_plan import BACKOFF_RUNS, SOLO_FIRST
+    model = int8_graph()
+    x = {"x": np.zeros((1, 17, 15, 3), np.float32)}
+    model.run(x)
+    plan = model._plan.plan
+    assert plan.solo_runs == SOLO_FIRST - 1  # the first runs measure one thread
+    plan.solo_runs, plan._fastest = 0, [1e-3, 0.6e-3]
+    plan.pace(2, 9e-3)  # wakes the team: not judged
+    assert plan.solo_runs == 0
+    plan.pace(2, 0.7e-3)
+    assert plan.solo_runs == 0
+    plan.pace(2, 1.2e-3)  # slower than one thread
+    assert plan.solo_runs == BACKOFF_RUNS[0]
+    model.run(x)
+    assert plan.solo_runs == BACKOFF_RUNS[0] - 1
+    plan.solo_runs, plan._fastest = 0, [1e-3, 0.6e-3]  # forget the real run's time
+    plan.pace(2, 5e-3)  # wakes the team
+    plan.pace(2, 2e-3)  # STALL x the fastest multi-thread run
+    assert plan.solo_runs == 2 * BACKOFF_RUNS[0]
+    plan.solo_runs = 0
+    plan.pace(2, 0.6e-3)  # a good run halves the next back-off
+    plan.pace(2, 5e-3)
+    assert plan.solo_runs == 2 * BACKOFF_RUNS[0]
+    plan.pace(1, 1e-3)
+    assert plan.solo_runs == 2 * BACKOFF_RUNS[0] - 1
 
 
 def test_plan_checks_feeds_like_the_executor():
@@ -248,7 +341,7 @@ def load_or_skip(name: str) -> Model:
 
 
 @pytest.mark.parametrize("name,lowers", [("mltk-person-detection", True), ("blazeface-short-range", True),
-                                         ("efficientnet-lite0", True), ("pp-ocrv4-rec", False)])
+                                         ("efficientnet-lite0", True), ("pp-ocrv4-rec", True)])
 def test_model_plan_is_the_per_op_executor(name, lowers, threads):
     model = load_or_skip(name)
     kernels.set_num_threads(threads)  # load() sets its own default

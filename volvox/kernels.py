@@ -564,6 +564,12 @@ def conv_weights(w: np.ndarray, depthwise: bool):
     return _packed(w, "f32", lambda: _pack_f32(w.reshape(cout, kh * kw * cin)))
 
 
+def linear_weights(w: np.ndarray) -> np.ndarray:
+    """sgemm panels of float32 (N, K) ``w``, as the packed GEMM of ``linear`` reads them (cached
+    while a read-only ``w`` lives)."""
+    return _packed(w, "f32", lambda: _pack_f32(np.ascontiguousarray(w)))
+
+
 def requant_args(multiplier, shift, n: int, input_zero_point: int, output_zero_point: int, act_min: int,
                  act_max: int) -> tuple[np.ndarray, np.ndarray, tuple]:
     """(multiplier (n,), shift (n,), (zp_in, zp_out, act_min, act_max)) checked for the int8 kernels."""

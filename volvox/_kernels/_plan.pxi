@@ -32,6 +32,17 @@ cdef extern from "vx_plan.h" nogil:
         VX_STEP_GLOBAL_AVG
         VX_STEP_RELU
         VX_STEP_COPY_ROWS
+        VX_STEP_UNARY
+        VX_STEP_GATHER
+        VX_STEP_AVG_POOL
+        VX_UNARY_HARD_SWISH
+        VX_UNARY_HARD_SIGMOID
+        VX_UNARY_SQRT
+        VX_UNARY_SQUARE
+        VX_BIN_ADD
+        VX_BIN_MUL
+        VX_BIN_SUB
+        VX_BIN_DIV
         VX_CONV_PIXELS
     ctypedef struct vx_window:
         vx_conv_shape s
@@ -56,7 +67,6 @@ cdef extern from "vx_plan.h" nogil:
         float *const *v_cache
     void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *inp,
                       int nthreads, vx_step_sync *sync, double *times)
-    void vx_quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y)
     void vx_dequantize_i8(int64_t n, const int8_t *x, float scale, int32_t zp, float *y)
     void vx_qavg_pool_row(const vx_window *w, const int8_t *x, int64_t item, int8_t *y)
     void vx_qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out_scale, int32_t zp_out,
@@ -70,7 +80,12 @@ STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "quantize": 
               "dwconv_f32": VX_STEP_DWCONV_F32, "qconv": VX_STEP_QCONV, "qdwconv": VX_STEP_QDWCONV,
               "quantize_i8": VX_STEP_QUANTIZE_I8, "dequantize_i8": VX_STEP_DEQUANTIZE_I8,
               "qavg_pool": VX_STEP_QAVG_POOL, "qsoftmax": VX_STEP_QSOFTMAX, "max_pool": VX_STEP_MAX_POOL,
-              "global_avg": VX_STEP_GLOBAL_AVG, "relu": VX_STEP_RELU, "copy_rows": VX_STEP_COPY_ROWS}
+              "global_avg": VX_STEP_GLOBAL_AVG, "relu": VX_STEP_RELU, "copy_rows": VX_STEP_COPY_ROWS,
+              "unary": VX_STEP_UNARY, "gather": VX_STEP_GATHER, "avg_pool": VX_STEP_AVG_POOL}
+# Functions of an unary step and operators of a binary step (flag).
+UNARY_FNS = {"hard_swish": VX_UNARY_HARD_SWISH, "hard_sigmoid": VX_UNARY_HARD_SIGMOID, "sqrt": VX_UNARY_SQRT,
+             "square": VX_UNARY_SQUARE}
+BINARY_OPS = {"add": VX_BIN_ADD, "mul": VX_BIN_MUL, "sub": VX_BIN_SUB, "div": VX_BIN_DIV}
 # Output pixels per work item of an im2col conv step.
 CONV_STEP_PIXELS = VX_CONV_PIXELS
 
@@ -138,13 +153,19 @@ cdef class StepPlan:
         s.y, s.scratch = <float *> y, <void *> scratch
         self.n += 1
 
-    def run_vision(self, int nthreads):
-        """Run every step once (a graph without a KV cache) on min(nthreads, get_num_threads()) threads."""
+    def run_vision(self, int nthreads, double[::1] times=None, int64_t start=0, int64_t stop=-1):
+        """Run steps [start, stop) (stop -1: to the end) once, for a graph without a KV cache, on
+        min(nthreads, get_num_threads()) threads; times (len(self)) gets per-step seconds."""
         cdef vx_step_input inp
         memset(&inp, 0, sizeof(inp))
         cdef int nt = max(1, min(nthreads, _nthreads))
+        if stop < 0 or stop > self.n:
+            stop = self.n
+        if start < 0 or start > stop:
+            raise ValueError("step range")
+        cdef double *tp = NULL if times is None else &times[start]
         with nogil:
-            vx_run_steps(_tbl, self.steps, self.n, &inp, nt, self.sync, NULL)
+            vx_run_steps(_tbl, self.steps + start, stop - start, &inp, nt, self.sync + start, tp)
 
     def bind_cache(self, list keys, list values, int64_t capacity):
         """Per-layer addresses of the KV cache arrays, each (n_kv_heads, capacity, head_dim)."""
@@ -175,7 +196,7 @@ cdef vx_conv_shape _window_shape(tuple g):
 def quantize_i8(const float[::1] x, float scale, int zp, int8_t[::1] y):
     """y = clamp(round_half_away(x / scale) + zp) as int8."""
     with nogil:
-        vx_quantize_i8(x.shape[0], &x[0], scale, zp, &y[0])
+        _tbl.conv.quantize_i8(x.shape[0], &x[0], scale, zp, &y[0])
 
 
 def dequantize_i8(const int8_t[::1] x, float scale, int zp, float[::1] y):

@@ -71,6 +71,7 @@ cdef extern from "vx_kernels.h" nogil:
                       int64_t ldy) noexcept nogil
         void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w,
                         const vx_requant *rq, int64_t item, int8_t *y) noexcept nogil
+        void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) noexcept nogil
 
     ctypedef struct vx_table:
         const char *name

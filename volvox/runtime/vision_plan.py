@@ -12,21 +12,28 @@ Weights are packed once at plan build through the per-op kernels' own packers an
 (``kernels.conv_weights``), and each step runs the same tile functions on the same work
 items (blocks of 64 output pixels for im2col convs, output rows for depthwise convs and
 pools) as the per-op kernels, so a plan's outputs equal the per-op executor's bit for bit
-(tests/test_vision_plan.py). A graph with an op, shape or dtype the plan does not lower
-(see ``LOWER``) keeps the per-op executor: ``PlanHook`` tries once and remembers.
+(tests/test_vision_plan.py). Ops whose fast path is numpy with no C twin computing the same
+bits (sigmoid's tanh, softmax's exp, matmul's BLAS, reduce_mean's pairwise sums) run as
+"islands": their numpy function on arena views between native step ranges. A graph with an
+op, shape or dtype the plan does not lower (see ``LOWER``) keeps the per-op executor:
+``PlanHook`` tries once and remembers. A graph with symbolic input dims (a text line's width)
+gets a plan per input shape, the graph's shapes inferred for it; the last PLANS_PER_GRAPH are kept.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from .. import kernels
 from ..errors import VolvoxError
-from ..graph import Graph
+from ..graph import Graph, TensorSpec
+from ..ops import get_op
 from ..ops.conv import conv_kernel_args, native_conv, window_params
 from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
 from .native_plan import Unsupported, _addr, _aligned, _Arena, _core, _KIND
@@ -34,10 +41,24 @@ from .native_plan import Unsupported, _addr, _aligned, _Arena, _core, _KIND
 _DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
 _ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv steps
 _PIXELS = _core.CONV_STEP_PIXELS                        # output pixels per im2col work item
-# Multiply-adds per thread below which a plan runs on fewer threads: waking a second thread
-# (and the team's closing barrier, which waits for a thread the OS has descheduled) costs
-# more than sharing under ~0.3 ms of work saves.
-MACS_PER_THREAD = 16 << 20
+# Multiply-adds per thread below which a plan runs on fewer threads (waking a second thread
+# costs ~10 us). 2-thread gain on a quiet machine (2 cores, runs back to back for 2 s, medians):
+# person detector (7.5M MACs) 0.37 -> 0.29 ms, BlazeFace (31M) 1.09 -> 1.08 ms (its steps are
+# small and memory-bound), EfficientNet-Lite0 (385M) 8.4 -> 6.7 ms; with one CPU-bound process
+# beside it (the policy below) 0.37 -> 0.37, 1.08 -> 1.08 and 9.0 -> 8.8 ms.
+MACS_PER_THREAD = 2 << 20
+# Under load a team collapses instead: with one CPU-bound process beside it, the person detector
+# on 2 threads took 8-12 ms (median; EfficientNet 16-52 ms) against 0.52 ms (8.5-17 ms) on one:
+# the OpenMP region's opening and closing wait for a thread the OS has descheduled (whole 4 ms
+# scheduler ticks here), though the steps themselves never do (vx_plan.c). So the first
+# SOLO_FIRST runs use one thread, and a later run on several threads that is slower than the
+# fastest one-thread run, or than STALL x the fastest multi-thread run, counts as a stall (except
+# the first after one-thread runs, which also wakes the sleeping team: 0.36 -> 0.50 ms): the
+# next runs use one thread, BACKOFF_RUNS[0] of them, doubling while stalls recur (up to
+# BACKOFF_RUNS[1]), halving after a run without one.
+SOLO_FIRST = 4
+STALL = 3.0
+BACKOFF_RUNS = (64, 4096)
 
 
 def _ptr(a: np.ndarray | None) -> int:
@@ -57,6 +78,10 @@ class VisionPlan:
         self.macs = 0  # multiply-adds of one forward pass (convs and matrix products)
         self._lower()
         self.useful_threads = max(1, self.macs // MACS_PER_THREAD)
+        self.solo_runs = SOLO_FIRST  # runs left on one thread (see STALL)
+        self._backoff = BACKOFF_RUNS[0]
+        self._fastest = [float("inf")] * 2  # seconds of the fastest run so far: [one thread, several]
+        self._team_awake = False  # whether the last run used several threads
 
     # ----------------------------------------------------------------------- lowering
     def _lower(self) -> None:
@@ -96,9 +121,12 @@ class VisionPlan:
         self.arena = _aligned(arena.size, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = arena.size * 4
         self.steps = _core.StepPlan(2 * len(graph.nodes) + sum(len(n.inputs) for n in graph.nodes), 0)
+        self.step_nodes: list[str] = []  # (steps,) the node id each step runs
+        self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
         for node in graph.nodes:
             if not (node.op == "reshape" and node.outputs["y"] in alias):
                 LOWER[node.op](self, node)
+                self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
         self.inputs = [self._tensor(s.name) for s in graph.inputs]
         self.outputs = {name: self._tensor(name) for name in graph.outputs}
 
@@ -174,7 +202,8 @@ class VisionPlan:
                 return
             k4 = (kk + 3) // 4 * 4
             scratch = self._scratch(_PIXELS * k4, np.uint8)
-            self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_addr(packed[1]), y=_addr(y),
+            wsum = self._fold_zero_point(window, bias, packed[1], zps[0])
+            self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
                            scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4, **window)
             return
         act = p.get("activation", "none")
@@ -207,22 +236,47 @@ class VisionPlan:
         k4 = (k + 3) // 4 * 4
         scratch = self._scratch(_PIXELS * k4, np.uint8)
         self._keep_all(w4, bias, mult, sh, packed, wsum)
-        self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_addr(wsum), y=_addr(y), scratch=_addr(scratch),
-                       window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, ldc=k4, per_thread=_PIXELS * k4,
-                       requant=(_ptr(bias), _addr(mult), _addr(sh)) + zps)
+        window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n,
+                      requant=(_ptr(bias), _addr(mult), _addr(sh)) + zps)
+        wsum = self._fold_zero_point(window, bias, wsum, zps[0])
+        self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
+                       ldc=k4, per_thread=_PIXELS * k4, **window)
+
+    def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
+        """The qgemm's input zero point correction, bias - (zp_in + 128) * wsum, folded into the
+        requantization bias when it fits int32 (the same int64 sum, one multiply fewer per output);
+        returns the row sums the step still needs (None once folded)."""
+        folded = (0 if bias is None else bias.astype(np.int64)) - (zp_in + 128) * wsum.astype(np.int64)  # (cout,)
+        if folded.min() < np.iinfo(np.int32).min or folded.max() > np.iinfo(np.int32).max:
+            return wsum
+        folded = folded.astype(np.int32)
+        self._keep_all(folded)
+        window["requant"] = (_addr(folded),) + window["requant"][1:]
+        return None
 
     def _linear(self, node) -> None:
-        """float32 x (1 row) @ W.T (+ bias), the per-op path's row-by-row GEMV (linear_act: then its ReLU)."""
+        """float32 x (M rows) @ W.T (+ bias) as kernels.linear computes it: from SGEMM_MIN_ROWS rows
+        float32 weights go through the packed GEMM (a 1x1 conv step), fewer rows stream W row by row
+        (linear_act: then its ReLU)."""
         x, y = self._in(node, "x"), self._y(node)
-        code, wb, n, k = kernels._weight_bytes(self._weights[node.inputs["weight"]], f"{node.id}.weight")
+        weight = self._weights[node.inputs["weight"]]
+        code, wb, n, k = kernels._weight_bytes(weight, f"{node.id}.weight")
         bias = self._opt(node, "bias")
-        self._need(node, x.dtype == np.float32 and x.size == k and y.size == n, "one float32 row")
+        m = x.size // max(k, 1)
+        self._need(node, x.dtype == np.float32 and x.shape[-1] == k and y.size == m * n, "float32 rows")
         self._need(node, _core.act_row_bytes(code, k) == 0, "quantized weights")
         self._need(node, bias is None or (bias.dtype == np.float32 and bias.size == n), "bias")
         self._keep_all(wb, bias)
-        self.macs += n * k
-        self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1]), a=_addr(x), b=_addr(wb), c=_ptr(bias),
-                       y=_addr(y))
+        self.macs += m * n * k
+        if m >= kernels.SGEMM_MIN_ROWS and code == kernels._F32:
+            packed = kernels.linear_weights(weight)  # (n/32, k, 32) panels, shared by every input shape's plan
+            self._keep_all(packed)
+            self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+                           scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
+                           cout=n)
+        else:
+            self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1], m), a=_addr(x), b=_addr(wb),
+                           c=_ptr(bias), y=_addr(y))
         self._fused_relu(node, y)
 
     def _fused_relu(self, node, y: np.ndarray) -> None:
@@ -267,13 +321,79 @@ class VisionPlan:
                        y=_addr(y))
 
     def _binary(self, node) -> None:
-        ports = ("a", "b") if node.op in ("add", "mul") else tuple(p for p in node.inputs)
+        """add / mul / sub / div (the second operand may broadcast over a block of axes; add and
+        mul swap a broadcast first operand) and add_n, left to right in place."""
+        ports = ("a", "b") if node.op in _core.BINARY_OPS else tuple(p for p in node.inputs)
         xs, y = [self._in(node, p) for p in ports], self._y(node)
-        self._need(node, all(x.shape == y.shape and x.dtype == np.float32 for x in xs), "broadcasting or dtype")
-        self.steps.add(_KIND["binary"], flag=int(node.op == "mul"), sizes=(y.size,), a=_addr(xs[0]), b=_addr(xs[1]),
-                       y=_addr(y))
+        self._need(node, y.dtype == np.float32 and all(x.dtype == np.float32 for x in xs), "dtype")
+        a, b = xs[0], xs[1]
+        if a.shape != y.shape and node.op in ("add", "mul"):
+            a, b = b, a
+        self._need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
+        nb, div = self._broadcast(node, b.shape, y.shape)
+        self.steps.add(_KIND["binary"], flag=_core.BINARY_OPS.get(node.op, 0), sizes=(y.size, nb, div), a=_addr(a),
+                       b=_addr(b), y=_addr(y))
         for x in xs[2:]:  # add_n: left to right, in place
             self.steps.add(_KIND["binary"], sizes=(y.size,), a=_addr(y), b=_addr(x), y=_addr(y))
+
+    def _broadcast(self, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
+        """(nb, div) of a binary step: element i of y reads b[(i // div) % nb] (nb 0: b[i])."""
+        full = (1,) * (len(yshape) - len(bshape)) + tuple(bshape)
+        self._need(node, len(full) == len(yshape), "operand rank")
+        if full == tuple(yshape):
+            return 0, 1
+        axes = [i for i, d in enumerate(full) if d != 1]
+        if not axes:
+            return 1, 1
+        lo, hi = axes[0], axes[-1] + 1
+        self._need(node, all(full[i] == yshape[i] for i in range(lo, hi)), "a broadcast other than one block of axes")
+        return int(np.prod(full[lo:hi])), int(np.prod(yshape[hi:], dtype=np.int64))
+
+    def _unary(self, node) -> None:
+        """hard_swish, hard_sigmoid, sqrt, and pow by the constant 2 (numpy's float32 arithmetic)."""
+        x, y, floats, fn = self._in(node, "a" if node.op == "pow" else "x"), self._y(node), (), node.op
+        self._need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
+        if node.op == "pow":
+            e = self._weights.get(node.inputs["b"])
+            self._need(node, isinstance(e, np.ndarray) and e.size == 1 and e.ndim <= x.ndim and
+                       float(e.reshape(-1)[0]) == 2.0, "an exponent other than the constant 2")
+            fn = "square"
+        elif node.op == "hard_sigmoid":
+            floats = tuple(float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))
+        self.steps.add(_KIND["unary"], flag=_core.UNARY_FNS[fn], sizes=(x.size,), floats=floats, a=_addr(x),
+                       y=_addr(y))
+
+    def _gather(self, node) -> None:
+        """transpose and slice: a copy of the input's strided view."""
+        x, y, p = self._in(node, "x"), self._y(node), node.params
+        self._need(node, x.dtype == np.float32 and y.size > 0, "dtype or size")
+        if node.op == "transpose":
+            view = x.transpose([int(a) for a in p["perm"]])
+        else:
+            index = [slice(None)] * x.ndim
+            for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p.get("steps", [1] * len(p["axes"]))):
+                index[axis] = slice(start, end, step)
+            view = x[tuple(index)]
+        self._need(node, view.shape == y.shape, "output shape")
+        desc = np.array([view.ndim, *view.shape, *(st // 4 for st in view.strides)], np.int64)  # (1 + 2 ndim,)
+        self._keep_all(desc)
+        start = (view.__array_interface__["data"][0] - _addr(x)) // 4 if view.size else 0
+        self.steps.add(_KIND["gather"], sizes=(y.size // y.shape[-1],), a=_addr(x) + 4 * start, b=_addr(desc),
+                       y=_addr(y))
+
+    def _avg_pool(self, node) -> None:
+        x, y = self._in(node, "x"), self._y(node)
+        self._need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
+        self.steps.add(_KIND["avg_pool"], flag=int(bool(node.params.get("count_include_pad", False))), a=_addr(x),
+                       y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
+
+    def _python(self, node) -> None:
+        """An op without a native step whose numpy fast path has no C twin (exp, tanh, BLAS):
+        run between native step ranges on arena views, exactly as the per-op executor runs it."""
+        op = get_op(node.op, node.id)
+        args = [self._in(node, p) if p in node.inputs else None for p in op.input_names]
+        self._need(node, len(node.outputs) == 1, "several outputs")
+        self.islands.append((len(self.steps), op.fast or op.ref, node.params, args, self._y(node)))
 
     def _relu(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
@@ -318,14 +438,58 @@ class VisionPlan:
         try:
             for a, t in zip(arrays, self.inputs):
                 np.copyto(t, a)
-            self.steps.run_vision(self.useful_threads)
+            nt = 1 if self.solo_runs else min(self.useful_threads, kernels.get_num_threads())
+            t0 = time.perf_counter()
+            self._forward(nt)
+            self.pace(nt, time.perf_counter() - t0)
             self.runs += 1
             return {name: t.copy() for name, t in self.outputs.items()}
         finally:
             self._lock.release()
 
+    def _forward(self, threads: int, times: np.ndarray | None = None) -> None:
+        """Every step and island once, in graph order."""
+        start = 0
+        for stop, fn, params, args, y in self.islands:
+            if stop > start:
+                self.steps.run_vision(threads, times, start, stop)
+            np.copyto(y, fn(None, params, *args))
+            start = stop
+        if start < len(self.steps):
+            self.steps.run_vision(threads, times, start)
 
-LOWER = {  # op -> its lowering
+    def pace(self, threads: int, seconds: float) -> None:
+        """Account one run of ``seconds`` on ``threads``: a stalled multi-thread run sends the
+        next runs to one thread (see STALL)."""
+        fastest = self._fastest
+        if threads == 1:
+            fastest[0] = min(fastest[0], seconds)
+            self.solo_runs = max(0, self.solo_runs - 1)
+            self._team_awake = False
+            return
+        if not self._team_awake:  # the first run after one-thread runs also wakes the team: not judged
+            self._team_awake = True
+            return
+        fastest[1] = min(fastest[1], seconds)
+        if seconds > min(fastest[0], STALL * fastest[1]):
+            self.solo_runs = self._backoff
+            self._backoff = min(2 * self._backoff, BACKOFF_RUNS[1])
+        else:
+            self._backoff = max(BACKOFF_RUNS[0], self._backoff // 2)
+
+    def step_seconds(self, arrays: list[np.ndarray], runs: int = 20) -> np.ndarray:
+        """(steps,) each step's median wall seconds over ``runs`` forward passes (thread 0 waits
+        for every step to finish, so steps do not overlap as they do in ``run``)."""
+        times = np.zeros((runs, len(self.steps)), np.float64)  # (runs, steps)
+        with self._lock:
+            for a, t in zip(arrays, self.inputs):
+                np.copyto(t, a)
+            for r in range(runs):
+                self._forward(self.useful_threads, times[r])
+        return np.median(times, axis=0)
+
+
+LOWER = {  # op -> its lowering (sigmoid, softmax, matmul, reduce_mean: numpy between native ranges)
     "conv2d": VisionPlan._conv,
     "qconv2d": VisionPlan._conv,
     "qlinear": VisionPlan._qlinear,
@@ -340,6 +504,19 @@ LOWER = {  # op -> its lowering
     "add": VisionPlan._binary,
     "mul": VisionPlan._binary,
     "add_n": VisionPlan._binary,
+    "sub": VisionPlan._binary,
+    "div": VisionPlan._binary,
+    "hard_swish": VisionPlan._unary,
+    "hard_sigmoid": VisionPlan._unary,
+    "sqrt": VisionPlan._unary,
+    "pow": VisionPlan._unary,
+    "transpose": VisionPlan._gather,
+    "slice": VisionPlan._gather,
+    "avg_pool2d": VisionPlan._avg_pool,
+    "sigmoid": VisionPlan._python,
+    "softmax": VisionPlan._python,
+    "matmul": VisionPlan._python,
+    "reduce_mean": VisionPlan._python,
     "relu": VisionPlan._relu,
     "pad": VisionPlan._pad,
     "concat": VisionPlan._concat,
@@ -348,24 +525,61 @@ LOWER = {  # op -> its lowering
 }
 
 
+# Input shapes whose plans a PlanHook keeps for a graph with symbolic input dims (a text line's
+# width); the least recently used plan goes first.
+PLANS_PER_GRAPH = 4
+
+
 class PlanHook:
-    """Model.run's native path: the first run lowers the graph (once); later runs use the plan,
-    or return None (per-op executor) when the graph does not lower or the plan cannot run."""
+    """Model.run's native path: a plan per input shape (the graph's own when its shapes are static,
+    else the graph specialised to the feeds' shapes, the last PLANS_PER_GRAPH kept); run returns
+    None (per-op executor) when the graph does not lower or the plan cannot run."""
 
     def __init__(self, executor):
         self.executor = executor
-        self.plan: VisionPlan | None = None
+        self.plans: OrderedDict[tuple, VisionPlan] = OrderedDict()  # input shapes -> plan, oldest first
         self.why: str | None = None  # why the graph did not lower (None: not tried yet, or lowered)
+        self._weights = {n: w for (_, w), n in zip(executor.weight_slots, executor.graph.weights)}
+        self._lock = threading.Lock()
+
+    @property
+    def plan(self) -> VisionPlan | None:
+        """The plan used last (None before the first lowering)."""
+        return next(reversed(self.plans.values()), None)
 
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray] | None:
-        """Graph outputs through the plan, or None."""
-        if self.plan is None:
-            if self.why is not None:
-                return None
-            ex = self.executor
-            try:
-                self.plan = VisionPlan(ex.graph, {n: w for (_, w), n in zip(ex.weight_slots, ex.graph.weights)})
-            except (Unsupported, VolvoxError) as e:  # the per-op path runs (and reports real errors)
-                self.why = str(e) or type(e).__name__
-                return None
-        return self.plan.run(self.executor.check_feeds(feeds))
+        """Graph outputs through the plan for the feeds' shapes, or None."""
+        if self.why is not None:
+            return None
+        arrays = self.executor.check_feeds(feeds)
+        key = tuple(a.shape for a in arrays)
+        with self._lock:  # callers may share a Model across threads
+            plan = self.plans.get(key)
+            if plan is None:
+                graph = self._graph_for(arrays)
+                if graph is None:
+                    return None
+                try:
+                    plan = VisionPlan(graph, self._weights)
+                except (Unsupported, VolvoxError) as e:  # the per-op path runs (and reports real errors)
+                    self.why = str(e) or type(e).__name__
+                    return None
+                self.plans[key] = plan
+                if len(self.plans) > PLANS_PER_GRAPH:
+                    self.plans.popitem(last=False)
+            self.plans.move_to_end(key)
+        return plan.run(arrays)
+
+    def _graph_for(self, arrays: list[np.ndarray]) -> Graph | None:
+        """The graph with every input dim bound to the arrays' shapes (itself when already static);
+        None when shape inference fails for them (the per-op executor then reports it)."""
+        graph = self.executor.graph
+        if all(isinstance(d, int) for spec in graph.inputs for d in spec.shape):
+            return graph
+        inputs = [TensorSpec(spec.name, tuple(a.shape), spec.dtype) for spec, a in zip(graph.inputs, arrays)]
+        bound = Graph(inputs, graph.weights, graph.nodes, graph.outputs)
+        try:
+            bound.validate()
+        except VolvoxError:
+            return None
+        return bound

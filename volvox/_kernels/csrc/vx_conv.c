@@ -13,6 +13,7 @@
  *     sum_k (x - zp_in) w = sum_k u w - (zp_in + 128) * sum_k w
  * exactly in int32, and MultiplyByQuantizedMultiplier as ops/quantized.py's reference.
  */
+#include <math.h>
 #include <string.h>
 
 #include "vx_tier.h"
@@ -148,12 +149,21 @@ static void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int
 /* ------------------------------------------------------------------------------------
  * f32 convolution pieces: im2col rows, depthwise rows.
  * ---------------------------------------------------------------------------------- */
+/* (b, oh, ow) of the next output pixel (im2col's walk: no divisions per pixel). */
+VX_INLINE void next_pixel(const vx_conv_shape *s, int64_t *b, int64_t *oh, int64_t *ow) {
+    if (++*ow < s->ow) return;
+    *ow = 0;
+    if (++*oh < s->oh) return;
+    *oh = 0;
+    ++*b;
+}
+
 /* cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding). */
 static void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols) {
     const int64_t C = s->c, KK = s->kh * s->kw * C;
-    for (int64_t q = 0; q < np; q++) {
-        const int64_t p = p0 + q, b = p / (s->oh * s->ow), r = p % (s->oh * s->ow);
-        const int64_t oh = r / s->ow, ow = r % s->ow, iw0 = ow * s->sw - s->pl;
+    int64_t b = p0 / (s->oh * s->ow), oh = p0 % (s->oh * s->ow) / s->ow, ow = p0 % s->ow; /* pixel p0 + q */
+    for (int64_t q = 0; q < np; q++, next_pixel(s, &b, &oh, &ow)) {
+        const int64_t iw0 = ow * s->sw - s->pl;
         /* a kernel row wholly inside the image (no column dilation) is one run of kw*C floats */
         const int row_inside = s->dw == 1 && iw0 >= 0 && iw0 + s->kw <= s->w;
         float *dst = cols + q * KK;                                  /* (kh, kw, C) */
@@ -184,40 +194,95 @@ VX_INLINE void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_
     *j1 = w0 + (s->kw - 1) * s->dw < s->w ? s->kw : w0 >= s->w ? 0 : (s->w - 1 - w0) / s->dw + 1;
 }
 
+#if defined(VX_AVX512)
+/* The requantization of up to 8 channels (lanes k) in int64 lanes, the same steps as requant_row's
+ * scalar loop. */
+VX_INLINE void requant8_i64(__mmask8 k, const int32_t *acc, int64_t corr, const int32_t *wsum, const int32_t *bias,
+                            const int32_t *mult, const int32_t *shift, const vx_requant *rq, int8_t *y) {
+    const __m512i one = _mm512_set1_epi64(1), zero = _mm512_setzero_si512();
+    __m512i v = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, acc));
+    if (wsum)
+        v = _mm512_sub_epi64(v, _mm512_mullo_epi64(_mm512_set1_epi64(corr),
+                                                   _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, wsum))));
+    if (bias) v = _mm512_add_epi64(v, _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, bias)));
+    const __m512i sh = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, shift));
+    const __m512i lsh = _mm512_max_epi64(sh, zero);
+    const __m512i rsh = _mm512_min_epi64(_mm512_max_epi64(_mm512_sub_epi64(zero, sh), zero), _mm512_set1_epi64(63));
+    const __m512i ab = _mm512_mullo_epi64(_mm512_sllv_epi64(v, lsh),
+                                          _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, mult)));
+    const __m512i t = _mm512_add_epi64(_mm512_add_epi64(ab, _mm512_set1_epi64(INT64_C(1) << 30)),
+                                       _mm512_and_si512(_mm512_srai_epi64(ab, 63),
+                                                        _mm512_set1_epi64(1 - (INT64_C(1) << 31))));
+    const __m512i st = _mm512_srai_epi64(t, 63);
+    const __m512i at = _mm512_srli_epi64(_mm512_sub_epi64(_mm512_xor_si512(t, st), st), 31);
+    const __m512i high = _mm512_sub_epi64(_mm512_xor_si512(at, st), st);
+    const __m512i mask = _mm512_sub_epi64(_mm512_sllv_epi64(one, rsh), one);
+    const __m512i thr = _mm512_sub_epi64(_mm512_srli_epi64(mask, 1), _mm512_srai_epi64(high, 63));
+    __m512i q = _mm512_srav_epi64(high, rsh);
+    q = _mm512_mask_add_epi64(q, _mm512_cmpgt_epi64_mask(_mm512_and_si512(high, mask), thr), q, one);
+    q = _mm512_add_epi64(q, _mm512_set1_epi64(rq->zp_out));
+    q = _mm512_min_epi64(_mm512_max_epi64(q, _mm512_set1_epi64(rq->lo)), _mm512_set1_epi64(rq->hi));
+    _mm512_mask_cvtepi64_storeu_epi8(y, k, q);
+}
+
+/* (ab + nudge) / 2^31 toward zero per int64 lane (ab: 64-bit products), as requant8_i64. */
+VX_INLINE __m512i high31_i64(__m512i ab) {
+    const __m512i t = _mm512_add_epi64(_mm512_add_epi64(ab, _mm512_set1_epi64(INT64_C(1) << 30)),
+                                       _mm512_and_si512(_mm512_srai_epi64(ab, 63),
+                                                        _mm512_set1_epi64(1 - (INT64_C(1) << 31))));
+    const __m512i st = _mm512_srai_epi64(t, 63);
+    return _mm512_sub_epi64(_mm512_xor_si512(_mm512_srli_epi64(_mm512_sub_epi64(_mm512_xor_si512(t, st), st), 31), st),
+                            st);
+}
+
+/* The requantization of up to 16 channels (lanes k) in int32 lanes, TFLite's own int32 form:
+ * equal to the int64 one when every lane's acc + bias, and that << left shift, fit int32, the
+ * multiplier is not INT32_MIN (so the high half fits) and the right shift is at most 31. Returns
+ * 0 without storing anything when a lane breaks those conditions. */
+VX_INLINE int requant16_i32(__mmask16 k, const int32_t *acc, const int32_t *bias, const int32_t *mult,
+                            const int32_t *shift, const vx_requant *rq, int8_t *y) {
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    const __m512i a = _mm512_maskz_loadu_epi32(k, acc);
+    const __m512i b = bias ? _mm512_maskz_loadu_epi32(k, bias) : zero;
+    const __m512i v = _mm512_add_epi32(a, b);
+    const __m512i sh = _mm512_maskz_loadu_epi32(k, shift);
+    const __m512i lsh = _mm512_max_epi32(sh, zero), rsh = _mm512_max_epi32(_mm512_sub_epi32(zero, sh), zero);
+    const __m512i vl = _mm512_sllv_epi32(v, lsh);
+    const __m512i m = _mm512_maskz_loadu_epi32(k, mult);
+    __mmask16 bad = _mm512_cmplt_epi32_mask(_mm512_and_si512(_mm512_xor_si512(a, v), _mm512_xor_si512(b, v)), zero);
+    bad |= _mm512_cmpneq_epi32_mask(_mm512_srav_epi32(vl, lsh), v);
+    bad |= _mm512_cmplt_epi32_mask(sh, _mm512_set1_epi32(-31));  /* rsh > 31, and INT32_MIN */
+    bad |= _mm512_cmpeq_epi32_mask(m, _mm512_set1_epi32(INT32_MIN));
+    if (bad & k) return 0;
+    const __m512i he = high31_i64(_mm512_mul_epi32(vl, m));  /* even lanes, in the low halves */
+    const __m512i ho = high31_i64(_mm512_mul_epi32(_mm512_srli_epi64(vl, 32), _mm512_srli_epi64(m, 32)));
+    const __m512i high = _mm512_mask_blend_epi32(0xAAAA, he, _mm512_slli_epi64(ho, 32));
+    const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, rsh), one);  /* RoundingDivideByPOT */
+    const __m512i thr = _mm512_sub_epi32(_mm512_srli_epi32(mask, 1), _mm512_srai_epi32(high, 31));
+    __m512i q = _mm512_srav_epi32(high, rsh);
+    q = _mm512_mask_add_epi32(q, _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, mask), thr), q, one);
+    /* clamp(q + zp_out, lo, hi) without overflowing int32: clamp q to [lo - zp_out, hi - zp_out] first */
+    q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(rq->lo - rq->zp_out)), _mm512_set1_epi32(rq->hi - rq->zp_out));
+    _mm512_mask_cvtepi32_storeu_epi8(y, k, _mm512_add_epi32(q, _mm512_set1_epi32(rq->zp_out)));
+    return 1;
+}
+#endif
+
 /* y[r] = clamp(MultiplyByQuantizedMultiplier(acc[r] - corr * wsum[r] + bias[r]) + zp_out, lo, hi)
  * for r < n (channels c0 + r of rq; wsum may be NULL): TFLite's arithmetic on int64 as
- * ops/quantized.py's reference, written without branches so the compiler vectorizes it. */
+ * ops/quantized.py's reference, written without branches so the compiler vectorizes it
+ * (avx512: 16 channels in int32 lanes where that is exact, else 8 in int64 lanes). */
 static void requant_row(int n, const int32_t *acc, int64_t corr, const int32_t *wsum, const vx_requant *rq,
                         int64_t c0, int8_t *y) {
     const int32_t *bias = rq->bias ? rq->bias + c0 : NULL, *mult = rq->mult + c0, *shift = rq->shift + c0;
     int r = 0;
 #if defined(VX_AVX512)
-    const __m512i one = _mm512_set1_epi64(1), zero = _mm512_setzero_si512();
-    for (; r < n; r += 8) {  /* 8 int64 lanes, the same steps as the scalar loop below */
-        const __mmask8 k = n - r >= 8 ? 0xFF : (__mmask8)((1u << (n - r)) - 1u);
-        __m512i v = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, acc + r));
-        if (wsum)
-            v = _mm512_sub_epi64(v, _mm512_mullo_epi64(_mm512_set1_epi64(corr),
-                                                       _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, wsum + r))));
-        if (bias) v = _mm512_add_epi64(v, _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, bias + r)));
-        const __m512i sh = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, shift + r));
-        const __m512i lsh = _mm512_max_epi64(sh, zero);
-        const __m512i rsh = _mm512_min_epi64(_mm512_max_epi64(_mm512_sub_epi64(zero, sh), zero), _mm512_set1_epi64(63));
-        const __m512i ab = _mm512_mullo_epi64(_mm512_sllv_epi64(v, lsh),
-                                              _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, mult + r)));
-        const __m512i t = _mm512_add_epi64(_mm512_add_epi64(ab, _mm512_set1_epi64(INT64_C(1) << 30)),
-                                           _mm512_and_si512(_mm512_srai_epi64(ab, 63),
-                                                            _mm512_set1_epi64(1 - (INT64_C(1) << 31))));
-        const __m512i st = _mm512_srai_epi64(t, 63);
-        const __m512i at = _mm512_srli_epi64(_mm512_sub_epi64(_mm512_xor_si512(t, st), st), 31);
-        const __m512i high = _mm512_sub_epi64(_mm512_xor_si512(at, st), st);
-        const __m512i mask = _mm512_sub_epi64(_mm512_sllv_epi64(one, rsh), one);
-        const __m512i thr = _mm512_sub_epi64(_mm512_srli_epi64(mask, 1), _mm512_srai_epi64(high, 63));
-        __m512i q = _mm512_srav_epi64(high, rsh);
-        q = _mm512_mask_add_epi64(q, _mm512_cmpgt_epi64_mask(_mm512_and_si512(high, mask), thr), q, one);
-        q = _mm512_add_epi64(q, _mm512_set1_epi64(rq->zp_out));
-        q = _mm512_min_epi64(_mm512_max_epi64(q, _mm512_set1_epi64(rq->lo)), _mm512_set1_epi64(rq->hi));
-        _mm512_mask_cvtepi64_storeu_epi8(y + r, k, q);
+    for (; r < n; r += 16) {
+        const __mmask16 k = n - r >= 16 ? 0xFFFF : (__mmask16)((1u << (n - r)) - 1u);
+        if (!wsum && requant16_i32(k, acc + r, bias ? bias + r : NULL, mult + r, shift + r, rq, y + r)) continue;
+        for (int h = r; h < n && h < r + 16; h += 8)
+            requant8_i64(n - h >= 8 ? 0xFF : (__mmask8)((1u << (n - h)) - 1u), acc + h, corr, wsum ? wsum + h : NULL,
+                         bias ? bias + h : NULL, mult + h, shift + h, rq, y + h);
     }
 #endif
     for (; r < n; r++) {
@@ -235,6 +300,36 @@ static void requant_row(int n, const int32_t *acc, int64_t corr, const int32_t *
         y[r] = (int8_t)(q > rq->hi ? rq->hi : q);
     }
 }
+
+#if defined(VX_AVX512)
+/* rq's parameters of channels c0 .. c0 + nr - 1 repeated over 16 lanes (nr divides 16): one
+ * requant16_i32 then requantizes 16 / nr pixels of nr channels at once. */
+typedef struct {
+    int32_t bias[16], mult[16], shift[16];
+    vx_requant rq;
+} rq_tiled;
+
+VX_INLINE void rq_tile(const vx_requant *rq, int64_t c0, int nr, rq_tiled *t) {
+    for (int l = 0; l < 16; l++) {
+        t->bias[l] = rq->bias ? rq->bias[c0 + l % nr] : 0;
+        t->mult[l] = rq->mult[c0 + l % nr];
+        t->shift[l] = rq->shift[c0 + l % nr];
+    }
+    t->rq = *rq;
+}
+
+/* y_g (g < 16 / nr) = the requantized channels acc[16 * ... g * nr ..] of pixel g, through one
+ * int32 pass when it is exact, else requant_row per pixel. */
+VX_INLINE void requant_tiled(const int32_t acc[16], int nr, const rq_tiled *t, const vx_requant *rq, int64_t c0,
+                             int8_t *const y[16]) {
+    int8_t out[16];
+    if (requant16_i32(0xFFFF, acc, t->bias, t->mult, t->shift, &t->rq, out)) {
+        for (int g = 0; g < 16 / nr; g++) memcpy(y[g], out + g * nr, (size_t)nr);
+        return;
+    }
+    for (int g = 0; g < 16 / nr; g++) requant_row(nr, acc + g * nr, 0, NULL, rq, c0, y[g]);
+}
+#endif
 
 /* Vector steps of the depthwise kernels: VL lanes, a lane mask for the last channels. */
 #if defined(VX_AVX512)
@@ -387,9 +482,21 @@ static void qgemm_pack(int64_t K, const int8_t *w, int64_t n, int8_t *packed, in
     }
 }
 
-/* dst[c] = u8(src[c] + 128) for c < n (one loop the compiler vectorises). */
+/* dst[c] = u8(src[c] + 128) for c < n (avx512: 64 bytes at a time, the last run masked, since
+ * im2col's runs are often a few bytes; else one loop the compiler vectorises). */
 VX_INLINE void to_u8(int64_t n, const int8_t *src, uint8_t *dst) {
+#if defined(VX_AVX512)
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    int64_t c = 0;
+    for (; c + 64 <= n; c += 64)
+        _mm512_storeu_si512(dst + c, _mm512_xor_si512(_mm512_loadu_si512(src + c), flip));
+    if (c < n) {
+        const __mmask64 k = ((__mmask64)1 << (n - c)) - 1;
+        _mm512_mask_storeu_epi8(dst + c, k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src + c), flip));
+    }
+#else
     for (int64_t c = 0; c < n; c++) dst[c] = (uint8_t)(src[c] ^ 0x80);
+#endif
 }
 
 /* cols[q * ldc + (i*kw + j)*C + c] = u8(x + 128) at tap (i, j) of output pixel p0 + q, or
@@ -410,9 +517,9 @@ static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64
         }
         return;
     }
-    for (int64_t q = 0; q < np; q++) {
-        const int64_t p = p0 + q, b = p / (s->oh * s->ow), r = p % (s->oh * s->ow);
-        const int64_t oh = r / s->ow, ow = r % s->ow, iw0 = ow * s->sw - s->pl;
+    int64_t b = p0 / (s->oh * s->ow), oh = p0 % (s->oh * s->ow) / s->ow, ow = p0 % s->ow; /* pixel p0 + q */
+    for (int64_t q = 0; q < np; q++, next_pixel(s, &b, &oh, &ow)) {
+        const int64_t iw0 = ow * s->sw - s->pl;
         const int row_inside = s->dw == 1 && iw0 >= 0 && iw0 + s->kw <= s->w;
         uint8_t *dst = cols + q * ldc;                               /* (kh, kw, C) then 0s */
         for (int64_t i = 0; i < s->kh; i++) {
@@ -428,7 +535,7 @@ static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64
                 to_u8(C, x + ((b * s->h + ih) * s->w + iw) * C, dst);
             }
         }
-        memset(cols + q * ldc + KK, 0, (size_t)(ldc - KK));
+        for (int64_t c = KK; c < ldc; c++) cols[q * ldc + c] = 0;  /* at most 3 bytes: no memset call */
     }
 }
 
@@ -511,6 +618,10 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
     for (int64_t p0 = 0; p0 < n; p0 += VX_QG_NR) {
         const int8_t *pp = packed + p0 * K4;
         const int nr = (int)(n - p0 < VX_QG_NR ? n - p0 : VX_QG_NR);
+#if defined(VX_AVX512)
+        rq_tiled tiled;
+        if (!wsum && nr <= 8 && 16 % nr == 0) rq_tile(rq, p0, nr, &tiled);
+#endif
         for (int64_t i0 = 0; i0 < m; i0 += QG_MR) {
             const int mr = (int)(m - i0 < QG_MR ? m - i0 : QG_MR);
             if (nr > 16) {
@@ -521,21 +632,75 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
             } else {
                 qg_tile(mr, 1, K4, a + i0 * lda, lda, pp, acc);
             }
-            for (int i = 0; i < mr; i++) requant_row(nr, acc[i], corr, wsum + p0, rq, p0, y + (i0 + i) * ldy + p0);
+            int i = 0;
+#if defined(VX_AVX512)
+            if (!wsum && nr <= 8 && 16 % nr == 0) {  /* few channels: 16 / nr pixels per requantization */
+                const int g = 16 / nr;
+                for (; i + g <= mr; i += g) {
+                    int32_t a16[16];
+                    int8_t *ys[16];
+                    for (int r = 0; r < g; r++) {
+                        memcpy(a16 + r * nr, acc[i + r], (size_t)nr * sizeof(int32_t));
+                        ys[r] = y + (i0 + i + r) * ldy + p0;
+                    }
+                    requant_tiled(a16, nr, &tiled, rq, p0, ys);
+                }
+            }
+#endif
+            for (; i < mr; i++)
+                requant_row(nr, acc[i], corr, wsum ? wsum + p0 : NULL, rq, p0, y + (i0 + i) * ldy + p0);
         }
     }
 }
+
+#if defined(VX_AVX512)
+/* Two adjacent output pixels of an 8-channel stride-1 depthwise row, both seeing every column tap,
+ * in one 16-lane accumulator (their taps are 16 contiguous bytes); xp: tap (0, 0) of the first. */
+VX_INLINE void dwi_pair8(const vx_conv_shape *s, const int8_t *xp, const int16_t *w, const vx_requant *rq,
+                         const rq_tiled *tiled, int64_t i0, int64_t i1, int8_t *yo) {
+    const __m512i zp = _mm512_set1_epi32(rq->zp_in);
+    __m512i a = _mm512_setzero_si512();
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < s->kw; j++) {
+            const __m512i xv = _mm512_sub_epi32(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(xp + (i * s->dh * s->w + j) * 8))), zp);
+            const __m512i wv = _mm512_cvtepi16_epi32(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + (i * s->kw + j) * 8))));
+            a = _mm512_add_epi32(a, _mm512_mullo_epi32(xv, wv));
+        }
+    int32_t acc[16];
+    _mm512_storeu_si512(acc, a);
+    int8_t *const ys[16] = {yo, yo + 8};
+    requant_tiled(acc, 8, tiled, rq, 0, ys);
+}
+#endif
 
 /* Depthwise int8 (multiplier 1) output row `item` = b * OH + oh: y (OW, C). w: (kh*kw, C) int16.
  * Padding taps contribute (zp_in - zp_in) * w = 0 and are skipped; interior pixels go 4 at a time. */
 static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
                     int64_t item, int8_t *y) {
     const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+#if defined(VX_AVX512)
+    rq_tiled tiled;
+    int tiled_ready = 0;
+#endif
     for (int64_t ow = 0; ow < s->ow;) {
         int64_t i0, i1, j0, j1, e0, e1, f0, f1;
         valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
         const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
         int8_t *yo = y + (item * s->ow + ow) * C;                    /* (C,) */
+#if defined(VX_AVX512)
+        if (C == 8 && s->sw == 1 && s->dw == 1 && ow + 2 <= s->ow && j0 == 0 && j1 == s->kw) {
+            valid_taps(s, oh, ow + 1, &e0, &e1, &f0, &f1);
+            if (f0 == 0 && f1 == s->kw) {
+                if (!tiled_ready) rq_tile(rq, 0, 8, &tiled);
+                tiled_ready = 1;
+                dwi_pair8(s, xp, w, rq, &tiled, i0, i1, yo);
+                ow += 2;
+                continue;
+            }
+        }
+#endif
 #if defined(DW_VL)
         if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
             valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
@@ -566,6 +731,46 @@ static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, c
     }
 }
 
+/* y[i] = clamp(round_half_away(x[i] / scale) + zp) as ops/quantized.py's reference (numpy's
+ * float32 division, then its int64 cast on x86), in float32 / int32 lanes (the loop vectorises): for |v| < 2^31 the halves-away
+ * rounding is trunc(|v|) + (|v| - trunc(|v|) >= 0.5), both exact in float32 (|v| + 0.5 is not);
+ * beyond that q saturates to the int8 range by sign, and NaN or |v| >= 2^63 (INT64_MIN from
+ * round_away_i64, plus zp with numpy's wrap) to -128 when zp >= 0, else 127. */
+static void quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) {
+    const int8_t wild = zp >= 0 ? -128 : 127;
+    int64_t i = 0;
+#if defined(VX_AVX512)
+    /* the loop below in 16 lanes (GCC does not if-convert it for this tier) */
+    const __m512 sc = _mm512_set1_ps(scale), half = _mm512_set1_ps(0.5f), zero = _mm512_setzero_ps();
+    const __m512 lim31 = _mm512_set1_ps(2147483648.0f), lim63 = _mm512_set1_ps(9223372036854775808.0f);
+    const __m512i zpv = _mm512_set1_epi32(zp), lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), sc), av = _mm512_abs_ps(v);
+        const __mmask16 small = _mm512_cmp_ps_mask(av, lim31, _CMP_LT_OQ);  /* false for NaN */
+        const __m512 a = _mm512_maskz_mov_ps(small, av);
+        const __m512i t = _mm512_cvttps_epi32(a);
+        const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(a, _mm512_cvtepi32_ps(t)), half, _CMP_GE_OQ);
+        __m512i q = _mm512_mask_add_epi32(t, up, t, _mm512_set1_epi32(1));
+        q = _mm512_mask_sub_epi32(q, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), _mm512_setzero_si512(), q);
+        q = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(q, zpv), lo), hi);
+        const __m512i big = _mm512_mask_mov_epi32(_mm512_set1_epi32(wild), _mm512_cmp_ps_mask(av, lim63, _CMP_LT_OQ),
+                                                  _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), lo, hi));
+        _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(small, big, q)));
+    }
+#endif
+    for (; i < n; i++) {
+        const float v = x[i] / scale, av = fabsf(v);
+        const int small = av < 2147483648.0f;  /* false for NaN */
+        const float a = small ? av : 0.0f;
+        const int32_t t = (int32_t)a;
+        const int32_t r = t + (int32_t)(a - (float)t >= 0.5f);
+        int32_t q = (v < 0.0f ? -r : r) + zp;
+        q = q < -128 ? -128 : q > 127 ? 127 : q;
+        const int8_t big = av < 9223372036854775808.0f ? (v > 0.0f ? 127 : -128) : wild;
+        y[i] = small ? (int8_t)q : big;
+    }
+}
+
 const vx_conv_table VX_CAT(vx_conv, VX_TIER) = {
-    sgemm_pack, sgemm, im2col_f32, dwconv_f32, qgemm_pack, im2col_u8, qgemm, qdwconv,
+    sgemm_pack, sgemm, im2col_f32, dwconv_f32, qgemm_pack, im2col_u8, qgemm, qdwconv, quantize_i8,
 };

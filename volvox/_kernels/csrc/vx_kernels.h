@@ -191,6 +191,8 @@ typedef struct {
     /* depthwise int8 (multiplier 1) output row item; w (kh*kw, C) int16 */
     void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
                     int64_t item, int8_t *y);
+    /* y (n) = clamp(round_half_away(x / scale) + zp) as int8 (ops/quantized.py's quantize) */
+    void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y);
 } vx_conv_table;
 
 typedef struct {

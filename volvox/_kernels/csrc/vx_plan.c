@@ -41,6 +41,17 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Rows per work item of a COPY_ROWS step: about VX_COPY_BYTES of destination. */
+static int64_t copy_rows_per_item(const vx_step *s) {
+    return s->n[3] >= VX_COPY_BYTES ? 1 : VX_COPY_BYTES / (s->n[3] > 0 ? s->n[3] : 1);
+}
+
+/* Output rows per work item of a GATHER step: about VX_COPY_BYTES of them. */
+static int64_t gather_rows_per_item(const vx_step *s) {
+    const int64_t *d = (const int64_t *)s->b, last = d[d[0]] * (int64_t)sizeof(float);
+    return last >= VX_COPY_BYTES ? 1 : VX_COPY_BYTES / (last > 0 ? last : 1);
+}
+
 /* Work items of a step. */
 static int64_t step_items(const vx_step *s) {
     switch (s->kind) {
@@ -56,8 +67,15 @@ static int64_t step_items(const vx_step *s) {
     case VX_STEP_QAVG_POOL:
     case VX_STEP_MAX_POOL:
         return s->p->s.n * s->p->s.oh;
+    case VX_STEP_COPY_ROWS:
+        return (s->n[0] + copy_rows_per_item(s) - 1) / copy_rows_per_item(s);
+    case VX_STEP_GATHER:
+        return (s->n[0] + gather_rows_per_item(s) - 1) / gather_rows_per_item(s);
+    case VX_STEP_AVG_POOL:
+        return s->p->s.n * s->p->s.oh;
     case VX_STEP_BINARY:
     case VX_STEP_RELU:
+    case VX_STEP_UNARY:
     case VX_STEP_QUANTIZE_I8:
     case VX_STEP_DEQUANTIZE_I8:
         return s->n[0] > 0 ? (s->n[0] + VX_ELEM_CHUNK - 1) / VX_ELEM_CHUNK : 1;
@@ -83,10 +101,6 @@ static int64_t round_away_i64(float v) {
 static int8_t clamp_i8(int64_t q, int32_t zp, int32_t lo, int32_t hi) {
     q = (int64_t)((uint64_t)q + (uint64_t)(int64_t)zp);
     return (int8_t)(q < lo ? lo : q > hi ? hi : q);
-}
-
-void vx_quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) {
-    for (int64_t i = 0; i < n; i++) y[i] = clamp_i8(round_away_i64(x[i] / scale), zp, -128, 127);
 }
 
 void vx_dequantize_i8(int64_t n, const int8_t *x, float scale, int32_t zp, float *y) {
@@ -154,6 +168,123 @@ void vx_max_pool_row(const vx_window *w, const float *x, int64_t item, float *y)
     }
 }
 
+/* numpy's clip of a float: NaN stays NaN, else min(max(v, lo), hi) with max(a, b) = a > b ? a : b. */
+static float np_clip(float v, float lo, float hi) {
+    if (v != v) return v;
+    v = v > lo ? v : lo;
+    return v < hi ? v : hi;
+}
+
+/* An UNARY step's function over n floats (vx_plan.h: VX_UNARY_*). */
+static void unary_f32(int kind, int64_t n, const float *x, float alpha, float beta, float *y) {
+    switch (kind) {
+    case VX_UNARY_HARD_SWISH:
+        for (int64_t i = 0; i < n; i++) {
+            const float t = np_clip(x[i] + 3.0f, 0.0f, 6.0f);
+            y[i] = (x[i] * t) / 6.0f;
+        }
+        break;
+    case VX_UNARY_HARD_SIGMOID:
+        for (int64_t i = 0; i < n; i++) {
+            const float t = alpha * x[i];  /* rounded before the sum (this file is built without FMA) */
+            y[i] = np_clip(t + beta, 0.0f, 1.0f);
+        }
+        break;
+    case VX_UNARY_SQRT:
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+        break;
+    case VX_UNARY_SQUARE:
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+        break;
+    default:
+        break;
+    }
+}
+
+static inline float binary_op(int op, float a, float b) {
+    return op == VX_BIN_ADD ? a + b : op == VX_BIN_MUL ? a * b : op == VX_BIN_SUB ? a - b : a / b;
+}
+
+/* y[i] = a[i] op b[(i / div) % nb] for i in [i0, i1) (nb 0: b[i]). */
+static void binary_f32(int op, int64_t i0, int64_t i1, const float *a, const float *b, int64_t nb, int64_t div,
+                       float *y) {
+    if (nb == 0) {
+        switch (op) {
+        case VX_BIN_ADD: for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b[i]; break;
+        case VX_BIN_MUL: for (int64_t i = i0; i < i1; i++) y[i] = a[i] * b[i]; break;
+        case VX_BIN_SUB: for (int64_t i = i0; i < i1; i++) y[i] = a[i] - b[i]; break;
+        default: for (int64_t i = i0; i < i1; i++) y[i] = a[i] / b[i]; break;
+        }
+        return;
+    }
+    if (nb == 1) {
+        const float b0 = b[0];
+        switch (op) {
+        case VX_BIN_ADD: for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b0; break;
+        case VX_BIN_MUL: for (int64_t i = i0; i < i1; i++) y[i] = a[i] * b0; break;
+        case VX_BIN_SUB: for (int64_t i = i0; i < i1; i++) y[i] = a[i] - b0; break;
+        default: for (int64_t i = i0; i < i1; i++) y[i] = a[i] / b0; break;
+        }
+        return;
+    }
+    for (int64_t i = i0; i < i1;) {
+        const int64_t j = (i / div) % nb;
+        if (div == 1) {  /* per channel: a run of nb - j elements against b[j..] */
+            const int64_t e = i + (nb - j) < i1 ? i + (nb - j) : i1;
+            for (int64_t k = i; k < e; k++) y[k] = binary_op(op, a[k], b[j + k - i]);
+            i = e;
+        } else {         /* per row: a run of up to div elements against one b */
+            const int64_t e = (i / div + 1) * div < i1 ? (i / div + 1) * div : i1;
+            const float bj = b[j];
+            for (int64_t k = i; k < e; k++) y[k] = binary_op(op, a[k], bj);
+            i = e;
+        }
+    }
+}
+
+/* Output rows [r0, r1) of a GATHER step: d = (ndim, shape[ndim], strides[ndim]) in elements. */
+static void gather_rows(const int64_t *d, const float *x, int64_t r0, int64_t r1, float *y) {
+    const int64_t nd = d[0], *shape = d + 1, *stride = d + 1 + nd, L = shape[nd - 1], sl = stride[nd - 1];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t off = 0, rem = r;
+        for (int64_t k = nd - 2; k >= 0; k--) {
+            off += (rem % shape[k]) * stride[k];
+            rem /= shape[k];
+        }
+        const float *src = x + off;
+        float *dst = y + r * L;
+        if (sl == 1) memcpy(dst, src, (size_t)L * sizeof(float));
+        else for (int64_t i = 0; i < L; i++) dst[i] = src[i * sl];
+    }
+}
+
+/* f32 average pool output row `item` (ops/pool.py's fast path): y = tap (0, 0), then + each
+ * other tap in row-major order (padding adds 0), then / the in-image count (or kh*kw). */
+static void avg_pool_row(const vx_window *w, int include_pad, const float *x, int64_t item, float *y) {
+    const vx_conv_shape *s = &w->s;
+    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+    for (int64_t ow = 0; ow < s->ow; ow++) {
+        int64_t i0, i1, j0, j1;
+        pool_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+        const float *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
+        float *yo = y + (item * s->ow + ow) * C;                                                 /* (C,) */
+        for (int64_t i = 0; i < s->kh; i++)
+            for (int64_t j = 0; j < s->kw; j++) {
+                const int inside = i >= i0 && i < i1 && j >= j0 && j < j1;
+                const float *xr = xp + (i * s->w + j) * C;
+                if (i == 0 && j == 0) {
+                    for (int64_t c = 0; c < C; c++) yo[c] = inside ? xr[c] : 0.0f;
+                } else if (inside) {
+                    for (int64_t c = 0; c < C; c++) yo[c] = yo[c] + xr[c];
+                } else {
+                    for (int64_t c = 0; c < C; c++) yo[c] = yo[c] + 0.0f;
+                }
+            }
+        const float count = include_pad ? (float)(s->kh * s->kw) : (float)((i1 - i0) * (j1 - j0));
+        for (int64_t c = 0; c < C; c++) yo[c] = yo[c] / count;
+    }
+}
+
 void vx_global_avg(int64_t HW, int64_t C, const float *x, float *y) {
     for (int64_t c = 0; c < C; c++) {
         double acc = 0.0;
@@ -179,11 +310,13 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         const int64_t n1 = n0 + VX_LINEAR_CHUNK < N ? n0 + VX_LINEAR_CHUNK : N;
         const int64_t act_bytes = t->quantize[s->wtype] != NULL ? (int64_t)vx_act_row_bytes(s->wtype, K)
                                                                  : K * (int64_t)sizeof(float);
-        t->gemm[s->wtype](K, (const uint8_t *)s->b + n0 * row_bytes, row_bytes, n1 - n0, s->a, act_bytes, 1,
+        const int64_t m = s->n[3] > 0 ? s->n[3] : 1;
+        t->gemm[s->wtype](K, (const uint8_t *)s->b + n0 * row_bytes, row_bytes, n1 - n0, s->a, act_bytes, m,
                           s->y + n0, N);
         const float *bias = (const float *)s->c;
         if (bias != NULL)
-            for (int64_t r = n0; r < n1; r++) s->y[r] += bias[r];
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t r = n0; r < n1; r++) s->y[i * N + r] += bias[r];
         break;
     }
     case VX_STEP_ROPE:
@@ -216,14 +349,23 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         t->swiglu(s->n[0], (const float *)s->a, s->flag ? (const float *)s->a + s->n[0] : NULL, s->y);
         break;
     case VX_STEP_BINARY: {
-        const float *a = (const float *)s->a, *b = (const float *)s->b;
         const int64_t i0 = item * VX_ELEM_CHUNK, i1 = i0 + VX_ELEM_CHUNK < s->n[0] ? i0 + VX_ELEM_CHUNK : s->n[0];
-        if (s->flag)
-            for (int64_t i = i0; i < i1; i++) s->y[i] = a[i] * b[i];
-        else
-            for (int64_t i = i0; i < i1; i++) s->y[i] = a[i] + b[i];
+        binary_f32(s->flag, i0, i1, (const float *)s->a, (const float *)s->b, s->n[1], s->n[2], s->y);
         break;
     }
+    case VX_STEP_UNARY: {
+        const int64_t i0 = item * VX_ELEM_CHUNK, i1 = i0 + VX_ELEM_CHUNK < s->n[0] ? i0 + VX_ELEM_CHUNK : s->n[0];
+        unary_f32(s->flag, i1 - i0, (const float *)s->a + i0, s->f[0], s->f[1], s->y + i0);
+        break;
+    }
+    case VX_STEP_GATHER: {
+        const int64_t per = gather_rows_per_item(s), r0 = item * per;
+        gather_rows((const int64_t *)s->b, (const float *)s->a, r0, r0 + per < s->n[0] ? r0 + per : s->n[0], s->y);
+        break;
+    }
+    case VX_STEP_AVG_POOL:
+        avg_pool_row(s->p, s->flag, (const float *)s->a, item, s->y);
+        break;
     case VX_STEP_LAYER_NORM:
         vx_layer_norm_row(s->n[0], (const float *)s->a, (const float *)s->b, (const float *)s->c, s->f[0], s->y);
         break;
@@ -267,7 +409,7 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_RELU: {
         const int64_t i0 = item * VX_ELEM_CHUNK, i1 = i0 + VX_ELEM_CHUNK < s->n[0] ? i0 + VX_ELEM_CHUNK : s->n[0];
         if (s->kind == VX_STEP_QUANTIZE_I8)
-            vx_quantize_i8(i1 - i0, (const float *)s->a + i0, s->f[0], (int32_t)s->n[1], (int8_t *)s->y + i0);
+            t->conv->quantize_i8(i1 - i0, (const float *)s->a + i0, s->f[0], (int32_t)s->n[1], (int8_t *)s->y + i0);
         else if (s->kind == VX_STEP_DEQUANTIZE_I8)
             vx_dequantize_i8(i1 - i0, (const int8_t *)s->a + i0, s->f[0], (int32_t)s->n[1], s->y + i0);
         else
@@ -292,9 +434,15 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_COPY_ROWS: {
         const uint8_t *src = (const uint8_t *)s->a;
         uint8_t *dst = (uint8_t *)s->y;
-        for (int64_t r = 0; r < s->n[0]; r++) {
+        const int64_t per = copy_rows_per_item(s), r0 = item * per;
+        const int64_t r1 = r0 + per < s->n[0] ? r0 + per : s->n[0];
+        const int64_t tail = s->n[3] - s->n[4] - s->n[1];  /* bytes after the copied run */
+        for (int64_t r = r0; r < r1; r++) {
             uint8_t *row = dst + r * s->n[3];
-            if (s->flag) memset(row, 0, (size_t)s->n[3]);
+            if (s->flag) {
+                memset(row, 0, (size_t)s->n[4]);
+                memset(row + s->n[4] + s->n[1], 0, (size_t)tail);
+            }
             memcpy(row + s->n[4], src + r * s->n[2], (size_t)s->n[1]);
         }
         break;

@@ -49,8 +49,22 @@ enum {
     VX_STEP_GLOBAL_AVG = 20,  /* y (N, C) = mean of a (N, HW, C) over HW, in double */
     VX_STEP_RELU = 21,        /* y (n) = max(a, 0), numpy's maximum */
     VX_STEP_COPY_ROWS = 22,   /* byte rows of a into y at a column offset (concat, channel pad) */
-    VX_STEP_NKINDS = 23
+    VX_STEP_UNARY = 23,       /* y (n) = f(a): hard_swish, hard_sigmoid, sqrt, square (flag: VX_UNARY_*) */
+    VX_STEP_GATHER = 24,      /* y (contiguous) = the float32 elements of a at a strided view (transpose, slice) */
+    VX_STEP_AVG_POOL = 25,    /* f32 y = average pool of a (tap sums in order, / in-image count or kh*kw) */
+    VX_STEP_NKINDS = 26
 };
+
+/* Functions of an UNARY step, each numpy's float32 arithmetic (ops/activation.py, ops/arith.py). */
+enum {
+    VX_UNARY_HARD_SWISH = 0,   /* t = clip(x + 3, 0, 6); y = (x * t) / 6 */
+    VX_UNARY_HARD_SIGMOID = 1, /* y = clip(f[0] * x + f[1], 0, 1) (a product, then a sum) */
+    VX_UNARY_SQRT = 2,
+    VX_UNARY_SQUARE = 3
+};
+
+/* Operators of a BINARY step. */
+enum { VX_BIN_ADD = 0, VX_BIN_MUL = 1, VX_BIN_SUB = 2, VX_BIN_DIV = 3 };
 
 /* Geometry of a window step (convs, pools): the input / output shape, int8 requantization
  * (pools: rq.lo / rq.hi clamp only), output channels, im2col row length and scratch. */
@@ -72,14 +86,16 @@ typedef struct {
  *   RMS_NORM   a x, b weight, n[0] D, f[0] eps
  *   QUANTIZE   a x, n[0] K, wtype, scratch: the act row (vx_act_row_bytes(wtype, K) bytes)
  *   LINEAR     a: the act row a QUANTIZE step wrote (quantized wtype) or the float x (f32 /
- *              f16), b weight rows, c bias or NULL, n[0] K, n[1] N, n[2] row bytes, wtype
+ *              f16), b weight rows, c bias or NULL, n[0] K, n[1] N, n[2] row bytes, wtype;
+ *              n[3] float x rows (0: one; f32 / f16 weights only)
  *   ROPE       a x, n[0] n_heads, n[1] head_dim, n[2] rope_dim, flag interleaved,
  *              f[0] base, f[1] freq_scale
  *   KV_STORE   b k row, c v row, n[1] n_kv_heads, n[2] head_dim, n[4] layer
  *   ATTENTION  a q, n[0] n_heads, n[1] n_kv_heads, n[2] head_dim, n[3] window, n[4] layer,
  *              n[5] scratch floats per thread, f[0] scale, scratch: (threads, n[5]) floats
  *   SWIGLU     a x, n[0] F, flag gated
- *   BINARY     a, b, n[0] count, flag 0 add / 1 multiply
+ *   BINARY     y = a op b, flag VX_BIN_*; n[0] count; b broadcast: b[(i / n[2]) % n[1]] (n[1] 0: b[i];
+ *              per channel: n[2] 1, n[1] C; per row: n[2] row length, n[1] rows)
  *   LAYER_NORM a x, b weight, c bias or NULL, n[0] D, f[0] eps
  *   GELU       a x, n[0] count, flag tanh approximation
  *   CONV_F32   a x, b packed (sgemm_pack), c bias or NULL, p window, scratch (threads, per_thread) floats;
@@ -94,9 +110,14 @@ typedef struct {
  *   MAX_POOL   a x, p window (geometry); items: output rows
  *   GLOBAL_AVG a x, n[0] N, n[1] H*W, n[2] C
  *   RELU       a x, n[0] count
+ *   UNARY      a x, n[0] count, flag VX_UNARY_*, f[0] alpha, f[1] beta
+ *   GATHER     a x, b int64 (ndim, shape[ndim], element strides[ndim]) of the view, n[0] output
+ *              rows (elements / shape[ndim-1]); items: runs of rows
+ *   AVG_POOL   a x, p window (geometry), flag count_include_pad; items: output rows
  *   COPY_ROWS  a src, n[0] rows, n[1] bytes per row, n[2] src stride, n[3] dst stride, n[4] dst
  *              offset (bytes); flag: zero the rest of each dst row
- *   BINARY, RELU, QUANTIZE_I8, DEQUANTIZE_I8 split n[0] into chunks of VX_ELEM_CHUNK.
+ *   BINARY, RELU, UNARY, QUANTIZE_I8, DEQUANTIZE_I8 split n[0] into chunks of VX_ELEM_CHUNK; COPY_ROWS
+ *   its rows into runs of about VX_COPY_BYTES.
  */
 typedef struct {
     int32_t kind;
@@ -113,6 +134,8 @@ typedef struct {
 
 /* Elements per work item of the elementwise steps. */
 #define VX_ELEM_CHUNK 16384
+/* Destination bytes per work item of a COPY_ROWS step (whole rows, at least one). */
+#define VX_COPY_BYTES 65536
 
 /* What changes from one forward to the next: the token, its position and the KV cache. */
 typedef struct {
@@ -134,11 +157,9 @@ void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_s
                   int nthreads, vx_step_sync *sync, double *times);
 
 /* Small int8 / pooling kernels (vx_plan.c), shared by the steps above and the per-op fast
- * paths, each bit-identical to ops/quantized.py's / ops/pool.py's numpy references.
- * y[i] = clamp(round_half_away(x[i] / scale) + zp) (float32 division; NaN and values past
- * int64 as numpy's cast on x86: INT64_MIN, then a wrapping add of zp). */
-void vx_quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y);
-/* y[i] = scale * ((float)x[i] - (float)zp) */
+ * paths, each bit-identical to ops/quantized.py's / ops/pool.py's numpy references (the
+ * quantize step's kernel is the tier table's conv->quantize_i8, vx_conv.c).
+ * y[i] = scale * ((float)x[i] - (float)zp) */
 void vx_dequantize_i8(int64_t n, const int8_t *x, float scale, int32_t zp, float *y);
 /* int8 average pool output row `item` = b * OH + oh: in-image tap sum, divided rounding half
  * away from zero, clamped to [w->rq.lo, w->rq.hi]. */
