@@ -161,3 +161,15 @@ def test_closing_the_model_drops_the_plan(tmp_path):
     assert lm._decode_plan is False
     with pytest.raises(volvox.errors.ClosedError):
         s.forward([2])
+
+
+def test_split_outputs_listed_in_any_order(tmp_path):
+    """linear_split's column blocks are placed in the op's port order, not the node's dict order."""
+    with volvox.load(write_tiny_llama(tmp_path / "m.gguf")) as lm:
+        splits = [n for n in lm.graph.nodes if n.op == "linear_split"]
+        assert splits
+        for node in splits:
+            node.outputs = dict(reversed(list(node.outputs.items())))
+        got, want, _, _ = decode_both_ways(lm)
+        assert lm._decode_plan.runs == len(DECODE)
+        assert np.array_equal(got, want)

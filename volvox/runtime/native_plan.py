@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import kernels
 from ..graph import Graph
+from ..ops import get_op
 
 _core = kernels._core
 _KIND = _core.STEP_KINDS  # step kind codes of csrc/vx_plan.h
@@ -121,11 +122,12 @@ class DecodePlan:
             if node.op == "output_rows":
                 continue
             outs = {}
-            sizes = {port: self._floats(graph, name) for port, name in node.outputs.items()}
+            ports = [p for p in get_op(node.op).output_names if p in node.outputs]  # in the op's port order
+            sizes = {port: self._floats(graph, node.outputs[port]) for port in ports}
             slot = arena.take(sum(sizes.values()))
             off = 0
-            for port, name in node.outputs.items():
-                outs[port] = home[name] = (slot, off, sizes[port])
+            for port in ports:  # consecutive: linear_split's column blocks are one GEMV row
+                outs[port] = home[node.outputs[port]] = (slot, off, sizes[port])
                 off += sizes[port]
             slot_users[slot] = len(node.outputs)
             planned.append((node, outs, (slot, 0, off)))
