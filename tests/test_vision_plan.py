@@ -128,11 +128,11 @@ class GraphMaker:
         self.nodes.append(Node(f"n{len(self.nodes)}_{op}", op, inputs, {"y": out}, params or {}))
         return out
 
-    def model(self, outputs: list[str]) -> Model:
+    def model(self, outputs: list[str], optimize: bool = False) -> Model:
         specs = {n: TensorSpec(n, a.shape, a.dtype.name) for n, a in self.weights.items()}
         g = Graph(self.inputs, specs, self.nodes, outputs)
         g.validate()
-        return Model(g, dict(self.weights), {}, "synthetic", optimize=False)
+        return Model(g, dict(self.weights), {}, "synthetic", optimize=optimize)
 
 
 def requant(m: GraphMaker, name: str, n: int, lo: float, hi: float) -> dict:
@@ -279,6 +279,64 @@ def test_float_graph_plan_is_close_to_the_reference():
         np.testing.assert_allclose(native[n], oracle[n], rtol=1e-4, atol=1e-4)
 
 
+def dwpw_graph(stride: int, optimize: bool) -> Model:
+    """Depthwise -> 1x1 pairs: one the plan fuses (3x3 depthwise at ``stride`` with bias and
+    ReLU6, then a 1x1 with bias and ReLU; 36 and 20 channels: vector tails; an odd output width:
+    GEMM row tails), and three it must not: a 1x1 with stride 2, a middle tensor that is a graph
+    output, one read twice."""
+    m = GraphMaker(x=((2, 13, 19, 36), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+
+    def dw(x: str, c: int, **p) -> str:  # 3x3 depthwise, bias, ReLU6
+        i = len(m.nodes)
+        return m.node("conv2d", dict(groups=c, pads=[1, 1, 1, 1], activation="relu6", **p), x=x,
+                      weight=m.w(f"dw{i}", f(c, 3, 3, 1)), bias=m.w(f"bdw{i}", f(c)))
+
+    def pw(x: str, c: int, cout: int, **p) -> str:  # 1x1, no bias
+        return m.node("conv2d", p, x=x, weight=m.w(f"pw{len(m.nodes)}", f(cout, 1, 1, c)))
+
+    a = dw("x", 36, strides=[stride, stride])
+    b = m.node("conv2d", dict(activation="relu"), x=a, weight=m.w("pw", f(20, 1, 1, 36)), bias=m.w("bpw", f(20)))
+    c = pw(dw(b, 20), 20, 24, strides=[2, 2])                                    # not 1x1 stride 1
+    d = dw(c, 24)                                                                # a graph output
+    e = dw(pw(d, 24, 24), 24)                                                    # read twice
+    y = m.node("add", a=pw(e, 24, 24), b=e)
+    return m.model([y, d], optimize=optimize)
+
+
+@pytest.mark.parametrize("isa", kernels.available_isas())
+@pytest.mark.parametrize("stride", [1, 2])
+def test_fused_dwpw_plan_is_the_per_op_executor(stride, isa, threads):
+    """A DWPW step runs the 1x1 conv's GEMM on one depthwise row (ow pixels) per call, the per-op
+    kernel on blocks of 64 pixels: each element still sums in the same order, on every tier."""
+    before = kernels.isa()
+    kernels._set_isa_for_testing(isa)
+    try:
+        model = dwpw_graph(stride, optimize=True)
+        x = rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
+        native, per_op = plan_and_per_op(model, {"x": x})
+    finally:
+        kernels._set_isa_for_testing(before)
+    assert {pw: dw.id for pw, dw in model._plan.plan.fused.items()} == {"n1_conv2d": "n0_conv2d"}
+    for name in per_op:
+        assert same_bits(native[name], per_op[name]), name
+
+
+def test_dwpw_fusion_drops_a_step_and_the_middle_tensor():
+    """One step fewer per fused pair, a smaller arena, and no fusion in a model loaded with
+    optimize=False."""
+    x = {"x": rng.standard_normal((2, 13, 19, 36)).astype(np.float32)}
+    plans = []
+    for optimize in (True, False):
+        model = dwpw_graph(1, optimize)
+        model.run(x)
+        plans.append(model._plan.plan)
+    fused, unfused = plans
+    assert len(fused.fused) == 1 and unfused.fused == {}
+    assert len(unfused.steps) - len(fused.steps) == len(fused.fused)
+    assert fused.arena_bytes < unfused.arena_bytes
+
+
 def test_unlowered_graphs_and_profiling_keep_the_per_op_executor():
     m = GraphMaker(x=((2, 3), "float32"))
     y = m.node("silu", x="x")  # no silu step
@@ -340,9 +398,11 @@ def load_or_skip(name: str) -> Model:
     return volvox.load(name)
 
 
-@pytest.mark.parametrize("name,lowers", [("mltk-person-detection", True), ("blazeface-short-range", True),
-                                         ("efficientnet-lite0", True), ("pp-ocrv4-rec", True)])
-def test_model_plan_is_the_per_op_executor(name, lowers, threads):
+@pytest.mark.parametrize("name,lowers,pairs", [("mltk-person-detection", True, 0), ("blazeface-short-range", True, 16),
+                                               ("efficientnet-lite0", True, 16), ("pp-ocrv4-rec", True, 0)])
+def test_model_plan_is_the_per_op_executor(name, lowers, pairs, threads):
+    """Every real model's plan (``pairs`` depthwise -> 1x1 pairs fused into DWPW steps) gives the
+    per-op executor's outputs bit for bit."""
     model = load_or_skip(name)
     kernels.set_num_threads(threads)  # load() sets its own default
     image = text_line("The quick brown fox 2026") if name == "pp-ocrv4-rec" else \
@@ -350,5 +410,6 @@ def test_model_plan_is_the_per_op_executor(name, lowers, threads):
     feeds = {model.graph.inputs[0].name: preprocess(image, model.metadata["preprocess"]).tensor}
     native, per_op = plan_and_per_op(model, feeds)
     assert (model._plan.plan is not None) == lowers, model._plan.why
+    assert len(model._plan.plan.fused) == pairs
     for name_ in per_op:
         assert same_bits(native[name_], per_op[name_]), name_

@@ -31,7 +31,7 @@ class Model:
         if device is None:
             self.executor = Executor(self.graph, weights, reference=reference, profile=profile)
             if not (reference or profile):
-                self._plan = PlanHook(self.executor)
+                self._plan = PlanHook(self.executor, fuse=bool(optimize))
         else:  # a GPU backend (volvox/_gpu): same run(ctx, feeds), nodes placed on the device or the CPU
             from .runtime.gpu_executor import GpuExecutor
             self.executor = GpuExecutor(self.graph, weights, device, reference=reference, profile=profile)

@@ -103,7 +103,7 @@ def dwconv_f32(const float[:, :, :, ::1] x, const float[:, ::1] w, tuple geo, co
         return
     cdef int nt = _threads_for(items * s.ow * s.c * s.kh * s.kw)
     for it in prange(items, nogil=True, schedule="static", num_threads=nt):
-        _tbl.conv.dwconv_f32(&s, &x[0, 0, 0, 0], &w[0, 0], bp, act, it, &y[0, 0, 0, 0])
+        _tbl.conv.dwconv_f32(&s, &x[0, 0, 0, 0], &w[0, 0], bp, act, it, &y[0, 0, 0, 0] + it * s.ow * s.c)
 
 
 cdef vx_requant _requant(const int32_t[::1] bias, const int32_t[::1] mult, const int32_t[::1] shift,

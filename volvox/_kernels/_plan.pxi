@@ -35,6 +35,7 @@ cdef extern from "vx_plan.h" nogil:
         VX_STEP_UNARY
         VX_STEP_GATHER
         VX_STEP_AVG_POOL
+        VX_STEP_DWPW_F32
         VX_UNARY_HARD_SWISH
         VX_UNARY_HARD_SIGMOID
         VX_UNARY_SQRT
@@ -44,11 +45,17 @@ cdef extern from "vx_plan.h" nogil:
         VX_BIN_SUB
         VX_BIN_DIV
         VX_CONV_PIXELS
+    ctypedef struct vx_pointwise:
+        const float *packed
+        const float *bias
+        int64_t cout
+        int32_t act
     ctypedef struct vx_window:
         vx_conv_shape s
         vx_requant rq
         int64_t cout, ldc, per_thread
         int32_t act
+        vx_pointwise pw
     ctypedef struct vx_step:
         int32_t kind, wtype, flag
         int64_t n[6]
@@ -81,7 +88,8 @@ STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "quantize": 
               "quantize_i8": VX_STEP_QUANTIZE_I8, "dequantize_i8": VX_STEP_DEQUANTIZE_I8,
               "qavg_pool": VX_STEP_QAVG_POOL, "qsoftmax": VX_STEP_QSOFTMAX, "max_pool": VX_STEP_MAX_POOL,
               "global_avg": VX_STEP_GLOBAL_AVG, "relu": VX_STEP_RELU, "copy_rows": VX_STEP_COPY_ROWS,
-              "unary": VX_STEP_UNARY, "gather": VX_STEP_GATHER, "avg_pool": VX_STEP_AVG_POOL}
+              "unary": VX_STEP_UNARY, "gather": VX_STEP_GATHER, "avg_pool": VX_STEP_AVG_POOL,
+              "dwpw_f32": VX_STEP_DWPW_F32}
 # Functions of an unary step and operators of a binary step (flag).
 UNARY_FNS = {"hard_swish": VX_UNARY_HARD_SWISH, "hard_sigmoid": VX_UNARY_HARD_SIGMOID, "sqrt": VX_UNARY_SQRT,
              "square": VX_UNARY_SQUARE}
@@ -124,10 +132,12 @@ cdef class StepPlan:
 
     def add(self, int kind, int wtype=0, int flag=0, tuple sizes=(), tuple floats=(), uintptr_t a=0,
             uintptr_t b=0, uintptr_t c=0, uintptr_t y=0, uintptr_t scratch=0, tuple window=None,
-            int64_t cout=0, int64_t ldc=0, int64_t per_thread=0, int act=0, tuple requant=None):
+            int64_t cout=0, int64_t ldc=0, int64_t per_thread=0, int act=0, tuple requant=None,
+            tuple pointwise=None):
         """Append one step (addresses of buffers the caller keeps alive). Window steps also
         take window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left), cout, ldc,
-        per_thread, act and requant = (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi)."""
+        per_thread, act, requant = (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi) and
+        (DWPW) pointwise = (packed weights address, bias address or 0, cout, act)."""
         if self.n >= self.cap or len(sizes) > 6 or len(floats) > 2:
             raise ValueError("step plan is full or a step has too many fields")
         cdef vx_step *s = &self.steps[self.n]
@@ -141,6 +151,10 @@ cdef class StepPlan:
                 w.rq.mult = <const int32_t *> <uintptr_t> requant[1]
                 w.rq.shift = <const int32_t *> <uintptr_t> requant[2]
                 w.rq.zp_in, w.rq.zp_out, w.rq.lo, w.rq.hi = requant[3:]
+            if pointwise is not None:
+                w.pw.packed = <const float *> <uintptr_t> pointwise[0]
+                w.pw.bias = <const float *> <uintptr_t> pointwise[1]
+                w.pw.cout, w.pw.act = pointwise[2:]
             s.p = w
         else:
             s.p = NULL

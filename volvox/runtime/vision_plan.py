@@ -12,9 +12,11 @@ Weights are packed once at plan build through the per-op kernels' own packers an
 (``kernels.conv_weights``), and each step runs the same tile functions on the same work
 items (blocks of 64 output pixels for im2col convs, output rows for depthwise convs and
 pools) as the per-op kernels, so a plan's outputs equal the per-op executor's bit for bit
-(tests/test_vision_plan.py). Ops whose fast path is numpy with no C twin computing the same
-bits (sigmoid's tanh, softmax's exp, matmul's BLAS, reduce_mean's pairwise sums) run as
-"islands": their numpy function on arena views between native step ranges. A graph with an
+(tests/test_vision_plan.py). A float32 depthwise conv that only a 1x1 conv reads runs with it
+as one DWPW step (``dwpw_pairs``; not for a model loaded with optimize=False): its output rows
+pass through per-thread scratch, never the arena. Ops whose fast path is numpy with no C twin
+computing the same bits (sigmoid's tanh, softmax's exp, matmul's BLAS, reduce_mean's pairwise
+sums) run as "islands": their numpy function on arena views between native step ranges. A graph with an
 op, shape or dtype the plan does not lower (see ``LOWER``) keeps the per-op executor:
 ``PlanHook`` tries once and remembers. A graph with symbolic input dims (a text line's width)
 gets a plan per input shape, the graph's shapes inferred for it; the last PLANS_PER_GRAPH are kept.
@@ -25,14 +27,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 import numpy as np
 
 from .. import kernels
 from ..errors import VolvoxError
-from ..graph import Graph, TensorSpec
+from ..graph import Graph, Node, TensorSpec
 from ..ops import get_op
 from ..ops.conv import conv_kernel_args, native_conv, window_params
 from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
@@ -65,11 +67,54 @@ def _ptr(a: np.ndarray | None) -> int:
     return 0 if a is None else _addr(a)
 
 
+def _direct(window: tuple, wshape: tuple) -> bool:
+    """Whether a dense conv (window: x shape + kernels._conv_geometry) is 1x1, stride 1, unpadded:
+    its GEMM reads the input rows themselves."""
+    geo = window[4:]
+    return wshape[1] == wshape[2] == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == window[1:3]
+
+
+def dwpw_pairs(graph: Graph, weights: dict[str, Any]) -> dict[str, Node]:
+    """pointwise node id -> depthwise node, for each float32 depthwise (multiplier 1) conv whose
+    output is no graph output and is read only by a 1x1, stride-1, unpadded float32 conv: a plan
+    runs each pair as one DWPW step and never stores the middle tensor."""
+    producer = {name: n for n in graph.nodes for name in n.outputs.values()}
+    readers = Counter(name for n in graph.nodes for name in n.inputs.values())
+    pairs = {}
+    for pw in graph.nodes:
+        dw = producer.get(pw.inputs.get("x", ""))
+        if (pw.op != "conv2d" or dw is None or dw.op != "conv2d" or readers[dw.outputs["y"]] != 1
+                or dw.outputs["y"] in graph.outputs):
+            continue
+        xs, ws = _f32_conv_shapes(graph, weights, dw), _f32_conv_shapes(graph, weights, pw)
+        if xs is None or ws is None:
+            continue
+        (x, w), (mid, pw_w) = xs, ws
+        strides, _, pads = window_params(pw.params)
+        groups = int(dw.params.get("groups", 1))
+        if (groups == x[3] == w[0] > 1 and w[3] == 1 and int(pw.params.get("groups", 1)) == 1
+                and pw_w[1:] == (1, 1, mid[3]) and strides == (1, 1) and pads == (0, 0, 0, 0)):
+            pairs[pw.id] = dw
+    return pairs
+
+
+def _f32_conv_shapes(graph: Graph, weights: dict[str, Any], node) -> tuple | None:
+    """(x shape, weight shape) of a float32 NHWC conv node with a numpy weight and an activation
+    the conv steps fuse, else None."""
+    x, w = graph.specs[node.inputs["x"]], weights.get(node.inputs["weight"])
+    if (isinstance(w, np.ndarray) and w.dtype == np.float32 and w.ndim == 4 and x.dtype == "float32"
+            and len(x.shape) == 4 and node.params.get("activation", "none") in _ACT):
+        return tuple(x.shape), w.shape
+    return None
+
+
 class VisionPlan:
     """A compiled graph with static shapes as native steps (see the module doc)."""
 
-    def __init__(self, graph: Graph, weights: dict[str, Any]):
+    def __init__(self, graph: Graph, weights: dict[str, Any], fuse: bool = True):
         self.graph = graph
+        # pointwise node id -> the depthwise node run with it as one DWPW step (fuse: see dwpw_pairs)
+        self.fused = dwpw_pairs(graph, weights) if fuse else {}
         self.threads = max(kernels.get_num_threads(), os.cpu_count() or 1)  # scratch is sized for this many
         self._weights = weights
         self._keep: list[Any] = []  # every array a step points into
@@ -98,35 +143,47 @@ class VisionPlan:
             return name
 
         self._root = root
+        inner = {dw.id for dw in self.fused.values()}  # depthwise nodes run inside a DWPW step
+
+        def reads(node) -> set[str]:
+            """The activations a node's step reads (a DWPW step: the depthwise conv's, not its output)."""
+            dw = self.fused.get(node.id)
+            names = list(node.inputs.values()) if dw is None else \
+                [n for p, n in node.inputs.items() if p != "x"] + list(dw.inputs.values())
+            return {root(n) for n in names if n not in weights}
+
         last: dict[str, int] = {}  # tensor -> index of the last node reading it
         for i, node in enumerate(graph.nodes):
-            for name in node.inputs.values():
-                if name not in weights:
-                    last[root(name)] = i
+            if node.id not in inner:
+                for name in reads(node):
+                    last[name] = i
         for name in graph.outputs:
             last[root(name)] = len(graph.nodes)
         arena = _Arena()
         self._home: dict[str, int] = {}  # tensor -> arena slot (reused after its last reader)
         for spec in graph.inputs:
             self._home[spec.name] = arena.take(self._floats(spec.name))
+        skip = inner | {n.id for n in graph.nodes if n.op == "reshape" and n.outputs["y"] in alias}  # no step
         for i, node in enumerate(graph.nodes):
-            if node.op == "reshape" and node.outputs["y"] in alias:
+            if node.id in skip:
                 continue
             for name in node.outputs.values():
                 self._home[name] = arena.take(self._floats(name))
-            for name in {root(n) for n in node.inputs.values() if n not in weights} | set(node.outputs.values()):
+            for name in reads(node) | set(node.outputs.values()):
                 if last.get(name, -1) <= i:  # read for the last time (or never): later outputs may reuse it
                     arena.give_back(self._home[name])
         self._arena = arena
         self.arena = _aligned(arena.size, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = arena.size * 4
         self.steps = _core.StepPlan(2 * len(graph.nodes) + sum(len(n.inputs) for n in graph.nodes), 0)
-        self.step_nodes: list[str] = []  # (steps,) the node id each step runs
+        self.step_nodes: list[str] = []  # (steps,) the node id each step runs (DWPW: the pointwise node)
         self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
-        for node in graph.nodes:
-            if not (node.op == "reshape" and node.outputs["y"] in alias):
+        for node in (n for n in graph.nodes if n.id not in skip):
+            if node.id in self.fused:
+                self._dwpw(self.fused[node.id], node)
+            else:
                 LOWER[node.op](self, node)
-                self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
+            self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
         self.inputs = [self._tensor(s.name) for s in graph.inputs]
         self.outputs = {name: self._tensor(name) for name in graph.outputs}
 
@@ -176,21 +233,34 @@ class VisionPlan:
         self._keep.extend(a for a in arrays if a is not None)
 
     # ------------------------------------------------------------------------ convs
-    def _conv(self, node) -> None:
-        p, int8 = node.params, node.op == "qconv2d"
-        x, w, y = self._in(node, "x"), self._in(node, "weight"), self._y(node)
+    def _conv_operands(self, node, x: np.ndarray) -> tuple:
+        """(w, packed w, bias, depthwise, window keywords) of a conv node reading ``x``, checked
+        against its output's spec; counts its multiply-adds."""
+        p, w = node.params, self._in(node, "weight")
         self._need(node, x.ndim == 4 and w.ndim == 4 and native_conv(x, w, p), "not a dense or depthwise-1 conv")
         args = conv_kernel_args(p)
-        dtype, bias_dtype = (np.int8, np.int32) if int8 else (np.float32, np.float32)
+        dtype, bias_dtype = (np.int8, np.int32) if node.op == "qconv2d" else (np.float32, np.float32)
         _, w, bias, depthwise = kernels._conv_operands(x, w, self._opt(node, "bias"), args["groups"], dtype,
                                                        bias_dtype, node.id)
         geo = kernels._conv_geometry(x, w, args["strides"], args["dilations"], args["pads"], node.id)
-        self._need(node, y.shape == (x.shape[0], geo[0], geo[1], w.shape[0]), "output shape")
-        cout, kk = w.shape[0], w.shape[1] * w.shape[2] * x.shape[3]
-        window = dict(window=tuple(x.shape) + geo, cout=cout)
-        self.macs += y.size * (w.shape[1] * w.shape[2] if depthwise else kk)
+        shape = (x.shape[0], geo[0], geo[1], w.shape[0])  # (N, OH, OW, cout)
+        self._need(node, tuple(self.graph.specs[node.outputs["y"]].shape) == shape, "output shape")
+        self.macs += int(np.prod(shape)) * w.shape[1] * w.shape[2] * (1 if depthwise else x.shape[3])
         packed = kernels.conv_weights(w, depthwise)
         self._keep_all(w, bias, packed)
+        return w, packed, bias, depthwise, dict(window=tuple(x.shape) + geo, cout=w.shape[0])
+
+    def _act(self, node) -> int:
+        """VX_ACT_* of a float32 conv's fused activation, else Unsupported."""
+        act = node.params.get("activation", "none")
+        self._need(node, act in _ACT, f"activation {act!r}")
+        return _ACT[act]
+
+    def _conv(self, node) -> None:
+        p, int8 = node.params, node.op == "qconv2d"
+        x, y = self._in(node, "x"), self._y(node)
+        w, packed, bias, depthwise, window = self._conv_operands(node, x)
+        cout, kk = w.shape[0], w.shape[1] * w.shape[2] * x.shape[3]
         if int8:
             mult, sh, zps = kernels.requant_args(
                 self._in(node, "multiplier"), self._in(node, "shift"), cout, int(p["input_zero_point"]),
@@ -206,17 +276,30 @@ class VisionPlan:
             self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
                            scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4, **window)
             return
-        act = p.get("activation", "none")
-        self._need(node, act in _ACT, f"activation {act!r}")
         if depthwise:
             self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
-                           act=_ACT[act], **window)
+                           act=self._act(node), **window)
             return
-        direct = w.shape[1] == w.shape[2] == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == x.shape[1:3]
+        direct = _direct(window["window"], w.shape)
         per = 0 if direct else _PIXELS * kk
         scratch = self._scratch(per, np.float32)
         self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
-                       scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=_ACT[act], **window)
+                       scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node), **window)
+
+    def _dwpw(self, dw, pw) -> None:
+        """A float32 depthwise conv and the 1x1 conv that alone reads it (dwpw_pairs) as one DWPW
+        step: each depthwise output row goes through the thread's scratch into the 1x1 conv's
+        packed GEMM, the same tiles on the same rows as the two steps it replaces."""
+        x = self._in(dw, "x")
+        _, dw_packed, dw_bias, depthwise, window = self._conv_operands(dw, x)
+        self._need(dw, depthwise, "not a depthwise conv")
+        mid = np.empty(self.graph.specs[dw.outputs["y"]].shape, np.float32)  # (N, OH, OW, C) its shape only
+        w, packed, bias, _, pw_window = self._conv_operands(pw, mid)
+        self._need(pw, _direct(pw_window["window"], w.shape), "not a 1x1 stride-1 unpadded conv")
+        row = mid.shape[2] * mid.shape[3]
+        self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(self._y(pw)),
+                       scratch=_addr(self._scratch(row, np.float32)), per_thread=row, act=self._act(dw),
+                       pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw)), **window)
 
     def _qlinear(self, node) -> None:
         """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path)."""
@@ -533,10 +616,13 @@ PLANS_PER_GRAPH = 4
 class PlanHook:
     """Model.run's native path: a plan per input shape (the graph's own when its shapes are static,
     else the graph specialised to the feeds' shapes, the last PLANS_PER_GRAPH kept); run returns
-    None (per-op executor) when the graph does not lower or the plan cannot run."""
+    None (per-op executor) when the graph does not lower or the plan cannot run. fuse: whether the
+    plans fuse depthwise -> 1x1 pairs (dwpw_pairs); Model turns it off with the compiler passes
+    (optimize=False)."""
 
-    def __init__(self, executor):
+    def __init__(self, executor, fuse: bool = True):
         self.executor = executor
+        self.fuse = fuse
         self.plans: OrderedDict[tuple, VisionPlan] = OrderedDict()  # input shapes -> plan, oldest first
         self.why: str | None = None  # why the graph did not lower (None: not tried yet, or lowered)
         self._weights = {n: w for (_, w), n in zip(executor.weight_slots, executor.graph.weights)}
@@ -560,7 +646,7 @@ class PlanHook:
                 if graph is None:
                     return None
                 try:
-                    plan = VisionPlan(graph, self._weights)
+                    plan = VisionPlan(graph, self._weights, self.fuse)
                 except (Unsupported, VolvoxError) as e:  # the per-op path runs (and reports real errors)
                     self.why = str(e) or type(e).__name__
                     return None

@@ -429,8 +429,8 @@ VX_INLINE void dwi_pixels(const int PX, const vx_conv_shape *s, const int8_t *xp
 }
 #endif
 
-/* Depthwise (multiplier 1) output row `item` = b * OH + oh: y (OW, C). w: (kh*kw, C).
- * Interior pixels go 4 at a time. */
+/* Depthwise (multiplier 1) output row `item` = b * OH + oh into y (OW, C), that row's own
+ * buffer (the output's row, or a scratch row). w: (kh*kw, C). Interior pixels go 4 at a time. */
 static void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, const float *bias,
                        int act, int64_t item, float *y) {
     const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
@@ -438,7 +438,7 @@ static void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, c
         int64_t i0, i1, j0, j1, e0, e1, f0, f1;
         valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
         const float *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
-        float *yo = y + (item * s->ow + ow) * C;                     /* (C,) */
+        float *yo = y + ow * C;                                      /* (C,) */
 #if defined(DW_VL)
         if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
             valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);

@@ -177,7 +177,8 @@ typedef struct {
                   float *y, int64_t ldy, const float *bias, int act);
     /* np im2col rows (kh*kw*C floats each) of output pixels p0.. (flattened b, oh, ow) */
     void (*im2col_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols);
-    /* depthwise (multiplier 1) output row item = b*oh_total + oh; w (kh*kw, C) */
+    /* depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C), the row's buffer;
+     * w (kh*kw, C) */
     void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w, const float *bias,
                        int act, int64_t item, float *y);
     /* pack int8 rows (n, K) for qgemm; wsum[r] = sum of row r */

@@ -63,6 +63,7 @@ static int64_t step_items(const vx_step *s) {
     case VX_STEP_QCONV:
         return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS;
     case VX_STEP_DWCONV_F32:
+    case VX_STEP_DWPW_F32:
     case VX_STEP_QDWCONV:
     case VX_STEP_QAVG_POOL:
     case VX_STEP_MAX_POOL:
@@ -387,10 +388,21 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
                        (const float *)s->c, w->act);
         break;
     }
-    case VX_STEP_DWCONV_F32:
-        t->conv->dwconv_f32(&s->p->s, (const float *)s->a, (const float *)s->b, (const float *)s->c, s->p->act,
-                            item, s->y);
+    case VX_STEP_DWCONV_F32: {
+        const vx_conv_shape *g = &s->p->s;
+        t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, s->p->act, item,
+                            s->y + item * g->ow * g->c);
         break;
+    }
+    case VX_STEP_DWPW_F32: {
+        const vx_window *w = s->p;
+        const vx_conv_shape *g = &w->s;
+        float *row = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (ow, C) */
+        t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, w->act, item, row);
+        t->conv->sgemm(g->c, w->pw.packed, w->pw.cout, row, g->c, g->ow, s->y + item * g->ow * w->pw.cout,
+                       w->pw.cout, w->pw.bias, w->pw.act);
+        break;
+    }
     case VX_STEP_QCONV: {
         const vx_window *w = s->p;
         const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item * VX_CONV_PIXELS;

@@ -52,7 +52,8 @@ enum {
     VX_STEP_UNARY = 23,       /* y (n) = f(a): hard_swish, hard_sigmoid, sqrt, square (flag: VX_UNARY_*) */
     VX_STEP_GATHER = 24,      /* y (contiguous) = the float32 elements of a at a strided view (transpose, slice) */
     VX_STEP_AVG_POOL = 25,    /* f32 y = average pool of a (tap sums in order, / in-image count or kh*kw) */
-    VX_STEP_NKINDS = 26
+    VX_STEP_DWPW_F32 = 26,    /* y = a 1x1 conv of a depthwise conv's rows, the middle tensor never stored */
+    VX_STEP_NKINDS = 27
 };
 
 /* Functions of an UNARY step, each numpy's float32 arithmetic (ops/activation.py, ops/arith.py). */
@@ -66,6 +67,15 @@ enum {
 /* Operators of a BINARY step. */
 enum { VX_BIN_ADD = 0, VX_BIN_MUL = 1, VX_BIN_SUB = 2, VX_BIN_DIV = 3 };
 
+/* The 1x1 stride-1 unpadded f32 conv a DWPW step runs on each depthwise output row. */
+typedef struct {
+    const float *packed; /* weights (sgemm_pack of (cout, C)) */
+    const float *bias;   /* (cout,) or NULL */
+    int64_t cout;        /* output channels */
+    int32_t act;         /* VX_ACT_* */
+    int32_t pad_;
+} vx_pointwise;
+
 /* Geometry of a window step (convs, pools): the input / output shape, int8 requantization
  * (pools: rq.lo / rq.hi clamp only), output channels, im2col row length and scratch. */
 typedef struct {
@@ -76,6 +86,7 @@ typedef struct {
     int64_t per_thread;  /* scratch elements per thread */
     int32_t act;         /* VX_ACT_* (f32 convs) */
     int32_t pad_;
+    vx_pointwise pw;     /* DWPW: the 1x1 conv after the depthwise one */
 } vx_window;
 
 /* Output pixels per im2col work item (the per-op kernels' CONV_PIXELS). */
@@ -101,6 +112,10 @@ typedef struct {
  *   CONV_F32   a x, b packed (sgemm_pack), c bias or NULL, p window, scratch (threads, per_thread) floats;
  *              items: blocks of VX_CONV_PIXELS output pixels
  *   DWCONV_F32 a x, b weights (kh*kw, C), c bias or NULL, p window; items: output rows
+ *   DWPW_F32   a x, b depthwise weights (kh*kw, C), c their bias or NULL, p window (the depthwise
+ *              geometry, act; pw: the 1x1 conv), scratch (threads, per_thread = ow*C) floats, y the
+ *              1x1 conv's output; items: depthwise output rows, each computed into the thread's
+ *              scratch and multiplied straight into its ow output pixels
  *   QCONV      a x, b packed (qgemm_pack), c wsum, p window (rq), scratch (threads, per_thread) bytes
  *   QDWCONV    a x, b weights (kh*kw, C) int16, p window (rq); items: output rows
  *   QUANTIZE_I8 / DEQUANTIZE_I8  a x, n[0] count, n[1] zero point, f[0] scale
