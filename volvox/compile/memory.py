@@ -115,9 +115,10 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
 
-def plan_arena(graph: Graph, dims: dict[str, int]) -> ArenaPlan:
-    """Greedy-by-size offsets for every intermediate of a validated graph with ``dims`` bound."""
-    buffers, alias = lifetimes(graph, dims)
+def place(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
+    """Greedy-by-size byte offsets for ``buffers`` (largest first, each at the lowest ALIGNMENT-
+    aligned gap left by the placed buffers alive at the same time) and the arena's size. The
+    graph plan below and the native runtime plans (runtime/native_plan.py, vision_plan.py) share it."""
     placed: list[tuple[int, int, Buffer]] = []  # (offset, aligned size, buffer)
     offsets: dict[str, int] = {}
     for buf in sorted(buffers, key=lambda b: (-b.size, b.first)):
@@ -128,10 +129,15 @@ def plan_arena(graph: Graph, dims: dict[str, int]) -> ArenaPlan:
             offset = max(offset, start + span)
         placed.append((offset, need, buf))
         offsets[buf.name] = offset
-    arena = max((start + span for start, span, _ in placed), default=0)
+    return offsets, max((start + span for start, span, _ in placed), default=0)
+
+
+def plan_arena(graph: Graph, dims: dict[str, int]) -> ArenaPlan:
+    """Greedy-by-size offsets for every intermediate of a validated graph with ``dims`` bound."""
+    buffers, alias = lifetimes(graph, dims)
+    offsets, arena = place(buffers)
     steps = len(graph.nodes) + 1
     live = np.zeros(steps, np.int64)  # (steps,) bytes alive at each step
     for b in buffers:
         live[b.first:b.last + 1] += b.size
     return ArenaPlan(offsets, buffers, alias, arena, int(live.max(initial=0)), sum(b.size for b in buffers))
-

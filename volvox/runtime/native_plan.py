@@ -7,7 +7,8 @@ compiled graph once into a flat array of kernel steps (csrc/vx_plan.h) over buff
 allocates up front; ``DecodePlan.run`` then runs the whole forward pass in one nogil
 call inside one OpenMP region, and allocates nothing.
 
-Buffers live in one arena: each intermediate gets a slot that is reused once its last
+Buffers live in one arena, placed by compile/memory.place (as `volvox info --plan` plans it):
+each node's outputs get a buffer that later outputs reuse once its last
 reader has run (never by a step that still reads it). The KV cache and the weights
 stay outside the arena; the logits are copied out so a caller may keep them.
 
@@ -27,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from .. import kernels
+from ..compile.memory import Buffer, place
 from ..graph import Graph
 from ..ops import get_op
 
 _core = kernels._core
 _KIND = _core.STEP_KINDS  # step kind codes of csrc/vx_plan.h
-ALIGN = 64  # bytes: every arena slot starts on a cache line
+ALIGN = 64  # bytes: the arena starts on a cache line
 
 
 class Unsupported(Exception):
@@ -49,29 +51,6 @@ def _aligned(n: int, dtype) -> np.ndarray:
     raw = np.empty(n + ALIGN // itemsize, dtype)
     skip = (-raw.ctypes.data % ALIGN) // itemsize
     return raw[skip:skip + n]
-
-
-class _Arena:
-    """Float32 slots placed by lifetime: a slot freed after its last reader is reused by a later output."""
-
-    def __init__(self):
-        self.slots: list[tuple[int, int]] = []  # (offset in floats, size in floats)
-        self.free: list[int] = []               # indices into slots
-        self.size = 0                           # floats
-
-    def take(self, n: int) -> int:
-        """A slot of at least n floats (the smallest free one that fits, else a new one)."""
-        fits = [i for i in self.free if self.slots[i][1] >= n]
-        if fits:
-            best = min(fits, key=lambda i: self.slots[i][1])
-            self.free.remove(best)
-            return best
-        self.slots.append((self.size, n))
-        self.size += -(-n * 4 // ALIGN) * ALIGN // 4
-        return len(self.slots) - 1
-
-    def give_back(self, slot: int) -> None:
-        self.free.append(slot)
 
 
 class DecodePlan:
@@ -100,8 +79,8 @@ class DecodePlan:
         for node in nodes:
             if node.op not in LOWER:
                 raise Unsupported(f"op {node.op!r} (node {node.id!r})")
-        # where each tensor lives: (arena slot, float offset in it, floats) or a weight
-        home: dict[str, tuple[int, int, int]] = {}
+        # where each activation lives: (its node's buffer, float offset in it, floats)
+        home: dict[str, tuple[str, int, int]] = {}
         alias = {n.outputs["y"]: n.inputs["x"] for n in nodes if n.op == "output_rows"}
 
         def root(name: str) -> str:
@@ -115,34 +94,27 @@ class DecodePlan:
                 last[root(name)] = i
         out_name = root(graph.outputs[0])
         last[out_name] = len(nodes)
-        arena = _Arena()
-        planned: list[tuple] = []  # (node, {port: (slot, offset, floats)}, (slot, 0, floats of all outputs))
-        slot_users: dict[int, int] = {}
+        planned: list[tuple] = []  # (node, {port: (buffer, float offset, floats)}, (buffer, 0, floats of all outputs))
+        buffers: list[Buffer] = []  # one per lowered node: its outputs side by side
         for i, node in enumerate(nodes):
             if node.op == "output_rows":
                 continue
             outs = {}
             ports = [p for p in get_op(node.op).output_names if p in node.outputs]  # in the op's port order
             sizes = {port: self._floats(graph, node.outputs[port]) for port in ports}
-            slot = arena.take(sum(sizes.values()))
             off = 0
             for port in ports:  # consecutive: linear_split's column blocks are one GEMV row
-                outs[port] = home[node.outputs[port]] = (slot, off, sizes[port])
+                outs[port] = home[node.outputs[port]] = (node.id, off, sizes[port])
                 off += sizes[port]
-            slot_users[slot] = len(node.outputs)
-            planned.append((node, outs, (slot, 0, off)))
-            for name in set(root(n) for n in list(node.inputs.values()) + list(node.outputs.values())):
-                if last.get(name, i) <= i and name in home:
-                    s = home[name][0]
-                    slot_users[s] -= 1
-                    if slot_users[s] == 0:
-                        arena.give_back(s)
-        self.arena = _aligned(arena.size, np.float32)  # (floats,) every activation of one token
-        self.arena_bytes = arena.size * 4
+            buffers.append(Buffer(node.id, 4 * off, i, max(last.get(n, i) for n in node.outputs.values())))
+            planned.append((node, outs, (node.id, 0, off)))
+        offsets, nbytes = place(buffers)  # a buffer is reused once its last reader has run
+        self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one token
+        self.arena_bytes = nbytes
 
-        def view(h: tuple[int, int, int]) -> np.ndarray:
-            slot, off, n = h
-            start = arena.slots[slot][0] + off
+        def view(h: tuple[str, int, int]) -> np.ndarray:
+            buf, off, n = h
+            start = offsets[buf] // 4 + off
             return self.arena[start:start + n]  # (n,)
 
         self._view = lambda name: view(home[root(name)])

@@ -4,7 +4,7 @@ Python plans, native runs, as native_plan.py does for a decode step. The per-op 
 crosses from Python into a kernel once per node (validation, output allocation, an OpenMP
 region: tens of microseconds each, as much as a small conv's arithmetic). For a compiled
 graph whose every shape is fixed, this module lowers the graph once into kernel steps
-(csrc/vx_plan.h) over one lifetime-planned arena (native_plan's ``_Arena``: float32 slots,
+(csrc/vx_plan.h) over one lifetime-planned arena (compile/memory.place: float32 offsets,
 int8 tensors rounded up to whole floats); ``VisionPlan.run`` copies the inputs in, runs
 every step in one nogil call inside one OpenMP region, and copies the outputs out.
 
@@ -33,12 +33,13 @@ from typing import Any
 import numpy as np
 
 from .. import kernels
+from ..compile.memory import Buffer, place
 from ..errors import VolvoxError
 from ..graph import Graph, Node, TensorSpec
 from ..ops import get_op
 from ..ops.conv import conv_kernel_args, native_conv, window_params
 from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
-from .native_plan import Unsupported, _addr, _aligned, _Arena, _core, _KIND
+from .native_plan import Unsupported, _addr, _aligned, _core, _KIND
 
 _DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
 _ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv steps
@@ -159,22 +160,15 @@ class VisionPlan:
                     last[name] = i
         for name in graph.outputs:
             last[root(name)] = len(graph.nodes)
-        arena = _Arena()
-        self._home: dict[str, int] = {}  # tensor -> arena slot (reused after its last reader)
-        for spec in graph.inputs:
-            self._home[spec.name] = arena.take(self._floats(spec.name))
         skip = inner | {n.id for n in graph.nodes if n.op == "reshape" and n.outputs["y"] in alias}  # no step
-        for i, node in enumerate(graph.nodes):
-            if node.id in skip:
-                continue
-            for name in node.outputs.values():
-                self._home[name] = arena.take(self._floats(name))
-            for name in reads(node) | set(node.outputs.values()):
-                if last.get(name, -1) <= i:  # read for the last time (or never): later outputs may reuse it
-                    arena.give_back(self._home[name])
-        self._arena = arena
-        self.arena = _aligned(arena.size, np.float32)  # (floats,) every activation of one forward pass
-        self.arena_bytes = arena.size * 4
+        # each stored tensor is alive from its writer to its last reader (inputs from the start)
+        buffers = [Buffer(s.name, 4 * self._floats(s.name), -1, last.get(s.name, -1)) for s in graph.inputs]
+        buffers += [Buffer(name, 4 * self._floats(name), i, max(i, last.get(name, i)))
+                    for i, node in enumerate(graph.nodes) if node.id not in skip for name in node.outputs.values()]
+        offsets, nbytes = place(buffers)
+        self._home = {name: off // 4 for name, off in offsets.items()}  # tensor -> float offset in the arena
+        self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one forward pass
+        self.arena_bytes = nbytes
         self.steps = _core.StepPlan(2 * len(graph.nodes) + sum(len(n.inputs) for n in graph.nodes), 0)
         self.step_nodes: list[str] = []  # (steps,) the node id each step runs (DWPW: the pointwise node)
         self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
@@ -198,7 +192,7 @@ class VisionPlan:
         """The arena view holding activation ``name``, in its shape and dtype."""
         spec = self.graph.specs[name]
         dtype = np.dtype(_DTYPES[spec.dtype])
-        start = self._arena.slots[self._home[self._root(name)]][0]
+        start = self._home[self._root(name)]
         n = int(np.prod(spec.shape, dtype=np.int64))
         raw = self.arena[start:start + -(-n * dtype.itemsize // 4)].view(np.uint8)
         return raw[:n * dtype.itemsize].view(dtype).reshape(spec.shape)
