@@ -157,6 +157,14 @@ def test_added_tokens_of_the_wrong_type(tmp_path_factory, doc, cls, value):
         _load(tmp_path_factory, _mutate(doc, [(("added_tokens",), value)]), cls)
 
 
+@pytest.mark.parametrize("field, value", [("continuing_subword_prefix", None), ("unk_token", 3),
+                                          ("max_input_chars_per_word", None), ("max_input_chars_per_word", 0)])
+def test_wordpiece_model_fields_of_the_wrong_type(tmp_path_factory, field, value):
+    """Found by the fuzzer: a null continuing_subword_prefix raised a bare TypeError when encoding."""
+    with pytest.raises(VolvoxError, match=field):
+        _load(tmp_path_factory, _mutate(WP_JSON, [(("model", field), value)]), WordPieceTokenizer)
+
+
 # ------------------------------------------------------------------ images
 
 def _png(width: int, height: int, body: bytes = b"") -> bytes:

@@ -102,9 +102,14 @@ class WordPieceTokenizer:
             raise TokenizerError(f"{path}: added_tokens must be a JSON array, got {type(added_tokens).__name__}")
         added = {t["content"]: t["id"] for t in added_tokens if isinstance(t, dict)}
         prefix_ids, suffix_ids = _template_ids(data.get("post_processor"), {**vocab, **added}, path)
-        return cls(vocab, unk_token=model.get("unk_token", "[UNK]"),
-                   prefix=model.get("continuing_subword_prefix", "##"),
-                   max_chars=int(model.get("max_input_chars_per_word", 100)),
+        unk, prefix = model.get("unk_token", "[UNK]"), model.get("continuing_subword_prefix", "##")
+        max_chars = model.get("max_input_chars_per_word", 100)
+        if not (isinstance(unk, str) and isinstance(prefix, str)):
+            raise TokenizerError(f"{path}: model.unk_token and model.continuing_subword_prefix must be strings, "
+                                 f"got {unk!r} and {prefix!r}")
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+            raise TokenizerError(f"{path}: model.max_input_chars_per_word must be a positive integer, got {max_chars!r}")
+        return cls(vocab, unk_token=unk, prefix=prefix, max_chars=max_chars,
                    lowercase=bool(norm.get("lowercase", True)), strip_accents=norm.get("strip_accents"),
                    clean_text=bool(norm.get("clean_text", True)),
                    chinese_chars=bool(norm.get("handle_chinese_chars", True)),
