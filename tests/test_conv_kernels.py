@@ -132,6 +132,32 @@ def test_qdwconv_requant_int32_lanes_and_their_fallbacks(tier, edges, C):
     assert len(np.unique(ref[..., 2:C // 2])) > 3
 
 
+@pytest.mark.parametrize("cout", [1, 2, 4, 8, 12, 24, 40])  # 16 / cout pixels per vector; masked; two panels
+@pytest.mark.parametrize("edges", [False, True])
+def test_qgemm_requant_in_registers_and_its_fallbacks(tier, cout, edges):
+    """Dense int8 convs requantize in int32 lanes when every channel's bound allows it (the zero
+    point folded into the bias). A channel whose bias + accumulator, or its left shift, could leave
+    2^29, a right shift past 31 or an INT32_MIN multiplier sends its block to the int64 lanes,
+    and a bias the zero point cannot fold into keeps the row sums: all bit-exact to the reference."""
+    case = ((2, 7, 9, 5), (cout, 3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1))
+    x, w, bias, mult, shift = _qinputs(case, -3)
+    if edges:
+        bias[0] = 2**31 - 70                                 # folding overflows int32: row sums kept
+        if cout > 1:
+            bias[1], shift[1] = 2**28, 0                     # folds, but past the int32-lane bound
+        if cout > 2:
+            shift[2] = -35                                   # right shift past 31
+        if cout > 3:
+            mult[3] = -2**31                                 # INT32_MIN multiplier
+        shift[-1], mult[-1] = 4, 2**31 - 1                   # left shift, saturating output
+    p = _params(case, input_zero_point=-3, output_zero_point=6, act_min=-120, act_max=127)
+    y = K.qconv2d(x, w, bias, mult, shift, -3, 6, -120, 127, **_geometry(case))
+    ref = qconv2d_ref(None, p, x, w, bias, mult, shift)
+    np.testing.assert_array_equal(y, ref)
+    plain = ref[..., 4:-1] if edges else ref  # (N, OH, OW, channels left unedited)
+    assert plain.size == 0 or len(np.unique(plain)) > 3
+
+
 @pytest.mark.parametrize("m,n,k", [(16, 33, 5), (40, 6625 // 25, 120), (23, 64, 17), (100, 7, 300), (17, 96, 1)])
 def test_linear_f32_packed_gemm(tier, m, n, k):
     x = rng.standard_normal((m, k)).astype(np.float32)

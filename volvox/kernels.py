@@ -612,9 +612,20 @@ def qconv2d(x, w, bias, multiplier, shift, input_zero_point: int, output_zero_po
         return y
     kk = kh * kw * c
     packed, wsum = conv_weights(w, False)
+    bias, wsum = fold_zero_point(bias, wsum, zps[0])
     scratch = np.empty(get_num_threads() * 64 * ((kk + 3) // 4 * 4), np.uint8)  # (threads, 64 pixels, K4)
     _core.qconv2d(x, packed, wsum, cout, geo, bias, mult, sh, zps, y, scratch)
     return y
+
+
+def fold_zero_point(bias, wsum: np.ndarray, zp_in: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(bias, row sums) for the int8 GEMM: its input zero point correction, bias - (zp_in + 128) *
+    wsum, folded into the bias when every channel fits int32 (then the requantization runs in
+    int32 lanes, and the row sums are None), else the bias and row sums unchanged."""
+    folded = (0 if bias is None else bias.astype(np.int64)) - (zp_in + 128) * wsum.astype(np.int64)  # (cout,)
+    if folded.min() < np.iinfo(np.int32).min or folded.max() > np.iinfo(np.int32).max:
+        return bias, wsum
+    return folded.astype(np.int32), None
 
 
 # ------------------------------------------------------------------------ small int8 kernels

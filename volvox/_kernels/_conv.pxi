@@ -120,7 +120,8 @@ def qconv2d(const int8_t[:, :, :, ::1] x, const int8_t[::1] packed, const int32_
             int64_t cout, tuple geo, const int32_t[::1] bias, const int32_t[::1] mult,
             const int32_t[::1] shift, tuple zps, int8_t[:, :, :, ::1] y, uint8_t[::1] scratch):
     """int8 y (N, OH, OW, cout) = requant(conv(x - zp_in, W) + bias), W packed by qgemm_pack as
-    (cout, kh*kw*C); zps = (zp_in, zp_out, act_min, act_max); scratch holds
+    (cout, kh*kw*C); zps = (zp_in, zp_out, act_min, act_max); wsum: W's row sums, or None when
+    bias already holds bias - (zp_in + 128) * wsum (kernels.fold_zero_point); scratch holds
     get_num_threads() * CONV_PIXELS * K4 bytes (K4 = kh*kw*C rounded up to 4)."""
     cdef vx_conv_shape s = _shape(x.shape[0], x.shape[1], x.shape[2], x.shape[3], geo)
     cdef vx_requant rq = _requant(bias, mult, shift, zps)
@@ -129,6 +130,7 @@ def qconv2d(const int8_t[:, :, :, ::1] x, const int8_t[::1] packed, const int32_
     cdef int64_t nblk = (P + CONV_PIXELS - 1) // CONV_PIXELS, per = CONV_PIXELS * K4, b, p0, np_
     cdef uint8_t pad = <uint8_t> (rq.zp_in + 128)
     cdef uint8_t *cols
+    cdef const int32_t *ws = &wsum[0] if wsum is not None else NULL
     if P == 0 or cout == 0:
         return
     cdef int nt = _threads_for(P * cout * KK)
@@ -137,7 +139,7 @@ def qconv2d(const int8_t[:, :, :, ::1] x, const int8_t[::1] packed, const int32_
         np_ = min(CONV_PIXELS, P - p0)
         cols = &scratch[threadid() * per]
         t.im2col_u8(&s, &x[0, 0, 0, 0], p0, np_, pad, cols, K4)
-        t.qgemm(K4, &packed[0], &wsum[0], cout, cols, K4, np_, &rq, &y[0, 0, 0, 0] + p0 * cout, cout)
+        t.qgemm(K4, &packed[0], ws, cout, cols, K4, np_, &rq, &y[0, 0, 0, 0] + p0 * cout, cout)
 
 
 def qdwconv(const int8_t[:, :, :, ::1] x, const int16_t[:, ::1] w, tuple geo, const int32_t[::1] bias,

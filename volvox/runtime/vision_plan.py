@@ -320,16 +320,13 @@ class VisionPlan:
                        ldc=k4, per_thread=_PIXELS * k4, **window)
 
     def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
-        """The qgemm's input zero point correction, bias - (zp_in + 128) * wsum, folded into the
-        requantization bias when it fits int32 (the same int64 sum, one multiply fewer per output);
-        returns the row sums the step still needs (None once folded)."""
-        folded = (0 if bias is None else bias.astype(np.int64)) - (zp_in + 128) * wsum.astype(np.int64)  # (cout,)
-        if folded.min() < np.iinfo(np.int32).min or folded.max() > np.iinfo(np.int32).max:
-            return wsum
-        folded = folded.astype(np.int32)
-        self._keep_all(folded)
-        window["requant"] = (_addr(folded),) + window["requant"][1:]
-        return None
+        """kernels.fold_zero_point into the step's requantization bias; returns the row sums the
+        step still needs (None once folded)."""
+        folded, wsum = kernels.fold_zero_point(bias, wsum, zp_in)
+        if wsum is None:
+            self._keep_all(folded)
+            window["requant"] = (_addr(folded),) + window["requant"][1:]
+        return wsum
 
     def _linear(self, node) -> None:
         """float32 x (M rows) @ W.T (+ bias) as kernels.linear computes it: from SGEMM_MIN_ROWS rows

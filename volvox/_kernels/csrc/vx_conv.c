@@ -302,32 +302,87 @@ static void requant_row(int n, const int32_t *acc, int64_t corr, const int32_t *
 }
 
 #if defined(VX_AVX512)
-/* rq's parameters of channels c0 .. c0 + nr - 1 repeated over 16 lanes (nr divides 16): one
- * requant16_i32 then requantizes 16 / nr pixels of nr channels at once. */
+/* requant_row for 16 lanes held in a register, prepared once per channel block: lane l
+ * requantizes channel c0 + l % nr (nr divides 16; nr < 16 tiles 16 / nr pixels of nr channels
+ * into one vector). rq16_prepare checks, for every |acc| <= acc_bound, that the steps below in
+ * int32 lanes equal requant_row's int64 ones, and returns 0 (use requant_row) when it cannot:
+ *   v = (acc + bias) << lsh                     |v| < 2^29, so no int32 step overflows
+ *   h = (v * mult + 2^30) >> 31                 SaturatingRoundingDoublingHighMul: its nudge and
+ *                                               division toward zero are this floor (mult != INT32_MIN)
+ *   q = (h + half - (h < 0 && rsh > 0)) >> rsh  RoundingDivideByPOT (half = 2^(rsh-1), rsh <= 31)
+ *   y = clamp(q + zp_out, lo, hi)                                                                */
 typedef struct {
-    int32_t bias[16], mult[16], shift[16];
-    vx_requant rq;
-} rq_tiled;
+    __m512i bias, lsh, mult, mult_odd, half, neg, rsh, zp, lo, hi;
+} rq16;
 
-VX_INLINE void rq_tile(const vx_requant *rq, int64_t c0, int nr, rq_tiled *t) {
-    for (int l = 0; l < 16; l++) {
-        t->bias[l] = rq->bias ? rq->bias[c0 + l % nr] : 0;
-        t->mult[l] = rq->mult[c0 + l % nr];
-        t->shift[l] = rq->shift[c0 + l % nr];
-    }
-    t->rq = *rq;
+enum { RQ16_LIMIT = 1 << 29 };  /* |(acc + bias) << lsh| must stay below it */
+
+VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int64_t acc_bound, rq16 *p) {
+    if (acc_bound >= RQ16_LIMIT) return 0;
+    const __mmask16 k = (__mmask16)((1u << n) - 1u);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i idx = _mm512_and_si512(lane, _mm512_set1_epi32(nr - 1));  /* l % nr */
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    const __m512i bias = rq->bias ? _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(k, rq->bias + c0)) : zero;
+    const __m512i sh = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(k, rq->shift + c0));
+    const __m512i mult = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(k, rq->mult + c0));
+    const __m512i lsh = _mm512_max_epi32(sh, zero), rsh = _mm512_max_epi32(_mm512_sub_epi32(zero, sh), zero);
+    /* |bias| + acc_bound < RQ16_LIMIT >> lsh (lsh > 29: nothing fits) */
+    const __m512i room = _mm512_sub_epi32(_mm512_srlv_epi32(_mm512_set1_epi32(RQ16_LIMIT), lsh),
+                                          _mm512_set1_epi32((int32_t)acc_bound));
+    __mmask16 bad = _mm512_cmpge_epi32_mask(_mm512_abs_epi32(bias), room);
+    bad |= _mm512_cmpeq_epi32_mask(bias, _mm512_set1_epi32(INT32_MIN));
+    bad |= _mm512_cmpeq_epi32_mask(mult, _mm512_set1_epi32(INT32_MIN));
+    bad |= _mm512_cmpgt_epi32_mask(rsh, _mm512_set1_epi32(31));
+    if (bad) return 0;
+    p->bias = bias;
+    p->lsh = lsh;
+    p->mult = mult;
+    p->mult_odd = _mm512_srli_epi64(mult, 32);
+    p->rsh = rsh;
+    p->half = _mm512_srli_epi32(_mm512_sllv_epi32(one, rsh), 1);
+    p->neg = _mm512_maskz_mov_epi32(_mm512_cmpgt_epi32_mask(rsh, zero), _mm512_set1_epi32(-1));
+    p->zp = _mm512_set1_epi32(rq->zp_out);
+    p->lo = _mm512_set1_epi32(rq->lo);
+    p->hi = _mm512_set1_epi32(rq->hi);
+    return 1;
 }
 
-/* y_g (g < 16 / nr) = the requantized channels acc[16 * ... g * nr ..] of pixel g, through one
- * int32 pass when it is exact, else requant_row per pixel. */
-VX_INLINE void requant_tiled(const int32_t acc[16], int nr, const rq_tiled *t, const vx_requant *rq, int64_t c0,
-                             int8_t *const y[16]) {
-    int8_t out[16];
-    if (requant16_i32(0xFFFF, acc, t->bias, t->mult, t->shift, &t->rq, out)) {
-        for (int g = 0; g < 16 / nr; g++) memcpy(y[g], out + g * nr, (size_t)nr);
+/* The requantized int32 lanes of acc (within the prepared acc_bound). */
+VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
+    const __m512i v = _mm512_sllv_epi32(_mm512_add_epi32(acc, p->bias), p->lsh);
+    const __m512i r30 = _mm512_set1_epi64(INT64_C(1) << 30);
+    const __m512i he = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(v, p->mult), r30), 31);
+    const __m512i ho = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(v, 32), p->mult_odd),
+                                                          r30), 31);
+    const __m512i h = _mm512_mask_blend_epi32(0xAAAA, he, _mm512_slli_epi64(ho, 32));
+    const __m512i up = _mm512_add_epi32(_mm512_add_epi32(h, p->half), _mm512_and_si512(_mm512_srai_epi32(h, 31), p->neg));
+    const __m512i q = _mm512_add_epi32(_mm512_srav_epi32(up, p->rsh), p->zp);
+    return _mm512_min_epi32(_mm512_max_epi32(q, p->lo), p->hi);
+}
+
+/* The requantized channels of pixels i .. i + 16 / nr - 1 (nr channels each: acc rows of
+ * VX_QG_NR int32, outputs ldy bytes apart) through one prepared rq16. */
+VX_INLINE void requant_tiled(int32_t acc[][VX_QG_NR], int nr, const rq16 *t, int8_t *y, int64_t ldy) {
+    __m512i a;
+    if (nr == 8) {
+        a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)acc[0])),
+                               _mm256_loadu_si256((const __m256i *)acc[1]), 1);
+    } else {  /* lane l: acc[l / nr][l % nr] */
+        const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512i row = _mm512_srli_epi32(lane, __builtin_ctz((unsigned)nr));
+        const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(row, 5), _mm512_and_si512(lane, _mm512_set1_epi32(nr - 1)));
+        a = _mm512_i32gather_epi32(idx, (const void *)acc[0], 4);
+    }
+    const __m128i q = _mm512_cvtepi32_epi8(rq16_apply(t, a));
+    if (nr == 8) {
+        _mm_storel_epi64((__m128i *)y, q);
+        _mm_storel_epi64((__m128i *)(y + ldy), _mm_unpackhi_epi64(q, q));
         return;
     }
-    for (int g = 0; g < 16 / nr; g++) requant_row(nr, acc + g * nr, 0, NULL, rq, c0, y[g]);
+    int8_t out[16];
+    _mm_storeu_si128((__m128i *)out, q);
+    for (int g = 0; g < 16 / nr; g++) memcpy(y + g * ldy, out + g * nr, (size_t)nr);
 }
 #endif
 
@@ -336,7 +391,6 @@ VX_INLINE void requant_tiled(const int32_t acc[16], int nr, const rq_tiled *t, c
 #define DW_VL 16
 typedef __mmask16 dw_mask;
 typedef __m512 dw_vf;
-typedef __m512i dw_vi;
 VX_INLINE dw_mask dw_lanes(int64_t n) { return n >= 16 ? 0xFFFF : (dw_mask)((1u << n) - 1u); }
 VX_INLINE dw_vf dwf_load(dw_mask k, const float *p) { return _mm512_maskz_loadu_ps(k, p); }
 VX_INLINE dw_vf dwf_fma(dw_vf a, dw_vf b, dw_vf c) { return _mm512_fmadd_ps(a, b, c); }
@@ -346,14 +400,6 @@ VX_INLINE void dwf_store(dw_mask k, float *p, dw_vf v, int act) {
     if (act == VX_ACT_RELU6) v = _mm512_min_ps(v, _mm512_set1_ps(6.0f));
     _mm512_mask_storeu_ps(p, k, v);
 }
-VX_INLINE dw_vi dwi_zero(void) { return _mm512_setzero_si512(); }
-/* a + (x - zp) * w over VL int8 x and int16 w */
-VX_INLINE dw_vi dwi_mac(dw_mask k, dw_vi a, const int8_t *x, const int16_t *w, dw_vi zp) {
-    const dw_vi xv = _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, x)), zp);
-    return _mm512_add_epi32(a, _mm512_mullo_epi32(xv, _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, w))));
-}
-VX_INLINE dw_vi dwi_set1(int32_t v) { return _mm512_set1_epi32(v); }
-VX_INLINE void dwi_store(int32_t *p, dw_vi v) { _mm512_storeu_si512(p, v); }
 #elif defined(VX_AVX2)
 #define DW_VL 8
 typedef __m256i dw_mask;
@@ -405,6 +451,11 @@ VX_INLINE void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp,
     }
 }
 
+#endif
+
+/* avx2: the int8 depthwise pixels of dwf_pixels' shape, requantized by requant_row (avx512 has
+ * qdwconv_avx512). */
+#if defined(VX_AVX2) && !defined(VX_AVX512)
 VX_INLINE void dwi_pixels(const int PX, const vx_conv_shape *s, const int8_t *xp, const int16_t *w,
                           const vx_requant *rq, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int8_t *yo) {
     const int64_t C = s->c, px = s->sw * C;
@@ -619,8 +670,12 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
         const int8_t *pp = packed + p0 * K4;
         const int nr = (int)(n - p0 < VX_QG_NR ? n - p0 : VX_QG_NR);
 #if defined(VX_AVX512)
-        rq_tiled tiled;
-        if (!wsum && nr <= 8 && 16 % nr == 0) rq_tile(rq, p0, nr, &tiled);
+        /* |acc| <= K4 * 255 * 128 (u8 times int8); with wsum the correction is outside that bound */
+        const int64_t bound = K4 * 255 * 128;
+        const int tile = nr <= 8 && 16 % nr == 0;  /* few channels: 16 / nr pixels per requantization */
+        rq16 half[2];
+        const int fast = !wsum && rq16_prepare(rq, p0, nr < 16 ? nr : 16, tile ? nr : 16, bound, &half[0]) &&
+                         (nr <= 16 || rq16_prepare(rq, p0 + 16, nr - 16, 16, bound, &half[1]));
 #endif
         for (int64_t i0 = 0; i0 < m; i0 += QG_MR) {
             const int mr = (int)(m - i0 < QG_MR ? m - i0 : QG_MR);
@@ -634,16 +689,15 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
             }
             int i = 0;
 #if defined(VX_AVX512)
-            if (!wsum && nr <= 8 && 16 % nr == 0) {  /* few channels: 16 / nr pixels per requantization */
-                const int g = 16 / nr;
-                for (; i + g <= mr; i += g) {
-                    int32_t a16[16];
-                    int8_t *ys[16];
-                    for (int r = 0; r < g; r++) {
-                        memcpy(a16 + r * nr, acc[i + r], (size_t)nr * sizeof(int32_t));
-                        ys[r] = y + (i0 + i + r) * ldy + p0;
-                    }
-                    requant_tiled(a16, nr, &tiled, rq, p0, ys);
+            if (fast && tile) {
+                for (; i + 16 / nr <= mr; i += 16 / nr) requant_tiled(acc + i, nr, &half[0], y + (i0 + i) * ldy + p0, ldy);
+            } else if (fast) {
+                const __mmask16 k0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1u);
+                const __mmask16 k1 = nr >= 32 ? 0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u) : 0;
+                for (; i < mr; i++) {
+                    int8_t *yi = y + (i0 + i) * ldy + p0;
+                    _mm512_mask_cvtepi32_storeu_epi8(yi, k0, rq16_apply(&half[0], _mm512_loadu_si512(acc[i])));
+                    if (k1) _mm512_mask_cvtepi32_storeu_epi8(yi + 16, k1, rq16_apply(&half[1], _mm512_loadu_si512(acc[i] + 16)));
                 }
             }
 #endif
@@ -656,9 +710,8 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
 #if defined(VX_AVX512)
 /* Two adjacent output pixels of an 8-channel stride-1 depthwise row, both seeing every column tap,
  * in one 16-lane accumulator (their taps are 16 contiguous bytes); xp: tap (0, 0) of the first. */
-VX_INLINE void dwi_pair8(const vx_conv_shape *s, const int8_t *xp, const int16_t *w, const vx_requant *rq,
-                         const rq_tiled *tiled, int64_t i0, int64_t i1, int8_t *yo) {
-    const __m512i zp = _mm512_set1_epi32(rq->zp_in);
+VX_INLINE __m512i qdw_pair8(const vx_conv_shape *s, const int8_t *xp, const int16_t *w, __m512i zp, int64_t i0,
+                            int64_t i1) {
     __m512i a = _mm512_setzero_si512();
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < s->kw; j++) {
@@ -668,10 +721,77 @@ VX_INLINE void dwi_pair8(const vx_conv_shape *s, const int8_t *xp, const int16_t
                 _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + (i * s->kw + j) * 8))));
             a = _mm512_add_epi32(a, _mm512_mullo_epi32(xv, wv));
         }
-    int32_t acc[16];
-    _mm512_storeu_si512(acc, a);
-    int8_t *const ys[16] = {yo, yo + 8};
-    requant_tiled(acc, 8, tiled, rq, 0, ys);
+    return a;
+}
+
+/* a[p] = the int32 sums of output pixels ow + p (p < PX; PX > 1: all see every column tap) over
+ * 16 channels (lanes k) of a depthwise row; xp: their tap (0, 0), w: their (kh*kw, C) weights. */
+VX_INLINE void qdw_pixels(const int PX, const vx_conv_shape *s, const int8_t *xp, const int16_t *w, __mmask16 k,
+                          __m512i zp, int64_t i0, int64_t i1, int64_t j0, int64_t j1, __m512i a[4]) {
+    const int64_t C = s->c, px = s->sw * C;
+    for (int p = 0; p < PX; p++) a[p] = _mm512_setzero_si512();
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) {
+            const __m512i wv = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, w + (i * s->kw + j) * C));
+            const int8_t *xr = xp + (i * s->dh * s->w + j * s->dw) * C;
+            for (int p = 0; p < PX; p++) {
+                const __m512i xv = _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, xr + p * px)), zp);
+                a[p] = _mm512_add_epi32(a[p], _mm512_mullo_epi32(xv, wv));
+            }
+        }
+}
+
+/* qdwconv on avx512: 16 channels at a time (8-channel stride-1 rows: two pixels per vector),
+ * requantized in registers (rq16) when the block's bound allows it. */
+static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
+                           int64_t item, int8_t *y) {
+    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+    const int64_t bound = s->kh * s->kw * 255 * 128;  /* |x - zp_in| <= 255, |w| <= 128 */
+    const __m512i zp = _mm512_set1_epi32(rq->zp_in);
+    const int pairs = C == 8 && s->sw == 1 && s->dw == 1;
+    for (int64_t c0 = 0; c0 < C; c0 += 16) {
+        const int n = (int)(C - c0 < 16 ? C - c0 : 16);
+        const __mmask16 k = (__mmask16)((1u << n) - 1u);
+        rq16 prep;
+        const int fast = rq16_prepare(rq, c0, n, pairs ? 8 : 16, bound, &prep);
+        for (int64_t ow = 0; ow < s->ow;) {
+            int64_t i0, i1, j0, j1, e0, e1, f0, f1;
+            valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+            const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C + c0;
+            int8_t *yo = y + (item * s->ow + ow) * C + c0;          /* (n,) of pixel ow */
+            __m512i a[4];
+            int px = 1;
+            if (j0 == 0 && j1 == s->kw && ow + (pairs ? 2 : 4) <= s->ow) {
+                valid_taps(s, oh, ow + (pairs ? 1 : 3), &e0, &e1, &f0, &f1);
+                px = f0 == 0 && f1 == s->kw ? (pairs ? 2 : 4) : 1;
+            }
+            if (px == 2) {
+                const __m512i acc = qdw_pair8(s, xp, w, zp, i0, i1);
+                if (fast) {
+                    _mm_storeu_si128((__m128i *)yo, _mm512_cvtepi32_epi8(rq16_apply(&prep, acc)));
+                } else {
+                    int32_t buf[16];
+                    _mm512_storeu_si512(buf, acc);
+                    requant_row(8, buf, 0, NULL, rq, 0, yo);
+                    requant_row(8, buf + 8, 0, NULL, rq, 0, yo + 8);
+                }
+                ow += 2;
+                continue;
+            }
+            if (px == 4) qdw_pixels(4, s, xp, w + c0, k, zp, i0, i1, 0, s->kw, a);
+            else qdw_pixels(1, s, xp, w + c0, k, zp, i0, i1, j0, j1, a);
+            for (int p = 0; p < px; p++) {
+                if (fast) {
+                    _mm512_mask_cvtepi32_storeu_epi8(yo + p * C, k, rq16_apply(&prep, a[p]));
+                } else {
+                    int32_t buf[16];
+                    _mm512_storeu_si512(buf, a[p]);
+                    requant_row(n, buf, 0, NULL, rq, c0, yo + p * C);
+                }
+            }
+            ow += px;
+        }
+    }
 }
 #endif
 
@@ -679,28 +799,15 @@ VX_INLINE void dwi_pair8(const vx_conv_shape *s, const int8_t *xp, const int16_t
  * Padding taps contribute (zp_in - zp_in) * w = 0 and are skipped; interior pixels go 4 at a time. */
 static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
                     int64_t item, int8_t *y) {
-    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
 #if defined(VX_AVX512)
-    rq_tiled tiled;
-    int tiled_ready = 0;
-#endif
+    qdwconv_avx512(s, x, w, rq, item, y);
+#else
+    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
     for (int64_t ow = 0; ow < s->ow;) {
         int64_t i0, i1, j0, j1, e0, e1, f0, f1;
         valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
         const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
         int8_t *yo = y + (item * s->ow + ow) * C;                    /* (C,) */
-#if defined(VX_AVX512)
-        if (C == 8 && s->sw == 1 && s->dw == 1 && ow + 2 <= s->ow && j0 == 0 && j1 == s->kw) {
-            valid_taps(s, oh, ow + 1, &e0, &e1, &f0, &f1);
-            if (f0 == 0 && f1 == s->kw) {
-                if (!tiled_ready) rq_tile(rq, 0, 8, &tiled);
-                tiled_ready = 1;
-                dwi_pair8(s, xp, w, rq, &tiled, i0, i1, yo);
-                ow += 2;
-                continue;
-            }
-        }
-#endif
 #if defined(DW_VL)
         if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
             valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
@@ -729,6 +836,7 @@ static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, c
 #endif
         ow++;
     }
+#endif
 }
 
 /* y[i] = clamp(round_half_away(x[i] / scale) + zp) as ops/quantized.py's reference (numpy's
