@@ -22,6 +22,7 @@
 
 #define VX_SG_NR 32
 #define VX_QG_NR 32  /* two 16-channel panels */
+#define QG_PAIR_NR 8 /* channels of a dense int8 conv run two pixels per 16-lane vector */
 
 /* ------------------------------------------------------------------------------------
  * f32 GEMM
@@ -518,12 +519,14 @@ static void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, c
  * int8: requantization, packing, im2col, GEMM, depthwise.
  * ---------------------------------------------------------------------------------- */
 /* w (n, K) int8 -> panels [n/16][K4/4][16][4] (K4 = K rounded up to 4; zero padded, n
- * rounded up to 32); wsum[r] = sum_k w[r][k]. */
+ * rounded up to 32); wsum[r] = sum_k w[r][k]. Exactly 8 channels fill the first panel twice
+ * (lane l holds channel l % 8): qgemm then runs two pixels per vector. */
 static void qgemm_pack(int64_t K, const int8_t *w, int64_t n, int8_t *packed, int32_t *wsum) {
     const int64_t K4 = (K + 3) & ~(int64_t)3, np = (n + VX_QG_NR - 1) / VX_QG_NR * VX_QG_NR;
     memset(packed, 0, (size_t)(np * K4));
-    for (int64_t r = 0; r < n; r++) {
-        int8_t *pp = packed + (r / 16) * 16 * K4 + (r % 16) * 4;
+    for (int64_t lane = 0; lane < (n == QG_PAIR_NR ? 16 : n); lane++) {
+        const int64_t r = n == QG_PAIR_NR ? lane % QG_PAIR_NR : lane;
+        int8_t *pp = packed + (lane / 16) * 16 * K4 + (lane % 16) * 4;
         int32_t s = 0;
         for (int64_t k = 0; k < K; k++) {
             pp[(k / 4) * 64 + (k % 4)] = w[r * K + k];
@@ -569,12 +572,31 @@ static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64
         return;
     }
     int64_t b = p0 / (s->oh * s->ow), oh = p0 % (s->oh * s->ow) / s->ow, ow = p0 % s->ow; /* pixel p0 + q */
+#if defined(VX_AVX512)
+    /* a kernel row of at most 16 bytes (a first conv's RGB): one masked load and store */
+    const int narrow = s->kw * C <= 16 && s->dw == 1;
+    const __mmask16 run = narrow ? (__mmask16)((1u << (s->kw * C)) - 1u) : 0;
+    const __m128i flip = _mm_set1_epi8((char)0x80), pad = _mm_set1_epi8((char)pad_u8);
+#endif
     for (int64_t q = 0; q < np; q++, next_pixel(s, &b, &oh, &ow)) {
         const int64_t iw0 = ow * s->sw - s->pl;
         const int row_inside = s->dw == 1 && iw0 >= 0 && iw0 + s->kw <= s->w;
         uint8_t *dst = cols + q * ldc;                               /* (kh, kw, C) then 0s */
         for (int64_t i = 0; i < s->kh; i++) {
             const int64_t ih = oh * s->sh - s->pt + i * s->dh;
+#if defined(VX_AVX512)
+            if (narrow && (ih < 0 || ih >= s->h)) {
+                _mm_mask_storeu_epi8(dst, run, pad);
+                dst += s->kw * C;
+                continue;
+            }
+            if (narrow && row_inside) {
+                const int8_t *src = x + ((b * s->h + ih) * s->w + iw0) * C;
+                _mm_mask_storeu_epi8(dst, run, _mm_xor_si128(_mm_maskz_loadu_epi8(run, src), flip));
+                dst += s->kw * C;
+                continue;
+            }
+#endif
             if (row_inside && ih >= 0 && ih < s->h) {
                 to_u8(s->kw * C, x + ((b * s->h + ih) * s->w + iw0) * C, dst);
                 dst += s->kw * C;
@@ -660,6 +682,31 @@ VX_INLINE void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *a,
 #endif
 }
 
+#if defined(VX_AVX512)
+/* 8-channel dense conv rows i0 .. i0 + 2 * MR - 1 (rows = how many exist, 1 .. 2 * MR): pixel
+ * 2i in lanes 0-7 and 2i + 1 in lanes 8-15 of one vpdpbusd accumulator against the doubled
+ * panel pp (qgemm_pack), requantized in registers by t (prepared with period 8). */
+VX_INLINE void qg_pairs(const int MR, int rows, int64_t K4, const uint8_t *a, int64_t lda, const int8_t *pp,
+                        const rq16 *t, int8_t *y, int64_t ldy) {
+    __m512i c[QG_MR];
+    for (int i = 0; i < MR; i++) c[i] = _mm512_setzero_si512();
+    for (int64_t kq = 0; kq < K4 / 4; kq++) {
+        const __m512i b = _mm512_loadu_si512(pp + 64 * kq);
+        for (int i = 0; i < MR; i++) {
+            int32_t lo, hi;
+            memcpy(&lo, a + 2 * i * lda + 4 * kq, 4);
+            memcpy(&hi, a + (2 * i + 1 < rows ? 2 * i + 1 : 2 * i) * lda + 4 * kq, 4);
+            c[i] = _mm512_dpbusd_epi32(c[i], _mm512_mask_set1_epi32(_mm512_set1_epi32(lo), 0xFF00, hi), b);
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        const __m128i q = _mm512_cvtepi32_epi8(rq16_apply(t, c[i]));
+        _mm_storel_epi64((__m128i *)(y + 2 * i * ldy), q);
+        if (2 * i + 1 < rows) _mm_storel_epi64((__m128i *)(y + (2 * i + 1) * ldy), _mm_unpackhi_epi64(q, q));
+    }
+}
+#endif
+
 /* y[i*ldy + r] = requant(sum_k (x - zp_in) w[r][k] + bias[r]) for i < m, r < n, from u8 rows a
  * (im2col_u8) and qgemm_pack's panels. */
 static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n, const uint8_t *a,
@@ -676,6 +723,14 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
         rq16 half[2];
         const int fast = !wsum && rq16_prepare(rq, p0, nr < 16 ? nr : 16, tile ? nr : 16, bound, &half[0]) &&
                          (nr <= 16 || rq16_prepare(rq, p0 + 16, nr - 16, 16, bound, &half[1]));
+        if (fast && n == QG_PAIR_NR) {  /* the doubled panel: two pixels per vector */
+            int64_t i0 = 0;
+            for (; i0 + 2 * QG_MR <= m; i0 += 2 * QG_MR)
+                qg_pairs(QG_MR, 2 * QG_MR, K4, a + i0 * lda, lda, pp, &half[0], y + i0 * ldy, ldy);
+            if (i0 < m)
+                qg_pairs((int)(m - i0 + 1) / 2, (int)(m - i0), K4, a + i0 * lda, lda, pp, &half[0], y + i0 * ldy, ldy);
+            continue;
+        }
 #endif
         for (int64_t i0 = 0; i0 < m; i0 += QG_MR) {
             const int mr = (int)(m - i0 < QG_MR ? m - i0 : QG_MR);
