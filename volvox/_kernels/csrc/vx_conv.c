@@ -763,88 +763,126 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
 }
 
 #if defined(VX_AVX512)
-/* Two adjacent output pixels of an 8-channel stride-1 depthwise row, both seeing every column tap,
- * in one 16-lane accumulator (their taps are 16 contiguous bytes); xp: tap (0, 0) of the first. */
-VX_INLINE __m512i qdw_pair8(const vx_conv_shape *s, const int8_t *xp, const int16_t *w, __m512i zp, int64_t i0,
-                            int64_t i1) {
-    __m512i a = _mm512_setzero_si512();
-    for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = 0; j < s->kw; j++) {
-            const __m512i xv = _mm512_sub_epi32(
-                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(xp + (i * s->dh * s->w + j) * 8))), zp);
-            const __m512i wv = _mm512_cvtepi16_epi32(
-                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + (i * s->kw + j) * 8))));
-            a = _mm512_add_epi32(a, _mm512_mullo_epi32(xv, wv));
-        }
-    return a;
-}
+/* The int8 depthwise products as vpdpwssd: x in int32 lanes (its low word the int8 value) times
+ * w with only its low word set, so each lane adds exactly x * w. The input zero point comes off
+ * as zp * (sum of the pixel's valid taps' w), the same for every pixel of a row that sees all
+ * kernel columns. Weights in that form, and their column sums, are made once per row and
+ * channel block. */
+enum { QDW_MAX_TAPS = 64 };  /* larger kernels take qdwconv's portable loop */
 
-/* a[p] = the int32 sums of output pixels ow + p (p < PX; PX > 1: all see every column tap) over
- * 16 channels (lanes k) of a depthwise row; xp: their tap (0, 0), w: their (kh*kw, C) weights. */
-VX_INLINE void qdw_pixels(const int PX, const vx_conv_shape *s, const int8_t *xp, const int16_t *w, __mmask16 k,
-                          __m512i zp, int64_t i0, int64_t i1, int64_t j0, int64_t j1, __m512i a[4]) {
-    const int64_t C = s->c, px = s->sw * C;
+/* a[p] = the sums over taps (i0..i1) x (j0..j1) of PX pixels px bytes apart (PX > 1: all see
+ * those taps); xp: the first's tap (0, 0), lanes k (pairs: two 8-channel pixels per vector). */
+VX_INLINE void qdw_sums(const int PX, const vx_conv_shape *s, const int8_t *xp, int64_t px, const __m512i *wv,
+                        __mmask16 k, int64_t i0, int64_t i1, int64_t j0, int64_t j1, __m512i a[4]) {
     for (int p = 0; p < PX; p++) a[p] = _mm512_setzero_si512();
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = j0; j < j1; j++) {
-            const __m512i wv = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, w + (i * s->kw + j) * C));
-            const int8_t *xr = xp + (i * s->dh * s->w + j * s->dw) * C;
-            for (int p = 0; p < PX; p++) {
-                const __m512i xv = _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, xr + p * px)), zp);
-                a[p] = _mm512_add_epi32(a[p], _mm512_mullo_epi32(xv, wv));
-            }
+            const __m512i wt = wv[i * s->kw + j];
+            const int8_t *xr = xp + (i * s->dh * s->w + j * s->dw) * s->c;
+            for (int p = 0; p < PX; p++)
+                a[p] = _mm512_dpwssd_epi32(a[p], _mm512_cvtepi8_epi32(
+                    k == 0xFFFF ? _mm_loadu_si128((const __m128i *)(xr + p * px)) : _mm_maskz_loadu_epi8(k, xr + p * px)), wt);
         }
 }
 
+/* zp * (the sum of colsum[j0..j1)): the zero point term of a pixel seeing those kernel columns
+ * (colsum: per kernel column, the sum of w over the row's valid kernel rows). */
+VX_INLINE __m512i qdw_corr(const __m512i *colsum, __m512i zp, int64_t j0, int64_t j1) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t j = j0; j < j1; j++) sum = _mm512_add_epi32(sum, colsum[j]);
+    return _mm512_mullo_epi32(sum, zp);
+}
+
+/* Requantize (rq16 when fast, else requant_row) and store n channels of one pixel
+ * (pairs: two 8-channel pixels). */
+VX_INLINE void qdw_store(__m512i acc, int fast, const rq16 *prep, int pairs, __mmask16 k, int n,
+                         const vx_requant *rq, int64_t c0, int8_t *yo) {
+    if (fast && k == 0xFFFF) {
+        _mm_storeu_si128((__m128i *)yo, _mm512_cvtepi32_epi8(rq16_apply(prep, acc)));
+        return;
+    }
+    if (fast) {
+        _mm512_mask_cvtepi32_storeu_epi8(yo, k, rq16_apply(prep, acc));
+        return;
+    }
+    int32_t buf[16];
+    _mm512_storeu_si512(buf, acc);
+    if (pairs) {
+        requant_row(8, buf, 0, NULL, rq, 0, yo);
+        requant_row(8, buf + 8, 0, NULL, rq, 0, yo + 8);
+    } else {
+        requant_row(n, buf, 0, NULL, rq, c0, yo);
+    }
+}
+
 /* qdwconv on avx512: 16 channels at a time (8-channel stride-1 rows: two pixels per vector),
- * requantized in registers (rq16) when the block's bound allows it. */
+ * requantized in registers (rq16) when the block's bound allows it; pixels that see every kernel
+ * column go 4 (pairs: 2) at a time. */
 static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
                            int64_t item, int8_t *y) {
     const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
     const int64_t bound = s->kh * s->kw * 255 * 128;  /* |x - zp_in| <= 255, |w| <= 128 */
     const __m512i zp = _mm512_set1_epi32(rq->zp_in);
     const int pairs = C == 8 && s->sw == 1 && s->dw == 1;
+    int64_t i0, i1, j0, j1;
+    valid_taps(s, oh, 0, &i0, &i1, &j0, &j1);  /* the rows are the row's; columns vary per pixel */
     for (int64_t c0 = 0; c0 < C; c0 += 16) {
-        const int n = (int)(C - c0 < 16 ? C - c0 : 16);
+        const int n = (int)(pairs ? 16 : C - c0 < 16 ? C - c0 : 16);
         const __mmask16 k = (__mmask16)((1u << n) - 1u);
         rq16 prep;
-        const int fast = rq16_prepare(rq, c0, n, pairs ? 8 : 16, bound, &prep);
+        const int fast = rq16_prepare(rq, c0, pairs ? 8 : n, pairs ? 8 : 16, bound, &prep);
+        __m512i wv[QDW_MAX_TAPS];                                   /* (kh*kw,) 16 lanes each */
+        __m512i colsum[QDW_MAX_TAPS];                               /* (kw,) */
+        for (int64_t j = 0; j < s->kw; j++) colsum[j] = _mm512_setzero_si512();
+        for (int64_t i = 0, t = 0; i < s->kh; i++)
+            for (int64_t j = 0; j < s->kw; j++, t++) {
+                const __m512i w32 = _mm512_cvtepi16_epi32(
+                    pairs ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + t * 8)))
+                          : _mm256_maskz_loadu_epi16(k, w + t * C + c0));
+                wv[t] = _mm512_and_si512(_mm512_set1_epi32(0xFFFF), w32);
+                if (i >= i0 && i < i1) colsum[j] = _mm512_add_epi32(colsum[j], w32);
+            }
+        const __m512i corr_full = qdw_corr(colsum, zp, 0, s->kw);
         for (int64_t ow = 0; ow < s->ow;) {
-            int64_t i0, i1, j0, j1, e0, e1, f0, f1;
-            valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+            int64_t e0, e1, f0, f1;
+            valid_taps(s, oh, ow, &e0, &e1, &j0, &j1);
             const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C + c0;
             int8_t *yo = y + (item * s->ow + ow) * C + c0;          /* (n,) of pixel ow */
-            __m512i a[4];
-            int px = 1;
-            if (j0 == 0 && j1 == s->kw && ow + (pairs ? 2 : 4) <= s->ow) {
-                valid_taps(s, oh, ow + (pairs ? 1 : 3), &e0, &e1, &f0, &f1);
-                px = f0 == 0 && f1 == s->kw ? (pairs ? 2 : 4) : 1;
+            int vectors = 0;  /* full-column vectors starting at ow */
+            if (j0 == 0 && j1 == s->kw && ow + 4 <= s->ow) {  /* 4 pixels: 4 vectors, or 2 of pairs */
+                valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
+                if (f0 == 0 && f1 == s->kw) vectors = pairs ? 2 : 4;
             }
-            if (px == 2) {
-                const __m512i acc = qdw_pair8(s, xp, w, zp, i0, i1);
-                if (fast) {
-                    _mm_storeu_si128((__m128i *)yo, _mm512_cvtepi32_epi8(rq16_apply(&prep, acc)));
-                } else {
-                    int32_t buf[16];
-                    _mm512_storeu_si512(buf, acc);
-                    requant_row(8, buf, 0, NULL, rq, 0, yo);
-                    requant_row(8, buf + 8, 0, NULL, rq, 0, yo + 8);
-                }
+            if (pairs && !vectors && j0 == 0 && j1 == s->kw && ow + 2 <= s->ow) {
+                valid_taps(s, oh, ow + 1, &e0, &e1, &f0, &f1);
+                if (f0 == 0 && f1 == s->kw) vectors = 1;
+            }
+            __m512i a[4];
+            if (vectors == 2) {  /* two pairs */
+                qdw_sums(2, s, xp, 2 * C, wv, k, i0, i1, 0, s->kw, a);
+                for (int p = 0; p < 2; p++)
+                    qdw_store(_mm512_sub_epi32(a[p], corr_full), fast, &prep, 1, k, n, rq, c0, yo + 2 * p * C);
+                ow += 4;
+                continue;
+            }
+            if (vectors == 1) {  /* a pair */
+                qdw_sums(1, s, xp, 0, wv, k, i0, i1, 0, s->kw, a);
+                qdw_store(_mm512_sub_epi32(a[0], corr_full), fast, &prep, 1, k, n, rq, c0, yo);
                 ow += 2;
                 continue;
             }
-            if (px == 4) qdw_pixels(4, s, xp, w + c0, k, zp, i0, i1, 0, s->kw, a);
-            else qdw_pixels(1, s, xp, w + c0, k, zp, i0, i1, j0, j1, a);
-            for (int p = 0; p < px; p++) {
-                if (fast) {
-                    _mm512_mask_cvtepi32_storeu_epi8(yo + p * C, k, rq16_apply(&prep, a[p]));
-                } else {
-                    int32_t buf[16];
-                    _mm512_storeu_si512(buf, a[p]);
-                    requant_row(n, buf, 0, NULL, rq, c0, yo + p * C);
-                }
+            if (vectors == 4) {
+                qdw_sums(4, s, xp, s->sw * C, wv, k, i0, i1, 0, s->kw, a);
+                for (int p = 0; p < 4; p++)
+                    qdw_store(_mm512_sub_epi32(a[p], corr_full), fast, &prep, 0, k, n, rq, c0, yo + p * C);
+                ow += 4;
+                continue;
             }
-            ow += px;
+            const __mmask16 k1 = pairs ? 0xFF : k;  /* one pixel of a pairs row: its 8 channels */
+            qdw_sums(1, s, xp, 0, wv, k1, i0, i1, j0, j1, a);
+            qdw_store(_mm512_sub_epi32(a[0], qdw_corr(colsum, zp, j0, j1)), fast, &prep, 0, k1,
+                      pairs ? 8 : n, rq, c0, yo);
+            ow++;
         }
     }
 }
@@ -855,15 +893,18 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
 static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
                     int64_t item, int8_t *y) {
 #if defined(VX_AVX512)
-    qdwconv_avx512(s, x, w, rq, item, y);
-#else
+    if (s->kh * s->kw <= QDW_MAX_TAPS) {
+        qdwconv_avx512(s, x, w, rq, item, y);
+        return;
+    }
+#endif
     const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
     for (int64_t ow = 0; ow < s->ow;) {
         int64_t i0, i1, j0, j1, e0, e1, f0, f1;
         valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
         const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
         int8_t *yo = y + (item * s->ow + ow) * C;                    /* (C,) */
-#if defined(DW_VL)
+#if defined(DW_VL) && !defined(VX_AVX512)
         if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
             valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
             if (f0 == 0 && f1 == s->kw) {
@@ -891,7 +932,6 @@ static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, c
 #endif
         ow++;
     }
-#endif
 }
 
 /* y[i] = clamp(round_half_away(x[i] / scale) + zp) as ops/quantized.py's reference (numpy's
