@@ -353,10 +353,12 @@ VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int6
 VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
     const __m512i v = _mm512_sllv_epi32(_mm512_add_epi32(acc, p->bias), p->lsh);
     const __m512i r30 = _mm512_set1_epi64(INT64_C(1) << 30);
-    const __m512i he = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(v, p->mult), r30), 31);
-    const __m512i ho = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(v, 32), p->mult_odd),
-                                                          r30), 31);
-    const __m512i h = _mm512_mask_blend_epi32(0xAAAA, he, _mm512_slli_epi64(ho, 32));
+    /* bits 31..62 of each 64-bit product + 2^30: the low half of even lanes >> 31, the high half
+     * of odd lanes << 1 */
+    const __m512i he = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(v, p->mult), r30), 31);
+    const __m512i ho = _mm512_slli_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(v, 32), p->mult_odd),
+                                                          r30), 1);
+    const __m512i h = _mm512_mask_blend_epi32(0xAAAA, he, ho);
     const __m512i up = _mm512_add_epi32(_mm512_add_epi32(h, p->half), _mm512_and_si512(_mm512_srai_epi32(h, 31), p->neg));
     const __m512i q = _mm512_add_epi32(_mm512_srav_epi32(up, p->rsh), p->zp);
     return _mm512_min_epi32(_mm512_max_epi32(q, p->lo), p->hi);
@@ -553,6 +555,48 @@ VX_INLINE void to_u8(int64_t n, const int8_t *src, uint8_t *dst) {
 #endif
 }
 
+#if defined(VX_AVX512)
+/* im2col_u8 for kernel rows of at most 16 bytes (a first conv's RGB), dilation 1 along rows:
+ * one masked load and store per kernel row, the geometry in registers. */
+static void im2col_u8_narrow(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64_t np, uint8_t pad_u8,
+                             uint8_t *cols, int64_t ldc) {
+    const int64_t C = s->c, H = s->h, W = s->w, OH = s->oh, OW = s->ow, KH = s->kh, KW = s->kw;
+    const int64_t SH = s->sh, SW = s->sw, DH = s->dh, PT = s->pt, PL = s->pl;
+    const int64_t run_bytes = KW * C, KK = KH * run_bytes, row_bytes = W * C;
+    const __mmask16 run = (__mmask16)((1u << run_bytes) - 1u);
+    const __mmask16 tail = (__mmask16)((1u << (ldc - KK)) - 1u);   /* the zero bytes after KK (< 16) */
+    const __m128i flip = _mm_set1_epi8((char)0x80), pad = _mm_set1_epi8((char)pad_u8);
+    int64_t b = p0 / (OH * OW), oh = p0 % (OH * OW) / OW, ow = p0 % OW; /* pixel p0 + q */
+    for (int64_t q = 0; q < np; q++) {
+        uint8_t *dst = cols + q * ldc;                               /* (kh, kw*C) then 0s */
+        const int64_t iw0 = ow * SW - PL;
+        const int inside = iw0 >= 0 && iw0 + KW <= W;
+        const int8_t *image = x + b * H * row_bytes + iw0 * C;      /* tap (0, 0) column of row 0 */
+        for (int64_t i = 0; i < KH; i++, dst += run_bytes) {
+            const int64_t ih = oh * SH - PT + i * DH;
+            if (ih < 0 || ih >= H) {
+                _mm_mask_storeu_epi8(dst, run, pad);
+            } else if (inside) {
+                _mm_mask_storeu_epi8(dst, run, _mm_xor_si128(_mm_maskz_loadu_epi8(run, image + ih * row_bytes), flip));
+            } else {
+                for (int64_t j = 0; j < KW; j++) {
+                    const int64_t iw = iw0 + j;
+                    const __mmask16 kc = (__mmask16)((1u << C) - 1u);
+                    if (iw < 0 || iw >= W) _mm_mask_storeu_epi8(dst + j * C, kc, pad);
+                    else _mm_mask_storeu_epi8(dst + j * C, kc, _mm_xor_si128(
+                        _mm_maskz_loadu_epi8(kc, x + (b * H + ih) * row_bytes + iw * C), flip));
+                }
+            }
+        }
+        _mm_mask_storeu_epi8(dst, tail, _mm_setzero_si128());
+        if (++ow == OW) {
+            ow = 0;
+            if (++oh == OH) { oh = 0; b++; }
+        }
+    }
+}
+#endif
+
 /* cols[q * ldc + (i*kw + j)*C + c] = u8(x + 128) at tap (i, j) of output pixel p0 + q, or
  * pad_u8 in the padding; columns KK..ldc-1 are 0. A 1x1 stride-1 unpadded conv's rows are
  * the input's; a kernel row wholly inside the image (no column dilation) is one run of kw*C bytes. */
@@ -573,10 +617,10 @@ static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64
     }
     int64_t b = p0 / (s->oh * s->ow), oh = p0 % (s->oh * s->ow) / s->ow, ow = p0 % s->ow; /* pixel p0 + q */
 #if defined(VX_AVX512)
-    /* a kernel row of at most 16 bytes (a first conv's RGB): one masked load and store */
-    const int narrow = s->kw * C <= 16 && s->dw == 1;
-    const __mmask16 run = narrow ? (__mmask16)((1u << (s->kw * C)) - 1u) : 0;
-    const __m128i flip = _mm_set1_epi8((char)0x80), pad = _mm_set1_epi8((char)pad_u8);
+    if (s->kw * C <= 16 && s->dw == 1 && ldc - KK < 16) {
+        im2col_u8_narrow(s, x, p0, np, pad_u8, cols, ldc);
+        return;
+    }
 #endif
     for (int64_t q = 0; q < np; q++, next_pixel(s, &b, &oh, &ow)) {
         const int64_t iw0 = ow * s->sw - s->pl;
@@ -584,19 +628,6 @@ static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64
         uint8_t *dst = cols + q * ldc;                               /* (kh, kw, C) then 0s */
         for (int64_t i = 0; i < s->kh; i++) {
             const int64_t ih = oh * s->sh - s->pt + i * s->dh;
-#if defined(VX_AVX512)
-            if (narrow && (ih < 0 || ih >= s->h)) {
-                _mm_mask_storeu_epi8(dst, run, pad);
-                dst += s->kw * C;
-                continue;
-            }
-            if (narrow && row_inside) {
-                const int8_t *src = x + ((b * s->h + ih) * s->w + iw0) * C;
-                _mm_mask_storeu_epi8(dst, run, _mm_xor_si128(_mm_maskz_loadu_epi8(run, src), flip));
-                dst += s->kw * C;
-                continue;
-            }
-#endif
             if (row_inside && ih >= 0 && ih < s->h) {
                 to_u8(s->kw * C, x + ((b * s->h + ih) * s->w + iw0) * C, dst);
                 dst += s->kw * C;
