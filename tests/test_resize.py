@@ -4,7 +4,7 @@
   on up / down / non-integer / 2x / single-pixel geometries, from sizes and from scales (nearest
   bit-identical, bilinear within 1e-5), plus a Conv -> Resize -> Conv graph through the NHWC layout.
 - the TFLite interpreter: one-op .tflite files (written with the flatbuffer writer in
-  tools/make_bad_files.py) for RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR x align_corners /
+  tools/tflite_writer.py) for RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR x align_corners /
   half_pixel_centers, float32 and int8 nearest (bit-exact to the builtin kernels).
 - the fast path against the numpy reference, every GPU backend against the CPU reference (NMSE),
   and unsupported attributes failing with errors that name the node and the attribute.
@@ -202,7 +202,7 @@ def test_blueprint_resize_errors():
 
 # -- the TFLite interpreter ----------------------------------------------------------------------
 def _fb_tool():
-    spec = importlib.util.spec_from_file_location("make_bad_files", ROOT / "tools" / "make_bad_files.py")
+    spec = importlib.util.spec_from_file_location("tflite_writer", ROOT / "tools" / "tflite_writer.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     return tool
@@ -215,7 +215,7 @@ TFL_INT8 = (0.05, 3)  # (scale, zero point) of the int8 activations
 def tflite_resize_model(path, op, in_shape, size, align, half, dtype="float32"):
     """x -> RESIZE_* (constant size, align_corners / half_pixel_centers) -> y, per tensorflow/lite/schema/schema.fbs."""
     t = _fb_tool()
-    FB, table, vec = t.FB, t.fb_table, t._fb_vec
+    FB, table, vec = t.FB, t.fb_table, t.fb_vec
     code, options_type = TFL_RESIZE[op]
     type_code = {"float32": 0, "int8": 9}[dtype]
     # QuantizationParameters: min, max, scale, zero_point
@@ -230,7 +230,7 @@ def tflite_resize_model(path, op, in_shape, size, align, half, dtype="float32"):
     # ResizeNearestNeighborOptions: align_corners, half_pixel_centers
     flags = (("b", int(align)), ("b", int(half)))
     options = table(*flags) if op == "RESIZE_NEAREST_NEIGHBOR" else table(None, None, *flags)
-    operator = t._tfl_op(0, [0, 1], [2], options_type, options)
+    operator = t.tfl_op(0, [0, 1], [2], options_type, options)
     codes = [table(("b", min(code, 127)), None, ("i", 1), ("i", code))]
     subgraph = table(FB("tables", tensors), vec("i", [0]), vec("i", [2]), FB("tables", [operator]), FB("string", "main"))
     model = table(("I", 3), FB("tables", codes), FB("tables", [subgraph]), FB("string", "resize"), FB("tables", buffers))

@@ -8,19 +8,32 @@ ratio = volvox / peer (lower is better for volvox). "per-op ms" is the per-op ex
 the same model (what Model.run does when the graph has no vision plan), "plan" whether
 Model.run ran the native vision plan (runtime/vision_plan.py). Inputs: scikit-image's astronaut photo,
 a rendered text line for the OCR model.
+
+Peers that do not ship as .tflite are exported from the graph volvox loads (tools/export_tflite.py):
+EfficientNet-Lite0 is timed against torch and against TFLite (XNNPACK) on that file, the same
+weights. "mltk-person-detection-fp32" is the float twin of the int8 person detector
+(tools/float_twin.py), in volvox as a blueprint and in TFLite (XNNPACK) as its export; with both
+rows run, "int8 vs fp32 on the same network" prints int8 ms / fp32 ms per runtime. Exported files
+are built once into the volvox cache (~/.cache/volvox/<model>/exports/), keyed by the source
+file's sha256 and the code of the tools and volvox's importers (older builds are deleted).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-MODELS = ("mltk-person-detection", "blazeface-short-range", "pp-ocrv4-rec", "efficientnet-lite0")
+MODELS = ("mltk-person-detection", "mltk-person-detection-fp32", "blazeface-short-range", "pp-ocrv4-rec",
+          "efficientnet-lite0")
+TWIN = "-fp32"  # "<int8 model>-fp32": that model's float twin
+TOOLS = Path(__file__).resolve().parent
 
 
 def median_ms(fn, runs: int) -> float:
@@ -34,29 +47,95 @@ def median_ms(fn, runs: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def export_key(source: Path) -> str:
+    """12 hex digits naming an export of ``source``: its sha256 and the code that imports and exports it."""
+    import volvox.importers
+    from volvox.hub import sha256_file
+
+    h = hashlib.sha256(sha256_file(source).encode())
+    code = [TOOLS / t for t in ("tflite_writer.py", "export_tflite.py", "float_twin.py")]
+    for path in code + sorted(Path(volvox.importers.__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def exported(name: str) -> tuple[str, str]:
+    """(what volvox loads, the .tflite file the TFLite peer runs) of a row with an exported peer,
+    built into the volvox cache on first use."""
+    from volvox.hub import cache_dir, resolve_model_file
+
+    sys.path.insert(0, str(TOOLS))
+    source = name.removesuffix(TWIN)
+    folder = cache_dir() / source / "exports"
+    key = export_key(resolve_model_file(source))
+    if name.endswith(TWIN):
+        from float_twin import build_float_twin
+
+        blueprint, tflite = folder / f"float-twin-{key}", folder / f"float-twin-{key}.tflite"
+        if not (blueprint.is_dir() and tflite.is_file()):
+            build_float_twin(source, blueprint, tflite)
+            prune(folder, "float-twin-", key)
+        return str(blueprint), str(tflite)
+    from export_tflite import export_model
+
+    tflite = folder / f"{name}-{key}.tflite"
+    if not tflite.is_file():
+        export_model(name, tflite)
+        prune(folder, f"{name}-", key)
+    return name, str(tflite)
+
+
+def prune(folder: Path, prefix: str, key: str) -> None:
+    """Delete the exports in ``folder`` named ``prefix``<another key>: builds of older code or sources."""
+    import shutil
+
+    for old in folder.glob(prefix + "*"):
+        if old.name.removeprefix(prefix).split(".")[0] != key:
+            if old.is_dir():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+
+
+def tflite_peer(path: str, threads: int, x):
+    """A call running the TFLite interpreter (default resolver: XNNPACK) on ``x``."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=path, num_threads=threads)
+    it.allocate_tensors()
+    idx = it.get_input_details()[0]["index"]
+
+    def peer():
+        it.set_tensor(idx, x)
+        it.invoke()
+    return peer
+
+
 def bench_one(name: str, threads: int, runs: int) -> dict:
-    """Time volvox and the model's native runtime on one input, in this process."""
+    """Time volvox and the model's peers on one input, in this process."""
     import numpy as np
 
     import volvox
     from volvox.hub import resolve_model_file
     from volvox.image import preprocess
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+    sys.path.insert(0, str(TOOLS.parent / "tests"))
     from vision_helpers import sample_image, text_line
 
-    model = volvox.load(name, threads=threads)
+    path = str(resolve_model_file(name.removesuffix(TWIN)))
+    target, export = exported(name) if name.endswith(TWIN) or path.endswith(".pth") else (name, None)
+    model = volvox.load(target, threads=threads)
     image = text_line("The quick brown fox 2026") if name == "pp-ocrv4-rec" else sample_image("astronaut")
     x = preprocess(image, model.metadata["preprocess"]).tensor
     feeds = {model.graph.inputs[0].name: x}
-    path = str(resolve_model_file(name))
+    peers = []
     if path.endswith(".onnx"):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        peer_name, peer = "onnxruntime", lambda: sess.run(None, feeds)
+        peers.append(("onnxruntime", lambda: sess.run(None, feeds)))
     elif path.endswith(".pth"):
         import torch
         from efficientnet_lite_pytorch import EfficientNet
@@ -67,29 +146,35 @@ def bench_one(name: str, threads: int, runs: int) -> dict:
         net.eval()
         xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
 
-        def peer():
+        def torch_peer():
             with torch.no_grad():
                 net(xt)
-        peer_name = "torch"
-    else:
-        from ai_edge_litert.interpreter import Interpreter
-
-        it = Interpreter(model_path=path, num_threads=threads)
-        it.allocate_tensors()
-        idx = it.get_input_details()[0]["index"]
-
-        def peer():
-            it.set_tensor(idx, x)
-            it.invoke()
-        peer_name = "tflite-xnnpack"
+        peers.append(("torch", torch_peer))
+    if export is not None or path.endswith(".tflite"):
+        peers.append(("tflite-xnnpack", tflite_peer(export or path, threads, x)))
     from volvox.runtime.executor import RunContext
 
     ours = median_ms(lambda: model.run(feeds), runs)
     per_op = median_ms(lambda: model.executor.run(RunContext(), feeds), runs)
-    theirs = median_ms(peer, runs)
+    timed = [(peer_name, median_ms(peer, runs)) for peer_name, peer in peers]
     return {"model": name, "threads": threads, "volvox_ms": round(ours, 3), "per_op_ms": round(per_op, 3),
-            "plan": model._plan is not None and model._plan.plan is not None, "peer": peer_name,
-            "peer_ms": round(theirs, 3), "ratio": round(ours / theirs, 2), "input": list(np.shape(x))}
+            "plan": model._plan is not None and model._plan.plan is not None, "input": list(np.shape(x)),
+            "peers": [{"peer": p, "peer_ms": round(t, 3), "ratio": round(ours / t, 2)} for p, t in timed]}
+
+
+def print_int8_vs_fp32(results: dict) -> None:
+    """int8 ms / fp32 ms in volvox and in XNNPACK for every (model, threads) whose float twin also ran."""
+    pairs = [(key, results[(key[0] + TWIN, key[1])]) for key in results if (key[0] + TWIN, key[1]) in results]
+    if not pairs:
+        return
+    print("\nint8 vs fp32 on the same network: int8 ms / fp32 ms (below 1.0: the int8 path is faster)")
+    print(f"{'model':<28}{'threads':>8}{'volvox int8':>13}{'fp32':>8}{'ratio':>7}"
+          f"{'xnnpack int8':>14}{'fp32':>8}{'ratio':>7}")
+    for (name, n), r32 in pairs:
+        r8 = results[(name, n)]
+        x8, x32 = (next(p["peer_ms"] for p in r["peers"] if p["peer"] == "tflite-xnnpack") for r in (r8, r32))
+        v8, v32 = r8["volvox_ms"], r32["volvox_ms"]
+        print(f"{name:<28}{n:>8}{v8:>13.3f}{v32:>8.3f}{v8 / v32:>7.2f}{x8:>14.3f}{x32:>8.3f}{x8 / x32:>7.2f}")
 
 
 def main() -> None:
@@ -103,18 +188,22 @@ def main() -> None:
         print(json.dumps(bench_one(a.child[0], int(a.child[1]), a.runs)))
         return
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (numbers mean little when it is high)")
-    print(f"{'model':<24}{'threads':>8}{'volvox ms':>11}{'plan':>6}{'per-op ms':>11}{'peer':>16}{'peer ms':>10}{'ratio':>8}")
+    print(f"{'model':<28}{'threads':>8}{'volvox ms':>11}{'plan':>6}{'per-op ms':>11}"
+          f"{'peer':>16}{'peer ms':>10}{'ratio':>8}")
+    results = {}
     for name in a.models:
         for n in a.threads:
             env = dict(os.environ, OPENBLAS_NUM_THREADS=str(n), OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n))
             proc = subprocess.run([sys.executable, __file__, "--runs", str(a.runs), "--child", name, str(n)],
                                   env=env, capture_output=True, text=True)
             if proc.returncode != 0:
-                print(f"{name:<24}{n:>8}  failed: {proc.stderr.strip().splitlines()[-1:]}")
+                print(f"{name:<28}{n:>8}  failed: {proc.stderr.strip().splitlines()[-1:]}")
                 continue
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"{name:<24}{n:>8}{r['volvox_ms']:>11.2f}{'yes' if r['plan'] else 'no':>6}{r['per_op_ms']:>11.2f}"
-                  f"{r['peer']:>16}{r['peer_ms']:>10.3f}{r['ratio']:>8.1f}")
+            r = results[(name, n)] = json.loads(proc.stdout.strip().splitlines()[-1])
+            for p in r["peers"]:
+                print(f"{name:<28}{n:>8}{r['volvox_ms']:>11.2f}{'yes' if r['plan'] else 'no':>6}{r['per_op_ms']:>11.2f}"
+                      f"{p['peer']:>16}{p['peer_ms']:>10.3f}{p['ratio']:>8.2f}")
+    print_int8_vs_fp32(results)
 
 
 if __name__ == "__main__":

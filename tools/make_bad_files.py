@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tflite_writer import build_flatbuffer, fb_table, fb_vec, tfl_model, tfl_op, tfl_opcode, tfl_tensor  # noqa: E402
+
 DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 # --- GGUF ------------------------------------------------------------------------------
@@ -361,94 +364,7 @@ def bad_safetensors_files() -> dict[str, tuple[bytes, str, str]]:
     }
 
 
-# --- FlatBuffers / TFLite ----------------------------------------------------------------
-
-class FB:
-    """A flatbuffer value for ``build_flatbuffer``: "table" (fields by slot), "vector" (scalars of
-    struct code ``fmt``), "tables" (a vector of tables) or "string"."""
-
-    def __init__(self, kind: str, value, fmt: str = ""):
-        self.kind, self.value, self.fmt = kind, value, fmt
-
-
-def fb_table(*fields) -> FB:
-    """A table; each field is None (absent), (struct code, scalar) or an FB (stored as a uoffset)."""
-    return FB("table", fields)
-
-
-def build_flatbuffer(root_table: FB, ident: bytes) -> tuple[bytes, dict[str, list[int]]]:
-    """Serialize front to back (every uoffset points forward); return the bytes and the positions
-    of every uoffset, vector/string length and table soffset (for the fuzzers)."""
-    out = bytearray(struct.pack("<I", 0) + ident)
-    at: dict[str, list[int]] = {"uoffset": [], "length": [], "soffset": []}
-
-    def align(n: int) -> None:
-        out.extend(bytes(-len(out) % n))
-
-    def link(slot: int, target: int) -> None:
-        struct.pack_into("<I", out, slot, target - slot)
-        at["uoffset"].append(slot)
-
-    def write(obj: FB) -> int:
-        if obj.kind == "table":
-            layout, size = [], 4  # field offsets from the table start; the soffset comes first
-            for f in obj.value:
-                n = 0 if f is None else 4 if isinstance(f, FB) else struct.calcsize("<" + f[0])
-                size += -size % max(n, 1)
-                layout.append(size if n else 0)
-                size += n
-            align(8)
-            vtable = len(out)
-            out.extend(struct.pack(f"<HH{len(layout)}H", 4 + 2 * len(layout), size, *layout))
-            align(8)
-            table = len(out)
-            out.extend(bytes(size))
-            struct.pack_into("<i", out, table, table - vtable)
-            at["soffset"].append(table)
-            for f, pos in zip(obj.value, layout):
-                if f is not None and not isinstance(f, FB):
-                    struct.pack_into("<" + f[0], out, table + pos, f[1])
-            for f, pos in zip(obj.value, layout):
-                if isinstance(f, FB):
-                    link(table + pos, write(f))
-            return table
-        if obj.kind == "string":
-            align(4)
-            start = len(out)
-            at["length"].append(start)
-            raw = obj.value.encode()
-            out.extend(struct.pack("<I", len(raw)) + raw + b"\0")
-            return start
-        out.extend(bytes(-(len(out) + 4) % 16))  # vector data 16-byte aligned (TFLite buffers)
-        start = len(out)
-        at["length"].append(start)
-        out.extend(struct.pack("<I", len(obj.value)))
-        if obj.kind == "vector":
-            out.extend(struct.pack(f"<{len(obj.value)}{obj.fmt}", *obj.value))
-            return start
-        out.extend(bytes(4 * len(obj.value)))
-        for k, child in enumerate(obj.value):
-            link(start + 4 + 4 * k, write(child))
-        return start
-
-    link(0, write(root_table))
-    return bytes(out), at
-
-
-def _fb_vec(fmt: str, values) -> FB:
-    return FB("vector", list(values), fmt)
-
-
-def _tfl_tensor(name: str, shape, type_code: int, buffer: int) -> FB:
-    # Tensor: shape, type, buffer, name
-    return fb_table(_fb_vec("i", shape), ("b", type_code), ("I", buffer), FB("string", name))
-
-
-def _tfl_op(opcode: int, ins, outs, options_type: int = 0, options: FB | None = None) -> FB:
-    # Operator: opcode_index, inputs, outputs, builtin_options_type, builtin_options
-    return fb_table(("I", opcode), _fb_vec("i", ins), _fb_vec("i", outs),
-                    ("B", options_type) if options else None, options)
-
+# --- TFLite (the FlatBuffers writer is tools/tflite_writer.py) ---------------------------
 
 # The tiny float32 TFLite model: x (1,4,4,2) -> CONV_2D 3x3 SAME relu (3 filters) -> RESHAPE
 # (1,48) -> FULLY_CONNECTED (5) -> SOFTMAX.
@@ -462,27 +378,22 @@ TFL_OPS = {"CONV_2D": 3, "RESHAPE": 22, "FULLY_CONNECTED": 9, "SOFTMAX": 25}
 def build_tflite(ops: dict[str, int] = TFL_OPS) -> tuple[bytes, dict[str, list[int]]]:
     """The tiny float32 TFLite model (bytes, field positions), from tensorflow/lite/schema/schema.fbs."""
     consts = [TFL_CONV_W, TFL_CONV_B, np.array([1, 48], np.int32), TFL_FC_W, TFL_FC_B]
-    buffers = [fb_table()] + [fb_table(_fb_vec("B", c.astype(c.dtype.newbyteorder("<")).tobytes()))
+    buffers = [fb_table()] + [fb_table(fb_vec("B", c.astype(c.dtype.newbyteorder("<")).tobytes()))
                               for c in consts] + [fb_table()]
     f32, i32 = 0, 2
-    tensors = [_tfl_tensor("x", [1, 4, 4, 2], f32, 0),
-               _tfl_tensor("conv/w", [3, 3, 3, 2], f32, 1), _tfl_tensor("conv/b", [3], f32, 2),
-               _tfl_tensor("conv", [1, 4, 4, 3], f32, 0),
-               _tfl_tensor("shape", [2], i32, 3), _tfl_tensor("flat", [1, 48], f32, 0),
-               _tfl_tensor("fc/w", [5, 48], f32, 4), _tfl_tensor("fc/b", [5], f32, 5),
-               _tfl_tensor("logits", [1, 5], f32, 0), _tfl_tensor("probs", [1, 5], f32, 0)]
+    tensors = [tfl_tensor("x", [1, 4, 4, 2], f32, 0),
+               tfl_tensor("conv/w", [3, 3, 3, 2], f32, 1), tfl_tensor("conv/b", [3], f32, 2),
+               tfl_tensor("conv", [1, 4, 4, 3], f32, 0),
+               tfl_tensor("shape", [2], i32, 3), tfl_tensor("flat", [1, 48], f32, 0),
+               tfl_tensor("fc/w", [5, 48], f32, 4), tfl_tensor("fc/b", [5], f32, 5),
+               tfl_tensor("logits", [1, 5], f32, 0), tfl_tensor("probs", [1, 5], f32, 0)]
     conv_opts = fb_table(("b", 0), ("i", 1), ("i", 1), ("b", 1))  # SAME, stride 1x1, RELU
-    operators = [_tfl_op(0, [0, 1, 2], [3], 1, conv_opts),
-                 _tfl_op(1, [3, 4], [5], 17, fb_table(_fb_vec("i", [1, 48]))),
-                 _tfl_op(2, [5, 6, 7], [8], 8, fb_table(("b", 0))),
-                 _tfl_op(3, [8], [9], 9, fb_table(("f", 1.0)))]
-    # OperatorCode: deprecated_builtin_code, custom_code, version, builtin_code
-    codes = [fb_table(("b", min(code, 127)), None, ("i", 1), ("i", code)) for code in ops.values()]
-    subgraph = fb_table(FB("tables", tensors), _fb_vec("i", [0]), _fb_vec("i", [9]),
-                        FB("tables", operators), FB("string", "main"))
-    # Model: version, operator_codes, subgraphs, description, buffers
-    model = fb_table(("I", 3), FB("tables", codes), FB("tables", [subgraph]), FB("string", "volvox tiny"),
-                     FB("tables", buffers))
+    operators = [tfl_op(0, [0, 1, 2], [3], 1, conv_opts),
+                 tfl_op(1, [3, 4], [5], 17, fb_table(fb_vec("i", [1, 48]))),
+                 tfl_op(2, [5, 6, 7], [8], 8, fb_table(("b", 0))),
+                 tfl_op(3, [8], [9], 9, fb_table(("f", 1.0)))]
+    model = tfl_model([tfl_opcode(code) for code in ops.values()], tensors, [0], [9], operators, buffers,
+                      "volvox tiny")
     return build_flatbuffer(model, b"TFL3")
 
 
