@@ -322,6 +322,44 @@ def test_fused_dwpw_plan_is_the_per_op_executor(stride, isa, threads):
         assert same_bits(native[name], per_op[name]), name
 
 
+def qdwpw_graph(stride: int) -> Model:
+    """int8 depthwise -> 1x1 pairs: one the plan fuses into a QDWPW step (12 channels, a clamp on
+    the depthwise output, odd widths) and one it must not (6 channels: not whole GEMM rows)."""
+    m = GraphMaker(x=((2, 11, 13, 12), "float32"))
+    i8 = lambda *s: rng.integers(-127, 128, s, dtype=np.int8)  # noqa: E731
+    i32 = lambda n: rng.integers(-3000, 3000, n, dtype=np.int32)  # noqa: E731
+    q = m.node("quantize", dict(scale=0.03, zero_point=4), x="x")
+    a = m.node("qconv2d", dict(groups=12, strides=[stride, stride], pads=[1, 1, 1, 1], input_zero_point=4,
+                               output_zero_point=-6, act_min=-6, act_max=100), x=q,
+               weight=m.w("dw1", i8(12, 3, 3, 1)), bias=m.w("bdw1", i32(12)), **requant(m, "r1", 12, 4e-3, 2e-2))
+    b = m.node("qconv2d", dict(input_zero_point=-6, output_zero_point=3), x=a, weight=m.w("pw1", i8(6, 1, 1, 12)),
+               bias=m.w("bpw1", i32(6)), **requant(m, "r2", 6, 1e-3, 4e-3))
+    c = m.node("qconv2d", dict(groups=6, pads=[1, 1, 1, 1], input_zero_point=3, output_zero_point=0), x=b,
+               weight=m.w("dw2", i8(6, 3, 3, 1)), bias=m.w("bdw2", i32(6)), **requant(m, "r3", 6, 4e-3, 2e-2))
+    d = m.node("qconv2d", dict(input_zero_point=0, output_zero_point=-1), x=c, weight=m.w("pw2", i8(8, 1, 1, 6)),
+               **requant(m, "r4", 8, 1e-3, 4e-3))
+    return m.model([m.node("dequantize", dict(scale=0.05, zero_point=-1), x=d)], optimize=True)
+
+
+@pytest.mark.parametrize("isa", kernels.available_isas())
+@pytest.mark.parametrize("stride", [1, 2])
+def test_fused_qdwpw_plan_is_the_per_op_executor(stride, isa, threads):
+    """A QDWPW step requantizes each depthwise row into scratch and runs the int8 1x1 GEMM on it:
+    exact integers, so bit for bit the per-op executor's on every tier."""
+    before = kernels.isa()
+    kernels._set_isa_for_testing(isa)
+    try:
+        model = qdwpw_graph(stride)
+        x = (rng.standard_normal(model.graph.inputs[0].shape) * 2).astype(np.float32)
+        native, per_op = plan_and_per_op(model, {"x": x})
+    finally:
+        kernels._set_isa_for_testing(before)
+    assert {pw: dw.id for pw, dw in model._plan.plan.fused.items()} == {"n2_qconv2d": "n1_qconv2d"}
+    for name in per_op:
+        assert same_bits(native[name], per_op[name]), name
+        assert len(np.unique(per_op[name])) > 10
+
+
 def test_dwpw_fusion_drops_a_step_and_the_middle_tensor():
     """One step fewer per fused pair, a smaller arena, and no fusion in a model loaded with
     optimize=False."""
@@ -398,10 +436,10 @@ def load_or_skip(name: str) -> Model:
     return volvox.load(name)
 
 
-@pytest.mark.parametrize("name,lowers,pairs", [("mltk-person-detection", True, 0), ("blazeface-short-range", True, 16),
+@pytest.mark.parametrize("name,lowers,pairs", [("mltk-person-detection", True, 13), ("blazeface-short-range", True, 16),
                                                ("efficientnet-lite0", True, 16), ("pp-ocrv4-rec", True, 0)])
 def test_model_plan_is_the_per_op_executor(name, lowers, pairs, threads):
-    """Every real model's plan (``pairs`` depthwise -> 1x1 pairs fused into DWPW steps) gives the
+    """Every real model's plan (``pairs`` depthwise -> 1x1 pairs fused into DWPW / QDWPW steps) gives the
     per-op executor's outputs bit for bit."""
     model = load_or_skip(name)
     kernels.set_num_threads(threads)  # load() sets its own default

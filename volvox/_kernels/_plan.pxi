@@ -36,6 +36,7 @@ cdef extern from "vx_plan.h" nogil:
         VX_STEP_GATHER
         VX_STEP_AVG_POOL
         VX_STEP_DWPW_F32
+        VX_STEP_QDWPW
         VX_UNARY_HARD_SWISH
         VX_UNARY_HARD_SIGMOID
         VX_UNARY_SQRT
@@ -46,8 +47,10 @@ cdef extern from "vx_plan.h" nogil:
         VX_BIN_DIV
         VX_CONV_PIXELS
     ctypedef struct vx_pointwise:
-        const float *packed
+        const void *packed
         const float *bias
+        const int32_t *wsum
+        vx_requant rq
         int64_t cout
         int32_t act
     ctypedef struct vx_window:
@@ -89,7 +92,7 @@ STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "quantize": 
               "qavg_pool": VX_STEP_QAVG_POOL, "qsoftmax": VX_STEP_QSOFTMAX, "max_pool": VX_STEP_MAX_POOL,
               "global_avg": VX_STEP_GLOBAL_AVG, "relu": VX_STEP_RELU, "copy_rows": VX_STEP_COPY_ROWS,
               "unary": VX_STEP_UNARY, "gather": VX_STEP_GATHER, "avg_pool": VX_STEP_AVG_POOL,
-              "dwpw_f32": VX_STEP_DWPW_F32}
+              "dwpw_f32": VX_STEP_DWPW_F32, "qdwpw": VX_STEP_QDWPW}
 # Functions of an unary step and operators of a binary step (flag).
 UNARY_FNS = {"hard_swish": VX_UNARY_HARD_SWISH, "hard_sigmoid": VX_UNARY_HARD_SIGMOID, "sqrt": VX_UNARY_SQRT,
              "square": VX_UNARY_SQUARE}
@@ -133,11 +136,12 @@ cdef class StepPlan:
     def add(self, int kind, int wtype=0, int flag=0, tuple sizes=(), tuple floats=(), uintptr_t a=0,
             uintptr_t b=0, uintptr_t c=0, uintptr_t y=0, uintptr_t scratch=0, tuple window=None,
             int64_t cout=0, int64_t ldc=0, int64_t per_thread=0, int act=0, tuple requant=None,
-            tuple pointwise=None):
+            tuple pointwise=None, tuple pw_requant=None):
         """Append one step (addresses of buffers the caller keeps alive). Window steps also
         take window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left), cout, ldc,
-        per_thread, act, requant = (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi) and
-        (DWPW) pointwise = (packed weights address, bias address or 0, cout, act)."""
+        per_thread, act, requant = (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi),
+        (DWPW, QDWPW) pointwise = (packed weights address, f32 bias address or 0, cout, act,
+        int8 row sums address or 0) and (QDWPW) pw_requant, the 1x1 conv's requant."""
         if self.n >= self.cap or len(sizes) > 6 or len(floats) > 2:
             raise ValueError("step plan is full or a step has too many fields")
         cdef vx_step *s = &self.steps[self.n]
@@ -147,14 +151,14 @@ cdef class StepPlan:
             w.s = _window_shape(window)
             w.cout, w.ldc, w.per_thread, w.act = cout, ldc, per_thread, act
             if requant is not None:
-                w.rq.bias = <const int32_t *> <uintptr_t> requant[0]
-                w.rq.mult = <const int32_t *> <uintptr_t> requant[1]
-                w.rq.shift = <const int32_t *> <uintptr_t> requant[2]
-                w.rq.zp_in, w.rq.zp_out, w.rq.lo, w.rq.hi = requant[3:]
+                w.rq = _requant_of(requant)
             if pointwise is not None:
-                w.pw.packed = <const float *> <uintptr_t> pointwise[0]
+                w.pw.packed = <const void *> <uintptr_t> pointwise[0]
                 w.pw.bias = <const float *> <uintptr_t> pointwise[1]
-                w.pw.cout, w.pw.act = pointwise[2:]
+                w.pw.cout, w.pw.act = pointwise[2:4]
+                w.pw.wsum = <const int32_t *> <uintptr_t> pointwise[4]
+            if pw_requant is not None:
+                w.pw.rq = _requant_of(pw_requant)
             s.p = w
         else:
             s.p = NULL
@@ -197,6 +201,16 @@ cdef class StepPlan:
         cdef double *tp = NULL if times is None else &times[0]
         with nogil:
             vx_run_steps(_tbl, self.steps, self.n, &inp, _nthreads, self.sync, tp)
+
+
+cdef vx_requant _requant_of(tuple r):
+    """(bias, multiplier, shift addresses, zp_in, zp_out, lo, hi) as a vx_requant."""
+    cdef vx_requant rq
+    rq.bias = <const int32_t *> <uintptr_t> r[0]
+    rq.mult = <const int32_t *> <uintptr_t> r[1]
+    rq.shift = <const int32_t *> <uintptr_t> r[2]
+    rq.zp_in, rq.zp_out, rq.lo, rq.hi = r[3:]
+    return rq
 
 
 cdef vx_conv_shape _window_shape(tuple g):

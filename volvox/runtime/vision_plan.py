@@ -12,9 +12,9 @@ Weights are packed once at plan build through the per-op kernels' own packers an
 (``kernels.conv_weights``), and each step runs the same tile functions on the same work
 items (blocks of 64 output pixels for im2col convs, output rows for depthwise convs and
 pools) as the per-op kernels, so a plan's outputs equal the per-op executor's bit for bit
-(tests/test_vision_plan.py). A float32 depthwise conv that only a 1x1 conv reads runs with it
-as one DWPW step (``dwpw_pairs``; not for a model loaded with optimize=False): its output rows
-pass through per-thread scratch, never the arena. Ops whose fast path is numpy with no C twin
+(tests/test_vision_plan.py). A depthwise conv that only a 1x1 conv reads runs with it as one
+DWPW (float32) or QDWPW (int8) step (``dwpw_pairs``; not for a model loaded with optimize=False):
+its output rows pass through per-thread scratch, never the arena. Ops whose fast path is numpy with no C twin
 computing the same bits (sigmoid's tanh, softmax's exp, matmul's BLAS, reduce_mean's pairwise
 sums) run as "islands": their numpy function on arena views between native step ranges. A graph with an
 op, shape or dtype the plan does not lower (see ``LOWER``) keeps the per-op executor:
@@ -76,34 +76,37 @@ def _direct(window: tuple, wshape: tuple) -> bool:
 
 
 def dwpw_pairs(graph: Graph, weights: dict[str, Any]) -> dict[str, Node]:
-    """pointwise node id -> depthwise node, for each float32 depthwise (multiplier 1) conv whose
-    output is no graph output and is read only by a 1x1, stride-1, unpadded float32 conv: a plan
-    runs each pair as one DWPW step and never stores the middle tensor."""
+    """pointwise node id -> depthwise node, for each depthwise (multiplier 1) conv whose output is
+    no graph output and is read only by a 1x1, stride-1, unpadded conv of the same kind (float32
+    conv2d, or int8 qconv2d over a multiple of 4 channels): a plan runs each pair as one DWPW /
+    QDWPW step and never stores the middle tensor."""
     producer = {name: n for n in graph.nodes for name in n.outputs.values()}
     readers = Counter(name for n in graph.nodes for name in n.inputs.values())
     pairs = {}
     for pw in graph.nodes:
         dw = producer.get(pw.inputs.get("x", ""))
-        if (pw.op != "conv2d" or dw is None or dw.op != "conv2d" or readers[dw.outputs["y"]] != 1
+        if (pw.op not in ("conv2d", "qconv2d") or dw is None or dw.op != pw.op or readers[dw.outputs["y"]] != 1
                 or dw.outputs["y"] in graph.outputs):
             continue
-        xs, ws = _f32_conv_shapes(graph, weights, dw), _f32_conv_shapes(graph, weights, pw)
+        xs, ws = _conv_shapes(graph, weights, dw), _conv_shapes(graph, weights, pw)
         if xs is None or ws is None:
             continue
         (x, w), (mid, pw_w) = xs, ws
         strides, _, pads = window_params(pw.params)
         groups = int(dw.params.get("groups", 1))
         if (groups == x[3] == w[0] > 1 and w[3] == 1 and int(pw.params.get("groups", 1)) == 1
-                and pw_w[1:] == (1, 1, mid[3]) and strides == (1, 1) and pads == (0, 0, 0, 0)):
+                and pw_w[1:] == (1, 1, mid[3]) and strides == (1, 1) and pads == (0, 0, 0, 0)
+                and (pw.op == "conv2d" or mid[3] % 4 == 0)):
             pairs[pw.id] = dw
     return pairs
 
 
-def _f32_conv_shapes(graph: Graph, weights: dict[str, Any], node) -> tuple | None:
-    """(x shape, weight shape) of a float32 NHWC conv node with a numpy weight and an activation
-    the conv steps fuse, else None."""
+def _conv_shapes(graph: Graph, weights: dict[str, Any], node) -> tuple | None:
+    """(x shape, weight shape) of an NHWC conv node with a numpy weight of its kind (conv2d: float32
+    with an activation the conv steps fuse; qconv2d: int8), else None."""
     x, w = graph.specs[node.inputs["x"]], weights.get(node.inputs["weight"])
-    if (isinstance(w, np.ndarray) and w.dtype == np.float32 and w.ndim == 4 and x.dtype == "float32"
+    dtype = "int8" if node.op == "qconv2d" else "float32"
+    if (isinstance(w, np.ndarray) and w.dtype == np.dtype(dtype) and w.ndim == 4 and x.dtype == dtype
             and len(x.shape) == 4 and node.params.get("activation", "none") in _ACT):
         return tuple(x.shape), w.shape
     return None
@@ -250,17 +253,24 @@ class VisionPlan:
         self._need(node, act in _ACT, f"activation {act!r}")
         return _ACT[act]
 
+    def _requant(self, node, cout: int, bias) -> tuple:
+        """The step requant tuple (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi) of an
+        int8 node with ``cout`` output channels (kernels.requant_args checks it)."""
+        p = node.params
+        mult, sh, zps = kernels.requant_args(
+            self._in(node, "multiplier"), self._in(node, "shift"), cout, int(p["input_zero_point"]),
+            int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX)))
+        self._keep_all(mult, sh)
+        return (_ptr(bias), _addr(mult), _addr(sh)) + zps
+
     def _conv(self, node) -> None:
-        p, int8 = node.params, node.op == "qconv2d"
+        int8 = node.op == "qconv2d"
         x, y = self._in(node, "x"), self._y(node)
         w, packed, bias, depthwise, window = self._conv_operands(node, x)
         cout, kk = w.shape[0], w.shape[1] * w.shape[2] * x.shape[3]
         if int8:
-            mult, sh, zps = kernels.requant_args(
-                self._in(node, "multiplier"), self._in(node, "shift"), cout, int(p["input_zero_point"]),
-                int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX)))
-            self._keep_all(mult, sh)
-            window["requant"] = (_ptr(bias), _addr(mult), _addr(sh)) + zps
+            window["requant"] = self._requant(node, cout, bias)
+            zps = window["requant"][3:]
             if depthwise:
                 self.steps.add(_KIND["qdwconv"], a=_addr(x), b=_addr(packed), y=_addr(y), **window)
                 return
@@ -281,23 +291,36 @@ class VisionPlan:
                        scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node), **window)
 
     def _dwpw(self, dw, pw) -> None:
-        """A float32 depthwise conv and the 1x1 conv that alone reads it (dwpw_pairs) as one DWPW
-        step: each depthwise output row goes through the thread's scratch into the 1x1 conv's
-        packed GEMM, the same tiles on the same rows as the two steps it replaces."""
+        """A depthwise conv and the 1x1 conv that alone reads it (dwpw_pairs) as one DWPW (float32)
+        or QDWPW (int8) step: each depthwise output row goes through the thread's scratch into the
+        1x1 conv's packed GEMM, the same tiles on the same rows as the two steps it replaces."""
         x = self._in(dw, "x")
         _, dw_packed, dw_bias, depthwise, window = self._conv_operands(dw, x)
         self._need(dw, depthwise, "not a depthwise conv")
-        mid = np.empty(self.graph.specs[dw.outputs["y"]].shape, np.float32)  # (N, OH, OW, C) its shape only
+        spec = self.graph.specs[dw.outputs["y"]]
+        mid = np.empty(spec.shape, _DTYPES[spec.dtype])  # (N, OH, OW, C) its shape only
         w, packed, bias, _, pw_window = self._conv_operands(pw, mid)
         self._need(pw, _direct(pw_window["window"], w.shape), "not a 1x1 stride-1 unpadded conv")
         row = mid.shape[2] * mid.shape[3]
-        self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(self._y(pw)),
-                       scratch=_addr(self._scratch(row, np.float32)), per_thread=row, act=self._act(dw),
-                       pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw)), **window)
+        if dw.op == "conv2d":
+            self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
+                           y=_addr(self._y(pw)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
+                           act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
+                           **window)
+            return
+        # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization
+        # is prepared per GEMM call, and a row of a small map is a few pixels)
+        band = -(-_PIXELS // mid.shape[2])
+        window["requant"] = self._requant(dw, mid.shape[3], dw_bias)
+        pw_window = dict(requant=self._requant(pw, w.shape[0], bias))
+        wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
+        self.steps.add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(pw)),
+                       scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
+                       pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
+                       **window)
 
     def _qlinear(self, node) -> None:
         """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path)."""
-        p = node.params
         x, w, y = self._in(node, "x"), self._in(node, "weight"), self._y(node)
         self._need(node, w.ndim == 2 and x.shape[-1] == w.shape[1] and w.dtype == np.int8, "weight shape")
         n, k = w.shape
@@ -305,17 +328,14 @@ class VisionPlan:
         w4 = w.reshape(n, 1, 1, k)
         bias = self._opt(node, "bias")
         self._need(node, bias is None or (bias.dtype == np.int32 and bias.shape == (n,)), "bias")
-        mult, sh, zps = kernels.requant_args(
-            self._in(node, "multiplier"), self._in(node, "shift"), n, int(p["input_zero_point"]),
-            int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX)))
+        requant = self._requant(node, n, bias)
         packed, wsum = kernels.conv_weights(w4, False)
         self.macs += m * n * k
         k4 = (k + 3) // 4 * 4
         scratch = self._scratch(_PIXELS * k4, np.uint8)
-        self._keep_all(w4, bias, mult, sh, packed, wsum)
-        window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n,
-                      requant=(_ptr(bias), _addr(mult), _addr(sh)) + zps)
-        wsum = self._fold_zero_point(window, bias, wsum, zps[0])
+        self._keep_all(w4, bias, packed, wsum)
+        window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, requant=requant)
+        wsum = self._fold_zero_point(window, bias, wsum, requant[3])
         self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
                        ldc=k4, per_thread=_PIXELS * k4, **window)
 

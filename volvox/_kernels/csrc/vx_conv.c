@@ -878,7 +878,7 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
             int64_t e0, e1, f0, f1;
             valid_taps(s, oh, ow, &e0, &e1, &j0, &j1);
             const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C + c0;
-            int8_t *yo = y + (item * s->ow + ow) * C + c0;          /* (n,) of pixel ow */
+            int8_t *yo = y + ow * C + c0;                          /* (n,) of pixel ow */
             int vectors = 0;  /* full-column vectors starting at ow */
             if (j0 == 0 && j1 == s->kw && ow + 4 <= s->ow) {  /* 4 pixels: 4 vectors, or 2 of pairs */
                 valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
@@ -919,7 +919,8 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
 }
 #endif
 
-/* Depthwise int8 (multiplier 1) output row `item` = b * OH + oh: y (OW, C). w: (kh*kw, C) int16.
+/* Depthwise int8 (multiplier 1) output row `item` = b * OH + oh into y (OW, C), that row's own
+ * buffer (the output's row, or a scratch row). w: (kh*kw, C) int16.
  * Padding taps contribute (zp_in - zp_in) * w = 0 and are skipped; interior pixels go 4 at a time. */
 static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
                     int64_t item, int8_t *y) {
@@ -934,7 +935,7 @@ static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, c
         int64_t i0, i1, j0, j1, e0, e1, f0, f1;
         valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
         const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
-        int8_t *yo = y + (item * s->ow + ow) * C;                    /* (C,) */
+        int8_t *yo = y + ow * C;                                     /* (C,) */
 #if defined(DW_VL) && !defined(VX_AVX512)
         if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
             valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);

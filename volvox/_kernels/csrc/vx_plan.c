@@ -62,6 +62,8 @@ static int64_t step_items(const vx_step *s) {
     case VX_STEP_CONV_F32:
     case VX_STEP_QCONV:
         return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS;
+    case VX_STEP_QDWPW:  /* bands of ldc rows */
+        return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc;
     case VX_STEP_DWCONV_F32:
     case VX_STEP_DWPW_F32:
     case VX_STEP_QDWCONV:
@@ -399,8 +401,22 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         const vx_conv_shape *g = &w->s;
         float *row = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (ow, C) */
         t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, w->act, item, row);
-        t->conv->sgemm(g->c, w->pw.packed, w->pw.cout, row, g->c, g->ow, s->y + item * g->ow * w->pw.cout,
-                       w->pw.cout, w->pw.bias, w->pw.act);
+        t->conv->sgemm(g->c, (const float *)w->pw.packed, w->pw.cout, row, g->c, g->ow,
+                       s->y + item * g->ow * w->pw.cout, w->pw.cout, w->pw.bias, w->pw.act);
+        break;
+    }
+    case VX_STEP_QDWPW: {
+        const vx_window *w = s->p;
+        const vx_conv_shape *g = &w->s;
+        const int64_t r0 = item * w->ldc, rows = g->n * g->oh - r0 < w->ldc ? g->n * g->oh - r0 : w->ldc;
+        int8_t *band = (int8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (rows*ow, C) */
+        for (int64_t r = 0; r < rows; r++)
+            t->conv->qdwconv(g, (const int8_t *)s->a, (const int16_t *)s->b, &w->rq, r0 + r, band + r * g->ow * g->c);
+        uint8_t *u = (uint8_t *)band;                                /* the GEMM's u8 rows: x + 128 */
+        const int64_t nbytes = rows * g->ow * g->c;                  /* a local: u's stores alias *g */
+        for (int64_t i = 0; i < nbytes; i++) u[i] ^= 0x80;
+        t->conv->qgemm(g->c, (const int8_t *)w->pw.packed, w->pw.wsum, w->pw.cout, u, g->c, rows * g->ow, &w->pw.rq,
+                       (int8_t *)s->y + r0 * g->ow * w->pw.cout, w->pw.cout);
         break;
     }
     case VX_STEP_QCONV: {
@@ -414,7 +430,8 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         break;
     }
     case VX_STEP_QDWCONV:
-        t->conv->qdwconv(&s->p->s, (const int8_t *)s->a, (const int16_t *)s->b, &s->p->rq, item, (int8_t *)s->y);
+        t->conv->qdwconv(&s->p->s, (const int8_t *)s->a, (const int16_t *)s->b, &s->p->rq, item,
+                         (int8_t *)s->y + item * s->p->s.ow * s->p->s.c);
         break;
     case VX_STEP_QUANTIZE_I8:
     case VX_STEP_DEQUANTIZE_I8:

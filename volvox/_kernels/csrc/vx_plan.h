@@ -53,7 +53,8 @@ enum {
     VX_STEP_GATHER = 24,      /* y (contiguous) = the float32 elements of a at a strided view (transpose, slice) */
     VX_STEP_AVG_POOL = 25,    /* f32 y = average pool of a (tap sums in order, / in-image count or kh*kw) */
     VX_STEP_DWPW_F32 = 26,    /* y = a 1x1 conv of a depthwise conv's rows, the middle tensor never stored */
-    VX_STEP_NKINDS = 27
+    VX_STEP_QDWPW = 27,       /* DWPW_F32 for int8: depthwise rows into scratch, then the 1x1 int8 GEMM */
+    VX_STEP_NKINDS = 28
 };
 
 /* Functions of an UNARY step, each numpy's float32 arithmetic (ops/activation.py, ops/arith.py). */
@@ -67,12 +68,14 @@ enum {
 /* Operators of a BINARY step. */
 enum { VX_BIN_ADD = 0, VX_BIN_MUL = 1, VX_BIN_SUB = 2, VX_BIN_DIV = 3 };
 
-/* The 1x1 stride-1 unpadded f32 conv a DWPW step runs on each depthwise output row. */
+/* The 1x1 stride-1 unpadded conv a DWPW / QDWPW step runs on each depthwise output row. */
 typedef struct {
-    const float *packed; /* weights (sgemm_pack of (cout, C)) */
-    const float *bias;   /* (cout,) or NULL */
+    const void *packed;  /* weights: f32 sgemm_pack, int8 qgemm_pack of (cout, C) */
+    const float *bias;   /* f32: (cout,) or NULL */
+    const int32_t *wsum; /* int8: the row sums, NULL once the zero point is in rq.bias */
+    vx_requant rq;       /* int8 requantization */
     int64_t cout;        /* output channels */
-    int32_t act;         /* VX_ACT_* */
+    int32_t act;         /* VX_ACT_* (f32) */
     int32_t pad_;
 } vx_pointwise;
 
@@ -116,6 +119,11 @@ typedef struct {
  *              geometry, act; pw: the 1x1 conv), scratch (threads, per_thread = ow*C) floats, y the
  *              1x1 conv's output; items: depthwise output rows, each computed into the thread's
  *              scratch and multiplied straight into its ow output pixels
+ *   QDWPW      DWPW_F32 in int8 on bands of p->ldc depthwise rows (items): b depthwise weights
+ *              (kh*kw, C) int16, p window (rq: the depthwise requantization; pw: the 1x1 conv's
+ *              packed weights, wsum, rq), scratch (threads, per_thread = ldc*ow*C) bytes: a band's
+ *              rows are requantized there, offset to u8 and multiplied by one qgemm into their
+ *              output pixels (C a multiple of 4: the rows are the GEMM's)
  *   QCONV      a x, b packed (qgemm_pack), c wsum, p window (rq), scratch (threads, per_thread) bytes
  *   QDWCONV    a x, b weights (kh*kw, C) int16, p window (rq); items: output rows
  *   QUANTIZE_I8 / DEQUANTIZE_I8  a x, n[0] count, n[1] zero point, f[0] scale
