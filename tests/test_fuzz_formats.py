@@ -155,6 +155,20 @@ def test_onnx_mutations_raise_only_volvox_errors(data):
     _written(data, ".onnx", _import_and_run(read_onnx))
 
 
+@pytest.mark.parametrize("where", ["graph name", "node name", "metadata key"])
+def test_onnx_string_field_as_a_huge_varint_is_a_volvox_error(tmp_path, where):
+    """A fuzzer find: a string field written as a varint of 2**40 made bytes(n) allocate a TiB
+    (MemoryError) instead of reporting the malformed file."""
+    huge = 2**40
+    node = TOOL.pb((3, huge)) if where == "node name" else TOOL.pb((3, "n"))
+    graph = TOOL.pb((1, node), (2, huge)) if where == "graph name" else TOOL.pb((1, node))
+    props = (14, TOOL.pb((1, huge), (2, "v"))) if where == "metadata key" else (14, TOOL.pb((1, "k"), (2, "v")))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(TOOL.pb((1, 7), (8, TOOL.pb((1, ""), (2, 13))), props, (7, graph)))
+    with pytest.raises(VolvoxError):
+        read_onnx(path)
+
+
 @FUZZ
 @given(onnx_semantic_edits())
 def test_onnx_hostile_attributes_raise_only_volvox_errors(data):

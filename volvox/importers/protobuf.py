@@ -87,5 +87,7 @@ def floats(values: list) -> list[float]:
 
 
 def text(v) -> str:
-    """A string field."""
+    """A string field; TypeError for a varint in its place (bytes(n) would allocate n bytes)."""
+    if isinstance(v, int):
+        raise TypeError(f"a varint ({v}) where a string field was expected")
     return bytes(v).decode("utf-8", errors="replace")
