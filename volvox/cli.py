@@ -226,19 +226,31 @@ def _gpu_backends() -> dict:
 def _plan(model, dims_arg: list[str]) -> dict:
     """Compiler report and activation memory for ``volvox info --plan``: node counts per pass, the
     arena of a lifetime-based plan (offsets with reuse) against the peak alive at once and the
-    naive sum of every intermediate, and the weight bytes."""
-    from .compile.memory import bind_dims, plan_arena
+    naive sum of every intermediate, the weight bytes, and what the per-op executor's arena places
+    (nodes writing into it) vs the nodes that allocate their outputs per run, by op."""
+    from .compile.memory import RUN_TIME_DIMS, bind_dims, plan_arena, plan_run_arena
 
     dims = {"seq": 1, "out_seq": 1}
     for item in dims_arg:
         name, _, value = item.partition("=")
         dims[name] = int(value)
-    plan = plan_arena(bind_dims(model.graph, dims), dims)
+    bound = bind_dims(model.graph, dims)
+    plan = plan_arena(bound, dims)
+    run = plan_run_arena(bound, {d: n for d, n in dims.items() if d not in RUN_TIME_DIMS},
+                         {st.node_id for st in model.executor.steps if st.into is not None})
+    ops = {n.id: n.op for n in model.graph.nodes}
+    allocating: dict[str, int] = {}
+    for node_id in run.allocating:
+        allocating[ops[node_id]] = allocating.get(ops[node_id], 0) + 1
     weights = sum(model.weight_bytes().values())
     return {"passes": [{"pass": p, "nodes_before": b, "nodes_after": n} for p, b, n in model.compile_report.steps],
             "nodes_before": len(model.source_graph.nodes), "nodes_after": len(model.graph.nodes),
             "dims": dims, "arena_bytes": plan.arena_bytes, "peak_activation_bytes": plan.peak_bytes,
-            "naive_activation_bytes": plan.naive_bytes, "weight_bytes": weights}
+            "naive_activation_bytes": plan.naive_bytes, "weight_bytes": weights,
+            "executor": {"arena_bytes": run.arena_bytes, "placed_nodes": len(run.slots), "placed_bytes": run.placed_bytes,
+                         "allocating_nodes": len(run.allocating),
+                         "allocated_bytes": sum(b for b in run.allocating.values() if b > 0),
+                         "allocating_ops": dict(sorted(allocating.items(), key=lambda kv: -kv[1]))}}
 
 
 def build_parser() -> argparse.ArgumentParser:

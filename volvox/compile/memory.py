@@ -9,10 +9,17 @@ arrays), weights and the KV cache are outside the arena.
 ``plan_arena`` is the greedy-by-size planner of TFLite's arena (and of TFLite Micro's
 GreedyMemoryPlanner): the largest buffers are placed first, each at the lowest offset whose
 gap fits it among the already-placed buffers whose lifetimes overlap its own.
+
+``plan_run_arena`` is the arena the per-op executor (runtime/executor.py) actually runs on:
+only nodes whose op can write into a preallocated buffer (``OpDef.into``) are placed, graph
+outputs never are, and the output of any other node is taken to be possibly a view of its
+inputs (a reshape, a slice or a transpose may return one), keeping their buffers alive.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +28,7 @@ from ..errors import ShapeError
 from ..graph import Graph, TensorSpec
 
 VIEW_OPS = ("output_rows", "reshape")  # the output is a view of input x: no new bytes
+RUN_TIME_DIMS = ("out_seq",)  # dims the run context sets (output_rows' rows), not the graph inputs
 ALIGNMENT = 64  # bytes: every buffer starts on a cache line (TFLite's kDefaultTensorAlignment)
 
 
@@ -118,18 +126,20 @@ def _aligned(n: int) -> int:
 def place(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
     """Greedy-by-size byte offsets for ``buffers`` (largest first, each at the lowest ALIGNMENT-
     aligned gap left by the placed buffers alive at the same time) and the arena's size. The
-    graph plan below and the native runtime plans (runtime/native_plan.py, vision_plan.py) share it."""
-    placed: list[tuple[int, int, Buffer]] = []  # (offset, aligned size, buffer)
+    graph plan below, the executor's and the native runtime plans (runtime/native_plan.py,
+    vision_plan.py) share it."""
+    placed: list[tuple[int, int, int, int]] = []  # (offset, aligned size, first, last), by offset
     offsets: dict[str, int] = {}
     for buf in sorted(buffers, key=lambda b: (-b.size, b.first)):
-        need, offset = _aligned(buf.size), 0
-        for start, span, _ in sorted((p for p in placed if p[2].overlaps_in_time(buf)), key=lambda p: p[0]):
-            if start - offset >= need:
-                break  # first gap that fits
-            offset = max(offset, start + span)
-        placed.append((offset, need, buf))
+        need, offset, first, last = _aligned(buf.size), 0, buf.first, buf.last
+        for start, span, p_first, p_last in placed:
+            if p_first <= last and first <= p_last:  # alive together
+                if start - offset >= need:
+                    break  # first gap that fits
+                offset = max(offset, start + span)
+        bisect.insort(placed, (offset, need, first, last))
         offsets[buf.name] = offset
-    return offsets, max((start + span for start, span, _ in placed), default=0)
+    return offsets, max((start + span for start, span, _, _ in placed), default=0)
 
 
 def plan_arena(graph: Graph, dims: dict[str, int]) -> ArenaPlan:
@@ -141,3 +151,85 @@ def plan_arena(graph: Graph, dims: dict[str, int]) -> ArenaPlan:
     for b in buffers:
         live[b.first:b.last + 1] += b.size
     return ArenaPlan(offsets, buffers, alias, arena, int(live.max(initial=0)), sum(b.size for b in buffers))
+
+
+def bound_shape(shape: tuple, dims: dict[str, int]) -> tuple[int, ...] | None:
+    """``shape`` with its symbols replaced by ``dims``; None if one is not in ``dims``."""
+    out = []
+    for d in shape:
+        if not isinstance(d, int):
+            d = dims.get(d)
+            if d is None:
+                return None
+        out.append(d)
+    return tuple(out)
+
+
+@dataclass
+class RunArena:
+    """The per-op executor's arena for one input signature: which nodes write their output into
+    it, where, as which array; every other node allocates its outputs (or returns views)."""
+
+    slots: dict[str, tuple[int, tuple[int, ...], str]]  # node id -> (byte offset, buffer shape, dtype)
+    arena_bytes: int
+    buffers: list[Buffer]           # the placed buffers, each named by its node's first output
+    allocating: dict[str, int]      # node id -> output bytes (-1: set at run time), for nodes run outside it
+
+    @property
+    def placed_bytes(self) -> int:
+        """Bytes of every placed buffer (what the executor no longer allocates per run)."""
+        return sum(b.size for b in self.buffers)
+
+
+def _buffer_shape(node, graph: Graph, dims: dict[str, int]) -> tuple[int, ...] | None:
+    """The one array ``node`` writes: its output, or for linear_split the (rows, sum(sizes)) result
+    its outputs are column blocks of; None when ``dims`` do not fix it or the op has no such array."""
+    shapes = [bound_shape(graph.specs[n].shape, dims) for n in node.outputs.values()]
+    if any(s is None for s in shapes):
+        return None
+    if len(shapes) == 1:
+        return shapes[0]
+    return shapes[0][:-1] + (sum(s[-1] for s in shapes),) if node.op == "linear_split" else None
+
+
+def plan_run_arena(graph: Graph, dims: dict[str, int], writers: set[str]) -> RunArena:
+    """The per-op executor's arena for ``graph`` with ``dims`` bound (a graph whose derived dims are
+    symbolic needs ``bind_dims`` first). ``writers``: ids of the nodes that can write into a
+    preallocated buffer (their op has ``into`` and returns no view of an input).
+
+    A writer is placed when ``dims`` fix its buffer's shape and no graph output may view it (the
+    caller keeps those). Any other node's outputs may be views of its inputs' buffers, so a buffer
+    lives until the last reader of any tensor that may view it; graph inputs, weights and the KV
+    cache are never in it."""
+    empty: frozenset[str] = frozenset()
+    views: dict[str, frozenset[str]] = {}  # tensor -> the candidate buffers it is or may be a view of
+    born: dict[str, tuple[str, int, tuple, str]] = {}  # candidate buffer -> (node id, step, shape, dtype)
+    for i, node in enumerate(graph.nodes):
+        outs = list(node.outputs.values())
+        shape = _buffer_shape(node, graph, dims) if node.id in writers else None
+        if shape is not None:
+            born[outs[0]] = (node.id, i, shape, graph.specs[outs[0]].dtype)
+            mine = frozenset(outs[:1])
+        elif node.id in writers:
+            mine = empty  # runs its allocating path: fresh outputs
+        else:
+            mine = empty.union(*(views.get(n, empty) for n in node.inputs.values()))
+        for name in outs:
+            views[name] = mine
+    kept = empty.union(*(views.get(n, empty) for n in graph.outputs))  # may be seen by the caller
+    last = {b: born[b][1] for b in born if b not in kept}
+    for i, node in enumerate(graph.nodes):
+        for name in node.inputs.values():
+            for b in views.get(name, empty):
+                if b in last:
+                    last[b] = max(last[b], i)
+    buffers = [Buffer(b, math.prod(born[b][2]) * np.dtype(born[b][3]).itemsize, born[b][1], last[b]) for b in last]
+    offsets, arena = place(buffers)
+    slots = {born[b][0]: (offsets[b], born[b][2], born[b][3]) for b in last}
+    allocating = {}
+    for node in graph.nodes:
+        if node.id not in slots and node.op not in VIEW_OPS:
+            shapes = [bound_shape(graph.specs[n].shape, dims) for n in node.outputs.values()]
+            allocating[node.id] = -1 if None in shapes else sum(
+                math.prod(s) * np.dtype(graph.specs[n].dtype).itemsize for s, n in zip(shapes, node.outputs.values()))
+    return RunArena(slots, arena, buffers, allocating)

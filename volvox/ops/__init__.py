@@ -4,7 +4,8 @@ Each op has named input/output ports (optional ones end in '?'), a shape rule (`
 reference (``ref``, the oracle every kernel is tested against) and optionally
 a fast CPU kernel (``fast``). Both compute functions take
 ``(ctx, params, *inputs)`` with inputs in port order (absent optional inputs
-as None) and return one array or a tuple in output-port order.
+as None) and return one array or a tuple in output-port order. An op may also
+say how to write its fast result into a buffer the executor owns (``into``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ class OpDef:
     ref: Callable
     fast: Callable | None = None
     stateful: bool = False  # reads or writes the run context (KV cache, positions)
+    # into(ctx, params, out, *inputs): the result of ``fast`` (of ``ref`` if none), bit for bit, in ``out``, a
+    # preallocated C-contiguous array of the output's shape and dtype (linear_split: of the
+    # (rows, sum(sizes)) result its outputs are column blocks of), returned as ``fast`` returns it.
+    # ``out`` never overlaps an input. An op with ``into`` never returns a view of an input, from
+    # ``fast`` or ``into``: the executor's arena relies on it (runtime/executor.py).
+    into: Callable | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -27,6 +27,11 @@ def relu_ref(ctx, p, x):
     return np.maximum(x, np.float32(0))
 
 
+def relu_into(x, out):
+    """out = max(x, 0)."""
+    return np.maximum(x, np.float32(0), out=out)
+
+
 def clip_ref(ctx, p, x):
     """min(max(x, lo), hi) (params: min, max; either may be absent)."""
     lo, hi = p.get("min"), p.get("max")
@@ -84,6 +89,13 @@ def hard_swish_fast(ctx, p, x):
     return hard_swish_into(x, np.empty_like(x))
 
 
+def unary_into(write):
+    """The op-level ``into(ctx, p, out, x)`` of an activation computed by ``write(x, out)``."""
+    def into(ctx, p, out, x):
+        return write(x, out)
+    return into
+
+
 def _softmax_infer(specs, params):
     x = specs["x"]
     expect(x.dtype == "float32" and len(x.shape) >= 1, f"x must be float32, got {x.describe()}")
@@ -109,11 +121,13 @@ def softmax_fast(ctx, p, x):
     return e
 
 
-register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref))
+register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into)))
 register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref))
-register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast))
+register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
+               into=unary_into(sigmoid_into)))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref, hard_sigmoid_fast))
-register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref, hard_swish_fast))
+register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref, hard_swish_fast,
+               into=unary_into(hard_swish_into)))
 register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast))
 
 
@@ -121,11 +135,6 @@ register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_
 # An activation the graph compiler folds into the node before it (linear_act, concat_act): the
 # fused node's reference runs the standalone op's ``ref``; its fast path writes act(x) into the
 # node's own output buffer with ``into`` (float32; out may be x).
-
-def relu_into(x, out):
-    """out = max(x, 0)."""
-    return np.maximum(x, np.float32(0), out=out)
-
 
 def relu6_into(x, out):
     """out = min(max(x, 0), 6)."""

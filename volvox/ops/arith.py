@@ -6,7 +6,7 @@ import numpy as np
 
 from ..graph import expect, same_dim
 from . import OpDef, register
-from .elementwise import _binary_infer, _unary_infer, broadcast_shape
+from .elementwise import _binary_infer, _unary_infer, binary_into, broadcast_shape
 
 
 def sub_ref(ctx, p, a, b):
@@ -80,7 +80,7 @@ def matmul_fast(ctx, p, a, b):
     return a @ b
 
 
-register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref))
+register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref, into=binary_into(np.subtract)))
 register(OpDef("div", "elementwise", ("a", "b"), ("y",), _binary_infer, div_ref, div_fast))
 register(OpDef("pow", "elementwise", ("a", "b"), ("y",), _binary_infer, pow_ref, pow_fast))
 register(OpDef("sqrt", "elementwise", ("x",), ("y",), _unary_infer, sqrt_ref))

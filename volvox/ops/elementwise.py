@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from .. import kernels
+from ..errors import ShapeError
 from ..graph import expect, same_dim
 from . import OpDef, register
 
@@ -47,6 +48,15 @@ def mul_ref(ctx, p, a, b):
     return a * b
 
 
+def binary_into(ufunc):
+    """into(ctx, p, out, a, b) of a broadcasting ufunc (ShapeError unless ``out`` has the broadcast shape)."""
+    def into(ctx, p, out, a, b):
+        if out.shape != a.shape and out.shape != b.shape and out.shape != np.broadcast_shapes(a.shape, b.shape):
+            raise ShapeError(f"output buffer {out.shape} is not the broadcast of {a.shape} and {b.shape}")
+        return ufunc(a, b, out=out)
+    return into
+
+
 def silu_ref(ctx, p, x):
     """x * sigmoid(x)."""
     return x * (0.5 * (1.0 + np.tanh(0.5 * x))).astype(x.dtype)  # sigmoid without exp overflow
@@ -70,8 +80,8 @@ def gelu_ref(ctx, p, x):
     return y.astype(x.dtype)
 
 
-register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref))
-register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref))
+register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add)))
+register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply)))
 register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast))
 def gelu_fast(ctx, p, x):
     """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
@@ -80,4 +90,12 @@ def gelu_fast(ctx, p, x):
     return kernels.gelu(x, p.get("approximate", "none"))
 
 
-register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast))
+def gelu_into(ctx, p, out, x):
+    """gelu_fast written into ``out``."""
+    if x.dtype != np.float32:
+        np.copyto(out, gelu_ref(ctx, p, x))
+        return out
+    return kernels.gelu(x, p.get("approximate", "none"), out=out)
+
+
+register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into))

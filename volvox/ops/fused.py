@@ -8,11 +8,12 @@ from functools import reduce
 import numpy as np
 
 from .. import kernels
+from ..errors import ShapeError
 from ..graph import expect, same_dim
 from . import OpDef, register
 from .activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
 from .elementwise import add_ref, broadcast_shape
-from .linear import _linear_infer, linear_fast, linear_ref
+from .linear import _linear_infer, linear_fast, linear_into, linear_ref
 from .shape import MAX_CONCAT_INPUTS, _concat_infer, concat_ref
 
 MAX_SPLIT = 4  # outputs of one linear_split node
@@ -67,6 +68,11 @@ def linear_split_fast(ctx, p, x, weight):
     return _split(linear_fast(ctx, p, x, weight), p["sizes"])
 
 
+def linear_split_into(ctx, p, out, x, weight):
+    """One kernel call into ``out`` (rows, sum(sizes)), then views of its column blocks."""
+    return _split(linear_into(ctx, p, out, x, weight), p["sizes"])
+
+
 def _linear_act_infer(specs, params):
     expect_fused_activation(params)
     return _linear_infer(specs, params)
@@ -80,6 +86,12 @@ def linear_act_ref(ctx, p, x, weight, bias=None):
 def linear_act_fast(ctx, p, x, weight, bias=None):
     """The linear kernel, then the activation in place on its output."""
     y = linear_fast(ctx, p, x, weight, bias)  # (..., out_features)
+    return FUSED_ACTIVATIONS[p["activation"]].into(y, y)
+
+
+def linear_act_into(ctx, p, out, x, weight, bias=None):
+    """linear_act_fast written into ``out``."""
+    y = linear_into(ctx, p, out, x, weight, bias)  # (..., out_features)
     return FUSED_ACTIVATIONS[p["activation"]].into(y, y)
 
 
@@ -130,18 +142,26 @@ def add_n_fast(ctx, p, *xs):
     """The same sums accumulated in place into one fresh buffer (one allocation, not one per add)."""
     xs = [x for x in xs if x is not None]
     y = np.empty(np.broadcast_shapes(*(x.shape for x in xs)), xs[0].dtype)  # broadcast of every input
-    np.add(xs[0], xs[1], out=y)
+    return add_n_into(ctx, p, y, *xs)
+
+
+def add_n_into(ctx, p, out, *xs):
+    """The sums accumulated in place into ``out`` (the broadcast of every input)."""
+    xs = [x for x in xs if x is not None]
+    if out.shape != np.broadcast_shapes(*(x.shape for x in xs)):
+        raise ShapeError(f"output buffer {out.shape} is not the broadcast of {[x.shape for x in xs]}")
+    np.add(xs[0], xs[1], out=out)
     for x in xs[2:]:
-        np.add(y, x, out=y)
-    return y
+        np.add(out, x, out=out)
+    return out
 
 
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
-               _linear_split_infer, linear_split_ref, linear_split_fast))
+               _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into))
 register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
-               linear_act_fast))
+               linear_act_fast, into=linear_act_into))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
                _concat_act_infer, concat_act_ref, concat_act_fast))
 register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
-               _add_n_infer, add_n_ref, add_n_fast))
+               _add_n_infer, add_n_ref, add_n_fast, into=add_n_into))

@@ -45,6 +45,14 @@ def linear_fast(ctx, p, x, weight, bias=None):
     return y
 
 
+def linear_into(ctx, p, out, x, weight, bias=None):
+    """linear_fast written into ``out`` (x's leading dims, out_features)."""
+    kernels.linear(x.reshape(-1, x.shape[-1]), weight, out=out.reshape(-1, out.shape[-1]))
+    if bias is not None:
+        out += bias
+    return out
+
+
 def _embedding_infer(specs, params):
     t, ids = specs["table"], specs["ids"]
     expect(t.dtype in WEIGHT_DTYPES and len(t.shape) == 2, f"table must be a 2-D float or quantized matrix, got {t.describe()}")
@@ -67,5 +75,6 @@ def embedding_fast(ctx, p, table, ids):
     return kernels.embedding(table, ids.reshape(-1)).reshape(ids.shape + (-1,))
 
 
-register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast))
+register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast,
+               into=linear_into))
 register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast))

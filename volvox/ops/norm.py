@@ -33,6 +33,12 @@ def rms_norm_fast(ctx, p, x, weight):
     return kernels.rms_norm(x.reshape(-1, x.shape[-1]), weight, p.get("eps", 1e-5)).reshape(x.shape)
 
 
+def rms_norm_into(ctx, p, out, x, weight):
+    """rms_norm_fast written into ``out`` (x's shape)."""
+    kernels.rms_norm(x.reshape(-1, x.shape[-1]), weight, p.get("eps", 1e-5), out=out.reshape(-1, x.shape[-1]))
+    return out
+
+
 def layer_norm_ref(ctx, p, x, weight, bias=None):
     """(x - mean) / sqrt(var + eps) * weight + bias."""
     x64 = x.astype(np.float64)
@@ -64,5 +70,6 @@ def check_norm_weights(graph, weights: dict, where: str) -> None:
                                    f"{node.op}) holds NaN or inf")
 
 
-register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast))
+register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,
+               into=rms_norm_into))
 register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref, layer_norm_fast))

@@ -2,20 +2,33 @@
 
 Python plans: each node becomes (function, params, input slots, output slots);
 intermediate slots are released right after their last reader.
+
+Nodes whose op can write into a preallocated buffer (``OpDef.into``) write into one arena per
+executor: planned once per input signature (compile/memory.plan_run_arena: offsets reused by
+lifetime, the last ``ARENA_PLANS`` signatures kept), one 64-byte-aligned buffer grown when a
+plan needs more. Every other node allocates its outputs with numpy, and is taken to possibly
+return views of its inputs (their buffers stay alive while those are read). Graph outputs are
+never in the arena (the caller keeps them), nor are graph inputs, weights or the KV cache.
+A run that finds the arena in use by another thread runs without it; ``reference=True`` runs
+every op's ``ref`` without it; ``profile=True`` times the same arena run as production.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from ..compile.memory import ALIGNMENT, RUN_TIME_DIMS, RunArena, bind_dims, plan_run_arena
 from ..errors import ShapeError, VolvoxError
 from ..graph import Graph
 from ..ops import get_op
+
+ARENA_PLANS = 8  # input signatures whose arena plans an executor keeps (prefill: full chunks and the last one)
 
 
 @dataclass
@@ -38,6 +51,7 @@ class Step:
     release: list[int]         # slots whose last reader is this step
     node_id: str
     op: str
+    into: Callable | None = None  # writes fn's result into an arena buffer (OpDef.into); None: fn allocates
 
 
 @dataclass
@@ -107,7 +121,7 @@ class Executor:
                 if port in node.outputs:
                     slot_of[node.outputs[port]] = len(slot_of)
                     outs.append(slot_of[node.outputs[port]])
-            steps.append(Step(fn, node.params, ins, outs, [], node.id, node.op))
+            steps.append(Step(fn, node.params, ins, outs, [], node.id, node.op, None if reference else op.into))
         keep = {slot_of[n] for n in graph.outputs} | {slot_of[n] for n in graph.weights}
         last_reader: dict[int, int] = {}
         for i, st in enumerate(steps):
@@ -122,6 +136,16 @@ class Executor:
         self.input_slots = [slot_of[s.name] for s in graph.inputs]
         self.output_slots = {n: slot_of[n] for n in graph.outputs}
         self.weight_slots = [(slot_of[n], weights[n]) for n in graph.weights]
+        self.use_arena = True  # False: every op allocates its outputs (benchmarks and tests compare)
+        self.writers = {st.node_id for st in steps if st.into is not None}  # nodes that may write into the arena
+        symbols = {d for s in graph.inputs for d in s.shape if isinstance(d, str)}
+        # whether binding the input dims fixes every shape without inferring them again
+        self._plain_dims = all(isinstance(d, int) or d in symbols or d in RUN_TIME_DIMS
+                               for s in graph.specs.values() for d in s.shape)
+        self._arena_lock = threading.Lock()  # one run at a time on the arena; others run without it
+        self._arena = _aligned_bytes(0)
+        self._plans: OrderedDict[tuple, _Signature] = OrderedDict()  # input shapes -> plan, most recent last
+        self._no_buffers = [None] * len(steps)
 
     def check_feeds(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         """Feed arrays in graph-input order, cast within their kind; ShapeError on any mismatch."""
@@ -150,46 +174,96 @@ class Executor:
 
     def run(self, ctx: RunContext, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """Run every step once; returns the graph outputs."""
+        arrays = self.check_feeds(feeds)
         env: list[Any] = [None] * self.n_slots
-        for slot, a in zip(self.input_slots, self.check_feeds(feeds)):
+        for slot, a in zip(self.input_slots, arrays):
             env[slot] = a
         for slot, w in self.weight_slots:
             env[slot] = w
-        if self.profile is not None:
-            self._run_profiled(ctx, env)
-            return {n: env[s] for n, s in self.output_slots.items()}
+        own = self.use_arena and bool(self.writers) and self._arena_lock.acquire(blocking=False)
+        try:
+            self._walk(ctx, env, self._arena_buffers(arrays) if own else self._no_buffers)
+        finally:
+            if own:
+                self._arena_lock.release()
+        return {n: env[s] for n, s in self.output_slots.items()}
+
+    def arena_plan(self, arrays: list[np.ndarray]) -> RunArena | None:
+        """The arena plan for inputs shaped like ``arrays`` (graph-input order), or None when the
+        graph's shapes cannot be inferred for them (the run then allocates and the op at fault says why)."""
+        dims = {d: n for spec, a in zip(self.graph.inputs, arrays) for d, n in zip(spec.shape, a.shape)
+                if isinstance(d, str)}
+        try:
+            graph = self.graph if self._plain_dims else bind_dims(self.graph, dims)
+        except VolvoxError:
+            return None
+        return plan_run_arena(graph, dims, self.writers)
+
+    def _arena_buffers(self, arrays: list[np.ndarray]) -> list[np.ndarray | None]:
+        """Per step, the arena array its node writes into (None: the node allocates); the caller holds the lock."""
+        key = tuple(a.shape for a in arrays)
+        sig = self._plans.get(key)
+        if sig is None:
+            sig = self._plans[key] = _Signature(self.arena_plan(arrays))
+            if len(self._plans) > ARENA_PLANS:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        if sig.plan is None or not sig.plan.slots:
+            return self._no_buffers
+        if sig.arena is not self._arena:
+            if self._arena.nbytes < sig.plan.arena_bytes:
+                for other in self._plans.values():  # their views would keep the old arena alive
+                    other.buffers = other.arena = None
+                self._arena = _aligned_bytes(sig.plan.arena_bytes)
+            sig.buffers, sig.arena = [None] * len(self.steps), self._arena
+            for i, st in enumerate(self.steps):
+                if st.node_id in sig.plan.slots:
+                    offset, shape, dtype = sig.plan.slots[st.node_id]
+                    sig.buffers[i] = np.ndarray(shape, dtype, buffer=self._arena, offset=offset)
+        return sig.buffers
+
+    def _walk(self, ctx: RunContext, env: list, buffers: list) -> None:
+        """Run the steps over ``env``, each writing into its arena buffer or allocating (timed when profiling)."""
+        prof, clock = self.profile, time.perf_counter
+        t_run = clock()
         st = None
         try:
-            for st in self.steps:
-                out = st.fn(ctx, st.params, *[None if s is None else env[s] for s in st.inputs])
-                if len(st.outputs) == 1:
-                    env[st.outputs[0]] = out
-                else:
-                    for s, o in zip(st.outputs, out):
-                        env[s] = o
+            for st, buf in zip(self.steps, buffers):
+                args = [None if s is None else env[s] for s in st.inputs]
+                t0 = clock() if prof is not None else 0.0
+                out = st.fn(ctx, st.params, *args) if buf is None else st.into(ctx, st.params, buf, *args)
+                outs = [out] if len(st.outputs) == 1 else out
+                if prof is not None:
+                    dt = clock() - t0
+                    for table, key in ((prof.by_op, st.op), (prof.by_node, st.node_id)):
+                        rec = table[key]
+                        rec[0] += 1
+                        rec[1] += dt
+                    prof.events.append((st.node_id, st.op, t0, dt, [list(o.shape) for o in outs],
+                                        sum(o.nbytes for o in outs)))
+                for s, o in zip(st.outputs, outs):
+                    env[s] = o
                 for s in st.release:
                     env[s] = None
         except VolvoxError as e:  # name the node that failed (shapes only known at run time, bad ids, ...)
             raise type(e)(f"node {st.node_id!r} ({st.op}): {e}") from None
-        return {n: env[s] for n, s in self.output_slots.items()}
+        if prof is not None:
+            prof.runs += 1
+            prof.seconds += clock() - t_run
 
-    def _run_profiled(self, ctx: RunContext, env: list) -> None:
-        prof, clock = self.profile, time.perf_counter
-        t_run = clock()
-        for st in self.steps:
-            args = [None if s is None else env[s] for s in st.inputs]
-            t0 = clock()
-            out = st.fn(ctx, st.params, *args)
-            dt = clock() - t0
-            for table, key in ((prof.by_op, st.op), (prof.by_node, st.node_id)):
-                rec = table[key]
-                rec[0] += 1
-                rec[1] += dt
-            outs = [out] if len(st.outputs) == 1 else out
-            prof.events.append((st.node_id, st.op, t0, dt, [list(o.shape) for o in outs], sum(o.nbytes for o in outs)))
-            for s, o in zip(st.outputs, outs):
-                env[s] = o
-            for s in st.release:
-                env[s] = None
-        prof.runs += 1
-        prof.seconds += clock() - t_run
+
+@dataclass
+class _Signature:
+    """One input signature's arena plan and the arena views cut for it."""
+
+    plan: RunArena | None
+    buffers: list | None = None     # per step: its arena array or None (valid while ``arena`` is the executor's)
+    arena: np.ndarray | None = None
+
+
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    """A uint8 buffer of ``nbytes`` starting on an ALIGNMENT boundary."""
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    return raw[start:start + nbytes]
