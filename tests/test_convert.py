@@ -79,6 +79,28 @@ def test_quantize_equals_quantizing_in_memory(tmp_path, hf_gpt2, qtype):
         assert set(json.loads((tmp_path / "bp" / "config.json").read_text())["weights"]["quantized"]) == set(names)
 
 
+def test_f16_stores_half_matrices_equal_to_casting_in_memory(tmp_path, hf_gpt2):
+    """--quantize f16 stores the quantizable matrices as IEEE half: the blueprint computes what the
+    same graph with those weights cast to float16 computes (prefill logits and greedy decode), and
+    stays close to the float32 model."""
+    convert(hf_gpt2, tmp_path / "bp", quantize="f16")
+    with volvox.load(hf_gpt2, optimize=False) as src, volvox.load(tmp_path / "bp") as bp:
+        weights = source_weights(src)
+        names = quantizable(src.graph, weights)
+        cast = {n: (np.asarray(w, np.float32).astype(np.float16) if n in names else w) for n, w in weights.items()}
+        assert sum(bp.weight_bytes().values()) < 0.6 * sum(src.weight_bytes().values())
+        in_memory = Model(src.graph, cast, {}, "in-memory")
+        feeds = {"tokens": np.arange(1, 17, dtype=np.int32), "positions": np.arange(16, dtype=np.int32)}
+        half, full = bp.run(feeds)["logits"], src.run(feeds)["logits"]
+        np.testing.assert_array_equal(half, in_memory.run(feeds)["logits"])
+        assert np.abs(half - full).max() <= 2e-3 * np.abs(full).max()
+        assert not np.array_equal(half, full)  # the weights really are rounded
+        assert json.loads((tmp_path / "bp" / "config.json").read_text())["weights"]["quantized"] == {}
+    with volvox.load(hf_gpt2) as full, volvox.load(tmp_path / "bp") as half:
+        ids = full.tokenizer.encode(TEXT)[:12]
+        assert half.generate(ids, max_new_tokens=8) == full.generate(ids, max_new_tokens=8)
+
+
 def test_interrupted_convert_leaves_nothing(tmp_path, monkeypatch):
     src = tmp_path / "tiny.gguf"
     write_tiny_llama(src)

@@ -3,6 +3,8 @@
     python tools/bench_generate.py [--model smollm2-135m-instruct] [--threads 1 2] [--new 128]
     python tools/bench_generate.py --hf DIR [--threads 2]     # vs transformers + torch (fp32)
     python tools/bench_generate.py --hf DIR --gguf FILE        # ... and llama.cpp on FILE
+    python tools/bench_generate.py --hf DIR --volvox DIR OUT   # volvox on each (OUT: e.g.
+                                                               # volvox convert DIR OUT --quantize f16)
 
 (a GPT-2-small-shaped random checkpoint: ``python tools/make_random_gpt2.py DIR``; the same
 weights as an f32 GGUF for llama.cpp: ``python tools/gpt2_to_gguf.py DIR FILE``)
@@ -112,6 +114,8 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--hf", default=None, metavar="DIR", help="a Hugging Face checkpoint: compare with transformers")
     ap.add_argument("--gguf", default=None, metavar="FILE", help="with --hf: the same weights as GGUF, for llama.cpp")
+    ap.add_argument("--volvox", nargs="+", default=None, metavar="PATH",
+                    help="the models volvox runs, each against the peers (default: the --hf / --model one)")
     a = ap.parse_args()
     if a.hf:
         path, peers = a.hf, [("torch", a.hf, bench_transformers)]
@@ -126,17 +130,24 @@ def main() -> None:
 
     print(f"model: {path}\nvolvox isa: {kernels.isa()}")
     print(f"{'threads':>7} {'engine':<10} {'load ms':>8} {'prefill32':>10} {'prefill512':>11} {'decode':>8}   (tok/s)")
+    mine = a.volvox or [path]
+    for i, p in enumerate(mine):
+        print(f"volvox {i}: {p}")
     for t in a.threads:
-        v = bench_volvox(path, t, short, long, a.new)
-        print(f"{t:>7} {'volvox':<10} {v['load_s'] * 1e3:>8.1f} {v['prefill32']:>10.1f} {v['prefill512']:>11.1f} {v['decode']:>8.1f}")
+        runs = [bench_volvox(p, t, short, long, a.new) for p in mine]
+        for i, v in enumerate(runs):
+            print(f"{t:>7} {f'volvox {i}':<10} {v['load_s'] * 1e3:>8.1f} {v['prefill32']:>10.1f} {v['prefill512']:>11.1f} "
+                  f"{v['decode']:>8.1f}")
         for peer_name, peer_path, peer in peers:
             try:
                 r = peer(peer_path, t, short, long, a.new)
             except ImportError:
                 continue
             print(f"{t:>7} {peer_name:<10} {r['load_s'] * 1e3:>8.1f} {r['prefill32']:>10.1f} {r['prefill512']:>11.1f} {r['decode']:>8.1f}")
-            print(f"{t:>7} {'ratio':<10} {'':>8} {v['prefill32'] / r['prefill32']:>9.2f}x {v['prefill512'] / r['prefill512']:>10.2f}x "
-                  f"{v['decode'] / r['decode']:>7.2f}x   (volvox / {peer_name})")
+            for i, v in enumerate(runs):
+                print(f"{t:>7} {'ratio':<10} {'':>8} {v['prefill32'] / r['prefill32']:>9.2f}x "
+                      f"{v['prefill512'] / r['prefill512']:>10.2f}x {v['decode'] / r['decode']:>7.2f}x   "
+                      f"(volvox {i} / {peer_name})")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 
+from .convert import CONVERT_TYPES
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
@@ -284,8 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("convert", help="GGUF file or Hugging Face folder -> volvox blueprint directory")
     p.add_argument("src", help=".gguf file, Hugging Face checkpoint folder or blueprint directory")
     p.add_argument("out_dir", help="blueprint directory to create")
-    p.add_argument("--quantize", choices=["q8_0", "q4_0", "q4_1"], default=None,
-                   help="pack float linear/embedding matrices in this block format")
+    p.add_argument("--quantize", choices=list(CONVERT_TYPES), default=None,
+                   help="store float linear/embedding matrices in this block format (or f16: IEEE half)")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("embed", help="sentence embeddings (mean-pooled) of texts, one JSON list per line")

@@ -88,14 +88,19 @@ def _tokenizer_json(src: Path, model) -> str:
     return json.dumps(doc, ensure_ascii=False)
 
 
+# What --quantize may store the float matrices as: a GGUF block format, or IEEE half ("f16":
+# half the bytes of float32 for a bandwidth-bound decode, rounding each weight to 11 bits).
+CONVERT_TYPES = QUANTIZABLE_QTYPES + ("f16",)
+
+
 def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | None = None,
             overwrite: bool = False, progress: bool = False) -> Path:
     """Write the blueprint of ``src`` (GGUF file, HF folder or blueprint) to ``out_dir``; returns its path."""
     from .loader import load
 
     src, out_dir = Path(src), Path(out_dir)
-    if quantize is not None and quantize not in QUANTIZABLE_QTYPES:
-        raise UnsupportedError(f"--quantize {quantize!r}: choose from {', '.join(QUANTIZABLE_QTYPES)}")
+    if quantize is not None and quantize not in CONVERT_TYPES:
+        raise UnsupportedError(f"--quantize {quantize!r}: choose from {', '.join(CONVERT_TYPES)}")
     if out_dir.exists() and not overwrite:
         raise BlueprintError(f"{out_dir} already exists (pass overwrite=True / --force to replace it)")
     model = load(src, optimize=False)
@@ -106,7 +111,9 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
         tensors: dict[str, np.ndarray] = {}
         quantized: dict[str, dict] = {}
         for name, w in weights.items():
-            if name in targets:
+            if name in targets and quantize == "f16":  # IEEE half: a plain float16 tensor
+                w = np.asarray(w, dtype=np.float32).astype(np.float16)
+            elif name in targets:
                 w = quantize_ref(np.asarray(w, dtype=np.float32), quantize)
             if isinstance(w, QuantTensor):
                 quantized[name] = {"qtype": w.qtype, "shape": list(w.shape)}
