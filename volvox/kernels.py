@@ -13,14 +13,19 @@ silent fallback). ``VOLVOX_NUM_THREADS`` sets the initial thread count (default:
 number of physical cores available to this process).
 
     linear(x, w, out=None)          y = x @ w.T   (quantized or f32/f16 weights)
-    embedding(table, ids)           rows of a (quantized) table
+    embedding(table, ids, out=None) rows of a (quantized) table
     rms_norm(x, weight, eps, out=None)
-    layer_norm(x, weight, bias, eps)  LayerNorm (statistics in double)
+    layer_norm(x, weight, bias, eps, out=None)  LayerNorm (statistics in double)
     gelu(x, approximate, out=None)  exact (erf) or tanh GELU
-    attention(q, k_cache, v_cache, start, n_heads, scale, window=0)   causal GQA over a KV cache
-    rope(x, positions, head_dim, ...)   rotary embedding (ggml's arithmetic)
-    swiglu(x), silu(x)              silu(gate) * up for x = [gate | up]; silu
-    conv2d(x, w, bias, ...)         NHWC f32 conv (dense or depthwise), fused bias + ReLU/ReLU6
+    attention(q, k_cache, v_cache, start, n_heads, scale, window=0, out=None)   causal GQA over a KV cache
+    rope(x, positions, head_dim, ..., out=None)   rotary embedding (ggml's arithmetic)
+    swiglu(x, out=None), silu(x, out=None)   silu(gate) * up for x = [gate | up]; silu
+    conv2d(x, w, bias, ..., out=None)   NHWC f32 conv (dense or depthwise), fused bias + ReLU/ReLU6
+
+Every ``out=`` is an optional caller's buffer of the result's shape, float32, C-contiguous and
+writeable (KernelError / ShapeError otherwise), returned as the result. linear, embedding,
+layer_norm, attention, rope, swiglu and conv2d refuse one that overlaps an input
+(KernelError); gelu and silu may write over x itself.
     qconv2d(x, w, bias, mult, shift, ...)   NHWC int8 conv, TFLite-exact requantization
     quantize_i8, dequantize_i8, qavg_pool2d, qsoftmax   TFLite-exact small int8 ops
     isa(), available_isas(), set_num_threads(n), get_num_threads()
@@ -185,6 +190,13 @@ def _check_out(out, shape: tuple, name: str = "out") -> np.ndarray:
     return out
 
 
+def _check_apart(out, op: str, **inputs) -> None:
+    """KernelError when a caller's ``out`` may share memory with one of ``inputs`` (None: absent)."""
+    for name, a in inputs.items():
+        if a is not None and np.may_share_memory(out, a):
+            raise KernelError(f"{op}: out must not overlap {name}")
+
+
 def _weight_bytes(w, name: str) -> tuple[int, np.ndarray, int, int]:
     """(type code, (N, row_bytes) uint8 C-contiguous, N, K) for a weight matrix."""
     if isinstance(w, QuantTensor):
@@ -280,11 +292,12 @@ def _quantize_activation(x, qtype: str) -> dict[str, np.ndarray]:
     return out
 
 
-def embedding(table, ids) -> np.ndarray:
+def embedding(table, ids, out=None) -> np.ndarray:
     """Rows `ids` of `table` as float32 (S, D).
 
-    table: QuantTensor (V, D) or float32 / float16 (V, D); ids: int32 / int64 (S,).
-    An id outside [0, V) raises KernelError (nothing is returned).
+    table: QuantTensor (V, D) or float32 / float16 (V, D); ids: int32 / int64 (S,);
+    out: optional float32 (S, D). An id outside [0, V) raises KernelError (nothing is
+    returned, nothing written).
     """
     code, tb, v, d = _weight_bytes(table, "table")
     if not isinstance(ids, np.ndarray):
@@ -294,7 +307,11 @@ def embedding(table, ids) -> np.ndarray:
     if ids.ndim != 1:
         raise ShapeError(f"ids must be 1-D, got shape {ids.shape}")
     ids64 = np.ascontiguousarray(ids, dtype=np.longlong)
-    out = np.empty((ids64.shape[0], d), dtype=np.float32)
+    if out is None:
+        out = np.empty((ids64.shape[0], d), dtype=np.float32)  # (S, D)
+    else:
+        _check_out(out, (ids64.shape[0], d))
+        _check_apart(out, "embedding", table=tb, ids=ids64)
     bad = _core.embedding(code, tb, d, ids64, out)
     if bad >= 0:
         raise KernelError(f"embedding: id {int(ids64[bad])} at position {bad} is outside "
@@ -325,8 +342,9 @@ def rms_norm(x, weight, eps, out=None) -> np.ndarray:
     return y[0] if vec else y
 
 
-def layer_norm(x, weight, bias, eps) -> np.ndarray:
-    """(x - mean) / sqrt(var + eps) * weight (+ bias) over the last axis of float32 x (M, D) or (D,)."""
+def layer_norm(x, weight, bias, eps, out=None) -> np.ndarray:
+    """(x - mean) / sqrt(var + eps) * weight (+ bias) over the last axis of float32 x (M, D) or (D,);
+    ``out``: optional float32 of x's shape."""
     x2, vec = _f32_matrix(x, "x")
     d = x2.shape[1]
     for name, a in (("weight", weight), ("bias", bias)):
@@ -338,8 +356,15 @@ def layer_norm(x, weight, bias, eps) -> np.ndarray:
     eps = float(eps)
     if not eps >= 0.0:
         raise KernelError(f"layer_norm: eps must be >= 0, got {eps}")
-    y = np.empty_like(x2)  # (M, D)
+    if out is None:
+        y = np.empty_like(x2)  # (M, D)
+    else:
+        _check_out(out, x.shape if vec else x2.shape)
+        _check_apart(out, "layer_norm", x=x2, weight=weight, bias=bias)
+        y = out.reshape(x2.shape)
     _core.layer_norm(x2, np.ascontiguousarray(weight), None if bias is None else np.ascontiguousarray(bias), eps, y)
+    if out is not None:
+        return out
     return y[0] if vec else y
 
 
@@ -375,13 +400,14 @@ def _f32_rows(a, name: str, ncols: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, window: int = 0) -> np.ndarray:
+def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, window: int = 0, out=None) -> np.ndarray:
     """Causal grouped-query attention of new queries over a KV cache.
 
     q:        float32 (seq, n_heads * head_dim), rows at absolute positions start..start+seq-1
     k_cache:  float32 (n_kv_heads, capacity, head_dim), C-contiguous; rows 0..start+seq-1
     v_cache:  the same for values (the new rows already written, as KVCache.append does)
     window:   > 0 limits each query to the last `window` positions (sliding window)
+    out:      optional float32 (seq, n_heads * head_dim), not overlapping q or the caches
     Returns float32 (seq, n_heads * head_dim). Memory: one score row per thread (O(seq)).
     On x86 SIMD tiers the arithmetic is ggml's, bit for bit (see csrc/vx_kernels.h).
     """
@@ -399,7 +425,11 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
         raise ShapeError(f"attention: positions {start}..{start + seq - 1} are outside the cache's {cap} rows")
     if window < 0:
         raise KernelError(f"attention: window must be >= 0, got {window}")
-    out = np.empty((seq, n_heads * hd), np.float32)  # (seq, n_heads * head_dim)
+    if out is None:
+        out = np.empty((seq, n_heads * hd), np.float32)  # (seq, n_heads * head_dim)
+    else:
+        _check_out(out, (seq, n_heads * hd))
+        _check_apart(out, "attention", q=q2, k_cache=k_cache, v_cache=v_cache)
     per = _core.attention_scratch_floats(start + seq, hd)
     scratch = np.empty(get_num_threads() * per, np.float32)  # (threads, per) score rows + lane sums
     _core.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch)
@@ -407,8 +437,9 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
 
 
 def rope(x, positions, head_dim: int, rope_dim: int | None = None, theta: float = 10000.0,
-         scale: float = 1.0, interleaved: bool = False) -> np.ndarray:
-    """Rotary position embedding of x (seq, heads * head_dim) at `positions` (seq,) ints.
+         scale: float = 1.0, interleaved: bool = False, out=None) -> np.ndarray:
+    """Rotary position embedding of x (seq, heads * head_dim) at `positions` (seq,) ints, into a
+    new array or ``out`` (float32, x's shape, not overlapping x); x is never modified.
 
     Pairs (2i, 2i+1) when interleaved (GGUF / ggml LLaMA layout), else (i, i + rope_dim/2);
     angle pos / scale * theta^(-2i/rope_dim), computed as ggml does (float32, repeated
@@ -422,31 +453,52 @@ def rope(x, positions, head_dim: int, rope_dim: int | None = None, theta: float 
         raise ShapeError(f"rope: positions must be an integer array of shape ({x2.shape[0]},)")
     if not (theta > 0 and scale > 0):
         raise KernelError(f"rope: theta and scale must be positive, got {theta}, {scale}")
-    y = np.empty_like(x2)  # (seq, heads * head_dim)
+    if out is None:
+        y = np.empty_like(x2)  # (seq, heads * head_dim)
+    else:
+        y = _check_out(out, x2.shape)
+        _check_apart(out, "rope", x=x2)
     _core.rope(x2, np.ascontiguousarray(positions, dtype=np.longlong), x2.shape[1] // head_dim, head_dim,
                rd, int(bool(interleaved)), float(theta), float(np.float32(1.0) / np.float32(scale)), y)
     return y
 
 
-def swiglu(x) -> np.ndarray:
-    """silu(gate) * up for float32 x (rows, 2F) = [gate | up]; returns (rows, F)."""
+def swiglu(x, out=None) -> np.ndarray:
+    """silu(gate) * up for float32 x (rows, 2F) = [gate | up]; returns (rows, F) (``out``:
+    optional float32 (rows, F), not overlapping x)."""
     x2 = _f32_rows(x, "x")
     if x2.shape[1] % 2:
         raise ShapeError(f"swiglu: x needs an even number of columns [gate | up], got {x2.shape[1]}")
-    y = np.empty((x2.shape[0], x2.shape[1] // 2), np.float32)  # (rows, F)
+    shape = (x2.shape[0], x2.shape[1] // 2)  # (rows, F)
+    if out is None:
+        y = np.empty(shape, np.float32)
+    else:
+        y = _check_out(out, shape)
+        _check_apart(out, "swiglu", x=x2)
     _core.swiglu(x2, y, True)
     return y
 
 
-def silu(x) -> np.ndarray:
+def silu(x, out=None) -> np.ndarray:
     """x * sigmoid(x) for float32 x of any shape, with swiglu's arithmetic (silu(g) * u
-    equals swiglu([g | u]) bit for bit)."""
+    equals swiglu([g | u]) bit for bit); ``out`` (float32, x's shape) may be x itself."""
     if not isinstance(x, np.ndarray) or x.dtype != np.float32:
         raise KernelError("silu: x must be a float32 numpy array")
     x2 = np.ascontiguousarray(x).reshape(1, -1) if x.ndim != 2 else np.ascontiguousarray(x)
-    y = np.empty_like(x2)  # x's shape, rows kept when 2-D
+    if out is None:
+        y = np.empty_like(x2)  # x's shape, rows kept when 2-D
+    else:
+        _check_out(out, x.shape)
+        if not _same_elements(out, x2):  # elementwise: out may be x, but nothing else it overlaps
+            _check_apart(out, "silu", x=x2)
+        y = out.reshape(x2.shape)
     _core.swiglu(x2, y, False)
-    return y.reshape(x.shape)
+    return y.reshape(x.shape) if out is None else out
+
+
+def _same_elements(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two C-contiguous arrays of one size are the same bytes (an elementwise kernel may then run in place)."""
+    return a.ctypes.data == b.ctypes.data and a.size == b.size
 
 
 # ---------------------------------------------------------------------------- convolution
@@ -522,7 +574,7 @@ def _pack_i8(w2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), groups: int = 1,
-           activation: str = "none") -> np.ndarray:
+           activation: str = "none", out=None) -> np.ndarray:
     """NHWC float32 convolution with fused bias and activation ("none", "relu", "relu6").
 
     x: float32 (N, H, W, C); w: float32 (cout, kh, kw, C / groups) (OHWI); pads are
@@ -530,7 +582,7 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     stride-1 unpadded) + the packed f32 GEMM; depthwise multiplier-1 convs (groups = C =
     cout) a direct kernel. Read-only weights are packed once and the packing cached while
     they live (a writeable weight may change, so it is repacked per call). Returns float32
-    (N, OH, OW, cout).
+    (N, OH, OW, cout), in ``out`` when given (not overlapping x, w or bias).
     """
     x, w, bias, depthwise = _conv_operands(x, w, bias, int(groups), np.float32, np.float32, "conv2d")
     if activation not in _ACT_CODE:
@@ -538,7 +590,11 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     geo = _conv_geometry(x, w, strides, dilations, pads, "conv2d")
     n, _, _, c = x.shape
     cout, kh, kw, cin_g = w.shape
-    y = np.empty((n, geo[0], geo[1], cout), np.float32)  # (N, OH, OW, cout)
+    if out is None:
+        y = np.empty((n, geo[0], geo[1], cout), np.float32)  # (N, OH, OW, cout)
+    else:
+        y = _check_out(out, (n, geo[0], geo[1], cout))
+        _check_apart(out, "conv2d", x=x, weight=w, bias=bias)
     if depthwise:
         _core.dwconv_f32(x, conv_weights(w, True), geo, bias, _ACT_CODE[activation], y)
         return y

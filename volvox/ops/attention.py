@@ -79,9 +79,17 @@ def rope_fast(ctx, p, x, positions):
     """RoPE through the CPU kernel (ggml's float32 angle arithmetic); LLaMA-3.1 scaling uses the reference."""
     if "llama3" in p:
         return rope_ref(ctx, p, x, positions)
+    return rope_into(ctx, p, np.empty(x.shape, np.float32), x, positions)
+
+
+def rope_into(ctx, p, out, x, positions):
+    """rope_fast written into ``out`` (x's shape; x is left as it was)."""
+    if "llama3" in p:
+        np.copyto(out, rope_ref(ctx, p, x, positions))
+        return out
     hd = int(p["head_dim"])
     return kernels.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
-                        float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved")
+                        float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved", out=out)
 
 
 def _attention_infer(specs, params):
@@ -139,6 +147,15 @@ def attention_fast(ctx, p, q, k, v):
         return ctx.map_rows(attention_fast, p, q, k, v)
     if not p.get("causal", True):
         return attention_ref(ctx, p, q, k, v)
+    return attention_into(ctx, p, np.empty((q.shape[0], int(p["n_heads"]) * int(p["head_dim"])), np.float32), q, k, v)
+
+
+def attention_into(ctx, p, out, q, k, v):
+    """attention_fast written into ``out`` (seq, n_heads * head_dim): the kernel writes it directly
+    (a batch's rows, run one sequence at a time, and non-causal attention are copied in)."""
+    if isinstance(ctx, BatchContext) or not p.get("causal", True):
+        np.copyto(out, attention_fast(ctx, p, q, k, v))
+        return out
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
     seq = q.shape[0]
     k_new = k.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
@@ -152,7 +169,7 @@ def attention_fast(ctx, p, q, k, v):
         start = 0
         keys, values = np.ascontiguousarray(k_new), np.ascontiguousarray(v_new)
     return kernels.attention(q, keys, values, start, nh, float(np.float32(p.get("scale", hd ** -0.5))),
-                             int(p.get("window", 0)))
+                             int(p.get("window", 0)), out=out)
 
 
 def _rows_infer(specs, params):
@@ -168,7 +185,7 @@ def output_rows_ref(ctx, p, x):
     return x if ctx.output_rows == "all" else x[-1:]
 
 
-register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast))
+register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into))
 register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
-               stateful=True))
+               stateful=True, into=attention_into))
 register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True))

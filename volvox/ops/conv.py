@@ -188,4 +188,13 @@ def conv2d_fast(ctx, p, x, weight, bias=None):
     return apply_activation(y, p.get("activation", "none"))
 
 
-register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast))
+def conv2d_into(ctx, p, out, x, weight, bias=None):
+    """conv2d_fast written into ``out`` (N, OH, OW, cout): by the kernel directly for the convs it runs."""
+    if native_conv(x, weight, p):
+        return kernels.conv2d(x, weight, bias, activation=p.get("activation", "none"), out=out, **conv_kernel_args(p))
+    np.copyto(out, conv2d_fast(ctx, p, x, weight, bias))
+    return out
+
+
+register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast,
+               into=conv2d_into))

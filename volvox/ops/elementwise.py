@@ -67,6 +67,14 @@ def silu_fast(ctx, p, x):
     return kernels.silu(x) if x.dtype == np.float32 else silu_ref(ctx, p, x)
 
 
+def silu_into(ctx, p, out, x):
+    """silu_fast written into ``out``."""
+    if x.dtype != np.float32:
+        np.copyto(out, silu_ref(ctx, p, x))
+        return out
+    return kernels.silu(x, out=out)
+
+
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
@@ -82,7 +90,7 @@ def gelu_ref(ctx, p, x):
 
 register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add)))
 register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply)))
-register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast))
+register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into))
 def gelu_fast(ctx, p, x):
     """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
     if x.dtype != np.float32:

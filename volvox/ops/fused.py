@@ -37,8 +37,13 @@ def swiglu_ref(ctx, p, x):
 
 def swiglu_fast(ctx, p, x):
     """silu(gate) * up through the CPU kernel (ggml's vectorised expf on x86)."""
-    y = kernels.swiglu(x.reshape(-1, x.shape[-1]))
-    return y.reshape(x.shape[:-1] + (y.shape[-1],))
+    return swiglu_into(ctx, p, np.empty(x.shape[:-1] + (x.shape[-1] // 2,), np.float32), x)
+
+
+def swiglu_into(ctx, p, out, x):
+    """swiglu_fast written into ``out`` (x's leading dims, half its last)."""
+    kernels.swiglu(x.reshape(-1, x.shape[-1]), out=out.reshape(-1, out.shape[-1]))
+    return out
 
 
 def _linear_split_infer(specs, params):
@@ -158,7 +163,7 @@ def add_n_into(ctx, p, out, *xs):
 
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
                _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into))
-register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast))
+register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
                linear_act_fast, into=linear_act_into))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),

@@ -75,6 +75,13 @@ def embedding_fast(ctx, p, table, ids):
     return kernels.embedding(table, ids.reshape(-1)).reshape(ids.shape + (-1,))
 
 
+def embedding_into(ctx, p, out, table, ids):
+    """embedding_fast written into ``out`` (ids' shape, the table's row length)."""
+    kernels.embedding(table, ids.reshape(-1), out=out.reshape(-1, out.shape[-1]))
+    return out
+
+
 register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast,
                into=linear_into))
-register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast))
+register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast,
+               into=embedding_into))

@@ -50,11 +50,25 @@ def layer_norm_ref(ctx, p, x, weight, bias=None):
     return y.astype(np.float32)
 
 
+def _all_f32(*arrays) -> bool:
+    """Whether every given operand (None: absent) is float32, the only dtype the kernel takes."""
+    return all(a is None or a.dtype == np.float32 for a in arrays)
+
+
 def layer_norm_fast(ctx, p, x, weight, bias=None):
     """LayerNorm through the CPU kernel (statistics in double, like the reference)."""
-    if x.dtype != np.float32 or any(a is not None and a.dtype != np.float32 for a in (weight, bias)):
+    if not _all_f32(x, weight, bias):
         return layer_norm_ref(ctx, p, x, weight, bias)
-    return kernels.layer_norm(x.reshape(-1, x.shape[-1]), weight, bias, p.get("eps", 1e-5)).reshape(x.shape)
+    return layer_norm_into(ctx, p, np.empty(x.shape, np.float32), x, weight, bias)
+
+
+def layer_norm_into(ctx, p, out, x, weight, bias=None):
+    """layer_norm_fast written into ``out`` (x's shape)."""
+    if not _all_f32(x, weight, bias):
+        np.copyto(out, layer_norm_ref(ctx, p, x, weight, bias))
+        return out
+    kernels.layer_norm(x.reshape(-1, x.shape[-1]), weight, bias, p.get("eps", 1e-5), out=out.reshape(-1, x.shape[-1]))
+    return out
 
 
 def check_norm_weights(graph, weights: dict, where: str) -> None:
@@ -72,4 +86,5 @@ def check_norm_weights(graph, weights: dict, where: str) -> None:
 
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,
                into=rms_norm_into))
-register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref, layer_norm_fast))
+register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref, layer_norm_fast,
+               into=layer_norm_into))
