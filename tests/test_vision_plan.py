@@ -360,6 +360,23 @@ def test_fused_qdwpw_plan_is_the_per_op_executor(stride, isa, threads):
         assert len(np.unique(per_op[name])) > 10
 
 
+def test_small_maps_split_output_channels_across_threads(threads):
+    """A map of one 64-pixel block, or of a row or two, is too few work items for a team: conv
+    and depthwise -> 1x1 steps then split their output channels into whole-panel parts (the
+    last part shorter); every part's outputs are the per-op executor's bits."""
+    m = GraphMaker(x=((1, 1, 9, 36), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    a = m.node("conv2d", dict(groups=36, pads=[1, 1, 1, 1], activation="relu6"), x="x",
+               weight=m.w("dw", f(36, 3, 3, 1)), bias=m.w("bdw", f(36)))
+    b = m.node("conv2d", dict(activation="relu"), x=a, weight=m.w("pw", f(70, 1, 1, 36)), bias=m.w("bpw", f(70)))
+    c = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=b, weight=m.w("c", f(100, 3, 3, 70)), bias=m.w("bc", f(100)))
+    model = m.model([c], optimize=True)
+    x = rng.standard_normal((1, 1, 9, 36)).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert len(model._plan.plan.fused) == 1
+    assert same_bits(native[c], per_op[c])
+
+
 def test_dwpw_fusion_drops_a_step_and_the_middle_tensor():
     """One step fewer per fused pair, a smaller arena, and no fusion in a model loaded with
     optimize=False."""

@@ -247,6 +247,14 @@ class VisionPlan:
         self._keep_all(w, bias, packed)
         return w, packed, bias, depthwise, dict(window=tuple(x.shape) + geo, cout=w.shape[0])
 
+    def _cparts(self, items: int, cout: int, per_thread: int = 2) -> int:
+        """Output-channel parts per work item (64-pixel block, row, or row band) of a conv step
+        (vx_plan.h; a one-thread run keeps one): ``per_thread`` items per thread when the unsplit
+        ones are fewer (a 7x7 map is one pixel block, 7 rows). Depthwise -> 1x1 steps ask for
+        one: each part computes its depthwise rows again."""
+        want = per_thread * self.threads
+        return 1 if items >= want else min(-(-cout // 32), -(-want // items))
+
     def _act(self, node) -> int:
         """VX_ACT_* of a float32 conv's fused activation, else Unsupported."""
         act = node.params.get("activation", "none")
@@ -278,7 +286,8 @@ class VisionPlan:
             scratch = self._scratch(_PIXELS * k4, np.uint8)
             wsum = self._fold_zero_point(window, bias, packed[1], zps[0])
             self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
-                           scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4, **window)
+                           scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4,
+                           cparts=self._cparts(-(-(y.size // cout) // _PIXELS), cout), **window)
             return
         if depthwise:
             self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
@@ -288,7 +297,8 @@ class VisionPlan:
         per = 0 if direct else _PIXELS * kk
         scratch = self._scratch(per, np.float32)
         self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
-                       scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node), **window)
+                       scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
+                       cparts=self._cparts(-(-(y.size // cout) // _PIXELS), cout), **window)
 
     def _dwpw(self, dw, pw) -> None:
         """A depthwise conv and the 1x1 conv that alone reads it (dwpw_pairs) as one DWPW (float32)
@@ -306,7 +316,7 @@ class VisionPlan:
             self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
                            y=_addr(self._y(pw)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
                            act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
-                           **window)
+                           cparts=self._cparts(mid.shape[0] * mid.shape[1], w.shape[0], 1), **window)
             return
         # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization
         # is prepared per GEMM call, and a row of a small map is a few pixels)
@@ -316,6 +326,7 @@ class VisionPlan:
         wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
         self.steps.add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(pw)),
                        scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
+                       cparts=self._cparts(-(-mid.shape[0] * mid.shape[1] // band), w.shape[0], 1),
                        pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
                        **window)
 
@@ -337,7 +348,7 @@ class VisionPlan:
         window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, requant=requant)
         wsum = self._fold_zero_point(window, bias, wsum, requant[3])
         self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
-                       ldc=k4, per_thread=_PIXELS * k4, **window)
+                       ldc=k4, per_thread=_PIXELS * k4, cparts=self._cparts(-(-m // _PIXELS), n), **window)
 
     def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
         """kernels.fold_zero_point into the step's requantization bias; returns the row sums the
@@ -367,7 +378,7 @@ class VisionPlan:
             self._keep_all(packed)
             self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
                            scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
-                           cout=n)
+                           cout=n, cparts=self._cparts(-(-m // _PIXELS), n))
         else:
             self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1], m), a=_addr(x), b=_addr(wb),
                            c=_ptr(bias), y=_addr(y))

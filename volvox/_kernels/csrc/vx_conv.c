@@ -521,13 +521,14 @@ static void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, c
  * int8: requantization, packing, im2col, GEMM, depthwise.
  * ---------------------------------------------------------------------------------- */
 /* w (n, K) int8 -> panels [n/16][K4/4][16][4] (K4 = K rounded up to 4; zero padded, n
- * rounded up to 32); wsum[r] = sum_k w[r][k]. Exactly 8 channels fill the first panel twice
- * (lane l holds channel l % 8): qgemm then runs two pixels per vector. */
+ * rounded up to 32); wsum[r] = sum_k w[r][k]. A last panel of exactly 8 channels holds them
+ * twice (lane l: channel l % 8): qgemm then runs two pixels per vector there. */
 static void qgemm_pack(int64_t K, const int8_t *w, int64_t n, int8_t *packed, int32_t *wsum) {
     const int64_t K4 = (K + 3) & ~(int64_t)3, np = (n + VX_QG_NR - 1) / VX_QG_NR * VX_QG_NR;
+    const int64_t doubled = n % 16 == QG_PAIR_NR ? n - QG_PAIR_NR : -1;  /* first channel of such a panel */
     memset(packed, 0, (size_t)(np * K4));
-    for (int64_t lane = 0; lane < (n == QG_PAIR_NR ? 16 : n); lane++) {
-        const int64_t r = n == QG_PAIR_NR ? lane % QG_PAIR_NR : lane;
+    for (int64_t lane = 0; lane < (doubled >= 0 ? n + QG_PAIR_NR : n); lane++) {
+        const int64_t r = doubled >= 0 && lane >= n ? lane - QG_PAIR_NR : lane;
         int8_t *pp = packed + (lane / 16) * 16 * K4 + (lane % 16) * 4;
         int32_t s = 0;
         for (int64_t k = 0; k < K; k++) {
@@ -754,12 +755,13 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
         rq16 half[2];
         const int fast = !wsum && rq16_prepare(rq, p0, nr < 16 ? nr : 16, tile ? nr : 16, bound, &half[0]) &&
                          (nr <= 16 || rq16_prepare(rq, p0 + 16, nr - 16, 16, bound, &half[1]));
-        if (fast && n == QG_PAIR_NR) {  /* the doubled panel: two pixels per vector */
+        if (fast && nr == QG_PAIR_NR) {  /* a doubled panel (qgemm_pack): two pixels per vector */
             int64_t i0 = 0;
             for (; i0 + 2 * QG_MR <= m; i0 += 2 * QG_MR)
-                qg_pairs(QG_MR, 2 * QG_MR, K4, a + i0 * lda, lda, pp, &half[0], y + i0 * ldy, ldy);
+                qg_pairs(QG_MR, 2 * QG_MR, K4, a + i0 * lda, lda, pp, &half[0], y + i0 * ldy + p0, ldy);
             if (i0 < m)
-                qg_pairs((int)(m - i0 + 1) / 2, (int)(m - i0), K4, a + i0 * lda, lda, pp, &half[0], y + i0 * ldy, ldy);
+                qg_pairs((int)(m - i0 + 1) / 2, (int)(m - i0), K4, a + i0 * lda, lda, pp, &half[0], y + i0 * ldy + p0,
+                         ldy);
             continue;
         }
 #endif

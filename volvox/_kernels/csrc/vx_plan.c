@@ -52,6 +52,26 @@ static int64_t gather_rows_per_item(const vx_step *s) {
     return last >= VX_COPY_BYTES ? 1 : VX_COPY_BYTES / (last > 0 ? last : 1);
 }
 
+/* Output-channel parts per pixel block (or row band) of a conv step (one on a one-thread team:
+ * nothing to balance), and part `part`'s channels [*c0, *c1) of cout: whole 32-channel panels
+ * (VX_SG_NR = VX_QG_NR), the last part the rest. Called inside the team's region. */
+static int64_t conv_parts(const vx_window *w) { return w->cparts > 1 && omp_get_num_threads() > 1 ? w->cparts : 1; }
+
+static void conv_part(const vx_window *w, int64_t cout, int64_t part, int64_t *c0, int64_t *c1) {
+    const int64_t panels = (cout + 31) / 32, per = (panels + conv_parts(w) - 1) / conv_parts(w);
+    *c0 = part * per * 32 < cout ? part * per * 32 : cout;
+    *c1 = (part + 1) * per * 32 < cout ? (part + 1) * per * 32 : cout;
+}
+
+/* rq for its channels c0 .. (a part of a conv step's output channels). */
+static vx_requant rq_from(const vx_requant *rq, int64_t c0) {
+    vx_requant r = *rq;
+    r.bias = r.bias ? r.bias + c0 : NULL;
+    r.mult += c0;
+    r.shift += c0;
+    return r;
+}
+
 /* Work items of a step. */
 static int64_t step_items(const vx_step *s) {
     switch (s->kind) {
@@ -61,11 +81,12 @@ static int64_t step_items(const vx_step *s) {
         return s->n[0];
     case VX_STEP_CONV_F32:
     case VX_STEP_QCONV:
-        return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS;
-    case VX_STEP_QDWPW:  /* bands of ldc rows */
-        return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc;
-    case VX_STEP_DWCONV_F32:
+        return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS * conv_parts(s->p);
+    case VX_STEP_QDWPW:  /* bands of ldc rows, each in cparts */
+        return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc * conv_parts(s->p);
     case VX_STEP_DWPW_F32:
+        return s->p->s.n * s->p->s.oh * conv_parts(s->p);
+    case VX_STEP_DWCONV_F32:
     case VX_STEP_QDWCONV:
     case VX_STEP_QAVG_POOL:
     case VX_STEP_MAX_POOL:
@@ -377,17 +398,20 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         break;
     case VX_STEP_CONV_F32: {
         const vx_window *w = s->p;
-        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item * VX_CONV_PIXELS;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w) * VX_CONV_PIXELS;
         const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
         const int64_t KK = w->s.kh * w->s.kw * w->s.c;
+        int64_t c0, c1;
+        conv_part(w, w->cout, item % conv_parts(w), &c0, &c1);
         const float *rows = (const float *)s->a + p0 * KK;           /* 1x1 direct: the input rows */
         if (w->ldc != 0) {
             float *cols = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, KK) */
             t->conv->im2col_f32(&w->s, (const float *)s->a, p0, np, cols);
             rows = cols;
         }
-        t->conv->sgemm(KK, (const float *)s->b, w->cout, rows, KK, np, s->y + p0 * w->cout, w->cout,
-                       (const float *)s->c, w->act);
+        const float *bias = (const float *)s->c;
+        t->conv->sgemm(KK, (const float *)s->b + c0 * KK, c1 - c0, rows, KK, np, s->y + p0 * w->cout + c0, w->cout,
+                       bias ? bias + c0 : NULL, w->act);
         break;
     }
     case VX_STEP_DWCONV_F32: {
@@ -399,34 +423,44 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_DWPW_F32: {
         const vx_window *w = s->p;
         const vx_conv_shape *g = &w->s;
+        const int64_t r = item / conv_parts(w);                      /* the depthwise output row */
+        int64_t c0, c1;                                              /* the 1x1 conv's channels */
+        conv_part(w, w->pw.cout, item % conv_parts(w), &c0, &c1);
         float *row = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (ow, C) */
-        t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, w->act, item, row);
-        t->conv->sgemm(g->c, (const float *)w->pw.packed, w->pw.cout, row, g->c, g->ow,
-                       s->y + item * g->ow * w->pw.cout, w->pw.cout, w->pw.bias, w->pw.act);
+        t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, w->act, r, row);
+        t->conv->sgemm(g->c, (const float *)w->pw.packed + c0 * g->c, c1 - c0, row, g->c, g->ow,
+                       s->y + r * g->ow * w->pw.cout + c0, w->pw.cout, w->pw.bias ? w->pw.bias + c0 : NULL, w->pw.act);
         break;
     }
     case VX_STEP_QDWPW: {
         const vx_window *w = s->p;
         const vx_conv_shape *g = &w->s;
-        const int64_t r0 = item * w->ldc, rows = g->n * g->oh - r0 < w->ldc ? g->n * g->oh - r0 : w->ldc;
+        const int64_t r0 = item / conv_parts(w) * w->ldc, rows = g->n * g->oh - r0 < w->ldc ? g->n * g->oh - r0 : w->ldc;
+        int64_t c0, c1;                                              /* the 1x1 conv's channels */
+        conv_part(w, w->pw.cout, item % conv_parts(w), &c0, &c1);
         int8_t *band = (int8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (rows*ow, C) */
         for (int64_t r = 0; r < rows; r++)
             t->conv->qdwconv(g, (const int8_t *)s->a, (const int16_t *)s->b, &w->rq, r0 + r, band + r * g->ow * g->c);
         uint8_t *u = (uint8_t *)band;                                /* the GEMM's u8 rows: x + 128 */
         const int64_t nbytes = rows * g->ow * g->c;                  /* a local: u's stores alias *g */
         for (int64_t i = 0; i < nbytes; i++) u[i] ^= 0x80;
-        t->conv->qgemm(g->c, (const int8_t *)w->pw.packed, w->pw.wsum, w->pw.cout, u, g->c, rows * g->ow, &w->pw.rq,
-                       (int8_t *)s->y + r0 * g->ow * w->pw.cout, w->pw.cout);
+        const vx_requant rq = rq_from(&w->pw.rq, c0);
+        t->conv->qgemm(g->c, (const int8_t *)w->pw.packed + c0 * g->c, w->pw.wsum ? w->pw.wsum + c0 : NULL, c1 - c0, u,
+                       g->c, rows * g->ow, &rq, (int8_t *)s->y + r0 * g->ow * w->pw.cout + c0, w->pw.cout);
         break;
     }
     case VX_STEP_QCONV: {
         const vx_window *w = s->p;
-        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item * VX_CONV_PIXELS;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w) * VX_CONV_PIXELS;
         const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
+        int64_t c0, c1;
+        conv_part(w, w->cout, item % conv_parts(w), &c0, &c1);
         uint8_t *cols = (uint8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, ldc) */
         t->conv->im2col_u8(&w->s, (const int8_t *)s->a, p0, np, (uint8_t)(w->rq.zp_in + 128), cols, w->ldc);
-        t->conv->qgemm(w->ldc, (const int8_t *)s->b, (const int32_t *)s->c, w->cout, cols, w->ldc, np, &w->rq,
-                       (int8_t *)s->y + p0 * w->cout, w->cout);
+        const vx_requant rq = rq_from(&w->rq, c0);
+        const int32_t *wsum = (const int32_t *)s->c;
+        t->conv->qgemm(w->ldc, (const int8_t *)s->b + c0 * w->ldc, wsum ? wsum + c0 : NULL, c1 - c0, cols, w->ldc, np,
+                       &rq, (int8_t *)s->y + p0 * w->cout + c0, w->cout);
         break;
     }
     case VX_STEP_QDWCONV:

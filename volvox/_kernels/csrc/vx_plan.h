@@ -87,6 +87,7 @@ typedef struct {
     int64_t cout;        /* output channels */
     int64_t ldc;         /* im2col row: K floats (f32) or K4 bytes (int8); 0: 1x1 direct */
     int64_t per_thread;  /* scratch elements per thread */
+    int64_t cparts;      /* CONV_F32 / QCONV: output-channel parts per pixel block (<= 1: one) */
     int32_t act;         /* VX_ACT_* (f32 convs) */
     int32_t pad_;
     vx_pointwise pw;     /* DWPW: the 1x1 conv after the depthwise one */
@@ -113,7 +114,8 @@ typedef struct {
  *   LAYER_NORM a x, b weight, c bias or NULL, n[0] D, f[0] eps
  *   GELU       a x, n[0] count, flag tanh approximation
  *   CONV_F32   a x, b packed (sgemm_pack), c bias or NULL, p window, scratch (threads, per_thread) floats;
- *              items: blocks of VX_CONV_PIXELS output pixels
+ *              items: blocks of VX_CONV_PIXELS output pixels, each split into p->cparts ranges of
+ *              output channels (whole 32-channel panels) when the blocks are too few for the threads
  *   DWCONV_F32 a x, b weights (kh*kw, C), c bias or NULL, p window; items: output rows
  *   DWPW_F32   a x, b depthwise weights (kh*kw, C), c their bias or NULL, p window (the depthwise
  *              geometry, act; pw: the 1x1 conv), scratch (threads, per_thread = ow*C) floats, y the
@@ -124,7 +126,8 @@ typedef struct {
  *              packed weights, wsum, rq), scratch (threads, per_thread = ldc*ow*C) bytes: a band's
  *              rows are requantized there, offset to u8 and multiplied by one qgemm into their
  *              output pixels (C a multiple of 4: the rows are the GEMM's)
- *   QCONV      a x, b packed (qgemm_pack), c wsum, p window (rq), scratch (threads, per_thread) bytes
+ *   QCONV      a x, b packed (qgemm_pack), c wsum, p window (rq), scratch (threads, per_thread) bytes;
+ *              items as CONV_F32
  *   QDWCONV    a x, b weights (kh*kw, C) int16, p window (rq); items: output rows
  *   QUANTIZE_I8 / DEQUANTIZE_I8  a x, n[0] count, n[1] zero point, f[0] scale
  *   QAVG_POOL  a x, p window (geometry, rq.lo / rq.hi); items: output rows
