@@ -35,7 +35,9 @@ CC="$cc" "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --f
 # the extension must really be instrumented, or the run below proves nothing
 core="$(cd / && LD_PRELOAD="$libasan" ASAN_OPTIONS=detect_leaks=0 \
         "$venv/bin/python" -c 'import volvox._kernels._core as c; print(c.__file__)')"
-ldd "$core" | grep -q libasan || { echo "sanitize.sh: $core is not linked against libasan" >&2; exit 2; }
+# (ldd's whole output first: `ldd | grep -q` under pipefail fails when grep exits before ldd has written)
+linked="$(ldd "$core")"
+grep -q libasan <<<"$linked" || { echo "sanitize.sh: $core is not linked against libasan" >&2; exit 2; }
 
 # 2. The kernel tests, from outside the source tree so that the instrumented install is imported.
 rm -rf "$logs" && mkdir -p "$logs"
