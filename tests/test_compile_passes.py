@@ -321,3 +321,70 @@ def test_fused_ops_refuse_bad_params_naming_the_node():
               [Node("fc", "linear_act", {"x": "x", "weight": "w"}, {"y": "y"}, {"activation": "tanh"})], ["y"])
     with pytest.raises(ShapeError, match=r"node 'fc' \(linear_act\): activation must be one of"):
         g.validate()
+
+
+# ---------------------------------------------------------------------- depthwise -> pointwise
+def _dwpw_graph(channels: int, int8: bool):
+    """x -> depthwise 3x3 -> 1x1 (fuses), then pairs that must not: a 1x1 with stride 2, a depthwise
+    output read twice, one that is a graph output, a channel multiplier of 2."""
+    c = channels
+    dt = np.int8 if int8 else np.float32
+    op = "qconv2d" if int8 else "conv2d"
+    w = {}
+
+    def weight(name, *shape):
+        w[name] = rng.integers(-127, 128, shape, dtype=np.int8) if int8 else \
+            (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        if int8:  # per-channel requantization and an int32 bias
+            w[name + ".m"] = np.full(shape[0], 1 << 30, np.int32)
+            w[name + ".s"] = np.full(shape[0], -8, np.int32)
+        return name
+
+    def conv(nid, x, wname, y, **params):
+        inputs = {"x": x, "weight": wname}
+        if int8:
+            inputs |= {"multiplier": wname + ".m", "shift": wname + ".s"}
+            params |= {"input_zero_point": 3, "output_zero_point": -2}
+        return Node(nid, op, inputs, {"y": y}, params)
+
+    dw = dict(groups=c, pads=[1, 1, 1, 1])
+    nodes = [conv("dw1", "x", weight("w1", c, 3, 3, 1), "m1", **dw, **({} if int8 else {"activation": "relu6"})),
+             conv("pw1", "m1", weight("w2", c, 1, 1, c), "a"),                            # fuses
+             conv("dw2", "a", weight("w3", c, 3, 3, 1), "m2", **dw),
+             conv("pw2", "m2", weight("w4", c, 1, 1, c), "b", strides=[2, 2]),            # strided 1x1
+             conv("dw3", "b", weight("w5", c, 3, 3, 1), "m3", **dw),
+             conv("pw3", "m3", weight("w6", c, 1, 1, c), "d"),
+             Node("reader2", "add" if not int8 else "qconv2d", {"a": "m3", "b": "d"} if not int8 else
+                  {"x": "m3", "weight": weight("w7", c, 1, 1, c), "multiplier": "w7.m", "shift": "w7.s"},
+                  {"y": "e"}, {} if not int8 else {"input_zero_point": 3, "output_zero_point": -2}),  # m3 read twice
+             conv("dw4", "e", weight("w8", 2 * c, 3, 3, 1), "m4", groups=c, pads=[1, 1, 1, 1]),  # multiplier 2
+             conv("pw4", "m4", weight("w9", c, 1, 1, 2 * c), "f"),
+             conv("dw5", "f", weight("w10", c, 3, 3, 1), "m5", **dw),                   # a graph output
+             conv("pw5", "m5", weight("w11", c, 1, 1, c), "g")]
+    x = rng.integers(-128, 128, (1, 9, 7, c), dtype=np.int8) if int8 else rng.standard_normal((1, 9, 7, c)).astype(dt)
+    return graph_of({"x": x}, w, nodes, ["g", "m5"]), w, {"x": x}
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_depthwise_pointwise_pairs_fuse_into_one_node(int8):
+    """Only the plain pair fuses; the per-op executor computes exactly the pair's outputs (the
+    fused op runs the same two convs), and so do the references."""
+    g, w, feeds = _dwpw_graph(8, int8)
+    fused, fw = compiled(g, w, ["fuse_depthwise_pointwise"])
+    op = "qdwpw_conv2d" if int8 else "dwpw_conv2d"
+    assert [(n.id, n.op) for n in fused.nodes if n.op == op] == [("pw1", op)]
+    assert "dw1" not in {n.id for n in fused.nodes} and len(fused.nodes) == len(g.nodes) - 1
+    node = next(n for n in fused.nodes if n.id == "pw1")
+    assert node.inputs["x"] == "x" and node.inputs["dw_weight"] == "w1" and node.params["depthwise"]["groups"] == 8
+    for reference in (False, True):
+        got, want = outputs(fused, fw, feeds, reference), outputs(g, w, feeds, reference)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_int8_pairs_need_channels_in_fours_and_gpu_models_skip_the_pass():
+    g, w, _ = _dwpw_graph(6, True)  # 6 channels: the 1x1 GEMM could not read the rows as its own
+    assert "qdwpw_conv2d" not in {n.op for n in compiled(g, w, ["fuse_depthwise_pointwise"])[0].nodes}
+    g, w, _ = _dwpw_graph(8, False)
+    assert "dwpw_conv2d" in {n.op for n in compile_graph(g, w)[0].nodes}
+    assert "dwpw_conv2d" not in {n.op for n in compile_graph(g, w, cpu=False)[0].nodes}

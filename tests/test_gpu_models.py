@@ -17,6 +17,7 @@ from gpu_helpers import BACKENDS, device_or_none, device_or_skip, nmse
 from tiny_gguf import write_tiny_llama
 import volvox
 from volvox._gpu.devices import GPU_BACKENDS
+from volvox.compile import CPU_ONLY, PASSES
 from volvox.graph import Graph, Node, TensorSpec
 from volvox.model import Model
 from volvox.runtime.executor import Executor, RunContext
@@ -177,8 +178,8 @@ def test_auto_takes_a_hardware_gpu_or_quietly_the_cpu(tiny_llama, capsys):
 def test_float_vision_models_run_whole_on_the_gpu(name):
     """Real float CNNs (ONNX PP-OCRv4, TFLite BlazeFace): every node on each GPU backend, one submit,
     outputs equal to the CPU run (itself tested against onnxruntime / TFLite in test_onnx / test_vision_*)."""
-    try:
-        cpu = volvox.load(name)
+    try:  # compiled as for a GPU (a CPU-only pass's fused nodes would stay on the CPU)
+        cpu = volvox.load(name, optimize=[p for p in PASSES if p not in CPU_ONLY])
     except volvox.VolvoxError as e:
         pytest.skip(f"{name} unavailable: {e}")
     weights = _weights(cpu)

@@ -23,7 +23,7 @@ class Model:
         self.source_graph = graph  # as loaded, before compiler passes
         check_norm_weights(graph, weights, source)
         passes = None if optimize is True else (optimize or [])
-        self.graph, weights, self.compile_report = compile_graph(graph, weights, passes)
+        self.graph, weights, self.compile_report = compile_graph(graph, weights, passes, cpu=device is None)
         self.metadata = metadata
         self.source = source
         self._closers = list(closers)
@@ -31,7 +31,7 @@ class Model:
         if device is None:
             self.executor = Executor(self.graph, weights, reference=reference, profile=profile)
             if not (reference or profile):
-                self._plan = PlanHook(self.executor, fuse=bool(optimize))
+                self._plan = PlanHook(self.executor)
         else:  # a GPU backend (volvox/_gpu): same run(ctx, feeds), nodes placed on the device or the CPU
             from .runtime.gpu_executor import GpuExecutor
             self.executor = GpuExecutor(self.graph, weights, device, reference=reference, profile=profile)

@@ -16,6 +16,7 @@ from .elide import elide_noop_reshapes
 from .fold_affine import fold_conv_input_affine, fold_conv_output_affine
 from .fuse_activation import fuse_concat_activation, fuse_conv_activation, fuse_linear_activation
 from .fuse_add import fold_linear_bias, fuse_add_chains
+from .fuse_conv import fuse_depthwise_pointwise
 from .fuse_linear import fuse_swiglu, merge_sibling_linears
 from .prepack import prepack_weights
 from .recognize import recognize_hard_swish
@@ -24,7 +25,8 @@ Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 
 # In order: activations spelled out in elementwise nodes recognised first (later passes match
 # the ops); affines into convs before conv activations are folded (the affine sits between
-# them); swiglu before sibling merging (it takes the gate/up pairs first); biases into their
+# them); depthwise -> 1x1 pairs after conv activations (each conv keeps its own); swiglu before
+# sibling merging (it takes the gate/up pairs first); biases into their
 # linears before activations are folded (linear + bias + act -> one node) and before add chains
 # (a bias add is not a chain link); prepacking last, over the weights every other pass made.
 PASSES: dict[str, Pass] = {
@@ -33,6 +35,7 @@ PASSES: dict[str, Pass] = {
     "fold_conv_output_affine": fold_conv_output_affine,
     "fold_conv_input_affine": fold_conv_input_affine,
     "fuse_conv_activation": fuse_conv_activation,
+    "fuse_depthwise_pointwise": fuse_depthwise_pointwise,
     "fuse_swiglu": fuse_swiglu,
     "merge_sibling_linears": merge_sibling_linears,
     "fold_linear_bias": fold_linear_bias,
@@ -42,9 +45,10 @@ PASSES: dict[str, Pass] = {
     "prepack_weights": prepack_weights,
 }
 
-# Every pass serves the GPU backends too: the fused ops (linear_act, concat_act, add_n) lower on
-# each of them (volvox/_gpu/lowering.py) with no more dispatches and fewer intermediate buffers
-# than the nodes they replace. A future pass making a CPU-only op must keep GPU graphs out.
+# Every other pass serves the GPU backends too: the fused ops (linear_act, concat_act, add_n) lower
+# on each of them (volvox/_gpu/lowering.py) with no more dispatches and fewer intermediate buffers
+# than the nodes they replace. These make ops only the CPU runs, so a GPU model skips them:
+CPU_ONLY = ("fuse_depthwise_pointwise",)
 
 
 @dataclass
@@ -64,10 +68,11 @@ class CompileReport:
         return self.steps[-1][2] if self.steps else 0
 
 
-def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | None = None
+def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | None = None, cpu: bool = True
                   ) -> tuple[Graph, dict[str, Any], CompileReport]:
-    """Run ``passes`` (default: all, in registry order) over a validated graph."""
-    names = list(PASSES) if passes is None else passes
+    """Run ``passes`` (default: all in registry order, less CPU_ONLY ones unless ``cpu``) over a
+    validated graph."""
+    names = [n for n in PASSES if cpu or n not in CPU_ONLY] if passes is None else passes
     unknown = [n for n in names if n not in PASSES]
     if unknown:
         raise UnsupportedError(f"unknown compiler passes {unknown} (known: {', '.join(PASSES)})")

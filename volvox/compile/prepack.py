@@ -17,7 +17,7 @@ import numpy as np
 from .. import kernels
 from ..graph import Graph, Node
 
-PACKED_OPS = ("conv2d", "qconv2d")
+PACKED_OPS = ("conv2d", "qconv2d", "dwpw_conv2d", "qdwpw_conv2d")  # the fused pairs: their 1x1 weight
 
 
 def sealed(w: Any) -> Any:
@@ -43,6 +43,8 @@ def prepack_weights(graph: Graph, weights: dict) -> tuple[Graph, dict]:
     """Seal every weight read-only and pack each conv weight once (runs last: earlier passes make new weights)."""
     weights = {name: sealed(w) for name, w in weights.items()}
     for node in graph.nodes:
+        if node.op in PACKED_OPS[2:] and node.inputs["dw_weight"] in graph.weights:
+            kernels.conv_weights(weights[node.inputs["dw_weight"]], True)  # a fused pair's depthwise conv
         if node.op in PACKED_OPS and node.inputs["weight"] in graph.weights:
             depthwise = _kernel_layout(node, graph)
             if depthwise is not None:

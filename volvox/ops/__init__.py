@@ -87,4 +87,4 @@ def get_op(name: str, node_id: str = "?") -> OpDef:
                                f"(known ops: {', '.join(sorted(OPS))})") from None
 
 
-from . import elementwise, linear, norm, attention, fused, conv, pool, activation, arith, shape, quantized, resize  # noqa: E402,F401  (registers the ops)
+from . import elementwise, linear, norm, attention, fused, conv, pool, activation, arith, shape, quantized, resize, dwpw  # noqa: E402,F401,E501  (registers the ops)

@@ -12,9 +12,9 @@ Weights are packed once at plan build through the per-op kernels' own packers an
 (``kernels.conv_weights``), and each step runs the same tile functions on the same work
 items (blocks of 64 output pixels for im2col convs, output rows for depthwise convs and
 pools) as the per-op kernels, so a plan's outputs equal the per-op executor's bit for bit
-(tests/test_vision_plan.py). A depthwise conv that only a 1x1 conv reads runs with it as one
-DWPW (float32) or QDWPW (int8) step (``dwpw_pairs``; not for a model loaded with optimize=False):
-its output rows pass through per-thread scratch, never the arena. Ops whose fast path is numpy with no C twin
+(tests/test_vision_plan.py). A fused depthwise -> 1x1 pair (``dwpw_conv2d`` / ``qdwpw_conv2d``,
+made by the compiler pass ``fuse_depthwise_pointwise``) runs as one DWPW (float32) or QDWPW (int8)
+step: its depthwise output rows pass through per-thread scratch, never the arena. Ops whose fast path is numpy with no C twin
 computing the same bits (sigmoid's tanh, softmax's exp, matmul's BLAS, reduce_mean's pairwise
 sums) run as "islands": their numpy function on arena views between native step ranges. A graph with an
 op, shape or dtype the plan does not lower (see ``LOWER``) keeps the per-op executor:
@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from ..errors import VolvoxError
 from ..graph import Graph, Node, TensorSpec
 from ..ops import get_op
 from ..ops.conv import conv_kernel_args, native_conv, window_params
+from ..ops.dwpw import PAIRED, split
 from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
 from .native_plan import Unsupported, _addr, _aligned, _core, _KIND
 
@@ -75,50 +76,11 @@ def _direct(window: tuple, wshape: tuple) -> bool:
     return wshape[1] == wshape[2] == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == window[1:3]
 
 
-def dwpw_pairs(graph: Graph, weights: dict[str, Any]) -> dict[str, Node]:
-    """pointwise node id -> depthwise node, for each depthwise (multiplier 1) conv whose output is
-    no graph output and is read only by a 1x1, stride-1, unpadded conv of the same kind (float32
-    conv2d, or int8 qconv2d over a multiple of 4 channels): a plan runs each pair as one DWPW /
-    QDWPW step and never stores the middle tensor."""
-    producer = {name: n for n in graph.nodes for name in n.outputs.values()}
-    readers = Counter(name for n in graph.nodes for name in n.inputs.values())
-    pairs = {}
-    for pw in graph.nodes:
-        dw = producer.get(pw.inputs.get("x", ""))
-        if (pw.op not in ("conv2d", "qconv2d") or dw is None or dw.op != pw.op or readers[dw.outputs["y"]] != 1
-                or dw.outputs["y"] in graph.outputs):
-            continue
-        xs, ws = _conv_shapes(graph, weights, dw), _conv_shapes(graph, weights, pw)
-        if xs is None or ws is None:
-            continue
-        (x, w), (mid, pw_w) = xs, ws
-        strides, _, pads = window_params(pw.params)
-        groups = int(dw.params.get("groups", 1))
-        if (groups == x[3] == w[0] > 1 and w[3] == 1 and int(pw.params.get("groups", 1)) == 1
-                and pw_w[1:] == (1, 1, mid[3]) and strides == (1, 1) and pads == (0, 0, 0, 0)
-                and (pw.op == "conv2d" or mid[3] % 4 == 0)):
-            pairs[pw.id] = dw
-    return pairs
-
-
-def _conv_shapes(graph: Graph, weights: dict[str, Any], node) -> tuple | None:
-    """(x shape, weight shape) of an NHWC conv node with a numpy weight of its kind (conv2d: float32
-    with an activation the conv steps fuse; qconv2d: int8), else None."""
-    x, w = graph.specs[node.inputs["x"]], weights.get(node.inputs["weight"])
-    dtype = "int8" if node.op == "qconv2d" else "float32"
-    if (isinstance(w, np.ndarray) and w.dtype == np.dtype(dtype) and w.ndim == 4 and x.dtype == dtype
-            and len(x.shape) == 4 and node.params.get("activation", "none") in _ACT):
-        return tuple(x.shape), w.shape
-    return None
-
-
 class VisionPlan:
     """A compiled graph with static shapes as native steps (see the module doc)."""
 
-    def __init__(self, graph: Graph, weights: dict[str, Any], fuse: bool = True):
+    def __init__(self, graph: Graph, weights: dict[str, Any]):
         self.graph = graph
-        # pointwise node id -> the depthwise node run with it as one DWPW step (fuse: see dwpw_pairs)
-        self.fused = dwpw_pairs(graph, weights) if fuse else {}
         self.threads = max(kernels.get_num_threads(), os.cpu_count() or 1)  # scratch is sized for this many
         self._weights = weights
         self._keep: list[Any] = []  # every array a step points into
@@ -147,23 +109,14 @@ class VisionPlan:
             return name
 
         self._root = root
-        inner = {dw.id for dw in self.fused.values()}  # depthwise nodes run inside a DWPW step
-
-        def reads(node) -> set[str]:
-            """The activations a node's step reads (a DWPW step: the depthwise conv's, not its output)."""
-            dw = self.fused.get(node.id)
-            names = list(node.inputs.values()) if dw is None else \
-                [n for p, n in node.inputs.items() if p != "x"] + list(dw.inputs.values())
-            return {root(n) for n in names if n not in weights}
-
         last: dict[str, int] = {}  # tensor -> index of the last node reading it
         for i, node in enumerate(graph.nodes):
-            if node.id not in inner:
-                for name in reads(node):
-                    last[name] = i
+            for name in node.inputs.values():
+                if name not in weights:
+                    last[root(name)] = i
         for name in graph.outputs:
             last[root(name)] = len(graph.nodes)
-        skip = inner | {n.id for n in graph.nodes if n.op == "reshape" and n.outputs["y"] in alias}  # no step
+        skip = {n.id for n in graph.nodes if n.op == "reshape" and n.outputs["y"] in alias}  # no step
         # each stored tensor is alive from its writer to its last reader (inputs from the start)
         buffers = [Buffer(s.name, 4 * self._floats(s.name), -1, last.get(s.name, -1)) for s in graph.inputs]
         buffers += [Buffer(name, 4 * self._floats(name), i, max(i, last.get(name, i)))
@@ -173,13 +126,10 @@ class VisionPlan:
         self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = nbytes
         self.steps = _core.StepPlan(2 * len(graph.nodes) + sum(len(n.inputs) for n in graph.nodes), 0)
-        self.step_nodes: list[str] = []  # (steps,) the node id each step runs (DWPW: the pointwise node)
+        self.step_nodes: list[str] = []  # (steps,) the node id each step runs
         self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
         for node in (n for n in graph.nodes if n.id not in skip):
-            if node.id in self.fused:
-                self._dwpw(self.fused[node.id], node)
-            else:
-                LOWER[node.op](self, node)
+            LOWER[node.op](self, node)
             self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
         self.inputs = [self._tensor(s.name) for s in graph.inputs]
         self.outputs = {name: self._tensor(name) for name in graph.outputs}
@@ -230,9 +180,10 @@ class VisionPlan:
         self._keep.extend(a for a in arrays if a is not None)
 
     # ------------------------------------------------------------------------ convs
-    def _conv_operands(self, node, x: np.ndarray) -> tuple:
+    def _conv_operands(self, node, x: np.ndarray, check_output: bool = True) -> tuple:
         """(w, packed w, bias, depthwise, window keywords) of a conv node reading ``x``, checked
-        against its output's spec; counts its multiply-adds."""
+        against its output's spec (``check_output``: a fused pair's depthwise half has none; the
+        fused node's shape rule checked it); counts its multiply-adds."""
         p, w = node.params, self._in(node, "weight")
         self._need(node, x.ndim == 4 and w.ndim == 4 and native_conv(x, w, p), "not a dense or depthwise-1 conv")
         args = conv_kernel_args(p)
@@ -241,7 +192,7 @@ class VisionPlan:
                                                        bias_dtype, node.id)
         geo = kernels._conv_geometry(x, w, args["strides"], args["dilations"], args["pads"], node.id)
         shape = (x.shape[0], geo[0], geo[1], w.shape[0])  # (N, OH, OW, cout)
-        self._need(node, tuple(self.graph.specs[node.outputs["y"]].shape) == shape, "output shape")
+        self._need(node, not check_output or tuple(self.graph.specs[node.outputs["y"]].shape) == shape, "output shape")
         self.macs += int(np.prod(shape)) * w.shape[1] * w.shape[2] * (1 if depthwise else x.shape[3])
         packed = kernels.conv_weights(w, depthwise)
         self._keep_all(w, bias, packed)
@@ -300,19 +251,24 @@ class VisionPlan:
                        scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
                        cparts=self._cparts(-(-(y.size // cout) // _PIXELS), cout), **window)
 
-    def _dwpw(self, dw, pw) -> None:
-        """A depthwise conv and the 1x1 conv that alone reads it (dwpw_pairs) as one DWPW (float32)
-        or QDWPW (int8) step: each depthwise output row goes through the thread's scratch into the
-        1x1 conv's packed GEMM, the same tiles on the same rows as the two steps it replaces."""
+    def _dwpw(self, node) -> None:
+        """A fused depthwise -> 1x1 pair (ops/dwpw.py) as one DWPW (float32) or QDWPW (int8) step:
+        depthwise output rows go through the thread's scratch into the 1x1 conv's packed GEMM, the
+        same tiles on the same rows as the two convs' own steps."""
+        conv = PAIRED[node.op][0]
+        (dw_in, dw_params), (pw_in, pw_params) = split(node.op, node.inputs, node.params)
+        dw = Node(node.id, conv, dw_in, {"y": f"{node.id}/depthwise"}, dw_params)
+        pw = Node(node.id, conv, {"x": dw.outputs["y"], **pw_in}, dict(node.outputs), pw_params)
         x = self._in(dw, "x")
-        _, dw_packed, dw_bias, depthwise, window = self._conv_operands(dw, x)
+        _, dw_packed, dw_bias, depthwise, window = self._conv_operands(dw, x, check_output=False)
         self._need(dw, depthwise, "not a depthwise conv")
-        spec = self.graph.specs[dw.outputs["y"]]
-        mid = np.empty(spec.shape, _DTYPES[spec.dtype])  # (N, OH, OW, C) its shape only
+        mid = np.empty((x.shape[0],) + window["window"][4:6] + (window["cout"],),  # (N, OH, OW, C) its shape only
+                       np.float32 if conv == "conv2d" else np.int8)
         w, packed, bias, _, pw_window = self._conv_operands(pw, mid)
         self._need(pw, _direct(pw_window["window"], w.shape), "not a 1x1 stride-1 unpadded conv")
+        self._need(pw, conv == "conv2d" or mid.shape[3] % 4 == 0, "int8 channels not a multiple of 4")
         row = mid.shape[2] * mid.shape[3]
-        if dw.op == "conv2d":
+        if conv == "conv2d":
             self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
                            y=_addr(self._y(pw)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
                            act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
@@ -597,6 +553,8 @@ class VisionPlan:
 LOWER = {  # op -> its lowering (sigmoid, softmax, matmul, reduce_mean: numpy between native ranges)
     "conv2d": VisionPlan._conv,
     "qconv2d": VisionPlan._conv,
+    "dwpw_conv2d": VisionPlan._dwpw,
+    "qdwpw_conv2d": VisionPlan._dwpw,
     "qlinear": VisionPlan._qlinear,
     "linear": VisionPlan._linear,
     "linear_act": VisionPlan._linear,
@@ -638,13 +596,10 @@ PLANS_PER_GRAPH = 4
 class PlanHook:
     """Model.run's native path: a plan per input shape (the graph's own when its shapes are static,
     else the graph specialised to the feeds' shapes, the last PLANS_PER_GRAPH kept); run returns
-    None (per-op executor) when the graph does not lower or the plan cannot run. fuse: whether the
-    plans fuse depthwise -> 1x1 pairs (dwpw_pairs); Model turns it off with the compiler passes
-    (optimize=False)."""
+    None (per-op executor) when the graph does not lower or the plan cannot run."""
 
-    def __init__(self, executor, fuse: bool = True):
+    def __init__(self, executor):
         self.executor = executor
-        self.fuse = fuse
         self.plans: OrderedDict[tuple, VisionPlan] = OrderedDict()  # input shapes -> plan, oldest first
         self.why: str | None = None  # why the graph did not lower (None: not tried yet, or lowered)
         self._weights = {n: w for (_, w), n in zip(executor.weight_slots, executor.graph.weights)}
@@ -668,7 +623,7 @@ class PlanHook:
                 if graph is None:
                     return None
                 try:
-                    plan = VisionPlan(graph, self._weights, self.fuse)
+                    plan = VisionPlan(graph, self._weights)
                 except (Unsupported, VolvoxError) as e:  # the per-op path runs (and reports real errors)
                     self.why = str(e) or type(e).__name__
                     return None
