@@ -14,3 +14,14 @@ def smollm2_gguf_path():
     from volvox.hub import resolve_model_file
 
     return str(resolve_model_file("smollm2-135m-instruct"))
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Run the test at 1 and at 2 kernel threads."""
+    from volvox import kernels
+
+    before = kernels.get_num_threads()
+    kernels.set_num_threads(request.param)
+    yield request.param
+    kernels.set_num_threads(before)

@@ -82,3 +82,24 @@ def torch_greedy(model, ids, n):
 def rel_err(a, b):
     """max |a - b| relative to max |b|."""
     return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def build_tiny_bert(directory, texts, seed=2):
+    """A 2-layer 32-wide random BertModel and its WordPiece tokenizer (trained on ``texts``) saved
+    in ``directory``; returns (model, tokenizer)."""
+    import torch
+    import transformers as tf
+    from tokenizers import BertWordPieceTokenizer
+    from test_wordpiece import with_specials
+
+    tok = BertWordPieceTokenizer(lowercase=True)
+    tok.train_from_iterator(texts * 5, vocab_size=120, show_progress=False)
+    with_specials(tok, template=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    torch.manual_seed(seed)
+    cfg = tf.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=32)
+    model = tf.BertModel(cfg).eval()
+    model.save_pretrained(directory)
+    return model, tok

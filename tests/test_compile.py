@@ -170,20 +170,11 @@ def test_hf_decoders_same_with_passes_on_and_off(tmp_path, case):
 def test_bert_same_with_passes_on_and_off(tmp_path):
     """BERT: the three embeddings' sum is one add_n; the FFN's linear -> gelu one linear_act."""
     pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
-    import transformers as tf
-    from tokenizers import BertWordPieceTokenizer
-    from test_wordpiece import with_specials
+    pytest.importorskip("torch")
+    from hf_models import build_tiny_bert
 
     texts = ["the cat sat on the mat", "a dog ran to the sea"]
-    tok = BertWordPieceTokenizer(lowercase=True)
-    tok.train_from_iterator(texts * 5, vocab_size=120, show_progress=False)
-    with_specials(tok, template=True)
-    tok.save(str(tmp_path / "tokenizer.json"))
-    torch.manual_seed(2)
-    cfg = tf.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=32)
-    tf.BertModel(cfg).eval().save_pretrained(tmp_path)
+    build_tiny_bert(tmp_path, texts)
     with volvox.load(tmp_path) as on, volvox.load(tmp_path, optimize=False) as off:
         ops = [n.op for n in on.graph.nodes]
         assert ops.count("add_n") == 1 and ops.count("linear_act") == 2 and "gelu" not in ops
@@ -210,7 +201,7 @@ def test_gpu_backends_run_every_fusion(tmp_path, family):
     (GPT-2's MLP as linear_act; BERT's too, and its embedding sum as add_n), runs whole on the
     device and matches transformers and the CPU."""
     torch = pytest.importorskip("torch")
-    tf = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from gpu_helpers import device_or_none
     from volvox._gpu.devices import GPU_BACKENDS
     from volvox.tasks.generate import Session
@@ -229,20 +220,9 @@ def test_gpu_backends_run_every_fusion(tmp_path, family):
         forward = lambda lm: Session(lm).forward(np.array(ids, np.int32), all_logits=True)  # noqa: E731
         fused = {"linear_act"}
     else:
-        from tokenizers import BertWordPieceTokenizer
-        from test_wordpiece import with_specials
+        from hf_models import build_tiny_bert
 
-        tok = BertWordPieceTokenizer(lowercase=True)
-        tok.train_from_iterator(["the cat sat on the mat", "a dog ran to the sea"] * 5, vocab_size=120,
-                                show_progress=False)
-        with_specials(tok, template=True)
-        directory.mkdir()
-        tok.save(str(directory / "tokenizer.json"))
-        torch.manual_seed(2)
-        cfg = tf.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
-                            num_attention_heads=4, intermediate_size=64, max_position_embeddings=32)
-        model = tf.BertModel(cfg).eval()
-        model.save_pretrained(directory)
+        model, tok = build_tiny_bert(directory, ["the cat sat on the mat", "a dog ran to the sea"])
         ids = tok.encode("the cat ran to the sea").ids
         with torch.no_grad():
             want = model(input_ids=torch.tensor([ids])).last_hidden_state[0].numpy()  # (seq, hidden)

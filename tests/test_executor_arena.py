@@ -22,13 +22,6 @@ from test_compile import DATA, VISION_MODELS, cached, random_feeds
 from tiny_gguf import write_tiny_llama
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    """Run the test at 1 and at 2 kernel threads."""
-    before = kernels.get_num_threads()
-    kernels.set_num_threads(request.param)
-    yield request.param
-    kernels.set_num_threads(before)
 
 
 def with_and_without_arena(executor, run):
@@ -112,20 +105,11 @@ def test_gpt2_same_bits(tmp_path, threads):
 
 def test_bert_same_bits(tmp_path, threads):
     pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
-    import transformers as tf
-    from tokenizers import BertWordPieceTokenizer
-    from test_wordpiece import with_specials
+    pytest.importorskip("torch")
+    from hf_models import build_tiny_bert
 
     texts = ["the cat sat on the mat", "a dog ran to the sea and the cat sat"]
-    tok = BertWordPieceTokenizer(lowercase=True)
-    tok.train_from_iterator(texts * 5, vocab_size=120, show_progress=False)
-    with_specials(tok, template=True)
-    tok.save(str(tmp_path / "tokenizer.json"))
-    torch.manual_seed(2)
-    cfg = tf.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=32)
-    tf.BertModel(cfg).eval().save_pretrained(tmp_path)
+    build_tiny_bert(tmp_path, texts)
     with volvox.load(tmp_path) as m:
         assert "add_n" in [n.op for n in m.graph.nodes]
         on, off = with_and_without_arena(m.executor, lambda: [m.embed(t) for t in texts])

@@ -22,12 +22,6 @@ from vision_helpers import model_file, text_line
 rng = np.random.default_rng(7)
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = kernels.get_num_threads()
-    kernels.set_num_threads(request.param)
-    yield request.param
-    kernels.set_num_threads(before)
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
