@@ -55,13 +55,16 @@ MACS_PER_THREAD = 2 << 20
 # on 2 threads took 8-12 ms (median; EfficientNet 16-52 ms) against 0.52 ms (8.5-17 ms) on one:
 # the OpenMP region's opening and closing wait for a thread the OS has descheduled (whole 4 ms
 # scheduler ticks here), though the steps themselves never do (vx_plan.c). So the first
-# SOLO_FIRST runs use one thread, and a later run on several threads that is slower than the
-# fastest one-thread run, or than STALL x the fastest multi-thread run, counts as a stall (except
+# SOLO_FIRST runs use one thread, and a later run on several threads that is slower than JITTER x
+# the fastest one-thread run, or than STALL x the fastest multi-thread run, counts as a stall (except
 # the first after one-thread runs, which also wakes the sleeping team: 0.36 -> 0.50 ms): the
 # next runs use one thread, BACKOFF_RUNS[0] of them, doubling while stalls recur (up to
-# BACKOFF_RUNS[1]), halving after a run without one.
+# BACKOFF_RUNS[1]), halving after a run without one. JITTER leaves room for a model that two
+# threads speed up only a little (the int8 person detector: 0.19 -> 0.15 ms, single runs up to
+# 0.20): with 1.0 its ordinary outliers read as stalls and kept it on one thread.
 SOLO_FIRST = 4
 STALL = 3.0
+JITTER = 1.3
 BACKOFF_RUNS = (64, 4096)
 
 
@@ -532,7 +535,7 @@ class VisionPlan:
             self._team_awake = True
             return
         fastest[1] = min(fastest[1], seconds)
-        if seconds > min(fastest[0], STALL * fastest[1]):
+        if seconds > min(JITTER * fastest[0], STALL * fastest[1]):
             self.solo_runs = self._backoff
             self._backoff = min(2 * self._backoff, BACKOFF_RUNS[1])
         else:
