@@ -770,6 +770,10 @@ VX_INLINE void float_avx512_rows4(const int fmt, int64_t K, const uint8_t *w, in
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
         const __m512 xv = _mm512_loadu_ps(x + k);
+        /* f16 rows are short streams (half f32's bytes): ask for the next 4 rows' line at this k
+         * (a 50257x768 GEMV from DRAM: 14.8 -> 27 GB/s at 1 thread; f32 decode is faster without) */
+        if (fmt == VX_F16 && k % 32 == 0)
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(w + (r + 4) * ws + 2 * k), _MM_HINT_T0);
         for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(wload16(fmt, w + r * ws, k, 0xFFFF), xv, acc[r]);
     }
     if (k < K) {
