@@ -168,6 +168,9 @@ def test_linear_f32_packed_gemm(tier, m, n, k):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
     out = np.empty((m, n), np.float32)
     assert K.linear(x, w, out=out) is out and np.array_equal(out, y)
+    # f16 weights take the same packed GEMM, each panel widened to f32 (exact) as it is packed
+    w16 = w.astype(np.float16)
+    np.testing.assert_array_equal(K.linear(x, w16), K.linear(x, w16.astype(np.float32)))
 
 
 def test_results_independent_of_threads():

@@ -243,9 +243,10 @@ def linear(x, w, out=None) -> np.ndarray:
         if np.may_share_memory(out, x2):
             raise KernelError("linear: out must not overlap x")
         y = out.reshape(m, n)
-    if code == _F32 and m >= SGEMM_MIN_ROWS:
-        nbytes = 4 * 32 * k * get_num_threads()  # (threads, K, 32) f32: a packed weight panel each
-        _core.sgemm(wb, k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32))
+    if code in (_F32, _F16) and m >= SGEMM_MIN_ROWS:
+        f16 = code == _F16
+        nbytes = 4 * 32 * k * get_num_threads() * (2 if f16 else 1)  # (threads, K, 32) f32 panels (f16: + rows)
+        _core.sgemm(wb, k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32), f16)
     else:
         nbytes = m * _core.act_row_bytes(code, k)
         _core.gemm(code, wb, k, x2, y, _scratch(nbytes))
@@ -254,8 +255,9 @@ def linear(x, w, out=None) -> np.ndarray:
     return y[0] if vec else y
 
 
-# From this many activation rows on, f32 weights go through the packed register-tiled
-# GEMM (panels of 32 weight rows, 8x32 / 6x16 tiles); fewer rows stream W row by row.
+# From this many activation rows on, f32 and f16 weights go through the packed register-tiled
+# GEMM (panels of 32 weight rows, 8x32 / 6x16 tiles; f16 rows widened to f32 as each panel is
+# packed); fewer rows stream W row by row.
 SGEMM_MIN_ROWS = 16
 
 

@@ -23,28 +23,38 @@ def qgemm_packed_bytes(int64_t K, int64_t n):
 
 
 def sgemm(const uint8_t[:, ::1] w, int64_t K, const float[:, ::1] x, float[:, ::1] y,
-          float[::1] scratch):
-    """y (M, N) = x (M, K) @ W.T for f32 W given as N rows of bytes; each 32-row panel is
-    packed into the thread's scratch (get_num_threads() * 32 * K floats) then multiplied."""
+          float[::1] scratch, bint f16=False):
+    """y (M, N) = x (M, K) @ W.T for f32 (or, f16, IEEE half) W given as N rows of bytes; each
+    32-row panel is packed into the thread's scratch then multiplied. scratch: get_num_threads()
+    * 32 * K floats (f16: twice that, the panel's rows widened to f32 first, exactly)."""
     cdef int64_t M = x.shape[0], N = w.shape[0], ws = w.shape[1]
-    cdef int64_t npan = (N + 31) // 32, per = 32 * K, c, n0, nn
-    cdef const vx_conv_table *t = _tbl.conv
+    cdef int64_t npan = (N + 31) // 32, per = 32 * K * (2 if f16 else 1), c
     if M == 0 or N == 0:
         return
     cdef int nt = _threads_for(M * N * K)
     if nt == 1:
         with nogil:
             for c in range(npan):
-                n0 = 32 * c
-                nn = min(32, N - n0)
-                t.sgemm_pack(K, &w[n0, 0], ws, nn, &scratch[0])
-                t.sgemm(K, &scratch[0], nn, &x[0, 0], K, M, &y[0, n0], N, NULL, 0)
+                _sgemm_panel(&w[0, 0], ws, N, K, c, f16, &x[0, 0], M, &y[0, 0], &scratch[0])
         return
     for c in prange(npan, nogil=True, schedule="dynamic", num_threads=nt):
-        n0 = 32 * c
-        nn = min(32, N - n0)
-        t.sgemm_pack(K, &w[n0, 0], ws, nn, &scratch[threadid() * per])
-        t.sgemm(K, &scratch[threadid() * per], nn, &x[0, 0], K, M, &y[0, n0], N, NULL, 0)
+        _sgemm_panel(&w[0, 0], ws, N, K, c, f16, &x[0, 0], M, &y[0, 0], &scratch[threadid() * per])
+
+
+cdef void _sgemm_panel(const uint8_t *w, int64_t ws, int64_t N, int64_t K, int64_t c, bint f16, const float *x,
+                       int64_t M, float *y, float *scratch) noexcept nogil:
+    """Panel c of sgemm: W rows 32c .. 32c + 31 packed into scratch (f16: widened into its second
+    half first), then y[:, 32c ..] = x @ those rows.T."""
+    cdef int64_t n0 = 32 * c, nn = min(32, N - n0), r
+    cdef const uint8_t *rows = w + n0 * ws
+    cdef int64_t stride = ws
+    if f16:
+        for r in range(nn):
+            _tbl.dequant[VX_F16](K, w + (n0 + r) * ws, scratch + 32 * K + r * K)
+        rows = <const uint8_t *> (scratch + 32 * K)
+        stride = 4 * K
+    _tbl.conv.sgemm_pack(K, rows, stride, nn, scratch)
+    _tbl.conv.sgemm(K, scratch, nn, x, K, M, y + n0, N, NULL, 0)
 
 
 def sgemm_pack(const float[:, ::1] w, float[::1] packed):

@@ -912,7 +912,13 @@ static void dequant_q6_K(int64_t K, const uint8_t *w, float *y) {
 
 static void dequant_f32(int64_t K, const uint8_t *w, float *y) { memcpy(y, w, (size_t)K * 4); }
 static void dequant_f16(int64_t K, const uint8_t *w, float *y) {
-    for (int64_t k = 0; k < K; k++) y[k] = wload(VX_F16, w, k);
+    int64_t k = 0;
+#if defined(VX_AVX512)
+    for (; k + 16 <= K; k += 16) _mm512_storeu_ps(y + k, wload16(VX_F16, w, k, 0xFFFF));
+#elif defined(VX_AVX2)
+    for (; k + 8 <= K; k += 8) _mm256_storeu_ps(y + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * k))));
+#endif
+    for (; k < K; k++) y[k] = wload(VX_F16, w, k);
 }
 
 /* y = x / sqrt(mean(x^2) + eps) * weight, as ggml's rms_norm + mul: squares in float,
