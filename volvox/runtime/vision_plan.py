@@ -14,10 +14,10 @@ items (blocks of 64 output pixels for im2col convs, output rows for depthwise co
 pools) as the per-op kernels, so a plan's outputs equal the per-op executor's bit for bit
 (tests/test_vision_plan.py). A fused depthwise -> 1x1 pair (``dwpw_conv2d`` / ``qdwpw_conv2d``,
 made by the compiler pass ``fuse_depthwise_pointwise``) runs as one DWPW (float32) or QDWPW (int8)
-step: its depthwise output rows pass through per-thread scratch, never the arena. Ops whose fast path is numpy with no C twin
-computing the same bits (sigmoid's tanh, softmax's exp, matmul's BLAS, reduce_mean's pairwise
-sums) run as "islands": their numpy function on arena views between native step ranges. A graph with an
-op, shape or dtype the plan does not lower (see ``LOWER``) keeps the per-op executor:
+step: its depthwise output rows pass through per-thread scratch, never the arena. Ops whose fast
+path is numpy with no C twin computing the same bits (sigmoid's tanh, softmax's exp, matmul's
+BLAS, reduce_mean's pairwise sums) run as "islands": their numpy function on arena views between
+native step ranges. A graph with an op, shape or dtype the plan does not lower (see ``LOWER``) keeps the per-op executor:
 ``PlanHook`` tries once and remembers. A graph with symbolic input dims (a text line's width)
 gets a plan per input shape, the graph's shapes inferred for it; the last PLANS_PER_GRAPH are kept.
 """
