@@ -388,3 +388,25 @@ def test_int8_pairs_need_channels_in_fours_and_gpu_models_skip_the_pass():
     g, w, _ = _dwpw_graph(8, False)
     assert "dwpw_conv2d" in {n.op for n in compile_graph(g, w)[0].nodes}
     assert "dwpw_conv2d" not in {n.op for n in compile_graph(g, w, cpu=False)[0].nodes}
+
+
+# ---------------------------------------------------------------------------- add + activation
+@pytest.mark.parametrize("act,params", [("relu", {}), ("clip", {"min": 0, "max": 6})])
+def test_add_then_relu_is_one_add_n_with_the_same_bits(act, params):
+    """A residual add (or an add chain) read only by a ReLU / ReLU6 becomes one add_n applying it."""
+    x = {n: rng.standard_normal((2, 5, 6)).astype(np.float32) for n in "abc"}
+    nodes = [Node("s1", "add", {"a": "a", "b": "b"}, {"y": "t1"}), Node("s2", "add", {"a": "t1", "b": "c"}, {"y": "t2"}),
+             Node("r", act, {"x": "t2"}, {"y": "out"}, params)]
+    g = graph_of(x, {}, nodes, ["out"])
+    fused, w = compiled(g, {}, ["fuse_add_chains", "fuse_add_activation"])
+    want_act = "relu" if act == "relu" else "relu6"
+    assert [(n.op, n.params.get("activation")) for n in fused.nodes] == [("add_n", want_act)]
+    for reference in (False, True):
+        np.testing.assert_array_equal(outputs(fused, w, x, reference)["out"], outputs(g, {}, x, reference)["out"])
+
+
+def test_add_whose_sum_has_another_reader_keeps_its_relu():
+    x = {n: rng.standard_normal((4, 3)).astype(np.float32) for n in "ab"}
+    nodes = [Node("s", "add", {"a": "a", "b": "b"}, {"y": "t"}), Node("r", "relu", {"x": "t"}, {"y": "out"})]
+    g = graph_of(x, {}, nodes, ["out", "t"])
+    assert [n.op for n in compiled(g, {}, ["fuse_add_activation"])[0].nodes] == ["add", "relu"]

@@ -137,6 +137,8 @@ CASES = [
     Case("add_n_bcast", "add_n", dict(x0=f32(6), x1=f32(1, 6), x2=f32(3, 6), x3=f32(2, 1, 1), x4=f32(2, 3, 6))),
     Case("add_n_int", "add_n", dict(x0=np.arange(6, dtype=np.int32), x1=np.ones(6, np.int32), x2=np.ones(6, np.int32)),
          gpu=False),
+    *[Case(f"add_n_{act}", "add_n", dict(x0=f32(3, 8, lo=-8, hi=8), x1=f32(3, 8, lo=-8, hi=8), x2=f32(1, 8)),
+           params=dict(activation=act)) for act in ("relu", "relu6", "sigmoid")],
 ]
 
 

@@ -278,13 +278,17 @@ def _check_add_n(specs, params):
 
 def _lower_add_n(c: Call) -> list[Dispatch]:
     """((x0 + x1) + x2) + ...: the first add writes y at its full (broadcast) shape, each later one adds
-    in place, so the sums run in add_n's order."""
+    in place, so the sums run in add_n's order; then its activation (if any) over y in place."""
     xs = [p for p in (f"x{i}" for i in range(len(c.shapes))) if p in c.shapes]
-    return ([binary_dispatch("add", xs[0], xs[1], "y", c.shapes)]
+    adds = ([binary_dispatch("add", xs[0], xs[1], "y", c.shapes)]
             + [binary_dispatch("add", None, x, "y", c.shapes) for x in xs[2:]])
+    if "activation" not in c.params:
+        return adds
+    act = FUSED_ACTIVATIONS[c.params["activation"]]
+    return adds + [unary_dispatch(act.op, act.params, None, "y", math.prod(c.shapes["y"]))]
 
 
-_register("add_n", Lowering(("binary",), _lower_add_n, _check_add_n))
+_register("add_n", Lowering(("binary", "unary"), _lower_add_n, _check_add_n))
 
 
 # -- sequence ops -----------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from ..errors import UnsupportedError
 from ..graph import Graph
 from .elide import elide_noop_reshapes
 from .fold_affine import fold_conv_input_affine, fold_conv_output_affine
-from .fuse_activation import fuse_concat_activation, fuse_conv_activation, fuse_linear_activation
+from .fuse_activation import (fuse_add_activation, fuse_concat_activation, fuse_conv_activation,
+                              fuse_linear_activation)
 from .fuse_add import fold_linear_bias, fuse_add_chains
 from .fuse_conv import fuse_depthwise_pointwise
 from .fuse_linear import fuse_swiglu, merge_sibling_linears
@@ -28,7 +29,8 @@ Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 # them); depthwise -> 1x1 pairs after conv activations (each conv keeps its own); swiglu before
 # sibling merging (it takes the gate/up pairs first); biases into their
 # linears before activations are folded (linear + bias + act -> one node) and before add chains
-# (a bias add is not a chain link); prepacking last, over the weights every other pass made.
+# (a bias add is not a chain link); activations into adds after the chains (the last sum takes
+# it); prepacking last, over the weights every other pass made.
 PASSES: dict[str, Pass] = {
     "elide_noop_reshapes": elide_noop_reshapes,
     "recognize_hard_swish": recognize_hard_swish,
@@ -42,10 +44,12 @@ PASSES: dict[str, Pass] = {
     "fuse_linear_activation": fuse_linear_activation,
     "fuse_concat_activation": fuse_concat_activation,
     "fuse_add_chains": fuse_add_chains,
+    "fuse_add_activation": fuse_add_activation,
     "prepack_weights": prepack_weights,
 }
 
-# Every other pass serves the GPU backends too: the fused ops (linear_act, concat_act, add_n) lower
+# Every other pass serves the GPU backends too: the fused ops (linear_act, concat_act, add_n with
+# or without an activation) lower
 # on each of them (volvox/_gpu/lowering.py) with no more dispatches and fewer intermediate buffers
 # than the nodes they replace. These make ops only the CPU runs, so a GPU model skips them:
 CPU_ONLY = ("fuse_depthwise_pointwise",)

@@ -57,6 +57,18 @@ def fuse_linear_activation(graph: Graph, weights: dict) -> tuple[Graph, dict]:
     return fold_activations(graph, fold), weights
 
 
+def fuse_add_activation(graph: Graph, weights: dict) -> tuple[Graph, dict]:
+    """add / add_n (float32) -> activation (a residual block's ReLU) becomes one add_n with
+    ``activation`` set, applied to the sum in its own buffer."""
+    def fold(add: Node, kind: str, g: Graph) -> Node | None:
+        if add.op not in ("add", "add_n") or "activation" in add.params or \
+                g.specs[add.outputs["y"]].dtype != "float32":
+            return None
+        inputs = {"x0": add.inputs["a"], "x1": add.inputs["b"]} if add.op == "add" else dict(add.inputs)
+        return Node(add.id, "add_n", inputs, dict(add.outputs), {**add.params, "activation": kind})
+    return fold_activations(graph, fold), weights
+
+
 def fuse_concat_activation(graph: Graph, weights: dict) -> tuple[Graph, dict]:
     """concat -> activation (e.g. a detection head's sigmoid) becomes one concat_act, which writes
     each input's activation straight into its slice of the output."""

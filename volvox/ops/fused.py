@@ -135,12 +135,16 @@ def concat_act_fast(ctx, p, *xs):
 def _add_n_infer(specs, params):
     parts = list(specs.values())
     expect(all(s.dtype == parts[0].dtype for s in parts), f"dtypes differ: {', '.join(s.describe() for s in parts)}")
+    if "activation" in params:  # folded by fuse_add_activation: float32 only, as every fused activation
+        expect_fused_activation(params)
+        expect(parts[0].dtype == "float32", f"an activation needs float32 inputs, got {parts[0].describe()}")
     return {"y": (reduce(broadcast_shape, (s.shape for s in parts)), parts[0].dtype)}
 
 
 def add_n_ref(ctx, p, *xs):
-    """((x0 + x1) + x2) + ...: the chain of adds it replaces, in the same order."""
-    return reduce(lambda a, b: add_ref(ctx, p, a, b), [x for x in xs if x is not None])
+    """((x0 + x1) + x2) + ...: the chain of adds it replaces, in the same order (then its activation)."""
+    y = reduce(lambda a, b: add_ref(ctx, p, a, b), [x for x in xs if x is not None])
+    return activation_ref(p["activation"], y) if "activation" in p else y
 
 
 def add_n_fast(ctx, p, *xs):
@@ -158,7 +162,7 @@ def add_n_into(ctx, p, out, *xs):
     np.add(xs[0], xs[1], out=out)
     for x in xs[2:]:
         np.add(out, x, out=out)
-    return out
+    return FUSED_ACTIVATIONS[p["activation"]].into(out, out) if "activation" in p else out
 
 
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),

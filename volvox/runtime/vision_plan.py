@@ -210,7 +210,7 @@ class VisionPlan:
         return 1 if items >= want else min(-(-cout // 32), -(-want // items))
 
     def _act(self, node) -> int:
-        """VX_ACT_* of a float32 conv's fused activation, else Unsupported."""
+        """VX_ACT_* of a float32 conv's (or add_n's) fused activation, else Unsupported."""
         act = node.params.get("activation", "none")
         self._need(node, act in _ACT, f"activation {act!r}")
         return _ACT[act]
@@ -386,7 +386,8 @@ class VisionPlan:
 
     def _binary(self, node) -> None:
         """add / mul / sub / div (the second operand may broadcast over a block of axes; add and
-        mul swap a broadcast first operand) and add_n, left to right in place."""
+        mul swap a broadcast first operand) and add_n, left to right in place, its ReLU / ReLU6
+        (fuse_add_activation) applied by the last step as it writes."""
         ports = ("a", "b") if node.op in _core.BINARY_OPS else tuple(p for p in node.inputs)
         xs, y = [self._in(node, p) for p in ports], self._y(node)
         self._need(node, y.dtype == np.float32 and all(x.dtype == np.float32 for x in xs), "dtype")
@@ -395,10 +396,12 @@ class VisionPlan:
             a, b = b, a
         self._need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
         nb, div = self._broadcast(node, b.shape, y.shape)
-        self.steps.add(_KIND["binary"], flag=_core.BINARY_OPS.get(node.op, 0), sizes=(y.size, nb, div), a=_addr(a),
-                       b=_addr(b), y=_addr(y))
-        for x in xs[2:]:  # add_n: left to right, in place
-            self.steps.add(_KIND["binary"], sizes=(y.size,), a=_addr(y), b=_addr(x), y=_addr(y))
+        act = self._act(node)
+        self.steps.add(_KIND["binary"], flag=_core.BINARY_OPS.get(node.op, 0),
+                       sizes=(y.size, nb, div, 0 if xs[2:] else act), a=_addr(a), b=_addr(b), y=_addr(y))
+        for k, x in enumerate(xs[2:], 3):  # add_n: left to right, in place
+            self.steps.add(_KIND["binary"], sizes=(y.size, 0, 1, act if k == len(xs) else 0), a=_addr(y), b=_addr(x),
+                           y=_addr(y))
 
     def _broadcast(self, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
         """(nb, div) of a binary step: element i of y reads b[(i // div) % nb] (nb 0: b[i])."""

@@ -375,6 +375,12 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_BINARY: {
         const int64_t i0 = item * VX_ELEM_CHUNK, i1 = i0 + VX_ELEM_CHUNK < s->n[0] ? i0 + VX_ELEM_CHUNK : s->n[0];
         binary_f32(s->flag, i0, i1, (const float *)s->a, (const float *)s->b, s->n[1], s->n[2], s->y);
+        float *y = s->y;                                             /* locals: y's stores alias *s */
+        const int64_t act = s->n[3];                                 /* a fused ReLU / ReLU6 over the */
+        if (act != VX_ACT_NONE)                                      /* chunk just written (in L1) */
+            for (int64_t i = i0; i < i1; i++) y[i] = np_maximum(y[i], 0.0f);
+        if (act == VX_ACT_RELU6)
+            for (int64_t i = i0; i < i1; i++) y[i] = y[i] > 6.0f ? 6.0f : y[i];  /* NaN stays, as np.clip */
         break;
     }
     case VX_STEP_UNARY: {

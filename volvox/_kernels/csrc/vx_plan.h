@@ -110,7 +110,8 @@ typedef struct {
  *              n[5] scratch floats per thread, f[0] scale, scratch: (threads, n[5]) floats
  *   SWIGLU     a x, n[0] F, flag gated
  *   BINARY     y = a op b, flag VX_BIN_*; n[0] count; b broadcast: b[(i / n[2]) % n[1]] (n[1] 0: b[i];
- *              per channel: n[2] 1, n[1] C; per row: n[2] row length, n[1] rows)
+ *              per channel: n[2] 1, n[1] C; per row: n[2] row length, n[1] rows); n[3] VX_ACT_* applied
+ *              after (a fused ReLU / ReLU6: numpy's maximum, then min with 6)
  *   LAYER_NORM a x, b weight, c bias or NULL, n[0] D, f[0] eps
  *   GELU       a x, n[0] count, flag tanh approximation
  *   CONV_F32   a x, b packed (sgemm_pack), c bias or NULL, p window, scratch (threads, per_thread) floats;
