@@ -13,15 +13,6 @@ from volvox.ops.conv import conv2d_ref
 from volvox.ops.quantized import qconv2d_ref, quantize_multiplier
 
 rng = np.random.default_rng(2026)
-TIERS = K.available_isas()
-
-
-@pytest.fixture(params=TIERS)
-def tier(request):
-    before = K.isa()
-    K._set_isa_for_testing(request.param)
-    yield request.param
-    K._set_isa_for_testing(before)
 
 
 # (x shape, (cout, kh, kw), groups, strides, dilations, pads [top, left, bottom, right])

@@ -122,14 +122,6 @@ def q4_1_offset_correction(x, w):
     return ds @ mins.astype(np.float64).T
 
 
-@pytest.fixture(params=TIERS)
-def tier(request):
-    before = K.isa()
-    K._set_isa_for_testing(request.param)
-    yield request.param
-    K._set_isa_for_testing(before)
-
-
 def test_tiers_detected():
     assert TIERS and TIERS[0] == "generic"
     assert K.isa() == TIERS[-1]  # the best one by default

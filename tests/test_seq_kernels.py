@@ -17,16 +17,6 @@ from volvox.runtime.batch import BatchContext
 from volvox.runtime.executor import RunContext
 from volvox.runtime.kv_cache import KVCache
 
-TIERS = K.available_isas()
-
-
-@pytest.fixture(params=TIERS)
-def tier(request):
-    before = K.isa()
-    K._set_isa_for_testing(request.param)
-    yield request.param
-    K._set_isa_for_testing(before)
-
 
 def run_attention(fn, rng, nh, nkv, hd, chunks, window=0):
     """Feed `chunks` (new rows per call) through fn with a fresh KV cache; all outputs."""

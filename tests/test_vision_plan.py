@@ -162,6 +162,12 @@ def float_graph() -> Model:
     return m.model([out, cat])
 
 
+def reference_model(model: Model) -> Model:
+    """``model``'s compiled graph and weights run by the numpy references (no plan)."""
+    weights = {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}
+    return Model(model.graph, weights, {}, "synthetic", reference=True, optimize=False)
+
+
 def int8_graph() -> Model:
     """Every int8 step kind: quantize, dense / depthwise / 1x1 qconv with requantization and a
     clamp, average pool, reshape, qlinear, qsoftmax, dequantize."""
@@ -232,8 +238,7 @@ def test_symbolic_width_plans_are_the_per_op_executor(widths, threads):
 
 def test_sequence_graph_plan_is_close_to_the_reference():
     model = sequence_graph("W")
-    ref = Model(model.graph, {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}, {},
-                "synthetic", reference=True, optimize=False)
+    ref = reference_model(model)
     x = rng.standard_normal((1, 6, 4, 40)).astype(np.float32)
     native, oracle = model.run({"x": x}), ref.run({"x": x})
     assert model._plan.plan is not None
@@ -255,8 +260,7 @@ def test_synthetic_graph_plan_is_the_per_op_executor(make, threads):
 
 def test_int8_graph_plan_is_the_reference():
     model = int8_graph()
-    ref = Model(model.graph, {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}, {},
-                "synthetic", reference=True, optimize=False)
+    ref = reference_model(model)
     x = rng.standard_normal((1, 17, 15, 3)).astype(np.float32)
     native, oracle = model.run({"x": x}), ref.run({"x": x})
     assert all(same_bits(native[n], oracle[n]) for n in oracle)
@@ -265,8 +269,7 @@ def test_int8_graph_plan_is_the_reference():
 
 def test_float_graph_plan_is_close_to_the_reference():
     model = float_graph()
-    ref = Model(model.graph, {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}, {},
-                "synthetic", reference=True, optimize=False)
+    ref = reference_model(model)
     x = rng.standard_normal((1, 21, 19, 5)).astype(np.float32)
     native, oracle = model.run({"x": x}), ref.run({"x": x})
     for n in oracle:

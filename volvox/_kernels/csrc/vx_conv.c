@@ -364,25 +364,14 @@ VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
     return _mm512_min_epi32(_mm512_max_epi32(q, p->lo), p->hi);
 }
 
-/* The requantized channels of pixels i .. i + 16 / nr - 1 (nr channels each: acc rows of
- * VX_QG_NR int32, outputs ldy bytes apart) through one prepared rq16. */
+/* The requantized channels of pixels i .. i + 16 / nr - 1 (nr = 1, 2 or 4 channels each: acc
+ * rows of VX_QG_NR int32, outputs ldy bytes apart) through one prepared rq16 (8 channels: qg_pairs). */
 VX_INLINE void requant_tiled(int32_t acc[][VX_QG_NR], int nr, const rq16 *t, int8_t *y, int64_t ldy) {
-    __m512i a;
-    if (nr == 8) {
-        a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)acc[0])),
-                               _mm256_loadu_si256((const __m256i *)acc[1]), 1);
-    } else {  /* lane l: acc[l / nr][l % nr] */
-        const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-        const __m512i row = _mm512_srli_epi32(lane, __builtin_ctz((unsigned)nr));
-        const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(row, 5), _mm512_and_si512(lane, _mm512_set1_epi32(nr - 1)));
-        a = _mm512_i32gather_epi32(idx, (const void *)acc[0], 4);
-    }
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i row = _mm512_srli_epi32(lane, __builtin_ctz((unsigned)nr));
+    const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(row, 5), _mm512_and_si512(lane, _mm512_set1_epi32(nr - 1)));
+    const __m512i a = _mm512_i32gather_epi32(idx, (const void *)acc[0], 4);  /* lane l: acc[l / nr][l % nr] */
     const __m128i q = _mm512_cvtepi32_epi8(rq16_apply(t, a));
-    if (nr == 8) {
-        _mm_storel_epi64((__m128i *)y, q);
-        _mm_storel_epi64((__m128i *)(y + ldy), _mm_unpackhi_epi64(q, q));
-        return;
-    }
     int8_t out[16];
     _mm_storeu_si128((__m128i *)out, q);
     for (int g = 0; g < 16 / nr; g++) memcpy(y + g * ldy, out + g * nr, (size_t)nr);
@@ -751,7 +740,8 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
 #if defined(VX_AVX512)
         /* |acc| <= K4 * 255 * 128 (u8 times int8); with wsum the correction is outside that bound */
         const int64_t bound = K4 * 255 * 128;
-        const int tile = nr <= 8 && 16 % nr == 0;  /* few channels: 16 / nr pixels per requantization */
+        /* few channels: 16 / nr pixels per requantization (exactly 8: a doubled panel, qg_pairs) */
+        const int tile = nr <= QG_PAIR_NR && 16 % nr == 0;
         rq16 half[2];
         const int fast = !wsum && rq16_prepare(rq, p0, nr < 16 ? nr : 16, tile ? nr : 16, bound, &half[0]) &&
                          (nr <= 16 || rq16_prepare(rq, p0 + 16, nr - 16, 16, bound, &half[1]));
