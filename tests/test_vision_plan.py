@@ -3,6 +3,11 @@ per-op executor's outputs bit for bit, for the real models and for small graphs 
 vision step kind, at 1 and 2 threads; graphs it does not lower keep the per-op executor. Also
 the C fast paths of the small int8 ops against their numpy references (TFLite's arithmetic)."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -438,6 +443,30 @@ def test_stalled_multi_thread_runs_back_off_to_one_thread():
     assert plan.solo_runs == 2 * BACKOFF_RUNS[0]
     plan.pace(1, 1e-3)
     assert plan.solo_runs == 2 * BACKOFF_RUNS[0] - 1
+
+
+def test_a_team_smaller_than_asked_runs_every_item():
+    """Each thread of a step runner first takes its own share of a step's items, then the rest
+    of the others' shares (vx_plan.c): when OpenMP gives the region fewer threads than asked
+    (here OMP_THREAD_LIMIT=1 under 3 kernel threads), the threads that came run the missing
+    ones' shares, and the outputs are still the per-op executor's (a lost share would hang the
+    next step's wait, or leave outputs unwritten)."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from volvox import kernels
+        import test_vision_plan as t
+        kernels.set_num_threads(3)
+        for make in (t.float_graph, t.int8_graph, lambda: t.dwpw_graph(1, True), lambda: t.qdwpw_graph(1)):
+            model = make()
+            x = t.rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
+            native, per_op = t.plan_and_per_op(model, {"x": x})
+            assert model._plan.plan is not None
+            assert all(t.same_bits(native[n], per_op[n]) for n in per_op), make
+        print("every item ran")
+    """)
+    env = dict(os.environ, OMP_THREAD_LIMIT="1", PYTHONPATH=os.path.dirname(__file__))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "every item ran" in done.stdout, done.stderr
 
 
 def test_plan_checks_feeds_like_the_executor():

@@ -4,7 +4,7 @@
 # alive; this class trusts the addresses it is given.
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
-from libc.stdint cimport int32_t, uintptr_t
+from libc.stdint cimport int32_t, uint64_t, uintptr_t
 
 
 cdef extern from "vx_plan.h" nogil:
@@ -46,6 +46,7 @@ cdef extern from "vx_plan.h" nogil:
         VX_BIN_SUB
         VX_BIN_DIV
         VX_CONV_PIXELS
+        VX_TEAM_MAX
     ctypedef struct vx_pointwise:
         const void *packed
         const float *bias
@@ -70,13 +71,14 @@ cdef extern from "vx_plan.h" nogil:
         void *scratch
         const vx_window *p
     ctypedef struct vx_step_sync:
-        int64_t claimed, done
+        uint64_t *rows
+        int64_t stride
     ctypedef struct vx_step_input:
         int64_t token, pos, capacity
         float *const *k_cache
         float *const *v_cache
     void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *inp,
-                      int nthreads, vx_step_sync *sync, double *times)
+                      int nthreads, const vx_step_sync *sync, int64_t first, double *times)
     void vx_dequantize_i8(int64_t n, const int8_t *x, float scale, int32_t zp, float *y)
     void vx_qavg_pool_row(const vx_window *w, const int8_t *x, int64_t item, int8_t *y)
     void vx_qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out_scale, int32_t zp_out,
@@ -105,7 +107,8 @@ cdef class StepPlan:
     """A fixed array of kernel steps plus the KV cache they read; see csrc/vx_plan.h."""
     cdef vx_step *steps
     cdef vx_window *windows  # one per step (window steps point at theirs)
-    cdef vx_step_sync *sync
+    cdef vx_step_sync sync
+    cdef void *sync_block  # sync.rows' allocation (rows start at its first cache line)
     cdef int64_t n, cap, layers
     cdef float **k_cache
     cdef float **v_cache
@@ -113,11 +116,13 @@ cdef class StepPlan:
 
     def __cinit__(self, int64_t max_steps, int64_t layers):
         self.steps = <vx_step *> calloc(max(max_steps, 1), sizeof(vx_step))
-        self.sync = <vx_step_sync *> calloc(max(max_steps, 1), sizeof(vx_step_sync))
+        self.sync.stride = (2 * max(max_steps, 1) + 7) // 8 * 8
+        self.sync_block = calloc(VX_TEAM_MAX * self.sync.stride + 8, sizeof(uint64_t))
+        self.sync.rows = <uint64_t *> ((<uintptr_t> self.sync_block + 63) // 64 * 64)
         self.windows = <vx_window *> calloc(max(max_steps, 1), sizeof(vx_window))
         self.k_cache = <float **> calloc(max(layers, 1), sizeof(float *))
         self.v_cache = <float **> calloc(max(layers, 1), sizeof(float *))
-        if self.steps == NULL or self.sync == NULL or self.windows == NULL or self.k_cache == NULL or self.v_cache == NULL:
+        if self.steps == NULL or self.sync_block == NULL or self.windows == NULL or self.k_cache == NULL or self.v_cache == NULL:
             raise MemoryError("step plan")
         self.cap = max_steps
         self.layers = layers
@@ -125,7 +130,7 @@ cdef class StepPlan:
 
     def __dealloc__(self):
         free(self.steps)
-        free(self.sync)
+        free(self.sync_block)
         free(self.windows)
         free(self.k_cache)
         free(self.v_cache)
@@ -184,7 +189,7 @@ cdef class StepPlan:
             raise ValueError("step range")
         cdef double *tp = NULL if times is None else &times[start]
         with nogil:
-            vx_run_steps(_tbl, self.steps + start, stop - start, &inp, nt, self.sync + start, tp)
+            vx_run_steps(_tbl, self.steps + start, stop - start, &inp, nt, &self.sync, start, tp)
 
     def bind_cache(self, list keys, list values, int64_t capacity):
         """Per-layer addresses of the KV cache arrays, each (n_kv_heads, capacity, head_dim)."""
@@ -201,7 +206,7 @@ cdef class StepPlan:
         inp.k_cache, inp.v_cache = self.k_cache, self.v_cache
         cdef double *tp = NULL if times is None else &times[0]
         with nogil:
-            vx_run_steps(_tbl, self.steps, self.n, &inp, _nthreads, self.sync, tp)
+            vx_run_steps(_tbl, self.steps, self.n, &inp, _nthreads, &self.sync, 0, tp)
 
 
 cdef vx_requant _requant_of(tuple r):

@@ -1,11 +1,13 @@
 /* volvox step plans (vx_plan.h): one OpenMP parallel region per forward pass, work
- * items claimed with atomic counters, no barriers between steps.
+ * items claimed from per-thread ranges, no barriers between steps.
  *
  * Every thread walks the same step array. For step i it claims items until none are
- * left; before running its first item it waits until step i-1 is done (all of its items
- * finished: by induction every earlier step is then done too). A thread that arrives
- * late (descheduled, or still busy with its last item) finds the items taken and moves
- * on. Compiled once (not per ISA tier): the tier's tiles come in through the vx_table.
+ * left: first its own contiguous share of the step's items (the same image rows as its
+ * share of the step before, still in its core's cache), then the last items of other
+ * threads' shares. Before running its first item it waits until step i-1 is done (all of
+ * its items finished: by induction every earlier step is then done too). A thread that
+ * arrives late (descheduled, or still busy with its last item) finds its share taken by
+ * the others and moves on. Compiled once (not per ISA tier): the tier's tiles come in through the vx_table.
  */
 #include <math.h>
 #include <stdint.h>
@@ -52,13 +54,13 @@ static int64_t gather_rows_per_item(const vx_step *s) {
     return last >= VX_COPY_BYTES ? 1 : VX_COPY_BYTES / (last > 0 ? last : 1);
 }
 
-/* Output-channel parts per pixel block (or row band) of a conv step (one on a one-thread team:
- * nothing to balance), and part `part`'s channels [*c0, *c1) of cout: whole 32-channel panels
- * (VX_SG_NR = VX_QG_NR), the last part the rest. Called inside the team's region. */
-static int64_t conv_parts(const vx_window *w) { return w->cparts > 1 && omp_get_num_threads() > 1 ? w->cparts : 1; }
+/* Output-channel parts per pixel block (or row band) of a conv step run by a team of `team`
+ * threads (one on a one-thread team: nothing to balance), and part `part`'s channels [*c0, *c1)
+ * of cout: whole 32-channel panels (VX_SG_NR = VX_QG_NR), the last part the rest. */
+static int64_t conv_parts(const vx_window *w, int team) { return w->cparts > 1 && team > 1 ? w->cparts : 1; }
 
-static void conv_part(const vx_window *w, int64_t cout, int64_t part, int64_t *c0, int64_t *c1) {
-    const int64_t panels = (cout + 31) / 32, per = (panels + conv_parts(w) - 1) / conv_parts(w);
+static void conv_part(const vx_window *w, int team, int64_t cout, int64_t part, int64_t *c0, int64_t *c1) {
+    const int64_t parts = conv_parts(w, team), panels = (cout + 31) / 32, per = (panels + parts - 1) / parts;
     *c0 = part * per * 32 < cout ? part * per * 32 : cout;
     *c1 = (part + 1) * per * 32 < cout ? (part + 1) * per * 32 : cout;
 }
@@ -72,8 +74,8 @@ static vx_requant rq_from(const vx_requant *rq, int64_t c0) {
     return r;
 }
 
-/* Work items of a step. */
-static int64_t step_items(const vx_step *s) {
+/* Work items of a step run by a team of `team` threads. */
+static int64_t step_items(const vx_step *s, int team) {
     switch (s->kind) {
     case VX_STEP_LINEAR:
         return (s->n[1] + VX_LINEAR_CHUNK - 1) / VX_LINEAR_CHUNK;
@@ -81,11 +83,11 @@ static int64_t step_items(const vx_step *s) {
         return s->n[0];
     case VX_STEP_CONV_F32:
     case VX_STEP_QCONV:
-        return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS * conv_parts(s->p);
+        return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS * conv_parts(s->p, team);
     case VX_STEP_QDWPW:  /* bands of ldc rows, each in cparts */
-        return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc * conv_parts(s->p);
+        return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc * conv_parts(s->p, team);
     case VX_STEP_DWPW_F32:
-        return s->p->s.n * s->p->s.oh * conv_parts(s->p);
+        return s->p->s.n * s->p->s.oh * conv_parts(s->p, team);
     case VX_STEP_DWCONV_F32:
     case VX_STEP_QDWCONV:
     case VX_STEP_QAVG_POOL:
@@ -317,7 +319,7 @@ void vx_global_avg(int64_t HW, int64_t C, const float *x, float *y) {
     }
 }
 
-static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *in, int64_t item) {
+static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *in, int team, int64_t item) {
     switch (s->kind) {
     case VX_STEP_EMBED:
         t->dequant[s->wtype](s->n[0], (const uint8_t *)s->a + (s->flag ? in->pos : in->token) * s->n[1], s->y);
@@ -404,11 +406,11 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         break;
     case VX_STEP_CONV_F32: {
         const vx_window *w = s->p;
-        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w) * VX_CONV_PIXELS;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w, team) * VX_CONV_PIXELS;
         const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
         const int64_t KK = w->s.kh * w->s.kw * w->s.c;
         int64_t c0, c1;
-        conv_part(w, w->cout, item % conv_parts(w), &c0, &c1);
+        conv_part(w, team, w->cout, item % conv_parts(w, team), &c0, &c1);
         const float *rows = (const float *)s->a + p0 * KK;           /* 1x1 direct: the input rows */
         if (w->ldc != 0) {
             float *cols = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, KK) */
@@ -429,9 +431,9 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_DWPW_F32: {
         const vx_window *w = s->p;
         const vx_conv_shape *g = &w->s;
-        const int64_t r = item / conv_parts(w);                      /* the depthwise output row */
+        const int64_t r = item / conv_parts(w, team);                      /* the depthwise output row */
         int64_t c0, c1;                                              /* the 1x1 conv's channels */
-        conv_part(w, w->pw.cout, item % conv_parts(w), &c0, &c1);
+        conv_part(w, team, w->pw.cout, item % conv_parts(w, team), &c0, &c1);
         float *row = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (ow, C) */
         t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, w->act, r, row);
         t->conv->sgemm(g->c, (const float *)w->pw.packed + c0 * g->c, c1 - c0, row, g->c, g->ow,
@@ -441,9 +443,9 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_QDWPW: {
         const vx_window *w = s->p;
         const vx_conv_shape *g = &w->s;
-        const int64_t r0 = item / conv_parts(w) * w->ldc, rows = g->n * g->oh - r0 < w->ldc ? g->n * g->oh - r0 : w->ldc;
+        const int64_t r0 = item / conv_parts(w, team) * w->ldc, rows = g->n * g->oh - r0 < w->ldc ? g->n * g->oh - r0 : w->ldc;
         int64_t c0, c1;                                              /* the 1x1 conv's channels */
-        conv_part(w, w->pw.cout, item % conv_parts(w), &c0, &c1);
+        conv_part(w, team, w->pw.cout, item % conv_parts(w, team), &c0, &c1);
         int8_t *band = (int8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (rows*ow, C) */
         for (int64_t r = 0; r < rows; r++)
             t->conv->qdwconv(g, (const int8_t *)s->a, (const int16_t *)s->b, &w->rq, r0 + r, band + r * g->ow * g->c);
@@ -457,10 +459,10 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     }
     case VX_STEP_QCONV: {
         const vx_window *w = s->p;
-        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w) * VX_CONV_PIXELS;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w, team) * VX_CONV_PIXELS;
         const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
         int64_t c0, c1;
-        conv_part(w, w->cout, item % conv_parts(w), &c0, &c1);
+        conv_part(w, team, w->cout, item % conv_parts(w, team), &c0, &c1);
         uint8_t *cols = (uint8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, ldc) */
         t->conv->im2col_u8(&w->s, (const int8_t *)s->a, p0, np, (uint8_t)(w->rq.zp_in + 128), cols, w->ldc);
         const vx_requant rq = rq_from(&w->rq, c0);
@@ -521,10 +523,36 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     }
 }
 
-/* Waits until every item of the step behind `sync` is done. */
-static void wait_done(vx_step_sync *sync, int64_t items) {
+/* Thread t's counters of step i. */
+static uint64_t *counters(const vx_step_sync *sync, int t, int64_t i) { return sync->rows + t * sync->stride + 2 * i; }
+
+/* Claims an item of a step whose counters are slot 2i of every row: thread `me` takes its own
+ * range's first item, else (its range used up) the last unstarted item of another thread's
+ * range. Contiguous ranges keep a thread on the same image rows step after step, in its own
+ * cache; stealing from the far end keeps a late or slow owner's next items. -1: none left. */
+static int64_t claim(const vx_step_sync *sync, int64_t i, int me, int team) {
+    for (int k = 0; k < team; k++) {
+        const int t = (me + k) % team;
+        uint64_t *slot = counters(sync, t, i);
+        uint64_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+        for (;;) {
+            const uint64_t lo = v & 0xffffffffu, hi = v >> 32;
+            if (lo >= hi) break;
+            const uint64_t next = t == me ? v + 1 : ((hi - 1) << 32) | lo;
+            if (__atomic_compare_exchange_n(slot, &v, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                return (int64_t)(t == me ? lo : hi - 1);
+        }
+    }
+    return -1;
+}
+
+/* Waits until `items` items of step i are finished (summed over the team's rows). */
+static void wait_done(const vx_step_sync *sync, int64_t i, int team, int64_t items) {
     int spins = 0;
-    while (__atomic_load_n(&sync->done, __ATOMIC_ACQUIRE) < items) {
+    for (;;) {
+        int64_t done = 0;
+        for (int t = 0; t < team; t++) done += (int64_t)__atomic_load_n(counters(sync, t, i) + 1, __ATOMIC_ACQUIRE);
+        if (done >= items) return;
         if (++spins < VX_SPINS_BEFORE_YIELD) {
             VX_CPU_RELAX();
         } else {
@@ -535,27 +563,38 @@ static void wait_done(vx_step_sync *sync, int64_t items) {
 }
 
 void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *in,
-                  int nthreads, vx_step_sync *sync, double *times) {
-    memset(sync, 0, (size_t)n * sizeof(vx_step_sync));
-#pragma omp parallel num_threads(nthreads)
+                  int nthreads, const vx_step_sync *sync, int64_t first, double *times) {
+    const int team = nthreads < 1 ? 1 : nthreads > VX_TEAM_MAX ? VX_TEAM_MAX : nthreads;
+    vx_step_sync at = *sync;                                  /* counters of steps[0] on */
+    at.rows += 2 * first;
+    for (int64_t i = 0; i < n; i++) {                         /* thread r's share: [r*items/team, ..) */
+        const int64_t items = step_items(&steps[i], team);
+        for (int r = 0; r < team; r++) {
+            uint64_t *c = counters(&at, r, i);
+            c[0] = (uint64_t)((r + 1) * items / team) << 32 | (uint64_t)(r * items / team);
+            c[1] = 0;
+        }
+    }
+#pragma omp parallel num_threads(team)
     {
+        const int me = omp_get_thread_num() < team ? omp_get_thread_num() : 0;
         const int timer = times != NULL && omp_get_thread_num() == 0;
         double t0 = timer ? now_seconds() : 0.0;
         for (int64_t i = 0; i < n; i++) {
             const vx_step *s = &steps[i];
-            const int64_t items = step_items(s);
             int ready = i == 0;
             int64_t item;
-            while ((item = __atomic_fetch_add(&sync[i].claimed, 1, __ATOMIC_RELAXED)) < items) {
+            while ((item = claim(&at, i, me, team)) >= 0) {
                 if (!ready) {
-                    wait_done(&sync[i - 1], step_items(&steps[i - 1]));
+                    wait_done(&at, i - 1, team, step_items(&steps[i - 1], team));
                     ready = 1;
                 }
-                run_item(t, s, in, item);
-                __atomic_fetch_add(&sync[i].done, 1, __ATOMIC_RELEASE);
+                run_item(t, s, in, team, item);
+                uint64_t *done = counters(&at, me, i) + 1;            /* only thread me writes it */
+                __atomic_store_n(done, *done + 1, __ATOMIC_RELEASE);
             }
             if (timer) {
-                wait_done(&sync[i], items);
+                wait_done(&at, i, team, step_items(s, team));
                 const double t1 = now_seconds();
                 times[i] = t1 - t0;
                 t0 = t1;

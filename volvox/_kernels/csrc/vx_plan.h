@@ -172,16 +172,23 @@ typedef struct {
     float *const *v_cache;
 } vx_step_input;
 
-/* Per-step work counters, one cache line each (the runner zeroes them). */
+/* Threads a step runner splits work among (a larger team is capped to it). */
+#define VX_TEAM_MAX 64
+
+/* Work counters of a run: row t (thread t's, `stride` uint64s from row t-1, whole cache lines)
+ * holds for step i slot 2i: the items thread t has not yet started, [lo, hi) packed as
+ * hi << 32 | lo (its owner takes lo, a thread out of work takes hi - 1), and slot 2i + 1: the
+ * items thread t has finished. The runner fills rows 0 .. nthreads-1 before its region. */
 typedef struct {
-    int64_t claimed, done;
-    char pad_[48];
+    uint64_t *rows;  /* (VX_TEAM_MAX, stride) */
+    int64_t stride;  /* >= 2 * steps, a multiple of 8 */
 } vx_step_sync;
 
-/* Runs steps[0..n) on `nthreads` threads; sync: n counters. times: NULL, or n doubles
- * that receive each step's wall seconds (thread 0 then waits for each step to finish). */
+/* Runs steps[0..n) on `nthreads` threads; sync: counters for at least `first + n` steps, of
+ * which steps[0..n) use those of first .. first+n-1. times: NULL, or n doubles that receive
+ * each step's wall seconds (thread 0 then waits for each step to finish). */
 void vx_run_steps(const vx_table *t, const vx_step *steps, int64_t n, const vx_step_input *in,
-                  int nthreads, vx_step_sync *sync, double *times);
+                  int nthreads, const vx_step_sync *sync, int64_t first, double *times);
 
 /* Small int8 / pooling kernels (vx_plan.c), shared by the steps above and the per-op fast
  * paths, each bit-identical to ops/quantized.py's / ops/pool.py's numpy references (the
