@@ -384,6 +384,31 @@ def test_small_maps_split_output_channels_across_threads(threads):
     assert same_bits(native[c], per_op[c])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_maps_of_a_few_blocks_split_into_tile_blocks(dtype, threads):
+    """A 14x14 map is 3 blocks of 64 pixels and one of 4: on 2 threads conv steps take blocks of
+    whole 8-pixel GEMM tiles instead (VisionPlan._blocks: 32 pixels, 7 blocks), an im2col 3x3
+    and a direct 1x1 conv (f32) or two im2col convs (int8); outputs are the per-op executor's."""
+    m = GraphMaker(x=((1, 14, 14, 20), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    i8 = lambda *s: rng.integers(-127, 128, s, dtype=np.int8)  # noqa: E731
+    if dtype == "float32":
+        a = m.node("conv2d", dict(pads=[1, 1, 1, 1], activation="relu"), x="x", weight=m.w("c", f(40, 3, 3, 20)))
+        y = m.node("conv2d", {}, x=a, weight=m.w("pw", f(70, 1, 1, 40)), bias=m.w("b", f(70)))
+    else:
+        q = m.node("quantize", dict(scale=0.03, zero_point=4), x="x")
+        a = m.node("qconv2d", dict(pads=[1, 1, 1, 1], input_zero_point=4, output_zero_point=-6), x=q,
+                   weight=m.w("c", i8(40, 3, 3, 20)), **requant(m, "r1", 40, 1e-4, 4e-4))
+        b = m.node("qconv2d", dict(input_zero_point=-6, output_zero_point=3), x=a, weight=m.w("pw", i8(70, 1, 1, 40)),
+                   **requant(m, "r2", 70, 1e-3, 4e-3))
+        y = m.node("dequantize", dict(scale=0.05, zero_point=3), x=b)
+    model = m.model([y])
+    x = rng.standard_normal((1, 14, 14, 20)).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert same_bits(native[y], per_op[y])
+    assert len(np.unique(per_op[y])) > 50  # not a constant (saturated) map
+
+
 def test_dwpw_fusion_drops_a_step_and_the_middle_tensor():
     """One step fewer per fused pair, a smaller arena, and no fusion in a model loaded with
     optimize=False."""

@@ -57,7 +57,7 @@ cdef extern from "vx_plan.h" nogil:
     ctypedef struct vx_window:
         vx_conv_shape s
         vx_requant rq
-        int64_t cout, ldc, per_thread, cparts
+        int64_t cout, ldc, per_thread, cparts, pixels
         int32_t act
         vx_pointwise pw
     ctypedef struct vx_step:
@@ -141,10 +141,11 @@ cdef class StepPlan:
     def add(self, int kind, int wtype=0, int flag=0, tuple sizes=(), tuple floats=(), uintptr_t a=0,
             uintptr_t b=0, uintptr_t c=0, uintptr_t y=0, uintptr_t scratch=0, tuple window=None,
             int64_t cout=0, int64_t ldc=0, int64_t per_thread=0, int act=0, tuple requant=None,
-            tuple pointwise=None, tuple pw_requant=None, int64_t cparts=1):
+            tuple pointwise=None, tuple pw_requant=None, int64_t cparts=1, int64_t pixels=0):
         """Append one step (addresses of buffers the caller keeps alive). Window steps also
         take window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left), cout, ldc,
-        per_thread, act, cparts (CONV_F32 / QCONV: output-channel parts per pixel block),
+        per_thread, act, cparts (CONV_F32 / QCONV: output-channel parts per pixel block), pixels (their
+        output pixels per block, 0: VX_CONV_PIXELS),
         requant = (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi),
         (DWPW, QDWPW) pointwise = (packed weights address, f32 bias address or 0, cout, act,
         int8 row sums address or 0) and (QDWPW) pw_requant, the 1x1 conv's requant."""
@@ -155,7 +156,7 @@ cdef class StepPlan:
         cdef int i
         if window is not None:
             w.s = _window_shape(window)
-            w.cout, w.ldc, w.per_thread, w.act, w.cparts = cout, ldc, per_thread, act, cparts
+            w.cout, w.ldc, w.per_thread, w.act, w.cparts, w.pixels = cout, ldc, per_thread, act, cparts, pixels
             if requant is not None:
                 w.rq = _requant_of(requant)
             if pointwise is not None:

@@ -45,6 +45,8 @@ from .native_plan import Unsupported, _addr, _aligned, _core, _KIND
 _DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
 _ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv steps
 _PIXELS = _core.CONV_STEP_PIXELS                        # output pixels per im2col work item
+_TILE = 8                                               # pixels per GEMM register tile (SG_MR, QG_MR)
+BLOCKS_PER_THREAD = 4                                   # conv blocks per thread on a map of a few
 # Multiply-adds per thread below which a plan runs on fewer threads (waking a second thread
 # costs ~10 us). 2-thread gain on a quiet machine (2 cores, runs back to back for 2 s, medians):
 # person detector (7.5M MACs) 0.37 -> 0.29 ms, BlazeFace (31M) 1.09 -> 1.08 ms (its steps are
@@ -201,6 +203,20 @@ class VisionPlan:
         self._keep_all(w, bias, packed)
         return w, packed, bias, depthwise, dict(window=tuple(x.shape) + geo, cout=w.shape[0])
 
+    def _blocks(self, pixels: int, cout: int) -> dict:
+        """Work items of a CONV_F32 / QCONV step over ``pixels`` output pixels: ``pixels`` per
+        block and ``cparts`` per block. One thread, or a map of many blocks, takes blocks of
+        _PIXELS; a map of a few (a 14x14 map is 3 blocks and 4 pixels) takes blocks of whole
+        _TILE-pixel GEMM tiles, about BLOCKS_PER_THREAD per thread (each thread's share of a 14x14
+        map at 2 threads: 96 and 100 pixels, not 128 and 68); a map of one block splits its
+        output channels instead (_cparts). Each output sums the same products in the same order
+        whatever its block (a GEMM row's dot products), so the plan keeps the per-op bits."""
+        per = _PIXELS
+        if self.threads > 1 and pixels > _PIXELS:
+            tiles = -(-pixels // _TILE)
+            per = min(_PIXELS, _TILE * -(-tiles // (BLOCKS_PER_THREAD * self.threads)))
+        return dict(pixels=per, cparts=self._cparts(-(-pixels // per), cout))
+
     def _cparts(self, items: int, cout: int, per_thread: int = 2) -> int:
         """Output-channel parts per work item (64-pixel block, row, or row band) of a conv step
         (vx_plan.h; a one-thread run keeps one): ``per_thread`` items per thread when the unsplit
@@ -241,7 +257,7 @@ class VisionPlan:
             wsum = self._fold_zero_point(window, bias, packed[1], zps[0])
             self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
                            scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4,
-                           cparts=self._cparts(-(-(y.size // cout) // _PIXELS), cout), **window)
+                           **self._blocks(y.size // cout, cout), **window)
             return
         if depthwise:
             self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
@@ -252,7 +268,7 @@ class VisionPlan:
         scratch = self._scratch(per, np.float32)
         self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
                        scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
-                       cparts=self._cparts(-(-(y.size // cout) // _PIXELS), cout), **window)
+                       **self._blocks(y.size // cout, cout), **window)
 
     def _dwpw(self, node) -> None:
         """A fused depthwise -> 1x1 pair (ops/dwpw.py) as one DWPW (float32) or QDWPW (int8) step:
@@ -307,7 +323,7 @@ class VisionPlan:
         window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, requant=requant)
         wsum = self._fold_zero_point(window, bias, wsum, requant[3])
         self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
-                       ldc=k4, per_thread=_PIXELS * k4, cparts=self._cparts(-(-m // _PIXELS), n), **window)
+                       ldc=k4, per_thread=_PIXELS * k4, **self._blocks(m, n), **window)
 
     def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
         """kernels.fold_zero_point into the step's requantization bias; returns the row sums the
@@ -337,7 +353,7 @@ class VisionPlan:
             self._keep_all(packed)
             self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
                            scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
-                           cout=n, cparts=self._cparts(-(-m // _PIXELS), n))
+                           cout=n, **self._blocks(m, n))
         else:
             self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1], m), a=_addr(x), b=_addr(wb),
                            c=_ptr(bias), y=_addr(y))

@@ -65,6 +65,9 @@ static void conv_part(const vx_window *w, int team, int64_t cout, int64_t part, 
     *c1 = (part + 1) * per * 32 < cout ? (part + 1) * per * 32 : cout;
 }
 
+/* Output pixels per block of a CONV_F32 / QCONV step. */
+static int64_t conv_pixels(const vx_window *w) { return w->pixels > 0 && w->pixels < VX_CONV_PIXELS ? w->pixels : VX_CONV_PIXELS; }
+
 /* rq for its channels c0 .. (a part of a conv step's output channels). */
 static vx_requant rq_from(const vx_requant *rq, int64_t c0) {
     vx_requant r = *rq;
@@ -83,7 +86,7 @@ static int64_t step_items(const vx_step *s, int team) {
         return s->n[0];
     case VX_STEP_CONV_F32:
     case VX_STEP_QCONV:
-        return (s->p->s.n * s->p->s.oh * s->p->s.ow + VX_CONV_PIXELS - 1) / VX_CONV_PIXELS * conv_parts(s->p, team);
+        return (s->p->s.n * s->p->s.oh * s->p->s.ow + conv_pixels(s->p) - 1) / conv_pixels(s->p) * conv_parts(s->p, team);
     case VX_STEP_QDWPW:  /* bands of ldc rows, each in cparts */
         return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc * conv_parts(s->p, team);
     case VX_STEP_DWPW_F32:
@@ -406,8 +409,8 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         break;
     case VX_STEP_CONV_F32: {
         const vx_window *w = s->p;
-        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w, team) * VX_CONV_PIXELS;
-        const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, pixels = conv_pixels(w), p0 = item / conv_parts(w, team) * pixels;
+        const int64_t np = P - p0 < pixels ? P - p0 : pixels;
         const int64_t KK = w->s.kh * w->s.kw * w->s.c;
         int64_t c0, c1;
         conv_part(w, team, w->cout, item % conv_parts(w, team), &c0, &c1);
@@ -459,8 +462,8 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     }
     case VX_STEP_QCONV: {
         const vx_window *w = s->p;
-        const int64_t P = w->s.n * w->s.oh * w->s.ow, p0 = item / conv_parts(w, team) * VX_CONV_PIXELS;
-        const int64_t np = P - p0 < VX_CONV_PIXELS ? P - p0 : VX_CONV_PIXELS;
+        const int64_t P = w->s.n * w->s.oh * w->s.ow, pixels = conv_pixels(w), p0 = item / conv_parts(w, team) * pixels;
+        const int64_t np = P - p0 < pixels ? P - p0 : pixels;
         int64_t c0, c1;
         conv_part(w, team, w->cout, item % conv_parts(w, team), &c0, &c1);
         uint8_t *cols = (uint8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, ldc) */

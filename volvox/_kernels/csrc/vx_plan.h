@@ -88,12 +88,13 @@ typedef struct {
     int64_t ldc;         /* im2col row: K floats (f32) or K4 bytes (int8); 0: 1x1 direct */
     int64_t per_thread;  /* scratch elements per thread */
     int64_t cparts;      /* CONV_F32 / QCONV: output-channel parts per pixel block (<= 1: one) */
+    int64_t pixels;      /* CONV_F32 / QCONV: output pixels per block, 1 .. VX_CONV_PIXELS (0: all of those) */
     int32_t act;         /* VX_ACT_* (f32 convs) */
     int32_t pad_;
     vx_pointwise pw;     /* DWPW: the 1x1 conv after the depthwise one */
 } vx_window;
 
-/* Output pixels per im2col work item (the per-op kernels' CONV_PIXELS). */
+/* Output pixels per im2col work item (the per-op kernels' CONV_PIXELS; the most a step's takes). */
 #define VX_CONV_PIXELS 64
 
 /* One kernel call. Field use per kind:
@@ -115,7 +116,7 @@ typedef struct {
  *   LAYER_NORM a x, b weight, c bias or NULL, n[0] D, f[0] eps
  *   GELU       a x, n[0] count, flag tanh approximation
  *   CONV_F32   a x, b packed (sgemm_pack), c bias or NULL, p window, scratch (threads, per_thread) floats;
- *              items: blocks of VX_CONV_PIXELS output pixels, each split into p->cparts ranges of
+ *              items: blocks of p->pixels output pixels, each split into p->cparts ranges of
  *              output channels (whole 32-channel panels) when the blocks are too few for the threads
  *   DWCONV_F32 a x, b weights (kh*kw, C), c bias or NULL, p window; items: output rows
  *   DWPW_F32   a x, b depthwise weights (kh*kw, C), c their bias or NULL, p window (the depthwise
