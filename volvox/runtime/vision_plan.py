@@ -565,9 +565,9 @@ class VisionPlan:
         for every step to finish, so steps do not overlap as they do in ``run``)."""
         times = np.zeros((runs, len(self.steps)), np.float64)  # (runs, steps)
         with self._lock:
-            for a, t in zip(arrays, self.inputs):
-                np.copyto(t, a)
             for r in range(runs):
+                for a, t in zip(arrays, self.inputs):  # each run: later steps may reuse the input's arena bytes
+                    np.copyto(t, a)
                 self._forward(self.useful_threads, times[r])
         return np.median(times, axis=0)
 
