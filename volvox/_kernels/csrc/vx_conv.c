@@ -422,25 +422,46 @@ VX_INLINE dw_vi dwi_set1(int32_t v) { return _mm256_set1_epi32(v); }
 VX_INLINE void dwi_store(int32_t *p, dw_vi v) { _mm256_storeu_si256((__m256i *)p, v); }
 #endif
 
-/* Output pixels ow..ow+PX-1 (PX > 1: all see every column tap) of a depthwise row: the
- * PX accumulators are independent FMA chains. xp: tap (0, 0) of pixel ow; yo: its output. */
+/* Channels c .. c + CV*DW_VL (the last vector masked by k) of output pixels ow..ow+PX-1 of a
+ * depthwise row: PX*CV independent FMA chains, each summing its taps in row-major order. */
 #if defined(DW_VL)
+VX_INLINE void dwf_block(const int PX, const int CV, dw_mask k, int64_t c, const vx_conv_shape *s, const float *xp,
+                         const float *w, const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                         float *yo) {
+    const int64_t C = s->c, px = s->sw * C;
+    dw_vf a[4][4];                                                   /* [pixel][channel vector] */
+    for (int v = 0; v < CV; v++) {
+        const dw_mask kv = v == CV - 1 ? k : dw_lanes(DW_VL);
+        for (int p = 0; p < PX; p++) a[p][v] = bias ? dwf_load(kv, bias + c + v * DW_VL) : dwf_zero();
+    }
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) {
+            const float *wr = w + (i * s->kw + j) * C + c, *xr = xp + (i * s->dh * s->w + j * s->dw) * C + c;
+            for (int v = 0; v < CV; v++) {
+                const dw_mask kv = v == CV - 1 ? k : dw_lanes(DW_VL);
+                const dw_vf wv = dwf_load(kv, wr + v * DW_VL);
+                for (int p = 0; p < PX; p++) a[p][v] = dwf_fma(dwf_load(kv, xr + p * px + v * DW_VL), wv, a[p][v]);
+            }
+        }
+    for (int v = 0; v < CV; v++)
+        for (int p = 0; p < PX; p++) dwf_store(v == CV - 1 ? k : dw_lanes(DW_VL), yo + p * C + c + v * DW_VL, a[p][v], act);
+}
+
+/* Output pixels ow..ow+PX-1 (PX > 1: all see every column tap) of a depthwise row. xp: tap
+ * (0, 0) of pixel ow; yo: its output. One pixel runs 4 channel vectors at a time: its chains
+ * would otherwise wait on each other's FMA latency (an edge pixel of a 7x7 map: 1.6x XNNPACK). */
 VX_INLINE void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp, const float *w,
                           const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           float *yo) {
-    const int64_t C = s->c, px = s->sw * C;
-    for (int64_t c = 0; c < C; c += DW_VL) {
-        const dw_mask k = dw_lanes(C - c);
-        dw_vf a[4];
-        for (int p = 0; p < PX; p++) a[p] = bias ? dwf_load(k, bias + c) : dwf_zero();
-        for (int64_t i = i0; i < i1; i++)
-            for (int64_t j = j0; j < j1; j++) {
-                const dw_vf wv = dwf_load(k, w + (i * s->kw + j) * C + c);
-                const float *xr = xp + (i * s->dh * s->w + j * s->dw) * C + c;
-                for (int p = 0; p < PX; p++) a[p] = dwf_fma(dwf_load(k, xr + p * px), wv, a[p]);
-            }
-        for (int p = 0; p < PX; p++) dwf_store(k, yo + p * C + c, a[p], act);
-    }
+    const int64_t C = s->c;
+    int64_t c = 0;
+    if (PX == 1)
+        for (; c + 4 * DW_VL <= C; c += 4 * DW_VL)
+            dwf_block(1, 4, dw_lanes(DW_VL), c, s, xp, w, bias, act, i0, i1, j0, j1, yo);
+    else
+        for (; c + 2 * DW_VL <= C; c += 2 * DW_VL)
+            dwf_block(PX, 2, dw_lanes(DW_VL), c, s, xp, w, bias, act, i0, i1, j0, j1, yo);
+    for (; c < C; c += DW_VL) dwf_block(PX, 1, dw_lanes(C - c), c, s, xp, w, bias, act, i0, i1, j0, j1, yo);
 }
 
 #endif
@@ -473,7 +494,7 @@ VX_INLINE void dwi_pixels(const int PX, const vx_conv_shape *s, const int8_t *xp
 #endif
 
 /* Depthwise (multiplier 1) output row `item` = b * OH + oh into y (OW, C), that row's own
- * buffer (the output's row, or a scratch row). w: (kh*kw, C). Interior pixels go 4 at a time. */
+ * buffer (the output's row, or a scratch row). w: (kh*kw, C). Interior pixels go up to 4 at a time. */
 static void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, const float *bias,
                        int act, int64_t item, float *y) {
     const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
@@ -483,15 +504,20 @@ static void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, c
         const float *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
         float *yo = y + ow * C;                                      /* (C,) */
 #if defined(DW_VL)
-        if (ow + 4 <= s->ow && j0 == 0 && j1 == s->kw) {
-            valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
-            if (f0 == 0 && f1 == s->kw) {
-                dwf_pixels(4, s, xp, w, bias, act, i0, i1, 0, s->kw, yo);
-                ow += 4;
-                continue;
-            }
+        int run = 1;                                                 /* pixels from ow seeing every column tap */
+        while (j0 == 0 && j1 == s->kw && run < 4 && ow + run < s->ow) {
+            valid_taps(s, oh, ow + run, &e0, &e1, &f0, &f1);
+            if (f1 != s->kw) break;
+            run++;
         }
-        dwf_pixels(1, s, xp, w, bias, act, i0, i1, j0, j1, yo);
+        switch (run) {
+        case 4: dwf_pixels(4, s, xp, w, bias, act, i0, i1, j0, j1, yo); break;
+        case 3: dwf_pixels(3, s, xp, w, bias, act, i0, i1, j0, j1, yo); break;
+        case 2: dwf_pixels(2, s, xp, w, bias, act, i0, i1, j0, j1, yo); break;
+        default: dwf_pixels(1, s, xp, w, bias, act, i0, i1, j0, j1, yo); break;
+        }
+        ow += run;
+        continue;
 #else
         (void)e0; (void)e1; (void)f0; (void)f1;
         for (int64_t c = 0; c < C; c++) {
