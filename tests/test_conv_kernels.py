@@ -123,19 +123,38 @@ def test_qdwconv_requant_int32_lanes_and_their_fallbacks(tier, edges, C):
     assert len(np.unique(ref[..., 2:C // 2])) > 3
 
 
+@pytest.mark.parametrize("groups", [1, 32])
+def test_dead_channels_requantize_in_int32_lanes(tier, groups):
+    """A TFLite export's near-zero weights give channels a bias near 2^30 and a right shift of 31
+    (the person detector's 6x6 layers: most of their channels). Their int32 lanes still equal
+    the int64 reference: h + 2^30 passes 2^31 - 1 there, and those lanes round as unsigned;
+    outputs are both 0 and 1 (+ zp) around h = 2^30."""
+    case = ((1, 5, 6, 32), (32, 3, 3), groups, (1, 1), (1, 1), (1, 1, 1, 1))
+    x, w, _, _, _ = _qinputs(case, 2)
+    w = (w // 32).astype(np.int8)                          # small weights: acc within +-2^21
+    bias = (2**30 + rng.integers(-2**20, 2**20, 32)).astype(np.int32)
+    mult = (2**31 - 1 - rng.integers(0, 2**10, 32)).astype(np.int32)
+    shift = np.full(32, -31, np.int32)
+    p = _params(case, input_zero_point=2, output_zero_point=-7, act_min=-128, act_max=127)
+    y = K.qconv2d(x, w, bias, mult, shift, 2, -7, -128, 127, **_geometry(case))
+    ref = qconv2d_ref(None, p, x, w, bias, mult, shift)
+    np.testing.assert_array_equal(y, ref)
+    assert set(np.unique(ref)) == {-7, -6}
+
+
 @pytest.mark.parametrize("cout", [1, 2, 4, 8, 12, 24, 40])  # 16 / cout pixels per vector; masked; two panels
 @pytest.mark.parametrize("edges", [False, True])
 def test_qgemm_requant_in_registers_and_its_fallbacks(tier, cout, edges):
     """Dense int8 convs requantize in int32 lanes when every channel's bound allows it (the zero
-    point folded into the bias). A channel whose bias + accumulator, or its left shift, could leave
-    2^29, a right shift past 31 or an INT32_MIN multiplier sends its block to the int64 lanes,
+    point folded into the bias). A channel whose bias + accumulator, or its left shift, could
+    leave int32, a right shift past 31 or an INT32_MIN multiplier sends its block to the int64 lanes,
     and a bias the zero point cannot fold into keeps the row sums: all bit-exact to the reference."""
     case = ((2, 7, 9, 5), (cout, 3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1))
     x, w, bias, mult, shift = _qinputs(case, -3)
     if edges:
         bias[0] = 2**31 - 70                                 # folding overflows int32: row sums kept
         if cout > 1:
-            bias[1], shift[1] = 2**28, 0                     # folds, but past the int32-lane bound
+            bias[1], shift[1] = 2**28, 3                     # folds, but << 3 leaves int32
         if cout > 2:
             shift[2] = -35                                   # right shift past 31
         if cout > 3:

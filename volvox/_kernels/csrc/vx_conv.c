@@ -307,16 +307,20 @@ static void requant_row(int n, const int32_t *acc, int64_t corr, const int32_t *
  * requantizes channel c0 + l % nr (nr divides 16; nr < 16 tiles 16 / nr pixels of nr channels
  * into one vector). rq16_prepare checks, for every |acc| <= acc_bound, that the steps below in
  * int32 lanes equal requant_row's int64 ones, and returns 0 (use requant_row) when it cannot:
- *   v = (acc + bias) << lsh                     |v| < 2^29, so no int32 step overflows
+ *   v = (acc + bias) << lsh                     |acc + bias| << lsh < 2^31: exact in int32
  *   h = (v * mult + 2^30) >> 31                 SaturatingRoundingDoublingHighMul: its nudge and
- *                                               division toward zero are this floor (mult != INT32_MIN)
- *   q = (h + half - (h < 0 && rsh > 0)) >> rsh  RoundingDivideByPOT (half = 2^(rsh-1), rsh <= 31)
+ *                                               division toward zero are this floor (mult != INT32_MIN;
+ *                                               64-bit products, |h| <= |v|)
+ *   q = (h + half - (h < 0 && rsh > 0)) >> rsh  RoundingDivideByPOT (half = 2^(rsh-1), rsh <= 31): the
+ *                                               sum wraps past 2^31 - 1 only for h >= 0, whose lanes
+ *                                               shift it as unsigned (a dead channel's bias near 2^30
+ *                                               and rsh = 31 reach that)
  *   y = clamp(q + zp_out, lo, hi)                                                                */
 typedef struct {
     __m512i bias, lsh, mult, mult_odd, half, neg, rsh, zp, lo, hi;
 } rq16;
 
-enum { RQ16_LIMIT = 1 << 29 };  /* |(acc + bias) << lsh| must stay below it */
+enum { RQ16_LIMIT = 1 << 30 };  /* the largest accumulator bound rq16_prepare takes */
 
 VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int64_t acc_bound, rq16 *p) {
     if (acc_bound >= RQ16_LIMIT) return 0;
@@ -328,10 +332,10 @@ VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int6
     const __m512i sh = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(k, rq->shift + c0));
     const __m512i mult = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(k, rq->mult + c0));
     const __m512i lsh = _mm512_max_epi32(sh, zero), rsh = _mm512_max_epi32(_mm512_sub_epi32(zero, sh), zero);
-    /* |bias| + acc_bound < RQ16_LIMIT >> lsh (lsh > 29: nothing fits) */
-    const __m512i room = _mm512_sub_epi32(_mm512_srlv_epi32(_mm512_set1_epi32(RQ16_LIMIT), lsh),
+    /* |bias| + acc_bound <= (2^31 - 1) >> lsh (lsh > 30: nothing fits) */
+    const __m512i room = _mm512_sub_epi32(_mm512_srlv_epi32(_mm512_set1_epi32(INT32_MAX), lsh),
                                           _mm512_set1_epi32((int32_t)acc_bound));
-    __mmask16 bad = _mm512_cmpge_epi32_mask(_mm512_abs_epi32(bias), room);
+    __mmask16 bad = _mm512_cmpgt_epi32_mask(_mm512_abs_epi32(bias), room);
     bad |= _mm512_cmpeq_epi32_mask(bias, _mm512_set1_epi32(INT32_MIN));
     bad |= _mm512_cmpeq_epi32_mask(mult, _mm512_set1_epi32(INT32_MIN));
     bad |= _mm512_cmpgt_epi32_mask(rsh, _mm512_set1_epi32(31));
@@ -360,7 +364,8 @@ VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
                                                           r30), 1);
     const __m512i h = _mm512_mask_blend_epi32(0xAAAA, he, ho);
     const __m512i up = _mm512_add_epi32(_mm512_add_epi32(h, p->half), _mm512_and_si512(_mm512_srai_epi32(h, 31), p->neg));
-    const __m512i q = _mm512_add_epi32(_mm512_srav_epi32(up, p->rsh), p->zp);
+    const __m512i q = _mm512_add_epi32(_mm512_mask_blend_epi32(_mm512_movepi32_mask(h), _mm512_srlv_epi32(up, p->rsh),
+                                                               _mm512_srav_epi32(up, p->rsh)), p->zp);
     return _mm512_min_epi32(_mm512_max_epi32(q, p->lo), p->hi);
 }
 
