@@ -99,8 +99,7 @@ def conv2d_f32(const float[:, :, :, ::1] x, const float[::1] packed, int64_t cou
             t.sgemm(KK, &packed[0], cout, xp + p0 * KK, KK, np_, yp + p0 * cout, cout, bp, act)
         else:
             cols = &scratch[threadid() * per]
-            t.im2col_f32(&s, xp, p0, np_, cols)
-            t.sgemm(KK, &packed[0], cout, cols, KK, np_, yp + p0 * cout, cout, bp, act)
+            t.conv_f32(&s, xp, p0, np_, &packed[0], cout, bp, act, cols, yp + p0 * cout, cout)
 
 
 def dwconv_f32(const float[:, :, :, ::1] x, const float[:, ::1] w, tuple geo, const float[::1] bias,

@@ -58,8 +58,9 @@ cdef extern from "vx_kernels.h" nogil:
                            float *packed) noexcept nogil
         void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda,
                       int64_t m, float *y, int64_t ldy, const float *bias, int act) noexcept nogil
-        void (*im2col_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
-                           float *cols) noexcept nogil
+        void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
+                         const float *packed, int64_t n, const float *bias, int act, float *cols,
+                         float *y, int64_t ldy) noexcept nogil
         void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w,
                            const float *bias, int act, int64_t item, float *y) noexcept nogil
         void (*qgemm_pack)(int64_t K, const int8_t *w, int64_t n, int8_t *packed,

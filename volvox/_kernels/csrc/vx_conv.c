@@ -49,18 +49,29 @@ VX_INLINE float act_f32(const int act, float v) {
     return act == VX_ACT_RELU6 && v > 6.0f ? 6.0f : v;
 }
 
+/* A register tile's activation rows: row i's K values are `runs` runs of `run` floats, run r at
+ * a + i*lda + r*run_stride (a GEMM or im2col row: one run of K; a conv reading its input in
+ * place: one run per kernel row). The packed panel's k walks them in order. */
+typedef struct {
+    const float *a;
+    int64_t lda, runs, run, run_stride;
+} sg_rows;
+
 #if defined(VX_AVX512)
 #define SG_MR 8
-VX_INLINE void sg_tile(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
-                       int nr, const float *bias, const int act, float *y, int64_t ldy) {
+VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
+                       int64_t ldy) {
     __m512 c0[SG_MR], c1[SG_MR];
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
-        const __m512 b0 = _mm512_loadu_ps(p + VX_SG_NR * k), b1 = _mm512_loadu_ps(p + VX_SG_NR * k + 16);
-        for (int i = 0; i < MR; i++) {
-            const __m512 av = _mm512_set1_ps(a[i * lda + k]);
-            c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
-            c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+    for (int64_t r = 0; r < A.runs; r++, p += VX_SG_NR * A.run) {
+        const float *a = A.a + r * A.run_stride;
+        for (int64_t k = 0; k < A.run; k++) {
+            const __m512 b0 = _mm512_loadu_ps(p + VX_SG_NR * k), b1 = _mm512_loadu_ps(p + VX_SG_NR * k + 16);
+            for (int i = 0; i < MR; i++) {
+                const __m512 av = _mm512_set1_ps(a[i * A.lda + k]);
+                c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+                c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+            }
         }
     }
     const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1u);
@@ -76,20 +87,22 @@ VX_INLINE void sg_tile(const int MR, int64_t K, const float *a, int64_t lda, con
         _mm512_mask_storeu_ps(y + i * ldy + 16, m1, v1);
     }
 }
-#define SG_PANEL(MR, K, a, lda, p, nr, bias, act, y, ldy) sg_tile(MR, K, a, lda, p, nr, bias, act, y, ldy)
 #elif defined(VX_AVX2)
 #define SG_MR 6
 /* 6 rows x 16 features (columns off..off+15 of a 32-wide panel). */
-VX_INLINE void sg_tile16(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
-                         int nr, const float *bias, const int act, float *y, int64_t ldy) {
+VX_INLINE void sg_tile16(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
+                         float *y, int64_t ldy) {
     __m256 c0[SG_MR], c1[SG_MR];
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
-        const __m256 b0 = _mm256_loadu_ps(p + VX_SG_NR * k), b1 = _mm256_loadu_ps(p + VX_SG_NR * k + 8);
-        for (int i = 0; i < MR; i++) {
-            const __m256 av = _mm256_set1_ps(a[i * lda + k]);
-            c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
-            c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+    for (int64_t r = 0; r < A.runs; r++, p += VX_SG_NR * A.run) {
+        const float *a = A.a + r * A.run_stride;
+        for (int64_t k = 0; k < A.run; k++) {
+            const __m256 b0 = _mm256_loadu_ps(p + VX_SG_NR * k), b1 = _mm256_loadu_ps(p + VX_SG_NR * k + 8);
+            for (int i = 0; i < MR; i++) {
+                const __m256 av = _mm256_set1_ps(a[i * A.lda + k]);
+                c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+                c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+            }
         }
     }
     for (int i = 0; i < MR; i++) {
@@ -99,52 +112,68 @@ VX_INLINE void sg_tile16(const int MR, int64_t K, const float *a, int64_t lda, c
         for (int j = 0; j < nr; j++) y[i * ldy + j] = act_f32(act, t[j] + (bias ? bias[j] : 0.0f));
     }
 }
-VX_INLINE void sg_tile(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
-                       int nr, const float *bias, const int act, float *y, int64_t ldy) {
-    sg_tile16(MR, K, a, lda, p, nr < 16 ? nr : 16, bias, act, y, ldy);
-    if (nr > 16) sg_tile16(MR, K, a, lda, p + 16, nr - 16, bias ? bias + 16 : NULL, act, y + 16, ldy);
+VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
+                       int64_t ldy) {
+    sg_tile16(MR, A, p, nr < 16 ? nr : 16, bias, act, y, ldy);
+    if (nr > 16) sg_tile16(MR, A, p + 16, nr - 16, bias ? bias + 16 : NULL, act, y + 16, ldy);
 }
 #else
 #define SG_MR 4
-VX_INLINE void sg_tile(const int MR, int64_t K, const float *a, int64_t lda, const float *p,
-                       int nr, const float *bias, const int act, float *y, int64_t ldy) {
+VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
+                       int64_t ldy) {
     float c[SG_MR][VX_SG_NR];
     memset(c, 0, sizeof(c));
-    for (int64_t k = 0; k < K; k++)
-        for (int i = 0; i < MR; i++) {
-            const float av = a[i * lda + k];
-            for (int j = 0; j < VX_SG_NR; j++) c[i][j] += av * p[VX_SG_NR * k + j];
-        }
+    for (int64_t r = 0; r < A.runs; r++, p += VX_SG_NR * A.run) {
+        const float *a = A.a + r * A.run_stride;
+        for (int64_t k = 0; k < A.run; k++)
+            for (int i = 0; i < MR; i++) {
+                const float av = a[i * A.lda + k];
+                for (int j = 0; j < VX_SG_NR; j++) c[i][j] += av * p[VX_SG_NR * k + j];
+            }
+    }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < nr; j++) y[i * ldy + j] = act_f32(act, c[i][j] + (bias ? bias[j] : 0.0f));
 }
 #endif
 
+/* y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k0 + k]) for i < m, r < n; W
+ * packed with K per row (A's runs cover k0 .. k0 + runs*run). */
+static void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg_rows A, int64_t m, float *y,
+                       int64_t ldy, const float *bias, int act) {
+    for (int64_t p0 = 0; p0 < n; p0 += VX_SG_NR) {
+        const float *pp = packed + p0 * K + k0 * VX_SG_NR;          /* (K, 32) from row k0 */
+        const int nr = (int)(n - p0 < VX_SG_NR ? n - p0 : VX_SG_NR);
+        const float *bp = bias ? bias + p0 : NULL;
+        const float *a = A.a;
+        int64_t i0 = 0;
+        for (; i0 + SG_MR <= m; i0 += SG_MR) {
+            A.a = a + i0 * A.lda;
+            sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
+        }
+        A.a = a + i0 * A.lda;
+        switch (m - i0) {
+#if SG_MR > 7
+            case 7: sg_tile(7, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 6: sg_tile(6, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+#endif
+#if SG_MR > 5
+            case 5: sg_tile(5, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 4: sg_tile(4, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+#endif
+            case 3: sg_tile(3, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 2: sg_tile(2, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 1: sg_tile(1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            default: break;
+        }
+        A.a = a;
+    }
+}
+
 /* y[i*ldy + r] = act(bias[r] + sum_k a[i*lda + k] * W[r][k]) for i < m, r < n; W packed. */
 static void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda, int64_t m,
                   float *y, int64_t ldy, const float *bias, int act) {
-    for (int64_t p0 = 0; p0 < n; p0 += VX_SG_NR) {
-        const float *pp = packed + p0 * K;                          /* (K, 32) */
-        const int nr = (int)(n - p0 < VX_SG_NR ? n - p0 : VX_SG_NR);
-        const float *bp = bias ? bias + p0 : NULL;
-        int64_t i0 = 0;
-        for (; i0 + SG_MR <= m; i0 += SG_MR)
-            sg_tile(SG_MR, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
-        switch (m - i0) {
-#if SG_MR > 7
-            case 7: sg_tile(7, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 6: sg_tile(6, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-#endif
-#if SG_MR > 5
-            case 5: sg_tile(5, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 4: sg_tile(4, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-#endif
-            case 3: sg_tile(3, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 2: sg_tile(2, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 1: sg_tile(1, K, a + i0 * lda, lda, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            default: break;
-        }
-    }
+    const sg_rows A = {a, lda, 1, K, 0};
+    sgemm_rows(K, 0, packed, n, A, m, y, ldy, bias, act);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -160,6 +189,17 @@ VX_INLINE void next_pixel(const vx_conv_shape *s, int64_t *b, int64_t *oh, int64
 }
 
 /* cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding). */
+/* The kernel taps of output pixel (oh, ow) that land inside the image: i in [*i0, *i1), j in [*j0, *j1). */
+VX_INLINE void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1,
+                          int64_t *j0, int64_t *j1) {
+    const int64_t h0 = oh * s->sh - s->pt, w0 = ow * s->sw - s->pl;
+    /* divisions only at the borders (interior pixels see every tap) */
+    *i0 = h0 >= 0 ? 0 : (-h0 + s->dh - 1) / s->dh;
+    *i1 = h0 + (s->kh - 1) * s->dh < s->h ? s->kh : h0 >= s->h ? 0 : (s->h - 1 - h0) / s->dh + 1;
+    *j0 = w0 >= 0 ? 0 : (-w0 + s->dw - 1) / s->dw;
+    *j1 = w0 + (s->kw - 1) * s->dw < s->w ? s->kw : w0 >= s->w ? 0 : (s->w - 1 - w0) / s->dw + 1;
+}
+
 static void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols) {
     const int64_t C = s->c, KK = s->kh * s->kw * C;
     int64_t b = p0 / (s->oh * s->ow), oh = p0 % (s->oh * s->ow) / s->ow, ow = p0 % s->ow; /* pixel p0 + q */
@@ -184,16 +224,38 @@ static void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64
     }
 }
 
-/* The kernel taps of output pixel (oh, ow) that land inside the image: i in [*i0, *i1), j in [*j0, *j1). */
-VX_INLINE void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1,
-                          int64_t *j0, int64_t *j1) {
-    const int64_t h0 = oh * s->sh - s->pt, w0 = ow * s->sw - s->pl;
-    /* divisions only at the borders (interior pixels see every tap) */
-    *i0 = h0 >= 0 ? 0 : (-h0 + s->dh - 1) / s->dh;
-    *i1 = h0 + (s->kh - 1) * s->dh < s->h ? s->kh : h0 >= s->h ? 0 : (s->h - 1 - h0) / s->dh + 1;
-    *j0 = w0 >= 0 ? 0 : (-w0 + s->dw - 1) / s->dw;
-    *j1 = w0 + (s->kw - 1) * s->dw < s->w ? s->kw : w0 >= s->w ? 0 : (s->w - 1 - w0) / s->dw + 1;
+/* Output pixels p0 .. p0+np-1 (flattened b, oh, ow) of a conv: y[q*ldy + r] = act(bias[r] + the
+ * pixel's window . W[r]) for r < n, W packed (kh*kw*C per row). A run of pixels in one output
+ * row whose kernel rows lie inside the image columns (no column dilation) reads the input in
+ * place, one kw*C run per kernel row (rows in the padding skipped: they add zeros); the other
+ * pixels go through im2col rows in cols (np rows of kh*kw*C floats). */
+static void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, const float *packed, int64_t n,
+                     const float *bias, int act, float *cols, float *y, int64_t ldy) {
+    const int64_t C = s->c, K = s->kh * s->kw * C;
+    int64_t owa = (s->pl + s->sw - 1) / s->sw;                       /* [owa, owb): in-place columns */
+    int64_t owb = s->w >= s->kw ? (s->w - s->kw + s->pl) / s->sw + 1 : 0;
+    owb = owb < s->ow ? owb : s->ow;
+    if (s->dw != 1 || owa >= owb) owa = owb = 0;
+    for (int64_t q = 0; q < np;) {
+        const int64_t p = p0 + q, b = p / (s->oh * s->ow), oh = p / s->ow % s->oh, ow = p % s->ow;
+        const int64_t row_end = q + s->ow - ow < np ? q + s->ow - ow : np;  /* this output row's pixels */
+        if (ow >= owa && ow < owb) {
+            const int64_t m = (row_end < q + owb - ow ? row_end : q + owb - ow) - q;
+            int64_t i0, i1, j0, j1;
+            valid_taps(s, oh, ow, &i0, &i1, &j0, &j1);
+            const sg_rows A = {x + ((b * s->h + oh * s->sh - s->pt + i0 * s->dh) * s->w + ow * s->sw - s->pl) * C,
+                               s->sw * C, i1 - i0, s->kw * C, s->dh * s->w * C};
+            sgemm_rows(K, i0 * s->kw * C, packed, n, A, m, y + q * ldy, ldy, bias, act);
+            q += m;
+        } else {
+            const int64_t stop = ow < owa && q + owa - ow < row_end ? q + owa - ow : row_end;
+            im2col_f32(s, x, p, stop - q, cols);
+            sgemm(K, packed, n, cols, K, stop - q, y + q * ldy, ldy, bias, act);
+            q = stop;
+        }
+    }
 }
+
 
 #if defined(VX_AVX512)
 /* The requantization of up to 8 channels (lanes k) in int64 lanes, the same steps as requant_row's
@@ -1030,5 +1092,5 @@ static void quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8
 }
 
 const vx_conv_table VX_CAT(vx_conv, VX_TIER) = {
-    sgemm_pack, sgemm, im2col_f32, dwconv_f32, qgemm_pack, im2col_u8, qgemm, qdwconv, quantize_i8,
+    sgemm_pack, sgemm, conv_f32, dwconv_f32, qgemm_pack, im2col_u8, qgemm, qdwconv, quantize_i8,
 };

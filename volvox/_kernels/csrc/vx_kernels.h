@@ -175,8 +175,10 @@ typedef struct {
     /* y[i*ldy + r] = act(bias[r] + a[i*lda : +K] . W[r]) for i < m, r < n (bias may be NULL) */
     void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda, int64_t m,
                   float *y, int64_t ldy, const float *bias, int act);
-    /* np im2col rows (kh*kw*C floats each) of output pixels p0.. (flattened b, oh, ow) */
-    void (*im2col_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols);
+    /* y[q*ldy + r] = act(bias[r] + conv of output pixel p0 + q (flattened b, oh, ow) with W[r])
+     * for q < np, r < n; W packed (kh*kw*C per row); cols: np*kh*kw*C floats of scratch */
+    void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, const float *packed,
+                     int64_t n, const float *bias, int act, float *cols, float *y, int64_t ldy);
     /* depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C), the row's buffer;
      * w (kh*kw, C) */
     void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w, const float *bias,

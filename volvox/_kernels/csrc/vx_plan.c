@@ -414,15 +414,15 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         const int64_t KK = w->s.kh * w->s.kw * w->s.c;
         int64_t c0, c1;
         conv_part(w, team, w->cout, item % conv_parts(w, team), &c0, &c1);
-        const float *rows = (const float *)s->a + p0 * KK;           /* 1x1 direct: the input rows */
+        const float *bias = (const float *)s->c;
         if (w->ldc != 0) {
             float *cols = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (np, KK) */
-            t->conv->im2col_f32(&w->s, (const float *)s->a, p0, np, cols);
-            rows = cols;
+            t->conv->conv_f32(&w->s, (const float *)s->a, p0, np, (const float *)s->b + c0 * KK, c1 - c0,
+                              bias ? bias + c0 : NULL, w->act, cols, s->y + p0 * w->cout + c0, w->cout);
+        } else {                                                     /* 1x1 direct: the input rows */
+            t->conv->sgemm(KK, (const float *)s->b + c0 * KK, c1 - c0, (const float *)s->a + p0 * KK, KK, np,
+                           s->y + p0 * w->cout + c0, w->cout, bias ? bias + c0 : NULL, w->act);
         }
-        const float *bias = (const float *)s->c;
-        t->conv->sgemm(KK, (const float *)s->b + c0 * KK, c1 - c0, rows, KK, np, s->y + p0 * w->cout + c0, w->cout,
-                       bias ? bias + c0 : NULL, w->act);
         break;
     }
     case VX_STEP_DWCONV_F32: {
