@@ -329,10 +329,10 @@ def test_fused_dwpw_plan_is_the_per_op_executor(stride, isa, threads):
         assert same_bits(native[name], per_op[name]), name
 
 
-def qdwpw_graph(stride: int) -> Model:
+def qdwpw_graph(stride: int, shape: tuple = (2, 11, 13, 12)) -> Model:
     """int8 depthwise -> 1x1 pairs: one the plan fuses into a QDWPW step (12 channels, a clamp on
     the depthwise output, odd widths) and one it must not (6 channels: not whole GEMM rows)."""
-    m = GraphMaker(x=((2, 11, 13, 12), "float32"))
+    m = GraphMaker(x=(shape, "float32"))
     i8 = lambda *s: rng.integers(-127, 128, s, dtype=np.int8)  # noqa: E731
     i32 = lambda n: rng.integers(-3000, 3000, n, dtype=np.int32)  # noqa: E731
     q = m.node("quantize", dict(scale=0.03, zero_point=4), x="x")
@@ -382,6 +382,19 @@ def test_small_maps_split_output_channels_across_threads(threads):
     native, per_op = plan_and_per_op(model, {"x": x})
     assert len(fused_pairs(model)) == 1
     assert same_bits(native[c], per_op[c])
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 6, 12), (1, 6, 6, 12)])
+def test_small_int8_maps_take_a_band_per_thread(shape, threads):
+    """A QDWPW step on a map of fewer 64-pixel bands than threads takes one band of rows per
+    thread (3 and 6 rows at 2 threads: bands of 2 and 3 rows); outputs are the per-op executor's."""
+    model = qdwpw_graph(1, shape)
+    x = (rng.standard_normal(shape) * 2).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert len(fused_pairs(model)) == 1
+    for name in per_op:
+        assert same_bits(native[name], per_op[name]), name
+        assert len(np.unique(per_op[name])) > 10
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])

@@ -294,14 +294,18 @@ class VisionPlan:
                            cparts=self._cparts(mid.shape[0] * mid.shape[1], w.shape[0], 1), **window)
             return
         # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization
-        # is prepared per GEMM call, and a row of a small map is a few pixels)
-        band = -(-_PIXELS // mid.shape[2])
+        # is prepared per GEMM call, and a row of a small map is a few pixels); a map of fewer
+        # bands than threads takes one band per thread (a 6x6 map at 2 threads: two of three rows,
+        # not one of six whose output channels the threads split, each computing every row)
+        rows, band = mid.shape[0] * mid.shape[1], -(-_PIXELS // mid.shape[2])
+        if -(-rows // band) < self.threads:
+            band = -(-rows // self.threads)
         window["requant"] = self._requant(dw, mid.shape[3], dw_bias)
         pw_window = dict(requant=self._requant(pw, w.shape[0], bias))
         wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
         self.steps.add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(pw)),
                        scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
-                       cparts=self._cparts(-(-mid.shape[0] * mid.shape[1] // band), w.shape[0], 1),
+                       cparts=self._cparts(-(-rows // band), w.shape[0], 1),
                        pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
                        **window)
 
