@@ -87,6 +87,31 @@ VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const fl
         _mm512_mask_storeu_ps(y + i * ldy + 16, m1, v1);
     }
 }
+
+/* sg_tile for a panel of at most 16 features (nr <= 16): twice the rows, half the columns; the
+ * panel's zero-padded upper 16 columns would double its FMAs. */
+#define SG_MR16 16
+VX_INLINE void sg_tile_half(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
+                            float *y, int64_t ldy) {
+    __m512 c[SG_MR16];
+    for (int i = 0; i < MR; i++) c[i] = _mm512_setzero_ps();
+    for (int64_t r = 0; r < A.runs; r++, p += VX_SG_NR * A.run) {
+        const float *a = A.a + r * A.run_stride;
+        for (int64_t k = 0; k < A.run; k++) {
+            const __m512 b = _mm512_loadu_ps(p + VX_SG_NR * k);
+            for (int i = 0; i < MR; i++) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i * A.lda + k]), b, c[i]);
+        }
+    }
+    const __mmask16 m = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1u);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    for (int i = 0; i < MR; i++) {
+        __m512 v = _mm512_add_ps(c[i], bv);
+        if (act != VX_ACT_NONE) v = _mm512_max_ps(v, zero);
+        if (act == VX_ACT_RELU6) v = _mm512_min_ps(v, six);
+        _mm512_mask_storeu_ps(y + i * ldy, m, v);
+    }
+}
 #elif defined(VX_AVX2)
 #define SG_MR 6
 /* 6 rows x 16 features (columns off..off+15 of a 32-wide panel). */
@@ -146,6 +171,12 @@ static void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg
         const float *bp = bias ? bias + p0 : NULL;
         const float *a = A.a;
         int64_t i0 = 0;
+#if defined(SG_MR16)
+        for (; nr <= 16 && i0 + SG_MR16 <= m; i0 += SG_MR16) {
+            A.a = a + i0 * A.lda;
+            sg_tile_half(SG_MR16, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
+        }
+#endif
         for (; i0 + SG_MR <= m; i0 += SG_MR) {
             A.a = a + i0 * A.lda;
             sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
