@@ -384,6 +384,19 @@ def test_small_maps_split_output_channels_across_threads(threads):
     assert same_bits(native[c], per_op[c])
 
 
+def test_global_avg_pool_step_is_the_reference(threads):
+    """GLOBAL_AVG items are runs of 256 channels of an image (here 2 images x 2 runs), each
+    channel summed over the pixels in order in float64, as numpy's mean."""
+    m = GraphMaker(x=((2, 5, 3, 300), "float32"))
+    y = m.node("global_avg_pool", x="x")
+    model = m.model([y])
+    x = (rng.standard_normal((2, 5, 3, 300)) * 100).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert model._plan.plan is not None
+    assert same_bits(native[y], per_op[y])
+    assert same_bits(native[y], get_op("global_avg_pool").ref(None, {}, x))
+
+
 @pytest.mark.parametrize("shape", [(1, 3, 6, 12), (1, 6, 6, 12)])
 def test_small_int8_maps_take_a_band_per_thread(shape, threads):
     """A QDWPW step on a map of fewer 64-pixel bands than threads takes one band of rows per

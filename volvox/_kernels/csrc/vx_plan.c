@@ -102,6 +102,8 @@ static int64_t step_items(const vx_step *s, int team) {
         return (s->n[0] + gather_rows_per_item(s) - 1) / gather_rows_per_item(s);
     case VX_STEP_AVG_POOL:
         return s->p->s.n * s->p->s.oh;
+    case VX_STEP_GLOBAL_AVG:
+        return s->n[0] * ((s->n[2] + VX_GLOBAL_AVG_CHANNELS - 1) / VX_GLOBAL_AVG_CHANNELS);
     case VX_STEP_BINARY:
     case VX_STEP_RELU:
     case VX_STEP_UNARY:
@@ -314,12 +316,13 @@ static void avg_pool_row(const vx_window *w, int include_pad, const float *x, in
     }
 }
 
-void vx_global_avg(int64_t HW, int64_t C, const float *x, float *y) {
-    for (int64_t c = 0; c < C; c++) {
-        double acc = 0.0;
-        for (int64_t p = 0; p < HW; p++) acc += (double)x[p * C + c];
-        y[c] = (float)(acc / (double)HW);
-    }
+void vx_global_avg(int64_t HW, int64_t C, int64_t c0, const float *x, float *y) {
+    const int64_t n = C - c0 < VX_GLOBAL_AVG_CHANNELS ? C - c0 : VX_GLOBAL_AVG_CHANNELS;
+    double acc[VX_GLOBAL_AVG_CHANNELS];                              /* (n,): the pixels summed in order */
+    for (int64_t c = 0; c < n; c++) acc[c] = 0.0;
+    for (int64_t p = 0; p < HW; p++)
+        for (int64_t c = 0; c < n; c++) acc[c] += (double)x[p * C + c0 + c];
+    for (int64_t c = 0; c < n; c++) y[c0 + c] = (float)(acc[c] / (double)HW);
 }
 
 static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *in, int team, int64_t item) {
@@ -501,10 +504,12 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_MAX_POOL:
         vx_max_pool_row(s->p, (const float *)s->a, item, s->y);
         break;
-    case VX_STEP_GLOBAL_AVG:
-        for (int64_t b = 0; b < s->n[0]; b++)
-            vx_global_avg(s->n[1], s->n[2], (const float *)s->a + b * s->n[1] * s->n[2], s->y + b * s->n[2]);
+    case VX_STEP_GLOBAL_AVG: {  /* item: (image, run of VX_GLOBAL_AVG_CHANNELS channels) */
+        const int64_t HW = s->n[1], C = s->n[2], runs = (C + VX_GLOBAL_AVG_CHANNELS - 1) / VX_GLOBAL_AVG_CHANNELS;
+        const int64_t b = item / runs;
+        vx_global_avg(HW, C, item % runs * VX_GLOBAL_AVG_CHANNELS, (const float *)s->a + b * HW * C, s->y + b * C);
         break;
+    }
     case VX_STEP_COPY_ROWS: {
         const uint8_t *src = (const uint8_t *)s->a;
         uint8_t *dst = (uint8_t *)s->y;

@@ -136,7 +136,7 @@ typedef struct {
  *   QSOFTMAX   a x, b table (256 floats), n[0] rows, n[1] row length, n[2] output zero point,
  *              f[0] output scale
  *   MAX_POOL   a x, p window (geometry); items: output rows
- *   GLOBAL_AVG a x, n[0] N, n[1] H*W, n[2] C
+ *   GLOBAL_AVG a x, n[0] N, n[1] H*W, n[2] C; items: runs of VX_GLOBAL_AVG_CHANNELS channels of an image
  *   RELU       a x, n[0] count
  *   UNARY      a x, n[0] count, flag VX_UNARY_*, f[0] alpha, f[1] beta
  *   GATHER     a x, b int64 (ndim, shape[ndim], element strides[ndim]) of the view, n[0] output
@@ -205,8 +205,11 @@ void vx_qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out_s
                      int8_t *y);
 /* f32 max pool output row `item`: numpy's maximum over the in-image taps in row-major order. */
 void vx_max_pool_row(const vx_window *w, const float *x, int64_t item, float *y);
-/* y (C) = float(sum over hw of double(x[hw][c]) / HW), summed in order. */
-void vx_global_avg(int64_t HW, int64_t C, const float *x, float *y);
+/* Channels per work item of a GLOBAL_AVG step. */
+#define VX_GLOBAL_AVG_CHANNELS 256
+/* y[c] = float(sum over hw of double(x[hw][c]) / HW), summed in order, for channels c0 .. c0 +
+ * VX_GLOBAL_AVG_CHANNELS - 1 (those below C) of one image's x (HW, C). */
+void vx_global_avg(int64_t HW, int64_t C, int64_t c0, const float *x, float *y);
 
 #ifdef __cplusplus
 }
