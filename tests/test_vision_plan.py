@@ -384,6 +384,24 @@ def test_small_maps_split_output_channels_across_threads(threads):
     assert same_bits(native[c], per_op[c])
 
 
+def test_dwpw_with_large_pointwise_weights_runs_bands_of_rows(threads):
+    """A float32 DWPW step whose 1x1 weights pass DWPW_BAND_BYTES (512 -> 160 channels: 320 KB)
+    runs a band of depthwise rows per thread through one GEMM (5 rows: bands of 3 and 2), not a
+    GEMM per row; outputs are the per-op executor's."""
+    from volvox.runtime.vision_plan import DWPW_BAND_BYTES
+    assert 160 * 512 * 4 > DWPW_BAND_BYTES
+    m = GraphMaker(x=((1, 5, 6, 512), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
+    a = m.node("conv2d", dict(groups=512, pads=[1, 1, 1, 1], activation="relu6"), x="x",
+               weight=m.w("dw", f(512, 3, 3, 1)), bias=m.w("bdw", f(512)))
+    y = m.node("conv2d", {}, x=a, weight=m.w("pw", f(160, 1, 1, 512)), bias=m.w("bpw", f(160)))
+    model = m.model([y], optimize=True)
+    x = rng.standard_normal((1, 5, 6, 512)).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert len(fused_pairs(model)) == 1
+    assert same_bits(native[y], per_op[y])
+
+
 def test_global_avg_pool_step_is_the_reference(threads):
     """GLOBAL_AVG items are runs of 256 channels of an image (here 2 images x 2 runs), each
     channel summed over the pixels in order in float64, as numpy's mean."""

@@ -47,6 +47,7 @@ _ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv ste
 _PIXELS = _core.CONV_STEP_PIXELS                        # output pixels per im2col work item
 _TILE = 8                                               # pixels per GEMM register tile (SG_MR, QG_MR)
 BLOCKS_PER_THREAD = 4                                   # conv blocks per thread on a map of a few
+DWPW_BAND_BYTES = 256 << 10                             # 1x1 weights a float32 DWPW step streams per row
 # Multiply-adds per thread below which a plan runs on fewer threads (waking a second thread
 # costs ~10 us). 2-thread gain on a quiet machine (2 cores, runs back to back for 2 s, medians):
 # person detector (7.5M MACs) 0.37 -> 0.29 ms, BlazeFace (31M) 1.09 -> 1.08 ms (its steps are
@@ -286,18 +287,23 @@ class VisionPlan:
         w, packed, bias, _, pw_window = self._conv_operands(pw, mid)
         self._need(pw, _direct(pw_window["window"], w.shape), "not a 1x1 stride-1 unpadded conv")
         self._need(pw, conv == "conv2d" or mid.shape[3] % 4 == 0, "int8 channels not a multiple of 4")
-        row = mid.shape[2] * mid.shape[3]
+        row, rows = mid.shape[2] * mid.shape[3], mid.shape[0] * mid.shape[1]
         if conv == "conv2d":
+            # a row at a time (the most items to balance), but 1x1 weights past DWPW_BAND_BYTES (7x7
+            # maps, 1152 -> 192 channels: 885 KB) would then stream from beyond L2 once per row: there,
+            # one band of rows per thread
+            band = 1 if w.size * 4 <= DWPW_BAND_BYTES else -(-rows // self.threads)
             self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
-                           y=_addr(self._y(pw)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
+                           y=_addr(self._y(pw)), scratch=_addr(self._scratch(band * row, np.float32)),
+                           per_thread=band * row, ldc=band,
                            act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
-                           cparts=self._cparts(mid.shape[0] * mid.shape[1], w.shape[0], 1), **window)
+                           cparts=self._cparts(-(-rows // band), w.shape[0], 1), **window)
             return
         # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization
         # is prepared per GEMM call, and a row of a small map is a few pixels); a map of fewer
         # bands than threads takes one band per thread (a 6x6 map at 2 threads: two of three rows,
         # not one of six whose output channels the threads split, each computing every row)
-        rows, band = mid.shape[0] * mid.shape[1], -(-_PIXELS // mid.shape[2])
+        band = -(-_PIXELS // mid.shape[2])
         if -(-rows // band) < self.threads:
             band = -(-rows // self.threads)
         window["requant"] = self._requant(dw, mid.shape[3], dw_bias)
