@@ -390,6 +390,41 @@ def test_int8_pairs_need_channels_in_fours_and_gpu_models_skip_the_pass():
     assert "dwpw_conv2d" not in {n.op for n in compile_graph(g, w, cpu=False)[0].nodes}
 
 
+def _expand_graph(h: int, w: int, expand_stride: int = 1, expand_kernel: int = 1):
+    """x (1, h, w, 8) -> 1x1 expand conv (ReLU6) to 176 channels -> 3x3 depthwise (stride 2, TF
+    SAME) -> 1x1 project to 24: the expanded tensor is h*w*176*4 bytes."""
+    wts = {"e": (rng.standard_normal((176, expand_kernel, expand_kernel, 8)) * 0.3).astype(np.float32),
+           "eb": rng.standard_normal(176).astype(np.float32),
+           "d": (rng.standard_normal((176, 3, 3, 1)) * 0.3).astype(np.float32),
+           "p": (rng.standard_normal((24, 1, 1, 176)) * 0.3).astype(np.float32)}
+    nodes = [Node("ex", "conv2d", {"x": "x", "weight": "e", "bias": "eb"}, {"y": "m1"},
+                  dict(activation="relu6", strides=[expand_stride] * 2)),
+             Node("dw", "conv2d", {"x": "m1", "weight": "d"}, {"y": "m2"}, dict(groups=176, strides=[2, 2], pads=[0, 0, 1, 1])),
+             Node("pw", "conv2d", {"x": "m2", "weight": "p"}, {"y": "y"})]
+    x = rng.standard_normal((1, h, w, 8)).astype(np.float32)
+    return graph_of({"x": x}, wts, nodes, ["y"]), wts, {"x": x}
+
+
+def test_an_expand_conv_joins_its_depthwise_pointwise_pair():
+    """A 1x1 conv whose output (at least EXPAND_FUSE_BYTES) only a dwpw_conv2d reads joins it: one
+    expand_dwpw_conv2d computing exactly the three convs' outputs (per-op and references); a
+    smaller expanded tensor, a strided or a 3x3 first conv stays apart."""
+    from volvox.compile.fuse_conv import EXPAND_FUSE_BYTES
+    passes = ["fuse_depthwise_pointwise", "fuse_expand_dwpw"]
+    g, w, feeds = _expand_graph(40, 80)
+    assert 40 * 80 * 176 * 4 >= EXPAND_FUSE_BYTES
+    fused, fw = compiled(g, w, passes)
+    assert [(n.id, n.op) for n in fused.nodes] == [("pw", "expand_dwpw_conv2d")]
+    node = fused.nodes[0]
+    assert node.inputs == {"x": "x", "ex_weight": "e", "ex_bias": "eb", "dw_weight": "d", "weight": "p"}
+    assert node.params["expand"]["activation"] == "relu6" and node.params["depthwise"]["groups"] == 176
+    for reference in (False, True):
+        np.testing.assert_array_equal(outputs(fused, fw, feeds, reference)["y"], outputs(g, w, feeds, reference)["y"])
+    for small in (_expand_graph(20, 20), _expand_graph(120, 120, expand_stride=2), _expand_graph(40, 80, expand_kernel=3)):
+        assert "expand_dwpw_conv2d" not in {n.op for n in compiled(small[0], small[1], passes)[0].nodes}
+    assert "expand_dwpw_conv2d" not in {n.op for n in compile_graph(g, w, cpu=False)[0].nodes}
+
+
 # ---------------------------------------------------------------------------- add + activation
 @pytest.mark.parametrize("act,params", [("relu", {}), ("clip", {"min": 0, "max": 6})])
 def test_add_then_relu_is_one_add_n_with_the_same_bits(act, params):

@@ -283,7 +283,8 @@ def test_float_graph_plan_is_close_to_the_reference():
 
 def fused_pairs(model: Model) -> dict[str, str]:
     """1x1 conv node id -> the input of its depthwise conv, for each pair the compiler fused."""
-    return {n.id: n.inputs["x"] for n in model.graph.nodes if n.op in ("dwpw_conv2d", "qdwpw_conv2d")}
+    return {n.id: n.inputs["x"] for n in model.graph.nodes
+            if n.op in ("dwpw_conv2d", "qdwpw_conv2d", "expand_dwpw_conv2d")}
 
 
 def dwpw_graph(stride: int, optimize: bool) -> Model:
@@ -400,6 +401,29 @@ def test_dwpw_with_large_pointwise_weights_runs_bands_of_rows(threads):
     native, per_op = plan_and_per_op(model, {"x": x})
     assert len(fused_pairs(model)) == 1
     assert same_bits(native[y], per_op[y])
+
+
+@pytest.mark.parametrize("stride,k,pads", [(2, 3, [0, 0, 1, 1]), (1, 5, [2, 2, 2, 2]), (2, 3, [1, 1, 1, 1])])
+def test_expand_dwpw_step_is_the_per_op_executor(stride, k, pads, threads):
+    """An EXDWPW step (1x1 expand with ReLU6 -> depthwise -> 1x1, the expanded tensor 2.1 MB)
+    computes each band's expanded rows in scratch; its outputs are the per-op executor's, and
+    the unfused graph's, bit for bit (2 images; bands recompute the rows they share)."""
+    from volvox.runtime.vision_plan import EXPAND_BAND_BYTES
+    m = GraphMaker(x=((2, 30, 53, 8), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
+    e = m.node("conv2d", dict(activation="relu6"), x="x", weight=m.w("e", f(176, 1, 1, 8)), bias=m.w("eb", f(176)))
+    d = m.node("conv2d", dict(groups=176, strides=[stride, stride], pads=pads, activation="relu6"), x=e,
+               weight=m.w("d", f(176, k, k, 1)), bias=m.w("db", f(176)))
+    y = m.node("conv2d", {}, x=d, weight=m.w("p", f(24, 1, 1, 176)), bias=m.w("pb", f(24)))
+    fused, unfused = m.model([y], optimize=True), m.model([y], optimize=False)
+    assert [n.op for n in fused.graph.nodes] == ["expand_dwpw_conv2d"]
+    assert 30 * 53 * 176 * 4 > 2 * EXPAND_BAND_BYTES  # several bands per image
+    x = rng.standard_normal((2, 30, 53, 8)).astype(np.float32)
+    native, per_op = plan_and_per_op(fused, {"x": x})
+    assert fused._plan.plan is not None, fused._plan.why
+    assert same_bits(native[y], per_op[y])
+    assert same_bits(native[y], unfused.run({"x": x})[y])
+    assert len(np.unique(native[y])) > 1000
 
 
 def test_global_avg_pool_step_is_the_reference(threads):

@@ -37,6 +37,7 @@ cdef extern from "vx_plan.h" nogil:
         VX_STEP_AVG_POOL
         VX_STEP_DWPW_F32
         VX_STEP_QDWPW
+        VX_STEP_EXDWPW_F32
         VX_UNARY_HARD_SWISH
         VX_UNARY_HARD_SIGMOID
         VX_UNARY_SQRT
@@ -60,6 +61,7 @@ cdef extern from "vx_plan.h" nogil:
         int64_t cout, ldc, per_thread, cparts, pixels
         int32_t act
         vx_pointwise pw
+        vx_pointwise ex
     ctypedef struct vx_step:
         int32_t kind, wtype, flag
         int64_t n[6]
@@ -94,7 +96,7 @@ STEP_KINDS = {"embed": VX_STEP_EMBED, "rms_norm": VX_STEP_RMS_NORM, "quantize": 
               "qavg_pool": VX_STEP_QAVG_POOL, "qsoftmax": VX_STEP_QSOFTMAX, "max_pool": VX_STEP_MAX_POOL,
               "global_avg": VX_STEP_GLOBAL_AVG, "relu": VX_STEP_RELU, "copy_rows": VX_STEP_COPY_ROWS,
               "unary": VX_STEP_UNARY, "gather": VX_STEP_GATHER, "avg_pool": VX_STEP_AVG_POOL,
-              "dwpw_f32": VX_STEP_DWPW_F32, "qdwpw": VX_STEP_QDWPW}
+              "dwpw_f32": VX_STEP_DWPW_F32, "qdwpw": VX_STEP_QDWPW, "exdwpw_f32": VX_STEP_EXDWPW_F32}
 # Functions of an unary step and operators of a binary step (flag).
 UNARY_FNS = {"hard_swish": VX_UNARY_HARD_SWISH, "hard_sigmoid": VX_UNARY_HARD_SIGMOID, "sqrt": VX_UNARY_SQRT,
              "square": VX_UNARY_SQUARE}
@@ -141,14 +143,15 @@ cdef class StepPlan:
     def add(self, int kind, int wtype=0, int flag=0, tuple sizes=(), tuple floats=(), uintptr_t a=0,
             uintptr_t b=0, uintptr_t c=0, uintptr_t y=0, uintptr_t scratch=0, tuple window=None,
             int64_t cout=0, int64_t ldc=0, int64_t per_thread=0, int act=0, tuple requant=None,
-            tuple pointwise=None, tuple pw_requant=None, int64_t cparts=1, int64_t pixels=0):
+            tuple pointwise=None, tuple pw_requant=None, int64_t cparts=1, int64_t pixels=0, tuple expand=None):
         """Append one step (addresses of buffers the caller keeps alive). Window steps also
         take window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left), cout, ldc,
         per_thread, act, cparts (CONV_F32 / QCONV: output-channel parts per pixel block), pixels (their
         output pixels per block, 0: VX_CONV_PIXELS),
         requant = (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi),
         (DWPW, QDWPW) pointwise = (packed weights address, f32 bias address or 0, cout, act,
-        int8 row sums address or 0) and (QDWPW) pw_requant, the 1x1 conv's requant."""
+        int8 row sums address or 0) and (QDWPW) pw_requant, the 1x1 conv's requant; (EXDWPW) expand =
+        (packed weights address, bias address or 0, cout, act) of the 1x1 conv before."""
         if self.n >= self.cap or len(sizes) > 6 or len(floats) > 2:
             raise ValueError("step plan is full or a step has too many fields")
         cdef vx_step *s = &self.steps[self.n]
@@ -166,6 +169,10 @@ cdef class StepPlan:
                 w.pw.wsum = <const int32_t *> <uintptr_t> pointwise[4]
             if pw_requant is not None:
                 w.pw.rq = _requant_of(pw_requant)
+            if expand is not None:
+                w.ex.packed = <const void *> <uintptr_t> expand[0]
+                w.ex.bias = <const float *> <uintptr_t> expand[1]
+                w.ex.cout, w.ex.act = expand[2:4]
             s.p = w
         else:
             s.p = NULL

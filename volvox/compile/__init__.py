@@ -17,7 +17,7 @@ from .fold_affine import fold_conv_input_affine, fold_conv_output_affine
 from .fuse_activation import (fuse_add_activation, fuse_concat_activation, fuse_conv_activation,
                               fuse_linear_activation)
 from .fuse_add import fold_linear_bias, fuse_add_chains
-from .fuse_conv import fuse_depthwise_pointwise
+from .fuse_conv import fuse_depthwise_pointwise, fuse_expand_dwpw
 from .fuse_linear import fuse_swiglu, merge_sibling_linears
 from .prepack import prepack_weights
 from .recognize import recognize_hard_swish
@@ -26,7 +26,8 @@ Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 
 # In order: activations spelled out in elementwise nodes recognised first (later passes match
 # the ops); affines into convs before conv activations are folded (the affine sits between
-# them); depthwise -> 1x1 pairs after conv activations (each conv keeps its own); swiglu before
+# them); depthwise -> 1x1 pairs after conv activations (each conv keeps its own), expand convs
+# into the pairs after those; swiglu before
 # sibling merging (it takes the gate/up pairs first); biases into their
 # linears before activations are folded (linear + bias + act -> one node) and before add chains
 # (a bias add is not a chain link); activations into adds after the chains (the last sum takes
@@ -38,6 +39,7 @@ PASSES: dict[str, Pass] = {
     "fold_conv_input_affine": fold_conv_input_affine,
     "fuse_conv_activation": fuse_conv_activation,
     "fuse_depthwise_pointwise": fuse_depthwise_pointwise,
+    "fuse_expand_dwpw": fuse_expand_dwpw,
     "fuse_swiglu": fuse_swiglu,
     "merge_sibling_linears": merge_sibling_linears,
     "fold_linear_bias": fold_linear_bias,
@@ -52,7 +54,7 @@ PASSES: dict[str, Pass] = {
 # or without an activation) lower
 # on each of them (volvox/_gpu/lowering.py) with no more dispatches and fewer intermediate buffers
 # than the nodes they replace. These make ops only the CPU runs, so a GPU model skips them:
-CPU_ONLY = ("fuse_depthwise_pointwise",)
+CPU_ONLY = ("fuse_depthwise_pointwise", "fuse_expand_dwpw")
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """Depthwise -> pointwise fusion: a depthwise conv (channel multiplier 1) whose output only a 1x1,
 stride-1, unpadded conv of the same kind reads becomes one ``dwpw_conv2d`` / ``qdwpw_conv2d``
-node (ops/dwpw.py). The native vision plans run it as one step that never stores the middle
-tensor; everywhere else it computes the two convs in turn, bit for bit what the pair did.
+node (ops/dwpw.py); then a float32 1x1 conv feeding such a pair alone (an inverted bottleneck's
+expand conv) joins it as one ``expand_dwpw_conv2d``. The native vision plans run each as one
+step that never stores the middle tensors; everywhere else it computes the convs in turn, bit
+for bit what they did.
 
-CPU-only (compile_graph leaves it out for a GPU backend, whose lowering has no such node).
+CPU-only (compile_graph leaves them out for a GPU backend, whose lowering has no such nodes).
 An int8 pair needs its channels a multiple of 4: the 1x1 GEMM reads the depthwise rows as its
 own, 4 bytes per vpdpbusd lane group.
 """
@@ -16,7 +18,7 @@ import numpy as np
 
 from ..graph import Graph, Node
 from ..ops.conv import window_params
-from ..ops.dwpw import PAIRED
+from ..ops.dwpw import EXPANDED, PAIRED
 from .fuse_linear import GraphIndex
 
 FUSED_OF = {conv: fused for fused, (conv, _) in PAIRED.items()}  # conv op -> its fused pair op
@@ -58,5 +60,35 @@ def fuse_depthwise_pointwise(graph: Graph, weights: dict[str, Any]) -> tuple[Gra
                   **{p: n for p, n in pw.inputs.items() if p != "x"}}
         fused[pw.id] = Node(pw.id, op, inputs, dict(pw.outputs), {**pw.params, "depthwise": dict(dw.params)})
         dropped.add(dw.id)
+    nodes = [fused.get(n.id, n) for n in graph.nodes if n.id not in dropped]
+    return Graph(list(graph.inputs), dict(graph.weights), nodes, list(graph.outputs)), weights
+
+
+# An expand conv's output of fewer bytes than this stays in memory: a small map's expanded rows
+# already live in L2, and each band of rows the fused step runs recomputes the rows it shares
+# with the band before (EfficientNet-Lite0 at 224: the 112x112x96 and 56x56x144 ones fuse).
+EXPAND_FUSE_BYTES = 2 << 20
+
+
+def fuse_expand_dwpw(graph: Graph, weights: dict[str, Any]) -> tuple[Graph, dict[str, Any]]:
+    """Each float32 1x1, stride-1, unpadded conv whose output only a ``dwpw_conv2d`` reads (and
+    is at least EXPAND_FUSE_BYTES) joins it: one ``expand_dwpw_conv2d`` node (ops/dwpw.py)."""
+    idx = GraphIndex(graph)
+    fused: dict[str, Node] = {}  # dwpw node id -> the fused node
+    dropped: set[str] = set()
+    for pair in graph.nodes:
+        ex = idx.producer.get(pair.inputs.get("x", "")) if pair.op == "dwpw_conv2d" else None
+        if ex is None or ex.op != "conv2d" or not idx.sole_consumer(pair.inputs["x"], pair):
+            continue
+        w, spec = _weight(ex, graph, weights), graph.specs[ex.outputs["y"]]
+        strides, dilations, pads = window_params(ex.params)
+        if (w is None or w.shape[1:3] != (1, 1) or int(ex.params.get("groups", 1)) != 1 or strides != (1, 1)
+                or pads != (0, 0, 0, 0) or not all(isinstance(d, int) for d in spec.shape)
+                or int(np.prod(spec.shape)) * 4 < EXPAND_FUSE_BYTES):
+            continue
+        inputs = {"x": ex.inputs["x"], **{"ex_" + p: n for p, n in ex.inputs.items() if p != "x"},
+                  **{p: n for p, n in pair.inputs.items() if p != "x"}}
+        fused[pair.id] = Node(pair.id, EXPANDED, inputs, dict(pair.outputs), {**pair.params, "expand": dict(ex.params)})
+        dropped.add(ex.id)
     nodes = [fused.get(n.id, n) for n in graph.nodes if n.id not in dropped]
     return Graph(list(graph.inputs), dict(graph.weights), nodes, list(graph.outputs)), weights

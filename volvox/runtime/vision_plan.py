@@ -38,7 +38,7 @@ from ..errors import VolvoxError
 from ..graph import Graph, Node, TensorSpec
 from ..ops import get_op
 from ..ops.conv import conv_kernel_args, native_conv, window_params
-from ..ops.dwpw import PAIRED, split
+from ..ops.dwpw import PAIRED, split, split_expanded
 from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
 from .native_plan import Unsupported, _addr, _aligned, _core, _KIND
 
@@ -48,6 +48,7 @@ _PIXELS = _core.CONV_STEP_PIXELS                        # output pixels per im2c
 _TILE = 8                                               # pixels per GEMM register tile (SG_MR, QG_MR)
 BLOCKS_PER_THREAD = 4                                   # conv blocks per thread on a map of a few
 DWPW_BAND_BYTES = 256 << 10                             # 1x1 weights a float32 DWPW step streams per row
+EXPAND_BAND_BYTES = 384 << 10                           # expanded rows an EXDWPW band computes (in L2)
 # Multiply-adds per thread below which a plan runs on fewer threads (waking a second thread
 # costs ~10 us). 2-thread gain on a quiet machine (2 cores, runs back to back for 2 s, medians):
 # person detector (7.5M MACs) 0.37 -> 0.29 ms, BlazeFace (31M) 1.09 -> 1.08 ms (its steps are
@@ -271,30 +272,40 @@ class VisionPlan:
                        scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
                        **self._blocks(y.size // cout, cout), **window)
 
-    def _dwpw(self, node) -> None:
-        """A fused depthwise -> 1x1 pair (ops/dwpw.py) as one DWPW (float32) or QDWPW (int8) step:
-        depthwise output rows go through the thread's scratch into the 1x1 conv's packed GEMM, the
-        same tiles on the same rows as the two convs' own steps."""
-        conv = PAIRED[node.op][0]
-        (dw_in, dw_params), (pw_in, pw_params) = split(node.op, node.inputs, node.params)
-        dw = Node(node.id, conv, dw_in, {"y": f"{node.id}/depthwise"}, dw_params)
-        pw = Node(node.id, conv, {"x": dw.outputs["y"], **pw_in}, dict(node.outputs), pw_params)
-        x = self._in(dw, "x")
+    def _pair_operands(self, op: str, inputs: dict, params: dict, node_id: str, x: np.ndarray) -> tuple:
+        """(dw node, its packed weights, bias, window keywords, pw node, its OHWI weight, packed
+        weights, bias, the depthwise output's shape as an empty array) of a fused depthwise -> 1x1
+        pair (ops/dwpw.py) reading ``x``, checked."""
+        conv = PAIRED[op][0]
+        (dw_in, dw_params), (pw_in, pw_params) = split(op, inputs, params)
+        dw = Node(node_id, conv, dw_in, {"y": f"{node_id}/depthwise"}, dw_params)
+        pw = Node(node_id, conv, {"x": dw.outputs["y"], **pw_in}, {"y": f"{node_id}/pointwise"}, pw_params)
         _, dw_packed, dw_bias, depthwise, window = self._conv_operands(dw, x, check_output=False)
         self._need(dw, depthwise, "not a depthwise conv")
         mid = np.empty((x.shape[0],) + window["window"][4:6] + (window["cout"],),  # (N, OH, OW, C) its shape only
                        np.float32 if conv == "conv2d" else np.int8)
-        w, packed, bias, _, pw_window = self._conv_operands(pw, mid)
+        w, packed, bias, _, pw_window = self._conv_operands(pw, mid, check_output=False)
         self._need(pw, _direct(pw_window["window"], w.shape), "not a 1x1 stride-1 unpadded conv")
         self._need(pw, conv == "conv2d" or mid.shape[3] % 4 == 0, "int8 channels not a multiple of 4")
+        return dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid
+
+    def _dwpw(self, node) -> None:
+        """A fused depthwise -> 1x1 pair (ops/dwpw.py) as one DWPW (float32) or QDWPW (int8) step:
+        depthwise output rows go through the thread's scratch into the 1x1 conv's packed GEMM, the
+        same tiles on the same rows as the two convs' own steps."""
+        x = self._in(node, "x")
+        dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid = self._pair_operands(
+            node.op, node.inputs, node.params, node.id, x)
+        self._need(node, tuple(self.graph.specs[node.outputs["y"]].shape) == mid.shape[:3] + (w.shape[0],),
+                   "output shape")
         row, rows = mid.shape[2] * mid.shape[3], mid.shape[0] * mid.shape[1]
-        if conv == "conv2d":
+        if PAIRED[node.op][0] == "conv2d":
             # a row at a time (the most items to balance), but 1x1 weights past DWPW_BAND_BYTES (7x7
             # maps, 1152 -> 192 channels: 885 KB) would then stream from beyond L2 once per row: there,
             # one band of rows per thread
             band = 1 if w.size * 4 <= DWPW_BAND_BYTES else -(-rows // self.threads)
             self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
-                           y=_addr(self._y(pw)), scratch=_addr(self._scratch(band * row, np.float32)),
+                           y=_addr(self._y(node)), scratch=_addr(self._scratch(band * row, np.float32)),
                            per_thread=band * row, ldc=band,
                            act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
                            cparts=self._cparts(-(-rows // band), w.shape[0], 1), **window)
@@ -309,11 +320,40 @@ class VisionPlan:
         window["requant"] = self._requant(dw, mid.shape[3], dw_bias)
         pw_window = dict(requant=self._requant(pw, w.shape[0], bias))
         wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
-        self.steps.add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(pw)),
+        self.steps.add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(node)),
                        scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
                        cparts=self._cparts(-(-rows // band), w.shape[0], 1),
                        pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
                        **window)
+
+    def _expand_dwpw(self, node) -> None:
+        """An expand_dwpw_conv2d (ops/dwpw.py) as one EXDWPW_F32 step: bands of depthwise output rows,
+        each computing the expanded rows it reads into the thread's scratch (about
+        EXPAND_BAND_BYTES of them), then each depthwise row and its 1x1 conv as DWPW does; the
+        expanded tensor never reaches memory."""
+        (ex_in, ex_params), mid_name, pair_in, pair_params = split_expanded(node.inputs, node.params)
+        ex = Node(node.id, "conv2d", ex_in, {"y": mid_name}, ex_params)
+        x = self._in(ex, "x")
+        w_ex, packed_ex, bias_ex, _, ex_window = self._conv_operands(ex, x, check_output=False)
+        self._need(ex, _direct(ex_window["window"], w_ex.shape), "not a 1x1 stride-1 unpadded conv")
+        expanded = np.empty(x.shape[:3] + (w_ex.shape[0],), np.float32)  # its shape only
+        dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid = self._pair_operands(
+            "dwpw_conv2d", pair_in, pair_params, node.id, expanded)
+        self._need(node, tuple(self.graph.specs[node.outputs["y"]].shape) == mid.shape[:3] + (w.shape[0],),
+                   "output shape")
+        n, h, wd, c = expanded.shape
+        kh, sh, dh = window["window"][6], window["window"][8], window["window"][10]
+        # band: rows whose expanded input rows fit EXPAND_BAND_BYTES (a band recomputes the kh - sh
+        # rows it shares with the one before: the more rows, the fewer again)
+        fit = max(EXPAND_BAND_BYTES // (wd * c * 4), (kh - 1) * dh + 1)
+        band = max(1, min(mid.shape[1], ((fit - (kh - 1) * dh - 1) // sh) + 1))
+        band = min(band, -(-mid.shape[1] * n // self.threads))  # a band per thread at least
+        per = ((band - 1) * sh + (kh - 1) * dh + 1) * wd * c + mid.shape[2] * c  # (rows, w, C) + (ow, C)
+        self.steps.add(_KIND["exdwpw_f32"], sizes=(x.shape[3],), a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
+                       y=_addr(self._y(node)), scratch=_addr(self._scratch(per, np.float32)), per_thread=per,
+                       ldc=band, act=self._act(dw),
+                       pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
+                       expand=(_addr(packed_ex), _ptr(bias_ex), c, self._act(ex)), **window)
 
     def _qlinear(self, node) -> None:
         """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path)."""
@@ -587,6 +627,7 @@ LOWER = {  # op -> its lowering (sigmoid, softmax, matmul, reduce_mean: numpy be
     "qconv2d": VisionPlan._conv,
     "dwpw_conv2d": VisionPlan._dwpw,
     "qdwpw_conv2d": VisionPlan._dwpw,
+    "expand_dwpw_conv2d": VisionPlan._expand_dwpw,
     "qlinear": VisionPlan._qlinear,
     "linear": VisionPlan._linear,
     "linear_act": VisionPlan._linear,

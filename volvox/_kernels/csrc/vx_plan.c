@@ -87,6 +87,8 @@ static int64_t step_items(const vx_step *s, int team) {
     case VX_STEP_CONV_F32:
     case VX_STEP_QCONV:
         return (s->p->s.n * s->p->s.oh * s->p->s.ow + conv_pixels(s->p) - 1) / conv_pixels(s->p) * conv_parts(s->p, team);
+    case VX_STEP_EXDWPW_F32:  /* bands of ldc rows of an image */
+        return s->p->s.n * ((s->p->s.oh + s->p->ldc - 1) / s->p->ldc);
     case VX_STEP_QDWPW:  /* bands of ldc rows, each in cparts */
     case VX_STEP_DWPW_F32:
         return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc * conv_parts(s->p, team);
@@ -445,6 +447,30 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
                                 band + r * g->ow * g->c);
         t->conv->sgemm(g->c, (const float *)w->pw.packed + c0 * g->c, c1 - c0, band, g->c, rows * g->ow,
                        s->y + r0 * g->ow * w->pw.cout + c0, w->pw.cout, w->pw.bias ? w->pw.bias + c0 : NULL, w->pw.act);
+        break;
+    }
+    case VX_STEP_EXDWPW_F32: {
+        const vx_window *w = s->p;
+        const vx_conv_shape *g = &w->s;                              /* the depthwise conv's, on (n, h, w, C) */
+        const int64_t C = g->c, K = s->n[0], bands = (g->oh + w->ldc - 1) / w->ldc, b = item / bands;
+        const int64_t r0 = item % bands * w->ldc, r1 = r0 + w->ldc < g->oh ? r0 + w->ldc : g->oh;
+        const int64_t first = r0 * g->sh - g->pt, last = (r1 - 1) * g->sh - g->pt + (g->kh - 1) * g->dh;
+        const int64_t lo = first > 0 ? first : 0, hi = last + 1 < g->h ? last + 1 : g->h;  /* rows read */
+        float *rows = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (hi - lo, w, C) */
+        float *row = rows + vx_exdwpw_rows(w) * g->w * C;           /* (ow, C): a depthwise row */
+        if (hi > lo)
+            t->conv->sgemm(K, (const float *)w->ex.packed, C, (const float *)s->a + (b * g->h + lo) * g->w * K, K,
+                           (hi - lo) * g->w, rows, C, w->ex.bias, w->ex.act);
+        vx_conv_shape band = *g;                                     /* the depthwise conv on those rows */
+        band.n = 1;
+        band.h = hi - lo;
+        band.oh = r1 - r0;
+        band.pt = g->pt + lo - r0 * g->sh;
+        for (int64_t r = r0; r < r1; r++) {
+            t->conv->dwconv_f32(&band, rows, (const float *)s->b, (const float *)s->c, w->act, r - r0, row);
+            t->conv->sgemm(C, (const float *)w->pw.packed, w->pw.cout, row, C, g->ow,
+                           s->y + ((b * g->oh + r) * g->ow) * w->pw.cout, w->pw.cout, w->pw.bias, w->pw.act);
+        }
         break;
     }
     case VX_STEP_QDWPW: {

@@ -54,6 +54,7 @@ enum {
     VX_STEP_AVG_POOL = 25,    /* f32 y = average pool of a (tap sums in order, / in-image count or kh*kw) */
     VX_STEP_DWPW_F32 = 26,    /* y = a 1x1 conv of a depthwise conv's rows, the middle tensor never stored */
     VX_STEP_QDWPW = 27,       /* DWPW_F32 for int8: depthwise rows into scratch, then the 1x1 int8 GEMM */
+    VX_STEP_EXDWPW_F32 = 28,  /* DWPW_F32 of a 1x1 conv's output rows computed into scratch (an inverted bottleneck) */
     VX_STEP_NKINDS = 28
 };
 
@@ -92,6 +93,7 @@ typedef struct {
     int32_t act;         /* VX_ACT_* (f32 convs) */
     int32_t pad_;
     vx_pointwise pw;     /* DWPW: the 1x1 conv after the depthwise one */
+    vx_pointwise ex;     /* EXDWPW: the 1x1 conv before it (cout: the depthwise conv's channels) */
 } vx_window;
 
 /* Output pixels per im2col work item (the per-op kernels' CONV_PIXELS; the most a step's takes). */
@@ -128,6 +130,11 @@ typedef struct {
  *              packed weights, wsum, rq), scratch (threads, per_thread = ldc*ow*C) bytes: a band's
  *              rows are requantized there, offset to u8 and multiplied by one qgemm into their
  *              output pixels (C a multiple of 4: the rows are the GEMM's)
+ *   EXDWPW_F32 DWPW_F32 whose depthwise input rows come from a 1x1 conv (p->ex, n[0] input channels)
+ *              of a: items are bands of p->ldc depthwise output rows of an image; each computes the
+ *              expanded rows its band reads (rows the band before shares, again) into the thread's
+ *              scratch, then each depthwise row and its 1x1 conv as DWPW_F32 does; scratch (threads,
+ *              per_thread = vx_exdwpw_rows(p) * w * C + ow * C) floats
  *   QCONV      a x, b packed (qgemm_pack), c wsum, p window (rq), scratch (threads, per_thread) bytes;
  *              items as CONV_F32
  *   QDWCONV    a x, b weights (kh*kw, C) int16, p window (rq); items: output rows
@@ -164,6 +171,9 @@ typedef struct {
 #define VX_ELEM_CHUNK 16384
 /* Destination bytes per work item of a COPY_ROWS step (whole rows, at least one). */
 #define VX_COPY_BYTES 65536
+
+/* Expanded input rows an EXDWPW_F32 band of p->ldc depthwise output rows reads (at most). */
+static inline int64_t vx_exdwpw_rows(const vx_window *p) { return (p->ldc - 1) * p->s.sh + (p->s.kh - 1) * p->s.dh + 1; }
 
 /* What changes from one forward to the next: the token, its position and the KV cache. */
 typedef struct {
