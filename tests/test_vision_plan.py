@@ -385,12 +385,13 @@ def test_small_maps_split_output_channels_across_threads(threads):
     assert same_bits(native[c], per_op[c])
 
 
-def test_dwpw_with_large_pointwise_weights_runs_bands_of_rows(threads):
-    """A float32 DWPW step whose 1x1 weights pass DWPW_BAND_BYTES (512 -> 160 channels: 320 KB)
-    runs a band of depthwise rows per thread through one GEMM (5 rows: bands of 3 and 2), not a
-    GEMM per row; outputs are the per-op executor's."""
-    from volvox.runtime.vision_plan import DWPW_BAND_BYTES
-    assert 160 * 512 * 4 > DWPW_BAND_BYTES
+def test_dwpw_with_large_pointwise_weights_runs_as_two_steps(threads):
+    """A float32 depthwise -> 1x1 pair whose 1x1 weights pass DWPW_SPLIT_BYTES (512 -> 160
+    channels: 320 KB) runs as a depthwise step into a buffer of the plan's and one GEMM step over
+    the map (5 panels: one per part on 2 threads), not a GEMM per row; outputs are the per-op
+    executor's."""
+    from volvox.runtime.vision_plan import DWPW_SPLIT_BYTES
+    assert 160 * 512 * 4 > DWPW_SPLIT_BYTES
     m = GraphMaker(x=((1, 5, 6, 512), "float32"))
     f = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
     a = m.node("conv2d", dict(groups=512, pads=[1, 1, 1, 1], activation="relu6"), x="x",
@@ -399,7 +400,7 @@ def test_dwpw_with_large_pointwise_weights_runs_bands_of_rows(threads):
     model = m.model([y], optimize=True)
     x = rng.standard_normal((1, 5, 6, 512)).astype(np.float32)
     native, per_op = plan_and_per_op(model, {"x": x})
-    assert len(fused_pairs(model)) == 1
+    assert len(fused_pairs(model)) == 1 and len(model._plan.plan.steps) == 2
     assert same_bits(native[y], per_op[y])
 
 
@@ -450,6 +451,17 @@ def test_small_int8_maps_take_a_band_per_thread(shape, threads):
     for name in per_op:
         assert same_bits(native[name], per_op[name]), name
         assert len(np.unique(per_op[name])) > 10
+
+
+def test_output_channel_parts_fall_evenly_on_the_threads():
+    """A one-block map on 2 threads wants 4 parts of whole 32-channel panels: 36 panels make 4
+    parts of 9; 6 panels (parts of 2 would give one thread 4 panels, the other 2) and 10 make one
+    part per panel; enough items need no parts."""
+    from types import SimpleNamespace
+    from volvox.runtime.vision_plan import VisionPlan
+    two = SimpleNamespace(threads=2)
+    assert [VisionPlan._cparts(two, 1, cout) for cout in (1152, 192, 320)] == [4, 6, 10]
+    assert VisionPlan._cparts(two, 4, 192) == 1
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])

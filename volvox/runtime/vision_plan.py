@@ -47,7 +47,7 @@ _ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv ste
 _PIXELS = _core.CONV_STEP_PIXELS                        # output pixels per im2col work item
 _TILE = 8                                               # pixels per GEMM register tile (SG_MR, QG_MR)
 BLOCKS_PER_THREAD = 4                                   # conv blocks per thread on a map of a few
-DWPW_BAND_BYTES = 256 << 10                             # 1x1 weights a float32 DWPW step streams per row
+DWPW_SPLIT_BYTES = 256 << 10                            # 1x1 weights past which a float32 pair runs unfused
 EXPAND_BAND_BYTES = 384 << 10                           # expanded rows an EXDWPW band computes (in L2)
 # Multiply-adds per thread below which a plan runs on fewer threads (waking a second thread
 # costs ~10 us). 2-thread gain on a quiet machine (2 cores, runs back to back for 2 s, medians):
@@ -223,9 +223,17 @@ class VisionPlan:
         """Output-channel parts per work item (64-pixel block, row, or row band) of a conv step
         (vx_plan.h; a one-thread run keeps one): ``per_thread`` items per thread when the unsplit
         ones are fewer (a 7x7 map is one pixel block, 7 rows). Depthwise -> 1x1 steps ask for
-        one: each part computes its depthwise rows again."""
+        one: each part computes its depthwise rows again. Parts are whole 32-channel panels; when
+        those would not fall evenly on the threads (6 panels in parts of 2: 4 and 2 per thread),
+        each panel is a part."""
         want = per_thread * self.threads
-        return 1 if items >= want else min(-(-cout // 32), -(-want // items))
+        if items >= want:
+            return 1
+        panels = -(-cout // 32)
+        parts = min(panels, -(-want // items))
+        per = -(-panels // parts)
+        even = per * -(-panels // per) == panels and -(-panels // per) * items % self.threads == 0
+        return parts if even else panels
 
     def _act(self, node) -> int:
         """VX_ACT_* of a float32 conv's (or add_n's) fused activation, else Unsupported."""
@@ -299,16 +307,24 @@ class VisionPlan:
         self._need(node, tuple(self.graph.specs[node.outputs["y"]].shape) == mid.shape[:3] + (w.shape[0],),
                    "output shape")
         row, rows = mid.shape[2] * mid.shape[3], mid.shape[0] * mid.shape[1]
-        if PAIRED[node.op][0] == "conv2d":
-            # a row at a time (the most items to balance), but 1x1 weights past DWPW_BAND_BYTES (7x7
-            # maps, 1152 -> 192 channels: 885 KB) would then stream from beyond L2 once per row: there,
-            # one band of rows per thread
-            band = 1 if w.size * 4 <= DWPW_BAND_BYTES else -(-rows // self.threads)
+        if PAIRED[node.op][0] == "conv2d" and w.size * 4 > DWPW_SPLIT_BYTES:
+            # 1x1 weights this large (7x7 maps, 1152 -> 192 channels: 885 KB) would stream from
+            # beyond L2 once per depthwise row: two steps instead, the depthwise rows into a buffer of
+            # the plan's own, then one GEMM over the map whose channels the threads split
+            mid = np.empty(mid.shape, np.float32)
+            self._keep_all(mid)
+            self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(mid),
+                           act=self._act(dw), **window)
+            self.steps.add(_KIND["conv_f32"], a=_addr(mid), b=_addr(packed), c=_ptr(bias), y=_addr(self._y(node)),
+                           scratch=_addr(self._scratch(0, np.float32)), act=self._act(pw),
+                           window=mid.shape + mid.shape[1:3] + (1, 1, 1, 1, 1, 1, 0, 0), cout=w.shape[0],
+                           **self._blocks(rows * mid.shape[2], w.shape[0]))
+            return
+        if PAIRED[node.op][0] == "conv2d":  # a row per item: the most items to balance
             self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
-                           y=_addr(self._y(node)), scratch=_addr(self._scratch(band * row, np.float32)),
-                           per_thread=band * row, ldc=band,
+                           y=_addr(self._y(node)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
                            act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
-                           cparts=self._cparts(-(-rows // band), w.shape[0], 1), **window)
+                           cparts=self._cparts(rows, w.shape[0], 1), **window)
             return
         # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization
         # is prepared per GEMM call, and a row of a small map is a few pixels); a map of fewer

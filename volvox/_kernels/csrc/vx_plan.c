@@ -90,8 +90,9 @@ static int64_t step_items(const vx_step *s, int team) {
     case VX_STEP_EXDWPW_F32:  /* bands of ldc rows of an image */
         return s->p->s.n * ((s->p->s.oh + s->p->ldc - 1) / s->p->ldc);
     case VX_STEP_QDWPW:  /* bands of ldc rows, each in cparts */
-    case VX_STEP_DWPW_F32:
         return (s->p->s.n * s->p->s.oh + s->p->ldc - 1) / s->p->ldc * conv_parts(s->p, team);
+    case VX_STEP_DWPW_F32:
+        return s->p->s.n * s->p->s.oh * conv_parts(s->p, team);
     case VX_STEP_DWCONV_F32:
     case VX_STEP_QDWCONV:
     case VX_STEP_QAVG_POOL:
@@ -438,15 +439,13 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_DWPW_F32: {
         const vx_window *w = s->p;
         const vx_conv_shape *g = &w->s;
-        const int64_t r0 = item / conv_parts(w, team) * w->ldc, rows = g->n * g->oh - r0 < w->ldc ? g->n * g->oh - r0 : w->ldc;
+        const int64_t r = item / conv_parts(w, team);                      /* the depthwise output row */
         int64_t c0, c1;                                              /* the 1x1 conv's channels */
         conv_part(w, team, w->pw.cout, item % conv_parts(w, team), &c0, &c1);
-        float *band = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (rows*ow, C) */
-        for (int64_t r = 0; r < rows; r++)
-            t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, w->act, r0 + r,
-                                band + r * g->ow * g->c);
-        t->conv->sgemm(g->c, (const float *)w->pw.packed + c0 * g->c, c1 - c0, band, g->c, rows * g->ow,
-                       s->y + r0 * g->ow * w->pw.cout + c0, w->pw.cout, w->pw.bias ? w->pw.bias + c0 : NULL, w->pw.act);
+        float *row = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (ow, C) */
+        t->conv->dwconv_f32(g, (const float *)s->a, (const float *)s->b, (const float *)s->c, w->act, r, row);
+        t->conv->sgemm(g->c, (const float *)w->pw.packed + c0 * g->c, c1 - c0, row, g->c, g->ow,
+                       s->y + r * g->ow * w->pw.cout + c0, w->pw.cout, w->pw.bias ? w->pw.bias + c0 : NULL, w->pw.act);
         break;
     }
     case VX_STEP_EXDWPW_F32: {

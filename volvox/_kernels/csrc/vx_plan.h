@@ -122,9 +122,9 @@ typedef struct {
  *              output channels (whole 32-channel panels) when the blocks are too few for the threads
  *   DWCONV_F32 a x, b weights (kh*kw, C), c bias or NULL, p window; items: output rows
  *   DWPW_F32   a x, b depthwise weights (kh*kw, C), c their bias or NULL, p window (the depthwise
- *              geometry, act; pw: the 1x1 conv), scratch (threads, per_thread = ldc*ow*C) floats, y the
- *              1x1 conv's output; items: bands of p->ldc depthwise output rows, computed into the
- *              thread's scratch and multiplied straight into their output pixels
+ *              geometry, act; pw: the 1x1 conv), scratch (threads, per_thread = ow*C) floats, y the
+ *              1x1 conv's output; items: depthwise output rows, each computed into the thread's
+ *              scratch and multiplied straight into its ow output pixels
  *   QDWPW      DWPW_F32 in int8 on bands of p->ldc depthwise rows (items): b depthwise weights
  *              (kh*kw, C) int16, p window (rq: the depthwise requantization; pw: the 1x1 conv's
  *              packed weights, wsum, rq), scratch (threads, per_thread = ldc*ow*C) bytes: a band's
