@@ -168,7 +168,7 @@ typedef struct {
 } vx_step;
 
 /* Elements per work item of the elementwise steps. */
-#define VX_ELEM_CHUNK 16384
+#define VX_ELEM_CHUNK 4096
 /* Destination bytes per work item of a COPY_ROWS step (whole rows, at least one). */
 #define VX_COPY_BYTES 65536
 
