@@ -917,19 +917,36 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
  * channel block. */
 enum { QDW_MAX_TAPS = 64 };  /* larger kernels take qdwconv's portable loop */
 
+/* x (int8, lanes k) at xr as int32 lanes. */
+VX_INLINE __m512i qdw_x(const int8_t *xr, __mmask16 k) {
+    return _mm512_cvtepi8_epi32(k == 0xFFFF ? _mm_loadu_si128((const __m128i *)xr) : _mm_maskz_loadu_epi8(k, xr));
+}
+
 /* a[p] = the sums over taps (i0..i1) x (j0..j1) of PX pixels px bytes apart (PX > 1: all see
- * those taps); xp: the first's tap (0, 0), lanes k (pairs: two 8-channel pixels per vector). */
+ * those taps); xp: the first's tap (0, 0), lanes k (pairs: two 8-channel pixels per vector).
+ * Kernel rows go two at a time into separate chains (exact integers: the same sums), so a
+ * pixel's vpdpwssd need not wait on its last one. */
 VX_INLINE void qdw_sums(const int PX, const vx_conv_shape *s, const int8_t *xp, int64_t px, const __m512i *wv,
                         __mmask16 k, int64_t i0, int64_t i1, int64_t j0, int64_t j1, __m512i a[4]) {
-    for (int p = 0; p < PX; p++) a[p] = _mm512_setzero_si512();
-    for (int64_t i = i0; i < i1; i++)
+    __m512i b[4];                                                    /* the odd rows' chains */
+    for (int p = 0; p < PX; p++) a[p] = b[p] = _mm512_setzero_si512();
+    const int64_t row = s->dh * s->w * s->c;                         /* bytes from a kernel row to the next */
+    int64_t i = i0;
+    for (; i + 1 < i1; i += 2)
         for (int64_t j = j0; j < j1; j++) {
-            const __m512i wt = wv[i * s->kw + j];
-            const int8_t *xr = xp + (i * s->dh * s->w + j * s->dw) * s->c;
-            for (int p = 0; p < PX; p++)
-                a[p] = _mm512_dpwssd_epi32(a[p], _mm512_cvtepi8_epi32(
-                    k == 0xFFFF ? _mm_loadu_si128((const __m128i *)(xr + p * px)) : _mm_maskz_loadu_epi8(k, xr + p * px)), wt);
+            const __m512i w0 = wv[i * s->kw + j], w1 = wv[(i + 1) * s->kw + j];
+            const int8_t *xr = xp + i * row + j * s->dw * s->c;
+            for (int p = 0; p < PX; p++) {
+                a[p] = _mm512_dpwssd_epi32(a[p], qdw_x(xr + p * px, k), w0);
+                b[p] = _mm512_dpwssd_epi32(b[p], qdw_x(xr + row + p * px, k), w1);
+            }
         }
+    for (; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) {
+            const int8_t *xr = xp + i * row + j * s->dw * s->c;
+            for (int p = 0; p < PX; p++) a[p] = _mm512_dpwssd_epi32(a[p], qdw_x(xr + p * px, k), wv[i * s->kw + j]);
+        }
+    for (int p = 0; p < PX; p++) a[p] = _mm512_add_epi32(a[p], b[p]);
 }
 
 /* zp * (the sum of colsum[j0..j1)): the zero point term of a pixel seeing those kernel columns
