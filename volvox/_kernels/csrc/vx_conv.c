@@ -411,6 +411,8 @@ static void requant_row(int n, const int32_t *acc, int64_t corr, const int32_t *
  *   y = clamp(q + zp_out, lo, hi)                                                                */
 typedef struct {
     __m512i bias, lsh, mult, mult_odd, half, neg, rsh, zp, lo, hi;
+    int shifted;  /* some lane shifts left (else the shift is skipped) */
+    int wide;     /* some lane's h + half may pass 2^31 - 1 (else the unsigned shift is skipped) */
 } rq16;
 
 enum { RQ16_LIMIT = 1 << 30 };  /* the largest accumulator bound rq16_prepare takes */
@@ -433,12 +435,18 @@ VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int6
     bad |= _mm512_cmpeq_epi32_mask(mult, _mm512_set1_epi32(INT32_MIN));
     bad |= _mm512_cmpgt_epi32_mask(rsh, _mm512_set1_epi32(31));
     if (bad) return 0;
+    /* |h| <= |v| <= (|bias| + acc_bound) << lsh: "wide" when that plus half passes 2^31 - 1 */
+    const __m512i vmax = _mm512_sllv_epi32(_mm512_add_epi32(_mm512_abs_epi32(bias), _mm512_set1_epi32((int32_t)acc_bound)),
+                                           lsh);
+    const __m512i half = _mm512_srli_epi32(_mm512_sllv_epi32(one, rsh), 1);
+    p->wide = _mm512_cmpgt_epi32_mask(vmax, _mm512_sub_epi32(_mm512_set1_epi32(INT32_MAX), half)) != 0;
+    p->shifted = _mm512_cmpgt_epi32_mask(lsh, zero) != 0;
     p->bias = bias;
     p->lsh = lsh;
     p->mult = mult;
     p->mult_odd = _mm512_srli_epi64(mult, 32);
     p->rsh = rsh;
-    p->half = _mm512_srli_epi32(_mm512_sllv_epi32(one, rsh), 1);
+    p->half = half;
     p->neg = _mm512_maskz_mov_epi32(_mm512_cmpgt_epi32_mask(rsh, zero), _mm512_set1_epi32(-1));
     p->zp = _mm512_set1_epi32(rq->zp_out);
     p->lo = _mm512_set1_epi32(rq->lo);
@@ -448,7 +456,8 @@ VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int6
 
 /* The requantized int32 lanes of acc (within the prepared acc_bound). */
 VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
-    const __m512i v = _mm512_sllv_epi32(_mm512_add_epi32(acc, p->bias), p->lsh);
+    const __m512i sum = _mm512_add_epi32(acc, p->bias);
+    const __m512i v = p->shifted ? _mm512_sllv_epi32(sum, p->lsh) : sum;
     const __m512i r30 = _mm512_set1_epi64(INT64_C(1) << 30);
     /* bits 31..62 of each 64-bit product + 2^30: the low half of even lanes >> 31, the high half
      * of odd lanes << 1 */
@@ -457,8 +466,10 @@ VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
                                                           r30), 1);
     const __m512i h = _mm512_mask_blend_epi32(0xAAAA, he, ho);
     const __m512i up = _mm512_add_epi32(_mm512_add_epi32(h, p->half), _mm512_and_si512(_mm512_srai_epi32(h, 31), p->neg));
-    const __m512i q = _mm512_add_epi32(_mm512_mask_blend_epi32(_mm512_movepi32_mask(h), _mm512_srlv_epi32(up, p->rsh),
-                                                               _mm512_srav_epi32(up, p->rsh)), p->zp);
+    const __m512i down = p->wide ? _mm512_mask_blend_epi32(_mm512_movepi32_mask(h), _mm512_srlv_epi32(up, p->rsh),
+                                                            _mm512_srav_epi32(up, p->rsh))
+                                 : _mm512_srav_epi32(up, p->rsh);
+    const __m512i q = _mm512_add_epi32(down, p->zp);
     return _mm512_min_epi32(_mm512_max_epi32(q, p->lo), p->hi);
 }
 
