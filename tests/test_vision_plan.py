@@ -570,7 +570,8 @@ def test_a_team_smaller_than_asked_runs_every_item():
         print("every item ran")
     """)
     env = dict(os.environ, OMP_THREAD_LIMIT="1", PYTHONPATH=os.path.dirname(__file__))
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(__file__))  # not the repository root: its volvox is unbuilt
     assert done.returncode == 0 and "every item ran" in done.stdout, done.stderr
 
 

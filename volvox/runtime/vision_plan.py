@@ -300,7 +300,8 @@ class VisionPlan:
     def _dwpw(self, node) -> None:
         """A fused depthwise -> 1x1 pair (ops/dwpw.py) as one DWPW (float32) or QDWPW (int8) step:
         depthwise output rows go through the thread's scratch into the 1x1 conv's packed GEMM, the
-        same tiles on the same rows as the two convs' own steps."""
+        same tiles on the same rows as the two convs' own steps (a float32 pair with 1x1 weights
+        past DWPW_SPLIT_BYTES: the two convs' steps, the middle tensor in a buffer of the plan's)."""
         x = self._in(node, "x")
         dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid = self._pair_operands(
             node.op, node.inputs, node.params, node.id, x)

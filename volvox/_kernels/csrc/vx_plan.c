@@ -7,7 +7,8 @@
  * threads' shares. Before running its first item it waits until step i-1 is done (all of
  * its items finished: by induction every earlier step is then done too). A thread that
  * arrives late (descheduled, or still busy with its last item) finds its share taken by
- * the others and moves on. Compiled once (not per ISA tier): the tier's tiles come in through the vx_table.
+ * the others and moves on. Compiled once (not per ISA tier): the tier's tiles come in
+ * through the vx_table.
  */
 #include <math.h>
 #include <stdint.h>
@@ -439,7 +440,7 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
     case VX_STEP_DWPW_F32: {
         const vx_window *w = s->p;
         const vx_conv_shape *g = &w->s;
-        const int64_t r = item / conv_parts(w, team);                      /* the depthwise output row */
+        const int64_t r = item / conv_parts(w, team);                /* the depthwise output row */
         int64_t c0, c1;                                              /* the 1x1 conv's channels */
         conv_part(w, team, w->pw.cout, item % conv_parts(w, team), &c0, &c1);
         float *row = (float *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (ow, C) */
