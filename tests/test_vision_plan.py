@@ -404,16 +404,19 @@ def test_dwpw_with_large_pointwise_weights_runs_as_two_steps(threads):
     assert same_bits(native[y], per_op[y])
 
 
-@pytest.mark.parametrize("stride,k,pads", [(2, 3, [0, 0, 1, 1]), (1, 5, [2, 2, 2, 2]), (2, 3, [1, 1, 1, 1])])
-def test_expand_dwpw_step_is_the_per_op_executor(stride, k, pads, threads):
+@pytest.mark.parametrize("stride,k,pads,dilation", [(2, 3, [0, 0, 1, 1], 1), (1, 5, [2, 2, 2, 2], 1),
+                                                   (2, 3, [1, 1, 1, 1], 1), (1, 3, [2, 2, 2, 2], 2)])
+def test_expand_dwpw_step_is_the_per_op_executor(stride, k, pads, dilation, threads):
     """An EXDWPW step (1x1 expand with ReLU6 -> depthwise -> 1x1, the expanded tensor 2.1 MB)
     computes each band's expanded rows in scratch; its outputs are the per-op executor's, and
-    the unfused graph's, bit for bit (2 images; bands recompute the rows they share)."""
+    the unfused graph's, bit for bit (2 images; bands recompute the rows they share; a dilated
+    depthwise conv reads rows two apart)."""
     from volvox.runtime.vision_plan import EXPAND_BAND_BYTES
     m = GraphMaker(x=((2, 30, 53, 8), "float32"))
     f = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
     e = m.node("conv2d", dict(activation="relu6"), x="x", weight=m.w("e", f(176, 1, 1, 8)), bias=m.w("eb", f(176)))
-    d = m.node("conv2d", dict(groups=176, strides=[stride, stride], pads=pads, activation="relu6"), x=e,
+    d = m.node("conv2d", dict(groups=176, strides=[stride, stride], pads=pads, dilations=[dilation, dilation],
+                              activation="relu6"), x=e,
                weight=m.w("d", f(176, k, k, 1)), bias=m.w("db", f(176)))
     y = m.node("conv2d", {}, x=d, weight=m.w("p", f(24, 1, 1, 176)), bias=m.w("pb", f(24)))
     fused, unfused = m.model([y], optimize=True), m.model([y], optimize=False)
