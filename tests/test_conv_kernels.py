@@ -142,6 +142,21 @@ def test_dead_channels_requantize_in_int32_lanes(tier, groups):
     assert set(np.unique(ref)) == {-7, -6}
 
 
+def test_requant_near_int32_edges_with_no_right_shift(tier):
+    """acc + bias at -(2^31 - 1) with no right shift: q + zp_out would pass INT32_MIN in int32
+    lanes, so such a block keeps the int64 ones; the output is the reference's -128."""
+    x = np.full((1, 3, 3, 4), 127, np.int8)
+    w = np.full((16, 1, 1, 4), -128, np.int8)
+    bias = np.full(16, -(2**31 - 1 - 4 * 255 * 128), np.int32)
+    mult, shift = np.full(16, 2**31 - 1, np.int32), np.zeros(16, np.int32)
+    case = ((1, 3, 3, 4), (16, 1, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0))
+    p = _params(case, input_zero_point=-128, output_zero_point=-128, act_min=-128, act_max=127)
+    y = K.qconv2d(x, w, bias, mult, shift, -128, -128, -128, 127, **_geometry(case))
+    ref = qconv2d_ref(None, p, x, w, bias, mult, shift)
+    np.testing.assert_array_equal(y, ref)
+    assert (ref == -128).all()
+
+
 @pytest.mark.parametrize("cout", [1, 2, 4, 8, 12, 24, 40])  # 16 / cout pixels per vector; masked; two panels
 @pytest.mark.parametrize("edges", [False, True])
 def test_qgemm_requant_in_registers_and_its_fallbacks(tier, cout, edges):

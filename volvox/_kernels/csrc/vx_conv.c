@@ -435,9 +435,11 @@ VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int6
     bad |= _mm512_cmpeq_epi32_mask(mult, _mm512_set1_epi32(INT32_MIN));
     bad |= _mm512_cmpgt_epi32_mask(rsh, _mm512_set1_epi32(31));
     if (bad) return 0;
-    /* |h| <= |v| <= (|bias| + acc_bound) << lsh: "wide" when that plus half passes 2^31 - 1 */
+    /* |h| <= |v| <= (|bias| + acc_bound) << lsh: "wide" when that plus half passes 2^31 - 1; with
+     * no right shift, q + zp_out must stay in int32 too (with one, |q| < 2^30 + 2^29) */
     const __m512i vmax = _mm512_sllv_epi32(_mm512_add_epi32(_mm512_abs_epi32(bias), _mm512_set1_epi32((int32_t)acc_bound)),
                                            lsh);
+    if (_mm512_cmpeq_epi32_mask(rsh, zero) & _mm512_cmpgt_epi32_mask(vmax, _mm512_set1_epi32(INT32_MAX - 128))) return 0;
     const __m512i half = _mm512_srli_epi32(_mm512_sllv_epi32(one, rsh), 1);
     p->wide = _mm512_cmpgt_epi32_mask(vmax, _mm512_sub_epi32(_mm512_set1_epi32(INT32_MAX), half)) != 0;
     p->shifted = _mm512_cmpgt_epi32_mask(lsh, zero) != 0;
