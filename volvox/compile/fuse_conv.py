@@ -64,9 +64,10 @@ def fuse_depthwise_pointwise(graph: Graph, weights: dict[str, Any]) -> tuple[Gra
     return Graph(list(graph.inputs), dict(graph.weights), nodes, list(graph.outputs)), weights
 
 
-# An expand conv's output of fewer bytes than this stays in memory: a small map's expanded rows
-# already live in L2, and each band of rows the fused step runs recomputes the rows it shares
-# with the band before (EfficientNet-Lite0 at 224: the 112x112x96 and 56x56x144 ones fuse).
+# An expand conv's output of fewer bytes than this stays in memory: each band of rows the fused
+# step runs recomputes the expanded rows it shares with the band before, which costs more than a
+# smaller tensor's round trip saves (EfficientNet-Lite0 at 224: its 112x112x96 output, 4.8 MB,
+# fuses; its 56x56x144 ones, 1.8 MB, measured 3-15% slower fused).
 EXPAND_FUSE_BYTES = 2 << 20
 
 
@@ -81,7 +82,7 @@ def fuse_expand_dwpw(graph: Graph, weights: dict[str, Any]) -> tuple[Graph, dict
         if ex is None or ex.op != "conv2d" or not idx.sole_consumer(pair.inputs["x"], pair):
             continue
         w, spec = _weight(ex, graph, weights), graph.specs[ex.outputs["y"]]
-        strides, dilations, pads = window_params(ex.params)
+        strides, _, pads = window_params(ex.params)
         if (w is None or w.shape[1:3] != (1, 1) or int(ex.params.get("groups", 1)) != 1 or strides != (1, 1)
                 or pads != (0, 0, 0, 0) or not all(isinstance(d, int) for d in spec.shape)
                 or int(np.prod(spec.shape)) * 4 < EXPAND_FUSE_BYTES):
