@@ -25,9 +25,13 @@ def per_op_executor(lm):
 
 
 def decode_both_ways(lm, prompt=PROMPT, tokens=DECODE):
-    """(native logits, per-op logits, native session, per-op session) for the same tokens."""
+    """(native logits, per-op logits, native session, per-op session) for the same tokens; the
+    plan runs every token on all of kernels.get_num_threads() (no one-thread start or back-off)."""
     native, per_op = lm.new_session(), lm.new_session()
     native.forward(prompt)
+    plan = lm._native_decode_plan()
+    if plan is not None:
+        plan.pacer.solo_runs, plan.pacer.pace = 0, lambda threads, seconds: None
     with per_op_executor(lm):
         per_op.forward(prompt)
     got, want = [], []
@@ -135,6 +139,30 @@ def test_busy_plan_or_more_threads_fall_back_with_the_same_logits(tmp_path):
         finally:
             kernels.set_num_threads(before)
         assert plan.runs == 1 and np.array_equal(got, a.forward([10]))
+
+
+def test_a_stalled_team_sends_the_next_tokens_to_one_thread(tmp_path):
+    """The decode plan paces its team as the vision plans do (runtime/pacing.py): the first
+    tokens run on one thread, and a team token slower than JITTER x those sends the next ones
+    to one thread; logits stay the per-op executor's throughout."""
+    from volvox.runtime.pacing import BACKOFF_RUNS, SOLO_FIRST
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    with volvox.load(path, threads=2) as lm:
+        native, per_op = lm.new_session(), lm.new_session()
+        native.forward(PROMPT)
+        with per_op_executor(lm):
+            per_op.forward(PROMPT)
+        pacer = lm._native_decode_plan().pacer
+        tokens = list(range(20, 20 + SOLO_FIRST + 3))
+        for i, t in enumerate(tokens):
+            if i == SOLO_FIRST:
+                assert pacer.solo_runs == 0
+                pacer._fastest = [1e-9, 1e-9]  # any team token is now a stall
+            got = native.forward([t])
+            with per_op_executor(lm):
+                assert np.array_equal(got, per_op.forward([t]))
+        # token SOLO_FIRST woke the team (not judged), the next stalled, the last ran on one thread
+        assert pacer.solo_runs == BACKOFF_RUNS[0] - 1
 
 
 def test_profiled_decode_reports_every_node(tmp_path):

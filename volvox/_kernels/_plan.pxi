@@ -207,14 +207,16 @@ cdef class StepPlan:
             self.v_cache[i] = <float *> <uintptr_t> values[i]
         self.kv_capacity = capacity
 
-    def run(self, int64_t token, int64_t pos, double[::1] times=None):
-        """Run every step for one token at position pos; times (len(self)) gets per-step seconds."""
+    def run(self, int64_t token, int64_t pos, double[::1] times=None, int nthreads=0):
+        """Run every step for one token at position pos on min(nthreads, get_num_threads())
+        threads (0: all of those); times (len(self)) gets per-step seconds."""
         cdef vx_step_input inp
         inp.token, inp.pos, inp.capacity = token, pos, self.kv_capacity
         inp.k_cache, inp.v_cache = self.k_cache, self.v_cache
         cdef double *tp = NULL if times is None else &times[0]
+        cdef int nt = _nthreads if nthreads <= 0 else max(1, min(nthreads, _nthreads))
         with nogil:
-            vx_run_steps(_tbl, self.steps, self.n, &inp, _nthreads, &self.sync, 0, tp)
+            vx_run_steps(_tbl, self.steps, self.n, &inp, nt, &self.sync, 0, tp)
 
 
 cdef vx_requant _requant_of(tuple r):

@@ -31,6 +31,7 @@ from .. import kernels
 from ..compile.memory import Buffer, place
 from ..graph import Graph
 from ..ops import get_op
+from .pacing import Pacer
 
 _core = kernels._core
 _KIND = _core.STEP_KINDS  # step kind codes of csrc/vx_plan.h
@@ -65,6 +66,7 @@ class DecodePlan:
         self._bound_cache = None
         self.runs = 0  # forward passes run so far
         self.seconds = 0.0  # wall time inside those runs' native call
+        self.pacer = Pacer()  # one thread after a stalled team run (runtime/pacing.py)
         self.vocab = self.kv_shape = None  # set by the embedding and attention lowerings
         self.max_positions = capacity  # and lowered by a learned position table
         self._lower(graph, weights, n_layers)
@@ -263,12 +265,11 @@ class DecodePlan:
                 self.steps.bind_cache([_addr(k) for k in kv.keys], [_addr(v) for v in kv.values], kv.max_tokens)
                 self._bound_cache = kv
             kv.reserve(pos + 1)
+            nt = self.pacer.threads(kernels.get_num_threads())
             t0 = time.perf_counter()
-            if profile is None:
-                self.steps.run(token, pos)
-            else:
-                self.steps.run(token, pos, self._times)
+            self.steps.run(token, pos, None if profile is None else self._times, nt)
             seconds = time.perf_counter() - t0
+            self.pacer.pace(nt, seconds)
             if profile is not None:
                 self._record(profile, t0, seconds)
             self.runs += 1

@@ -41,6 +41,7 @@ from ..ops.conv import conv_kernel_args, native_conv, window_params
 from ..ops.dwpw import PAIRED, split, split_expanded
 from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
 from .native_plan import Unsupported, _addr, _aligned, _core, _KIND
+from .pacing import Pacer
 
 _DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
 _ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv steps
@@ -55,21 +56,8 @@ EXPAND_BAND_BYTES = 384 << 10                           # expanded rows an EXDWP
 # small and memory-bound), EfficientNet-Lite0 (385M) 8.4 -> 6.7 ms; with one CPU-bound process
 # beside it (the policy below) 0.37 -> 0.37, 1.08 -> 1.08 and 9.0 -> 8.8 ms.
 MACS_PER_THREAD = 2 << 20
-# Under load a team collapses instead: with one CPU-bound process beside it, the person detector
-# on 2 threads took 8-12 ms (median; EfficientNet 16-52 ms) against 0.52 ms (8.5-17 ms) on one:
-# the OpenMP region's opening and closing wait for a thread the OS has descheduled (whole 4 ms
-# scheduler ticks here), though the steps themselves never do (vx_plan.c). So the first
-# SOLO_FIRST runs use one thread, and a later run on several threads that is slower than JITTER x
-# the fastest one-thread run, or than STALL x the fastest multi-thread run, counts as a stall (except
-# the first after one-thread runs, which also wakes the sleeping team: 0.36 -> 0.50 ms): the
-# next runs use one thread, BACKOFF_RUNS[0] of them, doubling while stalls recur (up to
-# BACKOFF_RUNS[1]), halving after a run without one. JITTER leaves room for a model that two
-# threads speed up only a little (the int8 person detector: 0.19 -> 0.15 ms, single runs up to
-# 0.20): with 1.0 its ordinary outliers read as stalls and kept it on one thread.
-SOLO_FIRST = 4
-STALL = 3.0
-JITTER = 1.3
-BACKOFF_RUNS = (64, 4096)
+# Under load a team collapses instead: a stalled multi-thread run sends the next ones to one
+# thread (runtime/pacing.py).
 
 
 def _ptr(a: np.ndarray | None) -> int:
@@ -96,10 +84,7 @@ class VisionPlan:
         self.macs = 0  # multiply-adds of one forward pass (convs and matrix products)
         self._lower()
         self.useful_threads = max(1, self.macs // MACS_PER_THREAD)
-        self.solo_runs = SOLO_FIRST  # runs left on one thread (see STALL)
-        self._backoff = BACKOFF_RUNS[0]
-        self._fastest = [float("inf")] * 2  # seconds of the fastest run so far: [one thread, several]
-        self._team_awake = False  # whether the last run used several threads
+        self.pacer = Pacer()  # one thread after a stalled team run (runtime/pacing.py)
 
     # ----------------------------------------------------------------------- lowering
     def _lower(self) -> None:
@@ -588,10 +573,10 @@ class VisionPlan:
         try:
             for a, t in zip(arrays, self.inputs):
                 np.copyto(t, a)
-            nt = 1 if self.solo_runs else min(self.useful_threads, kernels.get_num_threads())
+            nt = self.pacer.threads(min(self.useful_threads, kernels.get_num_threads()))
             t0 = time.perf_counter()
             self._forward(nt)
-            self.pace(nt, time.perf_counter() - t0)
+            self.pacer.pace(nt, time.perf_counter() - t0)
             self.runs += 1
             return {name: t.copy() for name, t in self.outputs.items()}
         finally:
@@ -607,25 +592,6 @@ class VisionPlan:
             start = stop
         if start < len(self.steps):
             self.steps.run_vision(threads, times, start)
-
-    def pace(self, threads: int, seconds: float) -> None:
-        """Account one run of ``seconds`` on ``threads``: a stalled multi-thread run sends the
-        next runs to one thread (see STALL)."""
-        fastest = self._fastest
-        if threads == 1:
-            fastest[0] = min(fastest[0], seconds)
-            self.solo_runs = max(0, self.solo_runs - 1)
-            self._team_awake = False
-            return
-        if not self._team_awake:  # the first run after one-thread runs also wakes the team: not judged
-            self._team_awake = True
-            return
-        fastest[1] = min(fastest[1], seconds)
-        if seconds > min(JITTER * fastest[0], STALL * fastest[1]):
-            self.solo_runs = self._backoff
-            self._backoff = min(2 * self._backoff, BACKOFF_RUNS[1])
-        else:
-            self._backoff = max(BACKOFF_RUNS[0], self._backoff // 2)
 
     def step_seconds(self, arrays: list[np.ndarray], runs: int = 20) -> np.ndarray:
         """(steps,) each step's median wall seconds over ``runs`` forward passes (thread 0 waits
