@@ -90,22 +90,16 @@ def test_small_kernels_refuse_bad_arguments():
         kernels.qsoftmax(np.zeros((2, 3), np.int8), np.zeros(10, np.float32), 1 / 256, -128)
 
 
-@pytest.mark.parametrize("isa", kernels.available_isas())
 @pytest.mark.parametrize("xs,cout", [((2, 5, 6, 5), 7), ((1, 6, 4, 12), 40)])
-def test_qconv_1x1_rows_are_the_reference(isa, xs, cout):
+def test_qconv_1x1_rows_are_the_reference(tier, xs, cout):
     """im2col_u8's 1x1 shortcut (rows padded to 4 bytes when C is not), and 16-or-fewer-channel tiles."""
-    before = kernels.isa()
-    kernels._set_isa_for_testing(isa)
-    try:
-        x, w = rng.integers(-128, 128, xs, dtype=np.int8), rng.integers(-127, 128, (cout, 1, 1, xs[3]), dtype=np.int8)
-        b = rng.integers(-500, 500, cout, dtype=np.int32)
-        pairs = [quantize_multiplier(r) for r in rng.uniform(1e-3, 1e-2, cout)]
-        m, sh = np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32)
-        p = dict(input_zero_point=3, output_zero_point=-4)
-        y = kernels.qconv2d(x, w, b, m, sh, 3, -4)
-        assert same_bits(y, get_op("qconv2d").ref(None, p, x, w, b, m, sh))
-    finally:
-        kernels._set_isa_for_testing(before)
+    x, w = rng.integers(-128, 128, xs, dtype=np.int8), rng.integers(-127, 128, (cout, 1, 1, xs[3]), dtype=np.int8)
+    b = rng.integers(-500, 500, cout, dtype=np.int32)
+    pairs = [quantize_multiplier(r) for r in rng.uniform(1e-3, 1e-2, cout)]
+    m, sh = np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32)
+    p = dict(input_zero_point=3, output_zero_point=-4)
+    y = kernels.qconv2d(x, w, b, m, sh, 3, -4)
+    assert same_bits(y, get_op("qconv2d").ref(None, p, x, w, b, m, sh))
 
 
 # ------------------------------------------------------------------------- synthetic graphs
@@ -312,19 +306,13 @@ def dwpw_graph(stride: int, optimize: bool) -> Model:
     return m.model([y, d], optimize=optimize)
 
 
-@pytest.mark.parametrize("isa", kernels.available_isas())
 @pytest.mark.parametrize("stride", [1, 2])
-def test_fused_dwpw_plan_is_the_per_op_executor(stride, isa, threads):
+def test_fused_dwpw_plan_is_the_per_op_executor(stride, tier, threads):
     """A DWPW step runs the 1x1 conv's GEMM on one depthwise row (ow pixels) per call, the per-op
     kernel on blocks of 64 pixels: each element still sums in the same order, on every tier."""
-    before = kernels.isa()
-    kernels._set_isa_for_testing(isa)
-    try:
-        model = dwpw_graph(stride, optimize=True)
-        x = rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
-        native, per_op = plan_and_per_op(model, {"x": x})
-    finally:
-        kernels._set_isa_for_testing(before)
+    model = dwpw_graph(stride, optimize=True)
+    x = rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
     assert fused_pairs(model) == {"n1_conv2d": "x"}
     for name in per_op:
         assert same_bits(native[name], per_op[name]), name
@@ -349,19 +337,13 @@ def qdwpw_graph(stride: int, shape: tuple = (2, 11, 13, 12)) -> Model:
     return m.model([m.node("dequantize", dict(scale=0.05, zero_point=-1), x=d)], optimize=True)
 
 
-@pytest.mark.parametrize("isa", kernels.available_isas())
 @pytest.mark.parametrize("stride", [1, 2])
-def test_fused_qdwpw_plan_is_the_per_op_executor(stride, isa, threads):
+def test_fused_qdwpw_plan_is_the_per_op_executor(stride, tier, threads):
     """A QDWPW step requantizes each depthwise row into scratch and runs the int8 1x1 GEMM on it:
     exact integers, so bit for bit the per-op executor's on every tier."""
-    before = kernels.isa()
-    kernels._set_isa_for_testing(isa)
-    try:
-        model = qdwpw_graph(stride)
-        x = (rng.standard_normal(model.graph.inputs[0].shape) * 2).astype(np.float32)
-        native, per_op = plan_and_per_op(model, {"x": x})
-    finally:
-        kernels._set_isa_for_testing(before)
+    model = qdwpw_graph(stride)
+    x = (rng.standard_normal(model.graph.inputs[0].shape) * 2).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
     assert fused_pairs(model) == {"n2_qconv2d": "t0"}
     for name in per_op:
         assert same_bits(native[name], per_op[name]), name

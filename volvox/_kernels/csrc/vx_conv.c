@@ -219,7 +219,6 @@ VX_INLINE void next_pixel(const vx_conv_shape *s, int64_t *b, int64_t *oh, int64
     ++*b;
 }
 
-/* cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding). */
 /* The kernel taps of output pixel (oh, ow) that land inside the image: i in [*i0, *i1), j in [*j0, *j1). */
 VX_INLINE void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1,
                           int64_t *j0, int64_t *j1) {
@@ -231,6 +230,7 @@ VX_INLINE void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_
     *j1 = w0 + (s->kw - 1) * s->dw < s->w ? s->kw : w0 >= s->w ? 0 : (s->w - 1 - w0) / s->dw + 1;
 }
 
+/* cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding). */
 static void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols) {
     const int64_t C = s->c, KK = s->kh * s->kw * C;
     int64_t b = p0 / (s->oh * s->ow), oh = p0 % (s->oh * s->ow) / s->ow, ow = p0 % s->ow; /* pixel p0 + q */
@@ -286,7 +286,6 @@ static void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t
         }
     }
 }
-
 
 #if defined(VX_AVX512)
 /* The requantization of up to 8 channels (lanes k) in int64 lanes, the same steps as requant_row's
