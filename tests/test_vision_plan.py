@@ -62,6 +62,23 @@ def test_quantize_fast_is_the_reference(scale, zp):
     assert same_bits(fast, ref)
 
 
+@pytest.mark.parametrize("scale", [1.0, 2.0**-7, 0.37, 1 / 255])
+@pytest.mark.parametrize("signed", [False, True])
+def test_quantize_fixed_point_vectors_are_the_reference(scale, signed):
+    """Whole vectors of |x / scale| < 256 (the kernel's fixed-point path; a power-of-two scale
+    multiplies by its reciprocal): halves, their float neighbours and values up to the edges."""
+    k = np.arange(-255 if signed else 0, 256, dtype=np.float32)
+    halves = k + np.float32(0.5)
+    v = np.concatenate([k, halves, np.nextafter(halves, -np.inf), np.nextafter(halves, np.inf),
+                        [np.float32(255.99998)], rng.uniform(-255.9 if signed else 0, 255.9, 4000).astype(np.float32)])
+    v = v[np.abs(v) < 256]
+    x = (v * np.float32(scale)).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-x.size % 16, np.float32)])  # whole 16-lane vectors only
+    for zp in (-128, 0, 127):
+        fast, ref = fast_and_ref("quantize", dict(scale=scale, zero_point=zp), x)
+        assert same_bits(fast, ref), (zp, np.flatnonzero(fast != ref)[:5])
+
+
 def test_dequantize_fast_is_the_reference():
     q = rng.integers(-128, 128, (2, 9, 5, 3), dtype=np.int8)
     assert same_bits(*fast_and_ref("dequantize", dict(scale=0.0371, zero_point=-5), q))

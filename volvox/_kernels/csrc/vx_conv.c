@@ -1156,17 +1156,43 @@ static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, c
  * float32 division, then its int64 cast on x86), in float32 / int32 lanes (the loop vectorises): for |v| < 2^31 the halves-away
  * rounding is trunc(|v|) + (|v| - trunc(|v|) >= 0.5), both exact in float32 (|v| + 0.5 is not);
  * beyond that q saturates to the int8 range by sign, and NaN or |v| >= 2^63 (INT64_MIN from
- * round_away_i64, plus zp with numpy's wrap) to -128 when zp >= 0, else 127. */
+ * round_away_i64, plus zp with numpy's wrap) to -128 when zp >= 0, else 127.
+ * A power-of-two scale (the person detector's 1.0) multiplies by its reciprocal: the same real
+ * quotient, so the same float. avx512 takes whole vectors of |v| < 256 in fixed point first:
+ * u = trunc(v * 2^22) (scaling by 2^22 is exact, and truncation keeps every comparison with a
+ * half, (k + 1/2) 2^22 being an integer), then q + zp = (u + 2^21 - (u < 0) + zp 2^22) >> 22
+ * rounds halves away from zero in int32 (|u| < 2^30) and the pack saturates. 96x96x3 at scale 1:
+ * 7.8 -> 2.6 us (the division was the bound). */
 static void quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) {
     const int8_t wild = zp >= 0 ? -128 : 127;
+    int e;
+    const float inv = frexpf(scale, &e) == 0.5f ? ldexpf(1.0f, 1 - e) : 0.0f;  /* 1 / scale when exact */
+    const int pow2 = inv != 0.0f && isfinite(inv) && inv * scale == 1.0f;
     int64_t i = 0;
 #if defined(VX_AVX512)
-    /* the loop below in 16 lanes (GCC does not if-convert it for this tier) */
-    const __m512 sc = _mm512_set1_ps(scale), half = _mm512_set1_ps(0.5f), zero = _mm512_setzero_ps();
+    const int fused = pow2 && isfinite(inv * 4194304.0f);
+    const __m512 sc = _mm512_set1_ps(scale), iv = _mm512_set1_ps(inv), ivf = _mm512_set1_ps(inv * 4194304.0f);
+    const __m512 s22 = _mm512_set1_ps(4194304.0f), half = _mm512_set1_ps(0.5f), zero = _mm512_setzero_ps();
     const __m512 lim31 = _mm512_set1_ps(2147483648.0f), lim63 = _mm512_set1_ps(9223372036854775808.0f);
+    const __m512i two30 = _mm512_set1_epi32(1 << 30), two31 = _mm512_set1_epi32(INT32_MIN);
+    const __m512i bias = _mm512_set1_epi32((1 << 21) + zp * (1 << 22));
     const __m512i zpv = _mm512_set1_epi32(zp), lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
     for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), sc), av = _mm512_abs_ps(v);
+        const __m512 xv = _mm512_loadu_ps(x + i);
+        /* u = trunc(v * 2^22) of v = x / scale (x * (2^22 / scale) when that is exact) */
+        const __m512i u = _mm512_cvttps_epi32(_mm512_mul_ps(fused ? xv : pow2 ? _mm512_mul_ps(xv, iv) : _mm512_div_ps(xv, sc),
+                                                            fused ? ivf : s22));
+        if (_mm512_cmplt_epu32_mask(u, two30) == 0xFFFF) {  /* 0 <= u < 2^30 (indefinite: 2^31) */
+            _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtsepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(u, bias), 22)));
+            continue;
+        }
+        if (_mm512_cmplt_epu32_mask(_mm512_add_epi32(u, two30), two31) == 0xFFFF) {  /* |u| <= 2^30 */
+            const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_srai_epi32(u, 31));
+            _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtsepi32_epi8(_mm512_srai_epi32(r, 22)));
+            continue;
+        }
+        /* the loop below in 16 lanes (GCC does not if-convert it for this tier) */
+        const __m512 v = pow2 ? _mm512_mul_ps(xv, iv) : _mm512_div_ps(xv, sc), av = _mm512_abs_ps(v);
         const __mmask16 small = _mm512_cmp_ps_mask(av, lim31, _CMP_LT_OQ);  /* false for NaN */
         const __m512 a = _mm512_maskz_mov_ps(small, av);
         const __m512i t = _mm512_cvttps_epi32(a);
@@ -1180,7 +1206,7 @@ static void quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8
     }
 #endif
     for (; i < n; i++) {
-        const float v = x[i] / scale, av = fabsf(v);
+        const float v = pow2 ? x[i] * inv : x[i] / scale, av = fabsf(v);
         const int small = av < 2147483648.0f;  /* false for NaN */
         const float a = small ? av : 0.0f;
         const int32_t t = (int32_t)a;
