@@ -461,7 +461,7 @@ def test_output_channel_parts_fall_evenly_on_the_threads():
     part per panel; enough items need no parts."""
     from types import SimpleNamespace
     from volvox.runtime.vision_plan import VisionPlan
-    two = SimpleNamespace(threads=2)
+    two = SimpleNamespace(split=2)
     assert [VisionPlan._cparts(two, 1, cout) for cout in (1152, 192, 320)] == [4, 6, 10]
     assert VisionPlan._cparts(two, 4, 192) == 1
 

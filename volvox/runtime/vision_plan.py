@@ -117,14 +117,27 @@ class VisionPlan:
         self._home = {name: off // 4 for name, off in offsets.items()}  # tensor -> float offset in the arena
         self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = nbytes
-        self.steps = _core.StepPlan(2 * len(graph.nodes) + sum(len(n.inputs) for n in graph.nodes), 0)
-        self.step_nodes: list[str] = []  # (steps,) the node id each step runs
-        self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
-        for node in (n for n in graph.nodes if n.id not in skip):
-            LOWER[node.op](self, node)
-            self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
+        self._buffers: dict[str, np.ndarray] = {}  # node id -> a plan buffer of its (both lowerings share it)
+        nodes = [n for n in graph.nodes if n.id not in skip]
+        self.solo_steps = self._lower_nodes(nodes, 1)
+        islands = [i[0] for i in self.islands]
+        if self.threads > 1:  # the team's steps: the same steps, their work split for the team
+            self._lower_nodes(nodes, self.threads)
+            assert [i[0] for i in self.islands] == islands and len(self.steps) == len(self.solo_steps)
         self.inputs = [self._tensor(s.name) for s in graph.inputs]
         self.outputs = {name: self._tensor(name) for name in graph.outputs}
+
+    def _lower_nodes(self, nodes: list[Node], split: int) -> Any:
+        """Every node's steps into a new ``self.steps``, work items split for ``split`` threads
+        (steps, islands and node ids are the same whatever the split); returns the steps."""
+        self.split, self.macs = split, 0
+        self.steps = _core.StepPlan(2 * len(self.graph.nodes) + sum(len(n.inputs) for n in self.graph.nodes), 0)
+        self.step_nodes: list[str] = []  # (steps,) the node id each step runs
+        self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
+        for node in nodes:
+            LOWER[node.op](self, node)
+            self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
+        return self.steps
 
     def _floats(self, name: str) -> int:
         """Arena floats of activation ``name`` (static shape, float32 or int8), else Unsupported."""
@@ -164,7 +177,7 @@ class VisionPlan:
             raise Unsupported(f"node {node.id!r} ({node.op}): {what}")
 
     def _scratch(self, per_thread: int, dtype) -> np.ndarray:
-        s = _aligned(max(self.threads * per_thread, 1), dtype)  # (threads, per_thread) im2col rows
+        s = _aligned(max(self.split * per_thread, 1), dtype)  # (split, per_thread) im2col rows
         self._keep.append(s)
         return s
 
@@ -199,9 +212,9 @@ class VisionPlan:
         output channels instead (_cparts). Each output sums the same products in the same order
         whatever its block (a GEMM row's dot products), so the plan keeps the per-op bits."""
         per = _PIXELS
-        if self.threads > 1 and pixels > _PIXELS:
+        if self.split > 1 and pixels > _PIXELS:
             tiles = -(-pixels // _TILE)
-            per = min(_PIXELS, _TILE * -(-tiles // (BLOCKS_PER_THREAD * self.threads)))
+            per = min(_PIXELS, _TILE * -(-tiles // (BLOCKS_PER_THREAD * self.split)))
         return dict(pixels=per, cparts=self._cparts(-(-pixels // per), cout))
 
     def _cparts(self, items: int, cout: int, per_thread: int = 2) -> int:
@@ -211,13 +224,13 @@ class VisionPlan:
         one: each part computes its depthwise rows again. Parts are whole 32-channel panels; when
         those would not fall evenly on the threads (6 panels in parts of 2: 4 and 2 per thread),
         each panel is a part."""
-        want = per_thread * self.threads
+        want = per_thread * self.split
         if items >= want:
             return 1
         panels = -(-cout // 32)
         parts = min(panels, -(-want // items))
         per = -(-panels // parts)
-        even = per * -(-panels // per) == panels and -(-panels // per) * items % self.threads == 0
+        even = per * -(-panels // per) == panels and -(-panels // per) * items % self.split == 0
         return parts if even else panels
 
     def _act(self, node) -> int:
@@ -297,8 +310,9 @@ class VisionPlan:
             # 1x1 weights this large (7x7 maps, 1152 -> 192 channels: 885 KB) would stream from
             # beyond L2 once per depthwise row: two steps instead, the depthwise rows into a buffer of
             # the plan's own, then one GEMM over the map whose channels the threads split
-            mid = np.empty(mid.shape, np.float32)
-            self._keep_all(mid)
+            if node.id not in self._buffers:
+                self._buffers[node.id] = np.empty(mid.shape, np.float32)
+            mid = self._buffers[node.id]
             self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(mid),
                            act=self._act(dw), **window)
             self.steps.add(_KIND["conv_f32"], a=_addr(mid), b=_addr(packed), c=_ptr(bias), y=_addr(self._y(node)),
@@ -317,8 +331,8 @@ class VisionPlan:
         # bands than threads takes one band per thread (a 6x6 map at 2 threads: two of three rows,
         # not one of six whose output channels the threads split, each computing every row)
         band = -(-_PIXELS // mid.shape[2])
-        if -(-rows // band) < self.threads:
-            band = -(-rows // self.threads)
+        if -(-rows // band) < self.split:
+            band = -(-rows // self.split)
         window["requant"] = self._requant(dw, mid.shape[3], dw_bias)
         pw_window = dict(requant=self._requant(pw, w.shape[0], bias))
         wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
@@ -349,7 +363,7 @@ class VisionPlan:
         # rows it shares with the one before: the more rows, the fewer again)
         fit = max(EXPAND_BAND_BYTES // (wd * c * 4), (kh - 1) * dh + 1)
         band = max(1, min(mid.shape[1], ((fit - (kh - 1) * dh - 1) // sh) + 1))
-        band = min(band, -(-mid.shape[1] * n // self.threads))  # a band per thread at least
+        band = min(band, -(-mid.shape[1] * n // self.split))  # a band per thread at least
         per = ((band - 1) * sh + (kh - 1) * dh + 1) * wd * c + mid.shape[2] * c  # (rows, w, C) + (ow, C)
         self.steps.add(_KIND["exdwpw_f32"], sizes=(x.shape[3],), a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
                        y=_addr(self._y(node)), scratch=_addr(self._scratch(per, np.float32)), per_thread=per,
@@ -583,15 +597,16 @@ class VisionPlan:
             self._lock.release()
 
     def _forward(self, threads: int, times: np.ndarray | None = None) -> None:
-        """Every step and island once, in graph order."""
+        """Every step and island once, in graph order (one thread: the steps split for one)."""
+        steps = self.solo_steps if threads == 1 else self.steps
         start = 0
         for stop, fn, params, args, y in self.islands:
             if stop > start:
-                self.steps.run_vision(threads, times, start, stop)
+                steps.run_vision(threads, times, start, stop)
             np.copyto(y, fn(None, params, *args))
             start = stop
-        if start < len(self.steps):
-            self.steps.run_vision(threads, times, start)
+        if start < len(steps):
+            steps.run_vision(threads, times, start)
 
     def step_seconds(self, arrays: list[np.ndarray], runs: int = 20) -> np.ndarray:
         """(steps,) each step's median wall seconds over ``runs`` forward passes (thread 0 waits
