@@ -491,6 +491,36 @@ def test_maps_of_a_few_blocks_split_into_tile_blocks(dtype, threads):
     assert len(np.unique(per_op[y])) > 50  # not a constant (saturated) map
 
 
+def test_steps_read_the_callers_input_array_in_place():
+    """A run points the steps that read a graph input (here a conv's a and an add's b) at the
+    caller's array, each run's own, so the arena copy is skipped (it stays NaN); an unaligned
+    array, an input an island reads (sigmoid) or one that is also an output (through a reshape)
+    is copied in. Outputs are the per-op executor's every time."""
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+
+    def model_of(extra: str | None) -> tuple[Model, str]:
+        m = GraphMaker(x=((1, 9, 8, 4), "float32"))
+        a = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x="x", weight=m.w("c", f(4, 3, 3, 4)))
+        y = m.node("add", a=a, b=m.node("sigmoid", x="x") if extra == "island" else "x")
+        outputs = [y, m.node("reshape", dict(shape=[9, 32]), x="x")] if extra == "output" else [y]
+        return m.model(outputs), y
+
+    for extra in (None, "island", "output"):
+        model, y = model_of(extra)
+        model.run({"x": f(1, 9, 8, 4)})  # lowers the graph
+        for k in range(3):
+            x = f(1, 9, 8, 4)
+            if k == 2:  # a float32 view one byte into a buffer
+                x = np.frombuffer(bytearray(x.nbytes + 1), np.uint8, x.nbytes, 1).view(np.float32).reshape(x.shape)
+                assert not x.flags.aligned
+                x[...] = f(1, 9, 8, 4)
+            model._plan.plan.inputs[0][...] = np.nan
+            native, per_op = plan_and_per_op(model, {"x": x})
+            assert same_bits(native[y], per_op[y]) and not np.isnan(native[y]).any()
+            copied = extra is not None or k == 2
+            assert np.isnan(model._plan.plan.inputs[0]).all() != copied, (extra, k)
+
+
 def test_dwpw_fusion_drops_a_step_and_the_middle_tensor():
     """One step fewer per fused pair, a smaller arena, and no fusion in a model loaded with
     optimize=False."""

@@ -5,6 +5,7 @@
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int32_t, uint64_t, uintptr_t
+from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
 
 
 cdef extern from "vx_plan.h" nogil:
@@ -184,6 +185,25 @@ cdef class StepPlan:
         s.a, s.b, s.c = <const void *> a, <const void *> b, <const void *> c
         s.y, s.scratch = <float *> y, <void *> scratch
         self.n += 1
+
+    def point(self, int64_t step, int port, object array, int64_t offset):
+        """Point ``step``'s a (port 0), b (1) or c (2) at byte ``offset`` of contiguous ``array``
+        (the caller keeps it alive and unchanged while the steps run)."""
+        cdef Py_buffer view
+        if not 0 <= step < self.n or not 0 <= port <= 2:
+            raise ValueError("step or port out of range")
+        PyObject_GetBuffer(array, &view, PyBUF_ANY_CONTIGUOUS)
+        cdef const char *at = <const char *> view.buf + offset
+        cdef bint inside = 0 <= offset < view.len
+        PyBuffer_Release(&view)
+        if not inside:
+            raise ValueError("offset outside the array")
+        if port == 0:
+            self.steps[step].a = at
+        elif port == 1:
+            self.steps[step].b = at
+        else:
+            self.steps[step].c = at
 
     def run_vision(self, int nthreads, double[::1] times=None, int64_t start=0, int64_t stop=-1):
         """Run steps [start, stop) (stop -1: to the end) once, for a graph without a KV cache, on

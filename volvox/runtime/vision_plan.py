@@ -5,8 +5,11 @@ crosses from Python into a kernel once per node (validation, output allocation, 
 region: tens of microseconds each, as much as a small conv's arithmetic). For a compiled
 graph whose every shape is fixed, this module lowers the graph once into kernel steps
 (csrc/vx_plan.h) over one lifetime-planned arena (compile/memory.place: float32 offsets,
-int8 tensors rounded up to whole floats); ``VisionPlan.run`` copies the inputs in, runs
-every step in one nogil call inside one OpenMP region, and copies the outputs out.
+int8 tensors rounded up to whole floats); ``VisionPlan.run`` points the steps that read an
+input at the caller's array (or copies it in: ``_feed``), runs every step in one nogil call
+inside one OpenMP region, and copies the outputs out. The nodes are lowered twice: the team's
+steps, and the same steps with their work split for one thread (small maps are not cut into
+pieces for a second thread that a one-thread run does not have).
 
 Weights are packed once at plan build through the per-op kernels' own packers and cache
 (``kernels.conv_weights``), and each step runs the same tile functions on the same work
@@ -118,12 +121,17 @@ class VisionPlan:
         self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = nbytes
         self._buffers: dict[str, np.ndarray] = {}  # node id -> a plan buffer of its (both lowerings share it)
+        # graph inputs: (arena byte range) each, and which must still be copied in (see _feed)
+        self._input_bytes = [(4 * self._home[s.name], 4 * (self._home[s.name] + self._floats(s.name)))
+                             for s in graph.inputs]
+        self._copied = {i for i, s in enumerate(graph.inputs) if s.name in {root(o) for o in graph.outputs}}
         nodes = [n for n in graph.nodes if n.id not in skip]
         self.solo_steps = self._lower_nodes(nodes, 1)
-        islands = [i[0] for i in self.islands]
+        islands, ports = [i[0] for i in self.islands], self._ports
         if self.threads > 1:  # the team's steps: the same steps, their work split for the team
             self._lower_nodes(nodes, self.threads)
-            assert [i[0] for i in self.islands] == islands and len(self.steps) == len(self.solo_steps)
+            assert [i[0] for i in self.islands] == islands and self._ports == ports
+            assert len(self.steps) == len(self.solo_steps)
         self.inputs = [self._tensor(s.name) for s in graph.inputs]
         self.outputs = {name: self._tensor(name) for name in graph.outputs}
 
@@ -134,10 +142,28 @@ class VisionPlan:
         self.steps = _core.StepPlan(2 * len(self.graph.nodes) + sum(len(n.inputs) for n in self.graph.nodes), 0)
         self.step_nodes: list[str] = []  # (steps,) the node id each step runs
         self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
+        self._ports: list[tuple] = []  # (step, port 0-2: a b c, graph input, byte offset): steps reading an input
+        inputs = [s.name for s in self.graph.inputs]
         for node in nodes:
+            roots = {self._root(v) for v in node.inputs.values()}
+            self._reads = [i for i, name in enumerate(inputs) if name in roots]  # graph inputs it reads
             LOWER[node.op](self, node)
             self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
         return self.steps
+
+    def _add(self, kind: int, **fields) -> None:
+        """Append a step; note where it reads a graph input (a, b or c), so that a run can point it
+        at the caller's array (_feed). An input another field lies in is copied in."""
+        for i in self._reads:
+            lo, hi = self._input_bytes[i]
+            for port, field in enumerate(("a", "b", "c", "y", "scratch")):
+                offset = fields.get(field, 0) - _addr(self.arena) - lo
+                if 0 <= offset < hi - lo:
+                    if port < 3:
+                        self._ports.append((len(self.steps), port, i, offset))
+                    else:
+                        self._copied.add(i)
+        self.steps.add(kind, **fields)
 
     def _floats(self, name: str) -> int:
         """Arena floats of activation ``name`` (static shape, float32 or int8), else Unsupported."""
@@ -258,23 +284,23 @@ class VisionPlan:
             window["requant"] = self._requant(node, cout, bias)
             zps = window["requant"][3:]
             if depthwise:
-                self.steps.add(_KIND["qdwconv"], a=_addr(x), b=_addr(packed), y=_addr(y), **window)
+                self._add(_KIND["qdwconv"], a=_addr(x), b=_addr(packed), y=_addr(y), **window)
                 return
             k4 = (kk + 3) // 4 * 4
             scratch = self._scratch(_PIXELS * k4, np.uint8)
             wsum = self._fold_zero_point(window, bias, packed[1], zps[0])
-            self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
+            self._add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
                            scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4,
                            **self._blocks(y.size // cout, cout), **window)
             return
         if depthwise:
-            self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+            self._add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
                            act=self._act(node), **window)
             return
         direct = _direct(window["window"], w.shape)
         per = 0 if direct else _PIXELS * kk
         scratch = self._scratch(per, np.float32)
-        self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+        self._add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
                        scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
                        **self._blocks(y.size // cout, cout), **window)
 
@@ -313,15 +339,15 @@ class VisionPlan:
             if node.id not in self._buffers:
                 self._buffers[node.id] = np.empty(mid.shape, np.float32)
             mid = self._buffers[node.id]
-            self.steps.add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(mid),
+            self._add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(mid),
                            act=self._act(dw), **window)
-            self.steps.add(_KIND["conv_f32"], a=_addr(mid), b=_addr(packed), c=_ptr(bias), y=_addr(self._y(node)),
+            self._add(_KIND["conv_f32"], a=_addr(mid), b=_addr(packed), c=_ptr(bias), y=_addr(self._y(node)),
                            scratch=_addr(self._scratch(0, np.float32)), act=self._act(pw),
                            window=mid.shape + mid.shape[1:3] + (1, 1, 1, 1, 1, 1, 0, 0), cout=w.shape[0],
                            **self._blocks(rows * mid.shape[2], w.shape[0]))
             return
         if PAIRED[node.op][0] == "conv2d":  # a row per item: the most items to balance
-            self.steps.add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
+            self._add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
                            y=_addr(self._y(node)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
                            act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
                            cparts=self._cparts(rows, w.shape[0], 1), **window)
@@ -336,7 +362,7 @@ class VisionPlan:
         window["requant"] = self._requant(dw, mid.shape[3], dw_bias)
         pw_window = dict(requant=self._requant(pw, w.shape[0], bias))
         wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
-        self.steps.add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(node)),
+        self._add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(node)),
                        scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
                        cparts=self._cparts(-(-rows // band), w.shape[0], 1),
                        pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
@@ -365,7 +391,7 @@ class VisionPlan:
         band = max(1, min(mid.shape[1], ((fit - (kh - 1) * dh - 1) // sh) + 1))
         band = min(band, -(-mid.shape[1] * n // self.split))  # a band per thread at least
         per = ((band - 1) * sh + (kh - 1) * dh + 1) * wd * c + mid.shape[2] * c  # (rows, w, C) + (ow, C)
-        self.steps.add(_KIND["exdwpw_f32"], sizes=(x.shape[3],), a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
+        self._add(_KIND["exdwpw_f32"], sizes=(x.shape[3],), a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
                        y=_addr(self._y(node)), scratch=_addr(self._scratch(per, np.float32)), per_thread=per,
                        ldc=band, act=self._act(dw),
                        pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
@@ -388,7 +414,7 @@ class VisionPlan:
         self._keep_all(w4, bias, packed, wsum)
         window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, requant=requant)
         wsum = self._fold_zero_point(window, bias, wsum, requant[3])
-        self.steps.add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
+        self._add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
                        ldc=k4, per_thread=_PIXELS * k4, **self._blocks(m, n), **window)
 
     def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
@@ -417,11 +443,11 @@ class VisionPlan:
         if m >= kernels.SGEMM_MIN_ROWS and code == kernels._F32:
             packed = kernels.linear_weights(weight)  # (n/32, k, 32) panels, shared by every input shape's plan
             self._keep_all(packed)
-            self.steps.add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+            self._add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
                            scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
                            cout=n, **self._blocks(m, n))
         else:
-            self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1], m), a=_addr(x), b=_addr(wb),
+            self._add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1], m), a=_addr(x), b=_addr(wb),
                            c=_ptr(bias), y=_addr(y))
         self._fused_relu(node, y)
 
@@ -429,13 +455,13 @@ class VisionPlan:
         """The ReLU of a fused node (linear_act, concat_act) in place on its output."""
         if "activation" in node.params and node.op != "conv2d":
             self._need(node, node.params["activation"] == "relu", f"activation {node.params['activation']!r}")
-            self.steps.add(_KIND["relu"], sizes=(y.size,), a=_addr(y), y=_addr(y))
+            self._add(_KIND["relu"], sizes=(y.size,), a=_addr(y), y=_addr(y))
 
     # ------------------------------------------------------------------ small steps
     def _quantize(self, node) -> None:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
         self._need(node, -128 <= int(p["zero_point"]) <= 127 and float(p["scale"]) > 0, "zero point / scale")
-        self.steps.add(_KIND["quantize_i8" if node.op == "quantize" else "dequantize_i8"],
+        self._add(_KIND["quantize_i8" if node.op == "quantize" else "dequantize_i8"],
                        sizes=(x.size, int(p["zero_point"])), floats=(float(np.float32(p["scale"])),), a=_addr(x),
                        y=_addr(y))
 
@@ -446,24 +472,24 @@ class VisionPlan:
 
     def _qavg_pool(self, node) -> None:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
-        self.steps.add(_KIND["qavg_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3],
+        self._add(_KIND["qavg_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3],
                        requant=(0, 0, 0, 0, 0, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))))
 
     def _max_pool(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._need(node, node.params.get("activation", "none") == "none", "fused activation")
-        self.steps.add(_KIND["max_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
+        self._add(_KIND["max_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
 
     def _qsoftmax(self, node) -> None:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
         table = qsoftmax_table(p)  # (256,)
         self._keep_all(table)
-        self.steps.add(_KIND["qsoftmax"], sizes=(x.size // x.shape[-1], x.shape[-1], int(p["output_zero_point"])),
+        self._add(_KIND["qsoftmax"], sizes=(x.size // x.shape[-1], x.shape[-1], int(p["output_zero_point"])),
                        floats=(float(np.float32(p["output_scale"])),), a=_addr(x), b=_addr(table), y=_addr(y))
 
     def _global_avg(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
-        self.steps.add(_KIND["global_avg"], sizes=(x.shape[0], x.shape[1] * x.shape[2], x.shape[3]), a=_addr(x),
+        self._add(_KIND["global_avg"], sizes=(x.shape[0], x.shape[1] * x.shape[2], x.shape[3]), a=_addr(x),
                        y=_addr(y))
 
     def _binary(self, node) -> None:
@@ -479,10 +505,10 @@ class VisionPlan:
         self._need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
         nb, div = self._broadcast(node, b.shape, y.shape)
         act = self._act(node)
-        self.steps.add(_KIND["binary"], flag=_core.BINARY_OPS.get(node.op, 0),
+        self._add(_KIND["binary"], flag=_core.BINARY_OPS.get(node.op, 0),
                        sizes=(y.size, nb, div, 0 if xs[2:] else act), a=_addr(a), b=_addr(b), y=_addr(y))
         for k, x in enumerate(xs[2:], 3):  # add_n: left to right, in place
-            self.steps.add(_KIND["binary"], sizes=(y.size, 0, 1, act if k == len(xs) else 0), a=_addr(y), b=_addr(x),
+            self._add(_KIND["binary"], sizes=(y.size, 0, 1, act if k == len(xs) else 0), a=_addr(y), b=_addr(x),
                            y=_addr(y))
 
     def _broadcast(self, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
@@ -509,7 +535,7 @@ class VisionPlan:
             fn = "square"
         elif node.op == "hard_sigmoid":
             floats = tuple(float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))
-        self.steps.add(_KIND["unary"], flag=_core.UNARY_FNS[fn], sizes=(x.size,), floats=floats, a=_addr(x),
+        self._add(_KIND["unary"], flag=_core.UNARY_FNS[fn], sizes=(x.size,), floats=floats, a=_addr(x),
                        y=_addr(y))
 
     def _gather(self, node) -> None:
@@ -527,13 +553,13 @@ class VisionPlan:
         desc = np.array([view.ndim, *view.shape, *(st // 4 for st in view.strides)], np.int64)  # (1 + 2 ndim,)
         self._keep_all(desc)
         start = (view.__array_interface__["data"][0] - _addr(x)) // 4 if view.size else 0
-        self.steps.add(_KIND["gather"], sizes=(y.size // y.shape[-1],), a=_addr(x) + 4 * start, b=_addr(desc),
+        self._add(_KIND["gather"], sizes=(y.size // y.shape[-1],), a=_addr(x) + 4 * start, b=_addr(desc),
                        y=_addr(y))
 
     def _avg_pool(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
-        self.steps.add(_KIND["avg_pool"], flag=int(bool(node.params.get("count_include_pad", False))), a=_addr(x),
+        self._add(_KIND["avg_pool"], flag=int(bool(node.params.get("count_include_pad", False))), a=_addr(x),
                        y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
 
     def _python(self, node) -> None:
@@ -543,11 +569,12 @@ class VisionPlan:
         args = [self._in(node, p) if p in node.inputs else None for p in op.input_names]
         self._need(node, len(node.outputs) == 1, "several outputs")
         self.islands.append((len(self.steps), op.fast or op.ref, node.params, args, self._y(node)))
+        self._copied.update(self._reads)  # numpy reads its arena view
 
     def _relu(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._need(node, x.dtype == np.float32, "dtype")
-        self.steps.add(_KIND["relu"], sizes=(x.size,), a=_addr(x), y=_addr(y))
+        self._add(_KIND["relu"], sizes=(x.size,), a=_addr(x), y=_addr(y))
 
     def _pad(self, node) -> None:
         """Zero padding of the last axis only (channel padding)."""
@@ -555,7 +582,7 @@ class VisionPlan:
         self._need(node, all(tuple(pa) == (0, 0) for pa in pads[:-1]) and not node.params.get("value", 0),
                    "pads other than zeros after the channels")
         item = x.itemsize
-        self.steps.add(_KIND["copy_rows"], flag=1, sizes=(x.size // x.shape[-1], x.shape[-1] * item, x.shape[-1] * item,
+        self._add(_KIND["copy_rows"], flag=1, sizes=(x.size // x.shape[-1], x.shape[-1] * item, x.shape[-1] * item,
                        y.shape[-1] * item, int(pads[-1][0]) * item), a=_addr(x), y=_addr(y))
 
     def _concat(self, node) -> None:
@@ -567,7 +594,7 @@ class VisionPlan:
             x = self._in(node, port)
             self._need(node, x.dtype == y.dtype, "dtypes differ")
             width = x.size // max(rows, 1) * x.itemsize
-            self.steps.add(_KIND["copy_rows"], sizes=(rows, width, width, y.size // max(rows, 1) * y.itemsize, offset),
+            self._add(_KIND["copy_rows"], sizes=(rows, width, width, y.size // max(rows, 1) * y.itemsize, offset),
                            a=_addr(x), y=_addr(y))
             offset += width
         self._fused_relu(node, y)
@@ -580,14 +607,14 @@ class VisionPlan:
         """Every graph output for the input arrays (graph-input order, checked by the executor's
         check_feeds); None when this plan cannot run now (another thread is in it, or more
         threads than its scratch is sized for): the caller then runs the per-op executor."""
-        if kernels.get_num_threads() > self.threads or any(a.shape != t.shape for a, t in zip(arrays, self.inputs)):
+        threads = kernels.get_num_threads()
+        if threads > self.threads or any(a.shape != t.shape for a, t in zip(arrays, self.inputs)):
             return None
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            for a, t in zip(arrays, self.inputs):
-                np.copyto(t, a)
-            nt = self.pacer.threads(min(self.useful_threads, kernels.get_num_threads()))
+            nt = self.pacer.threads(min(self.useful_threads, threads))
+            self._feed(arrays, self.solo_steps if nt == 1 else self.steps)
             t0 = time.perf_counter()
             self._forward(nt)
             self.pacer.pace(nt, time.perf_counter() - t0)
@@ -595,6 +622,18 @@ class VisionPlan:
             return {name: t.copy() for name, t in self.outputs.items()}
         finally:
             self._lock.release()
+
+    def _feed(self, arrays: list[np.ndarray], steps) -> None:
+        """Point ``steps``' reads of each graph input at the caller's array (C-contiguous, of the
+        input's dtype: check_feeds); an input that an island, a graph output or an unaligned
+        array needs in the arena is copied there, and the steps read that."""
+        for i, (a, t) in enumerate(zip(arrays, self.inputs)):
+            if i in self._copied or not a.flags.aligned:
+                np.copyto(t, a)
+                a = t
+            for step, port, k, offset in self._ports:
+                if k == i:
+                    steps.point(step, port, a, offset)
 
     def _forward(self, threads: int, times: np.ndarray | None = None) -> None:
         """Every step and island once, in graph order (one thread: the steps split for one)."""
@@ -614,8 +653,7 @@ class VisionPlan:
         times = np.zeros((runs, len(self.steps)), np.float64)  # (runs, steps)
         with self._lock:
             for r in range(runs):
-                for a, t in zip(arrays, self.inputs):  # each run: later steps may reuse the input's arena bytes
-                    np.copyto(t, a)
+                self._feed(arrays, self.solo_steps if self.useful_threads == 1 else self.steps)
                 self._forward(self.useful_threads, times[r])
         return np.median(times, axis=0)
 
