@@ -549,16 +549,22 @@ def test_unlowered_graphs_and_profiling_keep_the_per_op_executor():
     assert Model(graph, weights, {}, "p", profile=True, optimize=False)._plan is None
 
 
-def test_stalled_multi_thread_runs_back_off_to_one_thread():
+@pytest.mark.parametrize("threads", [2], indirect=True)
+def test_stalled_multi_thread_runs_back_off_to_one_thread(threads):
     """A run on several threads slower than JITTER x the fastest one-thread run of the latest
     one-thread period (a descheduled thread held the team) sends the next runs to one thread;
     back-offs double while stalls recur; the first multi-thread run after one-thread runs (it
-    wakes the team) is not judged (runtime/pacing.py, as the plan runs it)."""
+    wakes the team) is not judged (runtime/pacing.py, as the plan runs it). A plan whose team is
+    one thread (too little work, or one kernel thread) is not paced at all."""
     from volvox.runtime.pacing import BACKOFF_RUNS, SOLO_FIRST
     model = int8_graph()
     x = {"x": np.zeros((1, 17, 15, 3), np.float32)}
     model.run(x)
-    pacer = model._plan.plan.pacer
+    plan = model._plan.plan
+    pacer = plan.pacer
+    assert plan.useful_threads == 1 and pacer.solo_runs == SOLO_FIRST  # not paced
+    plan.useful_threads = 2
+    model.run(x)
     assert pacer.solo_runs == SOLO_FIRST - 1  # the first runs measure one thread
     pacer.solo_runs, pacer._fastest = 0, [1e-3, 0.6e-3]
     pacer.pace(2, 9e-3)  # wakes the team: not judged
@@ -616,6 +622,15 @@ def test_plan_checks_feeds_like_the_executor():
     model.run({"x": np.zeros((1, 17, 15, 3), np.float32)})
     with pytest.raises(ShapeError, match="synthetic"):
         model.run({"x": np.zeros((1, 17, 16, 3), np.float32)})
+    # a planned shape's feed skips check_feeds only as an ndarray of the input's dtype, C-contiguous
+    x = rng.standard_normal((1, 17, 15, 3)).astype(np.float32)
+    want = reference_model(model).run({"x": x})
+    for feed in (x, np.asfortranarray(x), x.astype(np.float64), x.tolist()):
+        got = model.run({"x": feed})
+        assert all(same_bits(got[n], want[n]) for n in want)
+    for bad in ({"x": x, "y": x}, {"y": x}, {"x": x[..., :2]}, {"x": x.astype(np.complex64)}):
+        with pytest.raises(ShapeError, match="synthetic"):
+            model.run(bad)
 
 
 # ------------------------------------------------------------------------- the real models
