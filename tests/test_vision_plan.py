@@ -94,6 +94,16 @@ def test_qavg_pool_fast_is_the_reference(params):
     assert same_bits(*fast_and_ref("qavg_pool2d", params, q))
 
 
+@pytest.mark.parametrize("shape,kernel", [((1, 9, 9, 130), 7), ((1, 16, 16, 67), 16), ((1, 256, 256, 2), 256)])
+def test_qavg_pool_large_windows_are_the_reference(shape, kernel):
+    """Sums of 49 and 256 taps over channel runs past one pass of 64 (float32 division of
+    the sums), the extremes, and 65536 taps (past that: int64 division)."""
+    q = rng.integers(-128, 128, shape, dtype=np.int8)
+    q[0, :, :, 0], q[0, :, :, 1] = -128, 127
+    params = dict(kernel=[kernel, kernel], strides=[1, 1])
+    assert same_bits(*fast_and_ref("qavg_pool2d", params, q))
+
+
 @pytest.mark.parametrize("shape", [(1, 2), (4, 37), (2, 3, 1000)])
 def test_qsoftmax_fast_is_the_reference(shape):
     p = dict(beta=1.0, input_scale=0.0678, output_scale=1 / 256, output_zero_point=-128)

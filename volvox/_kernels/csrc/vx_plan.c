@@ -152,6 +152,9 @@ static void pool_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i
     *j1 = w0 + s->kw > s->w ? s->w - w0 : s->kw;
 }
 
+/* Channels per pass of vx_qavg_pool_row (its int32 sums stay in registers). */
+#define QAVG_CHANNELS 64
+
 void vx_qavg_pool_row(const vx_window *w, const int8_t *x, int64_t item, int8_t *y) {
     const vx_conv_shape *s = &w->s;
     const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
@@ -161,13 +164,34 @@ void vx_qavg_pool_row(const vx_window *w, const int8_t *x, int64_t item, int8_t 
         const int64_t count = (i1 - i0) * (j1 - j0), half = count / 2;
         const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C; /* tap (0, 0) */
         int8_t *yo = y + (item * s->ow + ow) * C;                                                 /* (C,) */
-        for (int64_t c = 0; c < C; c++) {
-            int64_t acc = 0;
+        if (count == 0 || count >= (1 << 16)) {  /* no taps, or sums past float's exact division */
+            for (int64_t c = 0; c < C; c++) {
+                int64_t acc = 0;
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++) acc += xp[(i * s->w + j) * C + c];
+                int64_t q = count == 0 ? 0 : acc > 0 ? (acc + half) / count : -((-acc + half) / count);
+                yo[c] = (int8_t)(q < w->rq.lo ? w->rq.lo : q > w->rq.hi ? w->rq.hi : q);
+            }
+            continue;
+        }
+        /* |sum| + half < 2^24 and count < 2^16: float32 division then truncation is the integer
+         * quotient (a non-integer n / count is at least 1 / count below the next integer, more
+         * than half an ulp of a quotient under 2^8), so the loops vectorise */
+        const float fcount = (float)count;
+        for (int64_t c0 = 0; c0 < C; c0 += QAVG_CHANNELS) {
+            const int64_t n = C - c0 < QAVG_CHANNELS ? C - c0 : QAVG_CHANNELS;
+            int32_t acc[QAVG_CHANNELS] = {0};                                                  /* (n,) */
             for (int64_t i = i0; i < i1; i++)
-                for (int64_t j = j0; j < j1; j++) acc += xp[(i * s->w + j) * C + c];
-            int64_t q = count == 0 ? 0 : acc > 0 ? (acc + half) / count : -((-acc + half) / count);
-            q = q < w->rq.lo ? w->rq.lo : q > w->rq.hi ? w->rq.hi : q;
-            yo[c] = (int8_t)q;
+                for (int64_t j = j0; j < j1; j++) {
+                    const int8_t *xr = xp + (i * s->w + j) * C + c0;
+                    for (int64_t c = 0; c < n; c++) acc[c] += xr[c];
+                }
+            for (int64_t c = 0; c < n; c++) {
+                const int32_t a = acc[c] < 0 ? -acc[c] : acc[c];
+                const int32_t m = (int32_t)((float)(a + (int32_t)half) / fcount);
+                const int32_t q = acc[c] < 0 ? -m : m;
+                yo[c0 + c] = (int8_t)(q < w->rq.lo ? w->rq.lo : q > w->rq.hi ? w->rq.hi : q);
+            }
         }
     }
 }
