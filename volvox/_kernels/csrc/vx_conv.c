@@ -407,11 +407,13 @@ static void requant_row(int n, const int32_t *acc, int64_t corr, const int32_t *
  *                                               sum wraps past 2^31 - 1 only for h >= 0, whose lanes
  *                                               shift it as unsigned (a dead channel's bias near 2^30
  *                                               and rsh = 31 reach that)
- *   y = clamp(q + zp_out, lo, hi)                                                                */
+ *   y = clamp(q + zp_out, lo, hi)               rq16_int8: the int8 pack saturates, so a clamp to
+ *                                               int8's own range is only that                      */
 typedef struct {
     __m512i bias, lsh, mult, mult_odd, half, neg, rsh, zp, lo, hi;
     int shifted;  /* some lane shifts left (else the shift is skipped) */
     int wide;     /* some lane's h + half may pass 2^31 - 1 (else the unsigned shift is skipped) */
+    int clamp;    /* lo > -128 or hi < 127 (else the pack's saturation is the clamp) */
 } rq16;
 
 enum { RQ16_LIMIT = 1 << 30 };  /* the largest accumulator bound rq16_prepare takes */
@@ -452,10 +454,12 @@ VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int6
     p->zp = _mm512_set1_epi32(rq->zp_out);
     p->lo = _mm512_set1_epi32(rq->lo);
     p->hi = _mm512_set1_epi32(rq->hi);
+    p->clamp = rq->lo > -128 || rq->hi < 127;
     return 1;
 }
 
-/* The requantized int32 lanes of acc (within the prepared acc_bound). */
+/* The requantized int32 lanes of acc (within the prepared acc_bound), clamped once the int8
+ * pack saturates them (rq16_int8, rq16_store). */
 VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
     const __m512i sum = _mm512_add_epi32(acc, p->bias);
     const __m512i v = p->shifted ? _mm512_sllv_epi32(sum, p->lsh) : sum;
@@ -471,7 +475,15 @@ VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
                                                             _mm512_srav_epi32(up, p->rsh))
                                  : _mm512_srav_epi32(up, p->rsh);
     const __m512i q = _mm512_add_epi32(down, p->zp);
-    return _mm512_min_epi32(_mm512_max_epi32(q, p->lo), p->hi);
+    return p->clamp ? _mm512_min_epi32(_mm512_max_epi32(q, p->lo), p->hi) : q;
+}
+
+/* The 16 int8 outputs of acc. */
+VX_INLINE __m128i rq16_int8(const rq16 *p, __m512i acc) { return _mm512_cvtsepi32_epi8(rq16_apply(p, acc)); }
+
+/* Store the int8 outputs of acc's lanes k at y. */
+VX_INLINE void rq16_store(const rq16 *p, __m512i acc, __mmask16 k, int8_t *y) {
+    _mm512_mask_cvtsepi32_storeu_epi8(y, k, rq16_apply(p, acc));
 }
 
 /* The requantized channels of pixels i .. i + 16 / nr - 1 (nr = 1, 2 or 4 channels each: acc
@@ -481,7 +493,7 @@ VX_INLINE void requant_tiled(int32_t acc[][VX_QG_NR], int nr, const rq16 *t, int
     const __m512i row = _mm512_srli_epi32(lane, __builtin_ctz((unsigned)nr));
     const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(row, 5), _mm512_and_si512(lane, _mm512_set1_epi32(nr - 1)));
     const __m512i a = _mm512_i32gather_epi32(idx, (const void *)acc[0], 4);  /* lane l: acc[l / nr][l % nr] */
-    const __m128i q = _mm512_cvtepi32_epi8(rq16_apply(t, a));
+    const __m128i q = rq16_int8(t, a);
     int8_t out[16];
     _mm_storeu_si128((__m128i *)out, q);
     for (int g = 0; g < 16 / nr; g++) memcpy(y + g * ldy, out + g * nr, (size_t)nr);
@@ -898,7 +910,7 @@ VX_INLINE void qg_pairs(const int MR, int rows, int64_t K4, const uint8_t *a, in
         }
     }
     for (int i = 0; i < MR; i++) {
-        const __m128i q = _mm512_cvtepi32_epi8(rq16_apply(t, c[i]));
+        const __m128i q = rq16_int8(t, c[i]);
         _mm_storel_epi64((__m128i *)(y + 2 * i * ldy), q);
         if (2 * i + 1 < rows) _mm_storel_epi64((__m128i *)(y + (2 * i + 1) * ldy), _mm_unpackhi_epi64(q, q));
     }
@@ -951,8 +963,8 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
                 const __mmask16 k1 = nr >= 32 ? 0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u) : 0;
                 for (; i < mr; i++) {
                     int8_t *yi = y + (i0 + i) * ldy + p0;
-                    _mm512_mask_cvtepi32_storeu_epi8(yi, k0, rq16_apply(&half[0], _mm512_loadu_si512(acc[i])));
-                    if (k1) _mm512_mask_cvtepi32_storeu_epi8(yi + 16, k1, rq16_apply(&half[1], _mm512_loadu_si512(acc[i] + 16)));
+                    rq16_store(&half[0], _mm512_loadu_si512(acc[i]), k0, yi);
+                    if (k1) rq16_store(&half[1], _mm512_loadu_si512(acc[i] + 16), k1, yi + 16);
                 }
             }
 #endif
@@ -1015,11 +1027,11 @@ VX_INLINE __m512i qdw_corr(const __m512i *colsum, __m512i zp, int64_t j0, int64_
 VX_INLINE void qdw_store(__m512i acc, int fast, const rq16 *prep, int pairs, __mmask16 k, int n,
                          const vx_requant *rq, int64_t c0, int8_t *yo) {
     if (fast && k == 0xFFFF) {
-        _mm_storeu_si128((__m128i *)yo, _mm512_cvtepi32_epi8(rq16_apply(prep, acc)));
+        _mm_storeu_si128((__m128i *)yo, rq16_int8(prep, acc));
         return;
     }
     if (fast) {
-        _mm512_mask_cvtepi32_storeu_epi8(yo, k, rq16_apply(prep, acc));
+        rq16_store(prep, acc, k, yo);
         return;
     }
     int32_t buf[16];
