@@ -414,6 +414,7 @@ typedef struct {
     int shifted;  /* some lane shifts left (else the shift is skipped) */
     int wide;     /* some lane's h + half may pass 2^31 - 1 (else the unsigned shift is skipped) */
     int clamp;    /* lo > -128 or hi < 127 (else the pack's saturation is the clamp) */
+    int biased;   /* the caller's sums started from bias (rq16_prepare: 0, the bias is added) */
 } rq16;
 
 enum { RQ16_LIMIT = 1 << 30 };  /* the largest accumulator bound rq16_prepare takes */
@@ -455,13 +456,14 @@ VX_INLINE int rq16_prepare(const vx_requant *rq, int64_t c0, int n, int nr, int6
     p->lo = _mm512_set1_epi32(rq->lo);
     p->hi = _mm512_set1_epi32(rq->hi);
     p->clamp = rq->lo > -128 || rq->hi < 127;
+    p->biased = 0;
     return 1;
 }
 
 /* The requantized int32 lanes of acc (within the prepared acc_bound), clamped once the int8
  * pack saturates them (rq16_int8, rq16_store). */
 VX_INLINE __m512i rq16_apply(const rq16 *p, __m512i acc) {
-    const __m512i sum = _mm512_add_epi32(acc, p->bias);
+    const __m512i sum = p->biased ? acc : _mm512_add_epi32(acc, p->bias);
     const __m512i v = p->shifted ? _mm512_sllv_epi32(sum, p->lsh) : sum;
     const __m512i r30 = _mm512_set1_epi64(INT64_C(1) << 30);
     /* bits 31..62 of each 64-bit product + 2^30: the low half of even lanes >> 31, the high half
@@ -987,14 +989,17 @@ VX_INLINE __m512i qdw_x(const int8_t *xr, __mmask16 k) {
     return _mm512_cvtepi8_epi32(k == 0xFFFF ? _mm_loadu_si128((const __m128i *)xr) : _mm_maskz_loadu_epi8(k, xr));
 }
 
-/* a[p] = the sums over taps (i0..i1) x (j0..j1) of PX pixels px bytes apart (PX > 1: all see
+/* a[p] = init + the sums over taps (i0..i1) x (j0..j1) of PX pixels px bytes apart (PX > 1: all see
  * those taps); xp: the first's tap (0, 0), lanes k (pairs: two 8-channel pixels per vector).
  * Kernel rows go two at a time into separate chains (exact integers: the same sums), so a
  * pixel's vpdpwssd need not wait on its last one. */
 VX_INLINE void qdw_sums(const int PX, const vx_conv_shape *s, const int8_t *xp, int64_t px, const __m512i *wv,
-                        __mmask16 k, int64_t i0, int64_t i1, int64_t j0, int64_t j1, __m512i a[4]) {
+                        __mmask16 k, int64_t i0, int64_t i1, int64_t j0, int64_t j1, __m512i init, __m512i a[4]) {
     __m512i b[4];                                                    /* the odd rows' chains */
-    for (int p = 0; p < PX; p++) a[p] = b[p] = _mm512_setzero_si512();
+    for (int p = 0; p < PX; p++) {
+        a[p] = init;
+        b[p] = _mm512_setzero_si512();
+    }
     const int64_t row = s->dh * s->w * s->c;                         /* bytes from a kernel row to the next */
     int64_t i = i0;
     for (; i + 1 < i1; i += 2)
@@ -1060,6 +1065,8 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
         const __mmask16 k = (__mmask16)((1u << n) - 1u);
         rq16 prep;
         const int fast = rq16_prepare(rq, c0, pairs ? 8 : n, pairs ? 8 : 16, bound, &prep);
+        prep.biased = fast;  /* the sums start from bias - zp * (their taps' w) */
+        const __m512i base = fast ? prep.bias : _mm512_setzero_si512();
         __m512i wv[QDW_MAX_TAPS];                                   /* (kh*kw,) 16 lanes each */
         __m512i colsum[QDW_MAX_TAPS];                               /* (kw,) */
         for (int64_t j = 0; j < s->kw; j++) colsum[j] = _mm512_setzero_si512();
@@ -1071,7 +1078,7 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
                 wv[t] = _mm512_and_si512(_mm512_set1_epi32(0xFFFF), w32);
                 if (i >= i0 && i < i1) colsum[j] = _mm512_add_epi32(colsum[j], w32);
             }
-        const __m512i corr_full = qdw_corr(colsum, zp, 0, s->kw);
+        const __m512i init_full = _mm512_sub_epi32(base, qdw_corr(colsum, zp, 0, s->kw));
         for (int64_t ow = 0; ow < s->ow;) {
             int64_t e0, e1, f0, f1;
             valid_taps(s, oh, ow, &e0, &e1, &j0, &j1);
@@ -1088,29 +1095,26 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
             }
             __m512i a[4];
             if (vectors == 2) {  /* two pairs */
-                qdw_sums(2, s, xp, 2 * C, wv, k, i0, i1, 0, s->kw, a);
-                for (int p = 0; p < 2; p++)
-                    qdw_store(_mm512_sub_epi32(a[p], corr_full), fast, &prep, 1, k, n, rq, c0, yo + 2 * p * C);
+                qdw_sums(2, s, xp, 2 * C, wv, k, i0, i1, 0, s->kw, init_full, a);
+                for (int p = 0; p < 2; p++) qdw_store(a[p], fast, &prep, 1, k, n, rq, c0, yo + 2 * p * C);
                 ow += 4;
                 continue;
             }
             if (vectors == 1) {  /* a pair */
-                qdw_sums(1, s, xp, 0, wv, k, i0, i1, 0, s->kw, a);
-                qdw_store(_mm512_sub_epi32(a[0], corr_full), fast, &prep, 1, k, n, rq, c0, yo);
+                qdw_sums(1, s, xp, 0, wv, k, i0, i1, 0, s->kw, init_full, a);
+                qdw_store(a[0], fast, &prep, 1, k, n, rq, c0, yo);
                 ow += 2;
                 continue;
             }
             if (vectors == 4) {
-                qdw_sums(4, s, xp, s->sw * C, wv, k, i0, i1, 0, s->kw, a);
-                for (int p = 0; p < 4; p++)
-                    qdw_store(_mm512_sub_epi32(a[p], corr_full), fast, &prep, 0, k, n, rq, c0, yo + p * C);
+                qdw_sums(4, s, xp, s->sw * C, wv, k, i0, i1, 0, s->kw, init_full, a);
+                for (int p = 0; p < 4; p++) qdw_store(a[p], fast, &prep, 0, k, n, rq, c0, yo + p * C);
                 ow += 4;
                 continue;
             }
             const __mmask16 k1 = pairs ? 0xFF : k;  /* one pixel of a pairs row: its 8 channels */
-            qdw_sums(1, s, xp, 0, wv, k1, i0, i1, j0, j1, a);
-            qdw_store(_mm512_sub_epi32(a[0], qdw_corr(colsum, zp, j0, j1)), fast, &prep, 0, k1,
-                      pairs ? 8 : n, rq, c0, yo);
+            qdw_sums(1, s, xp, 0, wv, k1, i0, i1, j0, j1, _mm512_sub_epi32(base, qdw_corr(colsum, zp, j0, j1)), a);
+            qdw_store(a[0], fast, &prep, 0, k1, pairs ? 8 : n, rq, c0, yo);
             ow++;
         }
     }
