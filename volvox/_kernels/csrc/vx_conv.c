@@ -825,14 +825,20 @@ static void im2col_u8(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64
 }
 
 #define QG_MR 8
-/* acc (MR, 16 * NP) int32 of u8 rows a (lda bytes apart) times the first NP (1 or 2) panels
- * of the pair pp (K4 bytes per channel, 16-channel panels 16 * K4 bytes apart); NP = 1 when
- * the pair's second panel is all padding (16 or fewer channels left). */
+/* acc (MR, 16 * NP) int32 = init (16 * NP lanes, or NULL: 0) + u8 rows a (lda bytes apart)
+ * times the first NP (1 or 2) panels of the pair pp (K4 bytes per channel, 16-channel panels
+ * 16 * K4 bytes apart); NP = 1 when the pair's second panel is all padding (16 or fewer
+ * channels left). */
 VX_INLINE void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *a, int64_t lda, const int8_t *pp,
-                       int32_t acc[QG_MR][VX_QG_NR]) {
+                       const int32_t *init, int32_t acc[QG_MR][VX_QG_NR]) {
 #if defined(VX_AVX512)
     __m512i c0[QG_MR], c1[QG_MR];
-    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_si512();
+    const __m512i first0 = init ? _mm512_loadu_si512(init) : _mm512_setzero_si512();
+    const __m512i first1 = init && NP == 2 ? _mm512_loadu_si512(init + 16) : _mm512_setzero_si512();
+    for (int i = 0; i < MR; i++) {
+        c0[i] = first0;
+        c1[i] = first1;
+    }
     const int8_t *p1 = pp + 16 * K4;
     for (int64_t kq = 0; kq < K4 / 4; kq++) {
         const __m512i b0 = _mm512_loadu_si512(pp + 64 * kq);
@@ -875,12 +881,14 @@ VX_INLINE void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *a,
                 for (int q = 0; q < 4; q++) {
                     int32_t t[8];
                     _mm256_storeu_si256((__m256i *)t, c[i][q]);
-                    for (int l = 0; l < 4; l++) acc[i0 + i][16 * h + 4 * q + l] = t[2 * l] + t[2 * l + 1];
+                    for (int l = 0; l < 4; l++)
+                        acc[i0 + i][16 * h + 4 * q + l] = (init ? init[16 * h + 4 * q + l] : 0) + t[2 * l] + t[2 * l + 1];
                 }
         }
     }
 #else
-    for (int i = 0; i < MR; i++) memset(acc[i], 0, sizeof(acc[i]));
+    for (int i = 0; i < MR; i++)
+        for (int l = 0; l < 16 * NP; l++) acc[i][l] = init ? init[l] : 0;
     for (int64_t kq = 0; kq < K4 / 4; kq++)
         for (int h = 0; h < NP; h++) {
             const int8_t *b = pp + h * 16 * K4 + 64 * kq;           /* (16, 4) */
@@ -901,7 +909,7 @@ VX_INLINE void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *a,
 VX_INLINE void qg_pairs(const int MR, int rows, int64_t K4, const uint8_t *a, int64_t lda, const int8_t *pp,
                         const rq16 *t, int8_t *y, int64_t ldy) {
     __m512i c[QG_MR];
-    for (int i = 0; i < MR; i++) c[i] = _mm512_setzero_si512();
+    for (int i = 0; i < MR; i++) c[i] = t->biased ? t->bias : _mm512_setzero_si512();
     for (int64_t kq = 0; kq < K4 / 4; kq++) {
         const __m512i b = _mm512_loadu_si512(pp + 64 * kq);
         for (int i = 0; i < MR; i++) {
@@ -925,9 +933,12 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
                   int64_t lda, int64_t m, const vx_requant *rq, int8_t *y, int64_t ldy) {
     int32_t acc[QG_MR][VX_QG_NR];
     const int64_t corr = (int64_t)rq->zp_in + 128;
+    vx_requant unbiased = *rq;  /* for sums that start from the bias */
+    unbiased.bias = NULL;
     for (int64_t p0 = 0; p0 < n; p0 += VX_QG_NR) {
         const int8_t *pp = packed + p0 * K4;
         const int nr = (int)(n - p0 < VX_QG_NR ? n - p0 : VX_QG_NR);
+        const int32_t *init = NULL;  /* the accumulators' first values (NULL: 0) */
 #if defined(VX_AVX512)
         /* |acc| <= K4 * 255 * 128 (u8 times int8); with wsum the correction is outside that bound */
         const int64_t bound = K4 * 255 * 128;
@@ -936,6 +947,13 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
         rq16 half[2];
         const int fast = !wsum && rq16_prepare(rq, p0, nr < 16 ? nr : 16, tile ? nr : 16, bound, &half[0]) &&
                          (nr <= 16 || rq16_prepare(rq, p0 + 16, nr - 16, 16, bound, &half[1]));
+        int32_t first[VX_QG_NR];  /* the accumulators start from the bias (lanes past nr: ignored) */
+        if (fast && rq->bias) {
+            _mm512_storeu_si512(first, half[0].bias);
+            _mm512_storeu_si512(first + 16, nr > 16 ? half[1].bias : _mm512_setzero_si512());
+            init = first;
+            half[0].biased = half[1].biased = 1;
+        }
         if (fast && nr == QG_PAIR_NR) {  /* a doubled panel (qgemm_pack): two pixels per vector */
             int64_t i0 = 0;
             for (; i0 + 2 * QG_MR <= m; i0 += 2 * QG_MR)
@@ -949,12 +967,12 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
         for (int64_t i0 = 0; i0 < m; i0 += QG_MR) {
             const int mr = (int)(m - i0 < QG_MR ? m - i0 : QG_MR);
             if (nr > 16) {
-                if (mr == QG_MR) qg_tile(QG_MR, 2, K4, a + i0 * lda, lda, pp, acc);
-                else qg_tile(mr, 2, K4, a + i0 * lda, lda, pp, acc);
+                if (mr == QG_MR) qg_tile(QG_MR, 2, K4, a + i0 * lda, lda, pp, init, acc);
+                else qg_tile(mr, 2, K4, a + i0 * lda, lda, pp, init, acc);
             } else if (mr == QG_MR) {
-                qg_tile(QG_MR, 1, K4, a + i0 * lda, lda, pp, acc);
+                qg_tile(QG_MR, 1, K4, a + i0 * lda, lda, pp, init, acc);
             } else {
-                qg_tile(mr, 1, K4, a + i0 * lda, lda, pp, acc);
+                qg_tile(mr, 1, K4, a + i0 * lda, lda, pp, init, acc);
             }
             int i = 0;
 #if defined(VX_AVX512)
@@ -970,8 +988,8 @@ static void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t
                 }
             }
 #endif
-            for (; i < mr; i++)
-                requant_row(nr, acc[i], corr, wsum ? wsum + p0 : NULL, rq, p0, y + (i0 + i) * ldy + p0);
+            for (; i < mr; i++)  /* (a tiled panel's last rows: their sums hold the bias) */
+                requant_row(nr, acc[i], corr, wsum ? wsum + p0 : NULL, init ? &unbiased : rq, p0, y + (i0 + i) * ldy + p0);
         }
     }
 }
