@@ -1037,6 +1037,41 @@ VX_INLINE void qdw_sums(const int PX, const vx_conv_shape *s, const int8_t *xp, 
     for (int p = 0; p < PX; p++) a[p] = _mm512_add_epi32(a[p], b[p]);
 }
 
+/* The SW * 3 + KW input columns of kernel row xr (C bytes apart) that 4 pixels SW columns
+ * apart read, widened. */
+VX_INLINE void qdw_columns(const int SW, const int KW, const int8_t *xr, int64_t C, __mmask16 k, __m512i *xv) {
+    for (int c = 0; c < SW * 3 + KW; c++) xv[c] = qdw_x(xr + c * C, k);
+}
+
+/* qdw_sums of 4 pixels SW columns apart whose taps are neighbouring columns (all see every one
+ * of the KW kernel columns): each input column is widened once for the pixels that read it
+ * (SW * 3 + KW per kernel row, not 4 KW); even and odd kernel rows in separate chains. */
+VX_INLINE void qdw_sums_row(const int SW, const int KW, const vx_conv_shape *s, const int8_t *xp, const __m512i *wv,
+                            __mmask16 k, int64_t i0, int64_t i1, __m512i init, __m512i a[4]) {
+    const int64_t C = s->c, row = s->dh * s->w * C;
+    __m512i b[4], xv[SW * 3 + KW], xu[SW * 3 + KW];                 /* odd rows' chains; two rows' columns */
+    for (int p = 0; p < 4; p++) {
+        a[p] = init;
+        b[p] = _mm512_setzero_si512();
+    }
+    int64_t i = i0;
+    for (; i + 1 < i1; i += 2) {
+        qdw_columns(SW, KW, xp + i * row, C, k, xv);
+        qdw_columns(SW, KW, xp + (i + 1) * row, C, k, xu);
+        for (int j = 0; j < KW; j++)
+            for (int p = 0; p < 4; p++) {
+                a[p] = _mm512_dpwssd_epi32(a[p], xv[SW * p + j], wv[i * KW + j]);
+                b[p] = _mm512_dpwssd_epi32(b[p], xu[SW * p + j], wv[(i + 1) * KW + j]);
+            }
+    }
+    if (i < i1) {
+        qdw_columns(SW, KW, xp + i * row, C, k, xv);
+        for (int j = 0; j < KW; j++)
+            for (int p = 0; p < 4; p++) a[p] = _mm512_dpwssd_epi32(a[p], xv[SW * p + j], wv[i * KW + j]);
+    }
+    for (int p = 0; p < 4; p++) a[p] = _mm512_add_epi32(a[p], b[p]);
+}
+
 /* zp * (the sum of colsum[j0..j1)): the zero point term of a pixel seeing those kernel columns
  * (colsum: per kernel column, the sum of w over the row's valid kernel rows). */
 VX_INLINE __m512i qdw_corr(const __m512i *colsum, __m512i zp, int64_t j0, int64_t j1) {
@@ -1125,7 +1160,9 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
                 continue;
             }
             if (vectors == 4) {
-                qdw_sums(4, s, xp, s->sw * C, wv, k, i0, i1, 0, s->kw, init_full, a);
+                if (s->sw == 1 && s->dw == 1 && s->kw == 3) qdw_sums_row(1, 3, s, xp, wv, k, i0, i1, init_full, a);
+                else if (s->sw == 2 && s->dw == 1 && s->kw == 3) qdw_sums_row(2, 3, s, xp, wv, k, i0, i1, init_full, a);
+                else qdw_sums(4, s, xp, s->sw * C, wv, k, i0, i1, 0, s->kw, init_full, a);
                 for (int p = 0; p < 4; p++) qdw_store(a[p], fast, &prep, 0, k, n, rq, c0, yo + p * C);
                 ow += 4;
                 continue;
