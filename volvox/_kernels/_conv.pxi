@@ -161,4 +161,4 @@ def qdwconv(const int8_t[:, :, :, ::1] x, const int16_t[:, ::1] w, tuple geo, co
         return
     cdef int nt = _threads_for(items * s.ow * s.c * s.kh * s.kw)
     for it in prange(items, nogil=True, schedule="static", num_threads=nt):
-        _tbl.conv.qdwconv(&s, &x[0, 0, 0, 0], &w[0, 0], &rq, it, &y[0, 0, 0, 0] + it * s.ow * s.c)
+        _tbl.conv.qdwconv(&s, &x[0, 0, 0, 0], &w[0, 0], &rq, it, 1, &y[0, 0, 0, 0] + it * s.ow * s.c)

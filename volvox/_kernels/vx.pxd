@@ -71,7 +71,7 @@ cdef extern from "vx_kernels.h" nogil:
                       const uint8_t *a, int64_t lda, int64_t m, const vx_requant *rq, int8_t *y,
                       int64_t ldy) noexcept nogil
         void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w,
-                        const vx_requant *rq, int64_t item, int8_t *y) noexcept nogil
+                        const vx_requant *rq, int64_t item, int64_t rows, int8_t *y) noexcept nogil
         void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) noexcept nogil
 
     ctypedef struct vx_table:

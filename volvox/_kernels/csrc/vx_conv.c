@@ -1104,15 +1104,14 @@ VX_INLINE void qdw_store(__m512i acc, int fast, const rq16 *prep, int pairs, __m
 
 /* qdwconv on avx512: 16 channels at a time (8-channel stride-1 rows: two pixels per vector),
  * requantized in registers (rq16) when the block's bound allows it; pixels that see every kernel
- * column go 4 (pairs: 2) at a time. */
+ * column go 4 (pairs: 2) at a time. A channel block's weights and requantization are made once
+ * for all the rows; the zero point terms again only when a row sees other kernel rows. */
 static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
-                           int64_t item, int8_t *y) {
-    const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
+                           int64_t item, int64_t rows, int8_t *y) {
+    const int64_t C = s->c;
     const int64_t bound = s->kh * s->kw * 255 * 128;  /* |x - zp_in| <= 255, |w| <= 128 */
     const __m512i zp = _mm512_set1_epi32(rq->zp_in);
     const int pairs = C == 8 && s->sw == 1 && s->dw == 1;
-    int64_t i0, i1, j0, j1;
-    valid_taps(s, oh, 0, &i0, &i1, &j0, &j1);  /* the rows are the row's; columns vary per pixel */
     for (int64_t c0 = 0; c0 < C; c0 += 16) {
         const int n = (int)(pairs ? 16 : C - c0 < 16 ? C - c0 : 16);
         const __mmask16 k = (__mmask16)((1u << n) - 1u);
@@ -1120,57 +1119,69 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
         const int fast = rq16_prepare(rq, c0, pairs ? 8 : n, pairs ? 8 : 16, bound, &prep);
         prep.biased = fast;  /* the sums start from bias - zp * (their taps' w) */
         const __m512i base = fast ? prep.bias : _mm512_setzero_si512();
-        __m512i wv[QDW_MAX_TAPS];                                   /* (kh*kw,) 16 lanes each */
-        __m512i colsum[QDW_MAX_TAPS];                               /* (kw,) */
-        for (int64_t j = 0; j < s->kw; j++) colsum[j] = _mm512_setzero_si512();
-        for (int64_t i = 0, t = 0; i < s->kh; i++)
-            for (int64_t j = 0; j < s->kw; j++, t++) {
-                const __m512i w32 = _mm512_cvtepi16_epi32(
-                    pairs ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + t * 8)))
-                          : _mm256_maskz_loadu_epi16(k, w + t * C + c0));
-                wv[t] = _mm512_and_si512(_mm512_set1_epi32(0xFFFF), w32);
-                if (i >= i0 && i < i1) colsum[j] = _mm512_add_epi32(colsum[j], w32);
+        __m512i wv[QDW_MAX_TAPS];                                   /* (kh*kw,) w in low words */
+        __m512i w32[QDW_MAX_TAPS];                                  /* (kh*kw,) w */
+        for (int64_t t = 0; t < s->kh * s->kw; t++) {
+            w32[t] = _mm512_cvtepi16_epi32(pairs ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + t * 8)))
+                                                 : _mm256_maskz_loadu_epi16(k, w + t * C + c0));
+            wv[t] = _mm512_and_si512(_mm512_set1_epi32(0xFFFF), w32[t]);
+        }
+        __m512i colsum[QDW_MAX_TAPS], init_full = base;             /* (kw,): over the valid kernel rows */
+        int64_t i0 = -1, i1 = -1;
+        for (int64_t r = item; r < item + rows; r++) {
+            const int64_t b = r / s->oh, oh = r % s->oh;
+            int64_t e0, e1, j0, j1;
+            valid_taps(s, oh, 0, &e0, &e1, &j0, &j1);  /* the rows are the row's; columns vary per pixel */
+            if (e0 != i0 || e1 != i1) {
+                i0 = e0;
+                i1 = e1;
+                for (int64_t j = 0; j < s->kw; j++) {
+                    colsum[j] = _mm512_setzero_si512();
+                    for (int64_t i = i0; i < i1; i++) colsum[j] = _mm512_add_epi32(colsum[j], w32[i * s->kw + j]);
+                }
+                init_full = _mm512_sub_epi32(base, qdw_corr(colsum, zp, 0, s->kw));
             }
-        const __m512i init_full = _mm512_sub_epi32(base, qdw_corr(colsum, zp, 0, s->kw));
-        for (int64_t ow = 0; ow < s->ow;) {
-            int64_t e0, e1, f0, f1;
-            valid_taps(s, oh, ow, &e0, &e1, &j0, &j1);
-            const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C + c0;
-            int8_t *yo = y + ow * C + c0;                          /* (n,) of pixel ow */
-            int vectors = 0;  /* full-column vectors starting at ow */
-            if (j0 == 0 && j1 == s->kw && ow + 4 <= s->ow) {  /* 4 pixels: 4 vectors, or 2 of pairs */
-                valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
-                if (f0 == 0 && f1 == s->kw) vectors = pairs ? 2 : 4;
+            int8_t *yr = y + (r - item) * s->ow * C;                 /* (ow, C): output row r */
+            for (int64_t ow = 0; ow < s->ow;) {
+                int64_t f0, f1;
+                valid_taps(s, oh, ow, &e0, &e1, &j0, &j1);
+                const int8_t *xp = x + ((b * s->h + oh * s->sh - s->pt) * s->w + ow * s->sw - s->pl) * C + c0;
+                int8_t *yo = yr + ow * C + c0;                       /* (n,) of pixel ow */
+                int vectors = 0;  /* full-column vectors starting at ow */
+                if (j0 == 0 && j1 == s->kw && ow + 4 <= s->ow) {  /* 4 pixels: 4 vectors, or 2 of pairs */
+                    valid_taps(s, oh, ow + 3, &e0, &e1, &f0, &f1);
+                    if (f0 == 0 && f1 == s->kw) vectors = pairs ? 2 : 4;
+                }
+                if (pairs && !vectors && j0 == 0 && j1 == s->kw && ow + 2 <= s->ow) {
+                    valid_taps(s, oh, ow + 1, &e0, &e1, &f0, &f1);
+                    if (f0 == 0 && f1 == s->kw) vectors = 1;
+                }
+                __m512i a[4];
+                if (vectors == 2) {  /* two pairs */
+                    qdw_sums(2, s, xp, 2 * C, wv, k, i0, i1, 0, s->kw, init_full, a);
+                    for (int p = 0; p < 2; p++) qdw_store(a[p], fast, &prep, 1, k, n, rq, c0, yo + 2 * p * C);
+                    ow += 4;
+                    continue;
+                }
+                if (vectors == 1) {  /* a pair */
+                    qdw_sums(1, s, xp, 0, wv, k, i0, i1, 0, s->kw, init_full, a);
+                    qdw_store(a[0], fast, &prep, 1, k, n, rq, c0, yo);
+                    ow += 2;
+                    continue;
+                }
+                if (vectors == 4) {
+                    if (s->sw == 1 && s->dw == 1 && s->kw == 3) qdw_sums_row(1, 3, s, xp, wv, k, i0, i1, init_full, a);
+                    else if (s->sw == 2 && s->dw == 1 && s->kw == 3) qdw_sums_row(2, 3, s, xp, wv, k, i0, i1, init_full, a);
+                    else qdw_sums(4, s, xp, s->sw * C, wv, k, i0, i1, 0, s->kw, init_full, a);
+                    for (int p = 0; p < 4; p++) qdw_store(a[p], fast, &prep, 0, k, n, rq, c0, yo + p * C);
+                    ow += 4;
+                    continue;
+                }
+                const __mmask16 k1 = pairs ? 0xFF : k;  /* one pixel of a pairs row: its 8 channels */
+                qdw_sums(1, s, xp, 0, wv, k1, i0, i1, j0, j1, _mm512_sub_epi32(base, qdw_corr(colsum, zp, j0, j1)), a);
+                qdw_store(a[0], fast, &prep, 0, k1, pairs ? 8 : n, rq, c0, yo);
+                ow++;
             }
-            if (pairs && !vectors && j0 == 0 && j1 == s->kw && ow + 2 <= s->ow) {
-                valid_taps(s, oh, ow + 1, &e0, &e1, &f0, &f1);
-                if (f0 == 0 && f1 == s->kw) vectors = 1;
-            }
-            __m512i a[4];
-            if (vectors == 2) {  /* two pairs */
-                qdw_sums(2, s, xp, 2 * C, wv, k, i0, i1, 0, s->kw, init_full, a);
-                for (int p = 0; p < 2; p++) qdw_store(a[p], fast, &prep, 1, k, n, rq, c0, yo + 2 * p * C);
-                ow += 4;
-                continue;
-            }
-            if (vectors == 1) {  /* a pair */
-                qdw_sums(1, s, xp, 0, wv, k, i0, i1, 0, s->kw, init_full, a);
-                qdw_store(a[0], fast, &prep, 1, k, n, rq, c0, yo);
-                ow += 2;
-                continue;
-            }
-            if (vectors == 4) {
-                if (s->sw == 1 && s->dw == 1 && s->kw == 3) qdw_sums_row(1, 3, s, xp, wv, k, i0, i1, init_full, a);
-                else if (s->sw == 2 && s->dw == 1 && s->kw == 3) qdw_sums_row(2, 3, s, xp, wv, k, i0, i1, init_full, a);
-                else qdw_sums(4, s, xp, s->sw * C, wv, k, i0, i1, 0, s->kw, init_full, a);
-                for (int p = 0; p < 4; p++) qdw_store(a[p], fast, &prep, 0, k, n, rq, c0, yo + p * C);
-                ow += 4;
-                continue;
-            }
-            const __mmask16 k1 = pairs ? 0xFF : k;  /* one pixel of a pairs row: its 8 channels */
-            qdw_sums(1, s, xp, 0, wv, k1, i0, i1, j0, j1, _mm512_sub_epi32(base, qdw_corr(colsum, zp, j0, j1)), a);
-            qdw_store(a[0], fast, &prep, 0, k1, pairs ? 8 : n, rq, c0, yo);
-            ow++;
         }
     }
 }
@@ -1179,14 +1190,8 @@ static void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_
 /* Depthwise int8 (multiplier 1) output row `item` = b * OH + oh into y (OW, C), that row's own
  * buffer (the output's row, or a scratch row). w: (kh*kw, C) int16.
  * Padding taps contribute (zp_in - zp_in) * w = 0 and are skipped; interior pixels go 4 at a time. */
-static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
-                    int64_t item, int8_t *y) {
-#if defined(VX_AVX512)
-    if (s->kh * s->kw <= QDW_MAX_TAPS) {
-        qdwconv_avx512(s, x, w, rq, item, y);
-        return;
-    }
-#endif
+static void qdwconv_row(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
+                        int64_t item, int8_t *y) {
     const int64_t C = s->c, b = item / s->oh, oh = item % s->oh;
     for (int64_t ow = 0; ow < s->ow;) {
         int64_t i0, i1, j0, j1, e0, e1, f0, f1;
@@ -1221,6 +1226,18 @@ static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, c
 #endif
         ow++;
     }
+}
+
+/* Depthwise int8 output rows item .. item + rows - 1 into y (rows, OW, C). */
+static void qdwconv(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
+                    int64_t item, int64_t rows, int8_t *y) {
+#if defined(VX_AVX512)
+    if (s->kh * s->kw <= QDW_MAX_TAPS) {
+        qdwconv_avx512(s, x, w, rq, item, rows, y);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++) qdwconv_row(s, x, w, rq, item + r, y + r * s->ow * s->c);
 }
 
 /* y[i] = clamp(round_half_away(x[i] / scale) + zp) as ops/quantized.py's reference (numpy's

@@ -191,10 +191,10 @@ typedef struct {
     /* y[i*ldy + r] = requant(sum_k (x - zp_in) w[r][k] + bias[r]); a: u8 rows of K4 bytes */
     void (*qgemm)(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n, const uint8_t *a,
                   int64_t lda, int64_t m, const vx_requant *rq, int8_t *y, int64_t ldy);
-    /* depthwise int8 (multiplier 1) output row item = b*oh_total + oh into y (ow, C), the row's buffer;
-     * w (kh*kw, C) int16 */
+    /* depthwise int8 (multiplier 1) output rows item .. item + rows - 1 (item = b*oh_total + oh)
+     * into y (rows, ow, C), their buffer; w (kh*kw, C) int16 */
     void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w, const vx_requant *rq,
-                    int64_t item, int8_t *y);
+                    int64_t item, int64_t rows, int8_t *y);
     /* y (n) = clamp(round_half_away(x / scale) + zp) as int8 (ops/quantized.py's quantize) */
     void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y);
 } vx_conv_table;

@@ -504,8 +504,7 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         int64_t c0, c1;                                              /* the 1x1 conv's channels */
         conv_part(w, team, w->pw.cout, item % conv_parts(w, team), &c0, &c1);
         int8_t *band = (int8_t *)s->scratch + (int64_t)omp_get_thread_num() * w->per_thread; /* (rows*ow, C) */
-        for (int64_t r = 0; r < rows; r++)
-            t->conv->qdwconv(g, (const int8_t *)s->a, (const int16_t *)s->b, &w->rq, r0 + r, band + r * g->ow * g->c);
+        t->conv->qdwconv(g, (const int8_t *)s->a, (const int16_t *)s->b, &w->rq, r0, rows, band);
         uint8_t *u = (uint8_t *)band;                                /* the GEMM's u8 rows: x + 128 */
         const int64_t nbytes = rows * g->ow * g->c;                  /* a local: u's stores alias *g */
         for (int64_t i = 0; i < nbytes; i++) u[i] ^= 0x80;
@@ -529,7 +528,7 @@ static void run_item(const vx_table *t, const vx_step *s, const vx_step_input *i
         break;
     }
     case VX_STEP_QDWCONV:
-        t->conv->qdwconv(&s->p->s, (const int8_t *)s->a, (const int16_t *)s->b, &s->p->rq, item,
+        t->conv->qdwconv(&s->p->s, (const int8_t *)s->a, (const int16_t *)s->b, &s->p->rq, item, 1,
                          (int8_t *)s->y + item * s->p->s.ow * s->p->s.c);
         break;
     case VX_STEP_QUANTIZE_I8:
