@@ -121,6 +121,7 @@ class VisionPlan:
         self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = nbytes
         self._buffers: dict[str, np.ndarray] = {}  # node id -> a plan buffer of its (both lowerings share it)
+        self._packs: dict[tuple, Any] = {}  # (weight name, depthwise) -> its packing (_packed)
         # graph inputs: (arena byte range) each, and which must still be copied in (see _feed)
         self._input_bytes = [(4 * self._home[s.name], 4 * (self._home[s.name] + self._floats(s.name)))
                              for s in graph.inputs]
@@ -164,6 +165,14 @@ class VisionPlan:
                     else:
                         self._copied.add(i)
         self.steps.add(kind, **fields)
+
+    def _packed(self, name: str, depthwise: bool, pack) -> Any:
+        """Weight ``name``'s packing, ``pack()`` once per plan (both lowerings read it; a
+        writeable weight is not in the kernels' cache)."""
+        key = (name, depthwise)
+        if key not in self._packs:
+            self._packs[key] = pack()
+        return self._packs[key]
 
     def _floats(self, name: str) -> int:
         """Arena floats of activation ``name`` (static shape, float32 or int8), else Unsupported."""
@@ -225,7 +234,7 @@ class VisionPlan:
         shape = (x.shape[0], geo[0], geo[1], w.shape[0])  # (N, OH, OW, cout)
         self._need(node, not check_output or tuple(self.graph.specs[node.outputs["y"]].shape) == shape, "output shape")
         self.macs += int(np.prod(shape)) * w.shape[1] * w.shape[2] * (1 if depthwise else x.shape[3])
-        packed = kernels.conv_weights(w, depthwise)
+        packed = self._packed(node.inputs["weight"], depthwise, lambda: kernels.conv_weights(w, depthwise))
         self._keep_all(w, bias, packed)
         return w, packed, bias, depthwise, dict(window=tuple(x.shape) + geo, cout=w.shape[0])
 
@@ -290,19 +299,19 @@ class VisionPlan:
             scratch = self._scratch(_PIXELS * k4, np.uint8)
             wsum = self._fold_zero_point(window, bias, packed[1], zps[0])
             self._add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
-                           scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4,
-                           **self._blocks(y.size // cout, cout), **window)
+                      scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4,
+                      **self._blocks(y.size // cout, cout), **window)
             return
         if depthwise:
             self._add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
-                           act=self._act(node), **window)
+                      act=self._act(node), **window)
             return
         direct = _direct(window["window"], w.shape)
         per = 0 if direct else _PIXELS * kk
         scratch = self._scratch(per, np.float32)
         self._add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
-                       scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
-                       **self._blocks(y.size // cout, cout), **window)
+                  scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
+                  **self._blocks(y.size // cout, cout), **window)
 
     def _pair_operands(self, op: str, inputs: dict, params: dict, node_id: str, x: np.ndarray) -> tuple:
         """(dw node, its packed weights, bias, window keywords, pw node, its OHWI weight, packed
@@ -340,17 +349,17 @@ class VisionPlan:
                 self._buffers[node.id] = np.empty(mid.shape, np.float32)
             mid = self._buffers[node.id]
             self._add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(mid),
-                           act=self._act(dw), **window)
+                      act=self._act(dw), **window)
             self._add(_KIND["conv_f32"], a=_addr(mid), b=_addr(packed), c=_ptr(bias), y=_addr(self._y(node)),
-                           scratch=_addr(self._scratch(0, np.float32)), act=self._act(pw),
-                           window=mid.shape + mid.shape[1:3] + (1, 1, 1, 1, 1, 1, 0, 0), cout=w.shape[0],
-                           **self._blocks(rows * mid.shape[2], w.shape[0]))
+                      scratch=_addr(self._scratch(0, np.float32)), act=self._act(pw),
+                      window=mid.shape + mid.shape[1:3] + (1, 1, 1, 1, 1, 1, 0, 0), cout=w.shape[0],
+                      **self._blocks(rows * mid.shape[2], w.shape[0]))
             return
         if PAIRED[node.op][0] == "conv2d":  # a row per item: the most items to balance
             self._add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
-                           y=_addr(self._y(node)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
-                           act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
-                           cparts=self._cparts(rows, w.shape[0], 1), **window)
+                      y=_addr(self._y(node)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
+                      act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
+                      cparts=self._cparts(rows, w.shape[0], 1), **window)
             return
         # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization
         # is prepared per GEMM call, and a row of a small map is a few pixels); a map of fewer
@@ -363,10 +372,10 @@ class VisionPlan:
         pw_window = dict(requant=self._requant(pw, w.shape[0], bias))
         wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
         self._add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(node)),
-                       scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
-                       cparts=self._cparts(-(-rows // band), w.shape[0], 1),
-                       pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
-                       **window)
+                  scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
+                  cparts=self._cparts(-(-rows // band), w.shape[0], 1),
+                  pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
+                  **window)
 
     def _expand_dwpw(self, node) -> None:
         """An expand_dwpw_conv2d (ops/dwpw.py) as one EXDWPW_F32 step: bands of depthwise output rows,
@@ -392,10 +401,10 @@ class VisionPlan:
         band = min(band, -(-mid.shape[1] * n // self.split))  # a band per thread at least
         per = ((band - 1) * sh + (kh - 1) * dh + 1) * wd * c + mid.shape[2] * c  # (rows, w, C) + (ow, C)
         self._add(_KIND["exdwpw_f32"], sizes=(x.shape[3],), a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
-                       y=_addr(self._y(node)), scratch=_addr(self._scratch(per, np.float32)), per_thread=per,
-                       ldc=band, act=self._act(dw),
-                       pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
-                       expand=(_addr(packed_ex), _ptr(bias_ex), c, self._act(ex)), **window)
+                  y=_addr(self._y(node)), scratch=_addr(self._scratch(per, np.float32)), per_thread=per,
+                  ldc=band, act=self._act(dw),
+                  pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
+                  expand=(_addr(packed_ex), _ptr(bias_ex), c, self._act(ex)), **window)
 
     def _qlinear(self, node) -> None:
         """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path)."""
@@ -407,7 +416,7 @@ class VisionPlan:
         bias = self._opt(node, "bias")
         self._need(node, bias is None or (bias.dtype == np.int32 and bias.shape == (n,)), "bias")
         requant = self._requant(node, n, bias)
-        packed, wsum = kernels.conv_weights(w4, False)
+        packed, wsum = self._packed(node.inputs["weight"], False, lambda: kernels.conv_weights(w4, False))
         self.macs += m * n * k
         k4 = (k + 3) // 4 * 4
         scratch = self._scratch(_PIXELS * k4, np.uint8)
@@ -415,7 +424,7 @@ class VisionPlan:
         window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, requant=requant)
         wsum = self._fold_zero_point(window, bias, wsum, requant[3])
         self._add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
-                       ldc=k4, per_thread=_PIXELS * k4, **self._blocks(m, n), **window)
+                  ldc=k4, per_thread=_PIXELS * k4, **self._blocks(m, n), **window)
 
     def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
         """kernels.fold_zero_point into the step's requantization bias; returns the row sums the
@@ -441,14 +450,15 @@ class VisionPlan:
         self._keep_all(wb, bias)
         self.macs += m * n * k
         if m >= kernels.SGEMM_MIN_ROWS and code == kernels._F32:
-            packed = kernels.linear_weights(weight)  # (n/32, k, 32) panels, shared by every input shape's plan
+            # (n/32, k, 32) panels, shared by every input shape's plan
+            packed = self._packed(node.inputs["weight"], False, lambda: kernels.linear_weights(weight))
             self._keep_all(packed)
             self._add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
-                           scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
-                           cout=n, **self._blocks(m, n))
+                      scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
+                      cout=n, **self._blocks(m, n))
         else:
             self._add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1], m), a=_addr(x), b=_addr(wb),
-                           c=_ptr(bias), y=_addr(y))
+                      c=_ptr(bias), y=_addr(y))
         self._fused_relu(node, y)
 
     def _fused_relu(self, node, y: np.ndarray) -> None:
@@ -462,8 +472,8 @@ class VisionPlan:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
         self._need(node, -128 <= int(p["zero_point"]) <= 127 and float(p["scale"]) > 0, "zero point / scale")
         self._add(_KIND["quantize_i8" if node.op == "quantize" else "dequantize_i8"],
-                       sizes=(x.size, int(p["zero_point"])), floats=(float(np.float32(p["scale"])),), a=_addr(x),
-                       y=_addr(y))
+                  sizes=(x.size, int(p["zero_point"])), floats=(float(np.float32(p["scale"])),), a=_addr(x),
+                  y=_addr(y))
 
     def _window(self, node, x: np.ndarray, y: np.ndarray) -> tuple:
         kh, kw = (int(k) for k in node.params["kernel"])
@@ -473,7 +483,7 @@ class VisionPlan:
     def _qavg_pool(self, node) -> None:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
         self._add(_KIND["qavg_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3],
-                       requant=(0, 0, 0, 0, 0, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))))
+                  requant=(0, 0, 0, 0, 0, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))))
 
     def _max_pool(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
@@ -485,12 +495,12 @@ class VisionPlan:
         table = qsoftmax_table(p)  # (256,)
         self._keep_all(table)
         self._add(_KIND["qsoftmax"], sizes=(x.size // x.shape[-1], x.shape[-1], int(p["output_zero_point"])),
-                       floats=(float(np.float32(p["output_scale"])),), a=_addr(x), b=_addr(table), y=_addr(y))
+                  floats=(float(np.float32(p["output_scale"])),), a=_addr(x), b=_addr(table), y=_addr(y))
 
     def _global_avg(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._add(_KIND["global_avg"], sizes=(x.shape[0], x.shape[1] * x.shape[2], x.shape[3]), a=_addr(x),
-                       y=_addr(y))
+                  y=_addr(y))
 
     def _binary(self, node) -> None:
         """add / mul / sub / div (the second operand may broadcast over a block of axes; add and
@@ -506,10 +516,10 @@ class VisionPlan:
         nb, div = self._broadcast(node, b.shape, y.shape)
         act = self._act(node)
         self._add(_KIND["binary"], flag=_core.BINARY_OPS.get(node.op, 0),
-                       sizes=(y.size, nb, div, 0 if xs[2:] else act), a=_addr(a), b=_addr(b), y=_addr(y))
+                  sizes=(y.size, nb, div, 0 if xs[2:] else act), a=_addr(a), b=_addr(b), y=_addr(y))
         for k, x in enumerate(xs[2:], 3):  # add_n: left to right, in place
             self._add(_KIND["binary"], sizes=(y.size, 0, 1, act if k == len(xs) else 0), a=_addr(y), b=_addr(x),
-                           y=_addr(y))
+                      y=_addr(y))
 
     def _broadcast(self, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
         """(nb, div) of a binary step: element i of y reads b[(i // div) % nb] (nb 0: b[i])."""
@@ -536,7 +546,7 @@ class VisionPlan:
         elif node.op == "hard_sigmoid":
             floats = tuple(float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))
         self._add(_KIND["unary"], flag=_core.UNARY_FNS[fn], sizes=(x.size,), floats=floats, a=_addr(x),
-                       y=_addr(y))
+                  y=_addr(y))
 
     def _gather(self, node) -> None:
         """transpose and slice: a copy of the input's strided view."""
@@ -554,13 +564,13 @@ class VisionPlan:
         self._keep_all(desc)
         start = (view.__array_interface__["data"][0] - _addr(x)) // 4 if view.size else 0
         self._add(_KIND["gather"], sizes=(y.size // y.shape[-1],), a=_addr(x) + 4 * start, b=_addr(desc),
-                       y=_addr(y))
+                  y=_addr(y))
 
     def _avg_pool(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
         self._add(_KIND["avg_pool"], flag=int(bool(node.params.get("count_include_pad", False))), a=_addr(x),
-                       y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
+                  y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
 
     def _python(self, node) -> None:
         """An op without a native step whose numpy fast path has no C twin (exp, tanh, BLAS):
@@ -583,7 +593,7 @@ class VisionPlan:
                    "pads other than zeros after the channels")
         item = x.itemsize
         self._add(_KIND["copy_rows"], flag=1, sizes=(x.size // x.shape[-1], x.shape[-1] * item, x.shape[-1] * item,
-                       y.shape[-1] * item, int(pads[-1][0]) * item), a=_addr(x), y=_addr(y))
+                  y.shape[-1] * item, int(pads[-1][0]) * item), a=_addr(x), y=_addr(y))
 
     def _concat(self, node) -> None:
         y = self._y(node)
@@ -595,7 +605,7 @@ class VisionPlan:
             self._need(node, x.dtype == y.dtype, "dtypes differ")
             width = x.size // max(rows, 1) * x.itemsize
             self._add(_KIND["copy_rows"], sizes=(rows, width, width, y.size // max(rows, 1) * y.itemsize, offset),
-                           a=_addr(x), y=_addr(y))
+                      a=_addr(x), y=_addr(y))
             offset += width
         self._fused_relu(node, y)
 
