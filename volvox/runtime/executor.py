@@ -148,7 +148,8 @@ class Executor:
         self._no_buffers = [None] * len(steps)
 
     def check_feeds(self, feeds: dict[str, Any]) -> list[np.ndarray]:
-        """Feed arrays in graph-input order, cast within their kind; ShapeError on any mismatch."""
+        """Feed arrays in graph-input order, cast within their kind, C-contiguous and aligned;
+        ShapeError on any mismatch."""
         missing = [s.name for s in self.graph.inputs if s.name not in feeds]
         unknown = sorted(set(feeds) - {s.name for s in self.graph.inputs})
         if missing or unknown:
@@ -169,7 +170,8 @@ class Executor:
                     raise ShapeError(f"input {spec.describe()}: got shape {a.shape}")
                 if isinstance(dim, str) and bound.setdefault(dim, n) != n:
                     raise ShapeError(f"input {spec.describe()}: dim {dim!r} is {bound[dim]} elsewhere, {n} here")
-            arrays.append(np.ascontiguousarray(a))
+            a = np.ascontiguousarray(a)
+            arrays.append(a if a.flags.aligned else a.copy())  # the kernels read whole elements
         return arrays
 
     def run(self, ctx: RunContext, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
