@@ -233,3 +233,18 @@ def test_twin_refuses_a_clamp_that_is_no_activation():
         match = r"node 'conv_2d_3' \(qconv2d\): the clamp \[0, .*\] is no float activation"
         with pytest.raises(UnsupportedError, match=match):
             ft.float_twin(graph, source_weights(m), ft.tflite_quantization(m.source))
+
+
+def test_bench_layers_cuts_the_model_after_each_operator(monkeypatch):
+    """tools/bench_layers.py's TFLite column: every cut of the int8 person detector loads and
+    runs in the interpreter, one row per operator, named as the importer names its nodes."""
+    from volvox.importers.tflite import read_tflite
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))  # it imports bench_vision
+    layers = _tool("bench_layers")
+    path = model_file("mltk-person-detection")
+    x = preprocess(sample_image("astronaut"), load_recipe("mltk-person-detection")["metadata"]["preprocess"]).tensor
+    rows = layers.tflite_cuts(path, 1, x, runs=1)
+    graph, _, _ = read_tflite(path)
+    convs = [n.id for n in graph.nodes if n.op == "qconv2d"]
+    assert len(rows) == 33 and [name for name, _ in rows if name in convs] == convs
+    assert sum(ms for _, ms in rows) > 0
