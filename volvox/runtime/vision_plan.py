@@ -122,9 +122,9 @@ class VisionPlan:
         self.arena_bytes = nbytes
         self._buffers: dict[str, np.ndarray] = {}  # node id -> a plan buffer of its (both lowerings share it)
         self._packs: dict[tuple, Any] = {}  # (weight name, depthwise) -> its packing (_packed)
-        # graph inputs: (arena byte range) each, and which must still be copied in (see _feed)
-        self._input_bytes = [(4 * self._home[s.name], 4 * (self._home[s.name] + self._floats(s.name)))
-                             for s in graph.inputs]
+        # graph inputs: (addresses of their arena bytes) each, and which must still be copied in (see _feed)
+        self._input_bytes = [(_addr(self.arena) + 4 * self._home[s.name],
+                              _addr(self.arena) + 4 * (self._home[s.name] + self._floats(s.name))) for s in graph.inputs]
         self._copied = {i for i, s in enumerate(graph.inputs) if s.name in {root(o) for o in graph.outputs}}
         nodes = [n for n in graph.nodes if n.id not in skip]
         self.solo_steps = self._lower_nodes(nodes, 1)
@@ -158,7 +158,7 @@ class VisionPlan:
         for i in self._reads:
             lo, hi = self._input_bytes[i]
             for port, field in enumerate(("a", "b", "c", "y", "scratch")):
-                offset = fields.get(field, 0) - _addr(self.arena) - lo
+                offset = fields.get(field, 0) - lo
                 if 0 <= offset < hi - lo:
                     if port < 3:
                         self._ports.append((len(self.steps), port, i, offset))
