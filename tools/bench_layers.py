@@ -1,6 +1,7 @@
 """Per-layer times of a .tflite model in volvox's vision plan and in TFLite (XNNPACK), same input.
 
     python tools/bench_layers.py [mltk-person-detection] [--threads 1] [--runs 400]
+    python tools/bench_layers.py efficientnet-lite0      # no .tflite source: bench_vision's export of it
 
 volvox: each plan step's median wall time (``VisionPlan.step_seconds``: thread 0 waits for every
 step, so steps do not overlap), named by its node (a fused depthwise -> pointwise step carries the
@@ -19,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_vision import median_ms
+from bench_vision import TWIN, exported, median_ms
 
 TOOLS = Path(__file__).resolve().parent
 
@@ -63,7 +64,8 @@ def tflite_cuts(path: str, threads: int, x, runs: int) -> list[tuple[str, float]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", nargs="?", default="mltk-person-detection", help="a model name with a .tflite source")
+    ap.add_argument("model", nargs="?", default="mltk-person-detection",
+                    help="a model name (its .tflite source, or the export bench_vision.py times)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=400)
     args = ap.parse_args()
@@ -79,7 +81,9 @@ def main() -> None:
     from vision_helpers import sample_image
 
     kernels.set_num_threads(args.threads)
-    model = volvox.load(args.model, threads=args.threads)
+    path = str(resolve_model_file(args.model.removesuffix(TWIN)))
+    target, path = exported(args.model) if args.model.endswith(TWIN) or not path.endswith(".tflite") else (args.model, path)
+    model = volvox.load(target, threads=args.threads)
     x = preprocess(sample_image("astronaut"), model.metadata["preprocess"]).tensor
     feeds = {model.graph.inputs[0].name: x}
     model.run(feeds)
@@ -91,7 +95,7 @@ def main() -> None:
     print(f"volvox plan steps, {args.threads} thread(s): {seconds.sum() * 1e3:.4f} ms")
     for node, s in zip(plan.step_nodes, seconds):
         print(f"  {node:40s} {s * 1e3:8.4f}")
-    rows = tflite_cuts(str(resolve_model_file(args.model)), args.threads, x, args.runs)
+    rows = tflite_cuts(path, args.threads, x, args.runs)
     print(f"TFLite (XNNPACK) cuts, {args.threads} thread(s): {sum(ms for _, ms in rows):.4f} ms")
     for name, ms in rows:
         print(f"  {name:40s} {ms:8.4f}")
