@@ -198,6 +198,19 @@ def test_linear_f32_packed_gemm(tier, m, n, k):
     np.testing.assert_array_equal(K.linear(x, w16), K.linear(x, w16.astype(np.float32)))
 
 
+@pytest.mark.parametrize("m", [49, 50, 57, 21, 28, 41])  # 16+ rows: the GEMM, not the GEMV
+def test_gemm_rows_do_not_depend_on_their_tile(tier, m):
+    """The packed f32 GEMM ends a row count that is not a multiple of its tile height in tiles
+    one row shorter (49 rows: 7 of 7); each row's sums are those of the same rows in a run of
+    whole tiles (64 rows), bit for bit, and the numpy reference's."""
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    w = rng.standard_normal((40, 96)).astype(np.float32)
+    whole = K.linear(x, w)
+    y = K.linear(x[:m], w)
+    np.testing.assert_array_equal(y, whole[:m])
+    np.testing.assert_allclose(y, x[:m].astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
 def test_results_independent_of_threads():
     before = K.get_num_threads()
     x = rng.standard_normal((2, 20, 20, 16)).astype(np.float32)

@@ -177,9 +177,18 @@ static void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg
             sg_tile_half(SG_MR16, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
         }
 #endif
-        for (; i0 + SG_MR <= m; i0 += SG_MR) {
+        /* rows that fill SG_MR - 1 row tiles once the full ones are done end in those, not in a
+         * short tile: 49 rows (a 7x7 map) as 7 tiles of 7, not 6 of 8 and a 1-row tile whose two
+         * FMA chains wait on each other */
+        const int64_t rows = m - i0, tiles = (rows + SG_MR - 1) / SG_MR, full = rows - (SG_MR - 1) * tiles;
+        const int64_t short_tiles = rows % SG_MR != 0 && full >= 0 ? tiles - full : 0;
+        for (; i0 + SG_MR <= m - short_tiles * (SG_MR - 1); i0 += SG_MR) {
             A.a = a + i0 * A.lda;
             sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
+        }
+        for (int64_t t = 0; t < short_tiles; t++, i0 += SG_MR - 1) {
+            A.a = a + i0 * A.lda;
+            sg_tile(SG_MR - 1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
         }
         A.a = a + i0 * A.lda;
         switch (m - i0) {
