@@ -600,6 +600,29 @@ def test_stalled_multi_thread_runs_back_off_to_one_thread(threads):
     assert pacer.solo_runs == 2 * BACKOFF_RUNS[0] - 2 and pacer._fastest[0] == 2e-3
 
 
+@pytest.mark.parametrize("threads", [2], indirect=True)
+def test_the_pacer_times_the_native_steps_only(threads):
+    """The pacer judges a team by its native step ranges: a numpy island's time (a garbage
+    collection it starts; here a 30 ms sleep) is the calling thread's own, not a team stall."""
+    import time
+    m = GraphMaker(x=((1, 9, 8, 4), "float32"))
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    a = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x="x", weight=m.w("c", f(4, 3, 3, 4)))
+    y = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=m.node("sigmoid", x=a), weight=m.w("d", f(4, 3, 3, 4)))
+    model = m.model([y])
+    x = {"x": f(1, 9, 8, 4)}
+    want = model.run(x)[y]
+    plan = model._plan.plan
+    stop, fn, params, args, out = plan.islands[0]
+    plan.islands[0] = (stop, lambda *a: (time.sleep(0.03), fn(*a))[1], params, args, out)
+    paced = []
+    plan.useful_threads, plan.pacer.solo_runs = 2, 0
+    plan.pacer.pace = lambda threads, seconds: paced.append((threads, seconds))
+    for _ in range(3):
+        assert same_bits(model.run(x)[y], want)
+    assert [t for t, _ in paced] == [2, 2, 2] and max(s for _, s in paced) < 0.03
+
+
 def test_a_team_smaller_than_asked_runs_every_item():
     """Each thread of a step runner first takes its own share of a step's items, then the rest
     of the others' shares (vx_plan.c): when OpenMP gives the region fewer threads than asked

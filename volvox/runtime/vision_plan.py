@@ -633,9 +633,7 @@ class VisionPlan:
             else:
                 nt = self.pacer.threads(team)
                 self._feed(arrays, self.solo_steps if nt == 1 else self.steps)
-                t0 = time.perf_counter()
-                self._forward(nt)
-                self.pacer.pace(nt, time.perf_counter() - t0)
+                self.pacer.pace(nt, self._forward(nt))
             self.runs += 1
             return {name: t.copy() for name, t in self.outputs.items()}
         finally:
@@ -653,17 +651,24 @@ class VisionPlan:
                 if k == i:
                     steps.point(step, port, a, offset)
 
-    def _forward(self, threads: int, times: np.ndarray | None = None) -> None:
-        """Every step and island once, in graph order (one thread: the steps split for one)."""
+    def _forward(self, threads: int, times: np.ndarray | None = None) -> float:
+        """Every step and island once, in graph order (one thread: the steps split for one);
+        returns the seconds the native step ranges took (what a stalled team thread slows: the
+        numpy islands, and a garbage collection they start, are the caller's thread alone)."""
         steps = self.solo_steps if threads == 1 else self.steps
-        start = 0
+        start, native = 0, 0.0
         for stop, fn, params, args, y in self.islands:
             if stop > start:
+                t0 = time.perf_counter()
                 steps.run_vision(threads, times, start, stop)
+                native += time.perf_counter() - t0
             np.copyto(y, fn(None, params, *args))
             start = stop
         if start < len(steps):
+            t0 = time.perf_counter()
             steps.run_vision(threads, times, start)
+            native += time.perf_counter() - t0
+        return native
 
     def step_seconds(self, arrays: list[np.ndarray], runs: int = 20) -> np.ndarray:
         """(steps,) each step's median wall seconds over ``runs`` forward passes (thread 0 waits
