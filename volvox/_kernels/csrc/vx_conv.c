@@ -57,15 +57,24 @@ typedef struct {
     int64_t lda, runs, run, run_stride;
 } sg_rows;
 
+/* Ask for a panel row (VX_SG_NR floats, two cache lines) toward L2: sgemm_rows's first tile of a
+ * panel fetches the next panel's rows as it goes, so weights that other layers pushed out of the
+ * caches (a 7x7 map's 1x1 convs: 0.9-1.6 MB) arrive before their panel starts. */
+VX_INLINE void sg_prefetch(const float *row) {
+    __builtin_prefetch(row, 0, 2);
+    __builtin_prefetch(row + 16, 0, 2);
+}
+
 #if defined(VX_AVX512)
 #define SG_MR 8
 VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
-                       int64_t ldy) {
+                       int64_t ldy, const float *pf) {
     __m512 c0[SG_MR], c1[SG_MR];
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
     for (int64_t r = 0; r < A.runs; r++, p += VX_SG_NR * A.run) {
         const float *a = A.a + r * A.run_stride;
         for (int64_t k = 0; k < A.run; k++) {
+            if (pf) sg_prefetch(pf + VX_SG_NR * (r * A.run + k));
             const __m512 b0 = _mm512_loadu_ps(p + VX_SG_NR * k), b1 = _mm512_loadu_ps(p + VX_SG_NR * k + 16);
             for (int i = 0; i < MR; i++) {
                 const __m512 av = _mm512_set1_ps(a[i * A.lda + k]);
@@ -116,12 +125,13 @@ VX_INLINE void sg_tile_half(const int MR, sg_rows A, const float *p, int nr, con
 #define SG_MR 6
 /* 6 rows x 16 features (columns off..off+15 of a 32-wide panel). */
 VX_INLINE void sg_tile16(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
-                         float *y, int64_t ldy) {
+                         float *y, int64_t ldy, const float *pf) {
     __m256 c0[SG_MR], c1[SG_MR];
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm256_setzero_ps();
     for (int64_t r = 0; r < A.runs; r++, p += VX_SG_NR * A.run) {
         const float *a = A.a + r * A.run_stride;
         for (int64_t k = 0; k < A.run; k++) {
+            if (pf) sg_prefetch(pf + VX_SG_NR * (r * A.run + k));
             const __m256 b0 = _mm256_loadu_ps(p + VX_SG_NR * k), b1 = _mm256_loadu_ps(p + VX_SG_NR * k + 8);
             for (int i = 0; i < MR; i++) {
                 const __m256 av = _mm256_set1_ps(a[i * A.lda + k]);
@@ -138,23 +148,25 @@ VX_INLINE void sg_tile16(const int MR, sg_rows A, const float *p, int nr, const 
     }
 }
 VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
-                       int64_t ldy) {
-    sg_tile16(MR, A, p, nr < 16 ? nr : 16, bias, act, y, ldy);
-    if (nr > 16) sg_tile16(MR, A, p + 16, nr - 16, bias ? bias + 16 : NULL, act, y + 16, ldy);
+                       int64_t ldy, const float *pf) {
+    sg_tile16(MR, A, p, nr < 16 ? nr : 16, bias, act, y, ldy, pf);
+    if (nr > 16) sg_tile16(MR, A, p + 16, nr - 16, bias ? bias + 16 : NULL, act, y + 16, ldy, NULL);
 }
 #else
 #define SG_MR 4
 VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
-                       int64_t ldy) {
+                       int64_t ldy, const float *pf) {
     float c[SG_MR][VX_SG_NR];
     memset(c, 0, sizeof(c));
     for (int64_t r = 0; r < A.runs; r++, p += VX_SG_NR * A.run) {
         const float *a = A.a + r * A.run_stride;
-        for (int64_t k = 0; k < A.run; k++)
+        for (int64_t k = 0; k < A.run; k++) {
+            if (pf) sg_prefetch(pf + VX_SG_NR * (r * A.run + k));
             for (int i = 0; i < MR; i++) {
                 const float av = a[i * A.lda + k];
                 for (int j = 0; j < VX_SG_NR; j++) c[i][j] += av * p[VX_SG_NR * k + j];
             }
+        }
     }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < nr; j++) y[i * ldy + j] = act_f32(act, c[i][j] + (bias ? bias[j] : 0.0f));
@@ -182,27 +194,28 @@ static void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg
          * FMA chains wait on each other */
         const int64_t rows = m - i0, tiles = (rows + SG_MR - 1) / SG_MR, full = rows - (SG_MR - 1) * tiles;
         const int64_t short_tiles = rows % SG_MR != 0 && full >= 0 ? tiles - full : 0;
+        const float *next = p0 + VX_SG_NR < n ? pp + VX_SG_NR * K : NULL;  /* the next panel, same rows */
         for (; i0 + SG_MR <= m - short_tiles * (SG_MR - 1); i0 += SG_MR) {
             A.a = a + i0 * A.lda;
-            sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
+            sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, i0 == 0 ? next : NULL);
         }
         for (int64_t t = 0; t < short_tiles; t++, i0 += SG_MR - 1) {
             A.a = a + i0 * A.lda;
-            sg_tile(SG_MR - 1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy);
+            sg_tile(SG_MR - 1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, i0 == 0 ? next : NULL);
         }
         A.a = a + i0 * A.lda;
         switch (m - i0) {
 #if SG_MR > 7
-            case 7: sg_tile(7, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 6: sg_tile(6, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 7: sg_tile(7, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, NULL); break;
+            case 6: sg_tile(6, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, NULL); break;
 #endif
 #if SG_MR > 5
-            case 5: sg_tile(5, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 4: sg_tile(4, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 5: sg_tile(5, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, NULL); break;
+            case 4: sg_tile(4, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, NULL); break;
 #endif
-            case 3: sg_tile(3, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 2: sg_tile(2, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
-            case 1: sg_tile(1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy); break;
+            case 3: sg_tile(3, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, NULL); break;
+            case 2: sg_tile(2, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, NULL); break;
+            case 1: sg_tile(1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, NULL); break;
             default: break;
         }
         A.a = a;
