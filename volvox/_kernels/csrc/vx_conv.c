@@ -65,6 +65,8 @@ VX_INLINE void sg_prefetch(const float *row) {
     __builtin_prefetch(row + 16, 0, 2);
 }
 
+/* y (MR rows x nr <= VX_SG_NR features, ldy apart) = act(bias + A's rows . panel p's columns); pf:
+ * another panel's rows to prefetch as the tile reads its own (NULL: none). */
 #if defined(VX_AVX512)
 #define SG_MR 8
 VX_INLINE void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
