@@ -628,12 +628,10 @@ class VisionPlan:
         try:
             team = min(self.useful_threads, threads)
             if team == 1:  # nothing to pace
-                self._feed(arrays, self.solo_steps)
-                self._forward(1)
+                self._forward(arrays, 1)
             else:
                 nt = self.pacer.threads(team)
-                self._feed(arrays, self.solo_steps if nt == 1 else self.steps)
-                self.pacer.pace(nt, self._forward(nt))
+                self.pacer.pace(nt, self._forward(arrays, nt))
             self.runs += 1
             return {name: t.copy() for name, t in self.outputs.items()}
         finally:
@@ -651,11 +649,13 @@ class VisionPlan:
                 if k == i:
                     steps.point(step, port, a, offset)
 
-    def _forward(self, threads: int, times: np.ndarray | None = None) -> float:
-        """Every step and island once, in graph order (one thread: the steps split for one);
-        returns the seconds the native step ranges took (what a stalled team thread slows: the
-        numpy islands, and a garbage collection they start, are the caller's thread alone)."""
+    def _forward(self, arrays: list[np.ndarray], threads: int, times: np.ndarray | None = None) -> float:
+        """Every step and island once on the input arrays (_feed), in graph order (one thread: the
+        steps split for one); returns the seconds the native step ranges took (what a stalled team
+        thread slows: the numpy islands, and a garbage collection they start, are the caller's
+        thread alone)."""
         steps = self.solo_steps if threads == 1 else self.steps
+        self._feed(arrays, steps)
         start, native = 0, 0.0
         for stop, fn, params, args, y in self.islands:
             if stop > start:
@@ -676,8 +676,7 @@ class VisionPlan:
         times = np.zeros((runs, len(self.steps)), np.float64)  # (runs, steps)
         with self._lock:
             for r in range(runs):
-                self._feed(arrays, self.solo_steps if self.useful_threads == 1 else self.steps)
-                self._forward(self.useful_threads, times[r])
+                self._forward(arrays, self.useful_threads, times[r])
         return np.median(times, axis=0)
 
 
