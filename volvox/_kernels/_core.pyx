@@ -11,13 +11,16 @@ One thread, or a GEMV's few rows of quantization, never enters an OpenMP region.
 Every output is computed by one thread in a fixed order: results do not depend on
 the thread count.
 """
+import importlib
+import importlib.util
+
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint8_t
 
 from volvox._kernels.vx cimport (
     VX_F16, VX_F32, VX_NTYPES, vx_act_row_bytes, vx_attn_scratch_floats, vx_attn_shape,
-    vx_dequant_fn, vx_gemm_fn, vx_get_table, vx_quantize_fn, vx_table, vx_tier_count,
-    vx_tier_name, vx_tier_supported, vx_layer_norm_row, vx_gelu_row,
+    vx_cpu_runs, vx_dequant_fn, vx_gemm_fn, vx_quantize_fn, vx_table, vx_layer_norm_row, vx_gelu_row,
 )
 
 # OpenMP shim (scikit-learn style): builds without OpenMP run every loop on one thread.
@@ -44,23 +47,31 @@ cdef int64_t CHUNK_ROWS = 16
 cdef int64_t MIN_PARALLEL_MACS = 1 << 16
 
 
+# Every tier a build may hold, most portable first; each is a module volvox._kernels.tier_<name>.
+TIERS = ("generic", "avx2", "avx512", "neon", "dotprod")
+_tier_modules = {}  # name -> imported tier module (its table lives as long as it does)
+
+
 def compiled_isas():
     """ISA tiers compiled into this build, most portable first."""
-    return [vx_tier_name(i).decode() for i in range(vx_tier_count())]
+    return [t for t in TIERS if importlib.util.find_spec(f"volvox._kernels.tier_{t}") is not None]
 
 
 def isa_supported(str name):
     """True when tier `name` is compiled in and this CPU can run it."""
-    return bool(vx_tier_supported(name.encode()))
+    return name in compiled_isas() and bool(vx_cpu_runs(name.encode()))
 
 
 def set_isa(str name):
-    """Route every kernel through tier `name` (the caller checked isa_supported)."""
+    """Route every kernel through tier `name`. Its module is imported only here, once the CPU
+    is known to run its instructions (module code built with its flags may use them anywhere)."""
     global _tbl
-    cdef const vx_table *t = vx_get_table(name.encode())
-    if t == NULL or not vx_tier_supported(name.encode()):
+    if not isa_supported(name):
         raise ValueError(name)
-    _tbl = t
+    module = _tier_modules.get(name)
+    if module is None:
+        module = _tier_modules[name] = importlib.import_module(f"volvox._kernels.tier_{name}")
+    _tbl = <const vx_table *> PyCapsule_GetPointer(module.TABLE, "volvox._kernels.vx_table")
 
 
 def get_isa():

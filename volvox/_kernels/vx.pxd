@@ -90,7 +90,4 @@ cdef extern from "vx_kernels.h" nogil:
     void vx_layer_norm_row(int64_t D, const float *x, const float *weight, const float *bias, float eps,
                            float *y)
     void vx_gelu_row(int64_t n, const float *x, int tanh_approx, float *y)
-    int vx_tier_count()
-    const char *vx_tier_name(int i)
-    int vx_tier_supported(const char *name)
-    const vx_table *vx_get_table(const char *name)
+    int vx_cpu_runs(const char *name)

@@ -5,7 +5,7 @@
  * kernels do integer dot products per block and apply the block scales in float.
  *
  * One object per ISA tier (vx_impl.c compiled with -DVX_TIER=<name> and the tier's
- * flags) exports `const vx_table *vx_table_<name>(void)`; vx_cpu.c picks one.
+ * flags) exports `const vx_table *vx_table_<name>(void)`; its tier module hands it to the engine.
  */
 #ifndef VX_KERNELS_H
 #define VX_KERNELS_H
@@ -218,11 +218,15 @@ void vx_layer_norm_row(int64_t D, const float *x, const float *weight, const flo
  * written to vectorise (no libm calls). */
 void vx_gelu_row(int64_t n, const float *x, int tanh_approx, float *y);
 
-/* vx_cpu.c: tiers compiled into this build, CPU support, selection. */
-int vx_tier_count(void);
-const char *vx_tier_name(int i);             /* i < vx_tier_count(), best last */
-int vx_tier_supported(const char *name);     /* compiled in and the CPU runs it */
-const vx_table *vx_get_table(const char *name); /* NULL if not compiled in */
+/* vx_cpu.c: may this CPU run tier `name`'s instructions? */
+int vx_cpu_runs(const char *name);
+
+/* Each tier object's table (vx_impl.c), linked into its tier module (tier_<name>.pyx). */
+const vx_table *vx_table_generic(void);
+const vx_table *vx_table_avx2(void);
+const vx_table *vx_table_avx512(void);
+const vx_table *vx_table_neon(void);
+const vx_table *vx_table_dotprod(void);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,12 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False
+"""Kernels for x86-64 with AVX-512 F/BW/VL/DQ and VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later).
+
+Built with this tier's compiler flags (CMakeLists.txt) and imported only when the CPU runs them."""
+from volvox._kernels.vx cimport vx_table
+from volvox._kernels.simd.vec_avx512 cimport *
+
+cdef extern from "vx_kernels.h" nogil:
+    const vx_table *c_tier_table "vx_table_avx512" ()
+
+include "kernels/tier.pxi"

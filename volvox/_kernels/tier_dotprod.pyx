@@ -1,0 +1,12 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False
+"""Kernels for arm64 with the dot-product extension (Armv8.2-A dotprod: Apple M1, Graviton 2, Cortex-A76 and later).
+
+Built with this tier's compiler flags (CMakeLists.txt) and imported only when the CPU runs them."""
+from volvox._kernels.vx cimport vx_table
+from volvox._kernels.simd.vec_generic cimport *
+
+cdef extern from "vx_kernels.h" nogil:
+    const vx_table *c_tier_table "vx_table_dotprod" ()
+
+include "kernels/tier.pxi"

@@ -1,0 +1,12 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False
+"""Portable kernels: plain C loops, no SIMD intrinsics (every CPU; the reference the SIMD tiers are tested against).
+
+Built with this tier's compiler flags (CMakeLists.txt) and imported only when the CPU runs them."""
+from volvox._kernels.vx cimport vx_table
+from volvox._kernels.simd.vec_generic cimport *
+
+cdef extern from "vx_kernels.h" nogil:
+    const vx_table *c_tier_table "vx_table_generic" ()
+
+include "kernels/tier.pxi"

@@ -1,0 +1,12 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False
+"""Kernels for arm64 with Advanced SIMD (every arm64 CPU).
+
+Built with this tier's compiler flags (CMakeLists.txt) and imported only when the CPU runs them."""
+from volvox._kernels.vx cimport vx_table
+from volvox._kernels.simd.vec_generic cimport *
+
+cdef extern from "vx_kernels.h" nogil:
+    const vx_table *c_tier_table "vx_table_neon" ()
+
+include "kernels/tier.pxi"
