@@ -4,9 +4,14 @@
 
 Built with this tier's compiler flags (CMakeLists.txt) and imported only when the CPU runs them."""
 from volvox._kernels.vx cimport vx_table
+from volvox._kernels.simd.x86 cimport *
 from volvox._kernels.simd.vec_avx512 cimport *
 
 cdef extern from "vx_kernels.h" nogil:
     const vx_table *c_tier_table "vx_table_avx512" ()
 
+include "kernels/avx512/gemv.pxi"
+include "kernels/avx512/conv.pxi"
+include "kernels/avx512/qconv.pxi"
+include "kernels/avx512/attention.pxi"
 include "kernels/tier.pxi"

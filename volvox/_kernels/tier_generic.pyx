@@ -9,4 +9,8 @@ from volvox._kernels.simd.vec_generic cimport *
 cdef extern from "vx_kernels.h" nogil:
     const vx_table *c_tier_table "vx_table_generic" ()
 
+include "kernels/generic/gemv.pxi"
+include "kernels/generic/conv.pxi"
+include "kernels/generic/qconv.pxi"
+include "kernels/generic/attention.pxi"
 include "kernels/tier.pxi"

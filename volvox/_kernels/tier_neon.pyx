@@ -4,9 +4,14 @@
 
 Built with this tier's compiler flags (CMakeLists.txt) and imported only when the CPU runs them."""
 from volvox._kernels.vx cimport vx_table
-from volvox._kernels.simd.vec_generic cimport *
+from volvox._kernels.simd.neon cimport *
+from volvox._kernels.simd.vec_neon cimport *
 
 cdef extern from "vx_kernels.h" nogil:
     const vx_table *c_tier_table "vx_table_neon" ()
 
+include "kernels/neon/gemv.pxi"
+include "kernels/neon/conv.pxi"
+include "kernels/neon/qconv.pxi"
+include "kernels/neon/attention.pxi"
 include "kernels/tier.pxi"

@@ -1,0 +1,1 @@
+# The avx512 tier's own conv microkernels (kernels/conv.pxi has the shared bodies).

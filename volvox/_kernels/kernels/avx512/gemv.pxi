@@ -1,0 +1,1 @@
+# The avx512 tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies).

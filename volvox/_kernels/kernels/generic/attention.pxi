@@ -1,0 +1,1 @@
+# The generic tier's own attention microkernels (kernels/attention.pxi has the shared bodies).

@@ -1,0 +1,1 @@
+# The generic tier's own conv microkernels (kernels/conv.pxi has the shared bodies).

@@ -1,0 +1,1 @@
+# The generic tier's own qconv microkernels (kernels/qconv.pxi has the shared bodies).

@@ -1,0 +1,1 @@
+# The neon tier's own attention microkernels (kernels/attention.pxi has the shared bodies).

@@ -1,0 +1,1 @@
+# The neon tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies).
