@@ -34,7 +34,7 @@ CC="$cc" "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --f
     "$repo"
 # the extension must really be instrumented, or the run below proves nothing
 core="$(cd / && LD_PRELOAD="$libasan" ASAN_OPTIONS=detect_leaks=0 \
-        "$venv/bin/python" -c 'import volvox._kernels._core as c; print(c.__file__)')"
+        "$venv/bin/python" -c 'import volvox._kernels.engine as c; print(c.__file__)')"
 # (ldd's whole output first: `ldd | grep -q` under pipefail fails when grep exits before ldd has written)
 linked="$(ldd "$core")"
 grep -q libasan <<<"$linked" || { echo "sanitize.sh: $core is not linked against libasan" >&2; exit 2; }

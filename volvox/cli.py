@@ -190,7 +190,7 @@ def cmd_info(a) -> int:
 
     info = {"volvox": __import__("volvox").__version__, "python": platform.python_version(),
             "machine": platform.machine(), "isa": kernels.isa(), "isas_available": kernels.available_isas(),
-            "isas_built": list(kernels._core.compiled_isas()), "openmp": bool(kernels._core.openmp_enabled()),
+            "isas_built": list(kernels.engine.compiled_isas()), "openmp": bool(kernels.engine.openmp_enabled()),
             "threads": kernels.get_num_threads(), "gpu_backends": _gpu_backends(), "known_models": recipe_names()}
     if a.model:
         model = _load(a)

@@ -43,7 +43,7 @@ from .errors import KernelError, ShapeError
 from .quant import QuantTensor
 
 try:
-    from ._kernels import _core
+    from ._kernels import engine
 except ImportError as exc:  # pragma: no cover - only without a build
     raise KernelError(
         f"volvox's compiled kernels are missing ({exc}); build them with "
@@ -63,22 +63,22 @@ _F32, _F16 = 5, 6
 # ----------------------------------------------------------------------------- ISA tiers
 def available_isas() -> list[str]:
     """Tiers compiled into this build that this CPU can run, most portable first."""
-    return [t for t in _core.compiled_isas() if _core.isa_supported(t)]
+    return [t for t in engine.compiled_isas() if engine.isa_supported(t)]
 
 
 def isa() -> str:
     """The tier every kernel currently runs on."""
-    return _core.get_isa()
+    return engine.get_isa()
 
 
 def _check_isa(name: str, origin: str) -> str:
     name = name.strip().lower()
     if name not in ALL_ISAS:
         raise KernelError(f"{origin}={name!r} is not an ISA tier (known: {', '.join(ALL_ISAS)})")
-    if name not in _core.compiled_isas():
+    if name not in engine.compiled_isas():
         raise KernelError(f"{origin}={name!r}: that tier is not built for this machine "
-                          f"(built: {', '.join(_core.compiled_isas())})")
-    if not _core.isa_supported(name):
+                          f"(built: {', '.join(engine.compiled_isas())})")
+    if not engine.isa_supported(name):
         raise KernelError(f"{origin}={name!r}: this CPU cannot run that tier "
                           f"(available: {', '.join(available_isas())})")
     return name
@@ -86,7 +86,7 @@ def _check_isa(name: str, origin: str) -> str:
 
 def _set_isa_for_testing(name: str) -> None:
     """Switch every kernel to tier `name` in this process (tests compare tiers this way)."""
-    _core.set_isa(_check_isa(name, "ISA"))
+    engine.set_isa(_check_isa(name, "ISA"))
 
 
 def _initial_isa() -> str:
@@ -96,7 +96,7 @@ def _initial_isa() -> str:
     return available_isas()[-1]
 
 
-_core.set_isa(_initial_isa())
+engine.set_isa(_initial_isa())
 
 
 # ------------------------------------------------------------------------------- threads
@@ -121,11 +121,11 @@ def set_num_threads(n: int) -> None:
     """Threads the kernels use (1 when volvox was built without OpenMP)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise KernelError(f"set_num_threads needs a positive integer, got {n!r}")
-    _core.set_num_threads(int(n))
+    engine.set_num_threads(int(n))
 
 
 def get_num_threads() -> int:
-    return _core.get_num_threads()
+    return engine.get_num_threads()
 
 
 def _initial_threads() -> int:
@@ -246,10 +246,10 @@ def linear(x, w, out=None) -> np.ndarray:
     if code in (_F32, _F16) and m >= SGEMM_MIN_ROWS:
         f16 = code == _F16
         nbytes = 4 * 32 * k * get_num_threads() * (2 if f16 else 1)  # (threads, K, 32) f32 panels (f16: + rows)
-        _core.sgemm(wb, k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32), f16)
+        engine.sgemm(wb, k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32), f16)
     else:
-        nbytes = m * _core.act_row_bytes(code, k)
-        _core.gemm(code, wb, k, x2, y, _scratch(nbytes))
+        nbytes = m * engine.act_row_bytes(code, k)
+        engine.gemm(code, wb, k, x2, y, _scratch(nbytes))
     if out is not None:
         return out
     return y[0] if vec else y
@@ -280,8 +280,8 @@ def _quantize_activation(x, qtype: str) -> dict[str, np.ndarray]:
     block = 256 if kq else 32
     if k % block:
         raise ShapeError(f"{qtype} activations need a multiple of {block} values, got {k}")
-    rows = np.empty((m, _core.act_row_bytes(code, k)), np.uint8)  # (M, act row bytes)
-    _core.quantize_act(code, x2, rows)
+    rows = np.empty((m, engine.act_row_bytes(code, k)), np.uint8)  # (M, act row bytes)
+    engine.quantize_act(code, x2, rows)
     out = {"qs": rows[:, :k].view(np.int8)}
     if kq:
         d0 = _align64(k)
@@ -314,7 +314,7 @@ def embedding(table, ids, out=None) -> np.ndarray:
     else:
         _check_out(out, (ids64.shape[0], d))
         _check_apart(out, "embedding", table=tb, ids=ids64)
-    bad = _core.embedding(code, tb, d, ids64, out)
+    bad = engine.embedding(code, tb, d, ids64, out)
     if bad >= 0:
         raise KernelError(f"embedding: id {int(ids64[bad])} at position {bad} is outside "
                           f"the table's {v} rows")
@@ -338,7 +338,7 @@ def rms_norm(x, weight, eps, out=None) -> np.ndarray:
     else:
         _check_out(out, x.shape if vec else (m, d))
         y = out.reshape(m, d)
-    _core.rms_norm(x2, weight, eps, y)
+    engine.rms_norm(x2, weight, eps, y)
     if out is not None:
         return out
     return y[0] if vec else y
@@ -364,7 +364,7 @@ def layer_norm(x, weight, bias, eps, out=None) -> np.ndarray:
         _check_out(out, x.shape if vec else x2.shape)
         _check_apart(out, "layer_norm", x=x2, weight=weight, bias=bias)
         y = out.reshape(x2.shape)
-    _core.layer_norm(x2, np.ascontiguousarray(weight), None if bias is None else np.ascontiguousarray(bias), eps, y)
+    engine.layer_norm(x2, np.ascontiguousarray(weight), None if bias is None else np.ascontiguousarray(bias), eps, y)
     if out is not None:
         return out
     return y[0] if vec else y
@@ -380,14 +380,8 @@ def gelu(x, approximate: str = "none", out=None) -> np.ndarray:
     flat = np.ascontiguousarray(x).reshape(-1)  # (size,)
     y = np.empty_like(x) if out is None else _check_out(out, x.shape)
     yflat = y.reshape(-1)
-    rows = flat.size // GELU_ROW  # whole rows are shared among the threads, the rest is one short row
-    _core.gelu(flat[:rows * GELU_ROW].reshape(rows, GELU_ROW), yflat[:rows * GELU_ROW].reshape(rows, GELU_ROW),
-               approximate == "tanh")
-    _core.gelu(flat[rows * GELU_ROW:].reshape(1, -1), yflat[rows * GELU_ROW:].reshape(1, -1), approximate == "tanh")
+    engine.gelu(flat, yflat, approximate == "tanh")
     return y
-
-
-GELU_ROW = 4096  # elements per parallel work item of gelu()
 
 
 def _f32_rows(a, name: str, ncols: int | None = None) -> np.ndarray:
@@ -432,9 +426,9 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
     else:
         _check_out(out, (seq, n_heads * hd))
         _check_apart(out, "attention", q=q2, k_cache=k_cache, v_cache=v_cache)
-    per = _core.attention_scratch_floats(start + seq, hd)
+    per = engine.attention_scratch_floats(start + seq, hd)
     scratch = np.empty(get_num_threads() * per, np.float32)  # (threads, per) score rows + lane sums
-    _core.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch)
+    engine.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch)
     return out
 
 
@@ -460,7 +454,7 @@ def rope(x, positions, head_dim: int, rope_dim: int | None = None, theta: float 
     else:
         y = _check_out(out, x2.shape)
         _check_apart(out, "rope", x=x2)
-    _core.rope(x2, np.ascontiguousarray(positions, dtype=np.longlong), x2.shape[1] // head_dim, head_dim,
+    engine.rope(x2, np.ascontiguousarray(positions, dtype=np.longlong), x2.shape[1] // head_dim, head_dim,
                rd, int(bool(interleaved)), float(theta), float(np.float32(1.0) / np.float32(scale)), y)
     return y
 
@@ -477,7 +471,7 @@ def swiglu(x, out=None) -> np.ndarray:
     else:
         y = _check_out(out, shape)
         _check_apart(out, "swiglu", x=x2)
-    _core.swiglu(x2, y, True)
+    engine.swiglu(x2, y, True)
     return y
 
 
@@ -494,7 +488,7 @@ def silu(x, out=None) -> np.ndarray:
         if not _same_elements(out, x2):  # elementwise: out may be x, but nothing else it overlaps
             _check_apart(out, "silu", x=x2)
         y = out.reshape(x2.shape)
-    _core.swiglu(x2, y, False)
+    engine.swiglu(x2, y, False)
     return y.reshape(x.shape) if out is None else out
 
 
@@ -563,15 +557,15 @@ def _packed(w: np.ndarray, kind: str, make):
 
 
 def _pack_f32(w2: np.ndarray) -> np.ndarray:
-    packed = np.empty(_core.sgemm_packed_floats(w2.shape[1], w2.shape[0]), np.float32)  # (n/32, K, 32) panels
-    _core.sgemm_pack(w2, packed)
+    packed = np.empty(engine.sgemm_packed_floats(w2.shape[1], w2.shape[0]), np.float32)  # (n/32, K, 32) panels
+    engine.sgemm_pack(w2, packed)
     return packed
 
 
 def _pack_i8(w2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    packed = np.empty(_core.qgemm_packed_bytes(w2.shape[1], w2.shape[0]), np.int8)  # (n/16, K4/4, 16, 4) panels
+    packed = np.empty(engine.qgemm_packed_bytes(w2.shape[1], w2.shape[0]), np.int8)  # (n/16, K4/4, 16, 4) panels
     wsum = np.empty(w2.shape[0], np.int32)  # (n,) row sums
-    _core.qgemm_pack(w2, packed, wsum)
+    engine.qgemm_pack(w2, packed, wsum)
     return packed, wsum
 
 
@@ -598,13 +592,13 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
         y = _check_out(out, (n, geo[0], geo[1], cout))
         _check_apart(out, "conv2d", x=x, weight=w, bias=bias)
     if depthwise:
-        _core.dwconv_f32(x, conv_weights(w, True), geo, bias, _ACT_CODE[activation], y)
+        engine.dwconv_f32(x, conv_weights(w, True), geo, bias, _ACT_CODE[activation], y)
         return y
     kk = kh * kw * c
     packed = conv_weights(w, False)
     direct = kh == kw == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == x.shape[1:3]
     scratch = np.empty(0 if direct else get_num_threads() * 64 * kk, np.float32)  # (threads, 64 pixels, kk)
-    _core.conv2d_f32(x, packed, cout, geo, bias, _ACT_CODE[activation], direct, y, scratch)
+    engine.conv2d_f32(x, packed, cout, geo, bias, _ACT_CODE[activation], direct, y, scratch)
     return y
 
 
@@ -666,13 +660,13 @@ def qconv2d(x, w, bias, multiplier, shift, input_zero_point: int, output_zero_po
     mult, sh, zps = requant_args(multiplier, shift, cout, input_zero_point, output_zero_point, act_min, act_max)
     y = np.empty((n, geo[0], geo[1], cout), np.int8)  # (N, OH, OW, cout)
     if depthwise:
-        _core.qdwconv(x, conv_weights(w, True), geo, bias, mult, sh, zps, y)
+        engine.qdwconv(x, conv_weights(w, True), geo, bias, mult, sh, zps, y)
         return y
     kk = kh * kw * c
     packed, wsum = conv_weights(w, False)
     bias, wsum = fold_zero_point(bias, wsum, zps[0])
     scratch = np.empty(get_num_threads() * 64 * ((kk + 3) // 4 * 4), np.uint8)  # (threads, 64 pixels, K4)
-    _core.qconv2d(x, packed, wsum, cout, geo, bias, mult, sh, zps, y, scratch)
+    engine.qconv2d(x, packed, wsum, cout, geo, bias, mult, sh, zps, y, scratch)
     return y
 
 
@@ -700,7 +694,7 @@ def quantize_i8(x, scale: float, zero_point: int) -> np.ndarray:
     if not (scale > 0 and -128 <= zero_point <= 127):
         raise KernelError(f"quantize: scale must be positive and the zero point an int8, got {scale}, {zero_point}")
     y = np.empty(x.shape, np.int8)  # x's shape
-    _core.quantize_i8(x.reshape(-1), float(scale), int(zero_point), y.reshape(-1))
+    engine.quantize_i8(x.reshape(-1), float(scale), int(zero_point), y.reshape(-1))
     return y
 
 
@@ -708,7 +702,7 @@ def dequantize_i8(x, scale: float, zero_point: int) -> np.ndarray:
     """float32 scale * (x - zero_point) of int8 ``x`` (any shape)."""
     x = _c_array(x, np.int8, np.ndim(x), "dequantize: x")
     y = np.empty(x.shape, np.float32)  # x's shape
-    _core.dequantize_i8(x.reshape(-1), float(scale), int(zero_point), y.reshape(-1))
+    engine.dequantize_i8(x.reshape(-1), float(scale), int(zero_point), y.reshape(-1))
     return y
 
 
@@ -725,7 +719,7 @@ def qavg_pool2d(x, kernel, strides, pads, act_min: int = -128, act_max: int = 12
                                        and max(pl, pr) < kw) or oh < 1 or ow < 1:
         raise ShapeError(f"qavg_pool2d: window {kh}x{kw} stride {sh}x{sw} pads {pads} does not fit {x.shape}")
     y = np.empty((x.shape[0], oh, ow, c), np.int8)  # (N, OH, OW, C)
-    _core.qavg_pool2d(x, (oh, ow, kh, kw, sh, sw, pt, pl), int(act_min), int(act_max), y)
+    engine.qavg_pool2d(x, (oh, ow, kh, kw, sh, sw, pt, pl), int(act_min), int(act_max), y)
     return y
 
 
@@ -738,6 +732,6 @@ def qsoftmax(x, table, output_scale: float, output_zero_point: int) -> np.ndarra
         raise ShapeError(f"qsoftmax: table must be (256,) and x at least 1-D, got {table.shape}, {x.shape}")
     y = np.empty(x.shape, np.int8)  # x's shape
     if x.size:
-        _core.qsoftmax(x.reshape(-1, x.shape[-1]), table, float(output_scale), int(output_zero_point),
+        engine.qsoftmax(x.reshape(-1, x.shape[-1]), table, float(output_scale), int(output_zero_point),
                        y.reshape(-1, x.shape[-1]))
     return y

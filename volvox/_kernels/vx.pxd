@@ -86,8 +86,3 @@ cdef extern from "vx_kernels.h" nogil:
         const vx_conv_table *conv
 
     size_t vx_act_row_bytes(int wtype, int64_t K)
-    # Portable row kernels (vx_rows.c).
-    void vx_layer_norm_row(int64_t D, const float *x, const float *weight, const float *bias, float eps,
-                           float *y)
-    void vx_gelu_row(int64_t n, const float *x, int tanh_approx, float *y)
-    int vx_cpu_runs(const char *name)

@@ -33,8 +33,7 @@ from ..graph import Graph
 from ..ops import get_op
 from .pacing import Pacer
 
-_core = kernels._core
-_KIND = _core.STEP_KINDS  # step kind codes of csrc/vx_plan.h
+_engine = kernels.engine
 ALIGN = 64  # bytes: the arena starts on a cache line
 
 
@@ -123,7 +122,7 @@ class DecodePlan:
         self._weights = weights
         self._act = _aligned(1 << 16, np.uint8)  # (bytes,) one quantized activation row
         self.n_layers = n_layers
-        self.steps = _core.StepPlan(3 * len(planned), n_layers)  # at most three steps per node
+        self.steps = _engine.StepPlan(3 * len(planned), n_layers)  # at most three steps per node
         self.step_nodes: list[tuple[str, str]] = []  # (node id, op) per step
         for node, outs, whole in planned:
             before = len(self.steps)
@@ -170,44 +169,46 @@ class DecodePlan:
             self.vocab = v
         else:  # learned position embeddings: positions past the table are refused at run time
             self.max_positions = min(self.max_positions, v)
-        self.steps.add(_KIND["embed"], wtype=code, flag=int(ids == "positions"), sizes=(d, tb.shape[1], v),
-                       a=_addr(tb), y=_addr(outs["y"]))
+        self.steps.embed(table=_addr(tb), y=_addr(outs["y"]), dim=d, row_bytes=tb.shape[1], vocab=v, wtype=code,
+                         by_position=ids == "positions")
 
     def _layer_norm(self, node, outs, whole) -> None:
         x, w = self._input(node, "x"), self._input(node, "weight")
         b = self._input(node, "bias") if "bias" in node.inputs else None
         self._need(node, x.size == w.size == outs["y"].size and (b is None or b.size == w.size), "sizes differ")
-        self.steps.add(_KIND["layer_norm"], sizes=(x.size,), floats=(float(node.params.get("eps", 1e-5)),),
-                       a=_addr(x), b=_addr(w), c=0 if b is None else _addr(b), y=_addr(outs["y"]))
+        self.steps.layer_norm(x=_addr(x), weight=_addr(w), bias=0 if b is None else _addr(b), y=_addr(outs["y"]),
+                              dim=x.size, eps=float(node.params.get("eps", 1e-5)))
 
     def _gelu(self, node, outs, whole) -> None:
         x = self._input(node, "x")
         self._need(node, x.size == outs["y"].size, "sizes differ")
-        self.steps.add(_KIND["gelu"], flag=int(node.params.get("approximate", "none") == "tanh"), sizes=(x.size,),
-                       a=_addr(x), y=_addr(outs["y"]))
+        self.steps.gelu(x=_addr(x), y=_addr(outs["y"]), count=x.size,
+                        tanh=node.params.get("approximate", "none") == "tanh")
 
     def _rms_norm(self, node, outs, whole) -> None:
         x, w = self._input(node, "x"), self._input(node, "weight")
         self._need(node, x.size == w.size == outs["y"].size, "x, weight and y sizes differ")
-        self.steps.add(_KIND["rms_norm"], sizes=(x.size,), floats=(float(node.params.get("eps", 1e-5)),), a=_addr(x),
-                       b=_addr(w), y=_addr(outs["y"]))
+        self.steps.rms_norm(x=_addr(x), weight=_addr(w), y=_addr(outs["y"]), dim=x.size,
+                            eps=float(node.params.get("eps", 1e-5)))
 
     def _linear(self, node, outs, whole) -> None:
         x = self._input(node, "x")
         code, wb, n, k = self._matrix(node, "weight")
         bias = self._input(node, "bias") if "bias" in node.inputs else None
         self._need(node, x.size == k and whole.size == n and (bias is None or bias.size == n), "shapes do not match")
-        self._need(node, _core.act_row_bytes(code, k) <= self._act.nbytes, "activation row too large")
-        if _core.act_row_bytes(code, k):  # quantized weights: quantize the row once, then the matrix rows
-            self.steps.add(_KIND["quantize"], wtype=code, sizes=(k,), a=_addr(x), scratch=_addr(self._act))
+        self._need(node, _engine.act_row_bytes(code, k) <= self._act.nbytes, "activation row too large")
+        if _engine.act_row_bytes(code, k):  # quantized weights: quantize the row once, then the matrix rows
+            self.steps.quantize_act(x=_addr(x), act=_addr(self._act), K=k, wtype=code)
             x = self._act
-        self.steps.add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1]), a=_addr(x), b=_addr(wb),
-                       c=0 if bias is None else _addr(bias), y=_addr(whole))
+        self.steps.linear(x=_addr(x), w=_addr(wb), bias=0 if bias is None else _addr(bias), y=_addr(whole), K=k,
+                          N=n, row_bytes=wb.shape[1], wtype=code)
         if node.op == "linear_act":  # the activation in place on the output row
             act = node.params["activation"]
             self._need(node, act in ("silu", "gelu", "gelu_tanh"), f"activation {act!r}")
-            kind, flag = ("swiglu", 0) if act == "silu" else ("gelu", int(act == "gelu_tanh"))
-            self.steps.add(_KIND[kind], flag=flag, sizes=(n,), a=_addr(whole), y=_addr(whole))
+            if act == "silu":
+                self.steps.glu(x=_addr(whole), y=_addr(whole), F=n, gated=False)
+            else:
+                self.steps.gelu(x=_addr(whole), y=_addr(whole), count=n, tanh=act == "gelu_tanh")
 
     def _rope(self, node, outs, whole) -> None:
         p = node.params
@@ -217,9 +218,10 @@ class DecodePlan:
         self._need(node, "llama3" not in p and node.inputs["positions"] == "positions", "llama3 scaling or "
                    "positions other than the position input")
         self._need(node, x.size % hd == 0 and x.size == outs["y"].size, "x is not whole heads")
-        self.steps.add(_KIND["rope"], flag=int(p.get("style", "half") == "interleaved"), sizes=(x.size // hd, hd, rd),
-                       floats=(float(p.get("theta", 10000.0)), float(np.float32(1.0) / np.float32(p.get("scale", 1.0)))),
-                       a=_addr(x), y=_addr(outs["y"]))
+        self.steps.rope(x=_addr(x), y=_addr(outs["y"]), n_heads=x.size // hd, head_dim=hd, rope_dim=rd,
+                        base=float(p.get("theta", 10000.0)),
+                        freq_scale=float(np.float32(1.0) / np.float32(p.get("scale", 1.0))),
+                        interleaved=p.get("style", "half") == "interleaved")
 
     def _attention(self, node, outs, whole) -> None:
         p = node.params
@@ -228,27 +230,26 @@ class DecodePlan:
         self._need(node, p.get("causal", True), "not causal")
         self._need(node, q.size == nh * hd and k.size == v.size == nkv * hd, "q, k, v sizes")
         self._need(node, 0 <= int(p.get("layer", 0)) < self.n_layers, "layer outside the KV cache")
-        per = _core.attention_scratch_floats(self.capacity, hd)
+        per = _engine.attention_scratch_floats(self.capacity, hd)
         scratch = np.empty(self.threads * per, np.float32)  # (threads, per) score rows
         self._keep.append(scratch)
         layer = int(p.get("layer", 0))
-        self.steps.add(_KIND["kv_store"], sizes=(nh, nkv, hd, 0, layer), b=_addr(k), c=_addr(v))
-        self.steps.add(_KIND["attention"], sizes=(nh, nkv, hd, int(p.get("window", 0)), layer, per),
-                       floats=(float(np.float32(p.get("scale", hd ** -0.5))),), a=_addr(q), y=_addr(outs["y"]),
-                       scratch=_addr(scratch))
+        self.steps.kv_store(k=_addr(k), v=_addr(v), n_kv_heads=nkv, head_dim=hd, layer=layer)
+        self.steps.attention(q=_addr(q), y=_addr(outs["y"]), scratch=_addr(scratch), n_heads=nh, n_kv_heads=nkv,
+                             head_dim=hd, window=int(p.get("window", 0)), layer=layer, scratch_floats=per,
+                             scale=float(np.float32(p.get("scale", hd ** -0.5))))
         self.kv_shape = (nkv, hd)
 
     def _swiglu(self, node, outs, whole) -> None:
         x = self._input(node, "x")
         gated = node.op == "swiglu"
         self._need(node, x.size == (2 if gated else 1) * outs["y"].size, "x must be [gate | up] for swiglu, y's size for silu")
-        self.steps.add(_KIND["swiglu"], flag=int(gated), sizes=(outs["y"].size,), a=_addr(x), y=_addr(outs["y"]))
+        self.steps.glu(x=_addr(x), y=_addr(outs["y"]), F=outs["y"].size, gated=gated)
 
     def _binary(self, node, outs, whole) -> None:
         a, b = self._input(node, "a"), self._input(node, "b")
         self._need(node, a.size == b.size == outs["y"].size, "broadcasting")
-        self.steps.add(_KIND["binary"], flag=int(node.op == "mul"), sizes=(a.size,), a=_addr(a), b=_addr(b),
-                       y=_addr(outs["y"]))
+        self.steps.binary(a=_addr(a), b=_addr(b), y=_addr(outs["y"]), count=a.size, op=_engine.BINARY_OPS[node.op])
 
     # ------------------------------------------------------------------------ running
     def run(self, kv, token: int, pos: int, profile=None) -> np.ndarray | None:

@@ -43,12 +43,12 @@ from ..ops import get_op
 from ..ops.conv import conv_kernel_args, native_conv, window_params
 from ..ops.dwpw import PAIRED, split, split_expanded
 from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
-from .native_plan import Unsupported, _addr, _aligned, _core, _KIND
+from .native_plan import Unsupported, _addr, _aligned, _engine
 from .pacing import Pacer
 
 _DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
-_ACT = {"none": 0, "relu": 1, "relu6": 2}             # VX_ACT_* of the conv steps
-_PIXELS = _core.CONV_STEP_PIXELS                        # output pixels per im2col work item
+_ACT = _engine.ACTIVATIONS                             # fused activations of the conv steps
+_PIXELS = _engine.CONV_STEP_PIXELS                          # output pixels per im2col work item
 _TILE = 8                                               # pixels per GEMM register tile (SG_MR, QG_MR)
 BLOCKS_PER_THREAD = 4                                   # conv blocks per thread on a map of a few
 DWPW_SPLIT_BYTES = 256 << 10                            # 1x1 weights past which a float32 pair runs unfused
@@ -140,7 +140,7 @@ class VisionPlan:
         """Every node's steps into a new ``self.steps``, work items split for ``split`` threads
         (steps, islands and node ids are the same whatever the split); returns the steps."""
         self.split, self.macs = split, 0
-        self.steps = _core.StepPlan(2 * len(self.graph.nodes) + sum(len(n.inputs) for n in self.graph.nodes), 0)
+        self.steps = _engine.StepPlan(2 * len(self.graph.nodes) + sum(len(n.inputs) for n in self.graph.nodes), 0)
         self.step_nodes: list[str] = []  # (steps,) the node id each step runs
         self.islands: list[tuple] = []  # (steps before it, fn, params, input arrays, output view): numpy nodes
         self._ports: list[tuple] = []  # (step, port 0-2: a b c, graph input, byte offset): steps reading an input
@@ -152,19 +152,21 @@ class VisionPlan:
             self.step_nodes += [node.id] * (len(self.steps) - len(self.step_nodes))
         return self.steps
 
-    def _add(self, kind: int, **fields) -> None:
-        """Append a step; note where it reads a graph input (a, b or c), so that a run can point it
-        at the caller's array (_feed). An input another field lies in is copied in."""
+    def _add(self, kind: str, **fields) -> None:
+        """Append a step of ``kind`` (a StepPlan method); note where it reads a graph input (one of its
+        three input operands), so that a run can point it at the caller's array (_feed). An input its
+        output or scratch lies in is copied in."""
+        getattr(self.steps, kind)(**fields)
+        step = len(self.steps) - 1
+        operands = self.steps.operands(step) + (fields.get("scratch", 0),)
         for i in self._reads:
             lo, hi = self._input_bytes[i]
-            for port, field in enumerate(("a", "b", "c", "y", "scratch")):
-                offset = fields.get(field, 0) - lo
-                if 0 <= offset < hi - lo:
+            for port, address in enumerate(operands):
+                if lo <= address < hi:
                     if port < 3:
-                        self._ports.append((len(self.steps), port, i, offset))
+                        self._ports.append((step, port, i, address - lo))
                     else:
                         self._copied.add(i)
-        self.steps.add(kind, **fields)
 
     def _packed(self, name: str, depthwise: bool, pack) -> Any:
         """Weight ``name``'s packing, ``pack()`` once per plan (both lowerings read it; a
@@ -293,23 +295,23 @@ class VisionPlan:
             window["requant"] = self._requant(node, cout, bias)
             zps = window["requant"][3:]
             if depthwise:
-                self._add(_KIND["qdwconv"], a=_addr(x), b=_addr(packed), y=_addr(y), **window)
+                self._add("qdwconv", x=_addr(x), w=_addr(packed), y=_addr(y), **window)
                 return
             k4 = (kk + 3) // 4 * 4
             scratch = self._scratch(_PIXELS * k4, np.uint8)
             wsum = self._fold_zero_point(window, bias, packed[1], zps[0])
-            self._add(_KIND["qconv"], a=_addr(x), b=_addr(packed[0]), c=_ptr(wsum), y=_addr(y),
+            self._add("qconv", x=_addr(x), w=_addr(packed[0]), wsum=_ptr(wsum), y=_addr(y),
                       scratch=_addr(scratch), ldc=k4, per_thread=_PIXELS * k4,
                       **self._blocks(y.size // cout, cout), **window)
             return
         if depthwise:
-            self._add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+            self._add("dwconv_f32", x=_addr(x), w=_addr(packed), bias=_ptr(bias), y=_addr(y),
                       act=self._act(node), **window)
             return
         direct = _direct(window["window"], w.shape)
         per = 0 if direct else _PIXELS * kk
         scratch = self._scratch(per, np.float32)
-        self._add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+        self._add("conv_f32", x=_addr(x), w=_addr(packed), bias=_ptr(bias), y=_addr(y),
                   scratch=_addr(scratch), ldc=0 if direct else kk, per_thread=per, act=self._act(node),
                   **self._blocks(y.size // cout, cout), **window)
 
@@ -348,15 +350,15 @@ class VisionPlan:
             if node.id not in self._buffers:
                 self._buffers[node.id] = np.empty(mid.shape, np.float32)
             mid = self._buffers[node.id]
-            self._add(_KIND["dwconv_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias), y=_addr(mid),
+            self._add("dwconv_f32", x=_addr(x), w=_addr(dw_packed), bias=_ptr(dw_bias), y=_addr(mid),
                       act=self._act(dw), **window)
-            self._add(_KIND["conv_f32"], a=_addr(mid), b=_addr(packed), c=_ptr(bias), y=_addr(self._y(node)),
+            self._add("conv_f32", x=_addr(mid), w=_addr(packed), bias=_ptr(bias), y=_addr(self._y(node)),
                       scratch=_addr(self._scratch(0, np.float32)), act=self._act(pw),
                       window=mid.shape + mid.shape[1:3] + (1, 1, 1, 1, 1, 1, 0, 0), cout=w.shape[0],
                       **self._blocks(rows * mid.shape[2], w.shape[0]))
             return
         if PAIRED[node.op][0] == "conv2d":  # a row per item: the most items to balance
-            self._add(_KIND["dwpw_f32"], a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
+            self._add("dwpw_f32", x=_addr(x), w=_addr(dw_packed), bias=_ptr(dw_bias),
                       y=_addr(self._y(node)), scratch=_addr(self._scratch(row, np.float32)), per_thread=row,
                       act=self._act(dw), pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
                       cparts=self._cparts(rows, w.shape[0], 1), **window)
@@ -371,8 +373,8 @@ class VisionPlan:
         window["requant"] = self._requant(dw, mid.shape[3], dw_bias)
         pw_window = dict(requant=self._requant(pw, w.shape[0], bias))
         wsum = self._fold_zero_point(pw_window, bias, packed[1], pw_window["requant"][3])
-        self._add(_KIND["qdwpw"], a=_addr(x), b=_addr(dw_packed), y=_addr(self._y(node)),
-                  scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, ldc=band,
+        self._add("qdwpw", x=_addr(x), w=_addr(dw_packed), y=_addr(self._y(node)),
+                  scratch=_addr(self._scratch(band * row, np.int8)), per_thread=band * row, band=band,
                   cparts=self._cparts(-(-rows // band), w.shape[0], 1),
                   pointwise=(_addr(packed[0]), 0, w.shape[0], 0, _ptr(wsum)), pw_requant=pw_window["requant"],
                   **window)
@@ -400,9 +402,9 @@ class VisionPlan:
         band = max(1, min(mid.shape[1], ((fit - (kh - 1) * dh - 1) // sh) + 1))
         band = min(band, -(-mid.shape[1] * n // self.split))  # a band per thread at least
         per = ((band - 1) * sh + (kh - 1) * dh + 1) * wd * c + mid.shape[2] * c  # (rows, w, C) + (ow, C)
-        self._add(_KIND["exdwpw_f32"], sizes=(x.shape[3],), a=_addr(x), b=_addr(dw_packed), c=_ptr(dw_bias),
+        self._add("exdwpw_f32", in_channels=x.shape[3], x=_addr(x), w=_addr(dw_packed), bias=_ptr(dw_bias),
                   y=_addr(self._y(node)), scratch=_addr(self._scratch(per, np.float32)), per_thread=per,
-                  ldc=band, act=self._act(dw),
+                  band=band, act=self._act(dw),
                   pointwise=(_addr(packed), _ptr(bias), w.shape[0], self._act(pw), 0),
                   expand=(_addr(packed_ex), _ptr(bias_ex), c, self._act(ex)), **window)
 
@@ -423,7 +425,7 @@ class VisionPlan:
         self._keep_all(w4, bias, packed, wsum)
         window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, requant=requant)
         wsum = self._fold_zero_point(window, bias, wsum, requant[3])
-        self._add(_KIND["qconv"], a=_addr(x), b=_addr(packed), c=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
+        self._add("qconv", x=_addr(x), w=_addr(packed), wsum=_ptr(wsum), y=_addr(y), scratch=_addr(scratch),
                   ldc=k4, per_thread=_PIXELS * k4, **self._blocks(m, n), **window)
 
     def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
@@ -445,7 +447,7 @@ class VisionPlan:
         bias = self._opt(node, "bias")
         m = x.size // max(k, 1)
         self._need(node, x.dtype == np.float32 and x.shape[-1] == k and y.size == m * n, "float32 rows")
-        self._need(node, _core.act_row_bytes(code, k) == 0, "quantized weights")
+        self._need(node, _engine.act_row_bytes(code, k) == 0, "quantized weights")
         self._need(node, bias is None or (bias.dtype == np.float32 and bias.size == n), "bias")
         self._keep_all(wb, bias)
         self.macs += m * n * k
@@ -453,27 +455,26 @@ class VisionPlan:
             # (n/32, k, 32) panels, shared by every input shape's plan
             packed = self._packed(node.inputs["weight"], False, lambda: kernels.linear_weights(weight))
             self._keep_all(packed)
-            self._add(_KIND["conv_f32"], a=_addr(x), b=_addr(packed), c=_ptr(bias), y=_addr(y),
+            self._add("conv_f32", x=_addr(x), w=_addr(packed), bias=_ptr(bias), y=_addr(y),
                       scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
                       cout=n, **self._blocks(m, n))
         else:
-            self._add(_KIND["linear"], wtype=code, sizes=(k, n, wb.shape[1], m), a=_addr(x), b=_addr(wb),
-                      c=_ptr(bias), y=_addr(y))
+            self._add("linear", x=_addr(x), w=_addr(wb), bias=_ptr(bias), y=_addr(y), K=k, N=n,
+                      row_bytes=wb.shape[1], wtype=code, rows=m)
         self._fused_relu(node, y)
 
     def _fused_relu(self, node, y: np.ndarray) -> None:
         """The ReLU of a fused node (linear_act, concat_act) in place on its output."""
         if "activation" in node.params and node.op != "conv2d":
             self._need(node, node.params["activation"] == "relu", f"activation {node.params['activation']!r}")
-            self._add(_KIND["relu"], sizes=(y.size,), a=_addr(y), y=_addr(y))
+            self._add("unary", x=_addr(y), y=_addr(y), count=y.size, fn=_engine.UNARY_FNS["relu"])
 
     # ------------------------------------------------------------------ small steps
     def _quantize(self, node) -> None:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
         self._need(node, -128 <= int(p["zero_point"]) <= 127 and float(p["scale"]) > 0, "zero point / scale")
-        self._add(_KIND["quantize_i8" if node.op == "quantize" else "dequantize_i8"],
-                  sizes=(x.size, int(p["zero_point"])), floats=(float(np.float32(p["scale"])),), a=_addr(x),
-                  y=_addr(y))
+        self._add("quantize_i8" if node.op == "quantize" else "dequantize_i8", x=_addr(x), y=_addr(y), count=x.size,
+                  scale=float(np.float32(p["scale"])), zero_point=int(p["zero_point"]))
 
     def _window(self, node, x: np.ndarray, y: np.ndarray) -> tuple:
         kh, kw = (int(k) for k in node.params["kernel"])
@@ -482,31 +483,30 @@ class VisionPlan:
 
     def _qavg_pool(self, node) -> None:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
-        self._add(_KIND["qavg_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3],
-                  requant=(0, 0, 0, 0, 0, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))))
+        self._add("qavg_pool", x=_addr(x), y=_addr(y), window=self._window(node, x, y),
+                  lo=int(p.get("act_min", INT8_MIN)), hi=int(p.get("act_max", INT8_MAX)))
 
     def _max_pool(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._need(node, node.params.get("activation", "none") == "none", "fused activation")
-        self._add(_KIND["max_pool"], a=_addr(x), y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
+        self._add("max_pool", x=_addr(x), y=_addr(y), window=self._window(node, x, y))
 
     def _qsoftmax(self, node) -> None:
         p, x, y = node.params, self._in(node, "x"), self._y(node)
         table = qsoftmax_table(p)  # (256,)
         self._keep_all(table)
-        self._add(_KIND["qsoftmax"], sizes=(x.size // x.shape[-1], x.shape[-1], int(p["output_zero_point"])),
-                  floats=(float(np.float32(p["output_scale"])),), a=_addr(x), b=_addr(table), y=_addr(y))
+        self._add("qsoftmax", x=_addr(x), table=_addr(table), y=_addr(y), rows=x.size // x.shape[-1], n=x.shape[-1],
+                  zp_out=int(p["output_zero_point"]), out_scale=float(np.float32(p["output_scale"])))
 
     def _global_avg(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
-        self._add(_KIND["global_avg"], sizes=(x.shape[0], x.shape[1] * x.shape[2], x.shape[3]), a=_addr(x),
-                  y=_addr(y))
+        self._add("global_avg", x=_addr(x), y=_addr(y), N=x.shape[0], HW=x.shape[1] * x.shape[2], C=x.shape[3])
 
     def _binary(self, node) -> None:
         """add / mul / sub / div (the second operand may broadcast over a block of axes; add and
         mul swap a broadcast first operand) and add_n, left to right in place, its ReLU / ReLU6
         (fuse_add_activation) applied by the last step as it writes."""
-        ports = ("a", "b") if node.op in _core.BINARY_OPS else tuple(p for p in node.inputs)
+        ports = ("a", "b") if node.op in _engine.BINARY_OPS else tuple(p for p in node.inputs)
         xs, y = [self._in(node, p) for p in ports], self._y(node)
         self._need(node, y.dtype == np.float32 and all(x.dtype == np.float32 for x in xs), "dtype")
         a, b = xs[0], xs[1]
@@ -515,11 +515,11 @@ class VisionPlan:
         self._need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
         nb, div = self._broadcast(node, b.shape, y.shape)
         act = self._act(node)
-        self._add(_KIND["binary"], flag=_core.BINARY_OPS.get(node.op, 0),
-                  sizes=(y.size, nb, div, 0 if xs[2:] else act), a=_addr(a), b=_addr(b), y=_addr(y))
+        self._add("binary", a=_addr(a), b=_addr(b), y=_addr(y), count=y.size, op=_engine.BINARY_OPS.get(node.op, 0),
+                  b_count=nb, b_div=div, act=0 if xs[2:] else act)
         for k, x in enumerate(xs[2:], 3):  # add_n: left to right, in place
-            self._add(_KIND["binary"], sizes=(y.size, 0, 1, act if k == len(xs) else 0), a=_addr(y), b=_addr(x),
-                      y=_addr(y))
+            self._add("binary", a=_addr(y), b=_addr(x), y=_addr(y), count=y.size, op=_engine.BINARY_OPS["add"],
+                      act=act if k == len(xs) else 0)
 
     def _broadcast(self, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
         """(nb, div) of a binary step: element i of y reads b[(i // div) % nb] (nb 0: b[i])."""
@@ -536,7 +536,7 @@ class VisionPlan:
 
     def _unary(self, node) -> None:
         """hard_swish, hard_sigmoid, sqrt, and pow by the constant 2 (numpy's float32 arithmetic)."""
-        x, y, floats, fn = self._in(node, "a" if node.op == "pow" else "x"), self._y(node), (), node.op
+        x, y, floats, fn = self._in(node, "a" if node.op == "pow" else "x"), self._y(node), {}, node.op
         self._need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
         if node.op == "pow":
             e = self._weights.get(node.inputs["b"])
@@ -544,9 +544,8 @@ class VisionPlan:
                        float(e.reshape(-1)[0]) == 2.0, "an exponent other than the constant 2")
             fn = "square"
         elif node.op == "hard_sigmoid":
-            floats = tuple(float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))
-        self._add(_KIND["unary"], flag=_core.UNARY_FNS[fn], sizes=(x.size,), floats=floats, a=_addr(x),
-                  y=_addr(y))
+            floats = {k: float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5))}
+        self._add("unary", x=_addr(x), y=_addr(y), count=x.size, fn=_engine.UNARY_FNS[fn], **floats)
 
     def _gather(self, node) -> None:
         """transpose and slice: a copy of the input's strided view."""
@@ -563,14 +562,13 @@ class VisionPlan:
         desc = np.array([view.ndim, *view.shape, *(st // 4 for st in view.strides)], np.int64)  # (1 + 2 ndim,)
         self._keep_all(desc)
         start = (view.__array_interface__["data"][0] - _addr(x)) // 4 if view.size else 0
-        self._add(_KIND["gather"], sizes=(y.size // y.shape[-1],), a=_addr(x) + 4 * start, b=_addr(desc),
-                  y=_addr(y))
+        self._add("gather", x=_addr(x) + 4 * start, view=_addr(desc), y=_addr(y), rows=y.size // y.shape[-1])
 
     def _avg_pool(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
-        self._add(_KIND["avg_pool"], flag=int(bool(node.params.get("count_include_pad", False))), a=_addr(x),
-                  y=_addr(y), window=self._window(node, x, y), cout=x.shape[3])
+        self._add("avg_pool", x=_addr(x), y=_addr(y), window=self._window(node, x, y),
+                  include_pad=bool(node.params.get("count_include_pad", False)))
 
     def _python(self, node) -> None:
         """An op without a native step whose numpy fast path has no C twin (exp, tanh, BLAS):
@@ -584,7 +582,7 @@ class VisionPlan:
     def _relu(self, node) -> None:
         x, y = self._in(node, "x"), self._y(node)
         self._need(node, x.dtype == np.float32, "dtype")
-        self._add(_KIND["relu"], sizes=(x.size,), a=_addr(x), y=_addr(y))
+        self._add("unary", x=_addr(x), y=_addr(y), count=x.size, fn=_engine.UNARY_FNS["relu"])
 
     def _pad(self, node) -> None:
         """Zero padding of the last axis only (channel padding)."""
@@ -592,8 +590,9 @@ class VisionPlan:
         self._need(node, all(tuple(pa) == (0, 0) for pa in pads[:-1]) and not node.params.get("value", 0),
                    "pads other than zeros after the channels")
         item = x.itemsize
-        self._add(_KIND["copy_rows"], flag=1, sizes=(x.size // x.shape[-1], x.shape[-1] * item, x.shape[-1] * item,
-                  y.shape[-1] * item, int(pads[-1][0]) * item), a=_addr(x), y=_addr(y))
+        self._add("copy_rows", src=_addr(x), dst=_addr(y), rows=x.size // x.shape[-1], row_bytes=x.shape[-1] * item,
+                  src_stride=x.shape[-1] * item, dst_stride=y.shape[-1] * item, dst_offset=int(pads[-1][0]) * item,
+                  zero_rest=True)
 
     def _concat(self, node) -> None:
         y = self._y(node)
@@ -604,8 +603,8 @@ class VisionPlan:
             x = self._in(node, port)
             self._need(node, x.dtype == y.dtype, "dtypes differ")
             width = x.size // max(rows, 1) * x.itemsize
-            self._add(_KIND["copy_rows"], sizes=(rows, width, width, y.size // max(rows, 1) * y.itemsize, offset),
-                      a=_addr(x), y=_addr(y))
+            self._add("copy_rows", src=_addr(x), dst=_addr(y), rows=rows, row_bytes=width, src_stride=width,
+                      dst_stride=y.size // max(rows, 1) * y.itemsize, dst_offset=offset)
             offset += width
         self._fused_relu(node, y)
 
@@ -660,13 +659,13 @@ class VisionPlan:
         for stop, fn, params, args, y in self.islands:
             if stop > start:
                 t0 = time.perf_counter()
-                steps.run_vision(threads, times, start, stop)
+                steps.run_range(threads, times, start, stop)
                 native += time.perf_counter() - t0
             np.copyto(y, fn(None, params, *args))
             start = stop
         if start < len(steps):
             t0 = time.perf_counter()
-            steps.run_vision(threads, times, start)
+            steps.run_range(threads, times, start)
             native += time.perf_counter() - t0
         return native
 

@@ -211,16 +211,6 @@ typedef struct {
     const vx_conv_table *conv;  /* vx_conv.c */
 } vx_table;
 
-/* vx_rows.c: portable row kernels, compiled once.
- * y = (x - mean) / sqrt(var + eps) * weight (+ bias), statistics in double; bias may be NULL. */
-void vx_layer_norm_row(int64_t D, const float *x, const float *weight, const float *bias, float eps, float *y);
-/* y = x * Phi(x) (exact GELU, erfc to 1.2e-7) or its tanh approximation (tanh_approx != 0), float32;
- * written to vectorise (no libm calls). */
-void vx_gelu_row(int64_t n, const float *x, int tanh_approx, float *y);
-
-/* vx_cpu.c: may this CPU run tier `name`'s instructions? */
-int vx_cpu_runs(const char *name);
-
 /* Each tier object's table (vx_impl.c), linked into its tier module (tier_<name>.pyx). */
 const vx_table *vx_table_generic(void);
 const vx_table *vx_table_avx2(void);

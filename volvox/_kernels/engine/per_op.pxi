@@ -1,0 +1,372 @@
+# Per-op entry points (volvox.kernels validates every argument first): each call is a plan of one
+# or two steps built on the stack and run by the same runner, so a kernel's work split is written
+# once, in its step kind. A call too small to be worth a second thread runs on one, without an
+# OpenMP region.
+from volvox._kernels.vx cimport vx_attn_scratch_floats, vx_qgemm_packed_bytes, vx_sgemm_packed_floats
+
+cdef enum:
+    MIN_PARALLEL_MACS = 1 << 16   # below this many multiply-adds a call runs on one thread (fork/join ~us)
+
+
+cdef inline int threads_for(int64_t macs) noexcept nogil:
+    return _nthreads if macs >= MIN_PARALLEL_MACS else 1
+
+
+cdef void run_local(Step *steps, int64_t n, int team) noexcept nogil:
+    """Run a per-op call's steps (at most 4) with counters on this thread's stack."""
+    cdef StackSync space
+    cdef StepSync sync = stack_sync(&space)
+    cdef RunInput inp
+    memset(&inp, 0, sizeof(inp))
+    run_steps(steps, n, &inp, team, &sync, 0, NULL)
+
+
+def act_row_bytes(int wtype, int64_t K):
+    """Scratch bytes per activation row for weights of type `wtype` (0 for f32 / f16)."""
+    return vx_act_row_bytes(wtype, K)
+
+
+def attention_scratch_floats(int64_t total, int64_t head_dim):
+    """Scratch floats attention() needs per thread for `total` cached positions."""
+    return vx_attn_scratch_floats(total, head_dim)
+
+
+def sgemm_packed_floats(int64_t K, int64_t n):
+    """Floats sgemm_pack writes for n rows of K."""
+    return vx_sgemm_packed_floats(K, n)
+
+
+def qgemm_packed_bytes(int64_t K, int64_t n):
+    """Bytes qgemm_pack writes for n int8 rows of K."""
+    return vx_qgemm_packed_bytes(K, n)
+
+
+# ------------------------------------------------------------------ sequence kernels
+def gemm(int wtype, const uint8_t[:, ::1] w, int64_t K, const float[:, ::1] x, float[:, ::1] y,
+         uint8_t[::1] scratch):
+    """y (M, N) = x (M, K) @ W.T, W given as N rows of bytes (quant blocks, f32 or f16): the activation
+    rows quantized into scratch (M * act_row_bytes(wtype, K) bytes; unused for f32 / f16), then
+    16-row chunks of W against all of them."""
+    cdef int64_t M = x.shape[0], N = w.shape[0]
+    if M == 0 or N == 0:
+        return
+    cdef Step steps[2]
+    memset(steps, 0, sizeof(steps))
+    cdef Step *lin = &steps[1]
+    cdef int64_t act = vx_act_row_bytes(wtype, K), n = 0
+    if act:
+        steps[0].kind = STEP_QUANTIZE_ACT
+        steps[0].a.quantize_act.x, steps[0].a.quantize_act.act = &x[0, 0], &scratch[0]
+        steps[0].a.quantize_act.K, steps[0].a.quantize_act.rows = K, M
+        steps[0].a.quantize_act.act_stride, steps[0].a.quantize_act.wtype = act, wtype
+        n = 1
+    lin = &steps[n]
+    lin.kind = STEP_LINEAR
+    lin.a.linear.x = <const void *> &scratch[0] if act else <const void *> &x[0, 0]
+    lin.a.linear.w, lin.a.linear.bias, lin.a.linear.y = &w[0, 0], NULL, &y[0, 0]
+    lin.a.linear.K, lin.a.linear.N, lin.a.linear.row_bytes, lin.a.linear.rows = K, N, w.shape[1], M
+    lin.a.linear.x_stride = act if act else K * <int64_t>sizeof(float)
+    lin.a.linear.wtype = wtype
+    with nogil:
+        run_local(steps, n + 1, threads_for(M * N * K))
+
+
+def quantize_act(int wtype, const float[:, ::1] x, uint8_t[:, ::1] out):
+    """out[i] = the act row of x[i] for weights of (quantized) type `wtype` (the caller checked K and
+    out's shape (M, act_row_bytes(wtype, K)))."""
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    if x.shape[0] == 0:
+        return
+    s.kind = STEP_QUANTIZE_ACT
+    s.a.quantize_act.x, s.a.quantize_act.act = &x[0, 0], &out[0, 0]
+    s.a.quantize_act.K, s.a.quantize_act.rows, s.a.quantize_act.act_stride = x.shape[1], x.shape[0], out.shape[1]
+    s.a.quantize_act.wtype = wtype
+    with nogil:
+        run_local(&s, 1, 1)
+
+
+def embedding(int wtype, const uint8_t[:, ::1] table, int64_t D, const long long[::1] ids, float[:, ::1] out):
+    """out[s] = dequantized table row ids[s]. Returns the position of the first out-of-range id, or -1
+    (then nothing was written)."""
+    cdef int64_t S = ids.shape[0], V = table.shape[0], i
+    for i in range(S):
+        if ids[i] < 0 or ids[i] >= V:
+            return i
+    if S == 0:
+        return -1
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_EMBED
+    s.a.embed.table, s.a.embed.ids, s.a.embed.y = &table[0, 0], <const int64_t *> &ids[0], &out[0, 0]
+    s.a.embed.dim, s.a.embed.row_bytes, s.a.embed.vocab, s.a.embed.rows = D, table.shape[1], V, S
+    s.a.embed.wtype = wtype
+    with nogil:
+        run_local(&s, 1, threads_for(S * D * 16))
+    return -1
+
+
+cdef void run_norm(StepKind kind, const float[:, ::1] x, const float *weight, const float *bias, float eps,
+                   float[:, ::1] out):
+    """An RMS_NORM / LAYER_NORM step over x's rows."""
+    cdef int64_t M = x.shape[0], D = x.shape[1]
+    if M == 0 or D == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = kind
+    s.a.norm.x, s.a.norm.weight, s.a.norm.bias, s.a.norm.y = &x[0, 0], weight, bias, &out[0, 0]
+    s.a.norm.dim, s.a.norm.rows, s.a.norm.eps = D, M, eps
+    with nogil:
+        run_local(&s, 1, threads_for(M * D * 16))
+
+
+def rms_norm(const float[:, ::1] x, const float[::1] weight, float eps, float[:, ::1] out):
+    """out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight, row by row."""
+    run_norm(STEP_RMS_NORM, x, &weight[0], NULL, eps, out)
+
+
+def layer_norm(const float[:, ::1] x, const float[::1] weight, bias, float eps, float[:, ::1] out):
+    """out[i] = (x[i] - mean) / sqrt(var + eps) * weight (+ bias), row by row (bias: None or float32 (D,))."""
+    cdef const float[::1] b
+    cdef const float *bp = NULL
+    if bias is not None:
+        b = bias
+        bp = &b[0]
+    run_norm(STEP_LAYER_NORM, x, &weight[0], bp, eps, out)
+
+
+def gelu(const float[::1] x, float[::1] y, bint tanh_approx):
+    """y = gelu(x) (exact, or the tanh approximation); y may be x."""
+    cdef int64_t n = x.shape[0]
+    if n == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_GELU
+    s.a.elem.x, s.a.elem.y, s.a.elem.count, s.a.elem.fn = &x[0], &y[0], n, <int32_t>tanh_approx
+    with nogil:
+        run_local(&s, 1, threads_for(n * 32))
+
+
+def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :, ::1] vc, int64_t start,
+              int64_t n_heads, int64_t window, float scale, float[:, ::1] out, float[::1] scratch):
+    """out (seq, n_heads*hd) = causal GQA attention of q (seq, n_heads*hd) over the cache kc, vc
+    (n_kv_heads, capacity, hd) whose first start+seq rows are filled; scratch: get_num_threads() *
+    attention_scratch_floats(start + seq, hd) floats."""
+    cdef int64_t seq = q.shape[0], hd = kc.shape[2]
+    if n_heads * seq == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_ATTENTION
+    s.a.attention.q, s.a.attention.k_cache, s.a.attention.v_cache = &q[0, 0], &kc[0, 0, 0], &vc[0, 0, 0]
+    s.a.attention.y, s.a.attention.scratch = &out[0, 0], &scratch[0]
+    s.a.attention.n_heads, s.a.attention.n_kv_heads, s.a.attention.head_dim = n_heads, kc.shape[0], hd
+    s.a.attention.window, s.a.attention.scale = window, scale
+    s.a.attention.scratch_floats = vx_attn_scratch_floats(start + seq, hd)
+    s.a.attention.seq, s.a.attention.start, s.a.attention.capacity = seq, start, kc.shape[1]
+    with nogil:
+        run_local(&s, 1, threads_for(n_heads * seq * (start + seq) * hd * 4))
+
+
+def swiglu(const float[:, ::1] x, float[:, ::1] y, bint gated):
+    """gated: y[i] = silu(x[i, :F]) * x[i, F:] with F = y.shape[1] = x.shape[1] / 2; else y[i] =
+    silu(x[i]) (y has x's shape)."""
+    cdef int64_t M = x.shape[0], F = y.shape[1]
+    if M == 0 or F == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_GLU
+    s.a.glu.x, s.a.glu.y, s.a.glu.F, s.a.glu.rows, s.a.glu.gated = &x[0, 0], &y[0, 0], F, M, gated
+    s.a.glu.x_stride, s.a.glu.y_stride = x.shape[1], F
+    with nogil:
+        run_local(&s, 1, threads_for(M * F * 16))
+
+
+def rope(const float[:, ::1] x, const long long[::1] pos, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+         int interleaved, float base, float freq_scale, float[:, ::1] y):
+    """y[i] = x[i] rotated for position pos[i] (heads of head_dim, their first rope_dim dims)."""
+    cdef int64_t M = x.shape[0]
+    if M == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_ROPE
+    s.a.rope.x, s.a.rope.positions, s.a.rope.y = &x[0, 0], <const int64_t *> &pos[0], &y[0, 0]
+    s.a.rope.n_heads, s.a.rope.head_dim, s.a.rope.rope_dim, s.a.rope.rows = n_heads, head_dim, rope_dim, M
+    s.a.rope.base, s.a.rope.freq_scale, s.a.rope.interleaved = base, freq_scale, interleaved != 0
+    with nogil:
+        run_local(&s, 1, threads_for(M * n_heads * rope_dim * 8))
+
+
+# -------------------------------------------------------------------- vision kernels
+def sgemm(const uint8_t[:, ::1] w, int64_t K, const float[:, ::1] x, float[:, ::1] y, float[::1] scratch,
+          bint f16=False):
+    """y (M, N) = x (M, K) @ W.T for f32 (or, f16, IEEE half) W given as N rows of bytes; each 32-row
+    panel is packed into the thread's scratch then multiplied. scratch: get_num_threads() * 32 * K
+    floats (f16: twice that, the panel's rows widened to f32 first, exactly)."""
+    cdef int64_t M = x.shape[0], N = w.shape[0]
+    if M == 0 or N == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_SGEMM
+    s.a.sgemm.x, s.a.sgemm.w, s.a.sgemm.y, s.a.sgemm.scratch = &x[0, 0], &w[0, 0], &y[0, 0], &scratch[0]
+    s.a.sgemm.K, s.a.sgemm.N, s.a.sgemm.row_bytes, s.a.sgemm.rows = K, N, w.shape[1], M
+    s.a.sgemm.per_thread, s.a.sgemm.f16 = SGEMM_PANEL * K * (2 if f16 else 1), f16
+    with nogil:
+        run_local(&s, 1, threads_for(M * N * K))
+
+
+def sgemm_pack(const float[:, ::1] w, float[::1] packed):
+    """packed = W (n, K) in 32-row panels (sgemm_packed_floats(K, n) floats)."""
+    _tbl.conv.sgemm_pack(w.shape[1], <const uint8_t *> &w[0, 0], w.shape[1] * 4, w.shape[0], &packed[0])
+
+
+def qgemm_pack(const int8_t[:, ::1] w, int8_t[::1] packed, int32_t[::1] wsum):
+    """packed = int8 W (n, K) in qgemm panels; wsum[r] = sum of row r."""
+    _tbl.conv.qgemm_pack(w.shape[1], &w[0, 0], w.shape[0], &packed[0], &wsum[0])
+
+
+cdef Window window_of(tuple x_shape, tuple geo):
+    """A per-op call's Window: x (n, h, w, c) and geo = (oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left)."""
+    cdef Window w
+    memset(&w, 0, sizeof(w))
+    w.s = shape_of(x_shape + geo)
+    return w
+
+
+cdef vx_requant requant_args(const int32_t[::1] bias, const int32_t[::1] mult, const int32_t[::1] shift, tuple zps):
+    cdef vx_requant rq
+    rq.bias = &bias[0] if bias is not None else NULL
+    rq.mult, rq.shift = &mult[0], &shift[0]
+    rq.zp_in, rq.zp_out, rq.lo, rq.hi = zps
+    return rq
+
+
+def conv2d_f32(const float[:, :, :, ::1] x, const float[::1] packed, int64_t cout, tuple geo,
+               const float[::1] bias, int act, bint direct, float[:, :, :, ::1] y, float[::1] scratch):
+    """y (N, OH, OW, cout) = act(conv(x, W) + bias), W packed by sgemm_pack as (cout, kh*kw*C); direct: a
+    1x1 stride-1 unpadded conv (x rows are the GEMM rows); else scratch holds get_num_threads() *
+    CONV_PIXELS * kh*kw*C floats of im2col rows."""
+    cdef Window w = window_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), geo)
+    cdef int64_t KK = w.s.kh * w.s.kw * w.s.c, P = w.s.n * w.s.oh * w.s.ow
+    if P == 0 or cout == 0:
+        return
+    w.cout, w.ldc, w.per_thread, w.act, w.cparts = cout, 0 if direct else KK, CONV_PIXELS * KK, act, 1
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind, s.w = STEP_CONV_F32, &w
+    s.a.win.x, s.a.win.w, s.a.win.y = &x[0, 0, 0, 0], &packed[0], &y[0, 0, 0, 0]
+    s.a.win.extra = &bias[0] if bias is not None else NULL
+    s.a.win.scratch = &scratch[0] if scratch.shape[0] else NULL
+    with nogil:
+        run_local(&s, 1, threads_for(P * cout * KK))
+
+
+def dwconv_f32(const float[:, :, :, ::1] x, const float[:, ::1] wt, tuple geo, const float[::1] bias, int act,
+               float[:, :, :, ::1] y):
+    """Depthwise (multiplier 1) y = act(conv(x, wt) + bias); wt (kh*kw, C)."""
+    cdef Window w = window_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), geo)
+    cdef int64_t items = w.s.n * w.s.oh
+    if items == 0 or w.s.ow == 0 or w.s.c == 0:
+        return
+    w.cout, w.act = w.s.c, act
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind, s.w = STEP_DWCONV_F32, &w
+    s.a.win.x, s.a.win.w, s.a.win.y = &x[0, 0, 0, 0], &wt[0, 0], &y[0, 0, 0, 0]
+    s.a.win.extra = &bias[0] if bias is not None else NULL
+    with nogil:
+        run_local(&s, 1, threads_for(items * w.s.ow * w.s.c * w.s.kh * w.s.kw))
+
+
+def qconv2d(const int8_t[:, :, :, ::1] x, const int8_t[::1] packed, const int32_t[::1] wsum, int64_t cout,
+            tuple geo, const int32_t[::1] bias, const int32_t[::1] mult, const int32_t[::1] shift, tuple zps,
+            int8_t[:, :, :, ::1] y, uint8_t[::1] scratch):
+    """int8 y (N, OH, OW, cout) = requant(conv(x - zp_in, W) + bias), W packed by qgemm_pack as
+    (cout, kh*kw*C); zps = (zp_in, zp_out, act_min, act_max); wsum: W's row sums, or None when bias
+    already holds bias - (zp_in + 128) * wsum (kernels.fold_zero_point); scratch holds
+    get_num_threads() * CONV_PIXELS * K4 bytes (K4 = kh*kw*C rounded up to 4)."""
+    cdef Window w = window_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), geo)
+    cdef int64_t KK = w.s.kh * w.s.kw * w.s.c, K4 = (KK + 3) // 4 * 4, P = w.s.n * w.s.oh * w.s.ow
+    if P == 0 or cout == 0:
+        return
+    w.rq = requant_args(bias, mult, shift, zps)
+    w.cout, w.ldc, w.per_thread, w.cparts = cout, K4, CONV_PIXELS * K4, 1
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind, s.w = STEP_QCONV, &w
+    s.a.win.x, s.a.win.w, s.a.win.y, s.a.win.scratch = &x[0, 0, 0, 0], &packed[0], &y[0, 0, 0, 0], &scratch[0]
+    s.a.win.extra = &wsum[0] if wsum is not None else NULL
+    with nogil:
+        run_local(&s, 1, threads_for(P * cout * KK))
+
+
+def qdwconv(const int8_t[:, :, :, ::1] x, const int16_t[:, ::1] wt, tuple geo, const int32_t[::1] bias,
+            const int32_t[::1] mult, const int32_t[::1] shift, tuple zps, int8_t[:, :, :, ::1] y):
+    """Depthwise int8 (multiplier 1); wt (kh*kw, C) int16; zps as qconv2d."""
+    cdef Window w = window_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), geo)
+    cdef int64_t items = w.s.n * w.s.oh
+    if items == 0 or w.s.ow == 0 or w.s.c == 0:
+        return
+    w.rq = requant_args(bias, mult, shift, zps)
+    w.cout = w.s.c
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind, s.w = STEP_QDWCONV, &w
+    s.a.win.x, s.a.win.w, s.a.win.y = &x[0, 0, 0, 0], &wt[0, 0], &y[0, 0, 0, 0]
+    with nogil:
+        run_local(&s, 1, threads_for(items * w.s.ow * w.s.c * w.s.kh * w.s.kw))
+
+
+def quantize_i8(const float[::1] x, float scale, int zp, int8_t[::1] y):
+    """y = clamp(round_half_away(x / scale) + zp) as int8."""
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    if x.shape[0] == 0:
+        return
+    s.kind = STEP_QUANTIZE_I8
+    s.a.elem.x, s.a.elem.y, s.a.elem.count, s.a.elem.fn, s.a.elem.alpha = &x[0], &y[0], x.shape[0], zp, scale
+    with nogil:
+        run_local(&s, 1, threads_for(x.shape[0] * 4))
+
+
+def dequantize_i8(const int8_t[::1] x, float scale, int zp, float[::1] y):
+    """y = scale * (x - zp)."""
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    if x.shape[0] == 0:
+        return
+    s.kind = STEP_DEQUANTIZE_I8
+    s.a.elem.x, s.a.elem.y, s.a.elem.count, s.a.elem.fn, s.a.elem.alpha = &x[0], &y[0], x.shape[0], zp, scale
+    with nogil:
+        run_local(&s, 1, threads_for(x.shape[0] * 2))
+
+
+def qavg_pool2d(const int8_t[:, :, :, ::1] x, tuple geo, int lo, int hi, int8_t[:, :, :, ::1] y):
+    """int8 average pool; geo = (oh, ow, kh, kw, sh, sw, pad_top, pad_left)."""
+    cdef Window w = window_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), geo[:6] + (1, 1) + geo[6:])
+    w.rq.lo, w.rq.hi, w.cout = lo, hi, w.s.c
+    if w.s.n * w.s.oh == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind, s.w = STEP_QAVG_POOL, &w
+    s.a.win.x, s.a.win.y = &x[0, 0, 0, 0], &y[0, 0, 0, 0]
+    with nogil:
+        run_local(&s, 1, threads_for(w.s.n * w.s.oh * w.s.ow * w.s.c * w.s.kh * w.s.kw))
+
+
+def qsoftmax(const int8_t[:, ::1] x, const float[::1] table, float out_scale, int zp_out, int8_t[:, ::1] y):
+    """TFLite's int8 softmax of every row of x with the exp table (256,)."""
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_QSOFTMAX
+    s.a.softmax_i8.x, s.a.softmax_i8.table, s.a.softmax_i8.y = &x[0, 0], &table[0], &y[0, 0]
+    s.a.softmax_i8.rows, s.a.softmax_i8.n = x.shape[0], x.shape[1]
+    s.a.softmax_i8.zp_out, s.a.softmax_i8.out_scale = zp_out, out_scale
+    with nogil:
+        run_local(&s, 1, 1)
