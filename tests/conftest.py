@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from volvox import kernels
+from volvox import cpu
 
 
 @pytest.fixture(scope="session")
@@ -21,16 +21,16 @@ def smollm2_gguf_path():
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
     """Run the test at 1 and at 2 kernel threads."""
-    before = kernels.get_num_threads()
-    kernels.set_num_threads(request.param)
+    before = cpu.get_num_threads()
+    cpu.set_num_threads(request.param)
     yield request.param
-    kernels.set_num_threads(before)
+    cpu.set_num_threads(before)
 
 
-@pytest.fixture(params=kernels.available_isas())
+@pytest.fixture(params=cpu.available_isas())
 def tier(request):
     """Run the test on each kernel tier (ISA) this machine has."""
-    before = kernels.isa()
-    kernels._set_isa_for_testing(request.param)
+    before = cpu.isa()
+    cpu._set_isa_for_testing(request.param)
     yield request.param
-    kernels._set_isa_for_testing(before)
+    cpu._set_isa_for_testing(before)

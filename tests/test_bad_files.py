@@ -9,9 +9,9 @@ import pytest
 
 import volvox
 import volvox.errors
-from volvox.importers.gguf import read_gguf
-from volvox.importers.torch_state_dict import read_state_dict
-from volvox.safetensors import SafeTensorsFile
+from volvox.formats.gguf import read_gguf
+from volvox.formats.torch_state_dict import read_state_dict
+from volvox.formats.safetensors import SafeTensorsFile
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

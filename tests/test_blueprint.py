@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import volvox
-from volvox.quant import dequantize_ref, quantize_ref
-from volvox.safetensors import save_safetensors
+from volvox.ir.quant_blocks import dequantize_ref, quantize_ref
+from volvox.formats.safetensors import save_safetensors
 
 RNG = np.random.default_rng(0)
 W1 = RNG.standard_normal((32, 8)).astype(np.float32)

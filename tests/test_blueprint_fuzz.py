@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import volvox
-from volvox.blueprint import parse_config
-from volvox.safetensors import save_safetensors
+from volvox.formats.blueprint import parse_config
+from volvox.formats.safetensors import save_safetensors
 
 BASE = {
     "format": "volvox-blueprint", "version": 1,

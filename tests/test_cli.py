@@ -41,7 +41,7 @@ def test_info_reports_kernels_and_model(tmp_path):
 
 
 def test_run_blueprint_graph(tmp_path):
-    from volvox.safetensors import save_safetensors
+    from volvox.formats.safetensors import save_safetensors
 
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
     (tmp_path / "config.json").write_text(json.dumps({

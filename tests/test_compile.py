@@ -11,7 +11,7 @@ import pytest
 import volvox
 from volvox import hub
 from volvox.compile import CPU_ONLY, PASSES, compile_graph
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from tiny_gguf import write_tiny_llama
 
 DATA = Path(__file__).parent / "data"

@@ -9,7 +9,7 @@ import pytest
 from volvox.cli import main
 from volvox.compile.memory import ALIGNMENT, bind_dims, lifetimes, plan_arena
 from volvox.errors import ShapeError
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from tiny_gguf import write_tiny_llama
 
 

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from volvox import kernels
+from volvox import cpu
 from volvox.compile import compile_graph
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
 from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref
 from volvox.runtime.executor import Executor, RunContext
@@ -212,8 +212,8 @@ def _conv_graph():
 
 def test_conv_weights_are_packed_at_load_not_on_the_first_run(monkeypatch):
     packs = []
-    real = kernels._packed
-    monkeypatch.setattr(kernels, "_packed", lambda w, kind, make: real(w, kind, lambda: (packs.append(kind), make())[1]))
+    real = cpu._packed
+    monkeypatch.setattr(cpu, "_packed", lambda w, kind, make: real(w, kind, lambda: (packs.append(kind), make())[1]))
     g, w, x = _conv_graph()
     model = Model(g, w, {}, "convs")
     assert sorted(packs) == ["dw", "f32", "i8", "qdw"]  # each conv weight, once, at compile time

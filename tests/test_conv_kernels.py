@@ -1,16 +1,16 @@
-"""volvox.kernels' vision kernels on every ISA tier against the numpy references of
+"""volvox.cpu's vision kernels on every ISA tier against the numpy references of
 volvox/ops: f32 conv2d (dense via the packed GEMM, depthwise direct) within a float
 error bound, int8 qconv2d bit-exact (the reference is the int64 transcription of TFLite's
 arithmetic that tests/test_vision_ops.py checks line by line), the packed f32 GEMM behind
-kernels.linear against float64 numpy, thread-count independence, and bad input."""
+cpu.linear against float64 numpy, thread-count independence, and bad input."""
 
 import numpy as np
 import pytest
 
-import volvox.kernels as K
+from volvox import cpu as K
 from volvox.errors import KernelError, ShapeError
 from volvox.ops.conv import conv2d_ref
-from volvox.ops.quantized import qconv2d_ref, quantize_multiplier
+from volvox.ops.int8 import qconv2d_ref, quantize_multiplier
 
 rng = np.random.default_rng(2026)
 

@@ -11,7 +11,7 @@ from volvox import convert as convert_module
 from volvox.convert import convert, quantizable, source_weights
 from volvox.errors import BlueprintError
 from volvox.model import Model
-from volvox.quant import quantize_ref
+from volvox.ir.quant_blocks import quantize_ref
 
 TEXT = "Once upon a time, the quick brown fox 12345 said <|im_start|>user\nHi there!<|im_end|> café 東京"
 

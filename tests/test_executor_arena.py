@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import volvox
-from volvox import kernels
+from volvox import cpu
 from volvox.errors import KernelError, ShapeError, VolvoxError
-from volvox.graph import Graph, Node, TensorSpec
-from volvox.quant import quantize_ref
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ir.quant_blocks import quantize_ref
 from volvox.runtime.executor import Executor, RunContext
 from volvox.tasks import generate
 from volvox.tasks.batch import decode_step
@@ -358,7 +358,7 @@ def _conv_case(rng, depthwise: bool, k: int):
     w = rng.standard_normal((c, k, k, 1 if depthwise else c)).astype(np.float32)  # OHWI
     kw = dict(bias=rng.standard_normal(c).astype(np.float32), strides=(2, 1), pads=(k // 2,) * 4,
               groups=c if depthwise else 1, activation="relu6")
-    return (lambda out=None: kernels.conv2d(x, w, out=out, **kw)), x
+    return (lambda out=None: cpu.conv2d(x, w, out=out, **kw)), x
 
 
 def _kernel_cases():
@@ -375,17 +375,17 @@ def _kernel_cases():
     kc = rng.standard_normal((2, 16, 8)).astype(np.float32)  # (n_kv_heads, capacity, head_dim)
     vc = rng.standard_normal((2, 16, 8)).astype(np.float32)
     cases = {
-        "rope": (lambda out=None: kernels.rope(x, pos, 8, 6, 10000.0, 2.0, False, out=out), x),
-        "rope_interleaved_strided": (lambda out=None: kernels.rope(wide[:, ::2], pos, 8, interleaved=True, out=out), None),
-        "swiglu": (lambda out=None: kernels.swiglu(wide, out=out), wide),
-        "silu": (lambda out=None: kernels.silu(x, out=out), None),  # may write over x: test_silu_out_may_be_x
-        "silu_3d": (lambda out=None: kernels.silu(wide.reshape(3, 2, 64), out=out), None),
-        "attention": (lambda out=None: kernels.attention(x, kc, vc, 4, 4, 0.35, out=out), x),
-        "attention_window": (lambda out=None: kernels.attention(x, kc, vc, 4, 4, 0.35, window=3, out=out), x),
-        "embedding": (lambda out=None: kernels.embedding(table, ids, out=out), table),
-        "embedding_q4_1": (lambda out=None: kernels.embedding(qtable, ids.astype(np.int32), out=out), None),
-        "layer_norm": (lambda out=None: kernels.layer_norm(x, w, b, 1e-5, out=out), x),
-        "layer_norm_vector": (lambda out=None: kernels.layer_norm(x[2], w, None, 1e-6, out=out), x[2]),
+        "rope": (lambda out=None: cpu.rope(x, pos, 8, 6, 10000.0, 2.0, False, out=out), x),
+        "rope_interleaved_strided": (lambda out=None: cpu.rope(wide[:, ::2], pos, 8, interleaved=True, out=out), None),
+        "swiglu": (lambda out=None: cpu.swiglu(wide, out=out), wide),
+        "silu": (lambda out=None: cpu.silu(x, out=out), None),  # may write over x: test_silu_out_may_be_x
+        "silu_3d": (lambda out=None: cpu.silu(wide.reshape(3, 2, 64), out=out), None),
+        "attention": (lambda out=None: cpu.attention(x, kc, vc, 4, 4, 0.35, out=out), x),
+        "attention_window": (lambda out=None: cpu.attention(x, kc, vc, 4, 4, 0.35, window=3, out=out), x),
+        "embedding": (lambda out=None: cpu.embedding(table, ids, out=out), table),
+        "embedding_q4_1": (lambda out=None: cpu.embedding(qtable, ids.astype(np.int32), out=out), None),
+        "layer_norm": (lambda out=None: cpu.layer_norm(x, w, b, 1e-5, out=out), x),
+        "layer_norm_vector": (lambda out=None: cpu.layer_norm(x[2], w, None, 1e-6, out=out), x[2]),
     }
     for name, depthwise, k in (("conv2d", False, 3), ("conv2d_1x1", False, 1), ("conv2d_depthwise", True, 3)):
         cases[name] = _conv_case(rng, depthwise, k)
@@ -425,10 +425,10 @@ def test_kernel_out_refuses_a_bad_buffer(name):
 def test_silu_out_may_be_x():
     buf = np.random.default_rng(2).standard_normal(208).astype(np.float32)
     x = buf[:200].reshape(5, 40)
-    want = kernels.silu(x)
+    want = cpu.silu(x)
     with pytest.raises(KernelError, match="overlap"):  # x shifted by two values: not elementwise in place
-        kernels.silu(x, out=buf[8:].reshape(5, 40))
-    assert kernels.silu(x, out=x) is x
+        cpu.silu(x, out=buf[8:].reshape(5, 40))
+    assert cpu.silu(x, out=x) is x
     assert_bits_equal(x, want)
 
 
@@ -436,6 +436,6 @@ def test_embedding_out_untouched_on_a_bad_id():
     table = np.ones((4, 8), np.float32)
     out = np.zeros((2, 8), np.float32)
     with pytest.raises(KernelError, match="id 9"):
-        kernels.embedding(table, np.array([1, 9]), out=out)
+        cpu.embedding(table, np.array([1, 9]), out=out)
     assert not out.any()
     assert issubclass(KernelError, VolvoxError)

@@ -21,9 +21,9 @@ import pytest
 import volvox
 from volvox.convert import source_weights
 from volvox.errors import UnsupportedError
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.hub import load_recipe
-from volvox.image import preprocess
+from volvox.tasks.image import preprocess
 from volvox.model import Model
 
 from vision_helpers import SAMPLES, model_file, sample_image
@@ -238,7 +238,7 @@ def test_twin_refuses_a_clamp_that_is_no_activation():
 def test_bench_layers_cuts_the_model_after_each_operator(monkeypatch):
     """tools/bench_layers.py's TFLite column: every cut of the int8 person detector loads and
     runs in the interpreter, one row per operator, named as the importer names its nodes."""
-    from volvox.importers.tflite import read_tflite
+    from volvox.formats.tflite import read_tflite
     monkeypatch.syspath_prepend(str(ROOT / "tools"))  # it imports bench_vision
     layers = _tool("bench_layers")
     path = model_file("mltk-person-detection")

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from volvox.errors import VolvoxError
-from volvox.importers.onnx import read_onnx
-from volvox.importers.tflite import read_tflite
-from volvox.importers.torch_state_dict import read_state_dict
+from volvox.formats.onnx import read_onnx
+from volvox.formats.tflite import read_tflite
+from volvox.formats.torch_state_dict import read_state_dict
 from volvox.model import Model
 
 from test_parsers_fuzz import INTERESTING, mutated

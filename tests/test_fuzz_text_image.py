@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from volvox.errors import VolvoxError
-from volvox.image import ImageError, load_image, preprocess
+from volvox.tasks.image import ImageError, load_image, preprocess
 from volvox.tokenizers.bpe import ByteLevelBPETokenizer, bytes_to_unicode
 from volvox.tokenizers.hf_json import bpe_tokenizer_json
 from volvox.tokenizers.wordpiece import WordPieceTokenizer

@@ -1,4 +1,4 @@
-"""volvox.importers.gguf against the independent `gguf` package, on the real SmolLM2 file and
+"""volvox.formats.gguf against the independent `gguf` package, on the real SmolLM2 file and
 on the tiny crafted one; plus the API-level failures (file-level ones: test_bad_files.py)."""
 
 import dataclasses
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from volvox.errors import ClosedError, GGUFError, ModelNotFoundError, UnsupportedError
-from volvox.importers.gguf import GGUFFile, GGUFTensorInfo, read_gguf
-from volvox.quant import QuantTensor
+from volvox.formats.gguf import GGUFFile, GGUFTensorInfo, read_gguf
+from volvox.ir.quant_blocks import QuantTensor
 
 gguf = pytest.importorskip("gguf")
 

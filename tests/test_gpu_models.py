@@ -18,7 +18,7 @@ from tiny_gguf import write_tiny_llama
 import volvox
 from volvox._gpu.devices import GPU_BACKENDS
 from volvox.compile import CPU_ONLY, PASSES
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
 from volvox.runtime.executor import Executor, RunContext
 from volvox.tasks.generate import Session

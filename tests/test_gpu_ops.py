@@ -15,7 +15,7 @@ import pytest
 from gpu_helpers import BACKENDS, device_or_skip, nmse
 from volvox._gpu.lowering import LOWERINGS
 from volvox.ops.activation import FUSED_ACTIVATIONS
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.runtime.executor import Executor, RunContext
 from volvox.runtime.gpu_executor import GpuExecutor
 from volvox.runtime.kv_cache import KVCache

@@ -17,7 +17,7 @@ import volvox
 from volvox._gpu.backend import Buffer, BufferPool, CommandGraph, Device, DeviceError, Recording
 from volvox._gpu.devices import open_device
 from volvox.errors import KernelError
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
 from volvox.runtime.executor import Executor, RunContext
 from volvox.tasks.generate import Session

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 import volvox  # noqa: E402
 from hf_models import build_causal_lm, train_bpe_tokenizer  # noqa: E402
 from volvox.errors import BlueprintError, ModelNotFoundError, ShapeError, TokenizerError, UnsupportedError, WeightsError  # noqa: E402
-from volvox.safetensors import SafeTensorsFile, save_safetensors  # noqa: E402
+from volvox.formats.safetensors import SafeTensorsFile, save_safetensors  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Images carrying an EXIF orientation are loaded upright by the path classify / detect / ctc use
-(volvox.image.load_image / preprocess), from a file and from an opened PIL image.
+(volvox.tasks.image.load_image / preprocess), from a file and from an opened PIL image.
 
 The expected pixels come from the EXIF definition of each orientation (where the stored image's
 row 0 and column 0 are displayed), written as numpy flips / rotations, never from Pillow's
@@ -9,7 +9,7 @@ row 0 and column 0 are displayed), written as numpy flips / rotations, never fro
 import numpy as np
 import pytest
 
-from volvox.image import load_image, preprocess
+from volvox.tasks.image import load_image, preprocess
 
 Image = pytest.importorskip("PIL.Image")
 

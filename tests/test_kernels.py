@@ -1,6 +1,6 @@
-"""volvox.kernels on every ISA tier this machine runs, against numpy references.
+"""volvox.cpu on every ISA tier this machine runs, against numpy references.
 
-Tiers are switched in-process with ``volvox.kernels._set_isa_for_testing(tier)`` (the
+Tiers are switched in-process with ``volvox.cpu._set_isa_for_testing(tier)`` (the
 same table VOLVOX_ISA selects at import); VOLVOX_ISA itself is tested in subprocesses.
 
 Two references per quantized case:
@@ -27,9 +27,9 @@ import sys
 import numpy as np
 import pytest
 
-import volvox.kernels as K
+from volvox import cpu as K
 from volvox.errors import KernelError, ShapeError, VolvoxError
-from volvox.quant import GGML_FORMATS, QuantTensor, dequantize_ref, dequantize_rows_ref, quantize_ref
+from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, dequantize_ref, dequantize_rows_ref, quantize_ref
 
 TIERS = K.available_isas()
 QTYPES = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"]
@@ -413,7 +413,7 @@ def test_real_smollm2_weights(tier, smollm2_gguf_path):
 
 def _run_with_isa(value):
     env = dict(os.environ, VOLVOX_ISA=value)
-    code = ("import volvox.kernels as K, sys\n"
+    code = ("import sys; from volvox import cpu as K\n"
             "sys.stdout.write(K.isa())\n")
     # cwd outside the source tree: the installed package (with its compiled kernels) must be imported
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

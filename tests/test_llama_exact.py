@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import volvox
-import volvox.kernels as K
+from volvox import cpu as K
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 STEPS = 12

@@ -9,7 +9,7 @@ import pytest
 import volvox
 from hf_models import build_causal_lm, train_bpe_tokenizer
 from tiny_gguf import write_tiny_llama
-from volvox import kernels
+from volvox import cpu
 
 PROMPT, DECODE = [5, 17, 99, 3], [42, 7, 200, 11, 250, 64]
 
@@ -26,7 +26,7 @@ def per_op_executor(lm):
 
 def decode_both_ways(lm, prompt=PROMPT, tokens=DECODE):
     """(native logits, per-op logits, native session, per-op session) for the same tokens; the
-    plan runs every token on all of kernels.get_num_threads() (no one-thread start or back-off)."""
+    plan runs every token on all of cpu.get_num_threads() (no one-thread start or back-off)."""
     native, per_op = lm.new_session(), lm.new_session()
     native.forward(prompt)
     plan = lm._native_decode_plan()
@@ -132,12 +132,12 @@ def test_busy_plan_or_more_threads_fall_back_with_the_same_logits(tmp_path):
         with plan._lock:  # another thread is inside the plan: this call runs per op
             got = b.forward([9])
         assert plan.runs == 1 and np.array_equal(got, want)
-        before = kernels.get_num_threads()
+        before = cpu.get_num_threads()
         try:
-            kernels.set_num_threads(plan.threads + 1)  # more threads than the plan has scratch for
+            cpu.set_num_threads(plan.threads + 1)  # more threads than the plan has scratch for
             got = b.forward([10])
         finally:
-            kernels.set_num_threads(before)
+            cpu.set_num_threads(before)
         assert plan.runs == 1 and np.array_equal(got, a.forward([10]))
 
 

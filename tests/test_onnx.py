@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import volvox
-from volvox.image import preprocess
-from volvox.importers.onnx import ONNXError, read_onnx
+from volvox.tasks.image import preprocess
+from volvox.formats.onnx import ONNXError, read_onnx
 from volvox.model import Model
 
 from vision_helpers import model_file, text_line

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from volvox.errors import VolvoxError
-from volvox.importers.gguf import read_gguf
-from volvox.quant import QuantTensor
-from volvox.safetensors import SafeTensorsFile
+from volvox.formats.gguf import read_gguf
+from volvox.ir.quant_blocks import QuantTensor
+from volvox.formats.safetensors import SafeTensorsFile
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

@@ -1,4 +1,4 @@
-"""volvox.quant's numpy references against the independent `gguf` package.
+"""volvox.ir.quant_blocks's numpy references against the independent `gguf` package.
 
 quantize_ref must be byte-identical to gguf.quants.quantize (both follow ggml's
 reference C), and dequantize_ref equal to gguf.quants.dequantize, on random data and
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from volvox.errors import ShapeError, UnsupportedError
-from volvox.quant import (GGML_FORMATS, QuantTensor, dequantize_ref, dequantize_rows_ref,
+from volvox.ir.quant_blocks import (GGML_FORMATS, QuantTensor, dequantize_ref, dequantize_rows_ref,
                           quantize_ref)
 
 gguf = pytest.importorskip("gguf")

@@ -21,7 +21,7 @@ import pytest
 import volvox
 from gpu_helpers import BACKENDS, device_or_skip, nmse
 from volvox.errors import ShapeError, UnsupportedError
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import get_op
 from volvox.ops.resize import NEAREST_MODES, ONNX_COORDINATES, ONNX_NEAREST_MODES, TFLITE_COORDINATES
 from volvox.runtime.executor import Executor, RunContext

@@ -1,4 +1,4 @@
-"""volvox.safetensors: round trips with itself and with the real `safetensors` package,
+"""volvox.formats.safetensors: round trips with itself and with the real `safetensors` package,
 zero-copy reads, atomic writes, and the API-level failures (file-level ones: test_bad_files.py)."""
 
 import json
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from volvox.errors import ClosedError, ModelNotFoundError, WeightsError
-from volvox.safetensors import MAX_HEADER_BYTES, SafeTensorsFile, save_safetensors
+from volvox.formats.safetensors import MAX_HEADER_BYTES, SafeTensorsFile, save_safetensors
 
 st_numpy = pytest.importorskip("safetensors.numpy")
 safetensors = pytest.importorskip("safetensors")

@@ -1,4 +1,4 @@
-"""volvox.kernels attention / rope / swiglu on every ISA tier, against the numpy op references
+"""volvox.cpu attention / rope / swiglu on every ISA tier, against the numpy op references
 (volvox.ops attention_ref, rope_ref, swiglu_ref) and, for RoPE, against an emulation of
 ggml's float32 arithmetic built from libm's cosf / sinf."""
 
@@ -8,7 +8,7 @@ import ctypes.util
 import numpy as np
 import pytest
 
-import volvox.kernels as K
+from volvox import cpu as K
 from volvox.errors import KernelError, ShapeError
 from volvox.ops.attention import attention_fast, attention_ref, rope_fast, rope_ref
 from volvox.ops.elementwise import silu_fast, silu_ref

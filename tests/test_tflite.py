@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import volvox
-from volvox.image import preprocess
-from volvox.importers.flatbuf import root
-from volvox.importers.tflite import TFLiteError, read_tflite
+from volvox.tasks.image import preprocess
+from volvox.formats.flatbuffers import root
+from volvox.formats.tflite import TFLiteError, read_tflite
 from volvox.model import Model
 
 from vision_helpers import SAMPLES, model_file, sample_image
@@ -122,7 +122,7 @@ def test_unknown_op_names_op_and_node(vww, tmp_path):
 
 def test_wrong_image_is_a_clear_error():
     model = volvox.load("mltk-person-detection")
-    from volvox.image import ImageError
+    from volvox.tasks.image import ImageError
     with pytest.raises(ImageError, match="uint8"):
         model.classify(np.zeros((8, 8, 3), np.float32))
     with pytest.raises(ImageError, match="no such image"):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import volvox
-from volvox.image import preprocess
+from volvox.tasks.image import preprocess
 
 from vision_helpers import SAMPLES, model_file, sample_image
 

@@ -8,8 +8,8 @@ import pytest
 
 import volvox
 from volvox.errors import WeightsError
-from volvox.image import preprocess
-from volvox.importers.torch_state_dict import read_state_dict
+from volvox.tasks.image import preprocess
+from volvox.formats.torch_state_dict import read_state_dict
 
 from vision_helpers import SAMPLES, model_file, sample_image
 

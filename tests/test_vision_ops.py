@@ -4,10 +4,10 @@ and the int8 arithmetic against a line-by-line transcription of TFLite's C++."""
 import numpy as np
 import pytest
 
-from volvox.graph import TensorSpec
+from volvox.ir.graph import TensorSpec
 from volvox.ops import get_op
 from volvox.ops.conv import same_padding
-from volvox.ops.quantized import multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
+from volvox.ops.int8 import multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
 
 rng = np.random.default_rng(1234)
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import volvox
-from volvox import kernels
+from volvox import cpu
 from volvox.errors import ShapeError
-from volvox.graph import Graph, Node, TensorSpec
-from volvox.image import preprocess
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.tasks.image import preprocess
 from volvox.model import Model
 from volvox.ops import get_op
-from volvox.ops.quantized import quantize_multiplier
+from volvox.ops.int8 import quantize_multiplier
 from volvox.runtime.executor import RunContext
 from volvox.runtime.vision_plan import PLANS_PER_GRAPH
 
@@ -35,11 +35,11 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def plan_and_per_op(model: Model, feeds: dict) -> tuple[dict, dict]:
     """(outputs through Model.run, outputs of the per-op executor) for the same feeds; the plan
-    runs on every thread of kernels.get_num_threads(), however small its work."""
+    runs on every thread of cpu.get_num_threads(), however small its work."""
     model.run(feeds)  # lowers the graph on the first call
     if model._plan.plan is not None:
         plan = model._plan.plan
-        plan.useful_threads = kernels.get_num_threads()
+        plan.useful_threads = cpu.get_num_threads()
         plan.pacer.solo_runs, plan.pacer.pace = 0, lambda threads, seconds: None  # no stall back-off either
     return model.run(feeds), model.executor.run(RunContext(), feeds)
 
@@ -112,9 +112,9 @@ def test_qsoftmax_fast_is_the_reference(shape):
 
 def test_small_kernels_refuse_bad_arguments():
     with pytest.raises(ShapeError, match="qavg_pool2d"):
-        kernels.qavg_pool2d(np.zeros((1, 2, 2, 3), np.int8), (3, 3), (1, 1), (0, 0, 0, 0))
+        cpu.qavg_pool2d(np.zeros((1, 2, 2, 3), np.int8), (3, 3), (1, 1), (0, 0, 0, 0))
     with pytest.raises(ShapeError, match="table"):
-        kernels.qsoftmax(np.zeros((2, 3), np.int8), np.zeros(10, np.float32), 1 / 256, -128)
+        cpu.qsoftmax(np.zeros((2, 3), np.int8), np.zeros(10, np.float32), 1 / 256, -128)
 
 
 @pytest.mark.parametrize("xs,cout", [((2, 5, 6, 5), 7), ((1, 6, 4, 12), 40)])
@@ -125,7 +125,7 @@ def test_qconv_1x1_rows_are_the_reference(tier, xs, cout):
     pairs = [quantize_multiplier(r) for r in rng.uniform(1e-3, 1e-2, cout)]
     m, sh = np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32)
     p = dict(input_zero_point=3, output_zero_point=-4)
-    y = kernels.qconv2d(x, w, b, m, sh, 3, -4)
+    y = cpu.qconv2d(x, w, b, m, sh, 3, -4)
     assert same_bits(y, get_op("qconv2d").ref(None, p, x, w, b, m, sh))
 
 
@@ -631,9 +631,9 @@ def test_a_team_smaller_than_asked_runs_every_item():
     next step's wait, or leave outputs unwritten)."""
     code = textwrap.dedent("""
         import numpy as np
-        from volvox import kernels
+        from volvox import cpu
         import test_vision_plan as t
-        kernels.set_num_threads(3)
+        cpu.set_num_threads(3)
         for make in (t.float_graph, t.int8_graph, lambda: t.dwpw_graph(1, True), lambda: t.qdwpw_graph(1)):
             model = make()
             x = t.rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
@@ -681,7 +681,7 @@ def test_model_plan_is_the_per_op_executor(name, lowers, pairs, threads):
     """Every real model's plan (``pairs`` depthwise -> 1x1 pairs fused into DWPW / QDWPW steps) gives the
     per-op executor's outputs bit for bit."""
     model = load_or_skip(name)
-    kernels.set_num_threads(threads)  # load() sets its own default
+    cpu.set_num_threads(threads)  # load() sets its own default
     image = text_line("The quick brown fox 2026") if name == "pp-ocrv4-rec" else \
         rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)  # any photo-sized RGB image
     feeds = {model.graph.inputs[0].name: preprocess(image, model.metadata["preprocess"]).tensor}

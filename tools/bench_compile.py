@@ -49,9 +49,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     a = ap.parse_args()
-    import volvox.kernels
+    import volvox.cpu
 
-    volvox.kernels.set_num_threads(a.threads)
+    volvox.cpu.set_num_threads(a.threads)
     print(f"load average: {os.getloadavg()[0]:.2f} (numbers mean little when it is high)   threads: {a.threads}")
     print(f"{'model':<24}{'nodes off/on':>14}{'first off':>11}{'first on':>10}{'off ms':>9}{'on ms':>8}{'on/off':>8}")
     for name in a.models:

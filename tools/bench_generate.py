@@ -126,9 +126,9 @@ def main() -> None:
         peers = [("llama.cpp", path, bench_llama_cpp)]
     with volvox.load(path) as lm:
         short, long = prompt_ids(lm.tokenizer, 32), prompt_ids(lm.tokenizer, 512)
-    from volvox import kernels
+    from volvox import cpu
 
-    print(f"model: {path}\nvolvox isa: {kernels.isa()}")
+    print(f"model: {path}\nvolvox isa: {cpu.isa()}")
     print(f"{'threads':>7} {'engine':<10} {'load ms':>8} {'prefill32':>10} {'prefill512':>11} {'decode':>8}   (tok/s)")
     mine = a.volvox or [path]
     for i, p in enumerate(mine):

@@ -31,7 +31,7 @@ import numpy as np
 import volvox
 from volvox._gpu.backend import BackendUnavailable
 from volvox._gpu.devices import GPU_BACKENDS, open_device
-from volvox.graph import Graph, Node, TensorSpec
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
 from volvox.tasks.generate import Session
 

@@ -68,8 +68,8 @@ def timeit(fn, min_time: float) -> float:
 
 
 def child(threads: int, isa: str | None, quick: bool, vision: bool) -> None:
-    import volvox.kernels as K
-    from volvox.quant import quantize_ref
+    from volvox import cpu as K
+    from volvox.ir.quant_blocks import quantize_ref
 
     if isa:
         K._set_isa_for_testing(isa)
@@ -121,8 +121,8 @@ def child(threads: int, isa: str | None, quick: bool, vision: bool) -> None:
 def bench_dram(threads: int, min_time: float) -> None:
     """A q8_0 GEMV over 1 GB of weights (past this machine's 260 MiB shared L3, so it streams
     from DRAM) beside numpy's max over 1 GB of float32 (a one-thread SIMD read)."""
-    import volvox.kernels as K
-    from volvox.quant import QuantTensor
+    from volvox import cpu as K
+    from volvox.ir.quant_blocks import QuantTensor
 
     k = 4096
     n = (1 << 30) // (k // 32 * 34)
@@ -147,8 +147,8 @@ ATTN = [("decode   T=64 ", 1, 63), ("decode   T=512", 1, 511), ("decode   T=2048
 
 
 def bench_attention(threads: int, min_time: float) -> None:
-    """volvox.kernels.attention vs torch SDPA (causal, GQA expanded) and attention_ref."""
-    import volvox.kernels as K
+    """volvox.cpu.attention vs torch SDPA (causal, GQA expanded) and attention_ref."""
+    from volvox import cpu as K
     from volvox.ops.attention import attention_ref
     from volvox.runtime.executor import RunContext
     from volvox.runtime.kv_cache import KVCache
@@ -229,8 +229,8 @@ def _ort_qlinearconv(x, w, bias, zp_in, zp_out, scale_w, groups, stride, pad, th
 
 def bench_vision(threads: int, min_time: float) -> None:
     """f32 GEMM with many rows vs numpy; f32 convs vs torch; int8 convs vs onnxruntime."""
-    import volvox.kernels as K
-    from volvox.ops.quantized import quantize_multiplier
+    from volvox import cpu as K
+    from volvox.ops.int8 import quantize_multiplier
 
     rng = np.random.default_rng(2)
     print(f"\n== vision kernels, threads={threads} isa={K.isa()}")

@@ -30,8 +30,8 @@ def tflite_cuts(path: str, threads: int, x, runs: int) -> list[tuple[str, float]
     cut before) per operator."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from volvox.importers.flatbuf import root
-    from volvox.importers.tflite import BUILTIN_NAMES
+    from volvox.formats.flatbuffers import root
+    from volvox.formats.tflite import BUILTIN_NAMES
 
     data = Path(path).read_bytes()
     model = root(data, path, ValueError)
@@ -73,14 +73,14 @@ def main() -> None:
     import numpy as np
 
     import volvox
-    from volvox import kernels
+    from volvox import cpu
     from volvox.hub import resolve_model_file
-    from volvox.image import preprocess
+    from volvox.tasks.image import preprocess
 
     sys.path.insert(0, str(TOOLS.parent / "tests"))
     from vision_helpers import sample_image
 
-    kernels.set_num_threads(args.threads)
+    cpu.set_num_threads(args.threads)
     path = str(resolve_model_file(args.model.removesuffix(TWIN)))
     target, path = exported(args.model) if args.model.endswith(TWIN) or not path.endswith(".tflite") else (args.model, path)
     model = volvox.load(target, threads=args.threads)

@@ -74,9 +74,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     a = ap.parse_args()
-    import volvox.kernels
+    import volvox.cpu
 
-    volvox.kernels.set_num_threads(a.threads)
+    volvox.cpu.set_num_threads(a.threads)
     print(f"load average: {os.getloadavg()[0]:.2f} (numbers mean little when it is high)   threads: {a.threads}")
     print(f"{'model':<24}{'nodes':>6}{'off ms':>10}{'on ms':>10}{'on/off':>8}{'us/node':>9}")
     for name in a.models:

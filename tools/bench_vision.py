@@ -15,7 +15,7 @@ weights. "mltk-person-detection-fp32" is the float twin of the int8 person detec
 (tools/float_twin.py), in volvox as a blueprint and in TFLite (XNNPACK) as its export; with both
 rows run, "int8 vs fp32 on the same network" prints int8 ms / fp32 ms per runtime. Exported files
 are built once into the volvox cache (~/.cache/volvox/<model>/exports/), keyed by the source
-file's sha256 and the code of the tools and volvox's importers (older builds are deleted).
+file's sha256 and the code of the tools and volvox's format readers (older builds are deleted).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ def median_ms(fn, runs: int) -> float:
 
 def export_key(source: Path) -> str:
     """12 hex digits naming an export of ``source``: its sha256 and the code that imports and exports it."""
-    import volvox.importers
+    import volvox.formats
     from volvox.hub import sha256_file
 
     h = hashlib.sha256(sha256_file(source).encode())
     code = [TOOLS / t for t in ("tflite_writer.py", "export_tflite.py", "float_twin.py")]
-    for path in code + sorted(Path(volvox.importers.__file__).parent.glob("*.py")):
+    for path in code + sorted(Path(volvox.formats.__file__).parent.glob("*.py")):
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
@@ -117,7 +117,7 @@ def bench_one(name: str, threads: int, runs: int) -> dict:
 
     import volvox
     from volvox.hub import resolve_model_file
-    from volvox.image import preprocess
+    from volvox.tasks.image import preprocess
 
     sys.path.insert(0, str(TOOLS.parent / "tests"))
     from vision_helpers import sample_image, text_line

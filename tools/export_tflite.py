@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tflite_writer import build_flatbuffer, fb_table, fb_vec, tfl_model, tfl_op, tfl_opcode, tfl_tensor  # noqa: E402
 
 from volvox.errors import UnsupportedError  # noqa: E402
-from volvox.graph import Graph, Node  # noqa: E402
-from volvox.importers.tflite import (BUILTIN_NAMES, FUSED_ACTIVATIONS, PADDING_SAME, PADDING_VALID,  # noqa: E402
+from volvox.ir.graph import Graph, Node  # noqa: E402
+from volvox.formats.tflite import (BUILTIN_NAMES, FUSED_ACTIVATIONS, PADDING_SAME, PADDING_VALID,  # noqa: E402
                                      TENSOR_TYPES)
 from volvox.ops.conv import same_padding, window_params  # noqa: E402
 

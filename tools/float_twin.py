@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from export_tflite import export_tflite, write_atomically  # noqa: E402
 
 from volvox.errors import UnsupportedError  # noqa: E402
-from volvox.graph import Graph, Node, TensorSpec  # noqa: E402
-from volvox.importers.flatbuf import root  # noqa: E402
-from volvox.importers.tflite import TFLiteError, _Importer, _Tensor  # noqa: E402
-from volvox.ops.quantized import INT8_MAX, INT8_MIN  # noqa: E402
+from volvox.ir.graph import Graph, Node, TensorSpec  # noqa: E402
+from volvox.formats.flatbuffers import root  # noqa: E402
+from volvox.formats.tflite import TFLiteError, _Importer, _Tensor  # noqa: E402
+from volvox.ops.int8 import INT8_MAX, INT8_MIN  # noqa: E402
 
 
 def tflite_quantization(path: str | os.PathLike) -> dict[str, tuple[float, int]]:

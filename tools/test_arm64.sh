@@ -17,10 +17,10 @@
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 rootfs="$(realpath -m "${1:-/tmp/arm64root}")"
-# The kernel tests (tests/test_*kernels.py: GEMM/quant, sequence, conv ...) and test_quant.py; they
+# The kernel tests (tests/test_*cpu.py: GEMM/quant, sequence, conv ...) and test_quant.py; they
 # need only numpy, pytest and gguf.
 tests=(tests/test_quant.py)
-for t in "$src"/tests/test_*kernels.py; do tests+=("tests/$(basename "$t")"); done
+for t in "$src"/tests/test_*cpu.py; do tests+=("tests/$(basename "$t")"); done
 # Default: all but the tests on the real SmolLM2 GGUF (they fetch 100 MB and take minutes per tier emulated).
 pytest_args=("${@:2}")
 [ ${#pytest_args[@]} -gt 0 ] || pytest_args=(-k "not real")
@@ -73,11 +73,11 @@ echo "arm64 kernel tests, QEMU default CPU: $(( $(date +%s) - start )) s"
 
 start=$(date +%s)
 in_root QEMU_CPU=cortex-a72 chroot "$rootfs" /opt/vx/bin/python -c '
-import volvox.kernels as k
+from volvox import cpu as k
 avail = k.available_isas()
 assert "dotprod" not in avail and k.isa() == "neon", (avail, k.isa())
 print("cortex-a72 (no dotprod): tiers", avail, "picked", k.isa())'
-if refused=$(in_root QEMU_CPU=cortex-a72 VOLVOX_ISA=dotprod chroot "$rootfs" /opt/vx/bin/python -c 'import volvox.kernels' 2>&1); then
+if refused=$(in_root QEMU_CPU=cortex-a72 VOLVOX_ISA=dotprod chroot "$rootfs" /opt/vx/bin/python -c 'import volvox.cpu' 2>&1); then
   echo "VOLVOX_ISA=dotprod was accepted on a CPU without dotprod" >&2; exit 1
 fi
 grep "KernelError: VOLVOX_ISA='dotprod': this CPU cannot run that tier" <<<"$refused" || { echo "$refused" >&2; exit 1; }

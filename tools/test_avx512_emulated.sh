@@ -32,7 +32,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/volvox-emu-tests.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 cp -R tests tools pyproject.toml "$work/"
 cd "$work"
-"$venv/bin/python" -c 'import volvox.kernels as k; assert "avx512" in k.available_isas(), k.available_isas()'
+"$venv/bin/python" -c 'from volvox import cpu as k; assert "avx512" in k.available_isas(), k.available_isas()'
 kernel_tests=(tests/test_quant.py)
 for t in tests/test_*kernels.py; do kernel_tests+=("$t"); done
 "$venv/bin/python" -m pytest -q -p no:cacheprovider "${kernel_tests[@]}" -k "not real" "$@"

@@ -25,7 +25,7 @@ mkdir -p volvox/_gpu
 cp -R "$pkg/_gpu/shaders" volvox/_gpu/shaders
 "$python" - "$root" <<'PY'
 import os, platform, sys
-import volvox, volvox.kernels as k
+import volvox, volvox.cpu as k
 here = os.path.realpath(volvox.__file__)
 assert not here.startswith(os.path.realpath(sys.argv[1]) + os.sep), f"tests would import the source tree: {here}"
 print(f"installed volvox {here}; {platform.machine()}, ISA tier {k.isa()} of {k.available_isas()}")

@@ -5,10 +5,10 @@
     print(lm.generate("The capital of France is", max_new_tokens=16))
 """
 
-from .errors import (BlueprintError, ClosedError, GenerationError, GGUFError, KernelError, ModelNotFoundError,
+from volvox.errors import (BlueprintError, ClosedError, GenerationError, GGUFError, KernelError, ModelNotFoundError,
                      ShapeError, TokenizerError, UnsupportedError, VolvoxError, WeightsError)
-from .kernels import get_num_threads, set_num_threads
-from .loader import load
+from volvox.cpu import get_num_threads, set_num_threads
+from volvox.loader import load
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """``python -m volvox`` is the ``volvox`` command."""
 
-from .cli import main
+from volvox.cli import main
 
 raise SystemExit(main())

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .convert import CONVERT_TYPES
+from volvox.convert import CONVERT_TYPES
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -60,11 +60,11 @@ def _finish(a, model, stats=None) -> None:
 
 
 def _debug_report(model, stats=None) -> None:
-    from . import kernels
+    from volvox import cpu
 
     err = sys.stderr
     print(f"\n--- volvox debug: {model.source}", file=err)
-    print(f"load: {model.load_seconds * 1e3:.1f} ms   isa: {kernels.isa()}   threads: {kernels.get_num_threads()}   "
+    print(f"load: {model.load_seconds * 1e3:.1f} ms   isa: {cpu.isa()}   threads: {cpu.get_num_threads()}   "
           f"nodes: {len(model.source_graph.nodes)} -> {len(model.graph.nodes)} after fusion", file=err)
     if hasattr(model.executor, "describe"):  # a GPU backend: where the nodes run
         print(model.executor.describe(), file=err)
@@ -148,7 +148,7 @@ def cmd_vision(a) -> int:
     model = _load(a)
     method = getattr(model, a.command, None)
     if method is None:
-        from .errors import UnsupportedError
+        from volvox.errors import UnsupportedError
         raise UnsupportedError(f"{a.model}: task {model.metadata.get('task')!r} has no {a.command}()")
     t0 = time.perf_counter()
     result = method(a.image, top_k=a.top_k) if a.command == "classify" else method(a.image)
@@ -166,7 +166,7 @@ def cmd_vision(a) -> int:
 
 def cmd_convert(a) -> int:
     """GGUF file / HF folder / blueprint -> blueprint directory."""
-    from .convert import convert
+    from volvox.convert import convert
 
     out = convert(a.src, a.out_dir, quantize=a.quantize, overwrite=a.force, progress=True)
     print(f"wrote {out}")
@@ -177,7 +177,7 @@ def cmd_embed(a) -> int:
     """Sentence embeddings of each --text, one JSON list per line."""
     model = _load(a)
     if not hasattr(model, "embed"):
-        from .errors import UnsupportedError
+        from volvox.errors import UnsupportedError
         raise UnsupportedError(f"{a.model}: task {model.metadata.get('task')!r} has no embed()")
     for row in model.embed(a.text, normalize=a.normalize):
         print(json.dumps([round(float(v), 7) for v in row]))
@@ -185,13 +185,13 @@ def cmd_embed(a) -> int:
 
 
 def cmd_info(a) -> int:
-    from . import kernels
-    from .hub import recipe_names
+    from volvox import cpu
+    from volvox.hub import recipe_names
 
     info = {"volvox": __import__("volvox").__version__, "python": platform.python_version(),
-            "machine": platform.machine(), "isa": kernels.isa(), "isas_available": kernels.available_isas(),
-            "isas_built": list(kernels.engine.compiled_isas()), "openmp": bool(kernels.engine.openmp_enabled()),
-            "threads": kernels.get_num_threads(), "gpu_backends": _gpu_backends(), "known_models": recipe_names()}
+            "machine": platform.machine(), "isa": cpu.isa(), "isas_available": cpu.available_isas(),
+            "isas_built": list(cpu.engine.compiled_isas()), "openmp": bool(cpu.engine.openmp_enabled()),
+            "threads": cpu.get_num_threads(), "gpu_backends": _gpu_backends(), "known_models": recipe_names()}
     if a.model:
         model = _load(a)
         g = model.graph
@@ -210,8 +210,8 @@ def cmd_info(a) -> int:
 def _gpu_backends() -> dict:
     """Each GPU backend: whether it opens here, its device and whether that is a CPU rasterizer,
     or why not."""
-    from ._gpu.backend import BackendUnavailable
-    from ._gpu.devices import GPU_BACKENDS, open_device
+    from volvox._gpu.backend import BackendUnavailable
+    from volvox._gpu.devices import GPU_BACKENDS, open_device
 
     report = {}
     for name in GPU_BACKENDS:
@@ -230,7 +230,7 @@ def _plan(model, dims_arg: list[str]) -> dict:
     arena of a lifetime-based plan (offsets with reuse) against the peak alive at once and the
     naive sum of every intermediate, the weight bytes, and what the per-op executor's arena places
     (nodes writing into it) vs the nodes that allocate their outputs per run, by op."""
-    from .compile.memory import RUN_TIME_DIMS, bind_dims, plan_arena, plan_run_arena
+    from volvox.compile.memory import RUN_TIME_DIMS, bind_dims, plan_arena, plan_run_arena
 
     dims = {"seq": 1, "out_seq": 1}
     for item in dims_arg:
@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``volvox`` command; volvox errors print one line and exit 1."""
-    from .errors import VolvoxError
+    from volvox.errors import VolvoxError
 
     args = build_parser().parse_args(argv)
     try:

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BlueprintError, UnsupportedError
-from .graph import Graph
-from .quant import QUANTIZABLE_QTYPES, QuantTensor, quantize_ref
-from .safetensors import save_safetensors
-from .tasks.from_blueprint import ModelDims, tokenizer_metadata
+from volvox.errors import BlueprintError, UnsupportedError
+from volvox.ir.graph import Graph
+from volvox.ir.quant_blocks import QUANTIZABLE_QTYPES, QuantTensor, quantize_ref
+from volvox.formats.safetensors import save_safetensors
+from volvox.tasks.from_blueprint import ModelDims, tokenizer_metadata
 
 
 class Progress:
@@ -77,8 +77,8 @@ def _tokenizer_json(src: Path, model) -> str:
     if src.is_dir():
         name = (model.metadata.get("tokenizer") or {}).get("file", "tokenizer.json")
         return (src / Path(name).name).read_text(encoding="utf-8")
-    from .importers.gguf import GGUFFile
-    from .tokenizers.hf_json import bpe_tokenizer_json
+    from volvox.formats.gguf import GGUFFile
+    from volvox.tokenizers.hf_json import bpe_tokenizer_json
 
     tok = model.tokenizer
     with GGUFFile(str(src)) as gguf:
@@ -96,7 +96,7 @@ CONVERT_TYPES = QUANTIZABLE_QTYPES + ("f16",)
 def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | None = None,
             overwrite: bool = False, progress: bool = False) -> Path:
     """Write the blueprint of ``src`` (GGUF file, HF folder or blueprint) to ``out_dir``; returns its path."""
-    from .loader import load
+    from volvox.loader import load
 
     src, out_dir = Path(src), Path(out_dir)
     if quantize is not None and quantize not in CONVERT_TYPES:

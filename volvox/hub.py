@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .errors import ModelNotFoundError
+from volvox.errors import ModelNotFoundError
 
 _PKG = Path(__file__).resolve().parent
 RECIPE_DIRS = (_PKG / "recipes", _PKG.parent / "models")  # installed wheel, then source tree

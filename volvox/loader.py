@@ -6,10 +6,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import kernels
-from .errors import DeviceError, ModelNotFoundError, UnsupportedError
-from .hub import load_recipe, resolve_model_file
-from .model import Model
+from volvox import cpu
+from volvox.errors import DeviceError, ModelNotFoundError, UnsupportedError
+from volvox.hub import load_recipe, resolve_model_file
+from volvox.model import Model
 
 BACKENDS = ("cpu", "auto", "vulkan", "opengl", "gles", "webgpu")
 
@@ -21,8 +21,8 @@ def _select_backend(backend: str):
         raise UnsupportedError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if backend == "cpu":
         return None
-    from ._gpu.devices import GPU_BACKENDS, LABELS, open_device
-    from ._gpu.backend import BackendUnavailable
+    from volvox._gpu.devices import GPU_BACKENDS, LABELS, open_device
+    from volvox._gpu.backend import BackendUnavailable
 
     for name in (GPU_BACKENDS if backend == "auto" else (backend,)):
         try:
@@ -52,7 +52,7 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     t0 = time.perf_counter()
     device = _select_backend(backend)
     if threads is not None:
-        kernels.set_num_threads(threads)
+        cpu.set_num_threads(threads)
     path = Path(model)
     kw = dict(reference=reference, profile=profile, optimize=optimize, device=device)
     try:
@@ -88,20 +88,20 @@ def _load_file(path: Path, kw: dict, metadata: dict | None = None) -> Model:
     with open(path, "rb") as f:
         magic = f.read(8)
     if magic[:4] == b"GGUF":
-        from .importers.gguf_llm import load_gguf_lm
+        from volvox.architectures.from_gguf import load_gguf_lm
         return load_gguf_lm(str(path), **kw)
     if magic[4:8] == b"TFL3" or path.suffix in (".onnx", ".pth"):
-        from .importers.vision import load_vision_file
+        from volvox.formats.vision_files import load_vision_file
         return load_vision_file(path, metadata, **kw)
     raise UnsupportedError(f"{path}: not a model file volvox can load (expected a GGUF file, "
                            f"a blueprint directory or a model name; file starts with {magic[:4]!r})")
 
 
 def _load_directory(path: Path, kw: dict) -> Model:
-    from .blueprint import read_blueprint
-    from .importers.hf import is_hf_folder, load_hf
-    from .importers.vision import VISION_TASKS, task_class
-    from .tasks.from_blueprint import task_model
+    from volvox.formats.blueprint import read_blueprint
+    from volvox.architectures.hf import is_hf_folder, load_hf
+    from volvox.formats.vision_files import VISION_TASKS, task_class
+    from volvox.tasks.from_blueprint import task_model
 
     if is_hf_folder(path):  # a Hugging Face checkpoint folder (config.json with a model_type)
         return load_hf(path, **kw)

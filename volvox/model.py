@@ -6,12 +6,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .compile import compile_graph
-from .errors import ClosedError, VolvoxError
-from .graph import Graph
-from .ops.norm import check_norm_weights
-from .runtime.executor import Executor, RunContext
-from .runtime.vision_plan import PlanHook
+from volvox.compile import compile_graph
+from volvox.errors import ClosedError, VolvoxError
+from volvox.ir.graph import Graph
+from volvox.ops.norm import check_norm_weights
+from volvox.runtime.executor import Executor, RunContext
+from volvox.runtime.vision_plan import PlanHook
 
 
 class Model:
@@ -33,7 +33,7 @@ class Model:
             if not (reference or profile):
                 self._plan = PlanHook(self.executor)
         else:  # a GPU backend (volvox/_gpu): same run(ctx, feeds), nodes placed on the device or the CPU
-            from .runtime.gpu_executor import GpuExecutor
+            from volvox.runtime.gpu_executor import GpuExecutor
             self.executor = GpuExecutor(self.graph, weights, device, reference=reference, profile=profile)
             self._closers.insert(0, device.close)
         self._closed = False

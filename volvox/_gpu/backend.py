@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DeviceError, KernelError, UnsupportedError, VolvoxError
+from volvox.errors import DeviceError, KernelError, UnsupportedError, VolvoxError
 
 SHADER_DIR = Path(__file__).resolve().parent / "shaders"
 PARAM_ALIGN = 256       # byte alignment of each dispatch's params (covers every API's offset alignment)

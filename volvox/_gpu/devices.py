@@ -11,17 +11,17 @@ LABELS = {"vulkan": "Vulkan", "opengl": "OpenGL", "gles": "OpenGL ES", "webgpu":
 
 def open_device(name: str):
     """A new device of backend ``name`` ("vulkan", "opengl", "gles" or "webgpu")."""
-    from .backend import BackendUnavailable
+    from volvox._gpu.backend import BackendUnavailable
 
     try:
         if name == "vulkan":
-            from .vulkan import VulkanDevice
+            from volvox._gpu.vulkan import VulkanDevice
             return VulkanDevice()
         if name in ("opengl", "gles"):
-            from .opengl import OpenGLDevice
+            from volvox._gpu.opengl import OpenGLDevice
             return OpenGLDevice(es=name == "gles")
         if name == "webgpu":
-            from .webgpu import WebGPUDevice
+            from volvox._gpu.webgpu import WebGPUDevice
             return WebGPUDevice()
     except BackendUnavailable:
         raise

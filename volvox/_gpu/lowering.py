@@ -15,13 +15,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import KernelError
-from ..ops.activation import FUSED_ACTIVATIONS
-from ..ops.attention import llama3_inv_freq
-from ..ops.conv import window_params
-from ..ops.resize import NEAREST_MODES, axis_scales, axis_transform
-from ..ops.shape import slice_bounds
-from .backend import MAX_GROUPS, grid_1d
+from volvox.errors import KernelError
+from volvox.ops.activation import FUSED_ACTIVATIONS
+from volvox.ops.attention import llama3_inv_freq
+from volvox.ops.conv import window_params
+from volvox.ops.resize import NEAREST_MODES, axis_scales, axis_transform
+from volvox.ops.shape import slice_bounds
+from volvox._gpu.backend import MAX_GROUPS, grid_1d
 
 FLOAT_WEIGHTS = ("float32", "float16")   # quantized weights stay on the CPU (see docs/backends.md)
 MAX_HEAD_DIM = 128

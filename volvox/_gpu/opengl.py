@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from .backend import (PARAM_ALIGN, SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording,
+from volvox._gpu.backend import (PARAM_ALIGN, SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording,
                       describe_driver_error, kernel_info, timed_out)
 
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")

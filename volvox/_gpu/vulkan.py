@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import (SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info,
+from volvox._gpu.backend import (SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info,
                       timed_out)
 
 try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from .backend import SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info
+from volvox._gpu.backend import SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info
 
 if not os.environ.get("XDG_RUNTIME_DIR"):
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="volvox-xdg-")

@@ -10,17 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import UnsupportedError
-from ..graph import Graph
-from .elide import elide_noop_reshapes
-from .fold_affine import fold_conv_input_affine, fold_conv_output_affine
-from .fuse_activation import (fuse_add_activation, fuse_concat_activation, fuse_conv_activation,
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import Graph
+from volvox.compile.elide import elide_noop_reshapes
+from volvox.compile.fold_affine import fold_conv_input_affine, fold_conv_output_affine
+from volvox.compile.fuse_activation import (fuse_add_activation, fuse_concat_activation, fuse_conv_activation,
                               fuse_linear_activation)
-from .fuse_add import fold_linear_bias, fuse_add_chains
-from .fuse_conv import fuse_depthwise_pointwise, fuse_expand_dwpw
-from .fuse_linear import fuse_swiglu, merge_sibling_linears
-from .prepack import prepack_weights
-from .recognize import recognize_hard_swish
+from volvox.compile.fuse_add import fold_linear_bias, fuse_add_chains
+from volvox.compile.fuse_conv import fuse_depthwise_pointwise, fuse_expand_dwpw
+from volvox.compile.fuse_linear import fuse_swiglu, merge_sibling_linears
+from volvox.compile.prepack import prepack_weights
+from volvox.compile.recognize import recognize_hard_swish
 
 Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..graph import Graph
+from volvox.ir.graph import Graph
 
 
 def elide_noop_reshapes(graph: Graph, weights: dict) -> tuple[Graph, dict]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph, Node, TensorSpec
-from .fuse_linear import GraphIndex, rebuild_graph
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.compile.fuse_linear import GraphIndex, rebuild_graph
 
 AFFINE_OPS = ("mul", "add")
 

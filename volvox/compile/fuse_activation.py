@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ..graph import Graph, Node
-from ..ops.activation import activation_name
-from .fuse_linear import GraphIndex
+from volvox.ir.graph import Graph, Node
+from volvox.ops.activation import activation_name
+from volvox.compile.fuse_linear import GraphIndex
 
 CONV_ACTIVATIONS = ("relu", "relu6")  # what the conv kernels clamp in their write
 

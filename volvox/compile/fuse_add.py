@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph, Node, TensorSpec
-from ..ops.fused import MAX_ADD_N
-from .fuse_linear import GraphIndex, rebuild_graph
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ops.fused import MAX_ADD_N
+from volvox.compile.fuse_linear import GraphIndex, rebuild_graph
 
 
 def _bias_vector(graph: Graph, name: str, out: TensorSpec) -> bool:

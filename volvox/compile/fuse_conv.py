@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import Graph, Node
-from ..ops.conv import window_params
-from ..ops.dwpw import EXPANDED, PAIRED
-from .fuse_linear import GraphIndex
+from volvox.ir.graph import Graph, Node
+from volvox.ops.conv import window_params
+from volvox.ops.dwpw import EXPANDED, PAIRED
+from volvox.compile.fuse_linear import GraphIndex
 
 FUSED_OF = {conv: fused for fused, (conv, _) in PAIRED.items()}  # conv op -> its fused pair op
 _DTYPE = {"conv2d": np.float32, "qconv2d": np.int8}

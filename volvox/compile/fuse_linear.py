@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import Graph, Node, TensorSpec
-from ..ops.fused import MAX_SPLIT
-from ..quant import QuantTensor
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ops.fused import MAX_SPLIT
+from volvox.ir.quant_blocks import QuantTensor
 
 
 def stack_rows(ws: list) -> Any:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..graph import Graph, TensorSpec
+from volvox.errors import ShapeError
+from volvox.ir.graph import Graph, TensorSpec
 
 VIEW_OPS = ("output_rows", "reshape")  # the output is a view of input x: no new bytes
 RUN_TIME_DIMS = ("out_seq",)  # dims the run context sets (output_rows' rows), not the graph inputs

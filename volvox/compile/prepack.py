@@ -1,7 +1,7 @@
 """Weight prepacking: weights sealed read-only, conv weights packed into their kernels' panel
 layout once, at load, so that no run (the first included) packs anything.
 
-``volvox.kernels.conv_weights`` packs a conv weight and caches the packing for as long as a
+``volvox.cpu.conv_weights`` packs a conv weight and caches the packing for as long as a
 read-only weight lives (a writeable one could change, so it is repacked on every call). This
 pass hands the executor read-only views of the weights (the arrays it was given are left as
 they are) and asks for each conv weight's packing once, through that same cache: the layout
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import kernels
-from ..graph import Graph, Node
+from volvox import cpu
+from volvox.ir.graph import Graph, Node
 
 PACKED_OPS = ("conv2d", "qconv2d", "dwpw_conv2d", "qdwpw_conv2d")  # the fused pairs: their 1x1 weight
 
@@ -44,9 +44,9 @@ def prepack_weights(graph: Graph, weights: dict) -> tuple[Graph, dict]:
     weights = {name: sealed(w) for name, w in weights.items()}
     for node in graph.nodes:
         if node.op in PACKED_OPS[2:] and node.inputs["dw_weight"] in graph.weights:
-            kernels.conv_weights(weights[node.inputs["dw_weight"]], True)  # a fused pair's depthwise conv
+            cpu.conv_weights(weights[node.inputs["dw_weight"]], True)  # a fused pair's depthwise conv
         if node.op in PACKED_OPS and node.inputs["weight"] in graph.weights:
             depthwise = _kernel_layout(node, graph)
             if depthwise is not None:
-                kernels.conv_weights(weights[node.inputs["weight"]], depthwise)
+                cpu.conv_weights(weights[node.inputs["weight"]], depthwise)
     return Graph(list(graph.inputs), dict(graph.weights), list(graph.nodes), list(graph.outputs)), weights

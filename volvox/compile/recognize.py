@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph, Node
-from .fuse_linear import GraphIndex, rebuild_graph
+from volvox.ir.graph import Graph, Node
+from volvox.compile.fuse_linear import GraphIndex, rebuild_graph
 
 
 def _scalar(graph: Graph, weights: dict, name: str) -> float | None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import BlueprintError, UnsupportedError
-from ..graph import Node, TensorSpec
+from volvox.errors import BlueprintError, UnsupportedError
+from volvox.ir.graph import Node, TensorSpec
 
 ShapeRule = Callable[[dict[str, TensorSpec], dict[str, Any]], dict[str, tuple[tuple, str]]]
 
@@ -87,4 +87,4 @@ def get_op(name: str, node_id: str = "?") -> OpDef:
                                f"(known ops: {', '.join(sorted(OPS))})") from None
 
 
-from . import elementwise, linear, norm, attention, fused, conv, pool, activation, arith, shape, quantized, resize, dwpw  # noqa: E402,F401,E501  (registers the ops)
+from volvox.ops import elementwise, linear, norm, attention, fused, conv, pool, activation, arith, shape, int8, resize, dwpw  # noqa: E402,F401,E501  (registers the ops)

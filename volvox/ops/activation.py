@@ -11,10 +11,10 @@ from typing import Callable
 
 import numpy as np
 
-from .. import kernels
-from ..graph import expect
-from . import OpDef, get_op, register
-from .elementwise import _unary_infer
+from volvox import cpu
+from volvox.ir.graph import expect
+from volvox.ops import OpDef, get_op, register
+from volvox.ops.elementwise import _unary_infer
 
 
 def _float_unary_infer(specs, params):
@@ -143,17 +143,17 @@ def relu6_into(x, out):
 
 def silu_into(x, out):
     """out = x * sigmoid(x) through silu's CPU kernel; ``out`` may be ``x``."""
-    return kernels.silu(x, out=out)
+    return cpu.silu(x, out=out)
 
 
 def gelu_tanh_into(x, out):
     """out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) through gelu's CPU kernel; ``out`` may be ``x``."""
-    return kernels.gelu(x, "tanh", out=out)
+    return cpu.gelu(x, "tanh", out=out)
 
 
 def gelu_into(x, out):
     """out = x Phi(x) (exact GELU, through erfc) with gelu's CPU kernel; ``out`` may be ``x``."""
-    return kernels.gelu(x, "none", out=out)
+    return cpu.gelu(x, "none", out=out)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import expect, same_dim
-from . import OpDef, register
-from .elementwise import _binary_infer, _unary_infer, binary_into, broadcast_shape
+from volvox.ir.graph import expect, same_dim
+from volvox.ops import OpDef, register
+from volvox.ops.elementwise import _binary_infer, _unary_infer, binary_into, broadcast_shape
 
 
 def sub_ref(ctx, p, a, b):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
-from ..graph import expect, same_dim
-from ..runtime.batch import BatchContext
-from . import OpDef, register
+from volvox import cpu
+from volvox.ir.graph import expect, same_dim
+from volvox.runtime.batch import BatchContext
+from volvox.ops import OpDef, register
 
 
 def _rope_infer(specs, params):
@@ -88,7 +88,7 @@ def rope_into(ctx, p, out, x, positions):
         np.copyto(out, rope_ref(ctx, p, x, positions))
         return out
     hd = int(p["head_dim"])
-    return kernels.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
+    return cpu.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
                         float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved", out=out)
 
 
@@ -168,7 +168,7 @@ def attention_into(ctx, p, out, q, k, v):
     else:
         start = 0
         keys, values = np.ascontiguousarray(k_new), np.ascontiguousarray(v_new)
-    return kernels.attention(q, keys, values, start, nh, float(np.float32(p.get("scale", hd ** -0.5))),
+    return cpu.attention(q, keys, values, start, nh, float(np.float32(p.get("scale", hd ** -0.5))),
                              int(p.get("window", 0)), out=out)
 
 

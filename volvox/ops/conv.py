@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
-from ..graph import expect, same_dim
-from . import OpDef, register
+from volvox import cpu
+from volvox.ir.graph import expect, same_dim
+from volvox.ops import OpDef, register
 
 ACTIVATIONS = ("none", "relu", "relu6")
 
@@ -166,13 +166,13 @@ def conv2d_ref(ctx, p, x, weight, bias=None):
 
 
 def native_conv(x: np.ndarray, w: np.ndarray, p: dict) -> bool:
-    """Whether volvox.kernels runs this conv: dense (groups=1) or depthwise with multiplier 1."""
+    """Whether volvox.cpu runs this conv: dense (groups=1) or depthwise with multiplier 1."""
     groups = int(p.get("groups", 1))
     return groups == 1 or (groups == x.shape[3] == w.shape[0] and w.shape[3] == 1)
 
 
 def conv_kernel_args(p: dict) -> dict:
-    """The geometry keywords of kernels.conv2d / qconv2d from a conv node's params."""
+    """The geometry keywords of cpu.conv2d / qconv2d from a conv node's params."""
     strides, dil, pads = window_params(p)
     return dict(strides=strides, dilations=dil, pads=pads, groups=int(p.get("groups", 1)))
 
@@ -181,7 +181,7 @@ def conv2d_fast(ctx, p, x, weight, bias=None):
     """NHWC conv through volvox's kernels (packed GEMM, direct depthwise, fused bias +
     activation); other grouped convs through im2col + float32 BLAS per group."""
     if native_conv(x, weight, p):
-        return kernels.conv2d(x, weight, bias, activation=p.get("activation", "none"), **conv_kernel_args(p))
+        return cpu.conv2d(x, weight, bias, activation=p.get("activation", "none"), **conv_kernel_args(p))
     y = conv_fast(x, weight, p, np.float32)
     if bias is not None:
         y += bias
@@ -191,7 +191,7 @@ def conv2d_fast(ctx, p, x, weight, bias=None):
 def conv2d_into(ctx, p, out, x, weight, bias=None):
     """conv2d_fast written into ``out`` (N, OH, OW, cout): by the kernel directly for the convs it runs."""
     if native_conv(x, weight, p):
-        return kernels.conv2d(x, weight, bias, activation=p.get("activation", "none"), out=out, **conv_kernel_args(p))
+        return cpu.conv2d(x, weight, bias, activation=p.get("activation", "none"), out=out, **conv_kernel_args(p))
     np.copyto(out, conv2d_fast(ctx, p, x, weight, bias))
     return out
 

@@ -15,10 +15,10 @@ Ports: the 1x1 conv's own (``x`` is the first conv's input), the depthwise conv'
 
 from __future__ import annotations
 
-from ..graph import TensorSpec
-from . import OpDef, register
-from .conv import _conv_infer, conv2d_fast, conv2d_ref
-from .quantized import _qconv_infer, qconv2d_fast, qconv2d_ref
+from volvox.ir.graph import TensorSpec
+from volvox.ops import OpDef, register
+from volvox.ops.conv import _conv_infer, conv2d_fast, conv2d_ref
+from volvox.ops.int8 import _qconv_infer, qconv2d_fast, qconv2d_ref
 
 # fused op -> (the conv op it pairs, that op's ports after "x")
 PAIRED = {"dwpw_conv2d": ("conv2d", ("weight", "bias")),

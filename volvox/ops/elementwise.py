@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from .. import kernels
-from ..errors import ShapeError
-from ..graph import expect, same_dim
-from . import OpDef, register
+from volvox import cpu
+from volvox.errors import ShapeError
+from volvox.ir.graph import expect, same_dim
+from volvox.ops import OpDef, register
 
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:
@@ -64,7 +64,7 @@ def silu_ref(ctx, p, x):
 
 def silu_fast(ctx, p, x):
     """SiLU through the CPU kernel (the arithmetic of the fused swiglu, so fusing changes no bits)."""
-    return kernels.silu(x) if x.dtype == np.float32 else silu_ref(ctx, p, x)
+    return cpu.silu(x) if x.dtype == np.float32 else silu_ref(ctx, p, x)
 
 
 def silu_into(ctx, p, out, x):
@@ -72,7 +72,7 @@ def silu_into(ctx, p, out, x):
     if x.dtype != np.float32:
         np.copyto(out, silu_ref(ctx, p, x))
         return out
-    return kernels.silu(x, out=out)
+    return cpu.silu(x, out=out)
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -95,7 +95,7 @@ def gelu_fast(ctx, p, x):
     """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
     if x.dtype != np.float32:
         return gelu_ref(ctx, p, x)
-    return kernels.gelu(x, p.get("approximate", "none"))
+    return cpu.gelu(x, p.get("approximate", "none"))
 
 
 def gelu_into(ctx, p, out, x):
@@ -103,7 +103,7 @@ def gelu_into(ctx, p, out, x):
     if x.dtype != np.float32:
         np.copyto(out, gelu_ref(ctx, p, x))
         return out
-    return kernels.gelu(x, p.get("approximate", "none"), out=out)
+    return cpu.gelu(x, p.get("approximate", "none"), out=out)
 
 
 register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into))

@@ -7,14 +7,14 @@ from functools import reduce
 
 import numpy as np
 
-from .. import kernels
-from ..errors import ShapeError
-from ..graph import expect, same_dim
-from . import OpDef, register
-from .activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
-from .elementwise import add_ref, broadcast_shape
-from .linear import _linear_infer, linear_fast, linear_into, linear_ref
-from .shape import MAX_CONCAT_INPUTS, _concat_infer, concat_ref
+from volvox import cpu
+from volvox.errors import ShapeError
+from volvox.ir.graph import expect, same_dim
+from volvox.ops import OpDef, register
+from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
+from volvox.ops.elementwise import add_ref, broadcast_shape
+from volvox.ops.linear import _linear_infer, linear_fast, linear_into, linear_ref
+from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_ref
 
 MAX_SPLIT = 4  # outputs of one linear_split node
 MAX_ADD_N = 8  # inputs of one add_n node
@@ -42,7 +42,7 @@ def swiglu_fast(ctx, p, x):
 
 def swiglu_into(ctx, p, out, x):
     """swiglu_fast written into ``out`` (x's leading dims, half its last)."""
-    kernels.swiglu(x.reshape(-1, x.shape[-1]), out=out.reshape(-1, out.shape[-1]))
+    cpu.swiglu(x.reshape(-1, x.shape[-1]), out=out.reshape(-1, out.shape[-1]))
     return out
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
-from ..graph import expect, same_dim
-from ..quant import QuantTensor, SUPPORTED_QTYPES, dequantize_ref, dequantize_rows_ref
-from . import OpDef, register
+from volvox import cpu
+from volvox.ir.graph import expect, same_dim
+from volvox.ir.quant_blocks import QuantTensor, SUPPORTED_QTYPES, dequantize_ref, dequantize_rows_ref
+from volvox.ops import OpDef, register
 
 WEIGHT_DTYPES = ("float32", "float16") + SUPPORTED_QTYPES
 
@@ -39,7 +39,7 @@ def linear_ref(ctx, p, x, weight, bias=None):
 
 def linear_fast(ctx, p, x, weight, bias=None):
     """y = x @ weight.T (+ bias) through the CPU kernel (packed weights read directly)."""
-    y = kernels.linear(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + (-1,))
+    y = cpu.linear(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + (-1,))
     if bias is not None:
         y += bias
     return y
@@ -47,7 +47,7 @@ def linear_fast(ctx, p, x, weight, bias=None):
 
 def linear_into(ctx, p, out, x, weight, bias=None):
     """linear_fast written into ``out`` (x's leading dims, out_features)."""
-    kernels.linear(x.reshape(-1, x.shape[-1]), weight, out=out.reshape(-1, out.shape[-1]))
+    cpu.linear(x.reshape(-1, x.shape[-1]), weight, out=out.reshape(-1, out.shape[-1]))
     if bias is not None:
         out += bias
     return out
@@ -72,12 +72,12 @@ def embedding_ref(ctx, p, table, ids):
 
 def embedding_fast(ctx, p, table, ids):
     """Rows of ``table`` at ``ids`` through the CPU kernel (bounds-checked)."""
-    return kernels.embedding(table, ids.reshape(-1)).reshape(ids.shape + (-1,))
+    return cpu.embedding(table, ids.reshape(-1)).reshape(ids.shape + (-1,))
 
 
 def embedding_into(ctx, p, out, table, ids):
     """embedding_fast written into ``out`` (ids' shape, the table's row length)."""
-    kernels.embedding(table, ids.reshape(-1), out=out.reshape(-1, out.shape[-1]))
+    cpu.embedding(table, ids.reshape(-1), out=out.reshape(-1, out.shape[-1]))
     return out
 
 

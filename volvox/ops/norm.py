@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
-from ..errors import WeightsError
-from ..graph import expect, same_dim
-from . import OpDef, register
+from volvox import cpu
+from volvox.errors import WeightsError
+from volvox.ir.graph import expect, same_dim
+from volvox.ops import OpDef, register
 
 
 def _norm_infer(specs, params):
@@ -30,12 +30,12 @@ def rms_norm_ref(ctx, p, x, weight):
 
 def rms_norm_fast(ctx, p, x, weight):
     """RMSNorm through the CPU kernel."""
-    return kernels.rms_norm(x.reshape(-1, x.shape[-1]), weight, p.get("eps", 1e-5)).reshape(x.shape)
+    return cpu.rms_norm(x.reshape(-1, x.shape[-1]), weight, p.get("eps", 1e-5)).reshape(x.shape)
 
 
 def rms_norm_into(ctx, p, out, x, weight):
     """rms_norm_fast written into ``out`` (x's shape)."""
-    kernels.rms_norm(x.reshape(-1, x.shape[-1]), weight, p.get("eps", 1e-5), out=out.reshape(-1, x.shape[-1]))
+    cpu.rms_norm(x.reshape(-1, x.shape[-1]), weight, p.get("eps", 1e-5), out=out.reshape(-1, x.shape[-1]))
     return out
 
 
@@ -67,7 +67,7 @@ def layer_norm_into(ctx, p, out, x, weight, bias=None):
     if not _all_f32(x, weight, bias):
         np.copyto(out, layer_norm_ref(ctx, p, x, weight, bias))
         return out
-    kernels.layer_norm(x.reshape(-1, x.shape[-1]), weight, bias, p.get("eps", 1e-5), out=out.reshape(-1, x.shape[-1]))
+    cpu.layer_norm(x.reshape(-1, x.shape[-1]), weight, bias, p.get("eps", 1e-5), out=out.reshape(-1, x.shape[-1]))
     return out
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import expect
-from . import OpDef, register
-from .conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
+from volvox.ir.graph import expect
+from volvox.ops import OpDef, register
+from volvox.ops.conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
 
 
 def pool_out_shape(x, p: dict) -> tuple:

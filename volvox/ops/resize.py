@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UnsupportedError
-from ..graph import expect
-from . import OpDef, register
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import expect
+from volvox.ops import OpDef, register
 
 MODES = ("nearest", "bilinear")
 ONNX_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..graph import expect
-from . import OpDef, register
+from volvox.ir.graph import expect
+from volvox.ops import OpDef, register
 
 
 def reshape_target(in_shape: tuple, target) -> tuple:

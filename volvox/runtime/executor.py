@@ -23,10 +23,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compile.memory import ALIGNMENT, RUN_TIME_DIMS, RunArena, bind_dims, plan_run_arena
-from ..errors import ShapeError, VolvoxError
-from ..graph import Graph
-from ..ops import get_op
+from volvox.compile.memory import ALIGNMENT, RUN_TIME_DIMS, RunArena, bind_dims, plan_run_arena
+from volvox.errors import ShapeError, VolvoxError
+from volvox.ir.graph import Graph
+from volvox.ops import get_op
 
 ARENA_PLANS = 8  # input signatures whose arena plans an executor keeps (prefill: full chunks and the last one)
 

@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from .._gpu.backend import Buffer, BufferPool, Device, fmt_bytes, kernel_info
-from .._gpu.lowering import LOWERINGS, Call
-from ..errors import KernelError, VolvoxError
-from ..graph import Graph, TensorSpec
-from ..ops import get_op
-from .batch import BatchContext
-from .executor import Executor, RunContext
+from volvox._gpu.backend import Buffer, BufferPool, Device, fmt_bytes, kernel_info
+from volvox._gpu.lowering import LOWERINGS, Call
+from volvox.errors import KernelError, VolvoxError
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.ops import get_op
+from volvox.runtime.batch import BatchContext
+from volvox.runtime.executor import Executor, RunContext
 
 MEMO_ENTRIES = 4096  # memoized shape inferences + lowerings kept (all dropped when full)
 

@@ -6,7 +6,7 @@ import mmap
 
 import numpy as np
 
-from ..errors import GenerationError
+from volvox.errors import GenerationError
 
 
 class KVCache:

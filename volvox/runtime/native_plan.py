@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import kernels
-from ..compile.memory import Buffer, place
-from ..graph import Graph
-from ..ops import get_op
-from .pacing import Pacer
+from volvox import cpu
+from volvox.compile.memory import Buffer, place
+from volvox.ir.graph import Graph
+from volvox.ops import get_op
+from volvox.runtime.pacing import Pacer
 
-_engine = kernels.engine
+_engine = cpu.engine
 ALIGN = 64  # bytes: the arena starts on a cache line
 
 
@@ -59,7 +59,7 @@ class DecodePlan:
     def __init__(self, graph: Graph, weights: dict[str, Any], n_layers: int, capacity: int):
         self.graph = graph
         self.capacity = capacity  # KV cache positions the attention scratch is sized for
-        self.threads = max(kernels.get_num_threads(), os.cpu_count() or 1)
+        self.threads = max(cpu.get_num_threads(), os.cpu_count() or 1)
         self._keep: list[Any] = []  # every array a step points into
         self._lock = threading.Lock()
         self._bound_cache = None
@@ -153,7 +153,7 @@ class DecodePlan:
         return self._view(name)
 
     def _matrix(self, node, port: str) -> tuple[int, np.ndarray, int, int]:
-        code, wb, n, k = kernels._weight_bytes(self._weights[node.inputs[port]], f"{node.id}.{port}")
+        code, wb, n, k = cpu._weight_bytes(self._weights[node.inputs[port]], f"{node.id}.{port}")
         self._keep.append(wb)
         return code, wb, n, k
 
@@ -256,7 +256,7 @@ class DecodePlan:
         """Logits (1, vocab) for ``token`` at ``pos``, its k/v appended to ``kv``; None when
         this plan cannot run now (another thread is in it, more threads than it has scratch
         for, or a cache of another size): the caller then uses the per-op executor."""
-        if (kernels.get_num_threads() > self.threads or kv.max_tokens != self.capacity
+        if (cpu.get_num_threads() > self.threads or kv.max_tokens != self.capacity
                 or kv.keys[0].shape != (self.kv_shape[0], self.capacity, self.kv_shape[1])
                 or len(kv.keys) != self.n_layers or not 0 <= token < self.vocab or not 0 <= pos < self.max_positions
                 or not self._lock.acquire(blocking=False)):
@@ -266,7 +266,7 @@ class DecodePlan:
                 self.steps.bind_cache([_addr(k) for k in kv.keys], [_addr(v) for v in kv.values], kv.max_tokens)
                 self._bound_cache = kv
             kv.reserve(pos + 1)
-            nt = self.pacer.threads(kernels.get_num_threads())
+            nt = self.pacer.threads(cpu.get_num_threads())
             t0 = time.perf_counter()
             self.steps.run(token, pos, None if profile is None else self._times, nt)
             seconds = time.perf_counter() - t0

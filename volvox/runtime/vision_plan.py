@@ -12,7 +12,7 @@ steps, and the same steps with their work split for one thread (small maps are n
 pieces for a second thread that a one-thread run does not have).
 
 Weights are packed once at plan build through the per-op kernels' own packers and cache
-(``kernels.conv_weights``), and each step runs the same tile functions on the same work
+(``cpu.conv_weights``), and each step runs the same tile functions on the same work
 items (blocks of 64 output pixels for im2col convs, output rows for depthwise convs and
 pools) as the per-op kernels, so a plan's outputs equal the per-op executor's bit for bit
 (tests/test_vision_plan.py). A fused depthwise -> 1x1 pair (``dwpw_conv2d`` / ``qdwpw_conv2d``,
@@ -35,16 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import kernels
-from ..compile.memory import Buffer, place
-from ..errors import VolvoxError
-from ..graph import Graph, Node, TensorSpec
-from ..ops import get_op
-from ..ops.conv import conv_kernel_args, native_conv, window_params
-from ..ops.dwpw import PAIRED, split, split_expanded
-from ..ops.quantized import INT8_MAX, INT8_MIN, qsoftmax_table
-from .native_plan import Unsupported, _addr, _aligned, _engine
-from .pacing import Pacer
+from volvox import cpu
+from volvox.compile.memory import Buffer, place
+from volvox.errors import VolvoxError
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ops import get_op
+from volvox.ops.conv import conv_kernel_args, native_conv, window_params
+from volvox.ops.dwpw import PAIRED, split, split_expanded
+from volvox.ops.int8 import INT8_MAX, INT8_MIN, qsoftmax_table
+from volvox.runtime.native_plan import Unsupported, _addr, _aligned, _engine
+from volvox.runtime.pacing import Pacer
 
 _DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
 _ACT = _engine.ACTIVATIONS                             # fused activations of the conv steps
@@ -68,7 +68,7 @@ def _ptr(a: np.ndarray | None) -> int:
 
 
 def _direct(window: tuple, wshape: tuple) -> bool:
-    """Whether a dense conv (window: x shape + kernels._conv_geometry) is 1x1, stride 1, unpadded:
+    """Whether a dense conv (window: x shape + cpu._conv_geometry) is 1x1, stride 1, unpadded:
     its GEMM reads the input rows themselves."""
     geo = window[4:]
     return wshape[1] == wshape[2] == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == window[1:3]
@@ -79,7 +79,7 @@ class VisionPlan:
 
     def __init__(self, graph: Graph, weights: dict[str, Any]):
         self.graph = graph
-        self.threads = max(kernels.get_num_threads(), os.cpu_count() or 1)  # scratch is sized for this many
+        self.threads = max(cpu.get_num_threads(), os.cpu_count() or 1)  # scratch is sized for this many
         self._weights = weights
         self._keep: list[Any] = []  # every array a step points into
         self._lock = threading.Lock()
@@ -230,13 +230,13 @@ class VisionPlan:
         self._need(node, x.ndim == 4 and w.ndim == 4 and native_conv(x, w, p), "not a dense or depthwise-1 conv")
         args = conv_kernel_args(p)
         dtype, bias_dtype = (np.int8, np.int32) if node.op == "qconv2d" else (np.float32, np.float32)
-        _, w, bias, depthwise = kernels._conv_operands(x, w, self._opt(node, "bias"), args["groups"], dtype,
+        _, w, bias, depthwise = cpu._conv_operands(x, w, self._opt(node, "bias"), args["groups"], dtype,
                                                        bias_dtype, node.id)
-        geo = kernels._conv_geometry(x, w, args["strides"], args["dilations"], args["pads"], node.id)
+        geo = cpu._conv_geometry(x, w, args["strides"], args["dilations"], args["pads"], node.id)
         shape = (x.shape[0], geo[0], geo[1], w.shape[0])  # (N, OH, OW, cout)
         self._need(node, not check_output or tuple(self.graph.specs[node.outputs["y"]].shape) == shape, "output shape")
         self.macs += int(np.prod(shape)) * w.shape[1] * w.shape[2] * (1 if depthwise else x.shape[3])
-        packed = self._packed(node.inputs["weight"], depthwise, lambda: kernels.conv_weights(w, depthwise))
+        packed = self._packed(node.inputs["weight"], depthwise, lambda: cpu.conv_weights(w, depthwise))
         self._keep_all(w, bias, packed)
         return w, packed, bias, depthwise, dict(window=tuple(x.shape) + geo, cout=w.shape[0])
 
@@ -278,9 +278,9 @@ class VisionPlan:
 
     def _requant(self, node, cout: int, bias) -> tuple:
         """The step requant tuple (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi) of an
-        int8 node with ``cout`` output channels (kernels.requant_args checks it)."""
+        int8 node with ``cout`` output channels (cpu.requant_args checks it)."""
         p = node.params
-        mult, sh, zps = kernels.requant_args(
+        mult, sh, zps = cpu.requant_args(
             self._in(node, "multiplier"), self._in(node, "shift"), cout, int(p["input_zero_point"]),
             int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX)))
         self._keep_all(mult, sh)
@@ -418,7 +418,7 @@ class VisionPlan:
         bias = self._opt(node, "bias")
         self._need(node, bias is None or (bias.dtype == np.int32 and bias.shape == (n,)), "bias")
         requant = self._requant(node, n, bias)
-        packed, wsum = self._packed(node.inputs["weight"], False, lambda: kernels.conv_weights(w4, False))
+        packed, wsum = self._packed(node.inputs["weight"], False, lambda: cpu.conv_weights(w4, False))
         self.macs += m * n * k
         k4 = (k + 3) // 4 * 4
         scratch = self._scratch(_PIXELS * k4, np.uint8)
@@ -429,21 +429,21 @@ class VisionPlan:
                   ldc=k4, per_thread=_PIXELS * k4, **self._blocks(m, n), **window)
 
     def _fold_zero_point(self, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
-        """kernels.fold_zero_point into the step's requantization bias; returns the row sums the
+        """cpu.fold_zero_point into the step's requantization bias; returns the row sums the
         step still needs (None once folded)."""
-        folded, wsum = kernels.fold_zero_point(bias, wsum, zp_in)
+        folded, wsum = cpu.fold_zero_point(bias, wsum, zp_in)
         if wsum is None:
             self._keep_all(folded)
             window["requant"] = (_addr(folded),) + window["requant"][1:]
         return wsum
 
     def _linear(self, node) -> None:
-        """float32 x (M rows) @ W.T (+ bias) as kernels.linear computes it: from SGEMM_MIN_ROWS rows
+        """float32 x (M rows) @ W.T (+ bias) as cpu.linear computes it: from SGEMM_MIN_ROWS rows
         float32 weights go through the packed GEMM (a 1x1 conv step), fewer rows stream W row by row
         (linear_act: then its ReLU)."""
         x, y = self._in(node, "x"), self._y(node)
         weight = self._weights[node.inputs["weight"]]
-        code, wb, n, k = kernels._weight_bytes(weight, f"{node.id}.weight")
+        code, wb, n, k = cpu._weight_bytes(weight, f"{node.id}.weight")
         bias = self._opt(node, "bias")
         m = x.size // max(k, 1)
         self._need(node, x.dtype == np.float32 and x.shape[-1] == k and y.size == m * n, "float32 rows")
@@ -451,9 +451,9 @@ class VisionPlan:
         self._need(node, bias is None or (bias.dtype == np.float32 and bias.size == n), "bias")
         self._keep_all(wb, bias)
         self.macs += m * n * k
-        if m >= kernels.SGEMM_MIN_ROWS and code == kernels._F32:
+        if m >= cpu.SGEMM_MIN_ROWS and code == cpu._F32:
             # (n/32, k, 32) panels, shared by every input shape's plan
-            packed = self._packed(node.inputs["weight"], False, lambda: kernels.linear_weights(weight))
+            packed = self._packed(node.inputs["weight"], False, lambda: cpu.linear_weights(weight))
             self._keep_all(packed)
             self._add("conv_f32", x=_addr(x), w=_addr(packed), bias=_ptr(bias), y=_addr(y),
                       scratch=_addr(self._scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
@@ -616,7 +616,7 @@ class VisionPlan:
         """Every graph output for the input arrays (graph-input order, checked by the executor's
         check_feeds); None when this plan cannot run now (another thread is in it, or more
         threads than its scratch is sized for): the caller then runs the per-op executor."""
-        threads = kernels.get_num_threads()
+        threads = cpu.get_num_threads()
         if threads > self.threads:
             return None
         for a, t in zip(arrays, self.inputs):

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from ..runtime.batch import BatchContext
-from .sampling import Sampler, SamplingParams
+from volvox.runtime.batch import BatchContext
+from volvox.tasks.sampling import Sampler, SamplingParams
 
 
 class _Sequence:
@@ -62,7 +62,7 @@ def decode_step(lm, sessions: list, tokens: list[int]) -> np.ndarray:
 
 def generate_batch(lm, prompts: list[list[int]], max_new: int, params: SamplingParams, stops: list[str]) -> list[str]:
     """The continuation of each prompt (token ids), in order; see the module docstring."""
-    from .generate import GenerationStats
+    from volvox.tasks.generate import GenerationStats
 
     stats = lm.last_stats = GenerationStats(prompt_tokens=sum(map(len, prompts)), finish_reason="batch")
     if max_new == 0:

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BlueprintError
-from ..image import preprocess
-from ..model import Model
+from volvox.errors import BlueprintError
+from volvox.tasks.image import preprocess
+from volvox.model import Model
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Label:
 class Classifier(Model):
     """A classification model: ``classify(image, top_k=5)`` -> labels, most likely first.
 
-    metadata: preprocess (see volvox.image), labels, output (graph output name; default the
+    metadata: preprocess (see volvox.tasks.image), labels, output (graph output name; default the
     first), output_kind "probabilities" (default) or "logits" (softmax applied here).
     """
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BlueprintError
-from ..image import preprocess
-from ..model import Model
+from volvox.errors import BlueprintError
+from volvox.tasks.image import preprocess
+from volvox.model import Model
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TokenizerError
-from ..model import Model
-from ..runtime.executor import RunContext
+from volvox.errors import TokenizerError
+from volvox.model import Model
+from volvox.runtime.executor import RunContext
 
 
 class Encoder(Model):

@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import BlueprintError
-from ..model import Model
+from volvox.errors import BlueprintError
+from volvox.model import Model
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def tokenizer_metadata(tok, file: str = "tokenizer.json") -> dict:
 
 def _bpe_tokenizer(path: Path, md: dict, where: str):
     """The byte-level BPE tokenizer of a generate blueprint, special-token state from metadata."""
-    from ..tokenizers import ByteLevelBPETokenizer
+    from volvox.tokenizers import ByteLevelBPETokenizer
 
     tok = ByteLevelBPETokenizer.from_tokenizer_json(path)
 
@@ -92,12 +92,12 @@ def task_model(graph, weights: dict, metadata: dict, directory: Path, closers: l
         raise BlueprintError(f"{where}: metadata.tokenizer must be an object with a 'file'")
     tok_path = directory / Path(tok_md["file"]).name
     if task == "generate":
-        from .generate import LanguageModel
+        from volvox.tasks.generate import LanguageModel
 
         tok = _bpe_tokenizer(tok_path, tok_md, where)
         return LanguageModel(graph, weights, metadata, str(directory), dims, tok, closers=closers, **kw)
-    from ..tokenizers.wordpiece import WordPieceTokenizer
-    from .embed import Encoder
+    from volvox.tokenizers.wordpiece import WordPieceTokenizer
+    from volvox.tasks.embed import Encoder
 
     tok = WordPieceTokenizer.from_tokenizer_json(tok_path)
     return Encoder(graph, weights, metadata, str(directory), dims, tok, closers=closers, **kw)

@@ -8,12 +8,12 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import GenerationError
-from ..model import Model
-from ..runtime.executor import Executor, RunContext
-from ..runtime.kv_cache import KVCache
-from ..runtime.native_plan import DecodePlan, Unsupported
-from .sampling import Sampler, SamplingParams
+from volvox.errors import GenerationError
+from volvox.model import Model
+from volvox.runtime.executor import Executor, RunContext
+from volvox.runtime.kv_cache import KVCache
+from volvox.runtime.native_plan import DecodePlan, Unsupported
+from volvox.tasks.sampling import Sampler, SamplingParams
 
 PREFILL_CHUNK = 256  # prompt tokens per forward pass: bounds attention scratch memory
 
@@ -141,7 +141,7 @@ class LanguageModel(Model):
         if any(not isinstance(s, str) or not s for s in stops):
             raise GenerationError(f"stop strings must be non-empty strings, got {stop!r}")
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, (str, list, tuple)) for p in prompt):
-            from .batch import generate_batch
+            from volvox.tasks.batch import generate_batch
 
             if stream:
                 raise GenerationError("stream=True needs a single prompt, not a list of prompts")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import GenerationError
+from volvox.errors import GenerationError
 
 
 @dataclass(frozen=True)

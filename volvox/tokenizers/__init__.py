@@ -1,8 +1,8 @@
 """Tokenizers: byte-level BPE (GPT-2 family) and chat templates."""
 
-from .bpe import ByteLevelBPETokenizer, StreamDecoder
-from .chat import CHATML_TEMPLATE, render_chat_template
-from .pretokenize import PRETOKENIZER_NAMES, Pretokenizer
+from volvox.tokenizers.bpe import ByteLevelBPETokenizer, StreamDecoder
+from volvox.tokenizers.chat import CHATML_TEMPLATE, render_chat_template
+from volvox.tokenizers.pretokenize import PRETOKENIZER_NAMES, Pretokenizer
 
 __all__ = [
     "ByteLevelBPETokenizer",

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import regex
 
-from ..errors import TokenizerError
-from .chat import render_chat_template
-from .pretokenize import Pretokenizer, pre_name_from_hf
+from volvox.errors import TokenizerError
+from volvox.tokenizers.chat import render_chat_template
+from volvox.tokenizers.pretokenize import Pretokenizer, pre_name_from_hf
 
 # GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 _GGUF_CONTROL = 3

@@ -13,7 +13,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import TokenizerError
+from volvox.errors import TokenizerError
 
 # Used when a model ships no template.
 CHATML_TEMPLATE = (

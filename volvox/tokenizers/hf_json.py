@@ -7,8 +7,8 @@ so ``ByteLevelBPETokenizer.from_tokenizer_json`` reproduces the source's ids.
 
 from __future__ import annotations
 
-from ..errors import TokenizerError
-from .pretokenize import _HF_PATTERNS, _PATTERNS
+from volvox.errors import TokenizerError
+from volvox.tokenizers.pretokenize import _HF_PATTERNS, _PATTERNS
 
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 

@@ -8,7 +8,7 @@ and the gaps between them, which are kept as pieces too.
 
 import regex
 
-from ..errors import TokenizerError
+from volvox.errors import TokenizerError
 
 # GPT-2's byte-level regex (HF ByteLevel(use_regex=True)).
 GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import regex
 
-from ..errors import TokenizerError
+from volvox.errors import TokenizerError
 
 # Rust's char::is_whitespace (the Unicode White_Space property); Python's isspace() differs.
 _WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"

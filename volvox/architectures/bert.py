@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import Graph, TensorSpec
-from .builder import GraphBuilder
-from .gpt2 import gelu_of
-from .hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.architectures.builder import GraphBuilder
+from volvox.architectures.gpt2 import gelu_of
+from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,11 @@ import weakref
 
 import numpy as np
 
-from .errors import KernelError, ShapeError
-from .quant import QuantTensor
+from volvox.errors import KernelError, ShapeError
+from volvox.ir.quant_blocks import QuantTensor
 
 try:
-    from ._kernels import engine
+    from volvox._kernels import engine
 except ImportError as exc:  # pragma: no cover - only without a build
     raise KernelError(
         f"volvox's compiled kernels are missing ({exc}); build them with "

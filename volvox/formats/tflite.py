@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UnsupportedError, WeightsError
-from ..graph import Graph, Node, TensorSpec
-from ..ops.conv import same_padding
-from ..ops.quantized import INT8_MAX, INT8_MIN, quantize_multiplier
-from .flatbuf import Table, root
+from volvox.errors import UnsupportedError, WeightsError
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ops.conv import same_padding
+from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier
+from volvox.formats.flatbuffers import Table, root
 
 
 class TFLiteError(WeightsError):

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BlueprintError, VolvoxError
-from .graph import Graph, Node, TensorSpec
-from .quant import GGML_FORMATS, QuantTensor, SUPPORTED_QTYPES, row_nbytes
-from .safetensors import SafeTensorsFile
+from volvox.errors import BlueprintError, VolvoxError
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, SUPPORTED_QTYPES, row_nbytes
+from volvox.formats.safetensors import SafeTensorsFile
 
 FORMAT_NAME = "volvox-blueprint"
 FORMAT_VERSION = 1

@@ -7,8 +7,8 @@ bias is wired when the table has ``<key>_bias`` and that tensor exists.
 
 from __future__ import annotations
 
-from ..errors import UnsupportedError
-from ..graph import Graph, Node, TensorSpec
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import Graph, Node, TensorSpec
 
 
 class GraphBuilder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 
-from .errors import ModelNotFoundError, VolvoxError
+from volvox.errors import ModelNotFoundError, VolvoxError
 
 
 def map_file(path: str, error: type[VolvoxError], kind: str) -> mmap.mmap | bytes:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import Graph, TensorSpec
-from .builder import DECODER_INPUTS, GraphBuilder
-from .hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder
+from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
 
 
 @dataclass(frozen=True)

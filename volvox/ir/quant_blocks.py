@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ShapeError, UnsupportedError
+from volvox.errors import ShapeError, UnsupportedError
 
 
 @dataclass(frozen=True)

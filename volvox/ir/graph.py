@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import BlueprintError, ShapeError, UnsupportedError, VolvoxError
+from volvox.errors import BlueprintError, ShapeError, UnsupportedError, VolvoxError
 
 Dim = int | str
 FLOAT_DTYPES = ("float32", "float16")
@@ -65,7 +65,7 @@ class Graph:
 
     def validate(self) -> None:
         """Check names, order and ops, and infer every tensor's shape; raises BlueprintError/ShapeError."""
-        from .ops import get_op  # the registry imports graph; import late to avoid a cycle
+        from volvox.ops import get_op  # the registry imports graph; import late to avoid a cycle
 
         specs: dict[str, TensorSpec] = {}
         for spec in self.inputs:

@@ -8,8 +8,8 @@ Qwen2 with ``use_sliding_window``) attend within a sliding window.
 
 from __future__ import annotations
 
-from .hf import HFCheckpoint, HFConfig, HFImport, specs_of
-from .llama import LlamaConfig, build_llama_graph
+from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.architectures.llama import LlamaConfig, build_llama_graph
 
 _L = "model.layers.{l}."
 HF_NAMES = {

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import VolvoxError
+from volvox.errors import VolvoxError
 
 
 class ImageError(VolvoxError):

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ClosedError, GGUFError, UnsupportedError
-from ..mapped_file import map_file, release
-from ..quant import GGML_FORMAT_BY_ID, SUPPORTED_QTYPES, QuantTensor
+from volvox.errors import ClosedError, GGUFError, UnsupportedError
+from volvox.formats.mapped_file import map_file, release
+from volvox.ir.quant_blocks import GGML_FORMAT_BY_ID, SUPPORTED_QTYPES, QuantTensor
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -83,7 +83,7 @@ class GGUFTensorInfo:
     """Where one tensor lives in the file and how it is encoded.
 
     shape:  numpy (row-major) order, i.e. ggml ``ne`` reversed: token_embd is (vocab, dim)
-    qtype:  a key of ``volvox.quant.GGML_FORMATS`` ("f32", "f16", "q4_1", ...)
+    qtype:  a key of ``volvox.ir.quant_blocks.GGML_FORMATS`` ("f32", "f16", "q4_1", ...)
     offset: absolute byte offset in the file
     nbytes: bytes of encoded data
     """

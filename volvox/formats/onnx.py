@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BlueprintError, ShapeError, UnsupportedError, WeightsError
-from ..graph import Graph, Node, TensorSpec
-from ..ops import get_op
-from ..ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
-from .protobuf import floats, ints, parse, text
+from volvox.errors import BlueprintError, ShapeError, UnsupportedError, WeightsError
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ops import get_op
+from volvox.ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
+from volvox.formats.protobuf import floats, ints, parse, text
 
 
 class ONNXError(WeightsError):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import WeightsError
+from volvox.errors import WeightsError
 
 STORAGES = {"FloatStorage": np.float32, "HalfStorage": np.float16, "DoubleStorage": np.float64,
             "LongStorage": np.int64, "IntStorage": np.int32, "ByteStorage": np.uint8, "CharStorage": np.int8}

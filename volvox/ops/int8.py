@@ -1,4 +1,4 @@
-"""The int8 island, bit-exact to TFLite's builtin kernels.
+"""The int8 island, bit-exact to TFLite's builtin cpu.
 
 Tensors are int8 with an affine (scale, zero_point); weights are symmetric int8
 with per-output-channel scales and int32 biases. Accumulation is exact integer
@@ -7,7 +7,7 @@ arithmetic; requantization uses TFLite's ``MultiplyByQuantizedMultiplier``
 (int32 multiplier, shift) pairs the importer computes once per output channel
 with :func:`quantize_multiplier`.
 
-The fast conv is volvox.kernels.qconv2d (int32 accumulation, VNNI on avx512) for
+The fast conv is volvox.cpu.qconv2d (int32 accumulation, VNNI on avx512) for
 dense and depthwise convs; other grouped convs run the float kernels of
 ``ops/conv.py`` in float64 on zero-point-shifted int8 values: every product fits
 in 17 bits and every sum of up to 2**36 of them is an exact float64 integer, so
@@ -20,11 +20,11 @@ import math
 
 import numpy as np
 
-from .. import kernels
-from ..graph import expect, same_dim
-from . import OpDef, register
-from .conv import conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv, window_params
-from .pool import pool_out_shape, pool_taps, valid_counts
+from volvox import cpu
+from volvox.ir.graph import expect, same_dim
+from volvox.ops import OpDef, register
+from volvox.ops.conv import conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv, window_params
+from volvox.ops.pool import pool_out_shape, pool_taps, valid_counts
 
 INT8_MIN, INT8_MAX = -128, 127
 
@@ -98,7 +98,7 @@ def quantize_ref(ctx, p, x):
 
 def quantize_fast(ctx, p, x):
     """quantize through the C kernel (the same arithmetic as quantize_ref)."""
-    return kernels.quantize_i8(x, float(np.float32(p["scale"])), int(p["zero_point"]))
+    return cpu.quantize_i8(x, float(np.float32(p["scale"])), int(p["zero_point"]))
 
 
 def _dequantize_infer(specs, params):
@@ -114,7 +114,7 @@ def dequantize_ref(ctx, p, x):
 
 def dequantize_fast(ctx, p, x):
     """dequantize through the C kernel (the same float32 arithmetic as dequantize_ref)."""
-    return kernels.dequantize_i8(x, float(np.float32(p["scale"])), int(p["zero_point"]))
+    return cpu.dequantize_i8(x, float(np.float32(p["scale"])), int(p["zero_point"]))
 
 
 # ----------------------------------------------------------------------------- conv / fully connected
@@ -132,10 +132,10 @@ def qconv2d_ref(ctx, p, x, weight, bias, multiplier, shift):
 
 
 def qconv2d_fast(ctx, p, x, weight, bias, multiplier, shift):
-    """int8 NHWC conv: volvox.kernels.qconv2d (dense / depthwise), else exact float64
+    """int8 NHWC conv: volvox.cpu.qconv2d (dense / depthwise), else exact float64
     im2col/BLAS per group, then requantize."""
     if native_conv(x, weight, p):
-        return kernels.qconv2d(x, weight, bias, multiplier, shift, int(p["input_zero_point"]),
+        return cpu.qconv2d(x, weight, bias, multiplier, shift, int(p["input_zero_point"]),
                                int(p["output_zero_point"]), int(p.get("act_min", INT8_MIN)),
                                int(p.get("act_max", INT8_MAX)), **conv_kernel_args(p))
     xs = x.astype(np.float64) - int(p["input_zero_point"])
@@ -184,7 +184,7 @@ def qavg_pool2d_ref(ctx, p, x):
 def qavg_pool2d_fast(ctx, p, x):
     """qavg_pool2d through the C kernel (the same integer arithmetic as the reference)."""
     _, _, pads = window_params(p)
-    return kernels.qavg_pool2d(x, p["kernel"], p.get("strides", (1, 1)), pads, int(p.get("act_min", INT8_MIN)),
+    return cpu.qavg_pool2d(x, p["kernel"], p.get("strides", (1, 1)), pads, int(p.get("act_min", INT8_MIN)),
                                int(p.get("act_max", INT8_MAX)))
 
 
@@ -214,7 +214,7 @@ def qsoftmax_ref(ctx, p, x):
 
 def qsoftmax_fast(ctx, p, x):
     """qsoftmax through the C kernel, with the reference's exp table."""
-    return kernels.qsoftmax(x, qsoftmax_table(p), float(np.float32(p["output_scale"])), int(p["output_zero_point"]))
+    return cpu.qsoftmax(x, qsoftmax_table(p), float(np.float32(p["output_scale"])), int(p["output_zero_point"]))
 
 
 register(OpDef("quantize", "quantized", ("x",), ("y",), _quantize_infer, quantize_ref, quantize_fast))

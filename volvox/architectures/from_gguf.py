@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..errors import GGUFError, UnsupportedError
-from ..graph import TensorSpec
-from ..ops.linear import WEIGHT_DTYPES
-from ..quant import SUPPORTED_QTYPES, QuantTensor
-from ..tasks.generate import LanguageModel
-from ..tokenizers import ByteLevelBPETokenizer
-from .gguf import GGUFFile
-from .llama import GGUF_NAMES, LlamaConfig, build_llama_graph
+from volvox.errors import GGUFError, UnsupportedError
+from volvox.ir.graph import TensorSpec
+from volvox.ops.linear import WEIGHT_DTYPES
+from volvox.ir.quant_blocks import SUPPORTED_QTYPES, QuantTensor
+from volvox.tasks.generate import LanguageModel
+from volvox.tokenizers import ByteLevelBPETokenizer
+from volvox.formats.gguf import GGUFFile
+from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph
 
 LLAMA_ARCHITECTURES = ("llama", "mistral")
 

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BlueprintError, ModelNotFoundError, ShapeError, UnsupportedError, WeightsError
-from ..graph import Graph, TensorSpec
-from ..safetensors import SafeTensorsFile
+from volvox.errors import BlueprintError, ModelNotFoundError, ShapeError, UnsupportedError, WeightsError
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.formats.safetensors import SafeTensorsFile
 
 _REQUIRED = object()
 
@@ -148,7 +148,7 @@ class HFImport:
 
 
 def _architectures() -> dict[str, Callable[[HFConfig, HFCheckpoint], HFImport]]:
-    from . import bert, gpt2, gpt_neo, hf_llama
+    from volvox.architectures import bert, gpt2, gpt_neo, hf_llama
 
     return {"gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "llama": hf_llama.from_hf,
             "mistral": hf_llama.from_hf, "qwen2": hf_llama.from_hf, "bert": bert.from_hf}
@@ -212,20 +212,20 @@ def eos_ids(directory: Path) -> set[int]:
 
 def load_hf(directory: str | Path, **model_kw):
     """A LanguageModel (decoders) or Encoder (``bert``) for the HF checkpoint folder ``directory``."""
-    from ..tokenizers import ByteLevelBPETokenizer
+    from volvox.tokenizers import ByteLevelBPETokenizer
 
     directory = Path(directory)
     result, ckpt = import_hf(directory)
     try:
         tok_path = directory / "tokenizer.json"
         if result.task == "embed":
-            from ..tasks.embed import Encoder
-            from ..tokenizers.wordpiece import WordPieceTokenizer
+            from volvox.tasks.embed import Encoder
+            from volvox.tokenizers.wordpiece import WordPieceTokenizer
 
             tokenizer = WordPieceTokenizer.from_tokenizer_json(tok_path)
             return Encoder(result.graph, result.weights, result.metadata, str(directory), result.config,
                            tokenizer, closers=[ckpt.close], **model_kw)
-        from ..tasks.generate import LanguageModel
+        from volvox.tasks.generate import LanguageModel
 
         tokenizer = ByteLevelBPETokenizer.from_tokenizer_json(tok_path)
         tokenizer.eog_ids |= {i for i in eos_ids(directory) if 0 <= i < tokenizer.vocab_size}

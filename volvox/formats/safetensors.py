@@ -24,8 +24,8 @@ import struct
 
 import numpy as np
 
-from .errors import ClosedError, WeightsError
-from .mapped_file import map_file, release
+from volvox.errors import ClosedError, WeightsError
+from volvox.formats.mapped_file import map_file, release
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the limit the reference implementation enforces
 MAX_NDIM = 32  # numpy's limit before 2.0

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import Graph, TensorSpec
-from .builder import DECODER_INPUTS, GraphBuilder
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UnsupportedError
-from ..graph import Graph, Node, TensorSpec
-from ..ops.conv import same_padding
-from .torch_state_dict import read_state_dict
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ops.conv import same_padding
+from volvox.formats.torch_state_dict import read_state_dict
 
 IMAGE_SIZE = 224
 BN_EPS = 1e-3

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UnsupportedError
-from ..model import Model
+from volvox.errors import UnsupportedError
+from volvox.model import Model
 
 VISION_TASKS = ("classify", "detect", "ctc")
 
@@ -13,13 +13,13 @@ VISION_TASKS = ("classify", "detect", "ctc")
 def task_class(task: str | None) -> type[Model]:
     """The Model subclass serving ``task`` (plain Model for raw graphs)."""
     if task == "classify":
-        from ..tasks.classify import Classifier
+        from volvox.tasks.classify import Classifier
         return Classifier
     if task == "detect":
-        from ..tasks.detect import Detector
+        from volvox.tasks.detect import Detector
         return Detector
     if task == "ctc":
-        from ..tasks.ctc import TextRecognizer
+        from volvox.tasks.ctc import TextRecognizer
         return TextRecognizer
     return Model
 
@@ -30,13 +30,13 @@ def load_vision_file(path: Path, metadata: dict | None, **model_kw) -> Model:
     with open(path, "rb") as f:
         head = f.read(8)
     if head[4:8] == b"TFL3":
-        from .tflite import read_tflite
+        from volvox.formats.tflite import read_tflite
         graph, weights, meta = read_tflite(path)
     elif path.suffix == ".onnx":
-        from .onnx import read_onnx
+        from volvox.formats.onnx import read_onnx
         graph, weights, meta = read_onnx(path)
     elif path.suffix == ".pth" and metadata and metadata.get("architecture") == "efficientnet-lite0":
-        from .efficientnet_lite import read_efficientnet_lite
+        from volvox.architectures.efficientnet_lite import read_efficientnet_lite
         graph, weights, meta = read_efficientnet_lite(path)
     else:
         raise UnsupportedError(f"{path}: not a model file volvox can load (expected GGUF, TFLite, ONNX, "

@@ -3,8 +3,8 @@ and layers alternating between global and local (sliding ``window_size``) attent
 
 from __future__ import annotations
 
-from .gpt2 import GPTConfig, build_gpt_graph, gelu_of
-from .hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.architectures.gpt2 import GPTConfig, build_gpt_graph, gelu_of
+from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
 
 _H = "transformer.h.{l}."
 NEO_NAMES = {
