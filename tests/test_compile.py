@@ -13,6 +13,7 @@ from volvox import hub
 from volvox.compile import CPU_ONLY, PASSES, compile_graph
 from volvox.ir.graph import Graph, Node, TensorSpec
 from tiny_gguf import write_tiny_llama
+from volvox.ops import validate
 
 DATA = Path(__file__).parent / "data"
 
@@ -75,7 +76,7 @@ def test_swiglu_not_fused_when_gate_is_shared():
         Node("mul", "mul", {"a": "s", "b": "u"}, {"y": "m"}),
         Node("also", "add", {"a": "g", "b": "m"}, {"y": "out"}),  # g has a second reader: fusing would lose it
     ], ["out"])
-    g.validate()
+    validate(g)
     fused, _, _ = compile_graph(g, w, ["fuse_swiglu"])
     assert [n.op for n in fused.nodes] == ["linear", "linear", "silu", "mul", "add"]
 
@@ -190,7 +191,7 @@ def test_conv_activation_fusion_and_noop_reshape(tmp_path):
         Node("same", "reshape", {"x": "c"}, {"y": "r"}, {"shape": [1, 6, 6, 3]}),
         Node("act", "clip", {"x": "r"}, {"y": "out"}, {"min": 0, "max": 6}),
     ], ["out"])
-    g.validate()
+    validate(g)
     compiled, weights, _ = compile_graph(g, w, ["elide_noop_reshapes", "fuse_conv_activation"])
     assert [(n.op, n.params.get("activation")) for n in compiled.nodes] == [("conv2d", "relu6")]
 

@@ -11,6 +11,7 @@ from volvox.compile.memory import ALIGNMENT, bind_dims, lifetimes, plan_arena
 from volvox.errors import ShapeError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from tiny_gguf import write_tiny_llama
+from volvox.ops import validate
 
 
 def assert_no_overlap(plan):
@@ -49,7 +50,7 @@ def random_graph(seed: int) -> Graph:
             tensors[f"t{i}"] = tensors[a] + tensors[b]
     outs = [f"t{i}" for i in r.choice(40, 3, replace=False)]
     g = Graph([TensorSpec("x", ("n", 8), "float32")], {}, nodes, outs)
-    g.validate()
+    validate(g)
     return g
 
 
@@ -65,7 +66,7 @@ def test_chain_needs_two_buffers():
     nodes = [Node(f"n{i}", "relu", {"x": src}, {"y": dst}) for i, (src, dst) in
              enumerate([("x", "a"), ("a", "b"), ("b", "c"), ("c", "out")])]
     g = Graph([TensorSpec("x", ("n", 16), "float32")], {}, nodes, ["out"])
-    g.validate()
+    validate(g)
     plan = plan_arena(g, {"n": 10})
     assert plan.naive_bytes == 4 * 640 and plan.peak_bytes == plan.arena_bytes == 2 * 640
     assert plan.offsets["a"] == plan.offsets["c"] != plan.offsets["b"] == plan.offsets["out"]
@@ -80,7 +81,7 @@ def test_views_share_and_extend_their_base():
              Node("c", "add", {"a": "h2", "b": "k"}, {"y": "h3"}),
              Node("d", "relu", {"x": "v2"}, {"y": "out"})]
     g = Graph([TensorSpec("x", (3, 4), "float32")], w, nodes, ["out", "h3"])
-    g.validate()
+    validate(g)
     bufs, alias = lifetimes(g, {})
     assert alias == {"k": "q", "v": "q", "v2": "q"}
     (qkv,) = [b for b in bufs if b.name == "q"]
@@ -94,7 +95,7 @@ def test_bind_dims_infers_derived_dims_and_names_bad_ones():
     w = {"w": TensorSpec("w", (4, 3, 3, 2), "float32")}
     nodes = [Node("c", "conv2d", {"x": "x", "weight": "w"}, {"y": "y"}, {"strides": [2, 2]})]
     g = Graph([TensorSpec("x", (1, "h", "w", 2), "float32")], w, nodes, ["y"])
-    g.validate()
+    validate(g)
     assert g.specs["y"].shape[1] == "h/2"
     assert bind_dims(g, {"h": 9, "w": 7}).specs["y"].shape == (1, 4, 3, 4)
     with pytest.raises(ShapeError, match=r"input dims \['h', 'w'\] bound to \[1, 7\].*--dims"):

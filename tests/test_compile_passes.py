@@ -11,7 +11,9 @@ from volvox.compile import compile_graph
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
 from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
+from volvox.ops import validate
 
 rng = np.random.default_rng(7)
 
@@ -20,7 +22,7 @@ def graph_of(inputs: dict, weights: dict, nodes: list, outputs: list) -> Graph:
     """A validated graph over numpy ``inputs`` (name -> example array) and ``weights``."""
     g = Graph([TensorSpec(n, a.shape, a.dtype.name) for n, a in inputs.items()],
               {n: TensorSpec(n, w.shape, w.dtype.name) for n, w in weights.items()}, nodes, outputs)
-    g.validate()
+    validate(g)
     return g
 
 
@@ -320,7 +322,7 @@ def test_fused_ops_refuse_bad_params_naming_the_node():
     g = Graph([TensorSpec("x", (2, 3), "float32")], {"w": TensorSpec("w", (4, 3), "float32")},
               [Node("fc", "linear_act", {"x": "x", "weight": "w"}, {"y": "y"}, {"activation": "tanh"})], ["y"])
     with pytest.raises(ShapeError, match=r"node 'fc' \(linear_act\): activation must be one of"):
-        g.validate()
+        validate(g)
 
 
 # ---------------------------------------------------------------------- depthwise -> pointwise

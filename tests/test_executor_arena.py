@@ -15,11 +15,13 @@ from volvox import cpu
 from volvox.errors import KernelError, ShapeError, VolvoxError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ir.quant_blocks import quantize_ref
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
 from volvox.tasks import generate
-from volvox.tasks.batch import decode_step
+from volvox.tasks.generate import decode_step
 from test_compile import DATA, VISION_MODELS, cached, random_feeds
 from tiny_gguf import write_tiny_llama
+from volvox.ops import validate
 
 
 
@@ -161,7 +163,7 @@ def mixed_graph():
                   {"n_heads": 2, "n_kv_heads": 2, "head_dim": 4}),
              Node("out", "add", {"a": "a", "b": "r"}, {"y": "out"})]
     g = Graph([x, pos], {w.name: w, b.name: b}, nodes, ["out"])
-    g.validate()
+    validate(g)
     return g
 
 
@@ -187,7 +189,7 @@ def view_graph():
              Node("c", "relu", {"x": "b"}, {"y": "c"}),
              Node("out", "add", {"a": "v", "b": "c"}, {"y": "out"})]
     g = Graph([x], {}, nodes, ["out"])
-    g.validate()
+    validate(g)
     return g
 
 
@@ -213,7 +215,7 @@ def test_graph_outputs_are_never_arena_views():
              Node("out1", "reshape", {"x": "r"}, {"y": "out1"}, {"shape": [-1]}),
              Node("out2", "add", {"a": "s", "b": "r"}, {"y": "out2"})]
     g = Graph([x], {}, nodes, ["out1", "out2"])
-    g.validate()
+    validate(g)
     ex = Executor(g, {})
     x1, x2 = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
     first = ex.run(RunContext(), {"x": x1})

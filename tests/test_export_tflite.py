@@ -27,6 +27,7 @@ from volvox.tasks.image import preprocess
 from volvox.model import Model
 
 from vision_helpers import SAMPLES, model_file, sample_image
+from volvox.ops import validate
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +77,7 @@ def conv_graph(x_shape, cout, k, groups, act, bias=True, **geometry) -> tuple[Gr
     node = Node("conv", "conv2d", inputs, {"y": "y"}, dict(groups=groups, activation=act, **geometry))
     graph = Graph([TensorSpec("x", x_shape, "float32")], {n: TensorSpec(n, w.shape, "float32") for n, w in weights.items()},
                   [node], ["y"])
-    graph.validate()
+    validate(graph)
     return graph, weights
 
 
@@ -119,7 +120,7 @@ def test_head_ops_match_interpreter(tmp_path):
              Node("probs", "softmax", {"x": "logits"}, {"y": "probs"}, {"beta": 0.5})]
     graph = Graph([TensorSpec("x", (1, 8, 8, 6), "float32")],
                   {n: TensorSpec(n, w.shape, "float32") for n, w in weights.items()}, nodes, ["probs"])
-    graph.validate()
+    validate(graph)
     path = tmp_path / "head.tflite"
     path.write_bytes(export.export_tflite(graph, weights))
     x = rng.standard_normal((1, 8, 8, 6)).astype(np.float32)
@@ -132,7 +133,7 @@ def test_head_ops_match_interpreter(tmp_path):
 def _graph(nodes, weights, x_shape=(1, 4, 4, 4), outputs=("y",)):
     graph = Graph([TensorSpec("x", x_shape, "float32")],
                   {n: TensorSpec(n, w.shape, w.dtype.name) for n, w in weights.items()}, nodes, list(outputs))
-    graph.validate()
+    validate(graph)
     return graph, weights
 
 
@@ -229,7 +230,7 @@ def test_twin_refuses_a_clamp_that_is_no_activation():
         nodes = [Node(n.id, n.op, n.inputs, n.outputs, n.params | ({"act_max": 100} if n.id == "conv_2d_3" else {}))
                  for n in m.graph.nodes]
         graph = Graph(m.graph.inputs, m.graph.weights, nodes, m.graph.outputs)
-        graph.validate()
+        validate(graph)
         match = r"node 'conv_2d_3' \(qconv2d\): the clamp \[0, .*\] is no float activation"
         with pytest.raises(UnsupportedError, match=match):
             ft.float_twin(graph, source_weights(m), ft.tflite_quantization(m.source))

@@ -20,8 +20,10 @@ from volvox._gpu.devices import GPU_BACKENDS
 from volvox.compile import CPU_ONLY, PASSES
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
 from volvox.tasks.generate import Session
+from volvox.ops import validate
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +95,7 @@ def _cnn() -> tuple[Graph, dict]:
     ]
     specs = {n: TensorSpec(n, a.shape, "float32") for n, a in weights.items()}
     graph = Graph([TensorSpec("image", (2, 17, 15, 3), "float32")], specs, nodes, ["probs"])
-    graph.validate()
+    validate(graph)
     return graph, weights
 
 
@@ -120,7 +122,7 @@ def test_cpu_island_splits_the_graph(backend):
              Node("t", "reduce_mean", {"x": "h"}, {"y": "ht"}, {"axes": [0]}),
              Node("b", "add", {"a": "ht", "b": "bias"}, {"y": "y"})]
     graph = Graph([TensorSpec("x", (3, 5), "float32")], {"bias": TensorSpec("bias", (5,), "float32")}, nodes, ["y"])
-    graph.validate()
+    validate(graph)
     bias = np.arange(5, dtype=np.float32)
     model = Model(graph, {"bias": bias}, {}, "island", device=device, profile=True)
     model._closers.clear()

@@ -16,9 +16,11 @@ from gpu_helpers import BACKENDS, device_or_skip, nmse
 from volvox._gpu.lowering import LOWERINGS
 from volvox.ops.activation import FUSED_ACTIVATIONS
 from volvox.ir.graph import Graph, Node, TensorSpec
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
 from volvox.runtime.gpu_executor import GpuExecutor
 from volvox.runtime.kv_cache import KVCache
+from volvox.ops import validate
 
 rng = np.random.default_rng(0)
 
@@ -148,7 +150,7 @@ def _graph(case: Case) -> tuple[Graph, dict]:
     outs = {p: f"out.{p}" for p in case.outputs}
     node = Node("n", case.op, {**{n: n for n in case.inputs}, **{n: n for n in case.weights}}, outs, case.params)
     graph = Graph(inputs, weights, [node], list(outs.values()))
-    graph.validate()
+    validate(graph)
     return graph, dict(case.weights)
 
 
@@ -197,7 +199,7 @@ def test_reshape_aliases_its_input(backend):
     graph = Graph([TensorSpec("x", (4, 6), "float32")], {},
                   [Node("r", "relu", {"x": "x"}, {"y": "h"}), Node("s", "reshape", {"x": "h"}, {"y": "y"}, {"shape": [2, 12]})],
                   ["y"])
-    graph.validate()
+    validate(graph)
     ex = GpuExecutor(graph, {}, device)
     assert ex.node_backends() == {"r": backend, "s": backend}
     xin = f32(4, 6)

@@ -19,8 +19,10 @@ from volvox._gpu.devices import open_device
 from volvox.errors import KernelError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
 from volvox.tasks.generate import Session
+from volvox.ops import validate
 
 
 class _Counts:
@@ -74,7 +76,7 @@ def test_llama_prefill_replays_until_the_sequence_length_changes(tiny_llama, bac
 def _dynamic_cnn() -> tuple[Graph, dict]:
     graph, weights = _cnn()
     dyn = Graph([TensorSpec("image", ("batch", "h", "w", 3), "float32")], graph.weights, graph.nodes, graph.outputs)
-    dyn.validate()
+    validate(dyn)
     return dyn, weights
 
 
@@ -106,7 +108,7 @@ def test_cpu_island_segments_replay(backend):
              Node("t", "reduce_mean", {"x": "h"}, {"y": "ht"}, {"axes": [0]}),
              Node("b", "add", {"a": "ht", "b": "bias"}, {"y": "y"})]
     graph = Graph([TensorSpec("x", (3, 5), "float32")], {"bias": TensorSpec("bias", (5,), "float32")}, nodes, ["y"])
-    graph.validate()
+    validate(graph)
     bias = np.arange(5, dtype=np.float32)
     model = Model(graph, {"bias": bias}, {}, "island", device=device)
     model._closers.clear()
@@ -238,13 +240,13 @@ def test_tensor_over_the_binding_limit(backend, monkeypatch):
     monkeypatch.setattr(device, "max_binding", 4096)
     nodes = [Node("r", "relu", {"x": "x"}, {"y": "y"})]
     static = Graph([TensorSpec("x", (4, 1024), "float32")], {}, nodes, ["y"])
-    static.validate()
+    validate(static)
     model = Model(static, {}, {}, "static", device=device)
     model._closers.clear()
     where, reason = model.executor.placement["r"]
     assert where == "cpu" and "exceeds" in reason and "binding limit" in reason
     dynamic = Graph([TensorSpec("x", ("n", 1024), "float32")], {}, nodes, ["y"])
-    dynamic.validate()
+    validate(dynamic)
     model = Model(dynamic, {}, {}, "dynamic.json", device=device)
     model._closers.clear()
     x = np.ones((1, 1024), np.float32)

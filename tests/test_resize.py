@@ -24,7 +24,9 @@ from volvox.errors import ShapeError, UnsupportedError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import get_op
 from volvox.ops.resize import NEAREST_MODES, ONNX_COORDINATES, ONNX_NEAREST_MODES, TFLITE_COORDINATES
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
+from volvox.ops import validate
 
 ROOT = Path(__file__).resolve().parent.parent
 rng = np.random.default_rng(7)
@@ -189,7 +191,7 @@ def test_onnx_runtime_scales_are_refused(tmp_path):
 def test_blueprint_resize_errors():
     def graph(**params):
         g = Graph([TensorSpec("x", (1, 4, 4, 2), "float32")], {}, [Node("up", "resize", {"x": "x"}, {"y": "y"}, params)], ["y"])
-        g.validate()
+        validate(g)
     with pytest.raises(UnsupportedError, match=r"node 'up' \(resize\): .*mode='cubic' is not supported"):
         graph(mode="cubic", coordinate="half_pixel", size=[8, 8])
     with pytest.raises(UnsupportedError, match="coordinate='tf_crop_and_resize' is not supported"):
@@ -315,7 +317,7 @@ def test_gpu_resize_matches_reference(backend, case):
     device = device_or_skip(backend)
     _, shape, params = case
     graph = Graph([TensorSpec("x", shape, "float32")], {}, [Node("n", "resize", {"x": "x"}, {"y": "y"}, params)], ["y"])
-    graph.validate()
+    validate(graph)
     ex = GpuExecutor(graph, {}, device)
     where, reason = ex.placement["n"]
     if where != "gpu":

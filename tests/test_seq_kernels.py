@@ -13,8 +13,8 @@ from volvox.errors import KernelError, ShapeError
 from volvox.ops.attention import attention_fast, attention_ref, rope_fast, rope_ref
 from volvox.ops.elementwise import silu_fast, silu_ref
 from volvox.ops.fused import swiglu_fast, swiglu_ref
-from volvox.runtime.batch import BatchContext
-from volvox.runtime.executor import RunContext
+from volvox.ops.context import BatchContext
+from volvox.ops.context import RunContext
 from volvox.runtime.kv_cache import KVCache
 
 

@@ -19,10 +19,11 @@ from volvox.tasks.image import preprocess
 from volvox.model import Model
 from volvox.ops import get_op
 from volvox.ops.int8 import quantize_multiplier
-from volvox.runtime.executor import RunContext
+from volvox.ops.context import RunContext
 from volvox.runtime.vision_plan import PLANS_PER_GRAPH
 
 from vision_helpers import model_file, text_line
+from volvox.ops import validate
 
 rng = np.random.default_rng(7)
 
@@ -151,7 +152,7 @@ class GraphMaker:
     def model(self, outputs: list[str], optimize: bool = False) -> Model:
         specs = {n: TensorSpec(n, a.shape, a.dtype.name) for n, a in self.weights.items()}
         g = Graph(self.inputs, specs, self.nodes, outputs)
-        g.validate()
+        validate(g)
         return Model(g, dict(self.weights), {}, "synthetic", optimize=optimize)
 
 

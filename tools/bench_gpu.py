@@ -34,6 +34,7 @@ from volvox._gpu.devices import GPU_BACKENDS, open_device
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.model import Model
 from volvox.tasks.generate import Session
+from volvox.ops import validate
 
 
 def timings_ms(fn, runs: int, commands=None) -> dict:
@@ -86,7 +87,7 @@ def random_cnn(size: int = 96) -> tuple[Graph, dict]:
               Node("prob", "softmax", {"x": "logits"}, {"y": "probs"})]
     specs = {n: TensorSpec(n, a.shape, "float32") for n, a in weights.items()}
     graph = Graph([TensorSpec("image", (1, size, size, 3), "float32")], specs, nodes, ["probs"])
-    graph.validate()
+    validate(graph)
     return graph, weights
 
 

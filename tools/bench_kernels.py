@@ -150,7 +150,7 @@ def bench_attention(threads: int, min_time: float) -> None:
     """volvox.cpu.attention vs torch SDPA (causal, GQA expanded) and attention_ref."""
     from volvox import cpu as K
     from volvox.ops.attention import attention_ref
-    from volvox.runtime.executor import RunContext
+    from volvox.ops.context import RunContext
     from volvox.runtime.kv_cache import KVCache
 
     try:

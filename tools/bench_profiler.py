@@ -25,7 +25,7 @@ BLOCK = 10  # forwards per block; blocks alternate off / on
 def forward_fn(name: str):
     """(model, one forward as a zero-argument function) for a model name or 'smollm2-decode'."""
     import volvox
-    from volvox.runtime.executor import RunContext
+    from volvox.ops.context import RunContext
 
     if name == "smollm2-decode":
         lm = volvox.load("smollm2-135m-instruct")

@@ -152,7 +152,7 @@ def bench_one(name: str, threads: int, runs: int) -> dict:
         peers.append(("torch", torch_peer))
     if export is not None or path.endswith(".tflite"):
         peers.append(("tflite-xnnpack", tflite_peer(export or path, threads, x)))
-    from volvox.runtime.executor import RunContext
+    from volvox.ops.context import RunContext
 
     ours = median_ms(lambda: model.run(feeds), runs)
     per_op = median_ms(lambda: model.executor.run(RunContext(), feeds), runs)

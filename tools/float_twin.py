@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from volvox.ops import validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from export_tflite import export_tflite, write_atomically  # noqa: E402
@@ -130,7 +131,7 @@ def float_twin(graph: Graph, weights: dict[str, Any],
             raise UnsupportedError(f"node {node.id!r} ({node.op}): no float twin for this int8 op")
     twin = Graph(list(graph.inputs), {n: TensorSpec(n, w.shape, w.dtype.name) for n, w in out_w.items()},
                  nodes, list(graph.outputs))
-    twin.validate()
+    validate(twin)
     return twin, out_w
 
 

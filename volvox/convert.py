@@ -25,7 +25,8 @@ from volvox.errors import BlueprintError, UnsupportedError
 from volvox.ir.graph import Graph
 from volvox.ir.quant_blocks import QUANTIZABLE_QTYPES, QuantTensor, quantize_ref
 from volvox.formats.safetensors import save_safetensors
-from volvox.tasks.from_blueprint import ModelDims, tokenizer_metadata
+from volvox.formats.blueprint import tokenizer_metadata
+from volvox.formats.imported import ModelDims
 
 
 class Progress:

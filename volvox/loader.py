@@ -1,4 +1,5 @@
-"""``volvox.load``: a path, GGUF file or model name -> a ready Model / LanguageModel."""
+"""``volvox.load``: a model name, file or folder -> its importer (formats/, architectures/) -> the
+model of its task (TASKS), compiled and ready to run. The one place that tells kinds of files apart."""
 
 from __future__ import annotations
 
@@ -7,9 +8,22 @@ import time
 from pathlib import Path
 
 from volvox import cpu
+from volvox.architectures.efficientnet_lite import read_efficientnet_lite
+from volvox.architectures.from_gguf import import_gguf
+from volvox.architectures.hf import import_hf
 from volvox.errors import DeviceError, ModelNotFoundError, UnsupportedError
+from volvox.formats.blueprint import import_blueprint
+from volvox.formats.hf_folder import is_hf_folder
+from volvox.formats.imported import Imported
+from volvox.formats.onnx import read_onnx
+from volvox.formats.tflite import read_tflite
 from volvox.hub import load_recipe, resolve_model_file
 from volvox.model import Model
+from volvox.tasks.classify import Classifier
+from volvox.tasks.ctc import TextRecognizer
+from volvox.tasks.detect import Detector
+from volvox.tasks.embed import Encoder
+from volvox.tasks.generate import LanguageModel
 
 BACKENDS = ("cpu", "auto", "vulkan", "opengl", "gles", "webgpu")
 
@@ -72,46 +86,46 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
 
 
 def _load_any(model: str | Path, path: Path, kw: dict) -> Model:
-    if path.is_dir():
-        result = _load_directory(path, kw)
-    elif path.is_file():
-        result = _load_file(path, kw)
-    elif str(model).endswith((".gguf", ".json", ".safetensors")) or "/" in str(model):
-        raise ModelNotFoundError(f"{model}: no such file or directory")
-    else:
+    recipe_metadata = None
+    if not path.exists():
+        if str(model).endswith((".gguf", ".json", ".safetensors")) or "/" in str(model):
+            raise ModelNotFoundError(f"{model}: no such file or directory")
         recipe = load_recipe(str(model))
-        result = _load_file(resolve_model_file(recipe["name"]), kw, recipe.get("metadata"))
-    return result
-
-
-def _load_file(path: Path, kw: dict, metadata: dict | None = None) -> Model:
-    with open(path, "rb") as f:
-        magic = f.read(8)
-    if magic[:4] == b"GGUF":
-        from volvox.architectures.from_gguf import load_gguf_lm
-        return load_gguf_lm(str(path), **kw)
-    if magic[4:8] == b"TFL3" or path.suffix in (".onnx", ".pth"):
-        from volvox.formats.vision_files import load_vision_file
-        return load_vision_file(path, metadata, **kw)
-    raise UnsupportedError(f"{path}: not a model file volvox can load (expected a GGUF file, "
-                           f"a blueprint directory or a model name; file starts with {magic[:4]!r})")
-
-
-def _load_directory(path: Path, kw: dict) -> Model:
-    from volvox.formats.blueprint import read_blueprint
-    from volvox.architectures.hf import is_hf_folder, load_hf
-    from volvox.formats.vision_files import VISION_TASKS, task_class
-    from volvox.tasks.from_blueprint import task_model
-
-    if is_hf_folder(path):  # a Hugging Face checkpoint folder (config.json with a model_type)
-        return load_hf(path, **kw)
-    graph, weights, metadata, st = read_blueprint(path)
-    closers = [st.close] if st is not None else []
+        path, recipe_metadata = resolve_model_file(recipe["name"]), recipe.get("metadata")
+    imported = import_model(path, recipe_metadata)
     try:
-        if metadata.get("task") in VISION_TASKS:
-            return task_class(metadata["task"])(graph, weights, metadata, str(path), closers=closers, **kw)
-        return task_model(graph, weights, metadata, path, closers, **kw)
+        return TASKS.get(imported.metadata.get("task"), Model).from_imported(imported, **kw)
     except BaseException:
-        for close in closers:
-            close()
+        imported.close()
         raise
+
+
+# A model's ``metadata["task"]`` -> the class that serves it (anything else: a plain Model, run()).
+TASKS: dict[str, type[Model]] = {
+    "generate": LanguageModel, "embed": Encoder, "classify": Classifier, "detect": Detector, "ctc": TextRecognizer,
+}
+
+
+def import_model(path: Path, recipe_metadata: dict | None = None) -> Imported:
+    """What the file or folder at ``path`` holds, through the reader its kind asks for: a blueprint or
+    Hugging Face folder, or a file recognised by its magic bytes (GGUF, TFLite) or suffix (ONNX, a
+    recipe's PyTorch state dict). ``recipe_metadata`` (a model name's recipe) adds the task, labels
+    and preprocessing."""
+    path = Path(path)
+    if path.is_dir():
+        return import_hf(path) if is_hf_folder(path) else import_blueprint(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head[:4] == b"GGUF":
+        return import_gguf(str(path))
+    recipe = recipe_metadata or {}
+    if head[4:8] == b"TFL3":
+        graph, weights, metadata = read_tflite(path)
+    elif path.suffix == ".onnx":
+        graph, weights, metadata = read_onnx(path)
+    elif path.suffix == ".pth" and recipe.get("architecture") == "efficientnet-lite0":
+        graph, weights, metadata = read_efficientnet_lite(path)
+    else:
+        raise UnsupportedError(f"{path}: not a model file volvox can load (expected a GGUF, TFLite or ONNX file, "
+                               f"a blueprint or Hugging Face folder, or a model name; file starts with {head[:4]!r})")
+    return Imported(graph, weights, {**metadata, **recipe}, str(path))

@@ -10,7 +10,8 @@ from volvox.compile import compile_graph
 from volvox.errors import ClosedError, VolvoxError
 from volvox.ir.graph import Graph
 from volvox.ops.norm import check_norm_weights
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
 from volvox.runtime.vision_plan import PlanHook
 
 
@@ -38,6 +39,11 @@ class Model:
             self._closers.insert(0, device.close)
         self._closed = False
         self.load_seconds = 0.0  # set by volvox.load
+
+    @classmethod
+    def from_imported(cls, imported, **kw) -> "Model":
+        """This task's model of an import (formats.imported.Imported), taking over what it must close."""
+        return cls(imported.graph, imported.weights, imported.metadata, imported.source, closers=imported.closers, **kw)
 
     @property
     def profile(self):

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.architectures.builder import GraphBuilder
 from volvox.architectures.gpt2 import gelu_of
-from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
+from volvox.formats.imported import Imported, ModelDims
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def build_bert_graph(cfg: BertConfig, names: dict[str, str], weights: dict[str, 
     return b.graph(inputs, ["hidden"])
 
 
-def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
+def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     """Import a ``bert`` checkpoint (names with or without the ``bert.`` prefix); pooler/heads are ignored."""
     dim, n_heads, n_layers = cfg.get("hidden_size"), cfg.get("num_attention_heads"), cfg.get("num_hidden_layers")
     vocab, context, ffn = cfg.get("vocab_size"), cfg.get("max_position_embeddings"), cfg.get("intermediate_size")
@@ -105,4 +106,4 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
                         vocab_size=vocab, context_length=context, type_vocab_size=n_types,
                         norm_eps=cfg.get("layer_norm_eps", default=1e-12, kind=float), gelu=gelu)
     graph = build_bert_graph(config, BERT_NAMES, specs_of(weights))
-    return HFImport(graph, weights, config, "embed")
+    return Imported(graph, weights, {"task": "embed", "dims": vars(ModelDims.of(config))}, cfg.path)

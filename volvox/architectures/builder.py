@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ops import validate
 
 
 class GraphBuilder:
@@ -55,7 +56,7 @@ class GraphBuilder:
         """The validated graph, keeping only the weights some node reads."""
         used = {n for node in self.nodes for n in node.inputs.values()}
         graph = Graph(inputs, {n: s for n, s in self.weights.items() if n in used}, self.nodes, outputs)
-        graph.validate()
+        validate(graph)
         return graph
 
 

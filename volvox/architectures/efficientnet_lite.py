@@ -16,6 +16,7 @@ from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.formats.torch_state_dict import read_state_dict
+from volvox.ops import validate
 
 IMAGE_SIZE = 224
 BN_EPS = 1e-3
@@ -74,5 +75,5 @@ def read_efficientnet_lite(path: str | Path) -> tuple[Graph, dict[str, np.ndarra
     nodes.append(Node("_fc", "linear", {"x": "features", "weight": "_fc.weight", "bias": "_fc.bias"}, {"y": "logits"}))
     graph = Graph([TensorSpec("input", (1, IMAGE_SIZE, IMAGE_SIZE, 3), "float32")],
                   {n: TensorSpec(n, w.shape, "float32") for n, w in weights.items()}, nodes, ["logits"])
-    graph.validate()
+    validate(graph)
     return graph, weights, {"format": "pytorch-state-dict", "architecture": "efficientnet-lite0"}

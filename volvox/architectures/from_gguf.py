@@ -1,4 +1,5 @@
-"""Load a LLaMA-family language model straight from a GGUF file (weights stay mmapped and packed)."""
+"""LLaMA-family language models straight from a GGUF file: its metadata as the architecture's
+hyperparameters, its tensors as the weights (mmapped, quantized blocks kept packed), its tokenizer."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from volvox.errors import GGUFError, UnsupportedError
 from volvox.ir.graph import TensorSpec
 from volvox.ops.linear import WEIGHT_DTYPES
 from volvox.ir.quant_blocks import SUPPORTED_QTYPES, QuantTensor
-from volvox.tasks.generate import LanguageModel
 from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.formats.gguf import GGUFFile
+from volvox.formats.imported import Imported, ModelDims
 from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph
 
 LLAMA_ARCHITECTURES = ("llama", "mistral")
@@ -51,8 +52,9 @@ def llama_config_from_gguf(md: dict, path: str) -> LlamaConfig:
     )
 
 
-def load_gguf_lm(path: str, **model_kw) -> LanguageModel:
-    """A LanguageModel for the LLaMA-family GGUF at ``path``."""
+def import_gguf(path: str) -> Imported:
+    """The LLaMA-family model in the GGUF file at ``path`` (a generate task; the file stays open until the
+    model closes)."""
     gguf = GGUFFile(path)
     try:
         cfg = llama_config_from_gguf(gguf.metadata, str(path))
@@ -68,8 +70,9 @@ def load_gguf_lm(path: str, **model_kw) -> LanguageModel:
         tokenizer = ByteLevelBPETokenizer.from_gguf_metadata(gguf.metadata)
         metadata = {"task": "generate", "architecture": gguf.metadata.get("general.architecture"),
                     "name": gguf.metadata.get("general.name"), "format": "gguf",
-                    "quantized": sorted({w.qtype for w in weights.values() if isinstance(w, QuantTensor)})}
-        return LanguageModel(graph, weights, metadata, str(path), cfg, tokenizer, closers=[gguf.close], **model_kw)
+                    "quantized": sorted({w.qtype for w in weights.values() if isinstance(w, QuantTensor)}),
+                    "dims": vars(ModelDims.of(cfg))}
+        return Imported(graph, weights, metadata, str(path), tokenizer, [gguf.close])
     except BaseException:
         gguf.close()
         raise

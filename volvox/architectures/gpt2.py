@@ -15,7 +15,8 @@ import numpy as np
 
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder
-from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
+from volvox.formats.imported import Imported, ModelDims
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ GPT2_NAMES = {
 }
 
 
-def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
+def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     """Import a ``gpt2`` checkpoint (names with or without the ``transformer.`` prefix)."""
     dim, n_heads, n_layers = cfg.get("n_embd", "hidden_size"), cfg.get("n_head"), cfg.get("n_layer")
     vocab, context = cfg.get("vocab_size"), cfg.get("n_positions", "n_ctx")
@@ -143,4 +144,4 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
                        norm_eps=cfg.get("layer_norm_epsilon", default=1e-5, kind=float), gelu=gelu_of(cfg),
                        attn_scale=0.0 if cfg.data.get("scale_attn_weights", True) else 1.0)
     graph = build_gpt_graph(config, names, specs_of(weights))
-    return HFImport(graph, weights, config, "generate")
+    return Imported(graph, weights, {"task": "generate", "dims": vars(ModelDims.of(config))}, cfg.path)

@@ -4,7 +4,8 @@ and layers alternating between global and local (sliding ``window_size``) attent
 from __future__ import annotations
 
 from volvox.architectures.gpt2 import GPTConfig, build_gpt_graph, gelu_of
-from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
+from volvox.formats.imported import Imported, ModelDims
 
 _H = "transformer.h.{l}."
 NEO_NAMES = {
@@ -31,7 +32,7 @@ def attention_layers(cfg: HFConfig, n_layers: int) -> list[str]:
     return layers
 
 
-def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
+def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     """Import a ``gpt_neo`` checkpoint."""
     dim, n_heads, n_layers = cfg.get("hidden_size"), cfg.get("num_heads"), cfg.get("num_layers")
     vocab, context = cfg.get("vocab_size"), cfg.get("max_position_embeddings")
@@ -55,4 +56,4 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
                        norm_eps=cfg.get("layer_norm_epsilon", default=1e-5, kind=float), gelu=gelu_of(cfg),
                        attn_scale=1.0, layer_windows=windows)  # GPT-Neo does not scale q·k
     graph = build_gpt_graph(config, NEO_NAMES, specs_of(weights))
-    return HFImport(graph, weights, config, "generate")
+    return Imported(graph, weights, {"task": "generate", "dims": vars(ModelDims.of(config))}, cfg.path)

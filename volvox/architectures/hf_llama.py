@@ -8,7 +8,8 @@ Qwen2 with ``use_sliding_window``) attend within a sliding window.
 
 from __future__ import annotations
 
-from volvox.architectures.hf import HFCheckpoint, HFConfig, HFImport, specs_of
+from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
+from volvox.formats.imported import Imported, ModelDims
 from volvox.architectures.llama import LlamaConfig, build_llama_graph
 
 _L = "model.layers.{l}."
@@ -61,7 +62,7 @@ def layer_windows(cfg: HFConfig, n_layers: int) -> tuple:
     return (window,) * n_layers if cfg.model_type == "mistral" and window else ()
 
 
-def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
+def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     """Import a llama / mistral / qwen2 checkpoint."""
     dim, n_heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
     n_kv = cfg.get("num_key_value_heads", default=n_heads)
@@ -96,4 +97,4 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> HFImport:
         vocab_size=vocab, norm_eps=cfg.get("rms_norm_eps", default=1e-6, kind=float), rope_style="half",
         context_length=context, layer_windows=layer_windows(cfg, n_layers), **rope_of(cfg, context))
     graph = build_llama_graph(config, HF_NAMES, specs_of(weights))
-    return HFImport(graph, {n: weights[n] for n in graph.weights}, config, "generate")
+    return Imported(graph, {n: weights[n] for n in graph.weights}, {"task": "generate", "dims": vars(ModelDims.of(config))}, cfg.path)

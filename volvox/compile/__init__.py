@@ -21,6 +21,7 @@ from volvox.compile.fuse_conv import fuse_depthwise_pointwise, fuse_expand_dwpw
 from volvox.compile.fuse_linear import fuse_swiglu, merge_sibling_linears
 from volvox.compile.prepack import prepack_weights
 from volvox.compile.recognize import recognize_hard_swish
+from volvox.ops import validate
 
 Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 
@@ -86,6 +87,6 @@ def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | Non
     for name in names:
         before = len(graph.nodes)
         graph, weights = PASSES[name](graph, weights)
-        graph.validate()
+        validate(graph)
         report.steps.append((name, before, len(graph.nodes)))
     return graph, weights, report

@@ -26,6 +26,7 @@ import numpy as np
 
 from volvox.errors import ShapeError
 from volvox.ir.graph import Graph, TensorSpec
+from volvox.ops import validate
 
 VIEW_OPS = ("output_rows", "reshape")  # the output is a view of input x: no new bytes
 RUN_TIME_DIMS = ("out_seq",)  # dims the run context sets (output_rows' rows), not the graph inputs
@@ -77,7 +78,7 @@ def bind_dims(graph: Graph, dims: dict[str, int]) -> Graph:
               for s in graph.inputs]
     bound = Graph(inputs, dict(graph.weights), list(graph.nodes), list(graph.outputs))
     try:
-        bound.validate()
+        validate(bound)
     except ShapeError as e:
         symbols = sorted({d for s in graph.inputs for d in s.shape if isinstance(d, str)})
         raise ShapeError(f"input dims {symbols} bound to {[dims.get(d, 1) for d in symbols]} (bind them with '--dims NAME=N'): {e}") from None

@@ -8,6 +8,7 @@ and every weight against the graph's use of it.
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,11 @@ import numpy as np
 from volvox.errors import BlueprintError, VolvoxError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, SUPPORTED_QTYPES, row_nbytes
+from volvox.formats.imported import Imported, ModelDims
 from volvox.formats.safetensors import SafeTensorsFile
+from volvox.ops import validate_file
+from volvox.tokenizers import ByteLevelBPETokenizer
+from volvox.tokenizers.wordpiece import WordPieceTokenizer
 
 FORMAT_NAME = "volvox-blueprint"
 FORMAT_VERSION = 1
@@ -124,9 +129,65 @@ def read_blueprint(directory: str | Path) -> tuple[Graph, dict, dict, SafeTensor
         for name in quantized:
             if name not in graph.weights:
                 raise BlueprintError(f"{cfg_path}: weights.quantized names {name!r}, which the graph does not use")
-        graph.validate_file(str(cfg_path))
+        validate_file(graph, str(cfg_path))
     except VolvoxError:
         if st is not None:
             st.close()
         raise
     return graph, weights, metadata, st
+
+
+def tokenizer_metadata(tok, file: str = "tokenizer.json") -> dict:
+    """``metadata.tokenizer`` for a byte-level BPE tokenizer: its file and special-token state."""
+    return {"file": file, "bos_id": tok.bos_id, "eos_id": tok.eos_id, "add_bos": tok.add_bos,
+            "eog_ids": sorted(tok.eog_ids), "chat_template": tok.chat_template}
+
+
+def _bpe_tokenizer(path: Path, md: dict, where: str):
+    """The byte-level BPE tokenizer of a generate blueprint, special-token state from metadata."""
+    tok = ByteLevelBPETokenizer.from_tokenizer_json(path)
+
+    def token_id(key: str, value) -> int | None:
+        if value is None:
+            return None
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise BlueprintError(f"{where}: metadata.tokenizer.{key} must be an integer, got {value!r}") from None
+        if not 0 <= value < tok.vocab_size:
+            raise BlueprintError(f"{where}: metadata.tokenizer.{key} {value} is outside the vocabulary")
+        return value
+
+    tok.bos_id, tok.eos_id = token_id("bos_id", md.get("bos_id")), token_id("eos_id", md.get("eos_id"))
+    tok.add_bos = bool(md.get("add_bos")) and tok.bos_id is not None
+    if not isinstance(md.get("eog_ids", []), list):
+        raise BlueprintError(f"{where}: metadata.tokenizer.eog_ids must be a list")
+    tok.eog_ids = {token_id("eog_ids", i) for i in md.get("eog_ids", [])}
+    template = md.get("chat_template")
+    if template is not None and not isinstance(template, str):
+        raise BlueprintError(f"{where}: metadata.tokenizer.chat_template must be a string")
+    tok.chat_template = template
+    return tok
+
+
+def import_blueprint(directory: str | Path) -> Imported:
+    """A blueprint directory as the loader takes it: its validated graph, weights and metadata, and
+    for a generate / embed task its dims (checked) and tokenizer (docs/blueprint.md)."""
+    directory = Path(directory)
+    graph, weights, metadata, st = read_blueprint(directory)
+    imported = Imported(graph, weights, metadata, str(directory), closers=[st.close] if st is not None else [])
+    try:
+        task = metadata.get("task")
+        if task in ("generate", "embed"):
+            where = str(directory / "config.json")
+            ModelDims.from_metadata(metadata.get("dims"), where)
+            tok_md = metadata.get("tokenizer")
+            if not isinstance(tok_md, dict) or not isinstance(tok_md.get("file"), str):
+                raise BlueprintError(f"{where}: metadata.tokenizer must be an object with a 'file'")
+            tok_path = directory / Path(tok_md["file"]).name
+            imported.tokenizer = (_bpe_tokenizer(tok_path, tok_md, where) if task == "generate"
+                                  else WordPieceTokenizer.from_tokenizer_json(tok_path))
+        return imported
+    except BaseException:
+        imported.close()
+        raise

@@ -25,6 +25,7 @@ from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import get_op
 from volvox.ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
 from volvox.formats.protobuf import floats, ints, parse, text
+from volvox.ops import validate_file
 
 
 class ONNXError(WeightsError):
@@ -507,6 +508,6 @@ def _import(buf: memoryview, path: str) -> tuple[Graph, dict[str, np.ndarray], d
         outputs.append(imp.logical(name, f"{path}: output {name!r}"))
     used = {n for node in imp.nodes for n in node.inputs.values()}
     graph = Graph(inputs, {n: imp.specs[n] for n in imp.weights if n in used}, imp.nodes, outputs)
-    graph.validate_file(path)
+    validate_file(graph, path)
     weights = {n: imp.weights[n] for n in graph.weights}
     return graph, weights, {"format": "onnx", "opset": opset, "onnx_metadata": props}

@@ -20,6 +20,7 @@ from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier
 from volvox.formats.flatbuffers import Table, root
+from volvox.ops import validate_file
 
 
 class TFLiteError(WeightsError):
@@ -400,7 +401,7 @@ def _import(file: bytes, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]
     used = {n for node in imp.nodes for n in node.inputs.values()}
     graph = Graph(inputs, {n: TensorSpec(n, w.shape, w.dtype.name) for n, w in imp.weights.items() if n in used},
                   imp.nodes, outputs)
-    graph.validate_file(path)
+    validate_file(graph, path)
     for name in outputs:
         want = tensors[[imp.names[i] for i in range(len(tensors))].index(name)]
         got = graph.specs[name]

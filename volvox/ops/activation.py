@@ -13,7 +13,7 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect
-from volvox.ops import OpDef, get_op, register
+from volvox.ops.registry import OpDef, get_op, register
 from volvox.ops.elementwise import _unary_infer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from volvox.ir.graph import expect, same_dim
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 from volvox.ops.elementwise import _binary_infer, _unary_infer, binary_into, broadcast_shape
 
 

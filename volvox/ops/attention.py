@@ -10,8 +10,8 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
-from volvox.runtime.batch import BatchContext
-from volvox.ops import OpDef, register
+from volvox.ops.context import BatchContext
+from volvox.ops.registry import OpDef, register
 
 
 def _rope_infer(specs, params):

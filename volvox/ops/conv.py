@@ -16,7 +16,7 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 
 ACTIVATIONS = ("none", "relu", "relu6")
 

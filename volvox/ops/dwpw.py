@@ -16,7 +16,7 @@ Ports: the 1x1 conv's own (``x`` is the first conv's input), the depthwise conv'
 from __future__ import annotations
 
 from volvox.ir.graph import TensorSpec
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import _conv_infer, conv2d_fast, conv2d_ref
 from volvox.ops.int8 import _qconv_infer, qconv2d_fast, qconv2d_ref
 

@@ -9,7 +9,7 @@ import numpy as np
 from volvox import cpu
 from volvox.errors import ShapeError
 from volvox.ir.graph import expect, same_dim
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:

@@ -10,7 +10,7 @@ import numpy as np
 from volvox import cpu
 from volvox.errors import ShapeError
 from volvox.ir.graph import expect, same_dim
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
 from volvox.ops.elementwise import add_ref, broadcast_shape
 from volvox.ops.linear import _linear_infer, linear_fast, linear_into, linear_ref

@@ -22,7 +22,7 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv, window_params
 from volvox.ops.pool import pool_out_shape, pool_taps, valid_counts
 

@@ -7,7 +7,7 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ir.quant_blocks import QuantTensor, SUPPORTED_QTYPES, dequantize_ref, dequantize_rows_ref
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 
 WEIGHT_DTYPES = ("float32", "float16") + SUPPORTED_QTYPES
 

@@ -7,7 +7,7 @@ import numpy as np
 from volvox import cpu
 from volvox.errors import WeightsError
 from volvox.ir.graph import expect, same_dim
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 
 
 def _norm_infer(specs, params):

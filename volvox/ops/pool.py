@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from volvox.ir.graph import expect
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
 
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 
 MODES = ("nearest", "bilinear")
 ONNX_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")

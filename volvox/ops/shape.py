@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from volvox.ir.graph import expect
-from volvox.ops import OpDef, register
+from volvox.ops.registry import OpDef, register
 
 
 def reshape_target(in_shape: tuple, target) -> tuple:

@@ -27,17 +27,11 @@ from volvox.compile.memory import ALIGNMENT, RUN_TIME_DIMS, RunArena, bind_dims,
 from volvox.errors import ShapeError, VolvoxError
 from volvox.ir.graph import Graph
 from volvox.ops import get_op
+from volvox.ops.context import RunContext
 
 ARENA_PLANS = 8  # input signatures whose arena plans an executor keeps (prefill: full chunks and the last one)
 
 
-@dataclass
-class RunContext:
-    """State that stateful ops read: the KV cache, tokens already cached, which output rows to keep."""
-
-    kv: Any = None          # KVCache or None
-    pos: int = 0
-    output_rows: str = "all"
 
 
 @dataclass

@@ -40,8 +40,9 @@ from volvox._gpu.lowering import LOWERINGS, Call
 from volvox.errors import KernelError, VolvoxError
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import get_op
-from volvox.runtime.batch import BatchContext
-from volvox.runtime.executor import Executor, RunContext
+from volvox.ops.context import BatchContext
+from volvox.ops.context import RunContext
+from volvox.runtime.executor import Executor
 
 MEMO_ENTRIES = 4096  # memoized shape inferences + lowerings kept (all dropped when full)
 

@@ -45,6 +45,7 @@ from volvox.ops.dwpw import PAIRED, split, split_expanded
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, qsoftmax_table
 from volvox.runtime.native_plan import Unsupported, _addr, _aligned, _engine
 from volvox.runtime.pacing import Pacer
+from volvox.ops import validate
 
 _DTYPES = {"float32": np.float32, "int8": np.int8}  # activation dtypes a plan holds
 _ACT = _engine.ACTIVATIONS                             # fused activations of the conv steps
@@ -785,7 +786,7 @@ class PlanHook:
         inputs = [TensorSpec(spec.name, tuple(a.shape), spec.dtype) for spec, a in zip(graph.inputs, arrays)]
         bound = Graph(inputs, graph.weights, graph.nodes, graph.outputs)
         try:
-            bound.validate()
+            validate(bound)
         except VolvoxError:
             return None
         return bound

@@ -1,5 +1,8 @@
-"""Ragged batching: several sequences' new tokens packed as the rows of one forward pass.
+"""What a stateful op reads of the run it is part of: the KV cache, the position of the first new
+token and which output rows to keep (RunContext), or, for ragged batches, one such context per
+sequence (BatchContext).
 
+Ragged batching: several sequences' new tokens packed as the rows of one forward pass.
 Row-wise ops (embedding, norms, linear, activations) see one (rows, dim) matrix, so a
 decode step of B sequences multiplies every weight once for all of them; the few
 stateful ops (attention, output_rows) split the rows back per sequence and use
@@ -9,10 +12,17 @@ that sequence's own RunContext (its KV cache and position). No padding, no mask.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+@dataclass
+class RunContext:
+    """State that stateful ops read: the KV cache, tokens already cached, which output rows to keep."""
+
+    kv: Any = None          # KVCache or None
+    pos: int = 0
+    output_rows: str = "all"
 
 @dataclass
 class BatchContext:
