@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from volvox.errors import DeviceError, KernelError, UnsupportedError, VolvoxError
+from volvox.ops.gpu import MAX_GROUPS
 
 SHADER_DIR = Path(__file__).resolve().parent / "shaders"
 PARAM_ALIGN = 256       # byte alignment of each dispatch's params (covers every API's offset alignment)
-MAX_GROUPS = 65535      # workgroups per grid dimension every API guarantees
 MIN_BUFFER = 256        # smallest buffer the pool hands out
 RECORDING_CACHE = 16    # native recordings a CommandGraph keeps for replay (least recently used dropped)
 
@@ -364,13 +364,6 @@ class CommandGraph:
         with self.device.driver("dropping recordings"):
             while self._cache:
                 self.device._discard(self._cache.popitem()[1])
-
-
-def grid_1d(n_groups: int) -> tuple[int, int, int]:
-    """``n_groups`` workgroups folded into x and y (shaders index (wid.y * nwg.x + wid.x))."""
-    n_groups = max(1, int(n_groups))
-    x = min(n_groups, MAX_GROUPS)
-    return (x, -(-n_groups // x), 1)
 
 
 @dataclass

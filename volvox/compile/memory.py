@@ -34,7 +34,7 @@ ALIGNMENT = 64  # bytes: every buffer starts on a cache line (TFLite's kDefaultT
 
 
 @dataclass(frozen=True)
-class Buffer:
+class LiveRange:
     """One allocation: the tensor that names it, its bytes and the steps it is alive at (inclusive)."""
 
     name: str
@@ -42,7 +42,7 @@ class Buffer:
     first: int
     last: int
 
-    def overlaps_in_time(self, other: Buffer) -> bool:
+    def overlaps_in_time(self, other: LiveRange) -> bool:
         """Whether both are alive at some step (a node's inputs and outputs are alive together)."""
         return self.first <= other.last and other.first <= self.last
 
@@ -52,7 +52,7 @@ class ArenaPlan:
     """Where each buffer lives in one arena of ``arena_bytes``; ``alias`` maps each view to its buffer."""
 
     offsets: dict[str, int]   # buffer -> byte offset in the arena
-    buffers: list[Buffer]
+    buffers: list[LiveRange]
     alias: dict[str, str]     # tensor -> the buffer it is a view of
     arena_bytes: int          # the plan's size (>= peak_bytes; sizes rounded to ALIGNMENT)
     peak_bytes: int           # most bytes alive at one step: what any plan needs at least
@@ -85,7 +85,7 @@ def bind_dims(graph: Graph, dims: dict[str, int]) -> Graph:
     return bound
 
 
-def lifetimes(graph: Graph, dims: dict[str, int]) -> tuple[list[Buffer], dict[str, str]]:
+def lifetimes(graph: Graph, dims: dict[str, int]) -> tuple[list[LiveRange], dict[str, str]]:
     """Every intermediate buffer of a validated graph with its lifetime, and each view's base buffer."""
     inputs = {s.name for s in graph.inputs} | set(graph.weights)
     alias: dict[str, str] = {}
@@ -116,7 +116,7 @@ def lifetimes(graph: Graph, dims: dict[str, int]) -> tuple[list[Buffer], dict[st
         base = alias.get(name, name)
         if base in last:
             last[base] = len(graph.nodes)
-    buffers = [Buffer(n, size[n], first[n], last[n]) for n in first if n not in inputs]
+    buffers = [LiveRange(n, size[n], first[n], last[n]) for n in first if n not in inputs]
     return buffers, alias
 
 
@@ -124,7 +124,7 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
 
-def place(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
+def pack_arena(buffers: list[LiveRange]) -> tuple[dict[str, int], int]:
     """Greedy-by-size byte offsets for ``buffers`` (largest first, each at the lowest ALIGNMENT-
     aligned gap left by the placed buffers alive at the same time) and the arena's size. The
     graph plan below, the executor's and the native runtime plans (runtime/native_plan.py,
@@ -146,7 +146,7 @@ def place(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
 def plan_arena(graph: Graph, dims: dict[str, int]) -> ArenaPlan:
     """Greedy-by-size offsets for every intermediate of a validated graph with ``dims`` bound."""
     buffers, alias = lifetimes(graph, dims)
-    offsets, arena = place(buffers)
+    offsets, arena = pack_arena(buffers)
     steps = len(graph.nodes) + 1
     live = np.zeros(steps, np.int64)  # (steps,) bytes alive at each step
     for b in buffers:
@@ -173,7 +173,7 @@ class RunArena:
 
     slots: dict[str, tuple[int, tuple[int, ...], str]]  # node id -> (byte offset, buffer shape, dtype)
     arena_bytes: int
-    buffers: list[Buffer]           # the placed buffers, each named by its node's first output
+    buffers: list[LiveRange]           # the placed buffers, each named by its node's first output
     allocating: dict[str, int]      # node id -> output bytes (-1: set at run time), for nodes run outside it
 
     @property
@@ -224,8 +224,8 @@ def plan_run_arena(graph: Graph, dims: dict[str, int], writers: set[str]) -> Run
             for b in views.get(name, empty):
                 if b in last:
                     last[b] = max(last[b], i)
-    buffers = [Buffer(b, math.prod(born[b][2]) * np.dtype(born[b][3]).itemsize, born[b][1], last[b]) for b in last]
-    offsets, arena = place(buffers)
+    buffers = [LiveRange(b, math.prod(born[b][2]) * np.dtype(born[b][3]).itemsize, born[b][1], last[b]) for b in last]
+    offsets, arena = pack_arena(buffers)
     slots = {born[b][0]: (offsets[b], born[b][2], born[b][3]) for b in last}
     allocating = {}
     for node in graph.nodes:

@@ -15,6 +15,7 @@ from volvox import cpu
 from volvox.ir.graph import expect
 from volvox.ops.registry import OpDef, get_op, register
 from volvox.ops.elementwise import _unary_infer
+from volvox.ops.gpu import Call, Dispatch, Lowering, grid_1d, rows_of, unary_lowering
 
 
 def _float_unary_infer(specs, params):
@@ -121,14 +122,31 @@ def softmax_fast(ctx, p, x):
     return e
 
 
-register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into)))
-register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref))
+# ------------------------------------------------------------------ GPU lowerings
+def _check_softmax(specs, params):
+    axis = int(params.get("axis", -1))
+    return None if axis in (-1, len(specs["x"].shape) - 1) else f"softmax over axis {axis} (GPU: last axis only)"
+
+
+def _lower_softmax(c: Call) -> list[Dispatch]:
+    rows, n = rows_of(c.shapes["x"])
+    return [Dispatch("softmax", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n, beta=float(c.params.get("beta", 1.0))))]
+
+
+register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into),
+               gpu=unary_lowering("relu")))
+register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref,
+               gpu=unary_lowering("clip")))
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
-               into=unary_into(sigmoid_into)))
-register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref, hard_sigmoid_fast))
+               into=unary_into(sigmoid_into),
+               gpu=unary_lowering("sigmoid")))
+register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref, hard_sigmoid_fast,
+               gpu=unary_lowering("hard_sigmoid")))
 register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref, hard_swish_fast,
-               into=unary_into(hard_swish_into)))
-register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast))
+               into=unary_into(hard_swish_into),
+               gpu=unary_lowering("hard_swish")))
+register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast,
+               gpu=Lowering(("softmax",), _lower_softmax, _check_softmax)))
 
 
 # ------------------------------------------------------------------------------ fused activations

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import numpy as np
 
+from volvox.errors import KernelError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
 from volvox.ops.elementwise import _binary_infer, _unary_infer, binary_into, broadcast_shape
+from volvox.ops.gpu import MAX_GROUPS, Call, Dispatch, Lowering, binary_lowering, float_only, grid_1d, matmul_dispatch, unary_lowering
 
 
 def sub_ref(ctx, p, a, b):
@@ -80,9 +83,51 @@ def matmul_fast(ctx, p, a, b):
     return a @ b
 
 
-register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref, into=binary_into(np.subtract)))
-register(OpDef("div", "elementwise", ("a", "b"), ("y",), _binary_infer, div_ref, div_fast))
-register(OpDef("pow", "elementwise", ("a", "b"), ("y",), _binary_infer, pow_ref, pow_fast))
-register(OpDef("sqrt", "elementwise", ("x",), ("y",), _unary_infer, sqrt_ref))
-register(OpDef("reduce_mean", "reduce", ("x",), ("y",), _reduce_infer, reduce_mean_ref, reduce_mean_fast))
-register(OpDef("matmul", "matmul", ("a", "b"), ("y",), _matmul_infer, matmul_ref, matmul_fast))
+# ------------------------------------------------------------------ GPU lowerings
+def _check_matmul(specs, params):
+    a, b = specs["a"].shape[:-2], specs["b"].shape[:-2]
+    if a and b and (len(a) != len(b) or any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a, b))):
+        return "batch dims broadcast partially"
+    return None
+
+
+def _lower_matmul(c: Call) -> list[Dispatch]:
+    """Batched a (..., m, k) @ b (..., k, n): b read as W^T through strides; a 2-D operand is broadcast."""
+    a, b, out = c.shapes["a"], c.shapes["b"], c.shapes["y"]
+    m, k, n = a[-2], a[-1], b[-1]
+    batch = math.prod(out[:-2])
+    na, nb = math.prod(a[:-2]), math.prod(b[:-2])
+    if na not in (1, batch) or nb not in (1, batch) or batch > MAX_GROUPS:
+        raise KernelError(f"matmul {a} @ {b}: batch dims broadcast partially or exceed {MAX_GROUPS}")
+    return [matmul_dispatch("a", "b", None, "y", m, k, n, w_n=1, w_k=n, batch=batch,
+                            x_batch=m * k if na > 1 else 0, w_batch=k * n if nb > 1 else 0)]
+
+
+def _check_reduce_mean(specs, params):
+    x = specs["x"]
+    n = len(x.shape)
+    axes = sorted({int(a) % n for a in params["axes"]}) if n else []
+    if x.dtype != "float32":
+        return f"x is {x.dtype}"
+    return None if axes and axes == list(range(n - len(axes), n)) else f"axes {params['axes']} are not the trailing ones"
+
+
+def _lower_reduce_mean(c: Call) -> list[Dispatch]:
+    x = c.shapes["x"]
+    k = len({int(a) % len(x) for a in c.params["axes"]})
+    rows, n = math.prod(x[:len(x) - k]), math.prod(x[len(x) - k:])
+    return [Dispatch("reduce_mean", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n))]
+
+
+register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref, into=binary_into(np.subtract),
+               gpu=binary_lowering("sub")))
+register(OpDef("div", "elementwise", ("a", "b"), ("y",), _binary_infer, div_ref, div_fast,
+               gpu=binary_lowering("div")))
+register(OpDef("pow", "elementwise", ("a", "b"), ("y",), _binary_infer, pow_ref, pow_fast,
+               gpu=binary_lowering("pow")))
+register(OpDef("sqrt", "elementwise", ("x",), ("y",), _unary_infer, sqrt_ref,
+               gpu=unary_lowering("sqrt")))
+register(OpDef("reduce_mean", "reduce", ("x",), ("y",), _reduce_infer, reduce_mean_ref, reduce_mean_fast,
+               gpu=Lowering(("reduce_mean",), _lower_reduce_mean, _check_reduce_mean)))
+register(OpDef("matmul", "matmul", ("a", "b"), ("y",), _matmul_infer, matmul_ref, matmul_fast,
+               gpu=Lowering(("matmul",), _lower_matmul, lambda specs, params: float_only("a", "b")(specs, params) or _check_matmul(specs, params))))

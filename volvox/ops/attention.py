@@ -12,6 +12,7 @@ from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.context import BatchContext
 from volvox.ops.registry import OpDef, register
+from volvox.ops.gpu import MAX_HEAD_DIM, Call, Dispatch, Lowering, copy_dispatch, grid_of
 
 
 def _rope_infer(specs, params):
@@ -185,7 +186,59 @@ def output_rows_ref(ctx, p, x):
     return x if ctx.output_rows == "all" else x[-1:]
 
 
-register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into))
+# ------------------------------------------------------------------ GPU lowerings
+def _check_rope(specs, params):
+    return None if specs["positions"].dtype == "int32" else f"positions are {specs['positions'].dtype}"
+
+
+def rope_inv_freq(p: dict) -> np.ndarray:
+    """Per-pair inverse frequencies (rope_dim/2,) as float32, LLaMA-3.1 scaling applied (as ops.attention)."""
+    rd = int(p.get("rope_dim", p["head_dim"]))
+    inv = float(p.get("theta", 10000.0)) ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)  # (rd/2,)
+    if "llama3" in p:
+        inv = llama3_inv_freq(inv, **{k: float(v) for k, v in p["llama3"].items()})
+    return inv.astype(np.float32)
+
+
+def _lower_rope(c: Call) -> list[Dispatch]:
+    seq, row = c.shapes["x"]
+    hd = int(c.params["head_dim"])
+    n = seq * row
+    return [Dispatch("rope", ["x", "positions", "@inv_freq", "y"], grid_of(n),
+                     dict(n=n, head_dim=hd, row=row, rope_dim=int(c.params.get("rope_dim", hd)),
+                          style=int(c.params.get("style", "half") == "interleaved"),
+                          inv_scale=1.0 / float(c.params.get("scale", 1.0))))]
+
+
+def _check_attention(specs, params):
+    hd = int(params["head_dim"])
+    return None if hd <= MAX_HEAD_DIM else f"head_dim {hd} > {MAX_HEAD_DIM}"
+
+
+def _lower_attention(c: Call) -> list[Dispatch]:
+    """Append k, v to the device KV cache at ``start``, then attend over positions 0 .. start+seq."""
+    p = c.params
+    nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+    seq = c.shapes["q"][0]
+    start, cap = c.extra["start"], c.extra["capacity"]
+    # (seq, nkv*hd) -> cache (nkv, cap, hd) rows start..start+seq: plane z = kv head, outer o = token
+    append = dict(inner=hd, outer=seq, planes=nkv, src_o=nkv * hd, src_z=hd, dst_off=start * hd, dst_o=hd, dst_z=cap * hd)
+    return [copy_dispatch("k", "@k_cache", **append), copy_dispatch("v", "@v_cache", **append),
+            Dispatch("attention", ["q", "@k_cache", "@v_cache", "y"], (nh, seq, 1),
+                     dict(seq=seq, start=start, n_heads=nh, n_kv_heads=nkv, head_dim=hd, capacity=cap,
+                          causal=int(bool(p.get("causal", True))), window=int(p.get("window", 0)),
+                          scale=float(p.get("scale", hd ** -0.5))))]
+
+
+def _lower_output_rows(c: Call) -> list[Dispatch]:
+    seq, dim = c.shapes["x"]
+    return [copy_dispatch("x", "y", inner=dim, src_off=(seq - 1) * dim)]  # only reached for "last"
+
+
+register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into,
+               gpu=Lowering(("rope",), _lower_rope, _check_rope, lambda p: {"inv_freq": rope_inv_freq(p)})))
 register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
-               stateful=True, into=attention_into))
-register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True))
+               stateful=True, into=attention_into,
+               gpu=Lowering(("copy", "attention"), _lower_attention, _check_attention)))
+register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True,
+               gpu=Lowering(("copy",), _lower_output_rows)))

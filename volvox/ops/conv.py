@@ -17,6 +17,7 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
+from volvox.ops.gpu import ACT_CODES, Call, Dispatch, Lowering, float_only, grid_of
 
 ACTIVATIONS = ("none", "relu", "relu6")
 
@@ -196,5 +197,21 @@ def conv2d_into(ctx, p, out, x, weight, bias=None):
     return out
 
 
+# ------------------------------------------------------------------ GPU lowerings
+def _lower_conv(c: Call) -> list[Dispatch]:
+    (sh, sw), (dh, dw), (pt, pl, _, _) = window_params(c.params)
+    n_, h, w, ch = c.shapes["x"]
+    cout, kh, kw, cin_g = c.shapes["weight"]
+    _, oh, ow, _ = c.shapes["y"]
+    groups = int(c.params.get("groups", 1))
+    has_bias = "bias" in c.shapes
+    n = n_ * oh * ow * cout
+    return [Dispatch("conv2d", ["x", "weight", "bias" if has_bias else "@dummy", "y"], grid_of(n),
+                     dict(n=n, H=h, W=w, C=ch, OH=oh, OW=ow, Cout=cout, kh=kh, kw=kw, cin_g=cin_g,
+                          cout_g=cout // groups, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, has_bias=int(has_bias),
+                          act=ACT_CODES[c.params.get("activation", "none")]))]
+
+
 register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast,
-               into=conv2d_into))
+               into=conv2d_into,
+               gpu=Lowering(("conv2d",), _lower_conv, float_only("x", "weight"))))

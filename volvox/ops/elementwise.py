@@ -10,6 +10,7 @@ from volvox import cpu
 from volvox.errors import ShapeError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
+from volvox.ops.gpu import binary_lowering, unary_lowering
 
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:
@@ -88,9 +89,12 @@ def gelu_ref(ctx, p, x):
     return y.astype(x.dtype)
 
 
-register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add)))
-register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply)))
-register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into))
+register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add),
+               gpu=binary_lowering("add")))
+register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply),
+               gpu=binary_lowering("mul")))
+register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into,
+               gpu=unary_lowering("silu")))
 def gelu_fast(ctx, p, x):
     """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
     if x.dtype != np.float32:
@@ -106,4 +110,5 @@ def gelu_into(ctx, p, out, x):
     return cpu.gelu(x, p.get("approximate", "none"), out=out)
 
 
-register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into))
+register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into,
+               gpu=unary_lowering("gelu")))

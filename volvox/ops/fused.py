@@ -3,6 +3,7 @@ linear_act, concat_act, add_n."""
 
 from __future__ import annotations
 
+import math
 from functools import reduce
 
 import numpy as np
@@ -15,6 +16,9 @@ from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref, expect_fuse
 from volvox.ops.elementwise import add_ref, broadcast_shape
 from volvox.ops.linear import _linear_infer, linear_fast, linear_into, linear_ref
 from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_ref
+from volvox.ops.gpu import Call, Dispatch, Lowering, binary_dispatch, float_only, grid_of, matmul_dispatch, unary_dispatch
+from volvox.ops.linear import _check_linear, _lower_linear
+from volvox.ops.shape import _check_concat, _lower_concat
 
 MAX_SPLIT = 4  # outputs of one linear_split node
 MAX_ADD_N = 8  # inputs of one add_n node
@@ -165,12 +169,58 @@ def add_n_into(ctx, p, out, *xs):
     return FUSED_ACTIVATIONS[p["activation"]].into(out, out) if "activation" in p else out
 
 
+# ------------------------------------------------------------------ GPU lowerings
+def _lower_linear_split(c: Call) -> list[Dispatch]:
+    k = c.shapes["weight"][1]
+    m = math.prod(c.shapes["x"][:-1])
+    out, row = [], 0
+    for i, n in enumerate(int(s) for s in c.params["sizes"]):
+        if f"y{i}" in c.shapes:
+            out.append(matmul_dispatch("x", "weight", None, f"y{i}", m, k, n, w_row=row))
+        row += n
+    return out
+
+
+def _lower_swiglu(c: Call) -> list[Dispatch]:
+    half = c.shapes["x"][-1] // 2
+    n = math.prod(c.shapes["x"][:-1]) * half
+    return [Dispatch("swiglu", ["x", "y"], grid_of(n), dict(n=n, half=half))]
+
+
+def _check_add_n(specs, params):
+    ranks = [len(s.shape) for s in specs.values()]
+    return float_only(*specs)(specs, params) or (None if max(ranks) <= 4 else "rank above 4")
+
+
+def _lower_add_n(c: Call) -> list[Dispatch]:
+    """((x0 + x1) + x2) + ...: the first add writes y at its full (broadcast) shape, each later one adds
+    in place, so the sums run in add_n's order; then its activation (if any) over y in place."""
+    xs = [p for p in (f"x{i}" for i in range(len(c.shapes))) if p in c.shapes]
+    adds = ([binary_dispatch("add", xs[0], xs[1], "y", c.shapes)]
+            + [binary_dispatch("add", None, x, "y", c.shapes) for x in xs[2:]])
+    if "activation" not in c.params:
+        return adds
+    act = FUSED_ACTIVATIONS[c.params["activation"]]
+    return adds + [unary_dispatch(act.op, act.params, None, "y", math.prod(c.shapes["y"]))]
+
+
+def _lower_concat_act(c: Call) -> list[Dispatch]:
+    """concat's copies into y, then the activation over y in place."""
+    act = FUSED_ACTIVATIONS[c.params["activation"]]
+    return _lower_concat(c) + [unary_dispatch(act.op, act.params, None, "y", math.prod(c.shapes["y"]))]
+
+
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
-               _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into))
-register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into))
+               _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into,
+               gpu=Lowering(("matmul",), _lower_linear_split, _check_linear)))
+register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into,
+               gpu=Lowering(("swiglu",), _lower_swiglu, float_only("x"))))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
-               linear_act_fast, into=linear_act_into))
+               linear_act_fast, into=linear_act_into,
+               gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
-               _concat_act_infer, concat_act_ref, concat_act_fast))
+               _concat_act_infer, concat_act_ref, concat_act_fast,
+               gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))
 register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
-               _add_n_infer, add_n_ref, add_n_fast, into=add_n_into))
+               _add_n_infer, add_n_ref, add_n_fast, into=add_n_into,
+               gpu=Lowering(("binary", "unary"), _lower_add_n, _check_add_n)))

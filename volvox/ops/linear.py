@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ir.quant_blocks import QuantTensor, SUPPORTED_QTYPES, dequantize_ref, dequantize_rows_ref
 from volvox.ops.registry import OpDef, register
+from volvox.ops.gpu import FLOAT_WEIGHTS, Call, Dispatch, Lowering, float_only, grid_of, matmul_dispatch
 
 WEIGHT_DTYPES = ("float32", "float16") + SUPPORTED_QTYPES
 
@@ -81,7 +83,37 @@ def embedding_into(ctx, p, out, table, ids):
     return out
 
 
+# ------------------------------------------------------------------ GPU lowerings
+def _check_linear(specs, params):
+    w = specs["weight"]
+    if w.dtype not in FLOAT_WEIGHTS:
+        return f"weight is {w.dtype} (quantized weights run on the CPU)"
+    return float_only("x")(specs, params)
+
+
+def _lower_linear(c: Call) -> list[Dispatch]:
+    """linear, and linear_act with its activation in matmul's output write."""
+    k, n = c.shapes["weight"][1], c.shapes["weight"][0]
+    m = math.prod(c.shapes["x"][:-1])
+    return [matmul_dispatch("x", "weight", "bias" if "bias" in c.shapes else None, "y", m, k, n,
+                            act=c.params.get("activation", "none"))]
+
+
+def _check_embedding(specs, params):
+    if specs["table"].dtype not in FLOAT_WEIGHTS:
+        return f"table is {specs['table'].dtype}"
+    return None if specs["ids"].dtype == "int32" else f"ids are {specs['ids'].dtype}"
+
+
+def _lower_embedding(c: Call) -> list[Dispatch]:
+    vocab, dim = c.shapes["table"]
+    n = math.prod(c.shapes["ids"]) * dim
+    return [Dispatch("embedding", ["table", "ids", "y"], grid_of(n), dict(n=n, dim=dim, vocab=vocab))]
+
+
 register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast,
-               into=linear_into))
+               into=linear_into,
+               gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
 register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast,
-               into=embedding_into))
+               into=embedding_into,
+               gpu=Lowering(("embedding",), _lower_embedding, _check_embedding)))

@@ -8,6 +8,7 @@ from volvox import cpu
 from volvox.errors import WeightsError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
+from volvox.ops.gpu import Call, Dispatch, Lowering, float_only, grid_1d, rows_of
 
 
 def _norm_infer(specs, params):
@@ -84,7 +85,22 @@ def check_norm_weights(graph, weights: dict, where: str) -> None:
                                    f"{node.op}) holds NaN or inf")
 
 
+# ------------------------------------------------------------------ GPU lowerings
+def _lower_rms(c: Call) -> list[Dispatch]:
+    rows, n = rows_of(c.shapes["x"])
+    return [Dispatch("rms_norm", ["x", "weight", "y"], grid_1d(rows), dict(rows=rows, n=n, eps=float(c.params.get("eps", 1e-5))))]
+
+
+def _lower_layer_norm(c: Call) -> list[Dispatch]:
+    rows, n = rows_of(c.shapes["x"])
+    has_bias = "bias" in c.shapes
+    return [Dispatch("layer_norm", ["x", "weight", "bias" if has_bias else "@dummy", "y"], grid_1d(rows),
+                     dict(rows=rows, n=n, eps=float(c.params.get("eps", 1e-5)), has_bias=int(has_bias)))]
+
+
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,
-               into=rms_norm_into))
+               into=rms_norm_into,
+               gpu=Lowering(("rms_norm",), _lower_rms, float_only("x"))))
 register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref, layer_norm_fast,
-               into=layer_norm_into))
+               into=layer_norm_into,
+               gpu=Lowering(("layer_norm",), _lower_layer_norm, float_only("x"))))

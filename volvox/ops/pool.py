@@ -8,6 +8,7 @@ import numpy as np
 from volvox.ir.graph import expect
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
+from volvox.ops.gpu import ACT_CODES, Call, Dispatch, Lowering, float_only, grid_of
 
 
 def pool_out_shape(x, p: dict) -> tuple:
@@ -95,6 +96,27 @@ def global_avg_pool_ref(ctx, p, x):
     return x.mean(axis=(1, 2), keepdims=True, dtype=np.float64).astype(np.float32)
 
 
-register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast))
-register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast))
-register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref))
+# ------------------------------------------------------------------ GPU lowerings
+def _lower_pool(mode: str):
+    def lower(c: Call) -> list[Dispatch]:
+        n_, h, w, ch = c.shapes["x"]
+        _, oh, ow, _ = c.shapes["y"]
+        if mode == "global":
+            (kh, kw), (sh, sw), (pt, pl), code = (h, w), (1, 1), (0, 0), 1
+        else:
+            kh, kw = (int(k) for k in c.params["kernel"])
+            (sh, sw), _, (pt, pl, _, _) = window_params(c.params)
+            code = 0 if mode == "max" else (2 if c.params.get("count_include_pad", False) else 1)
+        n = n_ * oh * ow * ch
+        return [Dispatch("pool2d", ["x", "y"], grid_of(n),
+                         dict(n=n, H=h, W=w, C=ch, OH=oh, OW=ow, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, mode=code,
+                              act=ACT_CODES[c.params.get("activation", "none")]))]
+    return lower
+
+
+register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast,
+               gpu=Lowering(("pool2d",), _lower_pool("max"), float_only("x"))))
+register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast,
+               gpu=Lowering(("pool2d",), _lower_pool("avg"), float_only("x"))))
+register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref,
+               gpu=Lowering(("pool2d",), _lower_pool("global"), float_only("x"))))

@@ -40,6 +40,8 @@ class OpDef:
     # ``out`` never overlaps an input. An op with ``into`` never returns a view of an input, from
     # ``fast`` or ``into``: the executor's arena relies on it (runtime/executor.py).
     into: Callable | None = None
+    # gpu: how a GPU backend runs it (ops/gpu.py's Lowering); None: the CPU runs it on every backend
+    gpu: Any = None
 
     @property
     def input_names(self) -> tuple[str, ...]:

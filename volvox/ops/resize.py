@@ -45,6 +45,7 @@ import numpy as np
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
 from volvox.ops.registry import OpDef, register
+from volvox.ops.gpu import Call, Dispatch, Lowering, float_only, grid_of
 
 MODES = ("nearest", "bilinear")
 ONNX_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -171,4 +172,21 @@ def resize_fast(ctx, p, x):
     return y
 
 
-register(OpDef("resize", "resize", ("x",), ("y",), _resize_infer, resize_ref, resize_fast))
+# ------------------------------------------------------------------ GPU lowerings
+def _lower_resize(c: Call) -> list[Dispatch]:
+    """One ``resize`` dispatch; each axis's (a, num, den, b) comes from ops.resize, so the CPU and GPU share the rule."""
+    n_, h, w, ch = c.shapes["x"]
+    _, oh, ow, _ = c.shapes["y"]
+    sy, sx = axis_scales(c.params) or (None, None)
+    coord = c.params["coordinate"]
+    ay, numy, deny, by = (float(v) for v in axis_transform(coord, h, oh, sy))
+    ax, numx, denx, bx = (float(v) for v in axis_transform(coord, w, ow, sx))
+    n = n_ * oh * ow * ch
+    return [Dispatch("resize", ["x", "y"], grid_of(n),
+                     dict(n=n, H=h, W=w, C=ch, OH=oh, OW=ow, mode=int(c.params["mode"] == "bilinear"),
+                          rounding=NEAREST_MODES.index(c.params.get("nearest_mode", "round_prefer_floor")),
+                          ay=ay, numy=numy, deny=deny, by=by, ax=ax, numx=numx, denx=denx, bx=bx))]
+
+
+register(OpDef("resize", "resize", ("x",), ("y",), _resize_infer, resize_ref, resize_fast,
+               gpu=Lowering(("resize",), _lower_resize, float_only("x"))))

@@ -8,6 +8,7 @@ import numpy as np
 
 from volvox.ir.graph import expect
 from volvox.ops.registry import OpDef, register
+from volvox.ops.gpu import Call, Dispatch, Lowering, check_gather, contiguous_strides, copy_dispatch, float_only, gather_dispatch
 
 
 def reshape_target(in_shape: tuple, target) -> tuple:
@@ -111,9 +112,58 @@ def slice_ref(ctx, p, x):
 
 MAX_CONCAT_INPUTS = 16
 
-register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref))
-register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref))
+# ------------------------------------------------------------------ GPU lowerings
+def _lower_transpose(c: Call) -> list[Dispatch]:
+    st = contiguous_strides(c.shapes["x"])
+    return [gather_dispatch(c.shapes["y"], [st[int(i)] for i in c.params["perm"]])]
+
+
+def _lower_slice(c: Call) -> list[Dispatch]:
+    shape = c.shapes["x"]
+    st = contiguous_strides(shape)
+    strides, off = list(st), 0
+    steps = c.params.get("steps", [1] * len(c.params["axes"]))
+    for axis, start, end, step in zip(c.params["axes"], c.params["starts"], c.params["ends"], steps):
+        axis = int(axis) % len(shape)
+        r = slice_bounds(shape[axis], int(start), int(end), int(step))
+        off += (r.start if len(r) else 0) * st[axis]
+        strides[axis] = st[axis] * int(step)
+    return [gather_dispatch(c.shapes["y"], strides, off)]
+
+
+def _lower_pad(c: Call) -> list[Dispatch]:
+    x = c.shapes["x"]
+    return [gather_dispatch(c.shapes["y"], contiguous_strides(x), lo=[int(p[0]) for p in c.params["pads"]],
+                            extent=list(x), value=float(c.params.get("value", 0)))]
+
+
+def _check_concat(specs, params):
+    return float_only(*specs)(specs, params)
+
+
+def _lower_concat(c: Call) -> list[Dispatch]:
+    out = c.shapes["y"]
+    axis = int(c.params["axis"]) % len(out)
+    outer, inner_out = math.prod(out[:axis]), math.prod(out[axis:])
+    calls, off = [], 0
+    for i in range(len(c.shapes) - 1):
+        if f"x{i}" not in c.shapes:
+            continue
+        part = math.prod(c.shapes[f"x{i}"][axis:])
+        if part:
+            calls.append(copy_dispatch(f"x{i}", "y", inner=part, outer=outer, src_o=part, dst_off=off, dst_o=inner_out))
+        off += part
+    return calls
+
+
+register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref,
+               gpu=Lowering((), lambda c: [], alias=True)))
+register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref,
+               gpu=Lowering(("gather",), _lower_transpose, check_gather)))
 register(OpDef("concat", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
-               _concat_infer, concat_ref))
-register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref))
-register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref))
+               _concat_infer, concat_ref,
+               gpu=Lowering(("copy",), _lower_concat, _check_concat)))
+register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref,
+               gpu=Lowering(("gather",), _lower_pad, check_gather)))
+register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref,
+               gpu=Lowering(("gather",), _lower_slice, check_gather)))

@@ -47,7 +47,7 @@ from volvox.runtime.executor import Executor
 MEMO_ENTRIES = 4096  # memoized shape inferences + lowerings kept (all dropped when full)
 
 
-def place(graph: Graph, device: Device) -> dict[str, tuple[str, str]]:
+def place_nodes(graph: Graph, device: Device) -> dict[str, tuple[str, str]]:
     """node id -> ("gpu" | "cpu", reason it stays on the CPU or "")."""
     where: dict[str, tuple[str, str]] = {}
     on_gpu: set[str] = set()  # tensors a GPU node produces
@@ -120,7 +120,7 @@ class GpuExecutor:
                  profile: bool = False, decode_on_cpu: bool = True):
         self.cpu = Executor(graph, weights, reference=reference, profile=profile)
         self.graph, self.device = graph, device
-        self.placement = place(graph, device)
+        self.placement = place_nodes(graph, device)
         self.decode_on_cpu = decode_on_cpu
         self.stateful = any(n.op == "attention" for n in graph.nodes)
         self.pool = BufferPool(device)

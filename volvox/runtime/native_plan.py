@@ -7,7 +7,7 @@ compiled graph once into a flat array of kernel steps (csrc/vx_plan.h) over buff
 allocates up front; ``DecodePlan.run`` then runs the whole forward pass in one nogil
 call inside one OpenMP region, and allocates nothing.
 
-Buffers live in one arena, placed by compile/memory.place (as `volvox info --plan` plans it):
+Buffers live in one arena, placed by compile/memory.pack_arena (as `volvox info --plan` plans it):
 each node's outputs get a buffer that later outputs reuse once its last
 reader has run (never by a step that still reads it). The KV cache and the weights
 stay outside the arena; the logits are copied out so a caller may keep them.
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from volvox import cpu
-from volvox.compile.memory import Buffer, place
+from volvox.compile.memory import LiveRange, pack_arena
 from volvox.ir.graph import Graph
 from volvox.ops import get_op
 from volvox.runtime.pacing import Pacer
@@ -96,7 +96,7 @@ class DecodePlan:
         out_name = root(graph.outputs[0])
         last[out_name] = len(nodes)
         planned: list[tuple] = []  # (node, {port: (buffer, float offset, floats)}, (buffer, 0, floats of all outputs))
-        buffers: list[Buffer] = []  # one per lowered node: its outputs side by side
+        buffers: list[LiveRange] = []  # one per lowered node: its outputs side by side
         for i, node in enumerate(nodes):
             if node.op == "output_rows":
                 continue
@@ -107,9 +107,9 @@ class DecodePlan:
             for port in ports:  # consecutive: linear_split's column blocks are one GEMV row
                 outs[port] = home[node.outputs[port]] = (node.id, off, sizes[port])
                 off += sizes[port]
-            buffers.append(Buffer(node.id, 4 * off, i, max(last.get(n, i) for n in node.outputs.values())))
+            buffers.append(LiveRange(node.id, 4 * off, i, max(last.get(n, i) for n in node.outputs.values())))
             planned.append((node, outs, (node.id, 0, off)))
-        offsets, nbytes = place(buffers)  # a buffer is reused once its last reader has run
+        offsets, nbytes = pack_arena(buffers)  # a buffer is reused once its last reader has run
         self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one token
         self.arena_bytes = nbytes
 

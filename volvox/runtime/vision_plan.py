@@ -4,7 +4,7 @@ Python plans, native runs, as native_plan.py does for a decode step. The per-op 
 crosses from Python into a kernel once per node (validation, output allocation, an OpenMP
 region: tens of microseconds each, as much as a small conv's arithmetic). For a compiled
 graph whose every shape is fixed, this module lowers the graph once into kernel steps
-(csrc/vx_plan.h) over one lifetime-planned arena (compile/memory.place: float32 offsets,
+(csrc/vx_plan.h) over one lifetime-planned arena (compile/memory.pack_arena: float32 offsets,
 int8 tensors rounded up to whole floats); ``VisionPlan.run`` points the steps that read an
 input at the caller's array (or copies it in: ``_feed``), runs every step in one nogil call
 inside one OpenMP region, and copies the outputs out. The nodes are lowered twice: the team's
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from volvox import cpu
-from volvox.compile.memory import Buffer, place
+from volvox.compile.memory import LiveRange, pack_arena
 from volvox.errors import VolvoxError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import get_op
@@ -114,10 +114,10 @@ class VisionPlan:
             last[root(name)] = len(graph.nodes)
         skip = {n.id for n in graph.nodes if n.op == "reshape" and n.outputs["y"] in alias}  # no step
         # each stored tensor is alive from its writer to its last reader (inputs from the start)
-        buffers = [Buffer(s.name, 4 * self._floats(s.name), -1, last.get(s.name, -1)) for s in graph.inputs]
-        buffers += [Buffer(name, 4 * self._floats(name), i, max(i, last.get(name, i)))
+        buffers = [LiveRange(s.name, 4 * self._floats(s.name), -1, last.get(s.name, -1)) for s in graph.inputs]
+        buffers += [LiveRange(name, 4 * self._floats(name), i, max(i, last.get(name, i)))
                     for i, node in enumerate(graph.nodes) if node.id not in skip for name in node.outputs.values()]
-        offsets, nbytes = place(buffers)
+        offsets, nbytes = pack_arena(buffers)
         self._home = {name: off // 4 for name, off in offsets.items()}  # tensor -> float offset in the arena
         self.arena = _aligned(nbytes // 4, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = nbytes
