@@ -1,4 +1,4 @@
-"""The native decode plan (runtime/native_plan.py): the same logits as the per-op executor,
+"""The token step plan (runtime/plan.py): the same logits as the per-op executor,
 bit for bit, and a clean fallback to it whenever the plan cannot run."""
 
 import contextlib

@@ -1,4 +1,4 @@
-"""Vision plans (runtime/vision_plan.py): a whole image model run natively in one call gives the
+"""Step plans of image models (runtime/plan.py): a whole image model run natively in one call gives the
 per-op executor's outputs bit for bit, for the real models and for small graphs that use every
 vision step kind, at 1 and 2 threads; graphs it does not lower keep the per-op executor. Also
 the C fast paths of the small int8 ops against their numpy references (TFLite's arithmetic)."""
@@ -20,7 +20,7 @@ from volvox.model import Model
 from volvox.ops import get_op
 from volvox.ops.int8 import quantize_multiplier
 from volvox.ops.context import RunContext
-from volvox.runtime.vision_plan import PLANS_PER_GRAPH
+from volvox.runtime.plan import PLANS_PER_GRAPH
 
 from vision_helpers import model_file, text_line
 from volvox.ops import validate
@@ -400,7 +400,7 @@ def test_dwpw_with_large_pointwise_weights_runs_as_two_steps(threads):
     channels: 320 KB) runs as a depthwise step into a buffer of the plan's and one GEMM step over
     the map (5 panels: one per part on 2 threads), not a GEMM per row; outputs are the per-op
     executor's."""
-    from volvox.runtime.vision_plan import DWPW_SPLIT_BYTES
+    from volvox.ops.dwpw import DWPW_SPLIT_BYTES
     assert 160 * 512 * 4 > DWPW_SPLIT_BYTES
     m = GraphMaker(x=((1, 5, 6, 512), "float32"))
     f = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
@@ -421,7 +421,7 @@ def test_expand_dwpw_step_is_the_per_op_executor(stride, k, pads, dilation, thre
     computes each band's expanded rows in scratch; its outputs are the per-op executor's, and
     the unfused graph's, bit for bit (2 images; bands recompute the rows they share; a dilated
     depthwise conv reads rows two apart)."""
-    from volvox.runtime.vision_plan import EXPAND_BAND_BYTES
+    from volvox.ops.dwpw import EXPAND_BAND_BYTES
     m = GraphMaker(x=((2, 30, 53, 8), "float32"))
     f = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
     e = m.node("conv2d", dict(activation="relu6"), x="x", weight=m.w("e", f(176, 1, 1, 8)), bias=m.w("eb", f(176)))
@@ -470,17 +470,15 @@ def test_output_channel_parts_fall_evenly_on_the_threads():
     """A one-block map on 2 threads wants 4 parts of whole 32-channel panels: 36 panels make 4
     parts of 9; 6 panels (parts of 2 would give one thread 4 panels, the other 2) and 10 make one
     part per panel; enough items need no parts."""
-    from types import SimpleNamespace
-    from volvox.runtime.vision_plan import VisionPlan
-    two = SimpleNamespace(split=2)
-    assert [VisionPlan._cparts(two, 1, cout) for cout in (1152, 192, 320)] == [4, 6, 10]
-    assert VisionPlan._cparts(two, 4, 192) == 1
+    from volvox.ops.conv import plan_cparts
+    assert [plan_cparts(2, 1, cout) for cout in (1152, 192, 320)] == [4, 6, 10]
+    assert plan_cparts(2, 4, 192) == 1
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_maps_of_a_few_blocks_split_into_tile_blocks(dtype, threads):
     """A 14x14 map is 3 blocks of 64 pixels and one of 4: on 2 threads conv steps take blocks of
-    whole 8-pixel GEMM tiles instead (VisionPlan._blocks: 32 pixels, 7 blocks), an im2col 3x3
+    whole 8-pixel GEMM tiles instead (ops/conv.py's plan_blocks: 32 pixels, 7 blocks), an im2col 3x3
     and a direct 1x1 conv (f32) or two im2col convs (int8); outputs are the per-op executor's."""
     m = GraphMaker(x=((1, 14, 14, 20), "float32"))
     f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
@@ -549,12 +547,12 @@ def test_dwpw_fusion_drops_a_step_and_the_middle_tensor():
 
 
 def test_unlowered_graphs_and_profiling_keep_the_per_op_executor():
-    m = GraphMaker(x=((2, 3), "float32"))
-    y = m.node("silu", x="x")  # no silu step
+    m = GraphMaker(x=((2, 3), "int64"))
+    y = m.node("add", a="x", b="x")  # int64 tensors: no plan holds them
     model = m.model([y])
-    x = rng.standard_normal((2, 3)).astype(np.float32)
-    assert same_bits(model.run({"x": x})[y], model.executor.run(RunContext(), {"x": x})[y])
-    assert model._plan.plan is None and "silu" in model._plan.why
+    x = rng.integers(-5, 5, (2, 3))
+    assert np.array_equal(model.run({"x": x})[y], model.executor.run(RunContext(), {"x": x})[y])
+    assert model._plan.plan is None and "int64" in model._plan.why
     graph = int8_graph().graph
     weights = {n: w for n, w in zip(graph.weights, [w for _, w in int8_graph().executor.weight_slots])}
     assert Model(graph, weights, {}, "p", profile=True, optimize=False)._plan is None

@@ -3,7 +3,7 @@
     python tools/bench_layers.py [mltk-person-detection] [--threads 1] [--runs 400]
     python tools/bench_layers.py efficientnet-lite0      # no .tflite source: bench_vision's export of it
 
-volvox: each plan step's median wall time (``VisionPlan.step_seconds``: thread 0 waits for every
+volvox: each plan step's median wall time (``Plan.step_seconds``: thread 0 waits for every
 step, so steps do not overlap), named by its node (a fused depthwise -> pointwise step carries the
 pointwise conv's name: conv_2d_3 is depthwise_conv_2d_2 and conv_2d_3 below). TFLite: the model
 cut after each operator (a copy of the file whose subgraph outputs that operator's output and
@@ -89,11 +89,11 @@ def main() -> None:
     model.run(feeds)
     plan = model._plan.plan
     if plan is None:
-        sys.exit(f"{args.model}: no vision plan ({model._plan.why})")
+        sys.exit(f"{args.model}: no step plan ({model._plan.why})")
     plan.useful_threads = args.threads
     seconds = np.min([plan.step_seconds(model.executor.check_feeds(feeds), runs=args.runs) for _ in range(3)], axis=0)
     print(f"volvox plan steps, {args.threads} thread(s): {seconds.sum() * 1e3:.4f} ms")
-    for node, s in zip(plan.step_nodes, seconds):
+    for (node, _), s in zip(plan.step_nodes, seconds):
         print(f"  {node:40s} {s * 1e3:8.4f}")
     rows = tflite_cuts(path, args.threads, x, args.runs)
     print(f"TFLite (XNNPACK) cuts, {args.threads} thread(s): {sum(ms for _, ms in rows):.4f} ms")

@@ -3,7 +3,7 @@
     python tools/bench_profiler.py [--runs 200] [--threads 1] [--models mltk-person-detection ...]
 
 Each model is loaded once; its per-op executor (what ``profile=True`` times node by node;
-unprofiled runs may take a native plan instead, see runtime/vision_plan.py) runs with ``profile``
+unprofiled runs may take a native plan instead, see runtime/plan.py) runs with ``profile``
 None and with a Profile attached, in alternating blocks so that machine load hits both alike. Prints the median ms per forward of each, their ratio, and the profiler's cost per node
 ((on - off) / nodes). ``smollm2-decode`` is one SmolLM2 decode step at position 32 through the
 per-op executor (the path ``profile=True`` times node by node).

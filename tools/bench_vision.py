@@ -6,7 +6,7 @@ Each thread count runs in a fresh process with OPENBLAS_NUM_THREADS / OMP_NUM_TH
 (numpy's BLAS reads them at import). Median wall time of --runs calls after 5 warm-up calls;
 ratio = volvox / peer (lower is better for volvox). "per-op ms" is the per-op executor on
 the same model (what Model.run does when the graph has no vision plan), "plan" whether
-Model.run ran the native vision plan (runtime/vision_plan.py). Inputs: scikit-image's astronaut photo,
+Model.run ran a native step plan (runtime/plan.py). Inputs: scikit-image's astronaut photo,
 a rendered text line for the OCR model.
 
 Peers that do not ship as .tflite are exported from the graph volvox loads (tools/export_tflite.py):

@@ -75,7 +75,7 @@ def _debug_report(model, stats=None) -> None:
         if stats.decode_native_seconds and stats.new_tokens > 1:
             per_token = stats.decode_seconds / (stats.new_tokens - 1)
             outside = 1 - stats.decode_native_seconds / stats.decode_seconds
-            print(f"decode step: {per_token * 1e3:.2f} ms per token in one native call (runtime/native_plan.py); "
+            print(f"decode step: {per_token * 1e3:.2f} ms per token in one native call (runtime/plan.py); "
                   f"{100 * outside:.1f}% of decode time outside it (sampling, detokenizing, Python)", file=err)
     if model.profile is not None and model.profile.runs:
         print(f"time per op type over {model.profile.runs} forward passes:", file=err)

@@ -144,6 +144,23 @@ def _initial_threads() -> int:
 set_num_threads(_initial_threads())
 
 
+# ------------------------------------------------------------------------------- buffers
+ALIGN = 64  # bytes: buffers the kernels stream start on a cache line
+
+
+def address(a: np.ndarray | None) -> int:
+    """The address of ``a``'s first element (0 for None): what a plan's steps point at."""
+    return 0 if a is None else a.ctypes.data
+
+
+def aligned_empty(n: int, dtype) -> np.ndarray:
+    """An uninitialised (n,) array whose first element is ALIGN-byte aligned."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n + ALIGN // itemsize, dtype)
+    skip = (-raw.ctypes.data % ALIGN) // itemsize
+    return raw[skip:skip + n]
+
+
 # ------------------------------------------------------------------------------- scratch
 # Per-Python-thread scratch for quantized activations: grows, never shrinks, so a
 # decode step allocates nothing once warm. (Kernels run without the GIL, so two

@@ -12,7 +12,7 @@ from volvox.ir.graph import Graph
 from volvox.ops.norm import check_norm_weights
 from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
-from volvox.runtime.vision_plan import PlanHook
+from volvox.runtime.plan import PlanHook
 
 
 class Model:
@@ -28,7 +28,7 @@ class Model:
         self.metadata = metadata
         self.source = source
         self._closers = list(closers)
-        self._plan = None  # a VisionPlan hook when the whole graph may run natively (CPU, no profiling)
+        self._plan = None  # a PlanHook when the whole graph may run natively (CPU, no profiling)
         if device is None:
             self.executor = Executor(self.graph, weights, reference=reference, profile=profile)
             if not (reference or profile):

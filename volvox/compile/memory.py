@@ -26,9 +26,8 @@ import numpy as np
 
 from volvox.errors import ShapeError
 from volvox.ir.graph import Graph, TensorSpec
-from volvox.ops import validate
+from volvox.ops import get_op, validate
 
-VIEW_OPS = ("output_rows", "reshape")  # the output is a view of input x: no new bytes
 RUN_TIME_DIMS = ("out_seq",)  # dims the run context sets (output_rows' rows), not the graph inputs
 ALIGNMENT = 64  # bytes: every buffer starts on a cache line (TFLite's kDefaultTensorAlignment)
 
@@ -93,7 +92,7 @@ def lifetimes(graph: Graph, dims: dict[str, int]) -> tuple[list[LiveRange], dict
     size: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
         outs = list(node.outputs.values())
-        if node.op in VIEW_OPS:
+        if get_op(node.op).view:
             src = node.inputs["x"]
             alias[outs[0]] = alias.get(src, src)
             continue
@@ -127,8 +126,7 @@ def _aligned(n: int) -> int:
 def pack_arena(buffers: list[LiveRange]) -> tuple[dict[str, int], int]:
     """Greedy-by-size byte offsets for ``buffers`` (largest first, each at the lowest ALIGNMENT-
     aligned gap left by the placed buffers alive at the same time) and the arena's size. The
-    graph plan below, the executor's and the native runtime plans (runtime/native_plan.py,
-    vision_plan.py) share it."""
+    graph plan below, the executor's and the step plans (runtime/plan.py) share it."""
     placed: list[tuple[int, int, int, int]] = []  # (offset, aligned size, first, last), by offset
     offsets: dict[str, int] = {}
     for buf in sorted(buffers, key=lambda b: (-b.size, b.first)):
@@ -229,7 +227,7 @@ def plan_run_arena(graph: Graph, dims: dict[str, int], writers: set[str]) -> Run
     slots = {born[b][0]: (offsets[b], born[b][2], born[b][3]) for b in last}
     allocating = {}
     for node in graph.nodes:
-        if node.id not in slots and node.op not in VIEW_OPS:
+        if node.id not in slots and not get_op(node.op).view:
             shapes = [bound_shape(graph.specs[n].shape, dims) for n in node.outputs.values()]
             allocating[node.id] = -1 if None in shapes else sum(
                 math.prod(s) * np.dtype(graph.specs[n].dtype).itemsize for s, n in zip(shapes, node.outputs.values()))

@@ -14,7 +14,7 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import expect
 from volvox.ops.registry import OpDef, get_op, register
-from volvox.ops.elementwise import _unary_infer
+from volvox.ops.elementwise import _unary_infer, unary_cpu
 from volvox.ops.gpu import Call, Dispatch, Lowering, grid_1d, rows_of, unary_lowering
 
 
@@ -133,7 +133,17 @@ def _lower_softmax(c: Call) -> list[Dispatch]:
     return [Dispatch("softmax", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n, beta=float(c.params.get("beta", 1.0))))]
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+def hard_sigmoid_cpu(plan, node) -> None:
+    """clip(alpha * x + beta, 0, 1): the product rounded before the sum, as numpy's float32 steps."""
+    x, y = plan.input(node, "x"), plan.output(node)
+    plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
+    plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=cpu.engine.UNARY_FNS["hard_sigmoid"],
+             **{k: float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5))})
+
+
 register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into),
+               cpu=unary_cpu("relu"),
                gpu=unary_lowering("relu")))
 register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref,
                gpu=unary_lowering("clip")))
@@ -141,9 +151,10 @@ register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigm
                into=unary_into(sigmoid_into),
                gpu=unary_lowering("sigmoid")))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref, hard_sigmoid_fast,
+               cpu=hard_sigmoid_cpu,
                gpu=unary_lowering("hard_sigmoid")))
 register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref, hard_swish_fast,
-               into=unary_into(hard_swish_into),
+               into=unary_into(hard_swish_into), cpu=unary_cpu("hard_swish"),
                gpu=unary_lowering("hard_swish")))
 register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast,
                gpu=Lowering(("softmax",), _lower_softmax, _check_softmax)))

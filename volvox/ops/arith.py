@@ -8,7 +8,7 @@ import numpy as np
 from volvox.errors import KernelError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
-from volvox.ops.elementwise import _binary_infer, _unary_infer, binary_into, broadcast_shape
+from volvox.ops.elementwise import _binary_infer, _unary_infer, binary_cpu, binary_into, broadcast_shape, unary_cpu
 from volvox.ops.gpu import MAX_GROUPS, Call, Dispatch, Lowering, binary_lowering, float_only, grid_1d, matmul_dispatch, unary_lowering
 
 
@@ -119,13 +119,23 @@ def _lower_reduce_mean(c: Call) -> list[Dispatch]:
     return [Dispatch("reduce_mean", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n))]
 
 
-register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref, into=binary_into(np.subtract),
+# ------------------------------------------------------------------- CPU plan lowering
+def pow_cpu(plan, node) -> None:
+    """pow by the constant 2 as numpy's float32 square (other exponents run as an island)."""
+    x, e = plan.input(node, "a"), plan.weights.get(node.inputs["b"])
+    if isinstance(e, np.ndarray) and e.size == 1 and e.ndim <= x.ndim and float(e.reshape(-1)[0]) == 2.0:
+        unary_cpu("square", "a")(plan, node)
+    else:
+        plan.island(node)
+
+
+register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref, into=binary_into(np.subtract), cpu=binary_cpu,
                gpu=binary_lowering("sub")))
-register(OpDef("div", "elementwise", ("a", "b"), ("y",), _binary_infer, div_ref, div_fast,
+register(OpDef("div", "elementwise", ("a", "b"), ("y",), _binary_infer, div_ref, div_fast, cpu=binary_cpu,
                gpu=binary_lowering("div")))
-register(OpDef("pow", "elementwise", ("a", "b"), ("y",), _binary_infer, pow_ref, pow_fast,
+register(OpDef("pow", "elementwise", ("a", "b"), ("y",), _binary_infer, pow_ref, pow_fast, cpu=pow_cpu,
                gpu=binary_lowering("pow")))
-register(OpDef("sqrt", "elementwise", ("x",), ("y",), _unary_infer, sqrt_ref,
+register(OpDef("sqrt", "elementwise", ("x",), ("y",), _unary_infer, sqrt_ref, cpu=unary_cpu("sqrt"),
                gpu=unary_lowering("sqrt")))
 register(OpDef("reduce_mean", "reduce", ("x",), ("y",), _reduce_infer, reduce_mean_ref, reduce_mean_fast,
                gpu=Lowering(("reduce_mean",), _lower_reduce_mean, _check_reduce_mean)))

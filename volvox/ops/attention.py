@@ -186,6 +186,42 @@ def output_rows_ref(ctx, p, x):
     return x if ctx.output_rows == "all" else x[-1:]
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+def rope_cpu(plan, node) -> None:
+    """RoPE of a token step's row at the run's position (ggml's arithmetic; LLaMA-3.1 scaling runs
+    on the per-op executor)."""
+    p = node.params
+    x, y = plan.input(node, "x"), plan.output(node)
+    hd = int(p["head_dim"])
+    plan.need(node, "llama3" not in p and plan.run_input(node, "positions") == "positions",
+              "llama3 scaling, or positions other than the run's")
+    plan.need(node, x.dtype == np.float32 and x.size % hd == 0 and x.size == y.size, "x is not whole heads")
+    plan.add("rope", x=cpu.address(x), y=cpu.address(y), n_heads=x.size // hd, head_dim=hd,
+             rope_dim=int(p.get("rope_dim", hd)), base=float(p.get("theta", 10000.0)),
+             freq_scale=float(np.float32(1.0) / np.float32(p.get("scale", 1.0))),
+             interleaved=p.get("style", "half") == "interleaved")
+
+
+def attention_cpu(plan, node) -> None:
+    """A token step's attention: its k, v into the layer's KV cache at the run's position, then the
+    heads over positions 0 .. that one (one score row per thread, sized for the cache's capacity)."""
+    p = node.params
+    nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+    q, k, v, y = plan.input(node, "q"), plan.input(node, "k"), plan.input(node, "v"), plan.output(node)
+    layer = int(p.get("layer", 0))
+    plan.need(node, plan.layers > 0 and 0 <= layer < plan.layers, "no KV cache layer for it")
+    plan.need(node, p.get("causal", True), "not causal")
+    plan.need(node, q.size == nh * hd and k.size == v.size == nkv * hd, "q, k, v sizes")
+    per = cpu.engine.attention_scratch_floats(plan.capacity, hd)
+    scratch = np.empty(plan.threads * per, np.float32)  # (threads, per) score rows
+    plan.keep(scratch)
+    plan.add("kv_store", k=cpu.address(k), v=cpu.address(v), n_kv_heads=nkv, head_dim=hd, layer=layer)
+    plan.add("attention", q=cpu.address(q), y=cpu.address(y), scratch=cpu.address(scratch), n_heads=nh, n_kv_heads=nkv,
+             head_dim=hd, window=int(p.get("window", 0)), layer=layer, scratch_floats=per,
+             scale=float(np.float32(p.get("scale", hd ** -0.5))))
+    plan.kv_shape = (nkv, hd)
+
+
 # ------------------------------------------------------------------ GPU lowerings
 def _check_rope(specs, params):
     return None if specs["positions"].dtype == "int32" else f"positions are {specs['positions'].dtype}"
@@ -235,10 +271,10 @@ def _lower_output_rows(c: Call) -> list[Dispatch]:
     return [copy_dispatch("x", "y", inner=dim, src_off=(seq - 1) * dim)]  # only reached for "last"
 
 
-register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into,
+register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into, cpu=rope_cpu,
                gpu=Lowering(("rope",), _lower_rope, _check_rope, lambda p: {"inv_freq": rope_inv_freq(p)})))
 register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
-               stateful=True, into=attention_into,
+               stateful=True, into=attention_into, cpu=attention_cpu,
                gpu=Lowering(("copy", "attention"), _lower_attention, _check_attention)))
-register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True,
+register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True, view=True,
                gpu=Lowering(("copy",), _lower_output_rows)))

@@ -17,6 +17,7 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
+from volvox.ops.elementwise import plan_activation
 from volvox.ops.gpu import ACT_CODES, Call, Dispatch, Lowering, float_only, grid_of
 
 ACTIVATIONS = ("none", "relu", "relu6")
@@ -197,6 +198,127 @@ def conv2d_into(ctx, p, out, x, weight, bias=None):
     return out
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+# Conv steps (runtime/plan.py builds the plan; these say what each conv node becomes). The int8 ops
+# (ops/int8.py) and the fused depthwise -> 1x1 pairs (ops/dwpw.py) use the same helpers.
+CONV_PIXELS = cpu.engine.CONV_STEP_PIXELS      # output pixels per im2col work item
+GEMM_TILE = 8                                  # pixels per GEMM register tile (SG_MR, QG_MR)
+BLOCKS_PER_THREAD = 4                          # conv blocks per thread on a map of a few
+INT8_RANGE = (-128, 127)
+
+
+def plan_conv_operands(plan, node, x: np.ndarray, check_output: bool = True) -> tuple:
+    """(w, packed w, bias, depthwise, window keywords) of a conv node reading ``x``, checked against its
+    output's spec (``check_output``: a fused pair's depthwise half has none; the fused node's shape rule
+    checked it); counts its multiply-adds."""
+    p, w = node.params, plan.input(node, "weight")
+    plan.need(node, x.ndim == 4 and w.ndim == 4 and native_conv(x, w, p), "not a dense or depthwise-1 conv")
+    args = conv_kernel_args(p)
+    dtype, bias_dtype = (np.int8, np.int32) if node.op == "qconv2d" else (np.float32, np.float32)
+    _, w, bias, depthwise = cpu._conv_operands(x, w, plan.optional(node, "bias"), args["groups"], dtype, bias_dtype,
+                                               node.id)
+    geo = cpu._conv_geometry(x, w, args["strides"], args["dilations"], args["pads"], node.id)
+    shape = (x.shape[0], geo[0], geo[1], w.shape[0])  # (N, OH, OW, cout)
+    plan.need(node, not check_output or tuple(plan.graph.specs[node.outputs["y"]].shape) == shape, "output shape")
+    plan.macs += int(np.prod(shape)) * w.shape[1] * w.shape[2] * (1 if depthwise else x.shape[3])
+    packed = plan.packed(node.inputs["weight"], depthwise, lambda: cpu.conv_weights(w, depthwise))
+    plan.keep(w, bias, packed)
+    return w, packed, bias, depthwise, dict(window=tuple(x.shape) + geo, cout=w.shape[0])
+
+
+def direct_conv(window: tuple, wshape: tuple) -> bool:
+    """Whether a dense conv (window: x shape + cpu._conv_geometry) is 1x1, stride 1, unpadded: its GEMM
+    reads the input rows themselves."""
+    geo = window[4:]
+    return wshape[1] == wshape[2] == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == window[1:3]
+
+
+def plan_blocks(plan, pixels: int, cout: int) -> dict:
+    """Work items of a CONV_F32 / QCONV step over ``pixels`` output pixels: ``pixels`` per block and
+    ``cparts`` per block. One thread, or a map of many blocks, takes blocks of CONV_PIXELS; a map of a
+    few (a 14x14 map is 3 blocks and 4 pixels) takes blocks of whole GEMM_TILE-pixel GEMM tiles,
+    about BLOCKS_PER_THREAD per thread (each thread's share of a 14x14 map at 2 threads: 96 and 100
+    pixels, not 128 and 68); a map of one block splits its output channels instead (plan_cparts).
+    Each output sums the same products in the same order whatever its block (a GEMM row's dot
+    products), so the plan keeps the per-op bits."""
+    per = CONV_PIXELS
+    if plan.split > 1 and pixels > CONV_PIXELS:
+        tiles = -(-pixels // GEMM_TILE)
+        per = min(CONV_PIXELS, GEMM_TILE * -(-tiles // (BLOCKS_PER_THREAD * plan.split)))
+    return dict(pixels=per, cparts=plan_cparts(plan.split, -(-pixels // per), cout))
+
+
+def plan_cparts(split: int, items: int, cout: int, per_thread: int = 2) -> int:
+    """Output-channel parts per work item (64-pixel block, row, or row band) of a conv step (a
+    one-thread run keeps one): ``per_thread`` items per thread when the unsplit ones are fewer (a 7x7
+    map is one pixel block, 7 rows). Depthwise -> 1x1 steps ask for one: each part computes its
+    depthwise rows again. Parts are whole 32-channel panels; when those would not fall evenly on the
+    threads (6 panels in parts of 2: 4 and 2 per thread), each panel is a part."""
+    want = per_thread * split
+    if items >= want:
+        return 1
+    panels = -(-cout // 32)
+    parts = min(panels, -(-want // items))
+    per = -(-panels // parts)
+    even = per * -(-panels // per) == panels and -(-panels // per) * items % split == 0
+    return parts if even else panels
+
+
+def plan_requant(plan, node, cout: int, bias) -> tuple:
+    """The step requant tuple (bias, multiplier, shift addresses, zp_in, zp_out, lo, hi) of an int8
+    node with ``cout`` output channels (cpu.requant_args checks it)."""
+    p = node.params
+    mult, sh, zps = cpu.requant_args(
+        plan.input(node, "multiplier"), plan.input(node, "shift"), cout, int(p["input_zero_point"]),
+        int(p["output_zero_point"]), int(p.get("act_min", INT8_RANGE[0])), int(p.get("act_max", INT8_RANGE[1])))
+    plan.keep(mult, sh)
+    return (cpu.address(bias), cpu.address(mult), cpu.address(sh)) + zps
+
+
+def plan_fold_zero_point(plan, window: dict, bias, wsum: np.ndarray, zp_in: int) -> np.ndarray | None:
+    """cpu.fold_zero_point into the step's requantization bias; returns the row sums the step still
+    needs (None once folded)."""
+    folded, wsum = cpu.fold_zero_point(bias, wsum, zp_in)
+    if wsum is None:
+        plan.keep(folded)
+        window["requant"] = (cpu.address(folded),) + window["requant"][1:]
+    return wsum
+
+
+def conv_cpu(plan, node) -> None:
+    """conv2d / qconv2d as one step: im2col + packed GEMM (or the input rows of a 1x1 conv), or the
+    direct depthwise kernel; int8 requantized as TFLite."""
+    int8 = node.op == "qconv2d"
+    x, y = plan.input(node, "x"), plan.output(node)
+    if not (x.ndim == 4 and native_conv(x, plan.input(node, "weight"), node.params)):
+        return plan.island(node)  # grouped convs: their numpy fast path
+    w, packed, bias, depthwise, window = plan_conv_operands(plan, node, x)
+    cout, kk = w.shape[0], w.shape[1] * w.shape[2] * x.shape[3]
+    if int8:
+        window["requant"] = plan_requant(plan, node, cout, bias)
+        zps = window["requant"][3:]
+        if depthwise:
+            plan.add("qdwconv", x=cpu.address(x), w=cpu.address(packed), y=cpu.address(y), **window)
+            return
+        k4 = (kk + 3) // 4 * 4
+        scratch = plan.scratch(CONV_PIXELS * k4, np.uint8)  # (split, CONV_PIXELS * k4) im2col rows
+        wsum = plan_fold_zero_point(plan, window, bias, packed[1], zps[0])
+        plan.add("qconv", x=cpu.address(x), w=cpu.address(packed[0]), wsum=cpu.address(wsum), y=cpu.address(y),
+                 scratch=cpu.address(scratch), ldc=k4, per_thread=CONV_PIXELS * k4,
+                 **plan_blocks(plan, y.size // cout, cout), **window)
+        return
+    if depthwise:
+        plan.add("dwconv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
+                 act=plan_activation(plan, node), **window)
+        return
+    direct = direct_conv(window["window"], w.shape)
+    per = 0 if direct else CONV_PIXELS * kk
+    scratch = plan.scratch(per, np.float32)  # (split, CONV_PIXELS * kk) im2col rows
+    plan.add("conv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
+             scratch=cpu.address(scratch), ldc=0 if direct else kk, per_thread=per, act=plan_activation(plan, node),
+             **plan_blocks(plan, y.size // cout, cout), **window)
+
+
 # ------------------------------------------------------------------ GPU lowerings
 def _lower_conv(c: Call) -> list[Dispatch]:
     (sh, sw), (dh, dw), (pt, pl, _, _) = window_params(c.params)
@@ -212,6 +334,6 @@ def _lower_conv(c: Call) -> list[Dispatch]:
                           act=ACT_CODES[c.params.get("activation", "none")]))]
 
 
-register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast,
+register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast, cpu=conv_cpu,
                into=conv2d_into,
                gpu=Lowering(("conv2d",), _lower_conv, float_only("x", "weight"))))

@@ -4,8 +4,8 @@ float32 conv2d) and ``qdwpw_conv2d`` (two int8 qconv2d), made by the compiler pa
 conv that alone feeds such a pair as well (an inverted bottleneck's expand, depthwise and project
 convs), made by ``fuse_expand_dwpw``.
 
-The native vision plans run such a node as one step whose middle tensors stay in a thread's
-scratch and never reach memory (runtime/vision_plan.py); the per-op executor and the references
+Step plans run such a node as one step whose middle tensors stay in a thread's
+scratch and never reach memory (runtime/plan.py); the per-op executor and the references
 run the convs in turn, so the node computes exactly what they did.
 
 Ports: the 1x1 conv's own (``x`` is the first conv's input), the depthwise conv's prefixed
@@ -15,9 +15,14 @@ Ports: the 1x1 conv's own (``x`` is the first conv's input), the depthwise conv'
 
 from __future__ import annotations
 
-from volvox.ir.graph import TensorSpec
+import numpy as np
+
+from volvox import cpu
+from volvox.ir.graph import Node, TensorSpec
 from volvox.ops.registry import OpDef, register
-from volvox.ops.conv import _conv_infer, conv2d_fast, conv2d_ref
+from volvox.ops.conv import (CONV_PIXELS, _conv_infer, conv2d_fast, conv2d_ref, direct_conv, plan_blocks, plan_conv_operands,
+                             plan_cparts, plan_fold_zero_point, plan_requant)
+from volvox.ops.elementwise import plan_activation
 from volvox.ops.int8 import _qconv_infer, qconv2d_fast, qconv2d_ref
 
 # fused op -> (the conv op it pairs, that op's ports after "x")
@@ -89,9 +94,109 @@ def _expanded(conv):
     return run
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+DWPW_SPLIT_BYTES = 256 << 10    # 1x1 weights past which a float32 pair runs as its two convs' steps
+EXPAND_BAND_BYTES = 384 << 10   # expanded rows an EXDWPW band computes (in L2)
+
+
+def _pair_operands(plan, op: str, inputs: dict, params: dict, node_id: str, x: np.ndarray) -> tuple:
+    """(dw node, its packed weights, bias, window keywords, pw node, its OHWI weight, packed weights,
+    bias, the depthwise output's shape as an empty array) of a fused depthwise -> 1x1 pair reading
+    ``x``, checked."""
+    conv = PAIRED[op][0]
+    (dw_in, dw_params), (pw_in, pw_params) = split(op, inputs, params)
+    dw = Node(node_id, conv, dw_in, {"y": f"{node_id}/depthwise"}, dw_params)
+    pw = Node(node_id, conv, {"x": dw.outputs["y"], **pw_in}, {"y": f"{node_id}/pointwise"}, pw_params)
+    _, dw_packed, dw_bias, depthwise, window = plan_conv_operands(plan, dw, x, check_output=False)
+    plan.need(dw, depthwise, "not a depthwise conv")
+    mid = np.empty((x.shape[0],) + window["window"][4:6] + (window["cout"],),  # (N, OH, OW, C) its shape only
+                   np.float32 if conv == "conv2d" else np.int8)
+    w, packed, bias, _, pw_window = plan_conv_operands(plan, pw, mid, check_output=False)
+    plan.need(pw, direct_conv(pw_window["window"], w.shape), "not a 1x1 stride-1 unpadded conv")
+    plan.need(pw, conv == "conv2d" or mid.shape[3] % 4 == 0, "int8 channels not a multiple of 4")
+    return dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid
+
+
+def dwpw_cpu(plan, node) -> None:
+    """A fused depthwise -> 1x1 pair as one DWPW (float32) or QDWPW (int8) step: depthwise output rows
+    go through the thread's scratch into the 1x1 conv's packed GEMM, the same tiles on the same rows
+    as the two convs' own steps (a float32 pair with 1x1 weights past DWPW_SPLIT_BYTES: the two convs'
+    steps, the middle tensor in a buffer of the plan's)."""
+    x = plan.input(node, "x")
+    dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid = _pair_operands(
+        plan, node.op, node.inputs, node.params, node.id, x)
+    plan.need(node, tuple(plan.graph.specs[node.outputs["y"]].shape) == mid.shape[:3] + (w.shape[0],),
+              "output shape")
+    y = plan.output(node)
+    row, rows = mid.shape[2] * mid.shape[3], mid.shape[0] * mid.shape[1]
+    if PAIRED[node.op][0] == "conv2d" and w.size * 4 > DWPW_SPLIT_BYTES:
+        # 1x1 weights this large (7x7 maps, 1152 -> 192 channels: 885 KB) would stream from beyond
+        # L2 once per depthwise row: two steps instead, the depthwise rows into a buffer of the plan's
+        # own, then one GEMM over the map whose channels the threads split
+        mid = plan.buffer(node, mid.shape, np.float32)
+        plan.add("dwconv_f32", x=cpu.address(x), w=cpu.address(dw_packed), bias=cpu.address(dw_bias),
+                 y=cpu.address(mid), act=plan_activation(plan, dw), **window)
+        plan.add("conv_f32", x=cpu.address(mid), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
+                 scratch=cpu.address(plan.scratch(0, np.float32)), act=plan_activation(plan, pw),
+                 window=mid.shape + mid.shape[1:3] + (1, 1, 1, 1, 1, 1, 0, 0), cout=w.shape[0],
+                 **plan_blocks(plan, rows * mid.shape[2], w.shape[0]))
+        return
+    if PAIRED[node.op][0] == "conv2d":  # a row per item: the most items to balance
+        plan.add("dwpw_f32", x=cpu.address(x), w=cpu.address(dw_packed), bias=cpu.address(dw_bias), y=cpu.address(y),
+                 scratch=cpu.address(plan.scratch(row, np.float32)), per_thread=row, act=plan_activation(plan, dw),
+                 pointwise=(cpu.address(packed), cpu.address(bias), w.shape[0], plan_activation(plan, pw), 0),
+                 cparts=plan_cparts(plan.split, rows, w.shape[0], 1), **window)
+        return
+    # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization is
+    # prepared per GEMM call, and a row of a small map is a few pixels); a map of fewer bands than
+    # threads takes one band per thread (a 6x6 map at 2 threads: two of three rows, not one of six
+    # whose output channels the threads split, each computing every row)
+    band = -(-CONV_PIXELS // mid.shape[2])
+    if -(-rows // band) < plan.split:
+        band = -(-rows // plan.split)
+    window["requant"] = plan_requant(plan, dw, mid.shape[3], dw_bias)
+    pw_window = dict(requant=plan_requant(plan, pw, w.shape[0], bias))
+    wsum = plan_fold_zero_point(plan, pw_window, bias, packed[1], pw_window["requant"][3])
+    plan.add("qdwpw", x=cpu.address(x), w=cpu.address(dw_packed), y=cpu.address(y),
+             scratch=cpu.address(plan.scratch(band * row, np.int8)), per_thread=band * row, band=band,
+             cparts=plan_cparts(plan.split, -(-rows // band), w.shape[0], 1),
+             pointwise=(cpu.address(packed[0]), 0, w.shape[0], 0, cpu.address(wsum)), pw_requant=pw_window["requant"],
+             **window)
+
+
+def expand_dwpw_cpu(plan, node) -> None:
+    """An expand_dwpw_conv2d as one EXDWPW_F32 step: bands of depthwise output rows, each computing the
+    expanded rows it reads into the thread's scratch (about EXPAND_BAND_BYTES of them), then each
+    depthwise row and its 1x1 conv as DWPW does; the expanded tensor never reaches memory."""
+    (ex_in, ex_params), mid_name, pair_in, pair_params = split_expanded(node.inputs, node.params)
+    ex = Node(node.id, "conv2d", ex_in, {"y": mid_name}, ex_params)
+    x = plan.input(ex, "x")
+    w_ex, packed_ex, bias_ex, _, ex_window = plan_conv_operands(plan, ex, x, check_output=False)
+    plan.need(ex, direct_conv(ex_window["window"], w_ex.shape), "not a 1x1 stride-1 unpadded conv")
+    expanded = np.empty(x.shape[:3] + (w_ex.shape[0],), np.float32)  # its shape only
+    dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid = _pair_operands(
+        plan, "dwpw_conv2d", pair_in, pair_params, node.id, expanded)
+    plan.need(node, tuple(plan.graph.specs[node.outputs["y"]].shape) == mid.shape[:3] + (w.shape[0],),
+              "output shape")
+    n, h, wd, c = expanded.shape
+    kh, sh, dh = window["window"][6], window["window"][8], window["window"][10]
+    # band: rows whose expanded input rows fit EXPAND_BAND_BYTES (a band recomputes the kh - sh rows it
+    # shares with the one before: the more rows, the fewer again)
+    fit = max(EXPAND_BAND_BYTES // (wd * c * 4), (kh - 1) * dh + 1)
+    band = max(1, min(mid.shape[1], ((fit - (kh - 1) * dh - 1) // sh) + 1))
+    band = min(band, -(-mid.shape[1] * n // plan.split))  # a band per thread at least
+    per = ((band - 1) * sh + (kh - 1) * dh + 1) * wd * c + mid.shape[2] * c  # (rows, w, C) + (ow, C)
+    plan.add("exdwpw_f32", in_channels=x.shape[3], x=cpu.address(x), w=cpu.address(dw_packed),
+             bias=cpu.address(dw_bias), y=cpu.address(plan.output(node)),
+             scratch=cpu.address(plan.scratch(per, np.float32)), per_thread=per, band=band,
+             act=plan_activation(plan, dw),
+             pointwise=(cpu.address(packed), cpu.address(bias), w.shape[0], plan_activation(plan, pw), 0),
+             expand=(cpu.address(packed_ex), cpu.address(bias_ex), c, plan_activation(plan, ex)), **window)
+
+
 register(OpDef("dwpw_conv2d", "conv", ports("dwpw_conv2d"), ("y",), _infer("dwpw_conv2d", _conv_infer),
-               _pair(conv2d_ref, 2), _pair(conv2d_fast, 2)))
+               _pair(conv2d_ref, 2), _pair(conv2d_fast, 2), cpu=dwpw_cpu))
 register(OpDef("qdwpw_conv2d", "quantized", ports("qdwpw_conv2d"), ("y",), _infer("qdwpw_conv2d", _qconv_infer),
-               _pair(qconv2d_ref, 4), _pair(qconv2d_fast, 4)))
+               _pair(qconv2d_ref, 4), _pair(qconv2d_fast, 4), cpu=dwpw_cpu))
 register(OpDef(EXPANDED, "conv", ("x",) + EXPAND_PORTS + ports("dwpw_conv2d")[1:], ("y",), _expanded_infer,
-               _expanded(conv2d_ref), _expanded(conv2d_fast)))
+               _expanded(conv2d_ref), _expanded(conv2d_fast), cpu=expand_dwpw_cpu))

@@ -89,11 +89,79 @@ def gelu_ref(ctx, p, x):
     return y.astype(x.dtype)
 
 
-register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add),
+# ------------------------------------------------------------------- CPU plan lowering
+def plan_activation(plan, node) -> int:
+    """The engine's code of a node's fused activation (a conv's, add_n's: none, relu, relu6), else
+    Unsupported."""
+    act = node.params.get("activation", "none")
+    plan.need(node, act in cpu.engine.ACTIVATIONS, f"activation {act!r}")
+    return cpu.engine.ACTIVATIONS[act]
+
+
+def _broadcast(plan, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
+    """(b_count, b_div) of a binary step: element i of y reads b[(i // b_div) % b_count] (b_count 0: b[i])."""
+    full = (1,) * (len(yshape) - len(bshape)) + tuple(bshape)
+    plan.need(node, len(full) == len(yshape), "operand rank")
+    if full == tuple(yshape):
+        return 0, 1
+    axes = [i for i, d in enumerate(full) if d != 1]
+    if not axes:
+        return 1, 1
+    lo, hi = axes[0], axes[-1] + 1
+    plan.need(node, all(full[i] == yshape[i] for i in range(lo, hi)), "a broadcast other than one block of axes")
+    return int(np.prod(full[lo:hi])), int(np.prod(yshape[hi:], dtype=np.int64))
+
+
+def binary_cpu(plan, node) -> None:
+    """add / mul / sub / div (the second operand may broadcast over a block of axes; add and mul swap
+    a broadcast first operand) and add_n, left to right in place, its ReLU / ReLU6 (fuse_add_activation)
+    applied by the last step as it writes."""
+    ops = cpu.engine.BINARY_OPS
+    ports = ("a", "b") if node.op in ops else tuple(p for p in node.inputs)
+    xs, y = [plan.input(node, p) for p in ports], plan.output(node)
+    plan.need(node, y.dtype == np.float32 and all(x.dtype == np.float32 for x in xs), "dtype")
+    a, b = xs[0], xs[1]
+    if a.shape != y.shape and node.op in ("add", "mul"):
+        a, b = b, a
+    plan.need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
+    b_count, b_div = _broadcast(plan, node, b.shape, y.shape)
+    act = plan_activation(plan, node)
+    plan.add("binary", a=cpu.address(a), b=cpu.address(b), y=cpu.address(y), count=y.size, op=ops.get(node.op, ops["add"]),
+             b_count=b_count, b_div=b_div, act=0 if xs[2:] else act)
+    for k, x in enumerate(xs[2:], 3):  # add_n: left to right, in place
+        plan.add("binary", a=cpu.address(y), b=cpu.address(x), y=cpu.address(y), count=y.size, op=ops["add"],
+                 act=act if k == len(xs) else 0)
+
+
+def unary_cpu(fn: str, port: str = "x"):
+    """The lowering of an elementwise op the engine's unary step runs (numpy's float32 arithmetic)."""
+    def lower(plan, node) -> None:
+        x, y = plan.input(node, port), plan.output(node)
+        plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
+        plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=cpu.engine.UNARY_FNS[fn])
+    return lower
+
+
+def silu_cpu(plan, node) -> None:
+    """silu with swiglu's arithmetic (cpu.silu): rows of a 2-D x, else the whole tensor as one row."""
+    x, y = plan.input(node, "x"), plan.output(node)
+    plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "float32")
+    rows = x.shape[0] if x.ndim == 2 else 1
+    plan.add("glu", x=cpu.address(x), y=cpu.address(y), F=x.size // rows, gated=False, rows=rows)
+
+
+def gelu_cpu(plan, node) -> None:
+    x, y = plan.input(node, "x"), plan.output(node)
+    plan.need(node, x.dtype == np.float32 and x.size == y.size, "float32")
+    plan.add("gelu", x=cpu.address(x), y=cpu.address(y), count=x.size, tanh=node.params.get("approximate", "none") == "tanh")
+
+
+register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add), cpu=binary_cpu,
                gpu=binary_lowering("add")))
 register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply),
+               cpu=binary_cpu,
                gpu=binary_lowering("mul")))
-register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into,
+register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into, cpu=silu_cpu,
                gpu=unary_lowering("silu")))
 def gelu_fast(ctx, p, x):
     """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
@@ -110,5 +178,5 @@ def gelu_into(ctx, p, out, x):
     return cpu.gelu(x, p.get("approximate", "none"), out=out)
 
 
-register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into,
+register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into, cpu=gelu_cpu,
                gpu=unary_lowering("gelu")))

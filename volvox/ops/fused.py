@@ -13,9 +13,9 @@ from volvox.errors import ShapeError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
 from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
-from volvox.ops.elementwise import add_ref, broadcast_shape
-from volvox.ops.linear import _linear_infer, linear_fast, linear_into, linear_ref
-from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_ref
+from volvox.ops.elementwise import add_ref, binary_cpu, broadcast_shape
+from volvox.ops.linear import _linear_infer, linear_cpu, linear_fast, linear_into, linear_ref
+from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_cpu, concat_ref
 from volvox.ops.gpu import Call, Dispatch, Lowering, binary_dispatch, float_only, grid_of, matmul_dispatch, unary_dispatch
 from volvox.ops.linear import _check_linear, _lower_linear
 from volvox.ops.shape import _check_concat, _lower_concat
@@ -210,17 +210,25 @@ def _lower_concat_act(c: Call) -> list[Dispatch]:
     return _lower_concat(c) + [unary_dispatch(act.op, act.params, None, "y", math.prod(c.shapes["y"]))]
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+def swiglu_cpu(plan, node) -> None:
+    """silu(gate) * up for each row of x = [gate | up]."""
+    x, y = plan.input(node, "x"), plan.output(node)
+    plan.need(node, x.dtype == np.float32 and x.ndim == 2 and y.shape == (x.shape[0], x.shape[1] // 2), "float32 rows")
+    plan.add("glu", x=cpu.address(x), y=cpu.address(y), F=y.shape[1], gated=True, rows=x.shape[0])
+
+
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
-               _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into,
+               _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into, cpu=linear_cpu,
                gpu=Lowering(("matmul",), _lower_linear_split, _check_linear)))
-register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into,
+register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into, cpu=swiglu_cpu,
                gpu=Lowering(("swiglu",), _lower_swiglu, float_only("x"))))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
-               linear_act_fast, into=linear_act_into,
+               linear_act_fast, into=linear_act_into, cpu=linear_cpu,
                gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
-               _concat_act_infer, concat_act_ref, concat_act_fast,
+               _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu,
                gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))
 register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
-               _add_n_infer, add_n_ref, add_n_fast, into=add_n_into,
+               _add_n_infer, add_n_ref, add_n_fast, into=add_n_into, cpu=binary_cpu,
                gpu=Lowering(("binary", "unary"), _lower_add_n, _check_add_n)))

@@ -23,8 +23,9 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
-from volvox.ops.conv import conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv, window_params
-from volvox.ops.pool import pool_out_shape, pool_taps, valid_counts
+from volvox.ops.conv import (CONV_PIXELS, conv_cpu, conv_direct, conv_fast, conv_infer_shape, conv_kernel_args, native_conv,
+                             plan_blocks, plan_fold_zero_point, plan_requant, window_params)
+from volvox.ops.pool import plan_window, pool_out_shape, pool_taps, valid_counts
 
 INT8_MIN, INT8_MAX = -128, 127
 
@@ -217,11 +218,58 @@ def qsoftmax_fast(ctx, p, x):
     return cpu.qsoftmax(x, qsoftmax_table(p), float(np.float32(p["output_scale"])), int(p["output_zero_point"]))
 
 
-register(OpDef("quantize", "quantized", ("x",), ("y",), _quantize_infer, quantize_ref, quantize_fast))
-register(OpDef("dequantize", "quantized", ("x",), ("y",), _dequantize_infer, dequantize_ref, dequantize_fast))
+# ------------------------------------------------------------------- CPU plan lowering
+def quantize_cpu(plan, node) -> None:
+    """quantize / dequantize as one elementwise step."""
+    p, x, y = node.params, plan.input(node, "x"), plan.output(node)
+    plan.need(node, -128 <= int(p["zero_point"]) <= 127 and float(p["scale"]) > 0, "zero point / scale")
+    plan.add("quantize_i8" if node.op == "quantize" else "dequantize_i8", x=cpu.address(x), y=cpu.address(y),
+             count=x.size, scale=float(np.float32(p["scale"])), zero_point=int(p["zero_point"]))
+
+
+def qlinear_cpu(plan, node) -> None:
+    """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path)."""
+    x, w, y = plan.input(node, "x"), plan.input(node, "weight"), plan.output(node)
+    plan.need(node, w.ndim == 2 and x.shape[-1] == w.shape[1] and w.dtype == np.int8, "weight shape")
+    n, k = w.shape
+    m = x.size // k
+    w4 = w.reshape(n, 1, 1, k)
+    bias = plan.optional(node, "bias")
+    plan.need(node, bias is None or (bias.dtype == np.int32 and bias.shape == (n,)), "bias")
+    requant = plan_requant(plan, node, n, bias)
+    packed, wsum = plan.packed(node.inputs["weight"], False, lambda: cpu.conv_weights(w4, False))
+    plan.macs += m * n * k
+    k4 = (k + 3) // 4 * 4
+    scratch = plan.scratch(CONV_PIXELS * k4, np.uint8)  # (split, CONV_PIXELS * k4) im2col rows
+    plan.keep(w4, bias, packed, wsum)
+    window = dict(window=(m, 1, 1, k, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0), cout=n, requant=requant)
+    wsum = plan_fold_zero_point(plan, window, bias, wsum, requant[3])
+    plan.add("qconv", x=cpu.address(x), w=cpu.address(packed), wsum=cpu.address(wsum), y=cpu.address(y),
+             scratch=cpu.address(scratch), ldc=k4, per_thread=CONV_PIXELS * k4, **plan_blocks(plan, m, n), **window)
+
+
+def qavg_pool2d_cpu(plan, node) -> None:
+    p, x, y = node.params, plan.input(node, "x"), plan.output(node)
+    plan.add("qavg_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y),
+             lo=int(p.get("act_min", INT8_MIN)), hi=int(p.get("act_max", INT8_MAX)))
+
+
+def qsoftmax_cpu(plan, node) -> None:
+    p, x, y = node.params, plan.input(node, "x"), plan.output(node)
+    table = qsoftmax_table(p)  # (256,)
+    plan.keep(table)
+    plan.add("qsoftmax", x=cpu.address(x), table=cpu.address(table), y=cpu.address(y), rows=x.size // x.shape[-1],
+             n=x.shape[-1], zp_out=int(p["output_zero_point"]), out_scale=float(np.float32(p["output_scale"])))
+
+
+register(OpDef("quantize", "quantized", ("x",), ("y",), _quantize_infer, quantize_ref, quantize_fast, cpu=quantize_cpu))
+register(OpDef("dequantize", "quantized", ("x",), ("y",), _dequantize_infer, dequantize_ref, dequantize_fast,
+               cpu=quantize_cpu))
 register(OpDef("qconv2d", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",),
-               _qconv_infer, qconv2d_ref, qconv2d_fast))
+               _qconv_infer, qconv2d_ref, qconv2d_fast, cpu=conv_cpu))
 register(OpDef("qlinear", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",),
-               _qlinear_infer, qlinear_ref, qlinear_fast))
-register(OpDef("qavg_pool2d", "quantized", ("x",), ("y",), _qpool_infer, qavg_pool2d_ref, qavg_pool2d_fast))
-register(OpDef("qsoftmax", "quantized", ("x",), ("y",), _qsoftmax_infer, qsoftmax_ref, qsoftmax_fast))
+               _qlinear_infer, qlinear_ref, qlinear_fast, cpu=qlinear_cpu))
+register(OpDef("qavg_pool2d", "quantized", ("x",), ("y",), _qpool_infer, qavg_pool2d_ref, qavg_pool2d_fast,
+               cpu=qavg_pool2d_cpu))
+register(OpDef("qsoftmax", "quantized", ("x",), ("y",), _qsoftmax_infer, qsoftmax_ref, qsoftmax_fast,
+               cpu=qsoftmax_cpu))

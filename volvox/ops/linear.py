@@ -9,6 +9,7 @@ from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ir.quant_blocks import QuantTensor, SUPPORTED_QTYPES, dequantize_ref, dequantize_rows_ref
 from volvox.ops.registry import OpDef, register
+from volvox.ops.conv import plan_blocks
 from volvox.ops.gpu import FLOAT_WEIGHTS, Call, Dispatch, Lowering, float_only, grid_of, matmul_dispatch
 
 WEIGHT_DTYPES = ("float32", "float16") + SUPPORTED_QTYPES
@@ -83,6 +84,68 @@ def embedding_into(ctx, p, out, table, ids):
     return out
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+def linear_cpu(plan, node) -> None:
+    """linear, linear_act and linear_split as cpu.linear computes them: quantized weights on one row as
+    an 8-bit activation row (QUANTIZE_ACT) then the GEMV over the weight's blocks; float32 weights on
+    cpu.SGEMM_MIN_ROWS rows or more through the packed GEMM (a 1x1 conv step); else the weight rows
+    streamed against every activation row. linear_split's outputs are the column blocks of one row;
+    linear_act's activation runs in place on the output."""
+    x = plan.input(node, "x")
+    code, wb, n, k = cpu._weight_bytes(plan.weight(node, "weight"), f"{node.id}.weight")
+    bias = plan.optional(node, "bias")
+    m = x.size // max(k, 1)
+    y = plan.outputs_row(node) if node.op == "linear_split" else plan.output(node)
+    plan.need(node, x.dtype == np.float32 and x.shape[-1] == k and y.size == m * n, "float32 rows of the weight's width")
+    plan.need(node, bias is None or (bias.dtype == np.float32 and bias.size == n), "bias")
+    plan.need(node, node.op != "linear_split" or m == 1, "split outputs of several rows")
+    plan.keep(wb, bias)
+    plan.macs += m * n * k
+    act_bytes = cpu.engine.act_row_bytes(code, k)
+    if act_bytes:  # quantized weights: quantize the row once, then the matrix rows
+        plan.need(node, m == 1, "quantized weights on several rows")
+        act = plan.act_row(node, act_bytes)
+        plan.add("quantize_act", x=cpu.address(x), act=cpu.address(act), K=k, wtype=code)
+        plan.add("linear", x=cpu.address(act), w=cpu.address(wb), bias=cpu.address(bias), y=cpu.address(y), K=k, N=n,
+                 row_bytes=wb.shape[1], wtype=code)
+    elif m >= cpu.SGEMM_MIN_ROWS and code == cpu._F32:
+        weight = plan.weight(node, "weight")
+        packed = plan.packed(node.inputs["weight"], False, lambda: cpu.linear_weights(weight))  # (n/32, k, 32) panels
+        plan.keep(packed)
+        plan.add("conv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
+                 scratch=cpu.address(plan.scratch(0, np.float32)), window=(1, m, 1, k, m, 1) + (1,) * 6 + (0, 0),
+                 cout=n, **plan_blocks(plan, m, n))
+    else:
+        plan.add("linear", x=cpu.address(x), w=cpu.address(wb), bias=cpu.address(bias), y=cpu.address(y), K=k, N=n,
+                 row_bytes=wb.shape[1], wtype=code, rows=m)
+    if node.op == "linear_act":  # the activation in place on the output
+        act = node.params["activation"]
+        plan.need(node, act in ("relu", "silu", "gelu", "gelu_tanh"), f"activation {act!r}")
+        if act == "relu":
+            plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=cpu.engine.UNARY_FNS["relu"])
+        elif act == "silu":
+            plan.add("glu", x=cpu.address(y), y=cpu.address(y), F=n, gated=False, rows=m)
+        else:
+            plan.add("gelu", x=cpu.address(y), y=cpu.address(y), count=y.size, tanh=act == "gelu_tanh")
+
+
+def embedding_cpu(plan, node) -> None:
+    """A token step's embedding row: the run's token (or position: a learned position table, which
+    bounds the positions the plan runs)."""
+    ids = plan.run_input(node, "ids")
+    plan.need(node, ids is not None, "ids other than the run's tokens or positions")
+    code, tb, v, d = cpu._weight_bytes(plan.weight(node, "table"), f"{node.id}.table")
+    y = plan.output(node)
+    plan.need(node, y.size == d and y.dtype == np.float32, "one float32 row")
+    plan.keep(tb)
+    if ids == "tokens":
+        plan.vocab = v
+    else:  # learned position embeddings: positions past the table are refused at run time
+        plan.max_positions = min(plan.max_positions, v)
+    plan.add("embed", table=cpu.address(tb), y=cpu.address(y), dim=d, row_bytes=tb.shape[1], vocab=v, wtype=code,
+             by_position=ids == "positions")
+
+
 # ------------------------------------------------------------------ GPU lowerings
 def _check_linear(specs, params):
     w = specs["weight"]
@@ -111,9 +174,10 @@ def _lower_embedding(c: Call) -> list[Dispatch]:
     return [Dispatch("embedding", ["table", "ids", "y"], grid_of(n), dict(n=n, dim=dim, vocab=vocab))]
 
 
-register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast,
+register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast, cpu=linear_cpu,
                into=linear_into,
                gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
 register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast,
+               cpu=embedding_cpu,
                into=embedding_into,
                gpu=Lowering(("embedding",), _lower_embedding, _check_embedding)))

@@ -85,6 +85,21 @@ def check_norm_weights(graph, weights: dict, where: str) -> None:
                                    f"{node.op}) holds NaN or inf")
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+def norm_cpu(plan, node) -> None:
+    """rms_norm / layer_norm over the rows of x, each the weight's size."""
+    x, w, y = plan.input(node, "x"), plan.input(node, "weight"), plan.output(node)
+    b = plan.optional(node, "bias")
+    plan.need(node, x.dtype == w.dtype == np.float32 and w.ndim == 1 and x.shape[-1] == w.size and y.size == x.size
+              and (b is None or (b.dtype == np.float32 and b.shape == w.shape)), "float32 rows of the weight's size")
+    fields = dict(x=cpu.address(x), weight=cpu.address(w), y=cpu.address(y), dim=w.size,
+                  eps=float(node.params.get("eps", 1e-5)), rows=x.size // w.size)
+    if node.op == "layer_norm":
+        plan.add("layer_norm", bias=cpu.address(b), **fields)
+    else:
+        plan.add("rms_norm", **fields)
+
+
 # ------------------------------------------------------------------ GPU lowerings
 def _lower_rms(c: Call) -> list[Dispatch]:
     rows, n = rows_of(c.shapes["x"])
@@ -99,8 +114,8 @@ def _lower_layer_norm(c: Call) -> list[Dispatch]:
 
 
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,
-               into=rms_norm_into,
+               into=rms_norm_into, cpu=norm_cpu,
                gpu=Lowering(("rms_norm",), _lower_rms, float_only("x"))))
 register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref, layer_norm_fast,
-               into=layer_norm_into,
+               into=layer_norm_into, cpu=norm_cpu,
                gpu=Lowering(("layer_norm",), _lower_layer_norm, float_only("x"))))

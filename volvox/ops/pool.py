@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from volvox import cpu
 from volvox.ir.graph import expect
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
@@ -96,6 +97,33 @@ def global_avg_pool_ref(ctx, p, x):
     return x.mean(axis=(1, 2), keepdims=True, dtype=np.float64).astype(np.float32)
 
 
+# ------------------------------------------------------------------- CPU plan lowering
+def plan_window(node, x: np.ndarray, y: np.ndarray) -> tuple:
+    """A pooling step's window: (n, h, w, c, oh, ow, kh, kw, sh, sw, 1, 1, pad_top, pad_left)."""
+    kh, kw = (int(k) for k in node.params["kernel"])
+    (sh, sw), _, (pt, pl, _, _) = window_params(node.params)
+    return tuple(x.shape) + (y.shape[1], y.shape[2], kh, kw, sh, sw, 1, 1, pt, pl)
+
+
+def max_pool2d_cpu(plan, node) -> None:
+    x, y = plan.input(node, "x"), plan.output(node)
+    plan.need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
+    plan.add("max_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y))
+
+
+def avg_pool2d_cpu(plan, node) -> None:
+    x, y = plan.input(node, "x"), plan.output(node)
+    plan.need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
+    plan.add("avg_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y),
+             include_pad=bool(node.params.get("count_include_pad", False)))
+
+
+def global_avg_pool_cpu(plan, node) -> None:
+    x, y = plan.input(node, "x"), plan.output(node)
+    plan.need(node, x.dtype == np.float32 and x.ndim == 4, "float32 NHWC")
+    plan.add("global_avg", x=cpu.address(x), y=cpu.address(y), N=x.shape[0], HW=x.shape[1] * x.shape[2], C=x.shape[3])
+
+
 # ------------------------------------------------------------------ GPU lowerings
 def _lower_pool(mode: str):
     def lower(c: Call) -> list[Dispatch]:
@@ -114,9 +142,9 @@ def _lower_pool(mode: str):
     return lower
 
 
-register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast,
+register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast, cpu=max_pool2d_cpu,
                gpu=Lowering(("pool2d",), _lower_pool("max"), float_only("x"))))
-register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast,
+register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast, cpu=avg_pool2d_cpu,
                gpu=Lowering(("pool2d",), _lower_pool("avg"), float_only("x"))))
-register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref,
+register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref, cpu=global_avg_pool_cpu,
                gpu=Lowering(("pool2d",), _lower_pool("global"), float_only("x"))))

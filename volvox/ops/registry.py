@@ -40,8 +40,14 @@ class OpDef:
     # ``out`` never overlaps an input. An op with ``into`` never returns a view of an input, from
     # ``fast`` or ``into``: the executor's arena relies on it (runtime/executor.py).
     into: Callable | None = None
+    # cpu(plan, node): how a step plan runs it, appending its native steps through the plan builder's
+    # API (runtime/plan.py: input / output / add ...); None: the plan runs its numpy path as an island
+    cpu: Callable | None = None
     # gpu: how a GPU backend runs it (ops/gpu.py's Lowering); None: the CPU runs it on every backend
     gpu: Any = None
+    # view: its output "y" is its input "x" reinterpreted (same elements): a plan gives it no step
+    # and no buffer of its own (reshape; output_rows keeping every row)
+    view: bool = False
 
     @property
     def input_names(self) -> tuple[str, ...]:

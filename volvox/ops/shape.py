@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from volvox import cpu
 from volvox.ir.graph import expect
 from volvox.ops.registry import OpDef, register
 from volvox.ops.gpu import Call, Dispatch, Lowering, check_gather, contiguous_strides, copy_dispatch, float_only, gather_dispatch
@@ -156,14 +157,67 @@ def _lower_concat(c: Call) -> list[Dispatch]:
     return calls
 
 
-register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref,
+# ------------------------------------------------------------------- CPU plan lowering
+def reshape_cpu(plan, node) -> None:
+    """A reshape of an activation is a view (OpDef.view: no step); of a weight, the plan does not lower it."""
+    plan.need(node, False, "reshape of a weight")
+
+
+def gather_cpu(plan, node) -> None:
+    """transpose and slice: a contiguous copy of the input's strided view."""
+    x, y, p = plan.input(node, "x"), plan.output(node), node.params
+    plan.need(node, x.dtype == np.float32 and y.size > 0, "dtype or size")
+    if node.op == "transpose":
+        view = x.transpose([int(a) for a in p["perm"]])
+    else:
+        index = [slice(None)] * x.ndim
+        for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p.get("steps", [1] * len(p["axes"]))):
+            index[axis] = slice(start, end, step)
+        view = x[tuple(index)]
+    plan.need(node, view.shape == y.shape, "output shape")
+    desc = np.array([view.ndim, *view.shape, *(st // 4 for st in view.strides)], np.int64)  # (1 + 2 ndim,)
+    plan.keep(desc)
+    start = (view.__array_interface__["data"][0] - cpu.address(x)) // 4 if view.size else 0
+    plan.add("gather", x=cpu.address(x) + 4 * start, view=cpu.address(desc), y=cpu.address(y), rows=y.size // y.shape[-1])
+
+
+def pad_cpu(plan, node) -> None:
+    """Zero padding of the last axis (channel padding) as row copies; other pads run as an island."""
+    pads, x, y = node.params["pads"], plan.input(node, "x"), plan.output(node)
+    if not all(tuple(pa) == (0, 0) for pa in pads[:-1]) or node.params.get("value", 0):
+        return plan.island(node)
+    item = x.itemsize
+    plan.add("copy_rows", src=cpu.address(x), dst=cpu.address(y), rows=x.size // x.shape[-1], row_bytes=x.shape[-1] * item,
+             src_stride=x.shape[-1] * item, dst_stride=y.shape[-1] * item, dst_offset=int(pads[-1][0]) * item,
+             zero_rest=True)
+
+
+def concat_cpu(plan, node) -> None:
+    """Each input's rows copied into its columns of the output (concat_act: then its ReLU in place)."""
+    y = plan.output(node)
+    axis = int(node.params["axis"]) % y.ndim
+    rows = int(np.prod(y.shape[:axis], dtype=np.int64))
+    offset = 0
+    for port in node.inputs:
+        x = plan.input(node, port)
+        plan.need(node, x.dtype == y.dtype, "dtypes differ")
+        width = x.size // max(rows, 1) * x.itemsize
+        plan.add("copy_rows", src=cpu.address(x), dst=cpu.address(y), rows=rows, row_bytes=width, src_stride=width,
+                 dst_stride=y.size // max(rows, 1) * y.itemsize, dst_offset=offset)
+        offset += width
+    if "activation" in node.params:
+        plan.need(node, node.params["activation"] == "relu", f"activation {node.params['activation']!r}")
+        plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=cpu.engine.UNARY_FNS["relu"])
+
+
+register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref, cpu=reshape_cpu, view=True,
                gpu=Lowering((), lambda c: [], alias=True)))
-register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref,
+register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref, cpu=gather_cpu,
                gpu=Lowering(("gather",), _lower_transpose, check_gather)))
 register(OpDef("concat", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
-               _concat_infer, concat_ref,
+               _concat_infer, concat_ref, cpu=concat_cpu,
                gpu=Lowering(("copy",), _lower_concat, _check_concat)))
-register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref,
+register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref, cpu=pad_cpu,
                gpu=Lowering(("gather",), _lower_pad, check_gather)))
-register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref,
+register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref, cpu=gather_cpu,
                gpu=Lowering(("gather",), _lower_slice, check_gather)))

@@ -24,7 +24,7 @@ from volvox.model import Model
 from volvox.ops.context import BatchContext, RunContext
 from volvox.runtime.executor import Executor
 from volvox.runtime.kv_cache import KVCache
-from volvox.runtime.native_plan import DecodePlan, Unsupported
+from volvox.runtime.plan import Plan, Unsupported
 from volvox.tasks.sampling import Sampler, SamplingParams
 
 PREFILL_CHUNK = 256  # prompt tokens per forward pass: bounds attention scratch memory
@@ -98,7 +98,7 @@ class LanguageModel(Model):
         self.config = config
         self.tokenizer = tokenizer
         self.last_stats = GenerationStats()
-        self._decode_plan: DecodePlan | None | bool = None  # built on the first decode step; False: not lowerable
+        self._decode_plan: Plan | None | bool = None  # built on the first decode step; False: not lowerable
         self._closers.insert(0, self._drop_decode_plan)
 
     def _forward(self, ctx: RunContext, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -106,22 +106,22 @@ class LanguageModel(Model):
         if tokens.size == 1 and type(ctx) is RunContext and ctx.kv is not None:
             plan = self._native_decode_plan()
             if plan:
-                logits = plan.run(ctx.kv, int(tokens[0]), int(positions[0]), self.executor.profile)
+                logits = plan.run_token(ctx.kv, int(tokens[0]), int(positions[0]), self.executor.profile)
                 if logits is not None:
                     return logits
         return self.executor.run(ctx, {"tokens": tokens, "positions": positions})["logits"]
 
-    def _native_decode_plan(self) -> DecodePlan | None:
-        """The single-token forward pass as one native call (runtime/native_plan.py), built
-        on first use; None for graphs it cannot lower, GPU executors and reference mode."""
+    def _native_decode_plan(self) -> Plan | None:
+        """The single-token forward pass as one native call (a token step's plan, runtime/plan.py),
+        built on first use; None for graphs it cannot lower, GPU executors and reference mode."""
         if self._decode_plan is None:
             ex = self.executor
             self._decode_plan = False
             if type(ex) is Executor and not ex.reference:
                 weights = {name: w for name, (_, w) in zip(self.graph.weights, ex.weight_slots)}
                 try:
-                    self._decode_plan = DecodePlan(self.graph, weights, self.config.n_layers,
-                                                   self.config.context_length)
+                    self._decode_plan = Plan(self.graph, weights, layers=self.config.n_layers,
+                                             capacity=self.config.context_length)
                 except Unsupported:
                     pass
         return self._decode_plan or None

@@ -112,18 +112,19 @@ cdef class StepPlan:
         s.a.embed.dim, s.a.embed.row_bytes, s.a.embed.vocab, s.a.embed.rows = dim, row_bytes, vocab, 1
         s.a.embed.wtype, s.a.embed.by_position = wtype, by_position
 
-    def rms_norm(self, *, uintptr_t x, uintptr_t weight, uintptr_t y, int64_t dim, float eps):
-        """y (dim,) = x / sqrt(mean(x^2) + eps) * weight."""
+    def rms_norm(self, *, uintptr_t x, uintptr_t weight, uintptr_t y, int64_t dim, float eps, int64_t rows=1):
+        """y (rows, dim) = x / sqrt(mean(x^2) + eps) * weight, row by row."""
         cdef Step *s = self._next(STEP_RMS_NORM)
         s.a.norm.x, s.a.norm.weight, s.a.norm.y = <const float *> ptr(x), <const float *> ptr(weight), <float *> ptr(y)
-        s.a.norm.dim, s.a.norm.rows, s.a.norm.eps = dim, 1, eps
+        s.a.norm.dim, s.a.norm.rows, s.a.norm.eps = dim, rows, eps
 
-    def layer_norm(self, *, uintptr_t x, uintptr_t weight, uintptr_t bias, uintptr_t y, int64_t dim, float eps):
-        """y (dim,) = (x - mean) / sqrt(var + eps) * weight (+ bias; 0: none)."""
+    def layer_norm(self, *, uintptr_t x, uintptr_t weight, uintptr_t bias, uintptr_t y, int64_t dim, float eps,
+                   int64_t rows=1):
+        """y (rows, dim) = (x - mean) / sqrt(var + eps) * weight (+ bias; 0: none), row by row."""
         cdef Step *s = self._next(STEP_LAYER_NORM)
         s.a.norm.x, s.a.norm.weight = <const float *> ptr(x), <const float *> ptr(weight)
         s.a.norm.bias, s.a.norm.y = <const float *> ptr(bias), <float *> ptr(y)
-        s.a.norm.dim, s.a.norm.rows, s.a.norm.eps = dim, 1, eps
+        s.a.norm.dim, s.a.norm.rows, s.a.norm.eps = dim, rows, eps
 
     def quantize_act(self, *, uintptr_t x, uintptr_t act, int64_t K, int wtype):
         """act = the 8-bit activation row of x (K,) for weights of type wtype (act_row_bytes(wtype, K))."""
@@ -170,11 +171,11 @@ cdef class StepPlan:
         s.a.attention.seq, s.a.attention.start, s.a.attention.capacity = 1, -1, 0
         s.a.attention.scale = scale
 
-    def glu(self, *, uintptr_t x, uintptr_t y, int64_t F, bint gated):
-        """y (F,) = silu(x[:F]) * x[F:] (gated, swiglu) or silu(x)."""
+    def glu(self, *, uintptr_t x, uintptr_t y, int64_t F, bint gated, int64_t rows=1):
+        """y (rows, F) = silu(x[:, :F]) * x[:, F:] (gated, swiglu) or silu(x), row by row."""
         cdef Step *s = self._next(STEP_GLU)
         s.a.glu.x, s.a.glu.y = <const float *> ptr(x), <float *> ptr(y)
-        s.a.glu.F, s.a.glu.rows, s.a.glu.gated = F, 1, gated
+        s.a.glu.F, s.a.glu.rows, s.a.glu.gated = F, rows, gated
         s.a.glu.x_stride, s.a.glu.y_stride = (2 if gated else 1) * F, F
 
     def gelu(self, *, uintptr_t x, uintptr_t y, int64_t count, bint tanh):
