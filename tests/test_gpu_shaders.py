@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from volvox._gpu.backend import kernel_info, kernel_names
+from volvox._gpu.backend import SHADER_DIR, gles_from_glsl, glsl_source, kernel_info, kernel_names, wgsl_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "compile_shaders.py"
@@ -51,12 +51,30 @@ def test_generated_shaders_are_up_to_date():
 def test_every_source_has_every_format():
     sources = sorted(p.stem for p in (ROOT / "shaders").glob("*.wgsl"))
     assert sources == kernel_names()
-    gen = ROOT / "volvox" / "_gpu" / "shaders"
     for name in sources:
-        for rel in (f"spv/{name}.spv", f"glsl/{name}.comp", f"gles/{name}.comp", f"msl/{name}.metal"):
-            assert (gen / rel).is_file(), rel
+        for rel in (f"spv/{name}.spv", f"glsl/{name}.comp"):
+            assert (SHADER_DIR / rel).is_file(), rel
+        assert (wgsl_dir() / f"{name}.wgsl").read_bytes() == (ROOT / "shaders" / f"{name}.wgsl").read_bytes()
         info = kernel_info(name)  # bindings 0..n and a Params struct of 4-byte scalars
         assert info.n_buffers >= 1 and info.fields
+
+
+def test_gles_is_the_glsl_with_its_version_line_replaced():
+    for name in kernel_names():
+        glsl, gles = glsl_source(name), glsl_source(name, es=True)
+        assert glsl.startswith("#version 430\n") and gles.startswith("#version 310 es\n")
+        assert gles.split("\n", 1)[1] == glsl.split("\n", 1)[1]
+
+
+def test_gles_derivation_matches_spirv_cross():
+    """spirv-cross's GLSL ES 310 translation of every kernel is its GLSL 430 translation with the
+    gles backend's version-line swap (so gles/ need not be generated)."""
+    tool = _tool()
+    for name in kernel_names():
+        spv = (SHADER_DIR / "spv" / f"{name}.spv").read_bytes()
+        glsl = tool.spirv_cross(spv, ["--version", "430", "--no-es"])
+        gles = tool.spirv_cross(spv, ["--version", "310", "--es"])
+        assert gles_from_glsl(glsl) == gles, name
 
 
 def test_errors_name_file_and_line(tmp_path):

