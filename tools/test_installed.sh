@@ -16,13 +16,16 @@ trap 'rm -rf "$work"' EXIT
 # Everything the tests read besides the package: the tests, tool scripts, WGSL sources, docs,
 # recipes, and pyproject.toml (pytest's settings and markers).
 for d in tests tools shaders docs models pyproject.toml; do cp -R "$root/$d" "$work/$d"; done
-# The shader tests compare <root>/volvox/_gpu/shaders with shaders/*.wgsl: give them the wheel's
-# copy, so they check what ships. (A directory without __init__.py: `import volvox` still finds
-# the installed regular package first, PEP 420.)
+# The shader tests (tools/compile_shaders.py --check) compare <root>/volvox/_gpu/shaders with
+# shaders/*.wgsl: give them the wheel's copy (spv/, glsl/ and the WGSL in wgsl/), so they check
+# what ships, with the repository's record of how it was generated (GENERATED.md, which the wheel
+# leaves out). (A directory without __init__.py: `import volvox` still finds the installed regular
+# package first, PEP 420.)
 cd "$work"
 pkg="$("$python" -c "import os, volvox; print(os.path.dirname(volvox.__file__))")"
 mkdir -p volvox/_gpu
 cp -R "$pkg/_gpu/shaders" volvox/_gpu/shaders
+cp "$root/volvox/_gpu/shaders/GENERATED.md" volvox/_gpu/shaders/
 "$python" - "$root" <<'PY'
 import os, platform, sys
 import volvox, volvox.cpu as k

@@ -6,7 +6,7 @@
 """
 
 from volvox.errors import (BlueprintError, ClosedError, GenerationError, GGUFError, KernelError, ModelNotFoundError,
-                     ShapeError, TokenizerError, UnsupportedError, VolvoxError, WeightsError)
+                           ShapeError, TokenizerError, UnsupportedError, VolvoxError, WeightsError)
 from volvox.cpu import get_num_threads, set_num_threads
 from volvox.loader import load
 

@@ -11,9 +11,12 @@ with the same structure as an earlier ``end()`` replays that recording (record o
 Driver failures (out of memory, device lost, a timeout) surface as ``DeviceError`` naming the
 backend and what it was doing; after a failed submit the device refuses further work.
 
-Every kernel is a WGSL file (shaders/*.wgsl, copied to shaders/wgsl/ here): its storage buffers
-are bindings 0..n-1 of group 0 in declaration order, and its last binding is ``P``, a read-only
-struct ``Params`` of 4-byte ``u32`` / ``f32`` fields, packed here from the WGSL declaration.
+Every kernel is a WGSL file (shaders/*.wgsl at the repository root; a wheel carries a copy in
+shaders/wgsl/ here): its storage buffers are bindings 0..n-1 of group 0 in declaration order, and
+its last binding is ``P``, a read-only struct ``Params`` of 4-byte ``u32`` / ``f32`` fields, packed
+here from the WGSL declaration. tools/compile_shaders.py generates the committed SPIR-V
+(volvox/_gpu/shaders/spv/) and GLSL 430 (volvox/_gpu/shaders/glsl/) from it; the GLSL ES 310 the
+gles backend runs is derived from the GLSL when it is loaded (``glsl_source``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ import numpy as np
 from volvox.errors import DeviceError, KernelError, UnsupportedError, VolvoxError
 from volvox.ops.gpu import MAX_GROUPS
 
-SHADER_DIR = Path(__file__).resolve().parent / "shaders"
+SHADER_DIR = Path(__file__).resolve().parent / "shaders"  # generated, committed: spv/<name>.spv, glsl/<name>.comp
+# The WGSL sources: a wheel's copy (CMakeLists.txt installs shaders/ there), else the source tree's
+# shaders/ (an editable install or a checkout, where the package directory has no copy).
+WGSL_DIRS = (SHADER_DIR / "wgsl", SHADER_DIR.parents[2] / "shaders")
+GLSL_VERSION = "#version 430\n"     # the first line of every generated GLSL file
+GLES_VERSION = "#version 310 es\n"  # what the gles backend puts in its place
 PARAM_ALIGN = 256       # byte alignment of each dispatch's params (covers every API's offset alignment)
 MIN_BUFFER = 256        # smallest buffer the pool hands out
 RECORDING_CACHE = 16    # native recordings a CommandGraph keeps for replay (least recently used dropped)
@@ -94,10 +102,54 @@ class KernelInfo:
         return struct.pack(fmt, *[params[n] for n in names])
 
 
+def wgsl_dir() -> Path:
+    """The directory holding the WGSL sources (see WGSL_DIRS)."""
+    for d in WGSL_DIRS:
+        if d.is_dir():
+            return d
+    raise KernelError(f"no WGSL shaders: neither {WGSL_DIRS[0]} (a wheel) nor {WGSL_DIRS[1]} (the source tree) exists")
+
+
+def wgsl_source(name: str) -> str:
+    """The WGSL of kernel ``name`` (what the webgpu backend runs)."""
+    path = wgsl_dir() / f"{name}.wgsl"
+    if not path.is_file():
+        raise KernelError(f"no shader {path}")
+    return path.read_text()
+
+
+def spirv_code(name: str) -> bytes:
+    """The SPIR-V of kernel ``name`` (what the vulkan backend runs)."""
+    path = SHADER_DIR / "spv" / f"{name}.spv"
+    if not path.is_file():
+        raise KernelError(f"no shader {path}")
+    return path.read_bytes()
+
+
+def gles_from_glsl(text: str, where: str = "generated GLSL") -> str:
+    """GLSL ES 310 from a generated GLSL 430 text: its first line, ``#version 430``, becomes ``#version 310 es``.
+
+    SPIRV-Cross's GLSL 430 and GLSL ES 310 translations of these compute shaders differ in that
+    line only (tests/test_gpu_shaders.py checks it for every kernel against spirv-cross itself)."""
+    if not text.startswith(GLSL_VERSION):
+        raise KernelError(f"{where}: must start with {GLSL_VERSION.strip()!r} (regenerate: python tools/compile_shaders.py)")
+    return GLES_VERSION + text[len(GLSL_VERSION):]
+
+
+def glsl_source(name: str, es: bool = False) -> str:
+    """The GLSL of kernel ``name``: GLSL 430 as generated (opengl), or GLSL ES 310 derived from it (gles)."""
+    path = SHADER_DIR / "glsl" / f"{name}.comp"
+    if not path.is_file():
+        raise KernelError(f"no shader {path}")
+    text = path.read_text()
+    es_text = gles_from_glsl(text, str(path))  # checks the version line for both
+    return es_text if es else text
+
+
 @lru_cache(maxsize=None)
 def kernel_info(name: str) -> KernelInfo:
-    """The interface of kernel ``name`` parsed from shaders/wgsl/<name>.wgsl."""
-    path = SHADER_DIR / "wgsl" / f"{name}.wgsl"
+    """The interface of kernel ``name`` parsed from its WGSL."""
+    path = wgsl_dir() / f"{name}.wgsl"
     if not path.is_file():
         raise KernelError(f"no shader {path}")
     src = path.read_text()
@@ -113,7 +165,7 @@ def kernel_info(name: str) -> KernelInfo:
 
 def kernel_names() -> list[str]:
     """Every shipped kernel."""
-    return sorted(p.stem for p in (SHADER_DIR / "wgsl").glob("*.wgsl"))
+    return sorted(p.stem for p in wgsl_dir().glob("*.wgsl"))
 
 
 def fmt_bytes(n: int) -> str:

@@ -20,8 +20,8 @@ import os
 
 import numpy as np
 
-from volvox._gpu.backend import (PARAM_ALIGN, SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording,
-                      describe_driver_error, kernel_info, timed_out)
+from volvox._gpu.backend import (PARAM_ALIGN, BackendUnavailable, Buffer, Device, Record, Readback, Recording,
+                                 describe_driver_error, glsl_source, kernel_info, timed_out)
 
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 try:
@@ -57,7 +57,6 @@ class OpenGLDevice(Device):
         super().__init__()
         self.es = es
         self.name = "gles" if es else "opengl"
-        self.shader_dir = SHADER_DIR / ("gles" if es else "glsl")
         self.gl = GLES3 if es else DESKTOP_GL  # entry points resolve from libGLESv2 or libOpenGL
         GL = self.gl
         try:
@@ -160,7 +159,7 @@ class OpenGLDevice(Device):
         if kernel in self.programs:
             return self.programs[kernel]
         self._current()
-        src = (self.shader_dir / f"{kernel}.comp").read_text()
+        src = glsl_source(kernel, es=self.es)  # GLSL 430, or GLSL ES 310 derived from it
         shader = GL.glCreateShader(GL.GL_COMPUTE_SHADER)
         GL.glShaderSource(shader, src)
         GL.glCompileShader(shader)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from volvox._gpu.backend import (SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info,
-                      timed_out)
+from volvox._gpu.backend import (BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info, spirv_code,
+                                 timed_out)
 
 try:
     import vulkan as vk
@@ -126,7 +126,7 @@ class VulkanDevice(Device):
     def _pipeline(self, kernel: str) -> tuple:
         if kernel in self.pipelines:
             return self.pipelines[kernel]
-        code = (SHADER_DIR / "spv" / f"{kernel}.spv").read_bytes()
+        code = spirv_code(kernel)
         module = vk.vkCreateShaderModule(self.device, vk.VkShaderModuleCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
         n = kernel_info(kernel).n_buffers + 1

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from volvox._gpu.backend import SHADER_DIR, BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info
+from volvox._gpu.backend import (BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info,
+                                 wgsl_source)
 
 if not os.environ.get("XDG_RUNTIME_DIR"):
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="volvox-xdg-")
@@ -79,7 +80,7 @@ class WebGPUDevice(Device):
 
     def _pipeline(self, kernel: str):
         if kernel not in self.pipelines:
-            module = self.device.create_shader_module(code=(SHADER_DIR / "wgsl" / f"{kernel}.wgsl").read_text())
+            module = self.device.create_shader_module(code=wgsl_source(kernel))
             self.pipelines[kernel] = self.device.create_compute_pipeline(
                 layout="auto", compute={"module": module, "entry_point": "main"})
         return self.pipelines[kernel]

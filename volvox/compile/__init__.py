@@ -15,7 +15,7 @@ from volvox.ir.graph import Graph
 from volvox.compile.elide import elide_noop_reshapes
 from volvox.compile.fold_affine import fold_conv_input_affine, fold_conv_output_affine
 from volvox.compile.fuse_activation import (fuse_add_activation, fuse_concat_activation, fuse_conv_activation,
-                              fuse_linear_activation)
+                                            fuse_linear_activation)
 from volvox.compile.fuse_add import fold_linear_bias, fuse_add_chains
 from volvox.compile.fuse_conv import fuse_depthwise_pointwise, fuse_expand_dwpw
 from volvox.compile.fuse_linear import fuse_swiglu, merge_sibling_linears
