@@ -331,7 +331,7 @@ def test_a_run_allocates_only_what_the_arena_does_not_hold(tmp_path):
         left = bytes_left_per_step(ex, lambda: lm.new_session().forward(ids))
         ex.use_arena = False
         left_without = bytes_left_per_step(ex, lambda: lm.new_session().forward(ids))
-    rows_out = 4 * (lm.config.vocab_size + lm.config.dim)  # output_norm and lm_head: one row (set at run time)
+    rows_out = 4 * (lm.config.vocab_size + lm.graph.weights["output_norm.weight"].shape[0])  # output_norm and lm_head: one row
     assert all(b < 0 for b in plan.allocating.values())  # nothing else allocates: every shape-fixed node is placed
     data = rows_out  # what ops without a slot allocate
     slack = 256 * len(ex.steps)  # array objects, views and shape tuples (tracemalloc sees them too; ~90 B a step)

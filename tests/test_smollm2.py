@@ -26,11 +26,17 @@ def reference(smollm2_gguf_path):
     return ReferenceLlama(smollm2_gguf_path)
 
 
-def test_config_read_from_gguf(lm):
-    c = lm.config
+def test_config_read_from_gguf(lm, smollm2_gguf_path):
+    from volvox.architectures.from_gguf import llama_config_from_gguf
+    from volvox.formats.gguf import GGUFFile
+
+    with GGUFFile(smollm2_gguf_path) as gguf:
+        c = llama_config_from_gguf(gguf.metadata, smollm2_gguf_path)
     assert (c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size) == \
         (30, 576, 9, 3, 64, 1536, 49152)
     assert c.context_length == 8192
+    d = lm.config  # the dims the generate task takes from them
+    assert (d.n_layers, d.n_kv_heads, d.head_dim, d.context_length, d.vocab_size) == (30, 3, 64, 8192, 49152)
 
 
 def test_logits_match_float_reference(lm, reference, smollm2_gguf_path):
