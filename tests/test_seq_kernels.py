@@ -4,6 +4,7 @@ ggml's float32 arithmetic built from libm's cosf / sinf."""
 
 import ctypes
 import ctypes.util
+import hashlib
 
 import numpy as np
 import pytest
@@ -175,3 +176,34 @@ def test_swiglu(tier):
     with pytest.raises(KernelError):
         K.silu(np.zeros(4, np.float64))
     assert K.silu(np.zeros((0, 3), np.float32)).shape == (0, 3)
+
+
+def simd_seq_digest():
+    """sha256 of attention (the dot chains, the vector expf, the weighted-sum trees) and swiglu /
+    silu over whole blocks of 8 (the vector expf only: no libm) on fixed inputs."""
+    rng = np.random.default_rng(11)
+    outs = []
+    for nh, nkv, hd, start, seq, window, amp in [(9, 3, 64, 0, 5, 0, 2.0), (9, 3, 64, 5, 1, 0, 2.0),
+                                                 (4, 4, 80, 40, 1, 0, 1.0), (6, 2, 48, 3, 30, 0, 1.0),
+                                                 (2, 1, 128, 70, 1, 7, 1.0), (4, 2, 20, 9, 3, 0, 1.0),
+                                                 (4, 1, 32, 100, 1, 0, 30.0), (8, 2, 36, 0, 12, 5, 30.0)]:
+        kc = (rng.standard_normal((nkv, start + seq, hd)) * amp).astype(np.float32)
+        vc = rng.standard_normal((nkv, start + seq, hd)).astype(np.float32)
+        q = (rng.standard_normal((seq, nh * hd)) * amp).astype(np.float32)
+        outs.append(K.attention(q, kc, vc, start, nh, float(np.float32(hd ** -0.5)), window))
+    x = (rng.standard_normal((3, 2 * 96)) * 6).astype(np.float32)
+    x[0, :8] = [-100.0, 100.0, -0.0, 88.0, 89.0, -104.0, -87.5, 1e-30]  # the expf flush / scale paths
+    outs += [K.swiglu(x), K.silu(x[:, :96].copy())]
+    return hashlib.sha256(b"".join(o.tobytes() for o in outs)).hexdigest()
+
+
+# simd_seq_digest on the x86 SIMD tiers, whose attention and SwiGLU are llama.cpp's AVX2 CPU bits
+# (test_llama_exact.py): the arm64 SIMD tiers run the same sums in the same order with the same
+# vector expf, so they give the same bits (the generic tier uses libm's expf: close, not equal).
+SIMD_SEQ_DIGEST = "4a51be98ae0bc2409dc351e9cf0193f0506c48bbbc7504012c4b0693253d705c"
+
+
+def test_simd_tiers_give_ggml_avx2_bits(tier):
+    if tier == "generic":
+        pytest.skip("the portable tier's expf is libm's")
+    assert simd_seq_digest() == SIMD_SEQ_DIGEST

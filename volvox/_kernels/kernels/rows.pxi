@@ -1,6 +1,7 @@
-# Row kernels: RMSNorm (the other row kernels follow as they are ported).
-from libc.math cimport sqrtf
+# Row kernels: RMSNorm, SwiGLU / SiLU, RoPE (the other row kernels follow as they are ported).
+from libc.math cimport sqrtf, expf, powf, cosf, sinf, fmaf
 from libc.stdint cimport int64_t
+from libc.string cimport memcpy
 
 
 cdef void rms_norm_f32(int64_t D, const float *x, const float *weight, float eps, float *y) noexcept nogil:
@@ -15,5 +16,47 @@ cdef void rms_norm_f32(int64_t D, const float *x, const float *weight, float eps
         y[k] = x[k] * scale * weight[k]
 
 
+cdef void swiglu_f32(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
+    """y (F,) = silu(gate) * up, or silu(gate) when up is NULL; ggml's ggml_vec_swiglu_f32 (and
+    its silu) on the SIMD tiers: whole blocks of 8 with the vector expf (the tier's swiglu_blocks8),
+    the rest x / (1 + expf(-x)) with libm's. silu then a float multiply: the fused op's bits."""
+    cdef int64_t f = swiglu_blocks8(F, gate, up, y)
+    cdef float silu
+    while f < F:
+        silu = gate[f] / (<float>1.0 + expf(-gate[f]))
+        y[f] = silu * up[f] if up != NULL else silu
+        f += 1
+
+
+cdef void rope_f32(int64_t n_heads, int64_t head_dim, int64_t rope_dim, int interleaved, int64_t pos,
+                   float base, float freq_scale, const float *x, float *y) noexcept nogil:
+    """Rotary embedding of one row (n_heads, head_dim) at position pos, as ggml's f32 rope:
+    theta_k = pos * base^(-2k/rope_dim) by repeated float multiplication, cosf / sinf of
+    freq_scale * theta_k, one fmaf per output. Pairs (2k, 2k+1) when interleaved (NORM), else
+    (k, k + rope_dim/2) (NEOX); dims rope_dim..head_dim copied. x and y may be the same row."""
+    cdef float theta_scale = powf(base, <float>-2.0 / <float>rope_dim)
+    cdef float theta = <float>pos
+    cdef float t, c, sn, x0, x1
+    cdef int64_t k, h, i0, i1
+    for k in range(rope_dim // 2):
+        t = freq_scale * theta
+        c = cosf(t)
+        sn = sinf(t)
+        i0 = 2 * k if interleaved else k
+        i1 = 2 * k + 1 if interleaved else k + rope_dim // 2
+        for h in range(n_heads):
+            x0 = x[h * head_dim + i0]
+            x1 = x[h * head_dim + i1]
+            y[h * head_dim + i0] = fmaf(x0, c, -(x1 * sn))
+            y[h * head_dim + i1] = fmaf(x0, sn, x1 * c)
+        theta *= theta_scale
+    if x != y and rope_dim < head_dim:
+        for h in range(n_heads):
+            memcpy(y + h * head_dim + rope_dim, x + h * head_dim + rope_dim,
+                   <size_t>(head_dim - rope_dim) * sizeof(float))
+
+
 cdef void fill_rows(vx_table *t) noexcept:
     t.rms_norm = rms_norm_f32
+    t.swiglu = swiglu_f32
+    t.rope = rope_f32

@@ -6,3 +6,10 @@ cdef enum:
     VL = 8        # float lanes per vector
 
 ctypedef __m256 vf
+
+# --- attention ---
+from libc.math cimport fmaf
+
+cdef inline float vx_fma(float a, float b, float c) noexcept nogil:
+    """a * b + c rounded once (vx_ops.c's VX_FMA: fmaf, one instruction on this tier)."""
+    return fmaf(a, b, c)
