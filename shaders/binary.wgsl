@@ -1,7 +1,28 @@
 // Elementwise a (op) b with numpy broadcasting over up to 4 dims (strides 0 on broadcast dims).
-// op: 0 add, 1 mul, 2 sub, 3 div, 4 pow (numpy semantics for negative bases); relu != 0 fuses max(., 0).
+// op: a BIN_* code (volvox/ops/codes.py): add, mul, sub, div, pow (numpy semantics for negative bases);
+// relu != 0 fuses max(., 0).
 // acc != 0: a is y itself, a unbound (y = y (op) b, e.g. add_n's running sum; WebGPU forbids binding one
 // buffer both read-only and read-write in a dispatch).
+
+// BEGIN generated codes (tools/gen_codes.py from volvox/ops/codes.py): do not edit
+const FN_NONE: u32 = 0u;
+const FN_RELU: u32 = 1u;
+const FN_RELU6: u32 = 2u;
+const FN_SIGMOID: u32 = 3u;
+const FN_SILU: u32 = 4u;
+const FN_GELU: u32 = 5u;
+const FN_GELU_TANH: u32 = 6u;
+const FN_HARD_SWISH: u32 = 7u;
+const FN_HARD_SIGMOID: u32 = 8u;
+const FN_SQRT: u32 = 9u;
+const FN_SQUARE: u32 = 10u;
+const FN_CLIP: u32 = 11u;
+const BIN_ADD: u32 = 0u;
+const BIN_MUL: u32 = 1u;
+const BIN_SUB: u32 = 2u;
+const BIN_DIV: u32 = 3u;
+const BIN_POW: u32 = 4u;
+// END generated codes
 
 struct Params {
     n: u32,           // elements of y
@@ -45,10 +66,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let bv = b[i0 * P.b0 + i1 * P.b1 + i2 * P.b2 + i3 * P.b3];
     var v: f32;
     switch P.op {
-        case 1u: { v = av * bv; }
-        case 2u: { v = av - bv; }
-        case 3u: { v = av / bv; }
-        case 4u: { v = power(av, bv); }
+        case BIN_MUL: { v = av * bv; }
+        case BIN_SUB: { v = av - bv; }
+        case BIN_DIV: { v = av / bv; }
+        case BIN_POW: { v = power(av, bv); }
         default: { v = av + bv; }
     }
     if (P.relu != 0u) { v = max(v, 0.0); }

@@ -2,8 +2,27 @@
 // strides (w_n, w_k), so a linear weight (N, K) has (K, 1) and a matmul's right operand (K, N) has (1, N);
 // batch strides 0 broadcast an operand. linear: W's rows start at w_row (linear_split reads a block).
 // 16x16 output tile per workgroup, K walked in 16-wide slices staged in workgroup memory.
-// act: 0 none, 1 relu, 2 relu6, 3 silu, 4 gelu (erf), 5 sigmoid, 6 gelu (tanh), 7 hard_swish
-// (every activation linear_act fuses, applied in the output write).
+// act: an FN_* code (volvox/ops/codes.py), every activation linear_act fuses, applied in the output write.
+
+// BEGIN generated codes (tools/gen_codes.py from volvox/ops/codes.py): do not edit
+const FN_NONE: u32 = 0u;
+const FN_RELU: u32 = 1u;
+const FN_RELU6: u32 = 2u;
+const FN_SIGMOID: u32 = 3u;
+const FN_SILU: u32 = 4u;
+const FN_GELU: u32 = 5u;
+const FN_GELU_TANH: u32 = 6u;
+const FN_HARD_SWISH: u32 = 7u;
+const FN_HARD_SIGMOID: u32 = 8u;
+const FN_SQRT: u32 = 9u;
+const FN_SQUARE: u32 = 10u;
+const FN_CLIP: u32 = 11u;
+const BIN_ADD: u32 = 0u;
+const BIN_MUL: u32 = 1u;
+const BIN_SUB: u32 = 2u;
+const BIN_DIV: u32 = 3u;
+const BIN_POW: u32 = 4u;
+// END generated codes
 
 struct Params {
     M: u32,
@@ -38,13 +57,13 @@ fn erf_approx(v: f32) -> f32 {
 
 fn activate(v: f32, act: u32) -> f32 {
     switch act {
-        case 1u: { return max(v, 0.0); }
-        case 2u: { return clamp(v, 0.0, 6.0); }
-        case 3u: { return v / (1.0 + exp(-v)); }
-        case 4u: { return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); }
-        case 5u: { return 1.0 / (1.0 + exp(-v)); }
-        case 6u: { return v / (1.0 + exp(-1.5957691216057308 * (v + 0.044715 * v * v * v))); }  // 0.5(1+tanh(u)) = sigmoid(2u)
-        case 7u: { return v * clamp(v + 3.0, 0.0, 6.0) / 6.0; }
+        case FN_RELU: { return max(v, 0.0); }
+        case FN_RELU6: { return clamp(v, 0.0, 6.0); }
+        case FN_SILU: { return v / (1.0 + exp(-v)); }
+        case FN_GELU: { return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); }
+        case FN_SIGMOID: { return 1.0 / (1.0 + exp(-v)); }
+        case FN_GELU_TANH: { return v / (1.0 + exp(-1.5957691216057308 * (v + 0.044715 * v * v * v))); }  // 0.5(1+tanh(u)) = sigmoid(2u)
+        case FN_HARD_SWISH: { return v * clamp(v + 3.0, 0.0, 6.0) / 6.0; }
         default: { return v; }
     }
 }

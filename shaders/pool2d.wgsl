@@ -1,6 +1,26 @@
 // max / average pooling NHWC (global average pooling is a window covering the image).
 // mode 0 max (padding never wins), 1 average over in-image taps, 2 average counting padding.
-// act: 0 none, 1 relu, 2 relu6. x (N, H, W, C), y (N, OH, OW, C).
+// act: FN_NONE, FN_RELU or FN_RELU6. x (N, H, W, C), y (N, OH, OW, C).
+
+// BEGIN generated codes (tools/gen_codes.py from volvox/ops/codes.py): do not edit
+const FN_NONE: u32 = 0u;
+const FN_RELU: u32 = 1u;
+const FN_RELU6: u32 = 2u;
+const FN_SIGMOID: u32 = 3u;
+const FN_SILU: u32 = 4u;
+const FN_GELU: u32 = 5u;
+const FN_GELU_TANH: u32 = 6u;
+const FN_HARD_SWISH: u32 = 7u;
+const FN_HARD_SIGMOID: u32 = 8u;
+const FN_SQRT: u32 = 9u;
+const FN_SQUARE: u32 = 10u;
+const FN_CLIP: u32 = 11u;
+const BIN_ADD: u32 = 0u;
+const BIN_MUL: u32 = 1u;
+const BIN_SUB: u32 = 2u;
+const BIN_DIV: u32 = 3u;
+const BIN_POW: u32 = 4u;
+// END generated codes
 
 struct Params {
     n: u32,          // elements of y
@@ -42,7 +62,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     if (P.mode == 1u) { acc = acc / count; }
     if (P.mode == 2u) { acc = acc / f32(P.kh * P.kw); }
-    if (P.act == 1u) { acc = max(acc, 0.0); }
-    if (P.act == 2u) { acc = clamp(acc, 0.0, 6.0); }
+    if (P.act == FN_RELU) { acc = max(acc, 0.0); }
+    if (P.act == FN_RELU6) { acc = clamp(acc, 0.0, 6.0); }
     y[i] = acc;
 }

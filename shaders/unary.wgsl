@@ -1,8 +1,28 @@
 // Pointwise activations y = f(x).
-// op: 0 relu, 1 sigmoid, 2 silu, 3 gelu (erf), 4 gelu (tanh), 5 clip(lo, hi),
-//     6 hard_sigmoid(alpha, beta), 7 hard_swish, 8 sqrt.
+// op: an FN_* code (volvox/ops/codes.py): relu, relu6, sigmoid, silu, gelu (erf), gelu_tanh,
+// hard_swish, hard_sigmoid(alpha = lo, beta = hi), sqrt, square, clip(lo, hi); none copies.
 // in_place != 0: y = f(y), x unbound (an activation over a buffer an earlier dispatch wrote; WebGPU
 // forbids binding one buffer both read-only and read-write in a dispatch).
+
+// BEGIN generated codes (tools/gen_codes.py from volvox/ops/codes.py): do not edit
+const FN_NONE: u32 = 0u;
+const FN_RELU: u32 = 1u;
+const FN_RELU6: u32 = 2u;
+const FN_SIGMOID: u32 = 3u;
+const FN_SILU: u32 = 4u;
+const FN_GELU: u32 = 5u;
+const FN_GELU_TANH: u32 = 6u;
+const FN_HARD_SWISH: u32 = 7u;
+const FN_HARD_SIGMOID: u32 = 8u;
+const FN_SQRT: u32 = 9u;
+const FN_SQUARE: u32 = 10u;
+const FN_CLIP: u32 = 11u;
+const BIN_ADD: u32 = 0u;
+const BIN_MUL: u32 = 1u;
+const BIN_SUB: u32 = 2u;
+const BIN_DIV: u32 = 3u;
+const BIN_POW: u32 = 4u;
+// END generated codes
 
 struct Params {
     n: u32,
@@ -37,15 +57,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (P.in_place != 0u) { v = y[i]; } else { v = x[i]; }
     var r: f32;
     switch P.op {
-        case 0u: { r = max(v, 0.0); }
-        case 1u: { r = sigmoid(v); }
-        case 2u: { r = v * sigmoid(v); }
-        case 3u: { r = 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); }
-        case 4u: { r = v * sigmoid(1.5957691216057308 * (v + 0.044715 * v * v * v)); }  // 0.5(1+tanh(u)) = sigmoid(2u)
-        case 5u: { r = clamp(v, P.lo, P.hi); }
-        case 6u: { r = clamp(P.lo * v + P.hi, 0.0, 1.0); }
-        case 7u: { r = v * clamp(v + 3.0, 0.0, 6.0) / 6.0; }
-        default: { r = sqrt(v); }
+        case FN_RELU: { r = max(v, 0.0); }
+        case FN_RELU6: { r = clamp(v, 0.0, 6.0); }
+        case FN_SIGMOID: { r = sigmoid(v); }
+        case FN_SILU: { r = v * sigmoid(v); }
+        case FN_GELU: { r = 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); }
+        case FN_GELU_TANH: { r = v * sigmoid(1.5957691216057308 * (v + 0.044715 * v * v * v)); }  // 0.5(1+tanh(u)) = sigmoid(2u)
+        case FN_HARD_SWISH: { r = v * clamp(v + 3.0, 0.0, 6.0) / 6.0; }
+        case FN_HARD_SIGMOID: { r = clamp(P.lo * v + P.hi, 0.0, 1.0); }
+        case FN_SQRT: { r = sqrt(v); }
+        case FN_SQUARE: { r = v * v; }
+        case FN_CLIP: { r = clamp(v, P.lo, P.hi); }
+        default: { r = v; }
     }
     y[i] = r;
 }

@@ -1,4 +1,4 @@
-"""Generated docs stay in sync with the code."""
+"""Generated docs and code stay in sync with their sources."""
 
 import subprocess
 import sys
@@ -9,4 +9,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_ops_doc_matches_registry():
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_ops_doc.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_generated_codes_match_their_definition():
+    """volvox/ops/codes.py is the one definition of the function and operator codes; the engine's
+    codes.pxd and the shaders' const blocks are generated from it (tools/gen_codes.py)."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_codes.py"), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

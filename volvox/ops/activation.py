@@ -13,6 +13,7 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect
+from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, get_op, register
 from volvox.ops.elementwise import _unary_infer, unary_cpu
 from volvox.ops.gpu import Call, Dispatch, Lowering, grid_1d, rows_of, unary_lowering
@@ -138,7 +139,7 @@ def hard_sigmoid_cpu(plan, node) -> None:
     """clip(alpha * x + beta, 0, 1): the product rounded before the sum, as numpy's float32 steps."""
     x, y = plan.input(node, "x"), plan.output(node)
     plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
-    plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=cpu.engine.UNARY_FNS["hard_sigmoid"],
+    plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=FN["hard_sigmoid"],
              **{k: float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5))})
 
 

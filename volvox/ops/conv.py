@@ -16,9 +16,10 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
+from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.elementwise import plan_activation
-from volvox.ops.gpu import ACT_CODES, Call, Dispatch, Lowering, float_only, grid_of
+from volvox.ops.gpu import Call, Dispatch, Lowering, float_only, grid_of
 
 ACTIVATIONS = ("none", "relu", "relu6")
 
@@ -331,7 +332,7 @@ def _lower_conv(c: Call) -> list[Dispatch]:
     return [Dispatch("conv2d", ["x", "weight", "bias" if has_bias else "@dummy", "y"], grid_of(n),
                      dict(n=n, H=h, W=w, C=ch, OH=oh, OW=ow, Cout=cout, kh=kh, kw=kw, cin_g=cin_g,
                           cout_g=cout // groups, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, has_bias=int(has_bias),
-                          act=ACT_CODES[c.params.get("activation", "none")]))]
+                          act=FN[c.params.get("activation", "none")]))]
 
 
 register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast, cpu=conv_cpu,

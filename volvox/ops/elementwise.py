@@ -9,6 +9,7 @@ import numpy as np
 from volvox import cpu
 from volvox.errors import ShapeError
 from volvox.ir.graph import expect, same_dim
+from volvox.ops.codes import BIN, FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.gpu import binary_lowering, unary_lowering
 
@@ -94,8 +95,8 @@ def plan_activation(plan, node) -> int:
     """The engine's code of a node's fused activation (a conv's, add_n's: none, relu, relu6), else
     Unsupported."""
     act = node.params.get("activation", "none")
-    plan.need(node, act in cpu.engine.ACTIVATIONS, f"activation {act!r}")
-    return cpu.engine.ACTIVATIONS[act]
+    plan.need(node, act in ("none", "relu", "relu6"), f"activation {act!r}")
+    return FN[act]
 
 
 def _broadcast(plan, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
@@ -116,8 +117,7 @@ def binary_cpu(plan, node) -> None:
     """add / mul / sub / div (the second operand may broadcast over a block of axes; add and mul swap
     a broadcast first operand) and add_n, left to right in place, its ReLU / ReLU6 (fuse_add_activation)
     applied by the last step as it writes."""
-    ops = cpu.engine.BINARY_OPS
-    ports = ("a", "b") if node.op in ops else tuple(p for p in node.inputs)
+    ports = ("a", "b") if node.op in BIN else tuple(p for p in node.inputs)
     xs, y = [plan.input(node, p) for p in ports], plan.output(node)
     plan.need(node, y.dtype == np.float32 and all(x.dtype == np.float32 for x in xs), "dtype")
     a, b = xs[0], xs[1]
@@ -126,10 +126,10 @@ def binary_cpu(plan, node) -> None:
     plan.need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
     b_count, b_div = _broadcast(plan, node, b.shape, y.shape)
     act = plan_activation(plan, node)
-    plan.add("binary", a=cpu.address(a), b=cpu.address(b), y=cpu.address(y), count=y.size, op=ops.get(node.op, ops["add"]),
+    plan.add("binary", a=cpu.address(a), b=cpu.address(b), y=cpu.address(y), count=y.size, op=BIN.get(node.op, BIN["add"]),
              b_count=b_count, b_div=b_div, act=0 if xs[2:] else act)
     for k, x in enumerate(xs[2:], 3):  # add_n: left to right, in place
-        plan.add("binary", a=cpu.address(y), b=cpu.address(x), y=cpu.address(y), count=y.size, op=ops["add"],
+        plan.add("binary", a=cpu.address(y), b=cpu.address(x), y=cpu.address(y), count=y.size, op=BIN["add"],
                  act=act if k == len(xs) else 0)
 
 
@@ -138,7 +138,7 @@ def unary_cpu(fn: str, port: str = "x"):
     def lower(plan, node) -> None:
         x, y = plan.input(node, port), plan.output(node)
         plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
-        plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=cpu.engine.UNARY_FNS[fn])
+        plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=FN[fn])
     return lower
 
 

@@ -16,12 +16,11 @@ from typing import Callable
 
 import numpy as np
 
+from volvox.ops.codes import BIN, FN
+
 FLOAT_WEIGHTS = ("float32", "float16")   # quantized weights stay on the CPU (see docs/backends.md)
 MAX_HEAD_DIM = 128
 MAX_GROUPS = 65535                       # workgroups per grid dimension every API guarantees
-ACT_CODES = {"none": 0, "relu": 1, "relu6": 2}
-# matmul's ``act`` codes: every FUSED_ACTIVATIONS entry, applied as the tile is written
-MATMUL_ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "gelu": 4, "sigmoid": 5, "gelu_tanh": 6, "hard_swish": 7}
 
 
 @dataclass
@@ -83,7 +82,7 @@ def matmul_dispatch(x: str, w: str, bias: str | None, y: str, m: int, k: int, n:
     a row-major (rows, k) weight) and per-batch strides x_batch, w_batch (0: broadcast)."""
     return Dispatch("matmul", [x, w, bias or "@dummy", y], (-(-n // 16), -(-m // 16), batch),
                     dict(M=m, K=k, N=n, w_row=w_row, w_n=k if w_n is None else w_n, w_k=w_k, x_batch=x_batch,
-                         w_batch=w_batch, has_bias=int(bias is not None), act=MATMUL_ACTS[act]))
+                         w_batch=w_batch, has_bias=int(bias is not None), act=FN[act]))
 
 
 def rows_of(shape) -> tuple[int, int]:
@@ -91,15 +90,12 @@ def rows_of(shape) -> tuple[int, int]:
     return math.prod(shape[:-1]), shape[-1]
 
 
-UNARY = {"relu": 0, "sigmoid": 1, "silu": 2, "gelu": 3, "clip": 5, "hard_sigmoid": 6, "hard_swish": 7, "sqrt": 8}
-
-
 def unary_dispatch(op: str, params: dict, x: str | None, y: str, n: int) -> Dispatch:
     """y = op(x) over n elements, with op's params (clip bounds, hard_sigmoid alpha / beta, gelu's
     approximation); ``x`` None: y = op(y) in place."""
-    code, lo, hi = UNARY[op], 0.0, 0.0
+    code, lo, hi = FN[op], 0.0, 0.0
     if op == "gelu" and params.get("approximate", "none") == "tanh":
-        code = 4
+        code = FN["gelu_tanh"]
     if op == "clip":
         lo = -3.4e38 if params.get("min") is None else float(params["min"])
         hi = 3.4e38 if params.get("max") is None else float(params["max"])
@@ -109,13 +105,10 @@ def unary_dispatch(op: str, params: dict, x: str | None, y: str, n: int) -> Disp
 
 
 def unary_lowering(op: str) -> "Lowering":
-    """The Lowering of an elementwise op the ``unary`` shader runs (UNARY's code for ``op``)."""
+    """The Lowering of an elementwise op the ``unary`` shader runs (its FN code)."""
     def lower(c: Call) -> list[Dispatch]:
         return [unary_dispatch(op, c.params, "x", "y", math.prod(c.shapes["x"]))]
     return Lowering(("unary",), lower, float_only("x"))
-
-
-BINARY = {"add": 0, "mul": 1, "sub": 2, "div": 3, "pow": 4}
 
 
 def broadcast_strides(shape: tuple, out: tuple) -> list[int]:
@@ -141,7 +134,7 @@ def binary_dispatch(op: str, a: str | None, b: str, y: str, shapes: dict[str, tu
     dims = (1,) * (4 - len(out)) + tuple(out)
     sa, sb = broadcast_strides(shapes[a] if a else out, out), broadcast_strides(shapes[b], out)
     n = math.prod(out)
-    p = dict(n=n, d1=dims[1], d2=dims[2], d3=dims[3], op=BINARY[op], relu=0, acc=int(a is None))
+    p = dict(n=n, d1=dims[1], d2=dims[2], d3=dims[3], op=BIN[op], relu=0, acc=int(a is None))
     p.update({f"a{i}": s for i, s in enumerate(sa)})
     p.update({f"b{i}": s for i, s in enumerate(sb)})
     return Dispatch("binary", [a or "@dummy", b, y], grid_of(n), p)

@@ -8,6 +8,7 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import expect, same_dim
 from volvox.ir.quant_blocks import QuantTensor, SUPPORTED_QTYPES, dequantize_ref, dequantize_rows_ref
+from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import plan_blocks
 from volvox.ops.gpu import FLOAT_WEIGHTS, Call, Dispatch, Lowering, float_only, grid_of, matmul_dispatch
@@ -122,7 +123,7 @@ def linear_cpu(plan, node) -> None:
         act = node.params["activation"]
         plan.need(node, act in ("relu", "silu", "gelu", "gelu_tanh"), f"activation {act!r}")
         if act == "relu":
-            plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=cpu.engine.UNARY_FNS["relu"])
+            plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=FN["relu"])
         elif act == "silu":
             plan.add("glu", x=cpu.address(y), y=cpu.address(y), F=n, gated=False, rows=m)
         else:

@@ -7,9 +7,10 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect
+from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
-from volvox.ops.gpu import ACT_CODES, Call, Dispatch, Lowering, float_only, grid_of
+from volvox.ops.gpu import Call, Dispatch, Lowering, float_only, grid_of
 
 
 def pool_out_shape(x, p: dict) -> tuple:
@@ -138,7 +139,7 @@ def _lower_pool(mode: str):
         n = n_ * oh * ow * ch
         return [Dispatch("pool2d", ["x", "y"], grid_of(n),
                          dict(n=n, H=h, W=w, C=ch, OH=oh, OW=ow, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, mode=code,
-                              act=ACT_CODES[c.params.get("activation", "none")]))]
+                              act=FN[c.params.get("activation", "none")]))]
     return lower
 
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import expect
+from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.gpu import Call, Dispatch, Lowering, check_gather, contiguous_strides, copy_dispatch, float_only, gather_dispatch
 
@@ -207,7 +208,7 @@ def concat_cpu(plan, node) -> None:
         offset += width
     if "activation" in node.params:
         plan.need(node, node.params["activation"] == "relu", f"activation {node.params['activation']!r}")
-        plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=cpu.engine.UNARY_FNS["relu"])
+        plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=FN["relu"])
 
 
 register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref, cpu=reshape_cpu, view=True,

@@ -4,12 +4,7 @@
 from libc.stdlib cimport calloc, free
 from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
 
-# Python's names for the enums the builders pass.
-STEP_KINDS = {KINDS[k].name.decode(): k for k in range(<int>STEP_NKINDS)}
-UNARY_FNS = {"hard_swish": UNARY_HARD_SWISH, "hard_sigmoid": UNARY_HARD_SIGMOID, "sqrt": UNARY_SQRT,
-             "square": UNARY_SQUARE, "relu": UNARY_RELU}
-BINARY_OPS = {"add": BIN_ADD, "mul": BIN_MUL, "sub": BIN_SUB, "div": BIN_DIV}
-ACTIVATIONS = {"none": ACT_NONE, "relu": ACT_RELU, "relu6": ACT_RELU6}
+STEP_KINDS = {KINDS[k].name.decode(): k for k in range(<int>STEP_NKINDS)}  # step kind name -> code
 CONV_STEP_PIXELS = CONV_PIXELS  # output pixels per work item of an im2col conv step (at most)
 
 
@@ -185,14 +180,16 @@ cdef class StepPlan:
 
     # ---------------------------------------------------------- elementwise steps
     def unary(self, *, uintptr_t x, uintptr_t y, int64_t count, int fn, float alpha=0.0, float beta=0.0):
-        """y (count,) = fn(x) (UNARY_FNS: hard_swish, hard_sigmoid(alpha, beta), sqrt, square, relu)."""
+        """y (count,) = fn(x), an FN_* code (volvox/ops/codes.py: hard_swish, hard_sigmoid(alpha, beta), sqrt,
+        square, relu)."""
         cdef Step *s = self._next(STEP_UNARY)
         s.a.elem.x, s.a.elem.y, s.a.elem.count, s.a.elem.fn = ptr(x), ptr(y), count, fn
         s.a.elem.alpha, s.a.elem.beta = alpha, beta
 
     def binary(self, *, uintptr_t a, uintptr_t b, uintptr_t y, int64_t count, int op, int64_t b_count=0,
                int64_t b_div=1, int act=0):
-        """y (count,) = a op b[(i / b_div) % b_count] (b_count 0: b[i]), then act (ACTIVATIONS)."""
+        """y (count,) = a op b[(i / b_div) % b_count] (b_count 0: b[i]), a BIN_* code, then act (FN_NONE,
+        FN_RELU or FN_RELU6)."""
         cdef Step *s = self._next(STEP_BINARY)
         s.a.binary.a, s.a.binary.b, s.a.binary.y = <const float *> ptr(a), <const float *> ptr(b), <float *> ptr(y)
         s.a.binary.count, s.a.binary.b_count, s.a.binary.b_div = count, b_count, b_div

@@ -5,6 +5,7 @@
 from libc.math cimport fabs, fabsf, sqrt, sqrtf, INFINITY
 from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
+from volvox._kernels.codes cimport *
 from volvox._kernels.vx cimport vx_conv_shape, vx_requant
 
 
@@ -281,48 +282,32 @@ cdef void global_avg_run(int64_t HW, int64_t C, int64_t c0, const float *x, floa
 
 
 # ----------------------------------------------------------------------------- elementwise
-cpdef enum UnaryFn:
-    # an elementwise step's function, each numpy's float32 arithmetic (ops/activation.py, ops/arith.py)
-    UNARY_HARD_SWISH = 0    # t = clip(x + 3, 0, 6); y = (x * t) / 6
-    UNARY_HARD_SIGMOID = 1  # y = clip(alpha * x + beta, 0, 1) (a product, then a sum)
-    UNARY_SQRT = 2
-    UNARY_SQUARE = 3
-    UNARY_RELU = 4          # numpy's maximum(x, 0)
-
-
+# Functions and operators by their codes (volvox/ops/codes.py, generated into codes.pxd).
 cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, float *y) noexcept nogil:
-    """y (n,) = fn(x) (UnaryFn)."""
+    """y (n,) = fn(x), an FN_* code: each numpy's float32 arithmetic (ops/activation.py, ops/arith.py)."""
     cdef int64_t i
     cdef float t
-    if fn == UNARY_HARD_SWISH:
+    if fn == FN_HARD_SWISH:  # t = clip(x + 3, 0, 6); y = (x * t) / 6
         for i in range(n):
             t = np_clip(x[i] + <float>3.0, <float>0.0, <float>6.0)
             y[i] = (x[i] * t) / <float>6.0
-    elif fn == UNARY_HARD_SIGMOID:
+    elif fn == FN_HARD_SIGMOID:  # y = clip(alpha * x + beta, 0, 1)
         for i in range(n):
             t = alpha * x[i]  # rounded before the sum (the engine is built without FMA)
             y[i] = np_clip(t + beta, <float>0.0, <float>1.0)
-    elif fn == UNARY_SQRT:
+    elif fn == FN_SQRT:
         for i in range(n):
             y[i] = sqrtf(x[i])
-    elif fn == UNARY_SQUARE:
+    elif fn == FN_SQUARE:
         for i in range(n):
             y[i] = x[i] * x[i]
-    elif fn == UNARY_RELU:
+    elif fn == FN_RELU:  # numpy's maximum(x, 0)
         for i in range(n):
             y[i] = np_maximum(x[i], <float>0.0)
 
 
-cpdef enum BinaryOp:
-    # a binary step's operator
-    BIN_ADD = 0
-    BIN_MUL = 1
-    BIN_SUB = 2
-    BIN_DIV = 3
-
-
 cdef inline float binary_op(int op, float a, float b) noexcept nogil:
-    """a op b (BinaryOp)."""
+    """a op b, a BIN_* code."""
     if op == BIN_ADD:
         return a + b
     if op == BIN_MUL:

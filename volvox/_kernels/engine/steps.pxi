@@ -39,7 +39,7 @@ cdef struct Pointwise:
     const int32_t *wsum          # int8: the row sums, NULL once the zero point is in rq.bias
     vx_requant rq                # int8 requantization
     int64_t cout                 # output channels
-    int32_t act                  # ACT_* (f32)
+    int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32)
 
 
 cdef struct Window:
@@ -53,16 +53,9 @@ cdef struct Window:
     int64_t per_thread           # scratch elements per thread
     int64_t cparts               # output-channel parts per pixel block, row or band (<= 1: one)
     int64_t pixels               # CONV_F32 / QCONV: output pixels per block (0: CONV_PIXELS)
-    int32_t act                  # ACT_* (f32 convs)
+    int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32 convs)
     Pointwise pw                 # DWPW / QDWPW / EXDWPW: the 1x1 conv after the depthwise one
     Pointwise ex                 # EXDWPW: the 1x1 conv before it (cout: the depthwise conv's channels)
-
-
-cpdef enum Activation:
-    # a float32 conv's (or a binary step's) fused activation
-    ACT_NONE = 0
-    ACT_RELU = 1
-    ACT_RELU6 = 2
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -159,7 +152,7 @@ cdef struct ElementArgs:         # gelu, unary, relu, quantize_i8, dequantize_i8
     const void *unused2
     void *y                      # (count,); may be x
     int64_t count
-    int32_t fn                   # UnaryFn; gelu: 1 for the tanh approximation; (de)quantize: the zero point
+    int32_t fn                   # unary: an FN_* code; gelu: 1 for the tanh approximation; (de)quantize: the zero point
     float alpha, beta            # hard_sigmoid's; (de)quantize: scale
 
 
@@ -169,8 +162,8 @@ cdef struct BinaryArgs:
     const void *unused
     float *y                     # (count,)
     int64_t count, b_count, b_div   # b_count 0: b[i]; per channel: b_div 1; per row: b_div the row length
-    int32_t op                   # BinaryOp
-    int32_t act                  # Activation applied after (numpy's maximum, then min with 6)
+    int32_t op                   # a BIN_* code
+    int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 applied after (numpy's maximum, then min with 6)
 
 
 cdef struct CopyRowsArgs:        # concat, channel padding
@@ -339,10 +332,10 @@ cdef inline vx_requant rq_from(const vx_requant *rq, int64_t c0) noexcept nogil:
 cdef inline void apply_act(int act, float *y, int64_t i0, int64_t i1) noexcept nogil:
     """A fused ReLU / ReLU6 over y[i0:i1], just written (numpy's maximum, then min with 6; NaN stays)."""
     cdef int64_t i
-    if act != ACT_NONE:
+    if act != FN_NONE:
         for i in range(i0, i1):
             y[i] = np_maximum(y[i], <float>0.0)
-    if act == ACT_RELU6:
+    if act == FN_RELU6:
         for i in range(i0, i1):
             y[i] = <float>6.0 if y[i] > <float>6.0 else y[i]
 

@@ -21,106 +21,106 @@ struct _4
     uint _m14;
 };
 
-layout(binding = 0, std430) readonly buffer _9_8
+layout(binding = 0, std430) readonly buffer _21_20
 {
     float _m0[];
-} _8;
+} _20;
 
-layout(binding = 1, std430) readonly buffer _12_11
+layout(binding = 1, std430) readonly buffer _24_23
 {
     float _m0[];
-} _11;
+} _23;
 
-layout(binding = 2, std430) buffer _15_14
+layout(binding = 2, std430) buffer _27_26
 {
     float _m0[];
-} _14;
+} _26;
 
-layout(binding = 3, std430) readonly buffer _18_17
+layout(binding = 3, std430) readonly buffer _30_29
 {
     _4 _m0;
-} _17;
+} _29;
 
-uint _48(uint _50, uint _51)
+uint _60(uint _62, uint _63)
 {
-    return _50 % ((_51 == 0u) ? 1u : _51);
+    return _62 % ((_63 == 0u) ? 1u : _63);
 }
 
-uint _58(uint _59, uint _60)
+uint _68(uint _69, uint _70)
 {
-    return _59 / ((_60 == 0u) ? 1u : _60);
+    return _69 / ((_70 == 0u) ? 1u : _70);
 }
 
-float _23(float _21, float _22)
+float _35(float _33, float _34)
 {
-    if (_22 == 2.0)
+    if (_34 == 2.0)
     {
-        return _21 * _21;
+        return _33 * _33;
     }
-    if ((_21 < 0.0) && (_22 == roundEven(_22)))
+    if ((_33 < 0.0) && (_34 == roundEven(_34)))
     {
-        float _41 = pow(-_21, _22);
-        return (abs(_22 - 2.0 * trunc(_22 / 2.0)) == 1.0) ? (-_41) : _41;
+        float _53 = pow(-_33, _34);
+        return (abs(_34 - 2.0 * trunc(_34 / 2.0)) == 1.0) ? (-_53) : _53;
     }
-    return pow(_21, _22);
+    return pow(_33, _34);
 }
 
 void main()
 {
-    float _83 = 0.0;
-    float _86 = 0.0;
-    uint _95 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_95 >= _17._m0._m0)
+    float _93 = 0.0;
+    float _96 = 0.0;
+    uint _105 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_105 >= _29._m0._m0)
     {
         return;
     }
-    uint _105 = _48(_95, _17._m0._m3);
-    uint _108 = _58(_95, _17._m0._m3);
-    uint _112 = _48(_108, _17._m0._m2);
-    uint _115 = _58(_108, _17._m0._m2);
-    uint _118 = _48(_115, _17._m0._m1);
-    uint _121 = _58(_115, _17._m0._m1);
-    if (_17._m0._m14 != 0u)
+    uint _114 = _60(_105, _29._m0._m3);
+    uint _117 = _68(_105, _29._m0._m3);
+    uint _120 = _60(_117, _29._m0._m2);
+    uint _123 = _68(_117, _29._m0._m2);
+    uint _126 = _60(_123, _29._m0._m1);
+    uint _129 = _68(_123, _29._m0._m1);
+    if (_29._m0._m14 != 0u)
     {
-        _83 = _14._m0[_95];
+        _93 = _26._m0[_105];
     }
     else
     {
-        _83 = _8._m0[(((_121 * _17._m0._m4) + (_118 * _17._m0._m5)) + (_112 * _17._m0._m6)) + (_105 * _17._m0._m7)];
+        _93 = _20._m0[(((_129 * _29._m0._m4) + (_126 * _29._m0._m5)) + (_120 * _29._m0._m6)) + (_114 * _29._m0._m7)];
     }
-    uint _171 = (((_121 * _17._m0._m8) + (_118 * _17._m0._m9)) + (_112 * _17._m0._m10)) + (_105 * _17._m0._m11);
-    switch (_17._m0._m12)
+    uint _171 = (((_129 * _29._m0._m8) + (_126 * _29._m0._m9)) + (_120 * _29._m0._m10)) + (_114 * _29._m0._m11);
+    switch (_29._m0._m12)
     {
         case 1u:
         {
-            _86 = _83 * _11._m0[_171];
+            _96 = _93 * _23._m0[_171];
             break;
         }
         case 2u:
         {
-            _86 = _83 - _11._m0[_171];
+            _96 = _93 - _23._m0[_171];
             break;
         }
         case 3u:
         {
-            _86 = _83 / _11._m0[_171];
+            _96 = _93 / _23._m0[_171];
             break;
         }
         case 4u:
         {
-            _86 = _23(_83, _11._m0[_171]);
+            _96 = _35(_93, _23._m0[_171]);
             break;
         }
         default:
         {
-            _86 = _83 + _11._m0[_171];
+            _96 = _93 + _23._m0[_171];
             break;
         }
     }
-    if (_17._m0._m13 != 0u)
+    if (_29._m0._m13 != 0u)
     {
-        _86 = max(_86, 0.0);
+        _96 = max(_96, 0.0);
     }
-    _14._m0[_95] = _86;
+    _26._m0[_105] = _96;
 }
 

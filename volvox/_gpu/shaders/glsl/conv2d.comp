@@ -25,100 +25,100 @@ struct _4
     uint _m18;
 };
 
-layout(binding = 0, std430) readonly buffer _9_8
+layout(binding = 0, std430) readonly buffer _21_20
 {
     float _m0[];
-} _8;
-
-layout(binding = 1, std430) readonly buffer _12_11
-{
-    float _m0[];
-} _11;
-
-layout(binding = 2, std430) readonly buffer _15_14
-{
-    float _m0[];
-} _14;
-
-layout(binding = 3, std430) buffer _18_17
-{
-    float _m0[];
-} _17;
-
-layout(binding = 4, std430) readonly buffer _21_20
-{
-    _4 _m0;
 } _20;
 
-uint _23(uint _25, uint _26)
+layout(binding = 1, std430) readonly buffer _24_23
 {
-    return _25 % ((_26 == 0u) ? 1u : _26);
+    float _m0[];
+} _23;
+
+layout(binding = 2, std430) readonly buffer _27_26
+{
+    float _m0[];
+} _26;
+
+layout(binding = 3, std430) buffer _30_29
+{
+    float _m0[];
+} _29;
+
+layout(binding = 4, std430) readonly buffer _33_32
+{
+    _4 _m0;
+} _32;
+
+uint _35(uint _37, uint _38)
+{
+    return _37 % ((_38 == 0u) ? 1u : _38);
 }
 
-uint _34(uint _35, uint _36)
+uint _44(uint _45, uint _46)
 {
-    return _35 / ((_36 == 0u) ? 1u : _36);
+    return _45 / ((_46 == 0u) ? 1u : _46);
 }
 
 void main()
 {
-    float _65 = 0.0;
-    uint _67 = 0u;
-    uvec2 _135 = uvec2(4294967295u);
-    uvec2 _183 = uvec2(4294967295u);
+    float _74 = 0.0;
+    uint _76 = 0u;
+    uvec2 _139 = uvec2(4294967295u);
+    uvec2 _185 = uvec2(4294967295u);
     uvec2 _259 = uvec2(4294967295u);
-    uint _80 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_80 >= _20._m0._m0)
+    uint _89 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_89 >= _32._m0._m0)
     {
         return;
     }
-    uint _90 = _23(_80, _20._m0._m6);
-    uint _97 = _23(_34(_80, _20._m0._m6), _20._m0._m5);
-    uint _107 = _23(_34(_80, _20._m0._m6 * _20._m0._m5), _20._m0._m4);
-    uint _116 = _34(_80, (_20._m0._m6 * _20._m0._m5) * _20._m0._m4);
-    uint _124 = _34(_90, _20._m0._m10) * _20._m0._m9;
+    uint _98 = _35(_89, _32._m0._m6);
+    uint _104 = _35(_44(_89, _32._m0._m6), _32._m0._m5);
+    uint _113 = _35(_44(_89, _32._m0._m6 * _32._m0._m5), _32._m0._m4);
+    uint _122 = _44(_89, (_32._m0._m6 * _32._m0._m5) * _32._m0._m4);
+    uint _128 = _44(_98, _32._m0._m10) * _32._m0._m9;
     for (;;)
     {
-        if (all(equal(uvec2(0u), _135)))
+        if (all(equal(uvec2(0u), _139)))
         {
             break;
         }
-        _135 -= uvec2(uint(_135.y == 0u), 1u);
-        if (!(_67 < _20._m0._m7))
+        _139 -= uvec2(uint(_139.y == 0u), 1u);
+        if (!(_76 < _32._m0._m7))
         {
             break;
         }
-        uint _159 = _67;
-        int _170 = int((_107 * _20._m0._m11) + (_159 * _20._m0._m13)) - int(_20._m0._m15);
-        if ((_170 < 0) || (_170 >= int(_20._m0._m1)))
+        uint _161 = _76;
+        int _172 = int((_113 * _32._m0._m11) + (_161 * _32._m0._m13)) - int(_32._m0._m15);
+        if ((_172 < 0) || (_172 >= int(_32._m0._m1)))
         {
-            uint _294 = _67;
-            _67 = _294 + 1u;
+            uint _294 = _76;
+            _76 = _294 + 1u;
             continue;
         }
-        uint _69 = 0u;
+        uint _78 = 0u;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _183)))
+            if (all(equal(uvec2(0u), _185)))
             {
                 break;
             }
-            _183 -= uvec2(uint(_183.y == 0u), 1u);
-            if (!(_69 < _20._m0._m8))
+            _185 -= uvec2(uint(_185.y == 0u), 1u);
+            if (!(_78 < _32._m0._m8))
             {
                 break;
             }
-            uint _207 = _69;
-            int _218 = int((_97 * _20._m0._m12) + (_207 * _20._m0._m14)) - int(_20._m0._m16);
-            if ((_218 < 0) || (_218 >= int(_20._m0._m2)))
+            uint _208 = _78;
+            int _219 = int((_104 * _32._m0._m12) + (_208 * _32._m0._m14)) - int(_32._m0._m16);
+            if ((_219 < 0) || (_219 >= int(_32._m0._m2)))
             {
-                uint _292 = _69;
-                _69 = _292 + 1u;
+                uint _292 = _78;
+                _78 = _292 + 1u;
                 continue;
             }
-            uint _241 = (((((_116 * _20._m0._m1) + uint(_170)) * _20._m0._m2) + uint(_218)) * _20._m0._m3) + _124;
-            uint _254 = ((((_90 * _20._m0._m7) + _67) * _20._m0._m8) + _69) * _20._m0._m9;
-            uint _71 = 0u;
+            uint _241 = (((((_122 * _32._m0._m1) + uint(_172)) * _32._m0._m2) + uint(_219)) * _32._m0._m3) + _128;
+            uint _254 = ((((_98 * _32._m0._m7) + _76) * _32._m0._m8) + _78) * _32._m0._m9;
+            uint _80 = 0u;
             for (;;)
             {
                 if (all(equal(uvec2(0u), _259)))
@@ -126,34 +126,34 @@ void main()
                     break;
                 }
                 _259 -= uvec2(uint(_259.y == 0u), 1u);
-                if (!(_71 < _20._m0._m9))
+                if (!(_80 < _32._m0._m9))
                 {
                     break;
                 }
-                _65 += (_8._m0[_241 + _71] * _11._m0[_254 + _71]);
-                _71++;
+                _74 += (_20._m0[_241 + _80] * _23._m0[_254 + _80]);
+                _80++;
                 continue;
             }
-            uint _292 = _69;
-            _69 = _292 + 1u;
+            uint _292 = _78;
+            _78 = _292 + 1u;
             continue;
         }
-        uint _294 = _67;
-        _67 = _294 + 1u;
+        uint _294 = _76;
+        _76 = _294 + 1u;
         continue;
     }
-    if (_20._m0._m17 != 0u)
+    if (_32._m0._m17 != 0u)
     {
-        _65 += _14._m0[_90];
+        _74 += _26._m0[_98];
     }
-    if (_20._m0._m18 == 1u)
+    if (_32._m0._m18 == 1u)
     {
-        _65 = max(_65, 0.0);
+        _74 = max(_74, 0.0);
     }
-    if (_20._m0._m18 == 2u)
+    if (_32._m0._m18 == 2u)
     {
-        _65 = clamp(_65, 0.0, 6.0);
+        _74 = clamp(_74, 0.0, 6.0);
     }
-    _17._m0[_80] = _65;
+    _29._m0[_89] = _74;
 }
 

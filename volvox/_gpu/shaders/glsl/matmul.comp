@@ -16,76 +16,76 @@ struct _4
     uint _m9;
 };
 
-layout(binding = 0, std430) readonly buffer _12_11
+layout(binding = 0, std430) readonly buffer _24_23
 {
     float _m0[];
-} _11;
-
-layout(binding = 1, std430) readonly buffer _15_14
-{
-    float _m0[];
-} _14;
-
-layout(binding = 2, std430) readonly buffer _18_17
-{
-    float _m0[];
-} _17;
-
-layout(binding = 3, std430) buffer _21_20
-{
-    float _m0[];
-} _20;
-
-layout(binding = 4, std430) readonly buffer _24_23
-{
-    _4 _m0;
 } _23;
 
-shared float _26[256];
-shared float _29[256];
-
-float _32(float _31)
+layout(binding = 1, std430) readonly buffer _27_26
 {
-    float _42 = abs(_31);
-    float _45 = 1.0 / (1.0 + (0.3275910913944244384765625 * _42));
-    return sign(_31) * (1.0 - ((_45 * (0.254829585552215576171875 + (_45 * ((-0.284496724605560302734375) + (_45 * (1.42141377925872802734375 + (_45 * ((-1.45315206050872802734375) + (_45 * 1.0614054203033447265625))))))))) * exp((-_42) * _42)));
+    float _m0[];
+} _26;
+
+layout(binding = 2, std430) readonly buffer _30_29
+{
+    float _m0[];
+} _29;
+
+layout(binding = 3, std430) buffer _33_32
+{
+    float _m0[];
+} _32;
+
+layout(binding = 4, std430) readonly buffer _36_35
+{
+    _4 _m0;
+} _35;
+
+shared float _38[256];
+shared float _41[256];
+
+float _44(float _43)
+{
+    float _54 = abs(_43);
+    float _57 = 1.0 / (1.0 + (0.3275910913944244384765625 * _54));
+    return sign(_43) * (1.0 - ((_57 * (0.254829585552215576171875 + (_57 * ((-0.284496724605560302734375) + (_57 * (1.42141377925872802734375 + (_57 * ((-1.45315206050872802734375) + (_57 * 1.0614054203033447265625))))))))) * exp((-_54) * _54)));
 }
 
-float _65(float _63, uint _64)
+float _77(float _75, uint _76)
 {
-    switch (_64)
+    switch (_76)
     {
         case 1u:
         {
-            return max(_63, 0.0);
+            return max(_75, 0.0);
         }
         case 2u:
         {
-            return clamp(_63, 0.0, 6.0);
-        }
-        case 3u:
-        {
-            return _63 / (1.0 + exp(-_63));
+            return clamp(_75, 0.0, 6.0);
         }
         case 4u:
         {
-            return (0.5 * _63) * (1.0 + _32(_63 * 0.707106769084930419921875));
+            return _75 / (1.0 + exp(-_75));
         }
         case 5u:
         {
-            return 1.0 / (1.0 + exp(-_63));
+            return (0.5 * _75) * (1.0 + _44(_75 * 0.707106769084930419921875));
+        }
+        case 3u:
+        {
+            return 1.0 / (1.0 + exp(-_75));
         }
         case 6u:
         {
-            return _63 / (1.0 + exp((-1.5957691669464111328125) * (_63 + (((0.0447149984538555145263671875 * _63) * _63) * _63))));
+            return _75 / (1.0 + exp((-1.5957691669464111328125) * (_75 + (((0.0447149984538555145263671875 * _75) * _75) * _75))));
         }
         case 7u:
         {
-            return (_63 * clamp(_63 + 3.0, 0.0, 6.0)) / 6.0;
+            return (_75 * clamp(_75 + 3.0, 0.0, 6.0)) / 6.0;
         }
         default:
         {
-            return _63;
+            return _75;
         }
     }
     return 0.0;
@@ -93,71 +93,71 @@ float _65(float _63, uint _64)
 
 void main()
 {
-    float _129 = 0.0;
-    uint _131 = 0u;
-    float _133 = 0.0;
-    float _135 = 0.0;
     float _139 = 0.0;
-    uvec2 _176 = uvec2(4294967295u);
-    uvec2 _259 = uvec2(4294967295u);
-    uint _145 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
-    uint _149 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
-    uint _153 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
-    uint _159 = gl_WorkGroupID.z * _23._m0._m6;
-    uint _164 = gl_WorkGroupID.z * _23._m0._m7;
+    uint _141 = 0u;
+    float _143 = 0.0;
+    float _145 = 0.0;
+    float _149 = 0.0;
+    uvec2 _184 = uvec2(4294967295u);
+    uvec2 _263 = uvec2(4294967295u);
+    uint _155 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
+    uint _159 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
+    uint _163 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
+    uint _168 = gl_WorkGroupID.z * _35._m0._m6;
+    uint _172 = gl_WorkGroupID.z * _35._m0._m7;
     for (;;)
     {
-        if (all(equal(uvec2(0u), _176)))
+        if (all(equal(uvec2(0u), _184)))
         {
             break;
         }
-        _176 -= uvec2(uint(_176.y == 0u), 1u);
-        if (!(_131 < _23._m0._m1))
+        _184 -= uvec2(uint(_184.y == 0u), 1u);
+        if (!(_141 < _35._m0._m1))
         {
             break;
         }
-        uint _197 = _131 + gl_LocalInvocationID.x;
-        _133 = 0.0;
-        if ((_145 < _23._m0._m0) && (_197 < _23._m0._m1))
+        uint _205 = _141 + gl_LocalInvocationID.x;
+        _143 = 0.0;
+        if ((_155 < _35._m0._m0) && (_205 < _35._m0._m1))
         {
-            _133 = _11._m0[(_159 + (_145 * _23._m0._m1)) + _197];
+            _143 = _23._m0[(_168 + (_155 * _35._m0._m1)) + _205];
         }
-        _26[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _133;
-        _135 = 0.0;
-        if ((_153 < _23._m0._m2) && (_197 < _23._m0._m1))
+        _38[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _143;
+        _145 = 0.0;
+        if ((_163 < _35._m0._m2) && (_205 < _35._m0._m1))
         {
-            _135 = _14._m0[(_164 + ((_23._m0._m3 + _153) * _23._m0._m4)) + (_197 * _23._m0._m5)];
+            _145 = _26._m0[(_172 + ((_35._m0._m3 + _163) * _35._m0._m4)) + (_205 * _35._m0._m5)];
         }
-        _29[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _135;
+        _41[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _145;
         barrier();
-        uint _137 = 0u;
+        uint _147 = 0u;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _259)))
+            if (all(equal(uvec2(0u), _263)))
             {
                 break;
             }
-            _259 -= uvec2(uint(_259.y == 0u), 1u);
-            if (!(_137 < 16u))
+            _263 -= uvec2(uint(_263.y == 0u), 1u);
+            if (!(_147 < 16u))
             {
                 break;
             }
-            _129 += (_26[(gl_LocalInvocationID.y * 16u) + _137] * _29[(gl_LocalInvocationID.x * 16u) + _137]);
-            _137++;
+            _139 += (_38[(gl_LocalInvocationID.y * 16u) + _147] * _41[(gl_LocalInvocationID.x * 16u) + _147]);
+            _147++;
             continue;
         }
         barrier();
-        _131 += 16u;
+        _141 += 16u;
         continue;
     }
-    if ((_145 < _23._m0._m0) && (_149 < _23._m0._m2))
+    if ((_155 < _35._m0._m0) && (_159 < _35._m0._m2))
     {
-        _139 = _129;
-        if (_23._m0._m8 != 0u)
+        _149 = _139;
+        if (_35._m0._m8 != 0u)
         {
-            _139 += _17._m0[_149];
+            _149 += _29._m0[_159];
         }
-        _20._m0[(((gl_WorkGroupID.z * _23._m0._m0) + _145) * _23._m0._m2) + _149] = _65(_139, _23._m0._m9);
+        _32._m0[(((gl_WorkGroupID.z * _35._m0._m0) + _155) * _35._m0._m2) + _159] = _77(_149, _35._m0._m9);
         return;
     }
     else

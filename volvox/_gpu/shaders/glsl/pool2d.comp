@@ -20,124 +20,124 @@ struct _4
     uint _m13;
 };
 
-layout(binding = 0, std430) readonly buffer _9_8
+layout(binding = 0, std430) readonly buffer _21_20
 {
     float _m0[];
-} _8;
+} _20;
 
-layout(binding = 1, std430) buffer _12_11
+layout(binding = 1, std430) buffer _24_23
 {
     float _m0[];
-} _11;
+} _23;
 
-layout(binding = 2, std430) readonly buffer _15_14
+layout(binding = 2, std430) readonly buffer _27_26
 {
     _4 _m0;
-} _14;
+} _26;
 
-uint _17(uint _19, uint _20)
+uint _29(uint _31, uint _32)
 {
-    return _19 % ((_20 == 0u) ? 1u : _20);
+    return _31 % ((_32 == 0u) ? 1u : _32);
 }
 
-uint _28(uint _29, uint _30)
+uint _38(uint _39, uint _40)
 {
-    return _29 / ((_30 == 0u) ? 1u : _30);
+    return _39 / ((_40 == 0u) ? 1u : _40);
 }
 
 void main()
 {
-    float _59 = 0.0;
-    float _61 = 0.0;
-    uint _62 = 0u;
-    uvec2 _126 = uvec2(4294967295u);
-    uvec2 _170 = uvec2(4294967295u);
-    uint _73 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_73 >= _14._m0._m0)
+    float _68 = 0.0;
+    float _70 = 0.0;
+    uint _71 = 0u;
+    uvec2 _132 = uvec2(4294967295u);
+    uvec2 _173 = uvec2(4294967295u);
+    uint _82 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_82 >= _26._m0._m0)
     {
         return;
     }
-    uint _83 = _17(_73, _14._m0._m3);
-    uint _90 = _17(_28(_73, _14._m0._m3), _14._m0._m5);
-    uint _100 = _17(_28(_73, _14._m0._m3 * _14._m0._m5), _14._m0._m4);
-    uint _109 = _28(_73, (_14._m0._m3 * _14._m0._m5) * _14._m0._m4);
-    if (_14._m0._m12 == 0u)
+    uint _91 = _29(_82, _26._m0._m3);
+    uint _97 = _29(_38(_82, _26._m0._m3), _26._m0._m5);
+    uint _106 = _29(_38(_82, _26._m0._m3 * _26._m0._m5), _26._m0._m4);
+    uint _115 = _38(_82, (_26._m0._m3 * _26._m0._m5) * _26._m0._m4);
+    if (_26._m0._m12 == 0u)
     {
-        _59 = -3.3999999521443642490773241379936e+38;
+        _68 = -3.3999999521443642490773241379936e+38;
     }
     for (;;)
     {
-        if (all(equal(uvec2(0u), _126)))
+        if (all(equal(uvec2(0u), _132)))
         {
             break;
         }
-        _126 -= uvec2(uint(_126.y == 0u), 1u);
-        if (!(_62 < _14._m0._m6))
+        _132 -= uvec2(uint(_132.y == 0u), 1u);
+        if (!(_71 < _26._m0._m6))
         {
             break;
         }
-        uint _150 = _62;
-        int _157 = int((_100 * _14._m0._m8) + _150) - int(_14._m0._m10);
-        if ((_157 < 0) || (_157 >= int(_14._m0._m1)))
+        uint _154 = _71;
+        int _160 = int((_106 * _26._m0._m8) + _154) - int(_26._m0._m10);
+        if ((_160 < 0) || (_160 >= int(_26._m0._m1)))
         {
-            uint _241 = _62;
-            _62 = _241 + 1u;
+            uint _241 = _71;
+            _71 = _241 + 1u;
             continue;
         }
-        uint _64 = 0u;
+        uint _73 = 0u;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _170)))
+            if (all(equal(uvec2(0u), _173)))
             {
                 break;
             }
-            _170 -= uvec2(uint(_170.y == 0u), 1u);
-            if (!(_64 < _14._m0._m7))
+            _173 -= uvec2(uint(_173.y == 0u), 1u);
+            if (!(_73 < _26._m0._m7))
             {
                 break;
             }
-            uint _194 = _64;
-            int _201 = int((_90 * _14._m0._m9) + _194) - int(_14._m0._m11);
-            if ((_201 < 0) || (_201 >= int(_14._m0._m2)))
+            uint _195 = _73;
+            int _201 = int((_97 * _26._m0._m9) + _195) - int(_26._m0._m11);
+            if ((_201 < 0) || (_201 >= int(_26._m0._m2)))
             {
-                uint _239 = _64;
-                _64 = _239 + 1u;
+                uint _239 = _73;
+                _73 = _239 + 1u;
                 continue;
             }
-            uint _223 = (((((_109 * _14._m0._m1) + uint(_157)) * _14._m0._m2) + uint(_201)) * _14._m0._m3) + _83;
-            if (_14._m0._m12 == 0u)
+            uint _223 = (((((_115 * _26._m0._m1) + uint(_160)) * _26._m0._m2) + uint(_201)) * _26._m0._m3) + _91;
+            if (_26._m0._m12 == 0u)
             {
-                _59 = max(_59, _8._m0[_223]);
+                _68 = max(_68, _20._m0[_223]);
             }
             else
             {
-                _59 += _8._m0[_223];
+                _68 += _20._m0[_223];
             }
-            _61 += 1.0;
-            uint _239 = _64;
-            _64 = _239 + 1u;
+            _70 += 1.0;
+            uint _239 = _73;
+            _73 = _239 + 1u;
             continue;
         }
-        uint _241 = _62;
-        _62 = _241 + 1u;
+        uint _241 = _71;
+        _71 = _241 + 1u;
         continue;
     }
-    if (_14._m0._m12 == 1u)
+    if (_26._m0._m12 == 1u)
     {
-        _59 /= _61;
+        _68 /= _70;
     }
-    if (_14._m0._m12 == 2u)
+    if (_26._m0._m12 == 2u)
     {
-        _59 /= float(_14._m0._m6 * _14._m0._m7);
+        _68 /= float(_26._m0._m6 * _26._m0._m7);
     }
-    if (_14._m0._m13 == 1u)
+    if (_26._m0._m13 == 1u)
     {
-        _59 = max(_59, 0.0);
+        _68 = max(_68, 0.0);
     }
-    if (_14._m0._m13 == 2u)
+    if (_26._m0._m13 == 2u)
     {
-        _59 = clamp(_59, 0.0, 6.0);
+        _68 = clamp(_68, 0.0, 6.0);
     }
-    _11._m0[_73] = _59;
+    _23._m0[_82] = _68;
 }
 
