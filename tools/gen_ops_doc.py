@@ -10,10 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from volvox._gpu.backend import kernel_info
-from volvox._gpu.devices import GPU_BACKENDS
-from volvox._gpu.lowering import LOWERINGS
-from volvox.ops import OPS
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the source tree's volvox (no build needed)
+from volvox._gpu.backend import kernel_info  # noqa: E402
+from volvox._gpu.devices import GPU_BACKENDS  # noqa: E402
+from volvox._gpu.lowering import LOWERINGS  # noqa: E402
+from volvox.ops import OPS  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ops.md"
 GLES_MIN_BLOCKS = 4  # storage blocks per compute shader GLES 3.1 guarantees

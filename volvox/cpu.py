@@ -42,12 +42,28 @@ import numpy as np
 from volvox.errors import KernelError, ShapeError
 from volvox.ir.quant_blocks import QuantTensor
 
+
+
+class _MissingEngine:
+    """Stands in for the compiled engine when volvox was not built: importing volvox (its readers,
+    tokenizers, graph tools) still works, and the first kernel call raises KernelError saying why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __getattr__(self, name: str):
+        raise KernelError(self.why)
+
+
 try:
     from volvox._kernels import engine
-except ImportError as exc:  # pragma: no cover - only without a build
-    raise KernelError(
-        f"volvox's compiled kernels are missing ({exc}); build them with "
-        "`pip install --no-build-isolation -e .` (developers) or `pip install .`") from exc
+    if getattr(engine, "__file__", None) is None:  # the engine/ source folder, seen as a namespace package
+        raise ImportError("no compiled volvox._kernels.engine")
+except ImportError as exc:  # only without a build
+    engine = _MissingEngine(f"volvox's compiled kernels are missing ({exc}); build them with "
+                            "`pip install --no-build-isolation -e .` (developers) or `pip install .`")
+BUILT = not isinstance(engine, _MissingEngine)  # whether the compiled kernels are here
+CONV_PIXELS = 64  # output pixels per work item of an im2col conv (the engine's CONV_STEP_PIXELS)
 
 __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention", "rope", "swiglu", "silu", "conv2d", "qconv2d",
            "quantize_i8", "dequantize_i8", "qavg_pool2d", "qsoftmax", "isa",
@@ -62,8 +78,8 @@ _F32, _F16 = 5, 6
 
 # ----------------------------------------------------------------------------- ISA tiers
 def available_isas() -> list[str]:
-    """Tiers compiled into this build that this CPU can run, most portable first."""
-    return [t for t in engine.compiled_isas() if engine.isa_supported(t)]
+    """Tiers compiled into this build that this CPU can run, most portable first (none without a build)."""
+    return [t for t in engine.compiled_isas() if engine.isa_supported(t)] if BUILT else []
 
 
 def isa() -> str:
@@ -96,7 +112,9 @@ def _initial_isa() -> str:
     return available_isas()[-1]
 
 
-engine.set_isa(_initial_isa())
+if BUILT:
+    assert engine.CONV_STEP_PIXELS == CONV_PIXELS
+    engine.set_isa(_initial_isa())
 
 
 # ------------------------------------------------------------------------------- threads
@@ -141,7 +159,8 @@ def _initial_threads() -> int:
     return _physical_cores()
 
 
-set_num_threads(_initial_threads())
+if BUILT:
+    set_num_threads(_initial_threads())
 
 
 # ------------------------------------------------------------------------------- buffers
@@ -614,7 +633,7 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     kk = kh * kw * c
     packed = conv_weights(w, False)
     direct = kh == kw == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == x.shape[1:3]
-    scratch = np.empty(0 if direct else get_num_threads() * 64 * kk, np.float32)  # (threads, 64 pixels, kk)
+    scratch = np.empty(0 if direct else get_num_threads() * CONV_PIXELS * kk, np.float32)  # (threads, CONV_PIXELS, kk)
     engine.conv2d_f32(x, packed, cout, geo, bias, _ACT_CODE[activation], direct, y, scratch)
     return y
 
@@ -682,7 +701,7 @@ def qconv2d(x, w, bias, multiplier, shift, input_zero_point: int, output_zero_po
     kk = kh * kw * c
     packed, wsum = conv_weights(w, False)
     bias, wsum = fold_zero_point(bias, wsum, zps[0])
-    scratch = np.empty(get_num_threads() * 64 * ((kk + 3) // 4 * 4), np.uint8)  # (threads, 64 pixels, K4)
+    scratch = np.empty(get_num_threads() * CONV_PIXELS * ((kk + 3) // 4 * 4), np.uint8)  # (threads, CONV_PIXELS, K4)
     engine.qconv2d(x, packed, wsum, cout, geo, bias, mult, sh, zps, y, scratch)
     return y
 

@@ -202,7 +202,7 @@ def conv2d_into(ctx, p, out, x, weight, bias=None):
 # ------------------------------------------------------------------- CPU plan lowering
 # Conv steps (runtime/plan.py builds the plan; these say what each conv node becomes). The int8 ops
 # (ops/int8.py) and the fused depthwise -> 1x1 pairs (ops/dwpw.py) use the same helpers.
-CONV_PIXELS = cpu.engine.CONV_STEP_PIXELS      # output pixels per im2col work item
+CONV_PIXELS = cpu.CONV_PIXELS                  # output pixels per im2col work item
 GEMM_TILE = 8                                  # pixels per GEMM register tile (SG_MR, QG_MR)
 BLOCKS_PER_THREAD = 4                          # conv blocks per thread on a map of a few
 INT8_RANGE = (-128, 127)

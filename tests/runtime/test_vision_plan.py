@@ -624,7 +624,7 @@ def test_the_pacer_times_the_native_steps_only(threads):
 
 def test_a_team_smaller_than_asked_runs_every_item():
     """Each thread of a step runner first takes its own share of a step's items, then the rest
-    of the others' shares (vx_plan.c): when OpenMP gives the region fewer threads than asked
+    of the others' shares (the engine's runner): when OpenMP gives the region fewer threads than asked
     (here OMP_THREAD_LIMIT=1 under 3 kernel threads), the threads that came run the missing
     ones' shares, and the outputs are still the per-op executor's (a lost share would hang the
     next step's wait, or leave outputs unwritten)."""
@@ -641,9 +641,11 @@ def test_a_team_smaller_than_asked_runs_every_item():
             assert all(t.same_bits(native[n], per_op[n]) for n in per_op), make
         print("every item ran")
     """)
-    env = dict(os.environ, OMP_THREAD_LIMIT="1", PYTHONPATH=os.path.dirname(__file__))
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [here, os.path.join(os.path.dirname(here), "support"), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, OMP_THREAD_LIMIT="1", PYTHONPATH=os.pathsep.join(filter(None, path)))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(__file__))  # not the repository root: its volvox is unbuilt
+                          cwd=here)
     assert done.returncode == 0 and "every item ran" in done.stdout, done.stderr
 
 

@@ -90,7 +90,6 @@ def build_tiny_bert(directory, texts, seed=2):
     import torch
     import transformers as tf
     from tokenizers import BertWordPieceTokenizer
-    from test_wordpiece import with_specials
 
     tok = BertWordPieceTokenizer(lowercase=True)
     tok.train_from_iterator(texts * 5, vocab_size=120, show_progress=False)
@@ -103,3 +102,12 @@ def build_tiny_bert(directory, texts, seed=2):
     model = tf.BertModel(cfg).eval()
     model.save_pretrained(directory)
     return model, tok
+
+
+def with_specials(hf, template: bool):
+    """Add the [CLS] $A [SEP] post-processor (trained tokenizers have none): TemplateProcessing or BertProcessing."""
+    from tokenizers import processors as tk_processors
+
+    cls, sep = hf.token_to_id("[CLS]"), hf.token_to_id("[SEP]")
+    hf.post_processor = (tk_processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+                         if template else tk_processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls)))

@@ -19,7 +19,7 @@ from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
 from volvox.tasks import generate
 from volvox.tasks.generate import decode_step
-from test_compile import DATA, VISION_MODELS, cached, random_feeds
+from real_models import DATA, VISION_MODELS, cached, random_feeds
 from tiny_gguf import write_tiny_llama
 from volvox.ops import validate
 

@@ -30,7 +30,7 @@ from vision_helpers import SAMPLES, model_file, sample_image
 from volvox.ops import validate
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 rng = np.random.default_rng(11)
 
 

@@ -16,7 +16,7 @@ from volvox.formats.gguf import read_gguf
 from volvox.ir.quant_blocks import QuantTensor
 from volvox.formats.safetensors import SafeTensorsFile
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 GGUF_SEED = (DATA / "tiny.gguf").read_bytes()
 ST_SEED = (DATA / "tiny.safetensors").read_bytes()

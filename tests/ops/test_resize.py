@@ -28,7 +28,7 @@ from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
 from volvox.ops import validate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 rng = np.random.default_rng(7)
 
 # (NCHW input shape, "sizes" or "scales", the 4 values)

@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
-from test_wordpiece import with_specials  # noqa: E402
+from hf_models import with_specials  # noqa: E402
 
 TEXTS = ["the cat sat on the mat", "a naïve café in Zürich! embedding models map text to vectors", "東京", ""]
 

@@ -13,7 +13,7 @@ from volvox.formats.gguf import read_gguf
 from volvox.formats.torch_state_dict import read_state_dict
 from volvox.formats.safetensors import SafeTensorsFile
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 BAD = DATA / "bad"
 EXPECTED = json.loads((BAD / "expected.json").read_text())

@@ -21,7 +21,7 @@ from volvox.model import Model
 
 from test_parsers_fuzz import INTERESTING, mutated
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import volvox
+from real_models import DATA, VISION_MODELS, cached, random_feeds
 from volvox import hub
 from volvox.compile import CPU_ONLY, PASSES, compile_graph
 from volvox.ir.graph import Graph, Node, TensorSpec
 from tiny_gguf import write_tiny_llama
 from volvox.ops import validate
 
-DATA = Path(__file__).parent / "data"
 
 
 def assert_same(got: dict, want: dict) -> None:
@@ -94,13 +94,6 @@ def test_trace_is_chrome_json(tmp_path):
     assert ev["ph"] == "X" and ev["dur"] >= 0 and ev["args"]["backend"] == "cpu" and ev["args"]["shapes"]
 
 
-def random_feeds(model, dims: dict, seed: int = 0) -> dict:
-    """Uniform [-1, 1) feeds for every graph input, symbolic dims bound by ``dims``."""
-    rng = np.random.default_rng(seed)
-    return {s.name: rng.uniform(-1, 1, [d if isinstance(d, int) else dims[d] for d in s.shape]).astype(s.dtype)
-            for s in model.graph.inputs}
-
-
 def assert_passes_change_nothing(path, feeds_dims: dict, min_fused: int = 0) -> None:
     """``path`` loaded with every pass and with none: same outputs on random feeds."""
     with volvox.load(path) as on, volvox.load(path, optimize=False) as off:
@@ -113,24 +106,6 @@ def assert_passes_change_nothing(path, feeds_dims: dict, min_fused: int = 0) -> 
 @pytest.mark.parametrize("name,fused", [("tiny.tflite", 0), ("tiny.onnx", 2)])
 def test_tiny_vision_fixtures_same_with_passes_on_and_off(name, fused):
     assert_passes_change_nothing(DATA / name, {}, min_fused=fused)  # ONNX: conv+relu, MatMul+Add
-
-
-def cached(name: str):
-    """Model ``name`` only if it is already installed or cached: this test never downloads."""
-    try:
-        return hub.resolve_model_file(name) if _present(name) else pytest.skip(f"{name} is not cached")
-    except volvox.VolvoxError as e:
-        pytest.skip(f"{name} unavailable: {e}")
-
-
-def _present(name: str) -> bool:
-    src = hub.load_recipe(name)["source"]
-    target = hub.cache_dir() / name / Path(src.get("member") or src["file"]).name
-    return hub._installed_file(src) is not None or target.is_file()
-
-
-VISION_MODELS = {"efficientnet-lite0": {}, "blazeface-short-range": {}, "mltk-person-detection": {},
-                 "pp-ocrv4-rec": {"?": 48, "p2o.DynamicDimension.1": 160}}
 
 
 @pytest.mark.parametrize("name", sorted(VISION_MODELS))

@@ -7,6 +7,7 @@ pytest.importorskip("tokenizers")
 from tokenizers import BertWordPieceTokenizer, processors  # noqa: E402
 
 from volvox.errors import TokenizerError  # noqa: E402
+from hf_models import with_specials
 from volvox.tokenizers.wordpiece import WordPieceTokenizer  # noqa: E402
 
 CORPUS = [
@@ -18,13 +19,6 @@ CORPUS = [
     "e\u0301 combining acute, Å vs A\u030a", "numbers 123,456.78 and 1e-5 3/4", "UPPER lower MiXeD", "", "   ", "a",
 ]
 TRAIN = CORPUS * 3 + ["the cat sat on the mat and the dog ran"] * 5
-
-
-def with_specials(hf, template: bool):
-    """Add the [CLS] $A [SEP] post-processor (trained tokenizers have none): TemplateProcessing or BertProcessing."""
-    cls, sep = hf.token_to_id("[CLS]"), hf.token_to_id("[SEP]")
-    hf.post_processor = (processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-                         if template else processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls)))
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["lowercase", "cased"])

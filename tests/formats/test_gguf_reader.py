@@ -14,7 +14,7 @@ from volvox.ir.quant_blocks import QuantTensor
 
 gguf = pytest.importorskip("gguf")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "tiny.gguf"
 
 
