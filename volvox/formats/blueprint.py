@@ -177,9 +177,10 @@ def import_blueprint(directory: str | Path) -> Imported:
     graph, weights, metadata, st = read_blueprint(directory)
     imported = Imported(graph, weights, metadata, str(directory), closers=[st.close] if st is not None else [])
     try:
-        task = metadata.get("task")
+        task, where = metadata.get("task"), str(directory / "config.json")
+        if task is not None and not isinstance(task, str):
+            raise BlueprintError(f"{where}: metadata.task must be a string (a task name), not {task!r}")
         if task in ("generate", "embed"):
-            where = str(directory / "config.json")
             ModelDims.from_metadata(metadata.get("dims"), where)
             tok_md = metadata.get("tokenizer")
             if not isinstance(tok_md, dict) or not isinstance(tok_md.get("file"), str):
