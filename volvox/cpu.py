@@ -513,12 +513,13 @@ def swiglu(x, out=None) -> np.ndarray:
 
 def silu(x, out=None) -> np.ndarray:
     """x * sigmoid(x) for float32 x of any shape, with swiglu's arithmetic (silu(g) * u
-    equals swiglu([g | u]) bit for bit); ``out`` (float32, x's shape) may be x itself."""
+    equals swiglu([g | u]) bit for bit), row by row along the last axis (a row's tail takes the
+    scalar expf, as ggml's); ``out`` (float32, x's shape) may be x itself."""
     if not isinstance(x, np.ndarray) or x.dtype != np.float32:
         raise KernelError("silu: x must be a float32 numpy array")
-    x2 = np.ascontiguousarray(x).reshape(1, -1) if x.ndim != 2 else np.ascontiguousarray(x)
+    x2 = np.ascontiguousarray(x).reshape(-1, max(x.shape[-1], 1) if x.ndim else 1)  # (rows, last axis)
     if out is None:
-        y = np.empty_like(x2)  # x's shape, rows kept when 2-D
+        y = np.empty_like(x2)  # (rows, last axis)
     else:
         _check_out(out, x.shape)
         if not _same_elements(out, x2):  # elementwise: out may be x, but nothing else it overlaps

@@ -143,11 +143,11 @@ def unary_cpu(fn: str, port: str = "x"):
 
 
 def silu_cpu(plan, node) -> None:
-    """silu with swiglu's arithmetic (cpu.silu): rows of a 2-D x, else the whole tensor as one row."""
+    """silu with swiglu's arithmetic, row by row along the last axis (as cpu.silu)."""
     x, y = plan.input(node, "x"), plan.output(node)
     plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "float32")
-    rows = x.shape[0] if x.ndim == 2 else 1
-    plan.add("glu", x=cpu.address(x), y=cpu.address(y), F=x.size // rows, gated=False, rows=rows)
+    width = max(x.shape[-1], 1) if x.ndim else 1
+    plan.add("glu", x=cpu.address(x), y=cpu.address(y), F=width, gated=False, rows=x.size // width)
 
 
 def gelu_cpu(plan, node) -> None:
