@@ -158,6 +158,7 @@ cdef void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n
     cdef vx_requant unbiased = rq[0]                                 # for sums that start from the bias
     unbiased.bias = NULL
     cdef qg_panel panel
+    cdef int32_t first[QG_NR]                                        # (QG_NR,) where a tier's tiles may start
     cdef int64_t p0, i0
     cdef int nr, mr, i
     cdef const int8_t *pp
@@ -169,7 +170,7 @@ cdef void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n
         nr = <int>(n - p0 if n - p0 < QG_NR else QG_NR)
         # init: what the sums start from as requant_row sees them (NULL: 0, else the bias);
         # tile_init: what the tier's qg_tile starts from (init, plus the tier's own offsets)
-        init = qg_panel_prepare(&panel, K4, pp, wsum, rq, p0, nr, &tile_init)
+        init = qg_panel_prepare(&panel, K4, pp, wsum, rq, p0, nr, first, &tile_init)
         if qg_panel_pairs(&panel, K4, pp, nr, a, lda, m, y + p0, ldy):
             p0 += QG_NR
             continue
@@ -188,7 +189,7 @@ cdef void qgemm(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n
             i = qg_requant_tile(&panel, acc, nr, mr, y + i0 * ldy + p0, ldy)
             while i < mr:  # (a tiled panel's last rows: their sums hold the bias)
                 requant_row(nr, acc + i * QG_NR, corr, wsum + p0 if wsum != NULL else NULL,
-                            &unbiased if init != NULL else rq, p0, y + (i0 + i) * ldy + p0)
+                            <const vx_requant *>&unbiased if init != NULL else rq, p0, y + (i0 + i) * ldy + p0)
                 i += 1
             i0 += QG_MR
         p0 += QG_NR

@@ -14,6 +14,8 @@ ctypedef int32x4_t qdot_acc
 
 cdef enum:
     QDOT_ROWS = 4     # activation rows per GEMM register tile (16 channels: 16 accumulators)
+    QDOT_QUADS = 4    # k quads per activation load: 16 bytes per row, used lane by lane (sdot's
+                      # indexed form), one flip per 4 k quads
 
 
 cdef inline qdot_acc qdot_zero() noexcept nogil:

@@ -16,6 +16,8 @@ ctypedef struct qdot_acc:
 
 cdef enum:
     QDOT_ROWS = 2     # activation rows per GEMM register tile (16 channels: 16 accumulators)
+    QDOT_QUADS = 1    # k quads per activation load: one broadcast load per row and k quad, so that
+                      # a loop step holds 4 weight vectors, not 16 (with 16 accumulators: no spills)
 
 
 cdef inline qdot_acc qdot_zero() noexcept nogil:

@@ -38,7 +38,7 @@ ctypedef struct qg_panel:
 
 
 cdef inline const int32_t *qg_panel_prepare(qg_panel *panel, int64_t K4, const int8_t *pp, const int32_t *wsum,
-                                            const vx_requant *rq, int64_t p0, int nr,
+                                            const vx_requant *rq, int64_t p0, int nr, int32_t *first,
                                             const int32_t **tile_init) noexcept nogil:
     """The sums start from 0 (NULL), requantized by requant_row."""
     tile_init[0] = NULL
@@ -81,7 +81,7 @@ cdef inline void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *
                     c[i][q] = _mm256_setzero_si256()
             for kq in range(K4 // 4):
                 for q in range(4):
-                    wv[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128(b + 64 * kq + 16 * q))
+                    wv[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128(<const __m128i *>(b + 64 * kq + 16 * q)))
                 for i in range(rows):
                     ai = a + (i0 + i) * lda + 4 * kq
                     av = _mm256_set1_epi64x(<int64_t>(<uint64_t>ai[0] | <uint64_t>ai[1] << 16 |
@@ -90,7 +90,7 @@ cdef inline void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *
                         c[i][q] = _mm256_add_epi32(c[i][q], _mm256_madd_epi16(wv[q], av))
             for i in range(rows):
                 for q in range(4):
-                    _mm256_storeu_si256(t, c[i][q])
+                    _mm256_storeu_si256(<__m256i *>t, c[i][q])
                     for l in range(4):
                         acc[(i0 + i) * QG_NR + 16 * h + 4 * q + l] = \
                             (init[16 * h + 4 * q + l] if init != NULL else 0) + t[2 * l] + t[2 * l + 1]
@@ -112,7 +112,7 @@ cdef inline __m256i qdw_mac(__m256i k, __m256i a, const int8_t *x, const int16_t
         qconv_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(k)))
     if n == 8:
         memcpy(&xb, x, 8)
-        wb = _mm_loadu_si128(w)
+        wb = _mm_loadu_si128(<const __m128i *>w)
     else:
         memcpy(&xb, x, <size_t>n)
         memcpy(&wb, w, <size_t>n * 2)
@@ -129,7 +129,7 @@ cdef inline void qdw_pixels_i8(const int PX, const vx_conv_shape *s, const int8_
     cdef int64_t C = s.c, px = s.sw * C, c, i, j
     cdef __m256i zp = _mm256_set1_epi32(rq.zp_in)
     cdef int32_t acc[4][QDW_VL]                                      # [pixel][channel]
-    cdef __m256i a[4]
+    cdef __m256i a0, a1, a2, a3                                      # pixels 0 .. PX - 1 (PX = 1 or 4)
     cdef __m256i k
     cdef int p, n
     cdef const int16_t *wr
@@ -137,17 +137,23 @@ cdef inline void qdw_pixels_i8(const int PX, const vx_conv_shape *s, const int8_
     c = 0
     while c < C:
         k = qdw_lanes(C - c)
-        for p in range(PX):
-            a[p] = _mm256_setzero_si256()
+        a0 = a1 = a2 = a3 = _mm256_setzero_si256()
         for i in range(i0, i1):
             for j in range(j0, j1):
                 wr = w + (i * s.kw + j) * C + c
                 xr = xp + (i * s.dh * s.w + j * s.dw) * C + c
-                for p in range(PX):
-                    a[p] = qdw_mac(k, a[p], xr + p * px, wr, zp)
+                a0 = qdw_mac(k, a0, xr, wr, zp)
+                if PX == 4:
+                    a1 = qdw_mac(k, a1, xr + px, wr, zp)
+                    a2 = qdw_mac(k, a2, xr + 2 * px, wr, zp)
+                    a3 = qdw_mac(k, a3, xr + 3 * px, wr, zp)
         n = <int>(C - c if C - c < QDW_VL else QDW_VL)
+        _mm256_storeu_si256(<__m256i *>acc[0], a0)
+        if PX == 4:
+            _mm256_storeu_si256(<__m256i *>acc[1], a1)
+            _mm256_storeu_si256(<__m256i *>acc[2], a2)
+            _mm256_storeu_si256(<__m256i *>acc[3], a3)
         for p in range(PX):
-            _mm256_storeu_si256(acc[p], a[p])
             requant_row(n, acc[p], 0, NULL, rq, c, yo + p * C + c)
         c += QDW_VL
 

@@ -230,7 +230,7 @@ cdef inline void requant_tiled(const int32_t *acc, int nr, const rq16 *t, int8_t
     cdef __m128i q = rq16_int8(t, a)
     cdef int8_t out[16]
     cdef int g
-    _mm_storeu_si128(out, q)
+    _mm_storeu_si128(<__m128i *>out, q)
     for g in range(16 // nr):
         memcpy(y + g * ldy, out + g * nr, <size_t>nr)
 
@@ -338,8 +338,9 @@ cdef void im2col_u8_narrow(const vx_conv_shape *s, const int8_t *x, int64_t p0, 
         dst = cols + q * ldc
         for r in range(m):
             for i in range(KH):
-                _mm_storeu_si128(dst + i * run_bytes, _mm_xor_si128(_mm_loadu_si128(src + i * DH * row_bytes), flip))
-            _mm_storeu_si128(dst + KH * run_bytes, _mm_setzero_si128())
+                _mm_storeu_si128(<__m128i *>(dst + i * run_bytes),
+                                 _mm_xor_si128(_mm_loadu_si128(<const __m128i *>(src + i * DH * row_bytes)), flip))
+            _mm_storeu_si128(<__m128i *>(dst + KH * run_bytes), _mm_setzero_si128())
             src += SW * C
             dst += ldc
         q += m
@@ -360,16 +361,16 @@ cdef inline bint im2col_u8_tier(const vx_conv_shape *s, const int8_t *x, int64_t
 # ------------------------------------------------------------------------------------------------
 ctypedef struct qg_panel:
     rq16 half[2]          # the requantization of channels 0-15 and 16-31 in registers
-    int32_t first[32]     # (QG_NR,) the accumulators' first values: the bias (lanes past nr: ignored)
     bint fast             # the panel requantizes through half
     bint tile             # few channels: 16 / nr pixels per requantization
 
 
 cdef inline const int32_t *qg_panel_prepare(qg_panel *panel, int64_t K4, const int8_t *pp, const int32_t *wsum,
-                                            const vx_requant *rq, int64_t p0, int nr,
+                                            const vx_requant *rq, int64_t p0, int nr, int32_t *first,
                                             const int32_t **tile_init) noexcept nogil:
     """Prepare the requantization of channels p0 .. p0 + nr - 1 in registers where that is exact
-    (no row sums); the sums then start from the bias (returned; NULL: from 0)."""
+    (no row sums); the sums then start from the bias, in first (returned, and the tiles' start;
+    NULL: from 0). first: QG_NR int32, lanes past nr ignored."""
     # |acc| <= K4 * 255 * 128 (u8 times int8); with wsum the correction is outside that bound
     cdef int64_t bound = K4 * 255 * 128
     # few channels: 16 / nr pixels per requantization (exactly 8: a doubled panel, qg_pairs)
@@ -379,11 +380,11 @@ cdef inline const int32_t *qg_panel_prepare(qg_panel *panel, int64_t K4, const i
         (nr <= 16 or rq16_prepare(rq, p0 + 16, nr - 16, 16, bound, &panel.half[1]))
     tile_init[0] = NULL
     if panel.fast and rq.bias != NULL:
-        _mm512_storeu_si512(panel.first, panel.half[0].bias)
-        _mm512_storeu_si512(panel.first + 16, panel.half[1].bias if nr > 16 else _mm512_setzero_si512())
+        _mm512_storeu_si512(first, panel.half[0].bias)
+        _mm512_storeu_si512(first + 16, panel.half[1].bias if nr > 16 else _mm512_setzero_si512())
         panel.half[0].biased = 1
         panel.half[1].biased = 1
-        tile_init[0] = panel.first
+        tile_init[0] = first
     return tile_init[0]
 
 
@@ -440,9 +441,9 @@ cdef inline void qg_pairs(const int MR, int rows, int64_t K4, const uint8_t *a, 
             c[i] = _mm512_dpbusd_epi32(c[i], _mm512_mask_set1_epi32(_mm512_set1_epi32(lo), 0xFF00, hi), b)
     for i in range(MR):
         q = rq16_int8(t, c[i])
-        _mm_storel_epi64(y + 2 * i * ldy, q)
+        _mm_storel_epi64(<__m128i *>(y + 2 * i * ldy), q)
         if 2 * i + 1 < rows:
-            _mm_storel_epi64(y + (2 * i + 1) * ldy, _mm_unpackhi_epi64(q, q))
+            _mm_storel_epi64(<__m128i *>(y + (2 * i + 1) * ldy), _mm_unpackhi_epi64(q, q))
 
 
 cdef inline bint qg_panel_pairs(qg_panel *panel, int64_t K4, const int8_t *pp, int nr, const uint8_t *a,
@@ -492,7 +493,7 @@ cdef inline int qg_requant_tile(qg_panel *panel, const int32_t *acc, int nr, int
 # columns. Weights in that form, and their column sums, are made once per row and channel block.
 cdef inline __m512i qdw_x(const int8_t *xr, __mmask16 k) noexcept nogil:
     """x (int8, lanes k) at xr as int32 lanes."""
-    return _mm512_cvtepi8_epi32(_mm_loadu_si128(xr) if k == 0xFFFF else _mm_maskz_loadu_epi8(k, xr))
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(<const __m128i *>xr) if k == 0xFFFF else _mm_maskz_loadu_epi8(k, xr))
 
 
 cdef inline void qdw_sums(const int PX, const vx_conv_shape *s, const int8_t *xp, int64_t px, const __m512i *wv,
@@ -588,7 +589,7 @@ cdef inline void qdw_store(__m512i acc, int fast, const rq16 *prep, int pairs, _
     8-channel pixels)."""
     cdef int32_t buf[16]
     if fast and k == 0xFFFF:
-        _mm_storeu_si128(yo, rq16_int8(prep, acc))
+        _mm_storeu_si128(<__m128i *>yo, rq16_int8(prep, acc))
         return
     if fast:
         rq16_store(prep, acc, k, yo)
@@ -631,7 +632,7 @@ cdef void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_t 
         prep.biased = fast                                           # the sums start from bias - zp * (their taps' w)
         base = prep.bias if fast else _mm512_setzero_si512()
         for t in range(s.kh * s.kw):
-            w32[t] = _mm512_cvtepi16_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(w + t * 8)) if pairs
+            w32[t] = _mm512_cvtepi16_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(<const __m128i *>(w + t * 8))) if pairs
                                            else _mm256_maskz_loadu_epi16(k, w + t * C + c0))
             wv[t] = _mm512_and_si512(_mm512_set1_epi32(0xFFFF), w32[t])
         init_full = base
@@ -737,12 +738,12 @@ cdef inline int64_t quantize_i8_lanes(int64_t n, const float *x, float scale, in
         u = _mm512_cvttps_epi32(_mm512_mul_ps(xv if fused else (_mm512_mul_ps(xv, iv) if pow2 else _mm512_div_ps(xv, sc)),
                                               ivf if fused else s22))
         if _mm512_cmplt_epu32_mask(u, two30) == 0xFFFF:              # 0 <= u < 2^30 (indefinite: 2^31)
-            _mm_storeu_si128(y + i, _mm512_cvtsepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(u, bias), 22)))
+            _mm_storeu_si128(<__m128i *>(y + i), _mm512_cvtsepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(u, bias), 22)))
             i += 16
             continue
         if _mm512_cmplt_epu32_mask(_mm512_add_epi32(u, two30), two31) == 0xFFFF:  # |u| <= 2^30
             r = _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_srai_epi32(u, 31))
-            _mm_storeu_si128(y + i, _mm512_cvtsepi32_epi8(_mm512_srai_epi32(r, 22)))
+            _mm_storeu_si128(<__m128i *>(y + i), _mm512_cvtsepi32_epi8(_mm512_srai_epi32(r, 22)))
             i += 16
             continue
         # the scalar loop in 16 lanes (GCC does not if-convert it for this tier)
@@ -757,6 +758,6 @@ cdef inline int64_t quantize_i8_lanes(int64_t n, const float *x, float scale, in
         q = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(q, zpv), lo), hi)
         big = _mm512_mask_mov_epi32(_mm512_set1_epi32(wild), _mm512_cmp_ps_mask(av, lim63, _CMP_LT_OQ),
                                     _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), lo, hi))
-        _mm_storeu_si128(y + i, _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(small, big, q)))
+        _mm_storeu_si128(<__m128i *>(y + i), _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(small, big, q)))
         i += 16
     return i

@@ -30,7 +30,7 @@ ctypedef struct qg_panel:
 
 
 cdef inline const int32_t *qg_panel_prepare(qg_panel *panel, int64_t K4, const int8_t *pp, const int32_t *wsum,
-                                            const vx_requant *rq, int64_t p0, int nr,
+                                            const vx_requant *rq, int64_t p0, int nr, int32_t *first,
                                             const int32_t **tile_init) noexcept nogil:
     """The sums start from 0 (NULL), requantized by requant_row."""
     tile_init[0] = NULL

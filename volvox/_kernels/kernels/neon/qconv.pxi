@@ -97,14 +97,14 @@ cdef inline bint im2col_u8_tier(const vx_conv_shape *s, const int8_t *x, int64_t
 # The int8 GEMM
 # ------------------------------------------------------------------------------------------------
 ctypedef struct qg_panel:
-    int32_t first[32]     # (QG_NR,) 128 * the panel's column sums: where its tiles' sums start
+    int unused            # no per-panel state but first's column sums
 
 
 cdef inline const int32_t *qg_panel_prepare(qg_panel *panel, int64_t K4, const int8_t *pp, const int32_t *wsum,
-                                            const vx_requant *rq, int64_t p0, int nr,
+                                            const vx_requant *rq, int64_t p0, int nr, int32_t *first,
                                             const int32_t **tile_init) noexcept nogil:
-    """The tiles' sums start from 128 * the panel's column sums (tile_init; see the top of this
-    file); as requant_row sees them, from 0 (NULL)."""
+    """The tiles' sums start from 128 * the panel's column sums (first (QG_NR,), tile_init; see
+    the top of this file); as requant_row sees them, from 0 (NULL)."""
     cdef int8x16_t ones = vdupq_n_s8(1)
     cdef qdot_acc cs[4]                                              # [channel quad]
     cdef int h, q
@@ -118,8 +118,8 @@ cdef inline const int32_t *qg_panel_prepare(qg_panel *panel, int64_t K4, const i
             for q in range(4):
                 cs[q] = qdot_lane(cs[q], vld1q_s8(b + 64 * kq + 16 * q), ones, 0)
         for q in range(4):
-            vst1q_s32(panel.first + 16 * h + 4 * q, vshlq_n_s32(qdot_sum(cs[q]), 7))
-    tile_init[0] = panel.first
+            vst1q_s32(first + 16 * h + 4 * q, vshlq_n_s32(qdot_sum(cs[q]), 7))
+    tile_init[0] = first
     return NULL
 
 
@@ -140,42 +140,45 @@ cdef inline int8x16_t qg_flip(uint8x16_t u) noexcept nogil:
     return vreinterpretq_s8_u8(veorq_u8(u, vdupq_n_u8(0x80)))
 
 
+cdef inline void qg_quad(const int R, qdot_acc *c, const int8_t *b, const int8x16_t *av, const int lane) noexcept nogil:
+    """c (R, 4) + the k quad `lane` of each row's av (R,) times its weights b (16 channels x 4 k):
+    the 4 channel quads' 64 contiguous bytes, each met by every row."""
+    cdef int8x16_t w0 = vld1q_s8(b), w1 = vld1q_s8(b + 16), w2 = vld1q_s8(b + 32), w3 = vld1q_s8(b + 48)
+    cdef int i
+    for i in range(R):
+        c[4 * i] = qdot_lane(c[4 * i], w0, av[i], lane)
+        c[4 * i + 1] = qdot_lane(c[4 * i + 1], w1, av[i], lane)
+        c[4 * i + 2] = qdot_lane(c[4 * i + 2], w2, av[i], lane)
+        c[4 * i + 3] = qdot_lane(c[4 * i + 3], w3, av[i], lane)
+
+
 cdef inline void qg_rows(const int R, int64_t K4, const uint8_t *a, int64_t lda, const int8_t *b,
                          const int32_t *init, int32_t *acc) noexcept nogil:
     """acc rows 0 .. R - 1 (QG_NR int32 apart), 16 channels: init (16) + sum_k (u_k - 128) * w_k of u8
-    rows a (lda bytes apart) and the 16-channel panel b (K4/4, 16, 4). A row's 16 bytes (4 k quads)
-    are loaded and flipped once; each k quad then meets the 4 channel quads' weights (qdot_lane)."""
-    cdef qdot_acc c[4 * 4]                                           # [row][channel quad], R <= 4
+    rows a (lda bytes apart) and the 16-channel panel b (K4/4, 16, 4). Each k quad's 64 bytes of
+    weights meet every row (qg_quad); a row's bytes are loaded and flipped QDOT_QUADS k quads at a
+    time (the vector layer's choice)."""
+    cdef qdot_acc c[4 * 4]                                           # (R, 4): [row][channel quad], R <= 4
     cdef int8x16_t av[4]                                             # (R,) 4 k quads of each row
-    cdef int8x16_t w0, w1, w2, w3
     cdef int i, q
     cdef int32_t a4
     cdef int64_t kq = 0, KQ = K4 // 4
     for i in range(R):
         for q in range(4):
             c[4 * i + q] = qdot_zero()
-    while kq + 4 <= KQ:
+    while QDOT_QUADS == 4 and kq + 4 <= KQ:
         for i in range(R):
             av[i] = qg_flip(vld1q_u8(a + i * lda + 4 * kq))
-        for q in range(4):
-            w0 = vld1q_s8(b + 64 * kq + 16 * q)
-            w1 = vld1q_s8(b + 64 * (kq + 1) + 16 * q)
-            w2 = vld1q_s8(b + 64 * (kq + 2) + 16 * q)
-            w3 = vld1q_s8(b + 64 * (kq + 3) + 16 * q)
-            for i in range(R):
-                c[4 * i + q] = qdot_lane(c[4 * i + q], w0, av[i], 0)
-                c[4 * i + q] = qdot_lane(c[4 * i + q], w1, av[i], 1)
-                c[4 * i + q] = qdot_lane(c[4 * i + q], w2, av[i], 2)
-                c[4 * i + q] = qdot_lane(c[4 * i + q], w3, av[i], 3)
+        qg_quad(R, c, b + 64 * kq, av, 0)
+        qg_quad(R, c, b + 64 * kq + 64, av, 1)
+        qg_quad(R, c, b + 64 * kq + 128, av, 2)
+        qg_quad(R, c, b + 64 * kq + 192, av, 3)
         kq += 4
     while kq < KQ:
         for i in range(R):
             memcpy(&a4, a + i * lda + 4 * kq, 4)
-            av[i] = qg_flip(vreinterpretq_u8_s32(vdupq_n_s32(a4)))
-        for q in range(4):
-            w0 = vld1q_s8(b + 64 * kq + 16 * q)
-            for i in range(R):
-                c[4 * i + q] = qdot_lane(c[4 * i + q], w0, av[i], 0)
+            av[i] = qg_flip(vreinterpretq_u8_s32(vsetq_lane_s32(a4, vdupq_n_s32(0), 0)))  # k quad in lane 0
+        qg_quad(R, c, b + 64 * kq, av, 0)
         kq += 1
     for i in range(R):
         for q in range(4):
@@ -196,19 +199,22 @@ cdef inline void qg_tile(const int MR, const int NP, int64_t K4, const uint8_t *
             i0 += QDOT_ROWS
         if MR - i0 == 1:
             qg_rows(1, K4, a + i0 * lda, lda, pp + h * 16 * K4, init + 16 * h, acc + i0 * QG_NR + 16 * h)
-        elif MR - i0 == 2:
+        elif QDOT_ROWS > 2 and MR - i0 == 2:
             qg_rows(2, K4, a + i0 * lda, lda, pp + h * 16 * K4, init + 16 * h, acc + i0 * QG_NR + 16 * h)
-        elif MR - i0 == 3:
+        elif QDOT_ROWS > 3 and MR - i0 == 3:
             qg_rows(3, K4, a + i0 * lda, lda, pp + h * 16 * K4, init + 16 * h, acc + i0 * QG_NR + 16 * h)
 
 
 # ------------------------------------------------------------------------------------------------
 # Depthwise int8: 8 channels in two int32x4, requantized by requant_row
 # ------------------------------------------------------------------------------------------------
-cdef inline void qdw_mac8(int n, int32x4_t *lo, int32x4_t *hi, const int8_t *x, const int16_t *w,
-                          int16x8_t zp) noexcept nogil:
-    """lo, hi (channels 0-3, 4-7) + (x - zp) * w for the first n <= 8 channels (x int8, w int16:
-    exact int32 products; channels past n read nothing and add 0)."""
+ctypedef struct qdw_acc8:
+    int32x4_t lo, hi      # channels 0-3, 4-7
+
+
+cdef inline qdw_acc8 qdw_mac8(int n, qdw_acc8 a, const int8_t *x, const int16_t *w, int16x8_t zp) noexcept nogil:
+    """a + (x - zp) * w for the first n <= 8 channels (x int8, w int16: exact int32 products;
+    channels past n read nothing and add 0)."""
     cdef int8x8_t xb
     cdef int16x8_t wb
     cdef int64_t x8 = 0
@@ -221,40 +227,50 @@ cdef inline void qdw_mac8(int n, int32x4_t *lo, int32x4_t *hi, const int8_t *x, 
         memcpy(&wb, w, <size_t>n * 2)
         xb = vreinterpret_s8_s64(vdup_n_s64(x8))
     cdef int16x8_t xs = vsubq_s16(vmovl_s8(xb), zp)                  # |x - zp| <= 255
-    lo[0] = vmlal_s16(lo[0], vget_low_s16(xs), vget_low_s16(wb))
-    hi[0] = vmlal_high_s16(hi[0], xs, wb)
+    a.lo = vmlal_s16(a.lo, vget_low_s16(xs), vget_low_s16(wb))
+    a.hi = vmlal_high_s16(a.hi, xs, wb)
+    return a
+
+
+cdef inline void qdw_store8(qdw_acc8 a, int n, const vx_requant *rq, int64_t c, int8_t *yo) noexcept nogil:
+    """Requantize the first n channels of a (channels c .. of rq) into yo."""
+    cdef int32_t acc[QDW_VL]                                         # (8,)
+    vst1q_s32(acc, a.lo)
+    vst1q_s32(acc + 4, a.hi)
+    requant_row(n, acc, 0, NULL, rq, c, yo)
 
 
 cdef inline void qdw_pixels_i8(const int PX, const vx_conv_shape *s, const int8_t *xp, const int16_t *w,
                                const vx_requant *rq, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                                int8_t *yo) noexcept nogil:
-    """Output pixels ow..ow+PX-1 (PX > 1: all see every column tap) of a depthwise row, 8 channels
-    at a time (PX * 2 independent int32x4 chains), each pixel's sums requantized by requant_row.
-    xp: tap (0, 0) of pixel ow; yo: its outputs."""
+    """Output pixels ow..ow+PX-1 (PX = 1, or 4 that all see every column tap) of a depthwise row, 8
+    channels at a time (PX * 2 independent int32x4 chains), each pixel's sums requantized by
+    requant_row. xp: tap (0, 0) of pixel ow; yo: its outputs."""
     cdef int64_t C = s.c, px = s.sw * C, c, i, j
     cdef int16x8_t zp = vdupq_n_s16(<int16_t>rq.zp_in)
-    cdef int32_t acc[QDW_VL]                                         # (8,) one pixel's sums
-    cdef int32x4_t lo[4]                                             # [pixel]: channels 0-3
-    cdef int32x4_t hi[4]                                             # [pixel]: channels 4-7
-    cdef int p, n
+    cdef qdw_acc8 a0, a1, a2, a3                                     # pixels 0 .. PX - 1
+    cdef int n
     cdef const int16_t *wr
     cdef const int8_t *xr
     c = 0
     while c < C:
         n = <int>(C - c if C - c < QDW_VL else QDW_VL)
-        for p in range(PX):
-            lo[p] = vdupq_n_s32(0)
-            hi[p] = vdupq_n_s32(0)
+        a0.lo = a0.hi = vdupq_n_s32(0)
+        a1 = a2 = a3 = a0
         for i in range(i0, i1):
             for j in range(j0, j1):
                 wr = w + (i * s.kw + j) * C + c
                 xr = xp + (i * s.dh * s.w + j * s.dw) * C + c
-                for p in range(PX):
-                    qdw_mac8(n, &lo[p], &hi[p], xr + p * px, wr, zp)
-        for p in range(PX):
-            vst1q_s32(acc, lo[p])
-            vst1q_s32(acc + 4, hi[p])
-            requant_row(n, acc, 0, NULL, rq, c, yo + p * C + c)
+                a0 = qdw_mac8(n, a0, xr, wr, zp)
+                if PX == 4:
+                    a1 = qdw_mac8(n, a1, xr + px, wr, zp)
+                    a2 = qdw_mac8(n, a2, xr + 2 * px, wr, zp)
+                    a3 = qdw_mac8(n, a3, xr + 3 * px, wr, zp)
+        qdw_store8(a0, n, rq, c, yo + c)
+        if PX == 4:
+            qdw_store8(a1, n, rq, c, yo + C + c)
+            qdw_store8(a2, n, rq, c, yo + 2 * C + c)
+            qdw_store8(a3, n, rq, c, yo + 3 * C + c)
         c += QDW_VL
 
 
