@@ -260,7 +260,8 @@ cdef void quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t
     (avx512: in fixed point)."""
     cdef int8_t wild = -128 if zp >= 0 else 127
     cdef int e
-    cdef float inv = ldexpf(<float>1.0, 1 - e) if frexpf(scale, &e) == <float>0.5 else <float>0.0  # 1 / scale when exact
+    # 1 / scale when exact
+    cdef float inv = ldexpf(<float>1.0, 1 - e) if frexpf(scale, &e) == <float>0.5 else <float>0.0
     cdef bint pow2 = inv != <float>0.0 and isfinite(inv) and inv * scale == <float>1.0
     cdef int64_t i = quantize_i8_lanes(n, x, scale, zp, inv, pow2, wild, y)
     cdef float v, av, a

@@ -632,8 +632,9 @@ cdef void qdwconv_avx512(const vx_conv_shape *s, const int8_t *x, const int16_t 
         prep.biased = fast                                           # the sums start from bias - zp * (their taps' w)
         base = prep.bias if fast else _mm512_setzero_si512()
         for t in range(s.kh * s.kw):
-            w32[t] = _mm512_cvtepi16_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(<const __m128i *>(w + t * 8))) if pairs
-                                           else _mm256_maskz_loadu_epi16(k, w + t * C + c0))
+            w32[t] = _mm512_cvtepi16_epi32(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(<const __m128i *>(w + t * 8))) if pairs
+                else _mm256_maskz_loadu_epi16(k, w + t * C + c0))
             wv[t] = _mm512_and_si512(_mm512_set1_epi32(0xFFFF), w32[t])
         init_full = base
         i0 = -1
@@ -735,10 +736,11 @@ cdef inline int64_t quantize_i8_lanes(int64_t n, const float *x, float scale, in
     while i + 16 <= n:
         xv = _mm512_loadu_ps(x + i)
         # u = trunc(v * 2^22) of v = x / scale (x * (2^22 / scale) when that is exact)
-        u = _mm512_cvttps_epi32(_mm512_mul_ps(xv if fused else (_mm512_mul_ps(xv, iv) if pow2 else _mm512_div_ps(xv, sc)),
-                                              ivf if fused else s22))
+        v = xv if fused else (_mm512_mul_ps(xv, iv) if pow2 else _mm512_div_ps(xv, sc))
+        u = _mm512_cvttps_epi32(_mm512_mul_ps(v, ivf if fused else s22))
         if _mm512_cmplt_epu32_mask(u, two30) == 0xFFFF:              # 0 <= u < 2^30 (indefinite: 2^31)
-            _mm_storeu_si128(<__m128i *>(y + i), _mm512_cvtsepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(u, bias), 22)))
+            _mm_storeu_si128(<__m128i *>(y + i),
+                             _mm512_cvtsepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(u, bias), 22)))
             i += 16
             continue
         if _mm512_cmplt_epu32_mask(_mm512_add_epi32(u, two30), two31) == 0xFFFF:  # |u| <= 2^30
