@@ -125,8 +125,9 @@ cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, 
     registers (MR, NV constants: the caller's clone unrolls the loops)."""
     cdef vf c[SG_ACC]                                               # (MR, NV) accumulators
     cdef vf b[4]                                                    # (NV,) the panel's row k
-    cdef vf av, bv, v
-    cdef vf_mask m
+    cdef vf bv[4]                                                   # (NV,) bias
+    cdef vf_mask m[4]                                               # (NV,) lanes stored
+    cdef vf av
     cdef const float *a
     cdef int64_t r, k
     cdef int i, j
@@ -145,15 +146,16 @@ cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, 
                     c[i * NV + j] = vf_fma(av, b[j], c[i * NV + j])
         p += SG_NR * A.run
     for j in range(NV):
-        if nr >= (j + 1) * VL:                                      # a whole vector of features
-            bv = vf_load(bias + j * VL) if bias != NULL else vf_zero()
-            for i in range(MR):
-                vf_store(y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv)))
-        elif nr > j * VL:                                           # the last nr - j*VL features
-            m = vf_lanes(nr - j * VL)
-            bv = vf_load_part(m, bias + j * VL) if bias != NULL else vf_zero()
-            for i in range(MR):
-                vf_store_part(m, y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv)))
+        m[j] = vf_lanes(nr - j * VL if nr > j * VL else 0)          # the features of vector j
+        bv[j] = vf_load_part(m[j], bias + j * VL) if bias != NULL else vf_zero()
+    if nr == NV * VL:                                               # every feature: whole vectors
+        for i in range(MR):
+            for j in range(NV):
+                vf_store(y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
+    else:
+        for i in range(MR):
+            for j in range(NV):
+                vf_store_part(m[j], y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
 
 
 cdef inline void sg_passes(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
@@ -312,33 +314,75 @@ cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, con
                            const float *w, const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                            float *yo) noexcept nogil:
     """Channels c .. c + CV*VL (the last vector's lanes k) of output pixels ow..ow+PX-1 of a
-    depthwise row: PX*CV independent FMA chains, each summing its taps in row-major order from
-    the bias."""
+    depthwise row (PX = 1 with CV <= 4, or PX <= 4 with CV <= 2): PX*CV independent FMA chains,
+    each summing its taps in row-major order from the bias. The chains are named variables
+    a<pixel><vector>, not an array: GCC keeps a function with an array of vectors out of its
+    callers (its stack frame), and then the array in memory."""
     cdef int64_t C = s.c, px = s.sw * C
-    cdef vf a[4][4]                                                 # [pixel][channel vector]
-    cdef vf wv
-    cdef vf_mask kv
+    cdef vf_mask k0 = k if CV == 1 else vf_lanes(VL)               # the vectors' lanes: the last one's k
+    cdef vf_mask k1 = k if CV == 2 else vf_lanes(VL)
+    cdef vf_mask k2 = k if CV == 3 else vf_lanes(VL)
+    cdef vf_mask k3 = k
+    cdef vf a00, a01, a02, a03, a10, a11, a20, a21, a30, a31, w0, w1, w2, w3
     cdef const float *wr
     cdef const float *xr
     cdef int64_t i, j
-    cdef int v, p
-    for v in range(CV):
-        kv = k if v == CV - 1 else vf_lanes(VL)
-        for p in range(PX):
-            a[p][v] = vf_load_part(kv, bias + c + v * VL) if bias != NULL else vf_zero()
+    a00 = vf_load_part(k0, bias + c) if bias != NULL else vf_zero()
+    a10 = a20 = a30 = a00
+    if CV > 1:
+        a01 = vf_load_part(k1, bias + c + VL) if bias != NULL else vf_zero()
+        a11 = a21 = a31 = a01
+    if CV > 2:
+        a02 = vf_load_part(k2, bias + c + 2 * VL) if bias != NULL else vf_zero()
+    if CV > 3:
+        a03 = vf_load_part(k3, bias + c + 3 * VL) if bias != NULL else vf_zero()
     for i in range(i0, i1):
         for j in range(j0, j1):
             wr = w + (i * s.kw + j) * C + c
             xr = xp + (i * s.dh * s.w + j * s.dw) * C + c
-            for v in range(CV):
-                kv = k if v == CV - 1 else vf_lanes(VL)
-                wv = vf_load_part(kv, wr + v * VL)
-                for p in range(PX):
-                    a[p][v] = vf_fma(vf_load_part(kv, xr + p * px + v * VL), wv, a[p][v])
-    for v in range(CV):
-        kv = k if v == CV - 1 else vf_lanes(VL)
-        for p in range(PX):
-            vf_store_part(kv, yo + p * C + c + v * VL, act_vf(act, a[p][v]))
+            w0 = vf_load_part(k0, wr)
+            a00 = vf_fma(vf_load_part(k0, xr), w0, a00)
+            if PX > 1:
+                a10 = vf_fma(vf_load_part(k0, xr + px), w0, a10)
+            if PX > 2:
+                a20 = vf_fma(vf_load_part(k0, xr + 2 * px), w0, a20)
+            if PX > 3:
+                a30 = vf_fma(vf_load_part(k0, xr + 3 * px), w0, a30)
+            if CV > 1:
+                w1 = vf_load_part(k1, wr + VL)
+                a01 = vf_fma(vf_load_part(k1, xr + VL), w1, a01)
+                if PX > 1:
+                    a11 = vf_fma(vf_load_part(k1, xr + px + VL), w1, a11)
+                if PX > 2:
+                    a21 = vf_fma(vf_load_part(k1, xr + 2 * px + VL), w1, a21)
+                if PX > 3:
+                    a31 = vf_fma(vf_load_part(k1, xr + 3 * px + VL), w1, a31)
+            if CV > 2:
+                w2 = vf_load_part(k2, wr + 2 * VL)
+                a02 = vf_fma(vf_load_part(k2, xr + 2 * VL), w2, a02)
+            if CV > 3:
+                w3 = vf_load_part(k3, wr + 3 * VL)
+                a03 = vf_fma(vf_load_part(k3, xr + 3 * VL), w3, a03)
+    yo += c
+    vf_store_part(k0, yo, act_vf(act, a00))
+    if PX > 1:
+        vf_store_part(k0, yo + C, act_vf(act, a10))
+    if PX > 2:
+        vf_store_part(k0, yo + 2 * C, act_vf(act, a20))
+    if PX > 3:
+        vf_store_part(k0, yo + 3 * C, act_vf(act, a30))
+    if CV > 1:
+        vf_store_part(k1, yo + VL, act_vf(act, a01))
+        if PX > 1:
+            vf_store_part(k1, yo + C + VL, act_vf(act, a11))
+        if PX > 2:
+            vf_store_part(k1, yo + 2 * C + VL, act_vf(act, a21))
+        if PX > 3:
+            vf_store_part(k1, yo + 3 * C + VL, act_vf(act, a31))
+    if CV > 2:
+        vf_store_part(k2, yo + 2 * VL, act_vf(act, a02))
+    if CV > 3:
+        vf_store_part(k3, yo + 3 * VL, act_vf(act, a03))
 
 
 cdef inline void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp, const float *w,
