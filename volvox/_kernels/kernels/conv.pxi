@@ -148,14 +148,14 @@ cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, 
     for j in range(NV):
         m[j] = vf_lanes(nr - j * VL if nr > j * VL else 0)          # the features of vector j
         bv[j] = vf_load_part(m[j], bias + j * VL) if bias != NULL else vf_zero()
-    if nr == NV * VL:                                               # every feature: whole vectors
-        for i in range(MR):
-            for j in range(NV):
-                vf_store(y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
-    else:
+    if VF_MASK_STORES or nr != NV * VL:                             # lane stores: as cheap here, or needed
         for i in range(MR):
             for j in range(NV):
                 vf_store_part(m[j], y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
+    else:                                                           # every feature: whole vectors
+        for i in range(MR):
+            for j in range(NV):
+                vf_store(y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
 
 
 cdef inline void sg_passes(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
@@ -230,7 +230,9 @@ cdef void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64
     cdef sg_rows A
     A.a = a
     A.lda = lda
-    A.runs = 1
+    A.runs = 1 if K > 0 else 0     # (K = 0: no run. Not the constant 1: GCC's copy of sgemm_rows for
+                                   # sgemm then kept the avx512 tile's output rows in registers and
+                                   # reloaded its input rows from the stack in the k loop)
     A.run = K
     A.run_stride = 0
     sgemm_rows(K, 0, packed, n, A, m, y, ldy, bias, act)

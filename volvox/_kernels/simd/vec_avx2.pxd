@@ -12,6 +12,9 @@ from libc.stdint cimport int64_t
 
 # Whole vectors, unaligned; lane masks for the last channels of a row (vf_lanes(n): the first n,
 # 0 <= n; at most VL are taken).
+cdef enum:
+    VF_MASK_STORES = 0    # vf_store_part as cheap as vf_store? (no: vmaskmovps stores are slow on AMD)
+
 ctypedef __m256i vf_mask      # all ones in the lanes taken
 
 cdef inline vf vf_zero() noexcept nogil:

@@ -11,6 +11,9 @@ from libc.stdint cimport int64_t
 
 # Whole vectors, unaligned; lane masks for the last channels of a row (vf_lanes(n): the first n,
 # 0 <= n; at most VL are taken).
+cdef enum:
+    VF_MASK_STORES = 1    # vf_store_part as cheap as vf_store? (yes: AVX-512 masked stores)
+
 ctypedef __mmask16 vf_mask    # bit l: lane l taken
 
 cdef inline vf vf_zero() noexcept nogil:

@@ -11,6 +11,9 @@ ctypedef float vf
 # kernels are plain C loops). vf_lanes(n): 1 when n >= 1.
 from libc.stdint cimport int64_t
 
+cdef enum:
+    VF_MASK_STORES = 0    # vf_store_part as cheap as vf_store? (no: a branch)
+
 ctypedef int vf_mask          # the number of lanes taken, 0 or 1
 
 cdef inline vf vf_zero() noexcept nogil:

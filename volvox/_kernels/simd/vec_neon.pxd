@@ -11,6 +11,9 @@ ctypedef float32x4_t vf
 # 0 <= n; at most VL are taken). NEON has no masked loads or stores: a part vector goes lane by lane.
 from libc.stdint cimport int64_t
 
+cdef enum:
+    VF_MASK_STORES = 0    # vf_store_part as cheap as vf_store? (no: lane by lane)
+
 ctypedef int vf_mask          # the number of lanes taken, 0 .. VL
 
 cdef inline vf vf_zero() noexcept nogil:
