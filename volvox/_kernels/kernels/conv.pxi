@@ -2,14 +2,15 @@
 #
 # f32 GEMM: weights (N, K) row-major are packed into panels of SG_NR = 32 output features,
 # [panel][k][32] (zero padded), the same layout on every tier. A register tile of activation rows
-# x 32 features runs over all K (avx512: 8 x 32; avx2: 6 x 16 twice; neon: 6 x 16 twice; generic:
+# x 32 features runs over all K (avx512: 8 x 32; avx2: 6 x 16 twice; neon: 5 x 16 twice; generic:
 # 4 x 32 in plain C); bias and ReLU / ReLU6 are applied at the store. Each output is one chain of
 # FMAs (generic x86: multiply-adds) over k in order, from 0, then + bias, then the activation: the
 # same floats on every tier that has FMA, whatever its tile shape.
 #
-# A tier's conv.pxi defines: SG_MR (rows of its main tile), SG_NV (vectors per row of a pass of
-# sg_pass), SG_ACC (sg_pass's accumulators: its largest MR * NV), sg_tile (its register tile) and
-# sg_half_tiles (avx512's 16-row tiles of narrow panels; 0 rows elsewhere).
+# A tier's conv.pxi defines: SG_MR (rows of its main tile), sg_tile (its register tile: sg_passes
+# on avx2 and avx512, its own on neon and generic), sg_half_tiles (avx512's 16-row tiles of narrow
+# panels; 0 rows elsewhere), and for sg_pass (the x86 tiers' pass) SG_NV (vectors per row of a
+# pass) and SG_ACC (its accumulators: the largest MR * NV).
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy, memset
 from volvox._kernels.vx cimport vx_conv_shape, VX_ACT_NONE, VX_ACT_RELU6
@@ -52,7 +53,6 @@ cdef inline void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int6
         j1[0] = s.kw
     else:
         j1[0] = 0 if w0 >= s.w else (s.w - 1 - w0) // s.dw + 1
-
 
 
 # ------------------------------------------------------------------------------------------------
@@ -122,7 +122,8 @@ cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, 
     """y (MR rows x nr <= NV*VL features, ldy apart) = act(bias + A's rows . the panel's columns
     p[0 .. NV*VL)) (p: column 0 of the pass in a packed panel, rows SG_NR apart); pf: another
     panel's rows to prefetch as the pass reads its own (NULL: none). MR * NV accumulators in
-    registers (MR, NV constants: the caller's clone unrolls the loops)."""
+    registers: MR and NV are constants once inlined, and every loop over c then unrolls (one that
+    did not would keep c in memory: the epilogue is two small nests, not one with branches)."""
     cdef vf c[SG_ACC]                                               # (MR, NV) accumulators
     cdef vf b[4]                                                    # (NV,) the panel's row k
     cdef vf bv[4]                                                   # (NV,) bias
