@@ -1,6 +1,25 @@
 # conv kernels: the bodies every tier shares (each tier's own microkernels: kernels/<tier>/conv.pxi).
-from libc.stdint cimport int64_t
-from volvox._kernels.vx cimport vx_conv_shape
+#
+# f32 GEMM: weights (N, K) row-major are packed into panels of SG_NR = 32 output features,
+# [panel][k][32] (zero padded), the same layout on every tier. A register tile of activation rows
+# x 32 features runs over all K (avx512: 8 x 32; avx2: 6 x 16 twice; neon: 5 x 16 twice; generic:
+# 4 x 32 in plain C); bias and ReLU / ReLU6 are applied at the store. Each output is one chain of
+# FMAs (generic x86: multiply-adds) over k in order, from 0, then + bias, then the activation: the
+# same floats on every tier that has FMA, whatever its tile shape.
+#
+# A tier's conv.pxi defines: SG_MR (rows of its main tile), sg_tile (its register tile: sg_passes
+# on avx2 and avx512, its own on neon and generic), sg_half_tiles (avx512's 16-row tiles of narrow
+# panels; 0 rows elsewhere), and for sg_pass (the x86 tiers' pass) SG_NV (vectors per row of a
+# pass) and SG_ACC (its accumulators: the largest MR * NV).
+from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy, memset
+from volvox._kernels.vx cimport vx_conv_shape, VX_ACT_NONE, VX_ACT_RELU6
+
+cdef extern from *:
+    void __builtin_prefetch(const void *addr, int rw, int locality) nogil
+
+cdef enum:
+    SG_NR = 32    # output features per packed panel
 
 
 # ------------------------------------------------------------------------------------------------
@@ -36,5 +55,404 @@ cdef inline void valid_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int6
         j1[0] = 0 if w0 >= s.w else (s.w - 1 - w0) // s.dw + 1
 
 
+# ------------------------------------------------------------------------------------------------
+# f32 GEMM
+# ------------------------------------------------------------------------------------------------
+cdef void sgemm_pack(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, float *packed) noexcept nogil:
+    """packed = W (n rows of K floats, w_stride bytes apart) in panels of SG_NR rows, [panel][k][32],
+    zero padded."""
+    cdef const float *rows[SG_NR]
+    cdef float *pp
+    cdef float *dst
+    cdef int64_t k
+    cdef int nr, j
+    cdef int64_t p0 = 0
+    while p0 < n:
+        pp = packed + p0 * K                                        # (K, 32)
+        nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
+        for j in range(nr):
+            rows[j] = <const float *>(w + (p0 + j) * w_stride)
+        # k outer: the panel is written in order; the 32 rows' current lines stay in L1
+        for k in range(K):
+            dst = pp + k * SG_NR
+            for j in range(nr):
+                dst[j] = rows[j][k]
+            for j in range(nr, SG_NR):
+                dst[j] = 0.0
+        p0 += SG_NR
+
+
+cdef inline float act_f32(const int act, float v) noexcept nogil:
+    """v after the activation act (VX_ACT_NONE, VX_ACT_RELU, VX_ACT_RELU6); NaN becomes 0 under
+    ReLU."""
+    if act == VX_ACT_NONE:
+        return v
+    v = v if v > <float>0.0 else <float>0.0
+    return <float>6.0 if act == VX_ACT_RELU6 and v > <float>6.0 else v
+
+
+cdef inline vf act_vf(const int act, vf v) noexcept nogil:
+    """act_f32 per lane (vf_max / vf_min give its NaN and signed-zero results: max(NaN, 0) = 0,
+    max(-0, 0) = +0)."""
+    if act != VX_ACT_NONE:
+        v = vf_max(v, vf_zero())
+    if act == VX_ACT_RELU6:
+        v = vf_min(v, vf_set1(<float>6.0))
+    return v
+
+
+# A register tile's activation rows: row i's K values are `runs` runs of `run` floats, run r at
+# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K; a conv reading its input in place:
+# one run per kernel row). The packed panel's k walks them in order.
+ctypedef struct sg_rows:
+    const float *a
+    int64_t lda, runs, run, run_stride
+
+
+cdef inline void sg_prefetch(const float *row) noexcept nogil:
+    """Ask for a panel row (SG_NR floats, two cache lines) toward L2: sgemm_rows's first tile of a
+    panel fetches the next panel's rows as it goes, so weights that other layers pushed out of the
+    caches (a 7x7 map's 1x1 convs: 0.9-1.6 MB) arrive before their panel starts."""
+    __builtin_prefetch(row, 0, 2)
+    __builtin_prefetch(row + 16, 0, 2)
+
+
+cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, int nr, const float *bias,
+                         const int act, float *y, int64_t ldy, const float *pf) noexcept nogil:
+    """y (MR rows x nr <= NV*VL features, ldy apart) = act(bias + A's rows . the panel's columns
+    p[0 .. NV*VL)) (p: column 0 of the pass in a packed panel, rows SG_NR apart); pf: another
+    panel's rows to prefetch as the pass reads its own (NULL: none). MR * NV accumulators in
+    registers: MR and NV are constants once inlined, and every loop over c then unrolls (one that
+    did not would keep c in memory: the epilogue is two small nests, not one with branches)."""
+    cdef vf c[SG_ACC]                                               # (MR, NV) accumulators
+    cdef vf b[4]                                                    # (NV,) the panel's row k
+    cdef vf bv[4]                                                   # (NV,) bias
+    cdef vf_mask m[4]                                               # (NV,) lanes stored
+    cdef vf av
+    cdef const float *a
+    cdef int64_t r, k
+    cdef int i, j
+    for i in range(MR * NV):
+        c[i] = vf_zero()
+    for r in range(A.runs):
+        a = A.a + r * A.run_stride
+        for k in range(A.run):
+            if pf != NULL:
+                sg_prefetch(pf + SG_NR * (r * A.run + k))
+            for j in range(NV):
+                b[j] = vf_load(p + SG_NR * k + j * VL)
+            for i in range(MR):
+                av = vf_set1(a[i * A.lda + k])
+                for j in range(NV):
+                    c[i * NV + j] = vf_fma(av, b[j], c[i * NV + j])
+        p += SG_NR * A.run
+    for j in range(NV):
+        m[j] = vf_lanes(nr - j * VL if nr > j * VL else 0)          # the features of vector j
+        bv[j] = vf_load_part(m[j], bias + j * VL) if bias != NULL else vf_zero()
+    if VF_MASK_STORES or nr != NV * VL:                             # lane stores: as cheap here, or needed
+        for i in range(MR):
+            for j in range(NV):
+                vf_store_part(m[j], y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
+    else:                                                           # every feature: whole vectors
+        for i in range(MR):
+            for j in range(NV):
+                vf_store(y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
+
+
+cdef inline void sg_passes(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
+                           float *y, int64_t ldy, const float *pf) noexcept nogil:
+    """sg_tile of the vector tiers: MR rows x nr <= SG_NR features as passes of SG_NV vectors (one
+    pass where that is the whole panel, avx512; two of 16 features on avx2 and neon, the second
+    only for nr > 16 and without the prefetch)."""
+    sg_pass(MR, SG_NV, A, p, nr if nr < SG_NV * VL else SG_NV * VL, bias, act, y, ldy, pf)
+    if SG_NV * VL < SG_NR and nr > SG_NV * VL:
+        sg_pass(MR, SG_NV, A, p + SG_NV * VL, nr - SG_NV * VL, bias + SG_NV * VL if bias != NULL else NULL, act,
+                y + SG_NV * VL, ldy, NULL)
+
+
+cdef void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg_rows A, int64_t m, float *y,
+                     int64_t ldy, const float *bias, int act) noexcept nogil:
+    """y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k0 + k]) for i < m, r < n; W
+    packed with K per row (A's runs cover k0 .. k0 + runs*run)."""
+    cdef const float *a = A.a
+    cdef const float *pp
+    cdef const float *bp
+    cdef const float *nxt
+    cdef float *yt
+    cdef int64_t p0 = 0, i0, rows, tiles, full, short_tiles, t, rest
+    cdef int nr
+    while p0 < n:
+        pp = packed + p0 * K + k0 * SG_NR                           # (K, 32) from row k0
+        nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
+        bp = bias + p0 if bias != NULL else NULL
+        A.a = a
+        i0 = sg_half_tiles(A, pp, nr, bp, act, y + p0, ldy, m)
+        # rows that fill SG_MR - 1 row tiles once the full ones are done end in those, not in a
+        # short tile: 49 rows (a 7x7 map) as 7 tiles of 7, not 6 of 8 and a 1-row tile whose two
+        # FMA chains wait on each other
+        rows = m - i0
+        tiles = (rows + SG_MR - 1) // SG_MR
+        full = rows - (SG_MR - 1) * tiles
+        short_tiles = tiles - full if rows % SG_MR != 0 and full >= 0 else 0
+        nxt = pp + SG_NR * K if p0 + SG_NR < n else NULL             # the next panel, same rows
+        while i0 + SG_MR <= m - short_tiles * (SG_MR - 1):
+            A.a = a + i0 * A.lda
+            sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, nxt if i0 == 0 else NULL)
+            i0 += SG_MR
+        for t in range(short_tiles):
+            A.a = a + i0 * A.lda
+            sg_tile(SG_MR - 1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, nxt if i0 == 0 else NULL)
+            i0 += SG_MR - 1
+        A.a = a + i0 * A.lda
+        yt = y + i0 * ldy + p0
+        rest = m - i0                                               # 0 .. SG_MR - 1 rows
+        if SG_MR > 7:                                               # (a constant: the tier's cases only)
+            if rest == 7:
+                sg_tile(7, A, pp, nr, bp, act, yt, ldy, NULL)
+            elif rest == 6:
+                sg_tile(6, A, pp, nr, bp, act, yt, ldy, NULL)
+        if SG_MR > 5:
+            if rest == 5:
+                sg_tile(5, A, pp, nr, bp, act, yt, ldy, NULL)
+            elif rest == 4:
+                sg_tile(4, A, pp, nr, bp, act, yt, ldy, NULL)
+        if rest == 3:
+            sg_tile(3, A, pp, nr, bp, act, yt, ldy, NULL)
+        elif rest == 2:
+            sg_tile(2, A, pp, nr, bp, act, yt, ldy, NULL)
+        elif rest == 1:
+            sg_tile(1, A, pp, nr, bp, act, yt, ldy, NULL)
+        p0 += SG_NR
+
+
+cdef void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda, int64_t m, float *y,
+                int64_t ldy, const float *bias, int act) noexcept nogil:
+    """y[i*ldy + r] = act(bias[r] + sum_k a[i*lda + k] * W[r][k]) for i < m, r < n; W packed."""
+    cdef sg_rows A
+    A.a = a
+    A.lda = lda
+    A.runs = 1 if K > 0 else 0     # (K = 0: no run. Not the constant 1: GCC's copy of sgemm_rows for
+                                   # sgemm then kept the avx512 tile's output rows in registers and
+                                   # reloaded its input rows from the stack in the k loop)
+    A.run = K
+    A.run_stride = 0
+    sgemm_rows(K, 0, packed, n, A, m, y, ldy, bias, act)
+
+
+
+# ------------------------------------------------------------------------------------------------
+# f32 convolution: im2col rows, the packed GEMM over them or over the input in place.
+# ------------------------------------------------------------------------------------------------
+cdef void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols) noexcept nogil:
+    """cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding)."""
+    cdef int64_t C = s.c, KK = s.kh * s.kw * C
+    cdef int64_t b = p0 // (s.oh * s.ow), oh = p0 % (s.oh * s.ow) // s.ow, ow = p0 % s.ow  # pixel p0 + q
+    cdef int64_t q, i, j, iw0, ih, iw
+    cdef bint row_inside
+    cdef float *dst
+    for q in range(np):
+        iw0 = ow * s.sw - s.pl
+        # a kernel row wholly inside the image (no column dilation) is one run of kw*C floats
+        row_inside = s.dw == 1 and iw0 >= 0 and iw0 + s.kw <= s.w
+        dst = cols + q * KK                                         # (kh, kw, C)
+        for i in range(s.kh):
+            ih = oh * s.sh - s.pt + i * s.dh
+            if row_inside and ih >= 0 and ih < s.h:
+                memcpy(dst, x + ((b * s.h + ih) * s.w + iw0) * C, <size_t>(s.kw * C) * sizeof(float))
+                dst += s.kw * C
+                continue
+            for j in range(s.kw):
+                iw = iw0 + j * s.dw
+                if ih < 0 or ih >= s.h or iw < 0 or iw >= s.w:
+                    memset(dst, 0, <size_t>C * sizeof(float))
+                else:
+                    memcpy(dst, x + ((b * s.h + ih) * s.w + iw) * C, <size_t>C * sizeof(float))
+                dst += C
+        next_pixel(s, &b, &oh, &ow)
+
+
+cdef void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, const float *packed, int64_t n,
+                   const float *bias, int act, float *cols, float *y, int64_t ldy) noexcept nogil:
+    """Output pixels p0 .. p0+np-1 (flattened b, oh, ow) of a conv: y[q*ldy + r] = act(bias[r] + the
+    pixel's window . W[r]) for r < n, W packed (kh*kw*C per row). A run of pixels in one output
+    row whose kernel rows lie inside the image columns (no column dilation) reads the input in
+    place, one kw*C run per kernel row (rows in the padding skipped: they add zeros); the other
+    pixels go through im2col rows in cols (np rows of kh*kw*C floats)."""
+    cdef int64_t C = s.c, K = s.kh * s.kw * C
+    cdef int64_t owa = (s.pl + s.sw - 1) // s.sw                    # [owa, owb): in-place columns
+    cdef int64_t owb = (s.w - s.kw + s.pl) // s.sw + 1 if s.w >= s.kw else 0
+    cdef int64_t q, p, b, oh, ow, row_end, mm, stop, i0, i1, j0, j1
+    cdef sg_rows A
+    owb = owb if owb < s.ow else s.ow
+    if s.dw != 1 or owa >= owb:
+        owa = owb = 0
+    q = 0
+    while q < np:
+        p = p0 + q
+        b = p // (s.oh * s.ow)
+        oh = p // s.ow % s.oh
+        ow = p % s.ow
+        row_end = q + s.ow - ow if q + s.ow - ow < np else np      # this output row's pixels
+        if ow >= owa and ow < owb:
+            mm = (row_end if row_end < q + owb - ow else q + owb - ow) - q
+            valid_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+            A.a = x + ((b * s.h + oh * s.sh - s.pt + i0 * s.dh) * s.w + ow * s.sw - s.pl) * C
+            A.lda = s.sw * C
+            A.runs = i1 - i0
+            A.run = s.kw * C
+            A.run_stride = s.dh * s.w * C
+            sgemm_rows(K, i0 * s.kw * C, packed, n, A, mm, y + q * ldy, ldy, bias, act)
+            q += mm
+        else:
+            stop = q + owa - ow if ow < owa and q + owa - ow < row_end else row_end
+            im2col_f32(s, x, p, stop - q, cols)
+            sgemm(K, packed, n, cols, K, stop - q, y + q * ldy, ldy, bias, act)
+            q = stop
+
+
+# ------------------------------------------------------------------------------------------------
+# Depthwise f32 (multiplier 1)
+# ------------------------------------------------------------------------------------------------
+cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, const vx_conv_shape *s, const float *xp,
+                           const float *w, const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                           float *yo) noexcept nogil:
+    """Channels c .. c + CV*VL (the last vector's lanes k) of output pixels ow..ow+PX-1 of a
+    depthwise row (PX = 1 with CV <= 4, or PX <= 4 with CV <= 2): PX*CV independent FMA chains,
+    each summing its taps in row-major order from the bias. The chains are named variables
+    a<pixel><vector>, not an array: GCC keeps a function with an array of vectors out of its
+    callers (its stack frame), and then the array in memory."""
+    cdef int64_t C = s.c, px = s.sw * C
+    cdef vf_mask k0 = k if CV == 1 else vf_lanes(VL)               # the vectors' lanes: the last one's k
+    cdef vf_mask k1 = k if CV == 2 else vf_lanes(VL)
+    cdef vf_mask k2 = k if CV == 3 else vf_lanes(VL)
+    cdef vf_mask k3 = k
+    cdef vf a00, a01, a02, a03, a10, a11, a20, a21, a30, a31, w0, w1, w2, w3
+    cdef const float *wr
+    cdef const float *xr
+    cdef int64_t i, j
+    a00 = vf_load_part(k0, bias + c) if bias != NULL else vf_zero()
+    a10 = a20 = a30 = a00
+    if CV > 1:
+        a01 = vf_load_part(k1, bias + c + VL) if bias != NULL else vf_zero()
+        a11 = a21 = a31 = a01
+    if CV > 2:
+        a02 = vf_load_part(k2, bias + c + 2 * VL) if bias != NULL else vf_zero()
+    if CV > 3:
+        a03 = vf_load_part(k3, bias + c + 3 * VL) if bias != NULL else vf_zero()
+    for i in range(i0, i1):
+        for j in range(j0, j1):
+            wr = w + (i * s.kw + j) * C + c
+            xr = xp + (i * s.dh * s.w + j * s.dw) * C + c
+            w0 = vf_load_part(k0, wr)
+            a00 = vf_fma(vf_load_part(k0, xr), w0, a00)
+            if PX > 1:
+                a10 = vf_fma(vf_load_part(k0, xr + px), w0, a10)
+            if PX > 2:
+                a20 = vf_fma(vf_load_part(k0, xr + 2 * px), w0, a20)
+            if PX > 3:
+                a30 = vf_fma(vf_load_part(k0, xr + 3 * px), w0, a30)
+            if CV > 1:
+                w1 = vf_load_part(k1, wr + VL)
+                a01 = vf_fma(vf_load_part(k1, xr + VL), w1, a01)
+                if PX > 1:
+                    a11 = vf_fma(vf_load_part(k1, xr + px + VL), w1, a11)
+                if PX > 2:
+                    a21 = vf_fma(vf_load_part(k1, xr + 2 * px + VL), w1, a21)
+                if PX > 3:
+                    a31 = vf_fma(vf_load_part(k1, xr + 3 * px + VL), w1, a31)
+            if CV > 2:
+                w2 = vf_load_part(k2, wr + 2 * VL)
+                a02 = vf_fma(vf_load_part(k2, xr + 2 * VL), w2, a02)
+            if CV > 3:
+                w3 = vf_load_part(k3, wr + 3 * VL)
+                a03 = vf_fma(vf_load_part(k3, xr + 3 * VL), w3, a03)
+    yo += c
+    vf_store_part(k0, yo, act_vf(act, a00))
+    if PX > 1:
+        vf_store_part(k0, yo + C, act_vf(act, a10))
+    if PX > 2:
+        vf_store_part(k0, yo + 2 * C, act_vf(act, a20))
+    if PX > 3:
+        vf_store_part(k0, yo + 3 * C, act_vf(act, a30))
+    if CV > 1:
+        vf_store_part(k1, yo + VL, act_vf(act, a01))
+        if PX > 1:
+            vf_store_part(k1, yo + C + VL, act_vf(act, a11))
+        if PX > 2:
+            vf_store_part(k1, yo + 2 * C + VL, act_vf(act, a21))
+        if PX > 3:
+            vf_store_part(k1, yo + 3 * C + VL, act_vf(act, a31))
+    if CV > 2:
+        vf_store_part(k2, yo + 2 * VL, act_vf(act, a02))
+    if CV > 3:
+        vf_store_part(k3, yo + 3 * VL, act_vf(act, a03))
+
+
+cdef inline void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp, const float *w,
+                            const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                            float *yo) noexcept nogil:
+    """Output pixels ow..ow+PX-1 (PX > 1: all see every column tap) of a depthwise row. xp: tap
+    (0, 0) of pixel ow; yo: its output. One pixel runs 4 channel vectors at a time: its chains
+    would otherwise wait on each other's FMA latency (an edge pixel of a 7x7 map: 1.6x XNNPACK)."""
+    cdef int64_t C = s.c, c = 0
+    if PX == 1:
+        while c + 4 * VL <= C:
+            dwf_block(1, 4, vf_lanes(VL), c, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            c += 4 * VL
+    else:
+        while c + 2 * VL <= C:
+            dwf_block(PX, 2, vf_lanes(VL), c, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            c += 2 * VL
+    while c < C:
+        dwf_block(PX, 1, vf_lanes(C - c), c, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+        c += VL
+
+
+cdef void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, const float *bias, int act,
+                     int64_t item, float *y) noexcept nogil:
+    """Depthwise (multiplier 1) output row `item` = b * OH + oh into y (OW, C), that row's own
+    buffer (the output's row, or a scratch row). w: (kh*kw, C). Vector tiers: interior pixels go
+    up to 4 at a time (dwf_pixels); generic (VL = 1): one channel at a time, its taps in order."""
+    cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
+    cdef int64_t ow = 0, i0, i1, j0, j1, e0, e1, f0, f1, c, i, j
+    cdef const float *xp
+    cdef float *yo
+    cdef float acc
+    cdef int run
+    while ow < s.ow:
+        valid_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+        xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
+        yo = y + ow * C                                             # (C,)
+        if VL > 1:
+            run = 1                                                 # pixels from ow seeing every column tap
+            while j0 == 0 and j1 == s.kw and run < 4 and ow + run < s.ow:
+                valid_taps(s, oh, ow + run, &e0, &e1, &f0, &f1)
+                if f1 != s.kw:
+                    break
+                run += 1
+            if run == 4:
+                dwf_pixels(4, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            elif run == 3:
+                dwf_pixels(3, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            elif run == 2:
+                dwf_pixels(2, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            else:
+                dwf_pixels(1, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            ow += run
+        else:
+            for c in range(C):
+                acc = bias[c] if bias != NULL else <float>0.0
+                for i in range(i0, i1):
+                    for j in range(j0, j1):
+                        acc += xp[(i * s.dh * s.w + j * s.dw) * C + c] * w[(i * s.kw + j) * C + c]
+                yo[c] = act_f32(act, acc)
+            ow += 1
+
+
 cdef void fill_conv(vx_table *t) noexcept:
-    pass
+    """The f32 entries of the conv table (the int8 ones: fill_qconv)."""
+    cdef vx_conv_table *ct = <vx_conv_table *> t.conv
+    ct.sgemm_pack = sgemm_pack
+    ct.sgemm = sgemm
+    ct.conv_f32 = conv_f32
+    ct.dwconv_f32 = dwconv_f32

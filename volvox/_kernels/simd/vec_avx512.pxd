@@ -12,3 +12,58 @@ from libc.math cimport fmaf
 cdef inline float vx_fma(float a, float b, float c) noexcept nogil:
     """a * b + c rounded once (vx_ops.c's VX_FMA: fmaf, one instruction on this tier)."""
     return fmaf(a, b, c)
+
+
+# --- conv ---
+from libc.stdint cimport int64_t
+
+# Whole vectors, unaligned; lane masks for the last channels of a row (vf_lanes(n): the first n,
+# 0 <= n; at most VL are taken).
+cdef enum:
+    VF_MASK_STORES = 1    # vf_store_part as cheap as vf_store? (yes: AVX-512 masked stores)
+
+ctypedef __mmask16 vf_mask    # bit l: lane l taken
+
+cdef inline vf vf_zero() noexcept nogil:
+    """All lanes 0."""
+    return _mm512_setzero_ps()
+
+cdef inline vf vf_set1(float x) noexcept nogil:
+    """x in every lane."""
+    return _mm512_set1_ps(x)
+
+cdef inline vf vf_load(const float *p) noexcept nogil:
+    """VL floats from p."""
+    return _mm512_loadu_ps(p)
+
+cdef inline void vf_store(float *p, vf v) noexcept nogil:
+    """VL floats to p."""
+    _mm512_storeu_ps(p, v)
+
+cdef inline vf vf_fma(vf a, vf b, vf c) noexcept nogil:
+    """a * b + c, rounded once."""
+    return _mm512_fmadd_ps(a, b, c)
+
+cdef inline vf vf_add(vf a, vf b) noexcept nogil:
+    """a + b."""
+    return _mm512_add_ps(a, b)
+
+cdef inline vf vf_max(vf a, vf b) noexcept nogil:
+    """a > b ? a : b per lane (b where a is NaN)."""
+    return _mm512_max_ps(a, b)
+
+cdef inline vf vf_min(vf a, vf b) noexcept nogil:
+    """a < b ? a : b per lane (b where a is NaN)."""
+    return _mm512_min_ps(a, b)
+
+cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
+    """The mask of the first n lanes (n >= 0; all of them from VL on)."""
+    return 0xFFFF if n >= 16 else <vf_mask>((<unsigned int>1 << n) - 1)
+
+cdef inline vf vf_load_part(vf_mask k, const float *p) noexcept nogil:
+    """p's floats in lanes k, 0 in the others (the others' memory is not read)."""
+    return _mm512_maskz_loadu_ps(k, p)
+
+cdef inline void vf_store_part(vf_mask k, float *p, vf v) noexcept nogil:
+    """v's lanes k to p (the others' memory is not written)."""
+    _mm512_mask_storeu_ps(p, k, v)
