@@ -251,6 +251,12 @@ CASES += [  # float32 ops the GPU table lacked
     Case("swiglu_1d", "swiglu", dict(x=f32(2 * 20)), plan="float32 rows"),
     Case("swiglu_3d", "swiglu", dict(x=f32(2, 3, 2 * 12)), plan="float32 rows"),
     Case("pow_square_weight", "pow", dict(a=f32(4, 6)), dict(b=np.array([2.0], np.float32))),
+    Case("mul_bcast_inner", "mul", dict(a=f32(2, 3, 4), b=f32(3, 1))),  # b: one block of a's axes (native)
+    Case("add_n4_relu6", "add_n", dict(x0=f32(3, 7, lo=-8, hi=8), x1=f32(3, 7), x2=f32(3, 7), x3=f32(3, 7)),
+         params=dict(activation="relu6")),
+    Case("pad_channels", "pad", dict(x=f32(1, 3, 4, 3)), params=dict(pads=[[0, 0], [0, 0], [0, 0], [1, 2]])),
+    Case("pad_channels_int8", "pad", dict(x=i8(2, 2, 5)), params=dict(pads=[[0, 0], [0, 0], [3, 0]]), bound=0,
+         gpu=False),
     Case("reshape", "reshape", dict(x=f32(4, 6)), params=dict(shape=[2, 0, -1]), gpu=False),  # input on the host: CPU
     Case("reshape_of_relu", "reshape", dict(x=f32(3, 8)), params=dict(shape=[6, 4]), producer="relu"),
     Case("output_rows_last_of_relu", "output_rows", dict(x=f32(5, 12)), rows="last", producer="relu", plan=STATIC),
