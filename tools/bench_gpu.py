@@ -4,7 +4,7 @@
     python tools/bench_gpu.py --model model.gguf --prompt 128 --backends cpu vulkan webgpu
     python tools/bench_gpu.py --prompt 16 --image 32   # small shapes: recording overhead shows
 
-The default LLaMA (dim 256, 4 layers, written with tests/tiny_gguf.py) and CNN (a MobileNet-style
+The default LLaMA (dim 256, 4 layers, written with tests/support/tiny_gguf.py) and CNN (a MobileNet-style
 stack on a square image) are random: only speed is measured. Per backend: the first forward after
 load (it records the command graph and fills the buffer pool), then the median of ``--runs``
 forwards with new input values and the same shapes (each a fresh prefill session), which replay

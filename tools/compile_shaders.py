@@ -346,7 +346,7 @@ _HEADER = """\
 `python tools/compile_shaders.py` generates every file listed below from `shaders/*.wgsl`, the single
 source of every GPU kernel; they are committed because deriving them needs npm and spirv-cross. To
 change a shader, edit its WGSL and rerun the script (it rewrites this file too).
-`python tools/compile_shaders.py --check`, run by tests/test_gpu_shaders.py, verifies every file
+`python tools/compile_shaders.py --check`, run by tests/gpu/test_gpu_shaders.py, verifies every file
 and this record: byte for byte with the spirv-cross below; with another one, the SPIR-V byte for
 byte and each GLSL file against the hashes here. See docs/backends.md, "Shaders".
 

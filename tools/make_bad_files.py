@@ -7,9 +7,9 @@ zip) with one thing broken; each bp_* directory is a small blueprint (config.jso
 model.safetensors) that lies about one thing. ``tests/data/bad/expected.json`` maps every
 file or directory name to the volvox exception it must raise (when opened and every tensor
 touched, or loaded as a model) and a substring of its message. The output is deterministic,
-so tests/test_bad_files.py can check the committed corpus is what this script writes.
+so tests/formats/test_bad_files.py can check the committed corpus is what this script writes.
 Nothing here imports volvox: the files are built from the formats' specifications alone
-(the seeds are checked against the reference runtimes in tests/test_fuzz_formats.py).
+(the seeds are checked against the reference runtimes in tests/formats/test_fuzz_formats.py).
 """
 
 from __future__ import annotations

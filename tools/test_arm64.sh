@@ -17,10 +17,9 @@
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 rootfs="$(realpath -m "${1:-/tmp/arm64root}")"
-# The kernel tests (tests/test_*cpu.py: GEMM/quant, sequence, conv ...) and test_quant.py; they
-# need only numpy, pytest and gguf.
-tests=(tests/test_quant.py)
-for t in "$src"/tests/test_*cpu.py; do tests+=("tests/$(basename "$t")"); done
+# The kernel layer's tests (tests/kernels: GEMM / quant, rows, sequence, conv ...); they need only
+# numpy, pytest and gguf.
+tests=(tests/kernels)
 # Default: all but the tests on the real SmolLM2 GGUF (they fetch 100 MB and take minutes per tier emulated).
 pytest_args=("${@:2}")
 [ ${#pytest_args[@]} -gt 0 ] || pytest_args=(-k "not real")
@@ -83,5 +82,5 @@ fi
 grep "KernelError: VOLVOX_ISA='dotprod': this CPU cannot run that tier" <<<"$refused" || { echo "$refused" >&2; exit 1; }
 # The tier tests proper already ran on neon and generic above; here only selection and VOLVOX_ISA.
 in_root QEMU_CPU=cortex-a72 chroot "$rootfs" bash /src/volvox/tools/test_installed.sh /opt/vx/bin/python \
-  tests/test_kernels.py -k "tiers_detected or volvox_isa_env"
+  tests/kernels/test_kernels.py -k "tiers_detected or volvox_isa_env"
 echo "arm64 tier selection, QEMU_CPU=cortex-a72: $(( $(date +%s) - start )) s"

@@ -33,7 +33,5 @@ trap 'rm -rf "$work"' EXIT
 cp -R tests tools pyproject.toml "$work/"
 cd "$work"
 "$venv/bin/python" -c 'from volvox import cpu as k; assert "avx512" in k.available_isas(), k.available_isas()'
-kernel_tests=(tests/test_quant.py)
-for t in tests/test_*kernels.py; do kernel_tests+=("$t"); done
-"$venv/bin/python" -m pytest -q -p no:cacheprovider "${kernel_tests[@]}" -k "not real" "$@"
-VOLVOX_ISA=avx512 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_native_plan.py tests/test_tiny_llama.py -k "not real" "$@"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/kernels -k "not real" "$@"
+VOLVOX_ISA=avx512 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/runtime/test_native_plan.py tests/tasks/test_tiny_llama.py -k "not real" "$@"

@@ -1,7 +1,7 @@
 """volvox.cpu's vision kernels on every ISA tier against the numpy references of
 volvox/ops: f32 conv2d (dense via the packed GEMM, depthwise direct) within a float
 error bound, int8 qconv2d bit-exact (the reference is the int64 transcription of TFLite's
-arithmetic that tests/test_vision_ops.py checks line by line), the packed f32 GEMM behind
+arithmetic that tests/ops/test_vision_ops.py checks line by line), the packed f32 GEMM behind
 cpu.linear against float64 numpy, thread-count independence, and bad input."""
 
 import numpy as np

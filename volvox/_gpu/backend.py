@@ -130,7 +130,7 @@ def gles_from_glsl(text: str, where: str = "generated GLSL") -> str:
     """GLSL ES 310 from a generated GLSL 430 text: its first line, ``#version 430``, becomes ``#version 310 es``.
 
     SPIRV-Cross's GLSL 430 and GLSL ES 310 translations of these compute shaders differ in that
-    line only (tests/test_gpu_shaders.py checks it for every kernel against spirv-cross itself)."""
+    line only (tests/gpu/test_gpu_shaders.py checks it for every kernel against spirv-cross itself)."""
     if not text.startswith(GLSL_VERSION):
         raise KernelError(f"{where}: must start with {GLSL_VERSION.strip()!r} (regenerate: python tools/compile_shaders.py)")
     return GLES_VERSION + text[len(GLSL_VERSION):]

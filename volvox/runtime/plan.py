@@ -24,7 +24,7 @@ The nodes are lowered twice into the same steps over the same arena: once with t
 for the team (``split`` threads), once for one thread (which a one-thread run, or one the pacer
 sends to one thread, takes: a 6x6 map is then one band, not two). Each step runs the same tile
 functions on the same work items as the per-op kernels (volvox.cpu), so a plan's outputs equal the
-per-op executor's bit for bit (tests/test_native_plan.py, tests/test_vision_plan.py).
+per-op executor's bit for bit (tests/runtime/test_native_plan.py, tests/runtime/test_vision_plan.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,397 @@
+"""The op case table: one-node graphs (graph inputs, weights, params, NMSE bound) run against the ops'
+numpy references (``Executor(graph, weights, reference=True)``), as ggml's test-backend-ops does.
+
+tests/gpu/test_gpu_ops.py runs every case on every GPU backend (``gpu``: where the GPU executor places
+the node); tests/ops/test_op_table.py runs every case on every CPU ISA tier through the per-op executor
+and a step plan, and fails when an op the engine runs natively, on the CPU or a GPU, has no case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from volvox.ops.activation import FUSED_ACTIVATIONS
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ir.quant_blocks import GGML_FORMATS, QUANTIZABLE_QTYPES, QuantTensor, quantize_ref
+from volvox.ops.int8 import quantize_multiplier
+from volvox.ops.context import RunContext
+from volvox.runtime.kv_cache import KVCache
+from volvox.ops import validate
+
+rng = np.random.default_rng(0)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+@dataclass
+class Case:
+    """One node: graph inputs (fed at run time), weights (arrays or QuantTensors), params; ``gpu``:
+    expected placement on a GPU backend; ``bound``: the NMSE against the reference (int8 outputs:
+    bit-exact)."""
+
+    id: str
+    op: str
+    inputs: dict
+    weights: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    outputs: tuple = ("y",)
+    bound: float = 1e-9
+    gpu: bool = True
+    kv: tuple | None = None   # attention: (layers, start) -> a KV cache pre-filled with start random rows
+    rows: str = "all"
+    # an op computing the node's input "x" from the graph input first ("relu"): a view op (reshape,
+    # output_rows) runs on the GPU only when its input is there
+    producer: str | None = None
+    # why a static step plan (runtime/plan.Plan) does not lower the case: its Unsupported message contains
+    # this (token-step ops reading the run's tokens, positions or KV cache; forms a lowering refuses); None:
+    # it lowers
+    plan: str | None = None
+    # why the plan runs the node as a numpy island although its op has a ``cpu`` lowering; None: native steps
+    island: str | None = None
+
+
+def _attn(seq, nh, nkv, hd, **params):
+    return dict(inputs=dict(q=f32(seq, nh * hd), k=f32(seq, nkv * hd), v=f32(seq, nkv * hd)),
+                params=dict(n_heads=nh, n_kv_heads=nkv, head_dim=hd, **params), plan=KV)
+
+
+# Why a static plan does not lower a case, in the words of its Unsupported message (Case.plan), and
+# why it runs one as an island (Case.island)
+TOKEN = "ids other than the run's tokens or positions"  # a token step's embedding
+POSITIONS = "positions other than the run's"          # a token step's rope
+KV = "no KV cache layer for it"                         # a token step's attention
+STATIC = "not a static float32 / int8 / int32 shape"    # int64 tensors, run-time row counts (output_rows)
+FIRST = "a broadcast first operand"                     # binary steps broadcast their second operand only
+PLAN_ACTIVATIONS = {"linear_act": ("relu", "silu", "gelu", "gelu_tanh"), "concat_act": ("relu",)}
+GROUPED = "a grouped conv (not dense or depthwise) runs its numpy fast path"
+POW = "pow by an exponent other than a constant 2 runs its numpy fast path"
+
+
+def plan_activation(op: str, act: str) -> str | None:
+    """Case.plan of a fused op with activation ``act``: None where the plan applies it."""
+    return None if act in PLAN_ACTIVATIONS[op] else f"activation {act!r}"
+
+
+CASES = [
+    Case("linear_bias", "linear", dict(x=f32(5, 40)), dict(weight=f32(24, 40), bias=f32(24))),
+    Case("linear_3d", "linear", dict(x=f32(2, 17, 33)), dict(weight=f32(19, 33))),
+    Case("linear_f16", "linear", dict(x=f32(4, 32)), dict(weight=f32(20, 32).astype(np.float16))),
+    Case("linear_split", "linear_split", dict(x=f32(6, 24)), dict(weight=f32(40, 24)), dict(sizes=[8, 32]),
+         outputs=("y0", "y1"), plan="split outputs of several rows"),
+    Case("embedding", "embedding", dict(ids=np.array([3, 0, 7, 7, 1], np.int32)), dict(table=f32(9, 20)), plan=TOKEN),
+    Case("rms_norm", "rms_norm", dict(x=f32(7, 150)), dict(weight=f32(150)), dict(eps=1e-5)),
+    Case("layer_norm", "layer_norm", dict(x=f32(3, 2, 70)), dict(weight=f32(70), bias=f32(70)), dict(eps=1e-6)),
+    Case("layer_norm_nobias", "layer_norm", dict(x=f32(4, 65)), dict(weight=f32(65))),
+    Case("softmax", "softmax", dict(x=f32(6, 130, lo=-8, hi=8)), params=dict(beta=0.7)),
+    Case("softmax_axis0", "softmax", dict(x=f32(6, 13)), params=dict(axis=0), gpu=False),
+    Case("add_bcast", "add", dict(a=f32(3, 4, 5), b=f32(4, 1))),
+    Case("mul_bcast", "mul", dict(a=f32(2, 1, 6), b=f32(5, 1)), plan=FIRST),
+    Case("sub", "sub", dict(a=f32(2, 3, 4, 5), b=f32(2, 3, 4, 5))),
+    Case("div", "div", dict(a=f32(30), b=f32(30, lo=0.5, hi=2.0))),
+    Case("pow_square", "pow", dict(a=f32(4, 6), b=np.array([2.0], np.float32)), island=POW),
+    Case("pow_negative_base", "pow", dict(a=f32(40, lo=-3, hi=-0.2), b=np.array([3.0, -1.0, 4.0, 1.0] * 10, np.float32)),
+         island=POW),
+    Case("pow_fractional", "pow", dict(a=f32(40, lo=0.1, hi=3), b=np.array([0.5, -1.5, 2.5, 0.0] * 10, np.float32)),
+         island=POW),
+    Case("reduce_mean_last", "reduce_mean", dict(x=f32(3, 4, 70)), params=dict(axes=[-1])),
+    Case("reduce_mean_hw", "reduce_mean", dict(x=f32(2, 5, 6, 3)), params=dict(axes=[2, 3], keepdims=False)),
+    Case("reduce_mean_axis0", "reduce_mean", dict(x=f32(3, 4)), params=dict(axes=[0]), gpu=False),
+    Case("relu", "relu", dict(x=f32(100))),
+    Case("sigmoid", "sigmoid", dict(x=f32(100, lo=-30, hi=30))),
+    Case("silu", "silu", dict(x=f32(7, 11, lo=-30, hi=30))),
+    Case("gelu", "gelu", dict(x=f32(300, lo=-6, hi=6))),
+    Case("gelu_tanh", "gelu", dict(x=f32(300, lo=-6, hi=6)), params=dict(approximate="tanh")),
+    Case("clip", "clip", dict(x=f32(50, lo=-9, hi=9)), params=dict(min=0.0, max=6.0)),
+    Case("hard_sigmoid", "hard_sigmoid", dict(x=f32(50, lo=-5, hi=5)), params=dict(alpha=0.2, beta=0.5)),
+    Case("hard_swish", "hard_swish", dict(x=f32(50, lo=-5, hi=5))),
+    Case("sqrt", "sqrt", dict(x=f32(50, lo=0, hi=9))),
+    Case("swiglu", "swiglu", dict(x=f32(5, 2 * 36))),
+    Case("rope_half", "rope", dict(x=f32(6, 4 * 16), positions=np.arange(40, 46, dtype=np.int32)),
+         params=dict(head_dim=16, theta=10000.0, style="half"), bound=1e-8, plan=POSITIONS),
+    Case("rope_interleaved_partial", "rope", dict(x=f32(5, 2 * 32), positions=np.array([0, 3, 9, 100, 7], np.int32)),
+         params=dict(head_dim=32, rope_dim=16, theta=500000.0, style="interleaved", scale=2.0), bound=1e-8,
+         plan=POSITIONS),
+    Case("rope_llama3", "rope", dict(x=f32(4, 2 * 64), positions=np.arange(4, dtype=np.int32) * 50),
+         params=dict(head_dim=64, style="half", theta=500000.0,
+                     llama3=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context=64)),
+         bound=1e-8, plan=POSITIONS),
+    Case("rope_int64", "rope", dict(x=f32(3, 16), positions=np.arange(3, dtype=np.int64)),
+         params=dict(head_dim=16), gpu=False, plan=STATIC),
+    Case("attention_nocache", "attention", **_attn(9, 4, 2, 16)),
+    Case("attention_noncausal", "attention", **_attn(5, 2, 2, 8, causal=False)),
+    Case("attention_kv_gqa", "attention", **_attn(7, 6, 2, 32, layer=1), kv=(2, 70)),
+    Case("attention_kv_window", "attention", **_attn(5, 2, 1, 16, window=4), kv=(1, 9)),
+    Case("attention_hd128", "attention", **_attn(3, 2, 1, 128), kv=(1, 130)),
+    Case("output_rows_last", "output_rows", dict(x=f32(5, 12)), rows="last", gpu=False,  # input on the host: CPU
+         plan=STATIC),
+    Case("concat_axis1", "concat", dict(x0=f32(2, 3, 4), x1=f32(2, 5, 4), x2=f32(2, 1, 4)), params=dict(axis=1)),
+    Case("concat_last", "concat", dict(x0=f32(3, 4), x1=f32(3, 2)), params=dict(axis=-1)),
+    Case("matmul_2d", "matmul", dict(a=f32(7, 20), b=f32(20, 9))),
+    Case("matmul_batched", "matmul", dict(a=f32(2, 3, 5, 16), b=f32(2, 3, 16, 4))),
+    Case("matmul_bcast_b", "matmul", dict(a=f32(3, 6, 10), b=f32(10, 17))),
+    Case("matmul_bcast_a", "matmul", dict(a=f32(6, 10), b=f32(4, 10, 5))),
+    Case("matmul_partial_bcast", "matmul", dict(a=f32(2, 1, 3, 4), b=f32(2, 5, 4, 3)), gpu=False),
+    Case("transpose_3d", "transpose", dict(x=f32(3, 4, 5)), params=dict(perm=[2, 0, 1])),
+    Case("transpose_nhwc_nchw", "transpose", dict(x=f32(2, 5, 6, 3)), params=dict(perm=[0, 3, 1, 2])),
+    Case("transpose_5d", "transpose", dict(x=f32(2, 1, 2, 3, 2)), params=dict(perm=[4, 3, 2, 1, 0])),
+    Case("transpose_7d", "transpose", dict(x=f32(1, 2, 1, 2, 1, 2, 1)), params=dict(perm=[6, 5, 4, 3, 2, 1, 0]), gpu=False),
+    Case("slice_steps", "slice", dict(x=f32(6, 9, 4)), params=dict(axes=[0, 1], starts=[1, 8], ends=[6, 0], steps=[2, -3])),
+    Case("slice_clamped", "slice", dict(x=f32(5, 7)), params=dict(axes=[1], starts=[-4], ends=[100])),
+    Case("pad_nhwc", "pad", dict(x=f32(1, 3, 4, 2)), params=dict(pads=[[0, 0], [1, 2], [0, 1], [0, 0]], value=-1.5),
+         island="pads other than zeros on the last axis"),
+    Case("conv_dense", "conv2d", dict(x=f32(1, 9, 8, 3)), dict(weight=f32(5, 3, 3, 3), bias=f32(5)),
+         dict(strides=[2, 2], pads=[1, 1, 1, 1], activation="relu")),
+    Case("conv_depthwise", "conv2d", dict(x=f32(2, 7, 7, 4)), dict(weight=f32(4, 3, 3, 1)),
+         dict(groups=4, pads=[0, 0, 2, 2], dilations=[2, 1], activation="relu6")),
+    Case("conv_pointwise", "conv2d", dict(x=f32(1, 5, 6, 8)), dict(weight=f32(6, 1, 1, 8), bias=f32(6))),
+    Case("conv_groups", "conv2d", dict(x=f32(1, 6, 6, 4)), dict(weight=f32(6, 3, 3, 2)),
+         dict(groups=2, strides=[1, 2], pads=[1, 0, 1, 2]), island=GROUPED),
+    Case("max_pool", "max_pool2d", dict(x=f32(1, 7, 7, 3)), params=dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    Case("avg_pool", "avg_pool2d", dict(x=f32(2, 6, 5, 3)), params=dict(kernel=[3, 2], strides=[1, 1], pads=[1, 0, 1, 1])),
+    Case("avg_pool_incl_pad", "avg_pool2d", dict(x=f32(1, 4, 4, 2)),
+         params=dict(kernel=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=True)),
+    Case("global_avg_pool", "global_avg_pool", dict(x=f32(2, 5, 3, 7))),
+    # fused ops (volvox/compile/): matmul with the activation in its write, concat's copies then the
+    # activation in place, add_n as a first add then in-place adds; every FUSED_ACTIVATIONS entry
+    *[Case(f"linear_act_{act}", "linear_act", dict(x=f32(2, 5, 24)), dict(weight=f32(18, 24), bias=f32(18)),
+           dict(activation=act), plan=plan_activation("linear_act", act)) for act in FUSED_ACTIVATIONS],
+    Case("linear_act_nobias", "linear_act", dict(x=f32(7, 33)), dict(weight=f32(20, 33)), dict(activation="gelu_tanh")),
+    Case("linear_act_f16", "linear_act", dict(x=f32(4, 32)), dict(weight=f32(20, 32).astype(np.float16)),
+         dict(activation="silu")),
+    *[Case(f"concat_act_{act}", "concat_act", dict(x0=f32(2, 3, 4, lo=-8, hi=8), x1=f32(2, 5, 4, lo=-8, hi=8)),
+           params=dict(axis=1, activation=act), plan=plan_activation("concat_act", act))
+      for act in FUSED_ACTIVATIONS],
+    Case("concat_act_last3", "concat_act", dict(x0=f32(3, 4), x1=f32(3, 2), x2=f32(3, 5)),
+         params=dict(axis=-1, activation="sigmoid"), plan=plan_activation("concat_act", "sigmoid")),
+    Case("add_n3", "add_n", dict(x0=f32(4, 9), x1=f32(4, 9), x2=f32(4, 9))),
+    Case("add_n_bcast", "add_n", dict(x0=f32(6), x1=f32(1, 6), x2=f32(3, 6), x3=f32(2, 1, 1), x4=f32(2, 3, 6)),
+         plan=FIRST),
+    Case("add_n_int", "add_n", dict(x0=np.arange(6, dtype=np.int32), x1=np.ones(6, np.int32), x2=np.ones(6, np.int32)),
+         gpu=False, plan="dtype"),
+    *[Case(f"add_n_{act}", "add_n", dict(x0=f32(3, 8, lo=-8, hi=8), x1=f32(3, 8, lo=-8, hi=8), x2=f32(1, 8)),
+           params=dict(activation=act), plan=FIRST) for act in ("relu", "relu6", "sigmoid")],
+]
+
+
+# ------------------------------------------------------------------------ cases beyond the GPU ops'
+# Values from rng as well, drawn after every case above (their values stay what they were).
+
+def i8(*shape, lo=-128, hi=127):
+    return rng.integers(lo, hi, size=shape, endpoint=True).astype(np.int8)
+
+
+def i32(*shape, lo=-2000, hi=2000):
+    return rng.integers(lo, hi, size=shape, endpoint=True).astype(np.int32)
+
+
+def requant(*reals) -> dict:
+    """multiplier and shift (int32, one per output channel) of real rescales, as an importer computes them."""
+    pairs = [quantize_multiplier(float(r)) for r in reals]
+    return dict(multiplier=np.array([m for m, _ in pairs], np.int32), shift=np.array([e for _, e in pairs], np.int32))
+
+
+def channel_requant(n: int, lo=2e-4, hi=2e-3, prefix="") -> dict:
+    return {prefix + k: v for k, v in requant(*rng.uniform(lo, hi, n)).items()}
+
+
+def quant(qtype: str, rows: int, cols: int) -> QuantTensor:
+    """A (rows, cols) weight in ``qtype``: quantize_ref of random values, or random k-quant blocks (every
+    bit pattern) with small finite float16 super-scales."""
+    if qtype in QUANTIZABLE_QTYPES:
+        return quantize_ref(f32(rows, cols), qtype)
+    fmt = GGML_FORMATS[qtype]
+    nb = cols // fmt.block_size
+    raw = rng.integers(0, 256, (rows, nb * fmt.type_size), dtype=np.uint8)
+    blk = raw.reshape(rows, nb, fmt.type_size)
+    for off in ((0, 2) if qtype == "q4_k" else (208,)):
+        blk[..., off:off + 2] = rng.uniform(-0.02, 0.02, (rows, nb, 1)).astype(np.float16).view(np.uint8)
+    return QuantTensor(raw, qtype, (rows, cols))
+
+
+QUANT_K = {"q4_0": 64, "q4_1": 64, "q8_0": 96, "q4_k": 256, "q6_k": 256}  # K: whole blocks
+QUANT_BOUND = 5e-4  # 8-bit activations against the float64 product of the dequantized weight (ggml: 5e-4)
+ROWS = "quantized weights on several rows"          # the plan's GEMV takes one activation row
+
+CASES += [  # block-quantized weights: the CPU on every backend (GPU lowerings take float weights)
+    *[Case(f"linear_{q}", "linear", dict(x=f32(1, QUANT_K[q])), dict(weight=quant(q, 12, QUANT_K[q]), bias=f32(12)),
+           bound=QUANT_BOUND, gpu=False) for q in QUANT_K],
+    *[Case(f"linear_{q}_rows", "linear", dict(x=f32(2, 3, QUANT_K[q])), dict(weight=quant(q, 9, QUANT_K[q])),
+           bound=QUANT_BOUND, gpu=False, plan=ROWS) for q in QUANT_K],
+    Case("linear_act_q8_0_silu", "linear_act", dict(x=f32(1, 96)), dict(weight=quant("q8_0", 10, 96), bias=f32(10)),
+         dict(activation="silu"), bound=QUANT_BOUND, gpu=False),
+    Case("linear_act_q4_k_gelu", "linear_act", dict(x=f32(1, 256)), dict(weight=quant("q4_k", 8, 256)),
+         dict(activation="gelu"), bound=QUANT_BOUND, gpu=False),
+    Case("linear_act_q6_k_relu", "linear_act", dict(x=f32(1, 256)), dict(weight=quant("q6_k", 8, 256), bias=f32(8)),
+         dict(activation="relu"), bound=QUANT_BOUND, gpu=False),
+    Case("linear_act_q4_1_gelu_tanh_rows", "linear_act", dict(x=f32(3, 64)), dict(weight=quant("q4_1", 6, 64)),
+         dict(activation="gelu_tanh"), bound=QUANT_BOUND, gpu=False, plan=ROWS),
+    Case("linear_split_q4_0", "linear_split", dict(x=f32(1, 64)), dict(weight=quant("q4_0", 24, 64)),
+         dict(sizes=[8, 16]), outputs=("y0", "y1"), bound=QUANT_BOUND, gpu=False),
+    Case("linear_split_q6_k", "linear_split", dict(x=f32(1, 256)), dict(weight=quant("q6_k", 16, 256)),
+         dict(sizes=[4, 4, 8]), outputs=("y0", "y1", "y2"), bound=QUANT_BOUND, gpu=False),
+    Case("linear_split_q8_0_rows", "linear_split", dict(x=f32(4, 96)), dict(weight=quant("q8_0", 12, 96)),
+         dict(sizes=[5, 7]), outputs=("y0", "y1"), bound=QUANT_BOUND, gpu=False, plan="split outputs of several rows"),
+    *[Case(f"embedding_{q}", "embedding", dict(ids=np.array([2, 0, 5, 5, 1], np.int32)),
+           dict(table=quant(q, 6, QUANT_K[q])), gpu=False, plan=TOKEN) for q in QUANT_K],
+    Case("embedding_q8_0_int64", "embedding", dict(ids=np.array([[1, 3], [3, 0]], np.int64)),
+         dict(table=quant("q8_0", 4, 32)), gpu=False, plan=STATIC),
+]
+CASES += [  # float32 ops the GPU table lacked
+    Case("linear_sgemm", "linear", dict(x=f32(2, 9, 40)), dict(weight=f32(36, 40), bias=f32(36))),  # >= SGEMM_MIN_ROWS
+    Case("linear_split_row", "linear_split", dict(x=f32(1, 24)), dict(weight=f32(40, 24)), dict(sizes=[8, 20, 12]),
+         outputs=("y0", "y1", "y2")),
+    Case("embedding_f16", "embedding", dict(ids=np.array([4, 1, 1], np.int32)),
+         dict(table=f32(6, 12).astype(np.float16)), plan=TOKEN),
+    Case("silu_1d", "silu", dict(x=f32(37, lo=-30, hi=30))),
+    Case("silu_3d", "silu", dict(x=f32(2, 3, 9, lo=-10, hi=10))),
+    Case("swiglu_1d", "swiglu", dict(x=f32(2 * 20)), plan="float32 rows"),
+    Case("swiglu_3d", "swiglu", dict(x=f32(2, 3, 2 * 12)), plan="float32 rows"),
+    Case("pow_square_weight", "pow", dict(a=f32(4, 6)), dict(b=np.array([2.0], np.float32))),
+    Case("mul_bcast_inner", "mul", dict(a=f32(2, 3, 4), b=f32(3, 1))),  # b: one block of a's axes (native)
+    Case("add_n4_relu6", "add_n", dict(x0=f32(3, 7, lo=-8, hi=8), x1=f32(3, 7), x2=f32(3, 7), x3=f32(3, 7)),
+         params=dict(activation="relu6")),
+    Case("pad_channels", "pad", dict(x=f32(1, 3, 4, 3)), params=dict(pads=[[0, 0], [0, 0], [0, 0], [1, 2]])),
+    Case("pad_channels_int8", "pad", dict(x=i8(2, 2, 5)), params=dict(pads=[[0, 0], [0, 0], [3, 0]]), bound=0,
+         gpu=False),
+    Case("reshape", "reshape", dict(x=f32(4, 6)), params=dict(shape=[2, 0, -1]), gpu=False),  # input on the host: CPU
+    Case("reshape_of_relu", "reshape", dict(x=f32(3, 8)), params=dict(shape=[6, 4]), producer="relu"),
+    Case("output_rows_last_of_relu", "output_rows", dict(x=f32(5, 12)), rows="last", producer="relu", plan=STATIC),
+    Case("output_rows_all_of_relu", "output_rows", dict(x=f32(4, 7)), producer="relu", plan=STATIC),
+    Case("resize_nearest_half_pixel", "resize", dict(x=f32(1, 5, 4, 3)),
+         params=dict(mode="nearest", coordinate="half_pixel", size=[9, 7]), bound=1e-12),
+    Case("resize_nearest_asymmetric_2x", "resize", dict(x=f32(2, 3, 4, 2)),
+         params=dict(mode="nearest", coordinate="asymmetric", nearest_mode="floor", scales=[2.0, 2.0]), bound=1e-12),
+    Case("resize_bilinear_half_pixel", "resize", dict(x=f32(1, 6, 5, 3)),
+         params=dict(mode="bilinear", coordinate="half_pixel", size=[4, 9]), bound=1e-12),
+    Case("resize_bilinear_align_corners", "resize", dict(x=f32(1, 4, 4, 2)),
+         params=dict(mode="bilinear", coordinate="align_corners", size=[7, 3]), bound=1e-12),
+    Case("resize_bilinear_tflite_half", "resize", dict(x=f32(1, 3, 5, 4)),
+         params=dict(mode="bilinear", coordinate="tflite_half_pixel", scales=[1.5, 0.6]), bound=1e-12),
+    Case("resize_int8_nearest", "resize", dict(x=i8(1, 3, 4, 5)),
+         params=dict(mode="nearest", coordinate="tflite_asymmetric", size=[6, 8]), bound=0, gpu=False),
+]
+
+INT8 = dict(bound=0, gpu=False)  # int8 ops: bit-exact, the CPU on every backend
+
+
+def qconv(x, w, bias=True, reals=(1e-3, 4e-3), **params):
+    """A qconv2d case's inputs / weights / params (per-channel requantization from ``reals``' range)."""
+    n = w.shape[0]
+    weights = dict(weight=w, **(dict(bias=i32(n)) if bias else {}), **channel_requant(n, *reals))
+    return dict(inputs=dict(x=x), weights=weights,
+                params=dict(input_zero_point=-3, output_zero_point=5, **params))
+
+
+def dwpw(x, c, cout, bias=True, **depthwise):
+    """A dwpw_conv2d's inputs / weights: depthwise (c, 3, 3, 1) then 1x1 (cout, 1, 1, c)."""
+    weights = dict(dw_weight=f32(c, 3, 3, 1), **(dict(dw_bias=f32(c)) if bias else {}), weight=f32(cout, 1, 1, c),
+                   **(dict(bias=f32(cout)) if bias else {}))
+    return dict(inputs=dict(x=x), weights=weights)
+
+
+def qdwpw(x, c, cout, bias=True, dw_params=None, **params):
+    """A qdwpw_conv2d's inputs / weights / params: int8 depthwise (c, 3, 3, 1) then 1x1 (cout, 1, 1, c)."""
+    weights = dict(dw_weight=i8(c, 3, 3, 1), **(dict(dw_bias=i32(c)) if bias else {}),
+                   **channel_requant(c, 4e-3, 1e-2, prefix="dw_"), weight=i8(cout, 1, 1, c),
+                   **(dict(bias=i32(cout)) if bias else {}), **channel_requant(cout, 2e-3, 8e-3))
+    depthwise = dict(groups=c, pads=[1, 1, 1, 1], input_zero_point=-3, output_zero_point=2, **(dw_params or {}))
+    return dict(inputs=dict(x=x), weights=weights,
+                params=dict(input_zero_point=2, output_zero_point=-4, depthwise=depthwise, **params))
+
+
+CASES += [  # the int8 island (ops/int8.py): TFLite's arithmetic, bit for bit
+    Case("quantize", "quantize", dict(x=f32(5, 9, lo=-8, hi=8)), params=dict(scale=0.05, zero_point=-10), **INT8),
+    Case("quantize_ties", "quantize", dict(x=((np.arange(-24, 24) + 0.5) * 0.25).astype(np.float32)),
+         params=dict(scale=0.25, zero_point=3), **INT8),
+    Case("dequantize", "dequantize", dict(x=i8(5, 7)), params=dict(scale=0.1, zero_point=3), bound=1e-12, gpu=False),
+    Case("qconv2d_dense", "qconv2d", **qconv(i8(1, 6, 5, 3), i8(4, 3, 3, 3), strides=[2, 1], pads=[1, 1, 1, 1]),
+         **INT8),
+    Case("qconv2d_dense_clamped", "qconv2d", **qconv(i8(1, 5, 5, 4), i8(8, 2, 3, 4), pads=[0, 1, 1, 0],
+                                                        act_min=5, act_max=100), **INT8),
+    Case("qconv2d_depthwise", "qconv2d", **qconv(i8(1, 7, 7, 8), i8(8, 3, 3, 1), reals=(4e-3, 1e-2), groups=8,
+                                                    pads=[1, 1, 1, 1], dilations=[2, 1]), **INT8),
+    Case("qconv2d_depthwise_stride2", "qconv2d", **qconv(i8(2, 6, 6, 4), i8(4, 3, 3, 1), bias=False, reals=(4e-3, 1e-2),
+                                                            groups=4, strides=[2, 2], pads=[0, 0, 1, 1]), **INT8),
+    Case("qconv2d_1x1", "qconv2d", **qconv(i8(2, 4, 4, 8), i8(6, 1, 1, 8), bias=False), **INT8),
+    # a rescale above 1 (a positive shift) on channel 0
+    Case("qconv2d_1x1_shift_left", "qconv2d", inputs=dict(x=i8(1, 3, 3, 8, lo=-20, hi=20)),
+         weights=dict(weight=i8(3, 1, 1, 8, lo=-2, hi=2), **requant(1.5, 0.75, 3e-2)),
+         params=dict(input_zero_point=1, output_zero_point=-2), **INT8),
+    Case("qconv2d_grouped", "qconv2d", **qconv(i8(1, 5, 5, 4), i8(6, 3, 3, 2), groups=2, pads=[1, 1, 1, 1]),
+         island=GROUPED, **INT8),
+    Case("qlinear", "qlinear", dict(x=i8(3, 20)), dict(weight=i8(7, 20), bias=i32(7), **channel_requant(7, 1e-3, 5e-3)),
+         dict(input_zero_point=4, output_zero_point=-6), **INT8),
+    Case("qlinear_per_tensor_3d", "qlinear", dict(x=i8(2, 2, 16)), dict(weight=i8(5, 16), **requant(3e-3)),
+         dict(input_zero_point=-1, output_zero_point=0, act_min=-20, act_max=127), **INT8),
+    Case("qavg_pool2d", "qavg_pool2d", dict(x=i8(1, 6, 6, 4)),
+         params=dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], act_min=-100, act_max=90), **INT8),
+    Case("qavg_pool2d_valid", "qavg_pool2d", dict(x=i8(2, 4, 5, 3)), params=dict(kernel=[2, 3]), **INT8),
+    Case("qsoftmax", "qsoftmax", dict(x=i8(3, 10)),
+         params=dict(input_scale=0.1, output_scale=1 / 256, output_zero_point=-128), **INT8),
+    Case("qsoftmax_beta_3d", "qsoftmax", dict(x=i8(2, 3, 17)),
+         params=dict(input_scale=0.05, beta=0.7, output_scale=1 / 256, output_zero_point=-128), **INT8),
+    Case("qdwpw_conv2d", "qdwpw_conv2d", **qdwpw(i8(1, 6, 6, 8), 8, 12), **INT8),
+    Case("qdwpw_conv2d_stride2_clamped", "qdwpw_conv2d",
+         **qdwpw(i8(2, 7, 6, 4), 4, 8, bias=False, dw_params=dict(strides=[2, 2]), act_min=-4, act_max=90), **INT8),
+    Case("qdwpw_conv2d_6_channels", "qdwpw_conv2d", **qdwpw(i8(1, 5, 5, 6), 6, 4),
+         plan="int8 channels not a multiple of 4", **INT8),
+]
+CASES += [  # fused convs (ops/dwpw.py): depthwise -> 1x1, and expand 1x1 -> depthwise -> 1x1
+    Case("dwpw_conv2d", "dwpw_conv2d", **dwpw(f32(1, 7, 7, 6), 6, 10),
+         params=dict(activation="relu",
+                     depthwise=dict(groups=6, strides=[2, 2], pads=[1, 1, 1, 1], activation="relu6")),
+         gpu=False),
+    Case("dwpw_conv2d_nobias_dilated", "dwpw_conv2d", **dwpw(f32(2, 6, 5, 4), 4, 7, bias=False),
+         params=dict(depthwise=dict(groups=4, pads=[2, 1, 2, 1], dilations=[2, 1])), gpu=False),
+    # 1x1 weights past DWPW_SPLIT_BYTES (256 x 264 floats): the plan runs the two convs' steps
+    Case("dwpw_conv2d_split", "dwpw_conv2d", **dwpw(f32(1, 3, 3, 264), 264, 256),
+         params=dict(activation="relu6", depthwise=dict(groups=264, pads=[1, 1, 1, 1], activation="relu")), gpu=False),
+    Case("expand_dwpw_conv2d", "expand_dwpw_conv2d", dict(x=f32(1, 5, 5, 4)),
+         dict(ex_weight=f32(12, 1, 1, 4), ex_bias=f32(12), dw_weight=f32(12, 3, 3, 1), dw_bias=f32(12),
+              weight=f32(6, 1, 1, 12), bias=f32(6)),
+         dict(expand=dict(activation="relu6"), depthwise=dict(groups=12, pads=[1, 1, 1, 1], activation="relu6")),
+         gpu=False),
+    Case("expand_dwpw_conv2d_stride2", "expand_dwpw_conv2d", dict(x=f32(2, 6, 7, 3)),
+         dict(ex_weight=f32(8, 1, 1, 3), dw_weight=f32(8, 3, 3, 1), weight=f32(5, 1, 1, 8)),
+         dict(activation="relu", expand=dict(activation="relu"),
+              depthwise=dict(groups=8, strides=[2, 2], pads=[0, 0, 1, 1])),
+         gpu=False),
+]
+
+
+def build_graph(case: Case) -> tuple[Graph, dict]:
+    """The case's graph (validated: specs inferred) and its weights: node "n" reading the graph inputs
+    (its "x" through node "p", the producer, when the case has one) and the weights, every output a
+    graph output."""
+    inputs = [TensorSpec(n, a.shape, str(a.dtype)) for n, a in case.inputs.items()]
+    weights = {n: TensorSpec(n, a.shape, a.qtype if isinstance(a, QuantTensor) else str(a.dtype))
+               for n, a in case.weights.items()}
+    outs = {p: f"out.{p}" for p in case.outputs}
+    wiring = {**{n: n for n in case.inputs}, **{n: n for n in case.weights}}
+    nodes = []
+    if case.producer is not None:
+        nodes.append(Node("p", case.producer, {"x": "x"}, {"y": "x." + case.producer}))
+        wiring["x"] = "x." + case.producer
+    nodes.append(Node("n", case.op, wiring, outs, case.params))
+    graph = Graph(inputs, weights, nodes, list(outs.values()))
+    validate(graph)
+    return graph, dict(case.weights)
+
+
+def run_context(case: Case) -> RunContext:
+    if case.kv is None:
+        return RunContext(output_rows=case.rows)
+    layers, start = case.kv
+    p = case.params
+    kv = KVCache(layers, p["n_kv_heads"], p["head_dim"], 256)
+    r = np.random.default_rng(1)
+    for layer in range(layers):
+        kv.append(layer, 0, r.uniform(-2, 2, (p["n_kv_heads"], start, p["head_dim"])).astype(np.float32),
+                  r.uniform(-2, 2, (p["n_kv_heads"], start, p["head_dim"])).astype(np.float32))
+    return RunContext(kv=kv, pos=start, output_rows=case.rows)
+
+
