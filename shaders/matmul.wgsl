@@ -17,6 +17,7 @@ const FN_HARD_SIGMOID: u32 = 8u;
 const FN_SQRT: u32 = 9u;
 const FN_SQUARE: u32 = 10u;
 const FN_CLIP: u32 = 11u;
+const FN_LEAKY_RELU: u32 = 12u;
 const BIN_ADD: u32 = 0u;
 const BIN_MUL: u32 = 1u;
 const BIN_SUB: u32 = 2u;

@@ -1,6 +1,7 @@
 // Pointwise activations y = f(x).
 // op: an FN_* code (volvox/ops/codes.py): relu, relu6, sigmoid, silu, gelu (erf), gelu_tanh,
-// hard_swish, hard_sigmoid(alpha = lo, beta = hi), sqrt, square, clip(lo, hi); none copies.
+// hard_swish, hard_sigmoid, sqrt, square, clip, leaky_relu; lo, hi: the function's parameters
+// (alpha, beta of volvox/ops/codes.py's FN_PARAMS); none copies.
 // in_place != 0: y = f(y), x unbound (an activation over a buffer an earlier dispatch wrote; WebGPU
 // forbids binding one buffer both read-only and read-write in a dispatch).
 
@@ -17,6 +18,7 @@ const FN_HARD_SIGMOID: u32 = 8u;
 const FN_SQRT: u32 = 9u;
 const FN_SQUARE: u32 = 10u;
 const FN_CLIP: u32 = 11u;
+const FN_LEAKY_RELU: u32 = 12u;
 const BIN_ADD: u32 = 0u;
 const BIN_MUL: u32 = 1u;
 const BIN_SUB: u32 = 2u;
@@ -27,8 +29,8 @@ const BIN_POW: u32 = 4u;
 struct Params {
     n: u32,
     op: u32,
-    lo: f32,     // clip bounds / hard_sigmoid alpha
-    hi: f32,     // clip bounds / hard_sigmoid beta
+    lo: f32,     // the function's first parameter (alpha), if any
+    hi: f32,     // its second (beta)
     in_place: u32,
 }
 
@@ -68,6 +70,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         case FN_SQRT: { r = sqrt(v); }
         case FN_SQUARE: { r = v * v; }
         case FN_CLIP: { r = clamp(v, P.lo, P.hi); }
+        case FN_LEAKY_RELU: { r = select(P.lo * v, v, v >= 0.0); }
         default: { r = v; }
     }
     y[i] = r;

@@ -65,7 +65,8 @@ except ImportError as exc:  # only without a build
 BUILT = not isinstance(engine, _MissingEngine)  # whether the compiled kernels are here
 CONV_PIXELS = 64  # output pixels per work item of an im2col conv (the engine's CONV_STEP_PIXELS)
 
-__all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention", "rope", "swiglu", "silu", "conv2d", "qconv2d",
+__all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention", "rope", "swiglu", "silu", "unary", "conv2d",
+           "qconv2d",
            "quantize_i8", "dequantize_i8", "qavg_pool2d", "qsoftmax", "isa",
            "available_isas", "set_num_threads", "get_num_threads"]
 
@@ -526,6 +527,27 @@ def silu(x, out=None) -> np.ndarray:
             _check_apart(out, "silu", x=x2)
         y = out.reshape(x2.shape)
     engine.swiglu(x2, y, False)
+    return y.reshape(x.shape) if out is None else out
+
+
+def unary(x, fn: int, alpha: float = 0.0, beta: float = 0.0, out=None) -> np.ndarray:
+    """y = fn(x) elementwise for float32 x of any shape, through the engine's unary step: ``fn`` an
+    elementwise function code it computes (volvox/ops/codes.py), ``alpha``, ``beta`` its parameters;
+    ``out`` (float32, x's shape) may be x itself."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise KernelError("unary: x must be a float32 numpy array")
+    flat = np.ascontiguousarray(x).reshape(-1)  # (size,)
+    if out is None:
+        y = np.empty_like(flat)  # (size,)
+    else:
+        _check_out(out, x.shape)
+        if not _same_elements(out, flat):  # elementwise: out may be x, but nothing else it overlaps
+            _check_apart(out, "unary", x=flat)
+        y = out.reshape(-1)
+    try:
+        engine.unary(fn, flat, y, alpha, beta)
+    except ValueError as exc:
+        raise KernelError(str(exc)) from None
     return y.reshape(x.shape) if out is None else out
 
 

@@ -93,6 +93,26 @@ def test_small_nchw_graph_matches_onnxruntime(tmp_path):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.parametrize("op, attrs", [("Relu", {}), ("Sigmoid", {}), ("HardSwish", {}), ("HardSigmoid", {}),
+                                       ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("LeakyRelu", {}),
+                                       ("LeakyRelu", {"alpha": 0.25})])
+def test_elementwise_functions_match_onnxruntime(tmp_path, op, attrs):
+    """Each elementwise function with its attributes (or their defaults), against onnxruntime."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5, 7])])
+    path = tmp_path / f"{op}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
+    x = np.random.default_rng(2).uniform(-6, 6, (2, 3, 5, 7)).astype(np.float32)
+    want = ort_session(path).run(None, {"x": x})[0]
+    graph, weights, meta = read_onnx(path)
+    for reference in (False, True):
+        got = Model(graph, weights, meta, str(path), reference=reference).run({"x": x})[graph.outputs[0]]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 def test_truncated_onnx_is_a_clear_error(tmp_path):
     data = open(model_file("pp-ocrv4-rec"), "rb").read()
     path = tmp_path / "cut.onnx"

@@ -361,6 +361,10 @@ CASES += [  # fused convs (ops/dwpw.py): depthwise -> 1x1, and expand 1x1 -> dep
               depthwise=dict(groups=8, strides=[2, 2], pads=[0, 0, 1, 1])),
          gpu=False),
 ]
+CASES += [  # elementwise functions of the engine's unary step and the unary shader (ops/codes.py)
+    Case("leaky_relu", "leaky_relu", dict(x=f32(70, lo=-5, hi=5))),
+    Case("leaky_relu_alpha", "leaky_relu", dict(x=f32(3, 45, lo=-5, hi=5)), params=dict(alpha=0.2)),
+]
 
 
 def build_graph(case: Case) -> tuple[Graph, dict]:

@@ -14,6 +14,7 @@ cdef enum ElementwiseFn:
     FN_SQRT = 9
     FN_SQUARE = 10
     FN_CLIP = 11
+    FN_LEAKY_RELU = 12
 
 cdef enum BinaryOp:
     BIN_ADD = 0

@@ -23,6 +23,7 @@ import numpy as np
 from volvox.errors import BlueprintError, ShapeError, UnsupportedError, WeightsError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import get_op
+from volvox.ops.codes import FN_PARAMS
 from volvox.ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
 from volvox.formats.protobuf import floats, ints, parse, text
 from volvox.ops import validate_file
@@ -34,7 +35,9 @@ class ONNXError(WeightsError):
 
 ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64}
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Sqrt": "sqrt", "HardSwish": "hard_swish"}
+# ONNX elementwise functions -> volvox ops; their attributes are the function's parameters (ops/codes.py).
+UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Sqrt": "sqrt", "HardSwish": "hard_swish", "HardSigmoid": "hard_sigmoid",
+         "LeakyRelu": "leaky_relu"}
 BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 
 
@@ -195,18 +198,17 @@ class _Importer:
             self.conv(ins, out, attrs, node_id, where)
         elif op == "BatchNormalization":
             self.batch_norm(ins, out, attrs, node_id, where)
-        elif op in UNARY or op in ("Clip", "HardSigmoid"):
+        elif op in UNARY or op == "Clip":
             x = ins[0]
             self.runtime(x, where)
-            params = {}
             if op == "Clip":
                 lo = attrs.get("min") if self.opset < 11 else (float(self.const(ins[1], where, "min")) if len(ins) > 1 and ins[1] else None)
                 hi = attrs.get("max") if self.opset < 11 else (float(self.const(ins[2], where, "max")) if len(ins) > 2 and ins[2] else None)
-                params = {"min": lo, "max": hi}
-            elif op == "HardSigmoid":
-                params = {"alpha": attrs.get("alpha", 0.2), "beta": attrs.get("beta", 0.5)}
-            self.emit(UNARY.get(op, {"Clip": "clip", "HardSigmoid": "hard_sigmoid"}.get(op)), node_id, {"x": x}, out,
-                      logical=self.shapes[x], nhwc=x in self.nhwc, **params)
+                name, params = "clip", {"min": lo, "max": hi}
+            else:
+                name = UNARY[op]
+                params = {key: float(attrs[key]) for key, _ in FN_PARAMS.get(name, ()) if key in attrs}
+            self.emit(name, node_id, {"x": x}, out, logical=self.shapes[x], nhwc=x in self.nhwc, **params)
         elif op in BINARY:
             self.binary(BINARY[op], ins, out, node_id, where)
         elif op in ("GlobalAveragePool", "AveragePool", "MaxPool"):

@@ -1,4 +1,4 @@
-"""Activations for vision graphs: relu, clip, sigmoid, hard_sigmoid, hard_swish, softmax;
+"""Activations for vision graphs: relu, clip, sigmoid, hard_sigmoid, hard_swish, leaky_relu, softmax;
 and the activations the graph compiler folds into the op before them (``FUSED_ACTIVATIONS``).
 
 References compute in float64; numpy float32 is the fast path where it differs.
@@ -15,7 +15,7 @@ from volvox import cpu
 from volvox.ir.graph import expect
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, get_op, register
-from volvox.ops.elementwise import _unary_infer, unary_cpu
+from volvox.ops.elementwise import _unary_infer, unary_cpu, unary_kernels
 from volvox.ops.gpu import Call, Dispatch, Lowering, grid_1d, rows_of, unary_lowering
 
 
@@ -65,12 +65,6 @@ def hard_sigmoid_ref(ctx, p, x):
     return np.clip(y, 0.0, 1.0).astype(np.float32)
 
 
-def hard_sigmoid_fast(ctx, p, x):
-    """clip(alpha * x + beta, 0, 1) in float32."""
-    y = np.float32(p.get("alpha", 0.2)) * x + np.float32(p.get("beta", 0.5))
-    return np.clip(y, 0, 1, out=y)
-
-
 def hard_swish_ref(ctx, p, x):
     """x * relu6(x + 3) / 6."""
     x64 = x.astype(np.float64)
@@ -78,17 +72,14 @@ def hard_swish_ref(ctx, p, x):
 
 
 def hard_swish_into(x, out):
-    """out = x * relu6(x + 3) / 6 in float32; ``out`` may be ``x``."""
-    t = x + np.float32(3)  # x's shape
-    np.clip(t, 0, 6, out=t)
-    np.multiply(x, t, out=out)
-    out /= np.float32(6)
-    return out
+    """out = x * relu6(x + 3) / 6 through the engine's unary step; ``out`` may be ``x``."""
+    return cpu.unary(x, FN["hard_swish"], out=out)
 
 
-def hard_swish_fast(ctx, p, x):
-    """x * relu6(x + 3) / 6 in float32."""
-    return hard_swish_into(x, np.empty_like(x))
+def leaky_relu_ref(ctx, p, x):
+    """x where x >= 0, else alpha * x (ONNX's default alpha 0.01)."""
+    x64 = x.astype(np.float64)
+    return np.where(x64 >= 0, x64, np.float32(p.get("alpha", 0.01)) * x64).astype(np.float32)
 
 
 def unary_into(write):
@@ -134,15 +125,6 @@ def _lower_softmax(c: Call) -> list[Dispatch]:
     return [Dispatch("softmax", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n, beta=float(c.params.get("beta", 1.0))))]
 
 
-# ------------------------------------------------------------------- CPU plan lowering
-def hard_sigmoid_cpu(plan, node) -> None:
-    """clip(alpha * x + beta, 0, 1): the product rounded before the sum, as numpy's float32 steps."""
-    x, y = plan.input(node, "x"), plan.output(node)
-    plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
-    plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=FN["hard_sigmoid"],
-             **{k: float(np.float32(node.params.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5))})
-
-
 register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into),
                cpu=unary_cpu("relu"),
                gpu=unary_lowering("relu")))
@@ -151,12 +133,12 @@ register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_re
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
                into=unary_into(sigmoid_into),
                gpu=unary_lowering("sigmoid")))
-register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref, hard_sigmoid_fast,
-               cpu=hard_sigmoid_cpu,
-               gpu=unary_lowering("hard_sigmoid")))
-register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref, hard_swish_fast,
-               into=unary_into(hard_swish_into), cpu=unary_cpu("hard_swish"),
-               gpu=unary_lowering("hard_swish")))
+register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref,
+               **unary_kernels("hard_sigmoid")))
+register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref,
+               **unary_kernels("hard_swish")))
+register(OpDef("leaky_relu", "activation", ("x",), ("y",), _float_unary_infer, leaky_relu_ref,
+               **unary_kernels("leaky_relu")))
 register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast,
                gpu=Lowering(("softmax",), _lower_softmax, _check_softmax)))
 

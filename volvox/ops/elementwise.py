@@ -9,7 +9,7 @@ import numpy as np
 from volvox import cpu
 from volvox.errors import ShapeError
 from volvox.ir.graph import expect, same_dim
-from volvox.ops.codes import BIN, FN
+from volvox.ops.codes import BIN, FN, fn_args
 from volvox.ops.registry import OpDef, register
 from volvox.ops.gpu import binary_lowering, unary_lowering
 
@@ -134,12 +134,27 @@ def binary_cpu(plan, node) -> None:
 
 
 def unary_cpu(fn: str, port: str = "x"):
-    """The lowering of an elementwise op the engine's unary step runs (numpy's float32 arithmetic)."""
+    """The lowering of an elementwise op the engine's unary step runs (function ``fn`` of ops/codes.py)."""
     def lower(plan, node) -> None:
         x, y = plan.input(node, port), plan.output(node)
         plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
-        plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=FN[fn])
+        code, alpha, beta = fn_args(fn, node.params)
+        plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=code, alpha=alpha, beta=beta)
     return lower
+
+
+def unary_kernels(fn: str) -> dict:
+    """An elementwise op's kernels when the engine's unary step and the unary shader compute its
+    function ``fn`` (ops/codes.py): its ``fast``, ``into``, ``cpu`` and ``gpu`` fields, to pass to
+    OpDef. The per-op path and a step plan then run the same kernel, so their bits agree."""
+    def into(ctx, p, out, x):
+        code, alpha, beta = fn_args(fn, p)
+        return cpu.unary(x, code, alpha, beta, out=out)
+
+    def fast(ctx, p, x):
+        return into(ctx, p, np.empty_like(x), x)
+
+    return dict(fast=fast, into=into, cpu=unary_cpu(fn), gpu=unary_lowering(fn))
 
 
 def silu_cpu(plan, node) -> None:

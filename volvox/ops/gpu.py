@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from volvox.ops.codes import BIN, FN
+from volvox.ops.codes import BIN, FN, fn_args
 
 FLOAT_WEIGHTS = ("float32", "float16")   # quantized weights stay on the CPU (see docs/backends.md)
 MAX_HEAD_DIM = 128
@@ -91,16 +91,10 @@ def rows_of(shape) -> tuple[int, int]:
 
 
 def unary_dispatch(op: str, params: dict, x: str | None, y: str, n: int) -> Dispatch:
-    """y = op(x) over n elements, with op's params (clip bounds, hard_sigmoid alpha / beta, gelu's
-    approximation); ``x`` None: y = op(y) in place."""
-    code, lo, hi = FN[op], 0.0, 0.0
-    if op == "gelu" and params.get("approximate", "none") == "tanh":
-        code = FN["gelu_tanh"]
-    if op == "clip":
-        lo = -3.4e38 if params.get("min") is None else float(params["min"])
-        hi = 3.4e38 if params.get("max") is None else float(params["max"])
-    if op == "hard_sigmoid":
-        lo, hi = float(params.get("alpha", 0.2)), float(params.get("beta", 0.5))
+    """y = op(x) over n elements, with op's params (its function's parameters, gelu's approximation);
+    ``x`` None: y = op(y) in place."""
+    fn = "gelu_tanh" if op == "gelu" and params.get("approximate", "none") == "tanh" else op
+    code, lo, hi = fn_args(fn, params)
     return Dispatch("unary", [x or "@dummy", y], grid_of(n), dict(n=n, op=code, lo=lo, hi=hi, in_place=int(x is None)))
 
 

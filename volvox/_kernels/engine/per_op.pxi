@@ -149,6 +149,22 @@ def gelu(const float[::1] x, float[::1] y, bint tanh_approx):
         run_local(&s, 1, threads_for(n * 32))
 
 
+def unary(int fn, const float[::1] x, float[::1] y, float alpha, float beta):
+    """y = fn(x), fn one of UNARY_FNS (an FN_* code; alpha, beta its parameters); y may be x."""
+    if fn not in UNARY_FNS:
+        raise ValueError(f"unary: no unary step for function code {fn}")
+    cdef int64_t n = x.shape[0]
+    if n == 0:
+        return
+    cdef Step s
+    memset(&s, 0, sizeof(s))
+    s.kind = STEP_UNARY
+    s.a.elem.x, s.a.elem.y, s.a.elem.count, s.a.elem.fn = &x[0], &y[0], n, fn
+    s.a.elem.alpha, s.a.elem.beta = alpha, beta
+    with nogil:
+        run_local(&s, 1, threads_for(n * 8))
+
+
 def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :, ::1] vc, int64_t start,
               int64_t n_heads, int64_t window, float scale, float[:, ::1] out, float[::1] scratch):
     """out (seq, n_heads*hd) = causal GQA attention of q (seq, n_heads*hd) over the cache kc, vc

@@ -180,8 +180,9 @@ cdef class StepPlan:
 
     # ---------------------------------------------------------- elementwise steps
     def unary(self, *, uintptr_t x, uintptr_t y, int64_t count, int fn, float alpha=0.0, float beta=0.0):
-        """y (count,) = fn(x), an FN_* code (volvox/ops/codes.py: hard_swish, hard_sigmoid(alpha, beta), sqrt,
-        square, relu)."""
+        """y (count,) = fn(x), fn one of UNARY_FNS (an FN_* code; alpha, beta its parameters); y may be x."""
+        if fn not in UNARY_FNS:
+            raise ValueError(f"unary: no unary step for function code {fn}")
         cdef Step *s = self._next(STEP_UNARY)
         s.a.elem.x, s.a.elem.y, s.a.elem.count, s.a.elem.fn = ptr(x), ptr(y), count, fn
         s.a.elem.alpha, s.a.elem.beta = alpha, beta

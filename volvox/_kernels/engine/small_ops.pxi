@@ -283,8 +283,12 @@ cdef void global_avg_run(int64_t HW, int64_t C, int64_t c0, const float *x, floa
 
 # ----------------------------------------------------------------------------- elementwise
 # Functions and operators by their codes (volvox/ops/codes.py, generated into codes.pxd).
+UNARY_FNS = frozenset({FN_RELU, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # unary_run's
+
+
 cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, float *y) noexcept nogil:
-    """y (n,) = fn(x), an FN_* code: each numpy's float32 arithmetic (ops/activation.py, ops/arith.py)."""
+    """y (n,) = fn(x) for fn in UNARY_FNS (an FN_* code; alpha, beta: its parameters, volvox/ops/codes.py),
+    each with numpy's float32 arithmetic (the ops' references in ops/activation.py, ops/arith.py)."""
     cdef int64_t i
     cdef float t
     if fn == FN_HARD_SWISH:  # t = clip(x + 3, 0, 6); y = (x * t) / 6
@@ -304,6 +308,9 @@ cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, 
     elif fn == FN_RELU:  # numpy's maximum(x, 0)
         for i in range(n):
             y[i] = np_maximum(x[i], <float>0.0)
+    elif fn == FN_LEAKY_RELU:  # y = x if x >= 0 else alpha * x (NaN: alpha * NaN)
+        for i in range(n):
+            y[i] = x[i] if x[i] >= 0 else alpha * x[i]
 
 
 cdef inline float binary_op(int op, float a, float b) noexcept nogil:

@@ -21,106 +21,106 @@ struct _4
     uint _m14;
 };
 
-layout(binding = 0, std430) readonly buffer _21_20
+layout(binding = 0, std430) readonly buffer _22_21
 {
     float _m0[];
-} _20;
+} _21;
 
-layout(binding = 1, std430) readonly buffer _24_23
+layout(binding = 1, std430) readonly buffer _25_24
 {
     float _m0[];
-} _23;
+} _24;
 
-layout(binding = 2, std430) buffer _27_26
+layout(binding = 2, std430) buffer _28_27
 {
     float _m0[];
-} _26;
+} _27;
 
-layout(binding = 3, std430) readonly buffer _30_29
+layout(binding = 3, std430) readonly buffer _31_30
 {
     _4 _m0;
-} _29;
+} _30;
 
-uint _60(uint _62, uint _63)
+uint _61(uint _63, uint _64)
 {
-    return _62 % ((_63 == 0u) ? 1u : _63);
+    return _63 % ((_64 == 0u) ? 1u : _64);
 }
 
-uint _68(uint _69, uint _70)
+uint _69(uint _70, uint _71)
 {
-    return _69 / ((_70 == 0u) ? 1u : _70);
+    return _70 / ((_71 == 0u) ? 1u : _71);
 }
 
-float _35(float _33, float _34)
+float _36(float _34, float _35)
 {
-    if (_34 == 2.0)
+    if (_35 == 2.0)
     {
-        return _33 * _33;
+        return _34 * _34;
     }
-    if ((_33 < 0.0) && (_34 == roundEven(_34)))
+    if ((_34 < 0.0) && (_35 == roundEven(_35)))
     {
-        float _53 = pow(-_33, _34);
-        return (abs(_34 - 2.0 * trunc(_34 / 2.0)) == 1.0) ? (-_53) : _53;
+        float _54 = pow(-_34, _35);
+        return (abs(_35 - 2.0 * trunc(_35 / 2.0)) == 1.0) ? (-_54) : _54;
     }
-    return pow(_33, _34);
+    return pow(_34, _35);
 }
 
 void main()
 {
-    float _93 = 0.0;
-    float _96 = 0.0;
-    uint _105 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_105 >= _29._m0._m0)
+    float _94 = 0.0;
+    float _97 = 0.0;
+    uint _106 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_106 >= _30._m0._m0)
     {
         return;
     }
-    uint _114 = _60(_105, _29._m0._m3);
-    uint _117 = _68(_105, _29._m0._m3);
-    uint _120 = _60(_117, _29._m0._m2);
-    uint _123 = _68(_117, _29._m0._m2);
-    uint _126 = _60(_123, _29._m0._m1);
-    uint _129 = _68(_123, _29._m0._m1);
-    if (_29._m0._m14 != 0u)
+    uint _115 = _61(_106, _30._m0._m3);
+    uint _118 = _69(_106, _30._m0._m3);
+    uint _121 = _61(_118, _30._m0._m2);
+    uint _124 = _69(_118, _30._m0._m2);
+    uint _127 = _61(_124, _30._m0._m1);
+    uint _130 = _69(_124, _30._m0._m1);
+    if (_30._m0._m14 != 0u)
     {
-        _93 = _26._m0[_105];
+        _94 = _27._m0[_106];
     }
     else
     {
-        _93 = _20._m0[(((_129 * _29._m0._m4) + (_126 * _29._m0._m5)) + (_120 * _29._m0._m6)) + (_114 * _29._m0._m7)];
+        _94 = _21._m0[(((_130 * _30._m0._m4) + (_127 * _30._m0._m5)) + (_121 * _30._m0._m6)) + (_115 * _30._m0._m7)];
     }
-    uint _171 = (((_129 * _29._m0._m8) + (_126 * _29._m0._m9)) + (_120 * _29._m0._m10)) + (_114 * _29._m0._m11);
-    switch (_29._m0._m12)
+    uint _172 = (((_130 * _30._m0._m8) + (_127 * _30._m0._m9)) + (_121 * _30._m0._m10)) + (_115 * _30._m0._m11);
+    switch (_30._m0._m12)
     {
         case 1u:
         {
-            _96 = _93 * _23._m0[_171];
+            _97 = _94 * _24._m0[_172];
             break;
         }
         case 2u:
         {
-            _96 = _93 - _23._m0[_171];
+            _97 = _94 - _24._m0[_172];
             break;
         }
         case 3u:
         {
-            _96 = _93 / _23._m0[_171];
+            _97 = _94 / _24._m0[_172];
             break;
         }
         case 4u:
         {
-            _96 = _35(_93, _23._m0[_171]);
+            _97 = _36(_94, _24._m0[_172]);
             break;
         }
         default:
         {
-            _96 = _93 + _23._m0[_171];
+            _97 = _94 + _24._m0[_172];
             break;
         }
     }
-    if (_29._m0._m13 != 0u)
+    if (_30._m0._m13 != 0u)
     {
-        _96 = max(_96, 0.0);
+        _97 = max(_97, 0.0);
     }
-    _26._m0[_105] = _96;
+    _27._m0[_106] = _97;
 }
 

@@ -25,100 +25,100 @@ struct _4
     uint _m18;
 };
 
-layout(binding = 0, std430) readonly buffer _21_20
+layout(binding = 0, std430) readonly buffer _22_21
 {
     float _m0[];
-} _20;
+} _21;
 
-layout(binding = 1, std430) readonly buffer _24_23
+layout(binding = 1, std430) readonly buffer _25_24
 {
     float _m0[];
-} _23;
+} _24;
 
-layout(binding = 2, std430) readonly buffer _27_26
+layout(binding = 2, std430) readonly buffer _28_27
 {
     float _m0[];
-} _26;
+} _27;
 
-layout(binding = 3, std430) buffer _30_29
+layout(binding = 3, std430) buffer _31_30
 {
     float _m0[];
-} _29;
+} _30;
 
-layout(binding = 4, std430) readonly buffer _33_32
+layout(binding = 4, std430) readonly buffer _34_33
 {
     _4 _m0;
-} _32;
+} _33;
 
-uint _35(uint _37, uint _38)
+uint _36(uint _38, uint _39)
 {
-    return _37 % ((_38 == 0u) ? 1u : _38);
+    return _38 % ((_39 == 0u) ? 1u : _39);
 }
 
-uint _44(uint _45, uint _46)
+uint _45(uint _46, uint _47)
 {
-    return _45 / ((_46 == 0u) ? 1u : _46);
+    return _46 / ((_47 == 0u) ? 1u : _47);
 }
 
 void main()
 {
-    float _74 = 0.0;
-    uint _76 = 0u;
-    uvec2 _139 = uvec2(4294967295u);
-    uvec2 _185 = uvec2(4294967295u);
+    float _75 = 0.0;
+    uint _77 = 0u;
+    uvec2 _140 = uvec2(4294967295u);
+    uvec2 _186 = uvec2(4294967295u);
     uvec2 _259 = uvec2(4294967295u);
-    uint _89 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_89 >= _32._m0._m0)
+    uint _90 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_90 >= _33._m0._m0)
     {
         return;
     }
-    uint _98 = _35(_89, _32._m0._m6);
-    uint _104 = _35(_44(_89, _32._m0._m6), _32._m0._m5);
-    uint _113 = _35(_44(_89, _32._m0._m6 * _32._m0._m5), _32._m0._m4);
-    uint _122 = _44(_89, (_32._m0._m6 * _32._m0._m5) * _32._m0._m4);
-    uint _128 = _44(_98, _32._m0._m10) * _32._m0._m9;
+    uint _99 = _36(_90, _33._m0._m6);
+    uint _105 = _36(_45(_90, _33._m0._m6), _33._m0._m5);
+    uint _114 = _36(_45(_90, _33._m0._m6 * _33._m0._m5), _33._m0._m4);
+    uint _123 = _45(_90, (_33._m0._m6 * _33._m0._m5) * _33._m0._m4);
+    uint _129 = _45(_99, _33._m0._m10) * _33._m0._m9;
     for (;;)
     {
-        if (all(equal(uvec2(0u), _139)))
+        if (all(equal(uvec2(0u), _140)))
         {
             break;
         }
-        _139 -= uvec2(uint(_139.y == 0u), 1u);
-        if (!(_76 < _32._m0._m7))
+        _140 -= uvec2(uint(_140.y == 0u), 1u);
+        if (!(_77 < _33._m0._m7))
         {
             break;
         }
-        uint _161 = _76;
-        int _172 = int((_113 * _32._m0._m11) + (_161 * _32._m0._m13)) - int(_32._m0._m15);
-        if ((_172 < 0) || (_172 >= int(_32._m0._m1)))
+        uint _162 = _77;
+        int _173 = int((_114 * _33._m0._m11) + (_162 * _33._m0._m13)) - int(_33._m0._m15);
+        if ((_173 < 0) || (_173 >= int(_33._m0._m1)))
         {
-            uint _294 = _76;
-            _76 = _294 + 1u;
+            uint _294 = _77;
+            _77 = _294 + 1u;
             continue;
         }
-        uint _78 = 0u;
+        uint _79 = 0u;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _185)))
+            if (all(equal(uvec2(0u), _186)))
             {
                 break;
             }
-            _185 -= uvec2(uint(_185.y == 0u), 1u);
-            if (!(_78 < _32._m0._m8))
+            _186 -= uvec2(uint(_186.y == 0u), 1u);
+            if (!(_79 < _33._m0._m8))
             {
                 break;
             }
-            uint _208 = _78;
-            int _219 = int((_104 * _32._m0._m12) + (_208 * _32._m0._m14)) - int(_32._m0._m16);
-            if ((_219 < 0) || (_219 >= int(_32._m0._m2)))
+            uint _208 = _79;
+            int _219 = int((_105 * _33._m0._m12) + (_208 * _33._m0._m14)) - int(_33._m0._m16);
+            if ((_219 < 0) || (_219 >= int(_33._m0._m2)))
             {
-                uint _292 = _78;
-                _78 = _292 + 1u;
+                uint _292 = _79;
+                _79 = _292 + 1u;
                 continue;
             }
-            uint _241 = (((((_122 * _32._m0._m1) + uint(_172)) * _32._m0._m2) + uint(_219)) * _32._m0._m3) + _128;
-            uint _254 = ((((_98 * _32._m0._m7) + _76) * _32._m0._m8) + _78) * _32._m0._m9;
-            uint _80 = 0u;
+            uint _241 = (((((_123 * _33._m0._m1) + uint(_173)) * _33._m0._m2) + uint(_219)) * _33._m0._m3) + _129;
+            uint _254 = ((((_99 * _33._m0._m7) + _77) * _33._m0._m8) + _79) * _33._m0._m9;
+            uint _81 = 0u;
             for (;;)
             {
                 if (all(equal(uvec2(0u), _259)))
@@ -126,34 +126,34 @@ void main()
                     break;
                 }
                 _259 -= uvec2(uint(_259.y == 0u), 1u);
-                if (!(_80 < _32._m0._m9))
+                if (!(_81 < _33._m0._m9))
                 {
                     break;
                 }
-                _74 += (_20._m0[_241 + _80] * _23._m0[_254 + _80]);
-                _80++;
+                _75 += (_21._m0[_241 + _81] * _24._m0[_254 + _81]);
+                _81++;
                 continue;
             }
-            uint _292 = _78;
-            _78 = _292 + 1u;
+            uint _292 = _79;
+            _79 = _292 + 1u;
             continue;
         }
-        uint _294 = _76;
-        _76 = _294 + 1u;
+        uint _294 = _77;
+        _77 = _294 + 1u;
         continue;
     }
-    if (_32._m0._m17 != 0u)
+    if (_33._m0._m17 != 0u)
     {
-        _74 += _26._m0[_98];
+        _75 += _27._m0[_99];
     }
-    if (_32._m0._m18 == 1u)
+    if (_33._m0._m18 == 1u)
     {
-        _74 = max(_74, 0.0);
+        _75 = max(_75, 0.0);
     }
-    if (_32._m0._m18 == 2u)
+    if (_33._m0._m18 == 2u)
     {
-        _74 = clamp(_74, 0.0, 6.0);
+        _75 = clamp(_75, 0.0, 6.0);
     }
-    _29._m0[_89] = _74;
+    _30._m0[_90] = _75;
 }
 

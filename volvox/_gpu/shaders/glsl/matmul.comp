@@ -16,76 +16,76 @@ struct _4
     uint _m9;
 };
 
-layout(binding = 0, std430) readonly buffer _24_23
+layout(binding = 0, std430) readonly buffer _25_24
 {
     float _m0[];
-} _23;
+} _24;
 
-layout(binding = 1, std430) readonly buffer _27_26
+layout(binding = 1, std430) readonly buffer _28_27
 {
     float _m0[];
-} _26;
+} _27;
 
-layout(binding = 2, std430) readonly buffer _30_29
+layout(binding = 2, std430) readonly buffer _31_30
 {
     float _m0[];
-} _29;
+} _30;
 
-layout(binding = 3, std430) buffer _33_32
+layout(binding = 3, std430) buffer _34_33
 {
     float _m0[];
-} _32;
+} _33;
 
-layout(binding = 4, std430) readonly buffer _36_35
+layout(binding = 4, std430) readonly buffer _37_36
 {
     _4 _m0;
-} _35;
+} _36;
 
-shared float _38[256];
-shared float _41[256];
+shared float _39[256];
+shared float _42[256];
 
-float _44(float _43)
+float _45(float _44)
 {
-    float _54 = abs(_43);
-    float _57 = 1.0 / (1.0 + (0.3275910913944244384765625 * _54));
-    return sign(_43) * (1.0 - ((_57 * (0.254829585552215576171875 + (_57 * ((-0.284496724605560302734375) + (_57 * (1.42141377925872802734375 + (_57 * ((-1.45315206050872802734375) + (_57 * 1.0614054203033447265625))))))))) * exp((-_54) * _54)));
+    float _55 = abs(_44);
+    float _58 = 1.0 / (1.0 + (0.3275910913944244384765625 * _55));
+    return sign(_44) * (1.0 - ((_58 * (0.254829585552215576171875 + (_58 * ((-0.284496724605560302734375) + (_58 * (1.42141377925872802734375 + (_58 * ((-1.45315206050872802734375) + (_58 * 1.0614054203033447265625))))))))) * exp((-_55) * _55)));
 }
 
-float _77(float _75, uint _76)
+float _78(float _76, uint _77)
 {
-    switch (_76)
+    switch (_77)
     {
         case 1u:
         {
-            return max(_75, 0.0);
+            return max(_76, 0.0);
         }
         case 2u:
         {
-            return clamp(_75, 0.0, 6.0);
+            return clamp(_76, 0.0, 6.0);
         }
         case 4u:
         {
-            return _75 / (1.0 + exp(-_75));
+            return _76 / (1.0 + exp(-_76));
         }
         case 5u:
         {
-            return (0.5 * _75) * (1.0 + _44(_75 * 0.707106769084930419921875));
+            return (0.5 * _76) * (1.0 + _45(_76 * 0.707106769084930419921875));
         }
         case 3u:
         {
-            return 1.0 / (1.0 + exp(-_75));
+            return 1.0 / (1.0 + exp(-_76));
         }
         case 6u:
         {
-            return _75 / (1.0 + exp((-1.5957691669464111328125) * (_75 + (((0.0447149984538555145263671875 * _75) * _75) * _75))));
+            return _76 / (1.0 + exp((-1.5957691669464111328125) * (_76 + (((0.0447149984538555145263671875 * _76) * _76) * _76))));
         }
         case 7u:
         {
-            return (_75 * clamp(_75 + 3.0, 0.0, 6.0)) / 6.0;
+            return (_76 * clamp(_76 + 3.0, 0.0, 6.0)) / 6.0;
         }
         default:
         {
-            return _75;
+            return _76;
         }
     }
     return 0.0;
@@ -93,71 +93,71 @@ float _77(float _75, uint _76)
 
 void main()
 {
-    float _139 = 0.0;
-    uint _141 = 0u;
-    float _143 = 0.0;
-    float _145 = 0.0;
-    float _149 = 0.0;
-    uvec2 _184 = uvec2(4294967295u);
-    uvec2 _263 = uvec2(4294967295u);
-    uint _155 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
-    uint _159 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
-    uint _163 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
-    uint _168 = gl_WorkGroupID.z * _35._m0._m6;
-    uint _172 = gl_WorkGroupID.z * _35._m0._m7;
+    float _140 = 0.0;
+    uint _142 = 0u;
+    float _144 = 0.0;
+    float _146 = 0.0;
+    float _150 = 0.0;
+    uvec2 _185 = uvec2(4294967295u);
+    uvec2 _264 = uvec2(4294967295u);
+    uint _156 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
+    uint _160 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
+    uint _164 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
+    uint _169 = gl_WorkGroupID.z * _36._m0._m6;
+    uint _173 = gl_WorkGroupID.z * _36._m0._m7;
     for (;;)
     {
-        if (all(equal(uvec2(0u), _184)))
+        if (all(equal(uvec2(0u), _185)))
         {
             break;
         }
-        _184 -= uvec2(uint(_184.y == 0u), 1u);
-        if (!(_141 < _35._m0._m1))
+        _185 -= uvec2(uint(_185.y == 0u), 1u);
+        if (!(_142 < _36._m0._m1))
         {
             break;
         }
-        uint _205 = _141 + gl_LocalInvocationID.x;
-        _143 = 0.0;
-        if ((_155 < _35._m0._m0) && (_205 < _35._m0._m1))
+        uint _206 = _142 + gl_LocalInvocationID.x;
+        _144 = 0.0;
+        if ((_156 < _36._m0._m0) && (_206 < _36._m0._m1))
         {
-            _143 = _23._m0[(_168 + (_155 * _35._m0._m1)) + _205];
+            _144 = _24._m0[(_169 + (_156 * _36._m0._m1)) + _206];
         }
-        _38[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _143;
-        _145 = 0.0;
-        if ((_163 < _35._m0._m2) && (_205 < _35._m0._m1))
+        _39[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _144;
+        _146 = 0.0;
+        if ((_164 < _36._m0._m2) && (_206 < _36._m0._m1))
         {
-            _145 = _26._m0[(_172 + ((_35._m0._m3 + _163) * _35._m0._m4)) + (_205 * _35._m0._m5)];
+            _146 = _27._m0[(_173 + ((_36._m0._m3 + _164) * _36._m0._m4)) + (_206 * _36._m0._m5)];
         }
-        _41[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _145;
+        _42[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _146;
         barrier();
-        uint _147 = 0u;
+        uint _148 = 0u;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _263)))
+            if (all(equal(uvec2(0u), _264)))
             {
                 break;
             }
-            _263 -= uvec2(uint(_263.y == 0u), 1u);
-            if (!(_147 < 16u))
+            _264 -= uvec2(uint(_264.y == 0u), 1u);
+            if (!(_148 < 16u))
             {
                 break;
             }
-            _139 += (_38[(gl_LocalInvocationID.y * 16u) + _147] * _41[(gl_LocalInvocationID.x * 16u) + _147]);
-            _147++;
+            _140 += (_39[(gl_LocalInvocationID.y * 16u) + _148] * _42[(gl_LocalInvocationID.x * 16u) + _148]);
+            _148++;
             continue;
         }
         barrier();
-        _141 += 16u;
+        _142 += 16u;
         continue;
     }
-    if ((_155 < _35._m0._m0) && (_159 < _35._m0._m2))
+    if ((_156 < _36._m0._m0) && (_160 < _36._m0._m2))
     {
-        _149 = _139;
-        if (_35._m0._m8 != 0u)
+        _150 = _140;
+        if (_36._m0._m8 != 0u)
         {
-            _149 += _29._m0[_159];
+            _150 += _30._m0[_160];
         }
-        _32._m0[(((gl_WorkGroupID.z * _35._m0._m0) + _155) * _35._m0._m2) + _159] = _77(_149, _35._m0._m9);
+        _33._m0[(((gl_WorkGroupID.z * _36._m0._m0) + _156) * _36._m0._m2) + _160] = _78(_150, _36._m0._m9);
         return;
     }
     else

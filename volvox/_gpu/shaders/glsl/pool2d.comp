@@ -20,50 +20,50 @@ struct _4
     uint _m13;
 };
 
-layout(binding = 0, std430) readonly buffer _21_20
+layout(binding = 0, std430) readonly buffer _22_21
 {
     float _m0[];
-} _20;
+} _21;
 
-layout(binding = 1, std430) buffer _24_23
+layout(binding = 1, std430) buffer _25_24
 {
     float _m0[];
-} _23;
+} _24;
 
-layout(binding = 2, std430) readonly buffer _27_26
+layout(binding = 2, std430) readonly buffer _28_27
 {
     _4 _m0;
-} _26;
+} _27;
 
-uint _29(uint _31, uint _32)
+uint _30(uint _32, uint _33)
 {
-    return _31 % ((_32 == 0u) ? 1u : _32);
+    return _32 % ((_33 == 0u) ? 1u : _33);
 }
 
-uint _38(uint _39, uint _40)
+uint _39(uint _40, uint _41)
 {
-    return _39 / ((_40 == 0u) ? 1u : _40);
+    return _40 / ((_41 == 0u) ? 1u : _41);
 }
 
 void main()
 {
-    float _68 = 0.0;
-    float _70 = 0.0;
-    uint _71 = 0u;
+    float _69 = 0.0;
+    float _71 = 0.0;
+    uint _72 = 0u;
     uvec2 _132 = uvec2(4294967295u);
     uvec2 _173 = uvec2(4294967295u);
-    uint _82 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
-    if (_82 >= _26._m0._m0)
+    uint _83 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 64u) + gl_LocalInvocationIndex;
+    if (_83 >= _27._m0._m0)
     {
         return;
     }
-    uint _91 = _29(_82, _26._m0._m3);
-    uint _97 = _29(_38(_82, _26._m0._m3), _26._m0._m5);
-    uint _106 = _29(_38(_82, _26._m0._m3 * _26._m0._m5), _26._m0._m4);
-    uint _115 = _38(_82, (_26._m0._m3 * _26._m0._m5) * _26._m0._m4);
-    if (_26._m0._m12 == 0u)
+    uint _92 = _30(_83, _27._m0._m3);
+    uint _98 = _30(_39(_83, _27._m0._m3), _27._m0._m5);
+    uint _107 = _30(_39(_83, _27._m0._m3 * _27._m0._m5), _27._m0._m4);
+    uint _116 = _39(_83, (_27._m0._m3 * _27._m0._m5) * _27._m0._m4);
+    if (_27._m0._m12 == 0u)
     {
-        _68 = -3.3999999521443642490773241379936e+38;
+        _69 = -3.3999999521443642490773241379936e+38;
     }
     for (;;)
     {
@@ -72,19 +72,19 @@ void main()
             break;
         }
         _132 -= uvec2(uint(_132.y == 0u), 1u);
-        if (!(_71 < _26._m0._m6))
+        if (!(_72 < _27._m0._m6))
         {
             break;
         }
-        uint _154 = _71;
-        int _160 = int((_106 * _26._m0._m8) + _154) - int(_26._m0._m10);
-        if ((_160 < 0) || (_160 >= int(_26._m0._m1)))
+        uint _154 = _72;
+        int _160 = int((_107 * _27._m0._m8) + _154) - int(_27._m0._m10);
+        if ((_160 < 0) || (_160 >= int(_27._m0._m1)))
         {
-            uint _241 = _71;
-            _71 = _241 + 1u;
+            uint _241 = _72;
+            _72 = _241 + 1u;
             continue;
         }
-        uint _73 = 0u;
+        uint _74 = 0u;
         for (;;)
         {
             if (all(equal(uvec2(0u), _173)))
@@ -92,52 +92,52 @@ void main()
                 break;
             }
             _173 -= uvec2(uint(_173.y == 0u), 1u);
-            if (!(_73 < _26._m0._m7))
+            if (!(_74 < _27._m0._m7))
             {
                 break;
             }
-            uint _195 = _73;
-            int _201 = int((_97 * _26._m0._m9) + _195) - int(_26._m0._m11);
-            if ((_201 < 0) || (_201 >= int(_26._m0._m2)))
+            uint _195 = _74;
+            int _201 = int((_98 * _27._m0._m9) + _195) - int(_27._m0._m11);
+            if ((_201 < 0) || (_201 >= int(_27._m0._m2)))
             {
-                uint _239 = _73;
-                _73 = _239 + 1u;
+                uint _239 = _74;
+                _74 = _239 + 1u;
                 continue;
             }
-            uint _223 = (((((_115 * _26._m0._m1) + uint(_160)) * _26._m0._m2) + uint(_201)) * _26._m0._m3) + _91;
-            if (_26._m0._m12 == 0u)
+            uint _223 = (((((_116 * _27._m0._m1) + uint(_160)) * _27._m0._m2) + uint(_201)) * _27._m0._m3) + _92;
+            if (_27._m0._m12 == 0u)
             {
-                _68 = max(_68, _20._m0[_223]);
+                _69 = max(_69, _21._m0[_223]);
             }
             else
             {
-                _68 += _20._m0[_223];
+                _69 += _21._m0[_223];
             }
-            _70 += 1.0;
-            uint _239 = _73;
-            _73 = _239 + 1u;
+            _71 += 1.0;
+            uint _239 = _74;
+            _74 = _239 + 1u;
             continue;
         }
-        uint _241 = _71;
-        _71 = _241 + 1u;
+        uint _241 = _72;
+        _72 = _241 + 1u;
         continue;
     }
-    if (_26._m0._m12 == 1u)
+    if (_27._m0._m12 == 1u)
     {
-        _68 /= _70;
+        _69 /= _71;
     }
-    if (_26._m0._m12 == 2u)
+    if (_27._m0._m12 == 2u)
     {
-        _68 /= float(_26._m0._m6 * _26._m0._m7);
+        _69 /= float(_27._m0._m6 * _27._m0._m7);
     }
-    if (_26._m0._m13 == 1u)
+    if (_27._m0._m13 == 1u)
     {
-        _68 = max(_68, 0.0);
+        _69 = max(_69, 0.0);
     }
-    if (_26._m0._m13 == 2u)
+    if (_27._m0._m13 == 2u)
     {
-        _68 = clamp(_68, 0.0, 6.0);
+        _69 = clamp(_69, 0.0, 6.0);
     }
-    _23._m0[_82] = _68;
+    _24._m0[_83] = _69;
 }
 
