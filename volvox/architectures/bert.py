@@ -10,25 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from volvox.ir.graph import Graph, TensorSpec
-from volvox.architectures.builder import GraphBuilder
+from volvox.architectures.builder import GraphBuilder, TransformerShape
 from volvox.architectures.gpt2 import gelu_of
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
 from volvox.formats.imported import Imported, ModelDims
 
 
 @dataclass(frozen=True)
-class BertConfig:
+class BertConfig(TransformerShape):
     """Hyperparameters of a BERT-style encoder."""
 
-    n_layers: int
-    dim: int
-    n_heads: int
-    head_dim: int
-    ffn_dim: int
-    vocab_size: int
-    context_length: int
     type_vocab_size: int
-    norm_eps: float
     gelu: str = "none"  # GELU approximation: "none" (exact erf) or "tanh"
 
     @property

@@ -7,9 +7,25 @@ bias is wired when the table has ``<key>_bias`` and that tensor exists.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import validate
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """The sizes every transformer family has; a family's config adds its own fields."""
+
+    n_layers: int
+    dim: int
+    n_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    context_length: int
+    norm_eps: float
 
 
 class GraphBuilder:
@@ -51,6 +67,15 @@ class GraphBuilder:
     def rms_norm(self, node_id: str, x: str, key: str, layer: int | None, out: str, eps: float) -> str:
         """RMSNorm with weight[key]."""
         return self.add("rms_norm", node_id, {"x": x, "weight": self.weight(key, layer)}, out, eps=eps)
+
+    def attention_residual(self, p: str, layer: int, h: str, q: str, k: str, v: str, attn: dict,
+                           window: int = 0) -> str:
+        """h + W_o attention(q, k, v) (+ bias): causal attention over the KV cache, sliding over
+        ``window`` positions when it is not 0; returns the residual sum's name (seq, dim)."""
+        a = self.add("attention", p + "attn", {"q": q, "k": k, "v": v}, p + "attn", layer=layer, **attn,
+                     **({"window": window} if window else {}))
+        o = self.linear(p + "o_proj", a, "o", layer, p + "o")  # (seq, dim)
+        return self.add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
 
     def graph(self, inputs: list[TensorSpec], outputs: list[str]) -> Graph:
         """The validated graph, keeping only the weights some node reads."""

@@ -14,23 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from volvox.ir.graph import Graph, TensorSpec
-from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder
+from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder, TransformerShape
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
 from volvox.formats.imported import Imported, ModelDims
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(TransformerShape):
     """Hyperparameters of a GPT-2-style decoder."""
 
-    n_layers: int
-    dim: int
-    n_heads: int
-    head_dim: int
-    ffn_dim: int
-    vocab_size: int
-    context_length: int
-    norm_eps: float
     gelu: str = "tanh"            # GELU approximation: "tanh" (gelu_new) or "none" (exact erf)
     attn_scale: float = 0.0       # multiplier of q·k; 0 = 1/sqrt(head_dim)
     layer_windows: tuple = ()     # per-layer local attention window (0 = global); () = all global
@@ -61,10 +53,7 @@ def build_gpt_graph(cfg: GPTConfig, names: dict[str, str], weights: dict[str, Te
         q = b.linear(p + "q_proj", x, "q", l, p + "q")  # (seq, dim)
         k = b.linear(p + "k_proj", x, "k", l, p + "k")  # (seq, dim)
         v = b.linear(p + "v_proj", x, "v", l, p + "v")  # (seq, dim)
-        window = {"window": cfg.layer_windows[l]} if cfg.layer_windows and cfg.layer_windows[l] else {}
-        a = b.add("attention", p + "attn", {"q": q, "k": k, "v": v}, p + "attn", layer=l, **attn, **window)
-        o = b.linear(p + "o_proj", a, "o", l, p + "o")  # (seq, dim)
-        h = b.add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
+        h = b.attention_residual(p, l, h, q, k, v, attn, cfg.layer_windows[l] if cfg.layer_windows else 0)
         # MLP block: h += W_proj gelu(W_fc x), x = layernorm(h)
         x = b.layer_norm(p + "ln_2", h, "ln_2", l, p + "x_mlp", cfg.norm_eps)
         f = b.linear(p + "fc", x, "fc", l, p + "fc")  # (seq, ffn_dim)

@@ -11,24 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from volvox.ir.graph import Graph, TensorSpec
-from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder
+from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder, TransformerShape
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(TransformerShape):
     """Hyperparameters of a LLaMA-style decoder."""
 
-    n_layers: int
-    dim: int
-    n_heads: int
     n_kv_heads: int
-    head_dim: int
-    ffn_dim: int
-    vocab_size: int
-    norm_eps: float
     rope_theta: float
     rope_style: str        # "interleaved" (GGUF layout) or "half" (HF layout)
-    context_length: int
     rope_scale: float = 1.0
     rope_llama3: dict | None = None   # LLaMA-3.1 frequency scaling (see ops.attention.llama3_inv_freq)
     layer_windows: tuple = ()         # per-layer sliding window (0 = full causal); () = all full
@@ -73,10 +65,7 @@ def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str
         v = b.linear(p + "v_proj", x, "v", l, p + "v")   # (seq, n_kv_heads*head_dim)
         q = b.add("rope", p + "q_rope", {"x": q, "positions": "positions"}, p + "q_rot", **rope)
         k = b.add("rope", p + "k_rope", {"x": k, "positions": "positions"}, p + "k_rot", **rope)
-        window = {"window": cfg.layer_windows[l]} if cfg.layer_windows and cfg.layer_windows[l] else {}
-        a = b.add("attention", p + "attn", {"q": q, "k": k, "v": v}, p + "attn", layer=l, **attn, **window)
-        o = b.linear(p + "o_proj", a, "o", l, p + "o")  # (seq, dim)
-        h = b.add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
+        h = b.attention_residual(p, l, h, q, k, v, attn, cfg.layer_windows[l] if cfg.layer_windows else 0)
         # feed-forward block: h += W_down (silu(W_gate x) * W_up x), x = rmsnorm(h)
         x = b.rms_norm(p + "ffn_norm", h, "ffn_norm", l, p + "x_ffn", cfg.norm_eps)
         g = b.linear(p + "gate_proj", x, "gate", l, p + "gate")  # (seq, ffn_dim)

@@ -7,7 +7,6 @@ and every weight against the graph's use of it.
 
 from __future__ import annotations
 
-import json
 import operator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from volvox.errors import BlueprintError, VolvoxError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, SUPPORTED_QTYPES, row_nbytes
 from volvox.formats.imported import Imported, ModelDims
+from volvox.formats.config_json import read_config_json
 from volvox.formats.safetensors import SafeTensorsFile
 from volvox.ops import validate_file
 from volvox.tokenizers import ByteLevelBPETokenizer
@@ -104,13 +104,7 @@ def _bind_weight(st: SafeTensorsFile, name: str, quantized: dict, path: str) -> 
 def read_blueprint(directory: str | Path) -> tuple[Graph, dict, dict, SafeTensorsFile | None]:
     """(validated graph, weights by name, metadata, open safetensors file) of a blueprint directory."""
     directory = Path(directory)
-    cfg_path = directory / "config.json"
-    try:
-        config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BlueprintError(f"{directory}: no config.json") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BlueprintError(f"{cfg_path}: not valid JSON: {e}") from None
+    config, cfg_path = read_config_json(directory)
     graph, quantized, metadata = parse_config(config, str(cfg_path))
     weights_file = config.get("weights", {}).get("file", "model.safetensors")
     st_path = directory / str(weights_file)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from volvox.errors import BlueprintError, ModelNotFoundError, ShapeError, UnsupportedError, WeightsError
+from volvox.formats.config_json import read_config_json
 from volvox.formats.safetensors import SafeTensorsFile
 from volvox.ir.graph import TensorSpec
 
@@ -135,13 +136,7 @@ def specs_of(weights: dict[str, Any]) -> dict[str, TensorSpec]:
 
 def read_hf_config(directory: Path) -> HFConfig:
     """config.json of an HF folder; BlueprintError if it is not a JSON object with a model_type."""
-    path = directory / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelNotFoundError(f"{directory}: no config.json") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BlueprintError(f"{path}: not valid JSON: {e}") from None
+    data, path = read_config_json(directory, missing=ModelNotFoundError)
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise BlueprintError(f"{path}: a Hugging Face config needs a string 'model_type'")
     return HFConfig(data, str(path))

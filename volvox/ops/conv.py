@@ -91,14 +91,19 @@ def tap(xp: np.ndarray, i: int, j: int, oh: int, ow: int, strides, dil) -> np.nd
     return xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
 
 
+def conv_geometry(x: np.ndarray, w: np.ndarray, p: dict) -> tuple:
+    """(strides, dilations, pads, groups, OH, OW) of an NHWC conv of x by w (Cout, KH, KW, Cin/g)."""
+    strides, dil, pads = window_params(p)
+    oh = conv_out_dim(x.shape[1], w.shape[1], strides[0], dil[0], pads[0], pads[2])
+    ow = conv_out_dim(x.shape[2], w.shape[2], strides[1], dil[1], pads[1], pads[3])
+    return strides, dil, pads, int(p.get("groups", 1)), oh, ow
+
+
 def conv_direct(x: np.ndarray, w: np.ndarray, p: dict, acc_dtype) -> np.ndarray:
     """Reference conv: sum over taps of per-group matmuls, accumulated in ``acc_dtype``. (N, OH, OW, Cout)."""
-    strides, dil, pads = window_params(p)
-    groups = int(p.get("groups", 1))
+    strides, dil, pads, groups, oh, ow = conv_geometry(x, w, p)
     n, h, wd, c = x.shape
     cout, kh, kw, cin_g = w.shape
-    oh = (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) // strides[0] + 1
-    ow = (wd + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) // strides[1] + 1
     xp = pad_nhwc(x.astype(acc_dtype), pads)
     wg = w.astype(acc_dtype).reshape(groups, cout // groups, kh, kw, cin_g)  # (g, cout/g, kh, kw, cin/g)
     y = np.zeros((n, oh, ow, groups, cout // groups), acc_dtype)           # (N, OH, OW, g, cout/g)
@@ -116,12 +121,9 @@ def conv_fast(x: np.ndarray, w: np.ndarray, p: dict, dtype) -> np.ndarray:
     Depthwise (one input channel per group): a tap loop of broadcast multiply-adds.
     Other grouped convs: one im2col matmul per group.
     """
-    strides, dil, pads = window_params(p)
-    groups = int(p.get("groups", 1))
+    strides, dil, pads, groups, oh, ow = conv_geometry(x, w, p)
     n, h, wd, c = x.shape
     cout, kh, kw, cin_g = w.shape
-    oh = (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) // strides[0] + 1
-    ow = (wd + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) // strides[1] + 1
     x = x.astype(dtype, copy=False)
     w = w.astype(dtype, copy=False)
     if groups == 1 and kh == kw == 1 and strides == (1, 1) and not any(pads):

@@ -5,25 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from volvox.errors import TokenizerError
-from volvox.formats.imported import ModelDims
-from volvox.model import Model
 from volvox.ops.context import RunContext
+from volvox.tasks.text import TextModel
 
 
-class Encoder(Model):
+class Encoder(TextModel):
     """An encoder graph (inputs tokens/positions/token_types, output ``hidden``) with its WordPiece tokenizer."""
-
-    @classmethod
-    def from_imported(cls, imported, **kw) -> "Encoder":
-        """The model of an import whose metadata carries its dims and which brings its tokenizer."""
-        dims = ModelDims.from_metadata(imported.metadata.get("dims"), imported.source)
-        return cls(imported.graph, imported.weights, imported.metadata, imported.source, dims, imported.tokenizer,
-                   closers=imported.closers, **kw)
-
-    def __init__(self, graph, weights, metadata, source, config, tokenizer, **kw):
-        super().__init__(graph, weights, metadata, source, **kw)
-        self.config = config
-        self.tokenizer = tokenizer
 
     def hidden_states(self, ids) -> np.ndarray:
         """Last hidden states (len(ids), dim) of one token sequence."""

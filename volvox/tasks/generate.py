@@ -19,13 +19,12 @@ from typing import Iterator
 import numpy as np
 
 from volvox.errors import GenerationError
-from volvox.formats.imported import ModelDims
-from volvox.model import Model
 from volvox.ops.context import BatchContext, RunContext
 from volvox.runtime.executor import Executor
 from volvox.runtime.kv_cache import KVCache
 from volvox.runtime.plan import Plan, Unsupported
 from volvox.tasks.sampling import Sampler, SamplingParams
+from volvox.tasks.text import TextModel
 
 PREFILL_CHUNK = 256  # prompt tokens per forward pass: bounds attention scratch memory
 
@@ -83,20 +82,11 @@ class Session:
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
-class LanguageModel(Model):
+class LanguageModel(TextModel):
     """A decoder-only language model: ``generate``, ``chat``, ``logits`` and a tokenizer."""
 
-    @classmethod
-    def from_imported(cls, imported, **kw) -> "LanguageModel":
-        """The model of an import whose metadata carries its dims and which brings its tokenizer."""
-        dims = ModelDims.from_metadata(imported.metadata.get("dims"), imported.source)
-        return cls(imported.graph, imported.weights, imported.metadata, imported.source, dims, imported.tokenizer,
-                   closers=imported.closers, **kw)
-
     def __init__(self, graph, weights, metadata, source, config, tokenizer, **kw):
-        super().__init__(graph, weights, metadata, source, **kw)
-        self.config = config
-        self.tokenizer = tokenizer
+        super().__init__(graph, weights, metadata, source, config, tokenizer, **kw)
         self.last_stats = GenerationStats()
         self._decode_plan: Plan | None | bool = None  # built on the first decode step; False: not lowerable
         self._closers.insert(0, self._drop_decode_plan)

@@ -1,0 +1,22 @@
+"""TextModel: what the models over token ids share (a tokenizer, and the dims their tasks need)."""
+
+from __future__ import annotations
+
+from volvox.formats.imported import ModelDims
+from volvox.model import Model
+
+
+class TextModel(Model):
+    """A graph over token ids with its tokenizer and dims (``metadata["dims"]``, a ModelDims)."""
+
+    @classmethod
+    def from_imported(cls, imported, **kw) -> "TextModel":
+        """The model of an import whose metadata carries its dims and which brings its tokenizer."""
+        dims = ModelDims.from_metadata(imported.metadata.get("dims"), imported.source)
+        return cls(imported.graph, imported.weights, imported.metadata, imported.source, dims, imported.tokenizer,
+                   closers=imported.closers, **kw)
+
+    def __init__(self, graph, weights, metadata, source, config: ModelDims, tokenizer, **kw):
+        super().__init__(graph, weights, metadata, source, **kw)
+        self.config = config
+        self.tokenizer = tokenizer
