@@ -8,7 +8,8 @@
 #   dot32_s8                         int8 . int8 over one 32-value block
 #   quantize_a32                     the 32-block activation quantizer (ggml's AVX2 one on x86)
 #   b32_rows                         the 32-block GEMM of a group of act rows
-#   float_gemv4, float_rows          the f32 / f16 GEMV's 4-row passes, the GEMM of a group of act rows
+#   gemm_float                       the f32 / f16 GEMM (gemm_float_tiles or the portable one)
+#   float_gemv4, float_rows          gemm_float_tiles' GEMV 4-row passes, GEMM of a group of act rows
 #   q4k_block_dot, q6k_block_dot     the integer part of one k-quant super-block
 #   dequant_f16_vec                  the f16 row conversion's vector part
 #
@@ -560,6 +561,22 @@ cdef inline void float_ref_rows(int fmt, int MR, int64_t K, const uint8_t *w, in
             y[i * ldy + r] = (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3])
 
 
+cdef inline void gemm_float_ref_impl(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                                     const void *a, int64_t a_stride, int64_t m, float *y,
+                                     int64_t ldy) noexcept nogil:
+    """Portable float GEMM (the portable tier's): act rows in groups of up to 4, their count a
+    runtime value as in the C. (With it a constant, GCC's SLP vectoriser left some of arm64's
+    products unfused in the f16 kernel: other bits than the C's.)"""
+    cdef int64_t i0
+    cdef int mr, i
+    cdef const float *x[4]       # (mr,) act rows
+    for i0 in range(0, m, 4):
+        mr = <int>(m - i0 if m - i0 < 4 else 4)
+        for i in range(mr):
+            x[i] = <const float *>(<const char *>a + (i0 + i) * a_stride)
+        float_ref_rows(fmt, mr, K, w, w_stride, 0, n, x, y + i0 * ldy, ldy)
+
+
 # The float GEMM of each (format, number of act rows), float_rows of the tier, as a function of its
 # own (called through FLOAT_ROWS, as B32_ROWS above: inlined into the dispatcher, the avx2 f16 tile
 # of 4 act rows took 12 instructions per 8 k, 4 of them stack loads, against the C's 8).
@@ -617,10 +634,12 @@ FLOAT_ROWS[1][2] = float_rows_f16_3
 FLOAT_ROWS[1][3] = float_rows_f16_4
 
 
-cdef inline void gemm_float(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
-                            const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """Float GEMM: a GEMV (m == 1) first takes the weight rows the tier's float_gemv4 takes (4 at a
-    time), then act rows in groups of up to 4 against the (other) weight rows (the tier's float_rows)."""
+cdef inline void gemm_float_tiles(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                                  const void *a, int64_t a_stride, int64_t m, float *y,
+                                  int64_t ldy) noexcept nogil:
+    """Float GEMM of the SIMD tiers: a GEMV (m == 1) first takes the weight rows the tier's
+    float_gemv4 takes (4 at a time), then act rows in groups of up to 4 against the (other) weight
+    rows (the tier's float_rows)."""
     cdef int64_t r0 = 0
     cdef int64_t i0
     cdef int mr, i

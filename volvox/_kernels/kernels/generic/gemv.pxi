@@ -44,9 +44,17 @@ cdef inline int32_t q6k_block_dot(const vx_block_q6_K *blk, const int8_t *q8) no
     return q6k_block_dot_ref(blk, q8)
 
 
+cdef inline void gemm_float(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                            const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """f32 / f16 GEMM, portable."""
+    gemm_float_ref_impl(fmt, K, w, w_stride, n, a, a_stride, m, y, ldy)
+
+
+# gemm_float_tiles' parts (kernels/gemv.pxi builds its table of float_rows in every tier; the portable
+# tier's gemm_float does not use it).
 cdef inline int64_t float_gemv4(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                                 const float *x, float *y) noexcept nogil:
-    """No 4-row GEMV pass on the portable tier: float_rows takes every row (returns 0)."""
+    """No 4-row GEMV pass on the portable tier (returns 0)."""
     return 0
 
 

@@ -231,6 +231,12 @@ cdef inline void float_rows4(int fmt, int64_t K, const uint8_t *w, int64_t ws, c
         out[r] = float_lanes_sum(acc[r], fmt, w + r * ws, x, k, K)
 
 
+cdef inline void gemm_float(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                            const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """f32 / f16 GEMM: 4 weight rows at a time for a GEMV, tiles of up to 4 act rows (gemm_float_tiles)."""
+    gemm_float_tiles(fmt, K, w, w_stride, n, a, a_stride, m, y, ldy)
+
+
 cdef inline int64_t float_gemv4(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                                 const float *x, float *y) noexcept nogil:
     """A GEMV's weight rows 4 at a time (float_rows4) while 4 are left; returns the rows done."""
