@@ -211,10 +211,12 @@ cdef inline void b32_decode(int fmt, const uint8_t *row, int64_t b, int8_t *wq, 
         wq[j + VX_QK // 2] = <int8_t>(qs[j] >> 4)  # high nibbles: values 16..31
 
 
-cdef inline void b32_ref_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
-                              const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
+cdef inline void b32_ref_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                              int64_t n, const int8_t **xq, const float **ds, float *y,
+                              int64_t ldy) noexcept nogil:
     """Portable: y[i * ldy + r] = dot(weight row r, act row i) for r < n, i < MR, block by block,
     one float per block and act row (the C's gemm_b32_ref_impl for one group of act rows)."""
+    cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t r, b
     cdef int i
@@ -249,62 +251,62 @@ ctypedef void (*b32_rows_fn)(int64_t K, const uint8_t *w, int64_t w_stride, int6
 cdef void b32_rows_q4_0_1(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_0 weight rows against 1 act row."""
-    b32_rows(VX_Q4_0, 1, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_1 *>NULL, VX_Q4_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q4_0_2(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_0 weight rows against 2 act rows."""
-    b32_rows(VX_Q4_0, 2, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_2 *>NULL, VX_Q4_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q4_0_3(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_0 weight rows against 3 act rows."""
-    b32_rows(VX_Q4_0, 3, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_3 *>NULL, VX_Q4_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q4_0_4(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_0 weight rows against 4 act rows."""
-    b32_rows(VX_Q4_0, 4, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_4 *>NULL, VX_Q4_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q4_1_1(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_1 weight rows against 1 act row."""
-    b32_rows(VX_Q4_1, 1, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_1 *>NULL, VX_Q4_1, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q4_1_2(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_1 weight rows against 2 act rows."""
-    b32_rows(VX_Q4_1, 2, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_2 *>NULL, VX_Q4_1, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q4_1_3(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_1 weight rows against 3 act rows."""
-    b32_rows(VX_Q4_1, 3, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_3 *>NULL, VX_Q4_1, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q4_1_4(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q4_1 weight rows against 4 act rows."""
-    b32_rows(VX_Q4_1, 4, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_4 *>NULL, VX_Q4_1, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q8_0_1(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q8_0 weight rows against 1 act row."""
-    b32_rows(VX_Q8_0, 1, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_1 *>NULL, VX_Q8_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q8_0_2(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q8_0 weight rows against 2 act rows."""
-    b32_rows(VX_Q8_0, 2, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_2 *>NULL, VX_Q8_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q8_0_3(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q8_0 weight rows against 3 act rows."""
-    b32_rows(VX_Q8_0, 3, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_3 *>NULL, VX_Q8_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef void b32_rows_q8_0_4(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const int8_t **xq,
                           const float **ds, float *y, int64_t ldy) noexcept nogil:
     """q8_0 weight rows against 4 act rows."""
-    b32_rows(VX_Q8_0, 4, K, w, ws, n, xq, ds, y, ldy)
+    b32_rows(<const count_4 *>NULL, VX_Q8_0, K, w, ws, n, xq, ds, y, ldy)
 
 cdef b32_rows_fn B32_ROWS[3][4]      # [format: VX_Q4_0, VX_Q4_1, VX_Q8_0][act rows - 1]
 B32_ROWS[VX_Q4_0][0] = b32_rows_q4_0_1
@@ -586,42 +588,42 @@ ctypedef void (*float_rows_fn)(int64_t K, const uint8_t *w, int64_t w_stride, in
 cdef void float_rows_f32_1(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f32 weight rows r0 .. n - 1 against 1 act row."""
-    float_rows(VX_F32, 1, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_1 *>NULL, VX_F32, K, w, ws, r0, n, x, y, ldy)
 
 cdef void float_rows_f32_2(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f32 weight rows r0 .. n - 1 against 2 act rows."""
-    float_rows(VX_F32, 2, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_2 *>NULL, VX_F32, K, w, ws, r0, n, x, y, ldy)
 
 cdef void float_rows_f32_3(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f32 weight rows r0 .. n - 1 against 3 act rows."""
-    float_rows(VX_F32, 3, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_3 *>NULL, VX_F32, K, w, ws, r0, n, x, y, ldy)
 
 cdef void float_rows_f32_4(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f32 weight rows r0 .. n - 1 against 4 act rows."""
-    float_rows(VX_F32, 4, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_4 *>NULL, VX_F32, K, w, ws, r0, n, x, y, ldy)
 
 cdef void float_rows_f16_1(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f16 weight rows r0 .. n - 1 against 1 act row."""
-    float_rows(VX_F16, 1, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_1 *>NULL, VX_F16, K, w, ws, r0, n, x, y, ldy)
 
 cdef void float_rows_f16_2(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f16 weight rows r0 .. n - 1 against 2 act rows."""
-    float_rows(VX_F16, 2, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_2 *>NULL, VX_F16, K, w, ws, r0, n, x, y, ldy)
 
 cdef void float_rows_f16_3(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f16 weight rows r0 .. n - 1 against 3 act rows."""
-    float_rows(VX_F16, 3, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_3 *>NULL, VX_F16, K, w, ws, r0, n, x, y, ldy)
 
 cdef void float_rows_f16_4(int64_t K, const uint8_t *w, int64_t ws, int64_t r0, int64_t n, const float **x,
                            float *y, int64_t ldy) noexcept nogil:
     """f16 weight rows r0 .. n - 1 against 4 act rows."""
-    float_rows(VX_F16, 4, K, w, ws, r0, n, x, y, ldy)
+    float_rows(<const count_4 *>NULL, VX_F16, K, w, ws, r0, n, x, y, ldy)
 
 cdef float_rows_fn FLOAT_ROWS[2][4]  # [format: VX_F32, VX_F16][act rows - 1]
 FLOAT_ROWS[0][0] = float_rows_f32_1

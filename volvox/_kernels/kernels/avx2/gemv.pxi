@@ -17,8 +17,9 @@ cdef inline __m256i dot_u8s8_scaled(__m256i u, __m256i s, int s_lo, int s_hi) no
                              _mm256_set_m128i(_mm_set1_epi16(<short>s_hi), _mm_set1_epi16(<short>s_lo)))
 
 
-cdef inline int64_t b32_wide_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
-                                  const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
+cdef inline int64_t b32_wide_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                                  int64_t n, const int8_t **xq, const float **ds, float *y,
+                                  int64_t ldy) noexcept nogil:
     """No wide tiles on avx2: every weight row goes through b32_avx2_tile (returns the first row left)."""
     return 0
 
@@ -30,10 +31,11 @@ cdef inline __m256 wload8(int fmt, const uint8_t *row, int64_t k) noexcept nogil
     return _mm256_cvtph_ps(_mm_loadu_si128(<const void *>(row + 2 * k)))
 
 
-cdef inline void float_tile(int fmt, int MR, int64_t K, const uint8_t *row, const float **x,
+cdef inline void float_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const float **x,
                             float *out) noexcept nogil:
     """One f32 / f16 weight row against MR act rows: out[i] = dot(row, x[i]) (8 lanes, hsum, then
     the tail in order)."""
+    cdef int MR = sizeof(act_rows)
     cdef __m256 acc[4]           # (MR,)
     cdef __m256 wv
     cdef int64_t k = 0

@@ -9,6 +9,8 @@ from volvox._kernels.vx cimport (
     VX_ALIGN, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
     vx_block_q6_K, vx_block_q8_0, vx_f16)
 
+include "../gemv_counts.pxi"
+
 
 # ------------------------------------------------------------------------------------------------
 # fp16 <-> fp32 (F16C)
@@ -101,12 +103,13 @@ cdef inline void quantize_a32(int smode, int64_t K, const float *x, void *act) n
 # ------------------------------------------------------------------------------------------------
 # 32-block weights (see kernels/gemv.pxi for the block algebra).
 # ------------------------------------------------------------------------------------------------
-cdef inline void b32_avx2_tile(int fmt, int MR, int64_t K, const uint8_t *row, int64_t pf,
+cdef inline void b32_avx2_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, int64_t pf,
                                const int8_t **xq, const float **ds, float *out) noexcept nogil:
     """One weight row against MR act rows; out[i] = dot(row, act row i); prefetches the row pf bytes
     ahead (weights stream from DRAM once per GEMV). Per block: 8 int32 lanes of 4 products each,
     one FMA of (wd * dx) into 8 float lanes, wm * s into a scalar FMA chain; then hsum + the
     scalar: ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0 (AVX2) exactly."""
+    cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int bsz = b32_block_bytes(fmt)
     cdef __m256i m4 = _mm256_set1_epi8(0x0F)
@@ -161,12 +164,13 @@ cdef inline void b32_avx2_tile(int fmt, int MR, int64_t K, const uint8_t *row, i
         out[i] = hsum_ps256(acc[i]) + accm[i]
 
 
-cdef inline void b32_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+cdef inline void b32_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                           const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
     """y[i * ldy + r] = dot(weight row r, act row i) for r < n, i < MR, in ggml's x86 order: the
     tier's wide tiles first (avx512: 2 weight rows per zmm), then weight rows one at a time
     (b32_avx2_tile)."""
-    cdef int64_t r = b32_wide_rows(fmt, MR, K, w, w_stride, n, xq, ds, y, ldy)
+    cdef int MR = sizeof(act_rows)
+    cdef int64_t r = b32_wide_rows(MR_, fmt, K, w, w_stride, n, xq, ds, y, ldy)
     cdef float out[4]            # (MR,)
     cdef int i
     while r < n:
@@ -174,7 +178,7 @@ cdef inline void b32_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t 
         out[1] = 0.0
         out[2] = 0.0
         out[3] = 0.0
-        b32_avx2_tile(fmt, MR, K, w + r * w_stride, 4 * w_stride, xq, ds, out)
+        b32_avx2_tile(MR_, fmt, K, w + r * w_stride, 4 * w_stride, xq, ds, out)
         for i in range(MR):
             y[i * ldy + r] = out[i]
         r += 1
@@ -249,13 +253,14 @@ cdef inline int64_t float_gemv4(int fmt, int64_t K, const uint8_t *w, int64_t w_
     return r0
 
 
-cdef inline void float_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t r0,
-                            int64_t n, const float **x, float *y, int64_t ldy) noexcept nogil:
+cdef inline void float_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                            int64_t r0, int64_t n, const float **x, float *y, int64_t ldy) noexcept nogil:
     """y[i * ldy + r] = dot(weight row r, x[i]) for r0 <= r < n, i < MR (float_tile per weight row)."""
+    cdef int MR = sizeof(act_rows)
     cdef float out[4]            # (MR,)
     cdef int64_t r
     cdef int i
     for r in range(r0, n):
-        float_tile(fmt, MR, K, w + r * w_stride, x, out)
+        float_tile(MR_, fmt, K, w + r * w_stride, x, out)
         for i in range(MR):
             y[i * ldy + r] = out[i]

@@ -18,8 +18,9 @@ cdef inline __m256i dot_u8s8_scaled(__m256i u, __m256i s, int s_lo, int s_hi) no
                               _mm256_set_m128i(_mm_set1_epi32(s_hi), _mm_set1_epi32(s_lo)))
 
 
-cdef inline void b32_avx512_tile(int fmt, int NP, int MR, int64_t K, const uint8_t **rows, int64_t pf,
-                                 const int8_t **xq, const float **ds, float *out) noexcept nogil:
+cdef inline void b32_avx512_tile(const row_pairs *NP_, const act_rows *MR_, int fmt, int64_t K,
+                                 const uint8_t **rows, int64_t pf, const int8_t **xq, const float **ds,
+                                 float *out) noexcept nogil:
     """Weight rows 2 at a time, one per 256-bit half of a zmm, NP zmm (2 * NP rows) per pass over the
     same blocks: each row's 8 lanes see exactly the products and the FMA sequence of the AVX2 tile
     (and of ggml's ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0), so the tiers give identical bits; the zmm
@@ -27,6 +28,8 @@ cdef inline void b32_avx512_tile(int fmt, int NP, int MR, int64_t K, const uint8
     rows: 2 * NP row pointers; out[(2 * NP) * i + j]: act row i, weight row j.
     pf: bytes from each row to the row it prefetches (the next tiles' rows): decode streams the
     weights from DRAM once, and the prefetch keeps that stream ahead of the FMAs."""
+    cdef int NP = sizeof(row_pairs)
+    cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int bsz = b32_block_bytes(fmt)                 # block bytes
     cdef int qoff = 4 if fmt == VX_Q4_1 else 2          # qs offset
@@ -110,10 +113,12 @@ cdef inline void b32_avx512_tile(int fmt, int NP, int MR, int64_t K, const uint8
             o[1] = hsum_ps256(_mm512_extractf32x8_ps(acc[i][p], 1)) + (mterm[4 * p + 3] if fmt != VX_Q8_0 else <float>0.0)
 
 
-cdef inline int64_t b32_wide_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
-                                  const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
+cdef inline int64_t b32_wide_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                                  int64_t n, const int8_t **xq, const float **ds, float *y,
+                                  int64_t ldy) noexcept nogil:
     """Weight rows 4 (then 2) at a time against the MR act rows xq / ds into y[i * ldy + r];
     returns the first row left for b32_avx2_tile (n odd: the last)."""
+    cdef int MR = sizeof(act_rows)
     cdef int64_t r = 0
     cdef int np, i, j
     cdef const uint8_t *rows[4]  # (2 * np,) weight rows
@@ -124,9 +129,9 @@ cdef inline int64_t b32_wide_rows(int fmt, int MR, int64_t K, const uint8_t *w, 
         for j in range(2 * np):
             rows[j] = w + (r + j) * w_stride
         if np == 2:
-            b32_avx512_tile(fmt, 2, MR, K, rows, pf, xq, ds, out)
+            b32_avx512_tile(<const count_2 *>NULL, MR_, fmt, K, rows, pf, xq, ds, out)
         else:
-            b32_avx512_tile(fmt, 1, MR, K, rows, pf, xq, ds, out)
+            b32_avx512_tile(<const count_1 *>NULL, MR_, fmt, K, rows, pf, xq, ds, out)
         for i in range(MR):
             for j in range(2 * np):
                 y[i * ldy + r + j] = out[2 * np * i + j]
@@ -144,10 +149,11 @@ cdef inline __m512 wload16(int fmt, const uint8_t *row, int64_t k, __mmask16 mas
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + 2 * k))
 
 
-cdef inline void float_tile(int fmt, int MR, int64_t K, const uint8_t *row, const float **x,
+cdef inline void float_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const float **x,
                             float *out) noexcept nogil:
     """One f32 / f16 weight row against MR act rows: out[i] = dot(row, x[i]) (16 lanes, the tail
     masked, then the zmm reduction)."""
+    cdef int MR = sizeof(act_rows)
     cdef __m512 acc[4]           # (MR,)
     cdef __m512 wv
     cdef int64_t k = 0

@@ -3,6 +3,8 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from volvox._kernels.vx cimport VX_QK, vx_block_q4_K, vx_block_q6_K, vx_f16
 
+include "../gemv_counts.pxi"
+
 
 cdef inline float vx_f16_to_f32(vx_f16 h) noexcept nogil:
     """IEEE half -> float (portable)."""
@@ -28,10 +30,10 @@ cdef inline void quantize_a32(int smode, int64_t K, const float *x, void *act) n
     quantize_a32_ref_impl(smode, K, x, act)
 
 
-cdef inline void b32_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+cdef inline void b32_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                           const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
     """32-block GEMM of MR act rows, portable."""
-    b32_ref_rows(fmt, MR, K, w, w_stride, n, xq, ds, y, ldy)
+    b32_ref_rows(MR_, fmt, K, w, w_stride, n, xq, ds, y, ldy)
 
 
 cdef inline int32_t q4k_block_dot(const vx_block_q4_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
@@ -58,10 +60,10 @@ cdef inline int64_t float_gemv4(int fmt, int64_t K, const uint8_t *w, int64_t w_
     return 0
 
 
-cdef inline void float_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t r0,
-                            int64_t n, const float **x, float *y, int64_t ldy) noexcept nogil:
+cdef inline void float_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                            int64_t r0, int64_t n, const float **x, float *y, int64_t ldy) noexcept nogil:
     """f32 / f16 GEMM of MR act rows, portable."""
-    float_ref_rows(fmt, MR, K, w, w_stride, r0, n, x, y, ldy)
+    float_ref_rows(fmt, sizeof(act_rows), K, w, w_stride, r0, n, x, y, ldy)
 
 
 cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexcept nogil:

@@ -12,6 +12,8 @@ from volvox._kernels.vx cimport (
     VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
     vx_block_q6_K, vx_block_q8_0, vx_f16)
 
+include "../gemv_counts.pxi"
+
 
 # ------------------------------------------------------------------------------------------------
 # fp16 <-> fp32 (the FP/SIMD unit's conversions, as the C's __fp16 casts)
@@ -49,11 +51,12 @@ cdef inline float32x4_t f16x4_at(const uint8_t *p0, const uint8_t *p1, const uin
     return vcvt_f32_f16(vreinterpret_f16_u16(h))
 
 
-cdef inline void b32_neon_tile(int fmt, int MR, int64_t K, const uint8_t *w, int64_t ws,
+cdef inline void b32_neon_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t ws,
                                const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
     """4 weight rows (w, ws bytes apart) against MR act rows: y[i * ldy + j] = dot(row j, act row i).
     Per block each row's integer dot lands in one lane (pairwise adds), and the scales apply lane by
     lane as b32_ref_rows applies them per row: acc + fma(wd * dx, s, wm * sx)."""
+    cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int bsz = b32_block_bytes(fmt)                 # block bytes
     cdef int qoff = 4 if fmt == VX_Q4_1 else 2          # qs offset
@@ -106,17 +109,17 @@ cdef inline void b32_neon_tile(int fmt, int MR, int64_t K, const uint8_t *w, int
         vst1q_f32(y + i * ldy, acc[i])
 
 
-cdef inline void b32_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+cdef inline void b32_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                           const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
     """y[i * ldy + r] = dot(weight row r, act row i) for r < n, i < MR: weight rows 4 at a time
     (b32_neon_tile: the act rows loaded once per 4 weight rows, the weights decoded once per MR act
     rows), the last n mod 4 as the portable kernel."""
     cdef int64_t r = 0
     while r + 4 <= n:
-        b32_neon_tile(fmt, MR, K, w + r * w_stride, w_stride, xq, ds, y + r, ldy)
+        b32_neon_tile(MR_, fmt, K, w + r * w_stride, w_stride, xq, ds, y + r, ldy)
         r += 4
     if r < n:
-        b32_ref_rows(fmt, MR, K, w + r * w_stride, w_stride, n - r, xq, ds, y + r, ldy)
+        b32_ref_rows(MR_, fmt, K, w + r * w_stride, w_stride, n - r, xq, ds, y + r, ldy)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -184,19 +187,22 @@ cdef inline float float_lanes_sum(float32x4_t acc, int fmt, const uint8_t *row, 
                                   int64_t K) noexcept nogil:
     """(s0 + s1) + (s2 + s3) of acc's lanes s0..s3, once weights k .. K - 1 (the tail) went into s0
     in order: float_ref_rows' sum."""
-    cdef float s0 = vgetq_lane_f32(acc, 0)
-    cdef float s1 = vgetq_lane_f32(acc, 1)
-    cdef float s2 = vgetq_lane_f32(acc, 2)
-    cdef float s3 = vgetq_lane_f32(acc, 3)
+    cdef float lanes[4]          # (4,) acc's lanes: a store, not lane reads of the tile's accumulator
+    vst1q_f32(lanes, acc)        # array (those kept the array in memory, stored every iteration)
+    cdef float s0 = lanes[0]
+    cdef float s1 = lanes[1]
+    cdef float s2 = lanes[2]
+    cdef float s3 = lanes[3]
     cdef int64_t kk
     for kk in range(k, K):
         s0 += wload(fmt, row, kk) * x[kk]
     return (s0 + s1) + (s2 + s3)
 
 
-cdef inline void float_tile(int fmt, int MR, int64_t K, const uint8_t *row, const float **x,
+cdef inline void float_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const float **x,
                             float *out) noexcept nogil:
     """One f32 / f16 weight row against MR act rows: out[i] = dot(row, x[i])."""
+    cdef int MR = sizeof(act_rows)
     cdef float32x4_t acc[4]      # (MR,)
     cdef float32x4_t wv
     cdef int64_t k = 0
@@ -247,14 +253,15 @@ cdef inline int64_t float_gemv4(int fmt, int64_t K, const uint8_t *w, int64_t w_
     return r0
 
 
-cdef inline void float_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t r0,
-                            int64_t n, const float **x, float *y, int64_t ldy) noexcept nogil:
+cdef inline void float_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
+                            int64_t r0, int64_t n, const float **x, float *y, int64_t ldy) noexcept nogil:
     """y[i * ldy + r] = dot(weight row r, x[i]) for r0 <= r < n, i < MR (float_tile per weight row)."""
+    cdef int MR = sizeof(act_rows)
     cdef float out[4]            # (MR,)
     cdef int64_t r
     cdef int i
     for r in range(r0, n):
-        float_tile(fmt, MR, K, w + r * w_stride, x, out)
+        float_tile(MR_, fmt, K, w + r * w_stride, x, out)
         for i in range(MR):
             y[i * ldy + r] = out[i]
 
