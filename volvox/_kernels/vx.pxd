@@ -1,6 +1,6 @@
 # The C-level API of volvox's CPU kernels (csrc/vx_kernels.h), for cimport by any
 # Cython module that wants to call them without Python in between.
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t
 
 
 cdef extern from "vx_kernels.h" nogil:
@@ -15,6 +15,31 @@ cdef extern from "vx_kernels.h" nogil:
         VX_NTYPES
         VX_QK
         VX_QK_K
+
+    # ggml block layouts (byte for byte what a GGUF file holds).
+    ctypedef uint16_t vx_f16
+    ctypedef struct vx_block_q4_0:      # 18 B
+        vx_f16 d
+        uint8_t qs[16]                  # [VX_QK / 2]
+    ctypedef struct vx_block_q4_1:      # 20 B
+        vx_f16 d
+        vx_f16 m
+        uint8_t qs[16]                  # [VX_QK / 2]
+    ctypedef struct vx_block_q8_0:      # 34 B
+        vx_f16 d
+        int8_t qs[32]                   # [VX_QK]
+    ctypedef struct vx_block_q4_K:      # 144 B
+        vx_f16 d                        # super-block scale for the 6-bit scales
+        vx_f16 dmin                     # super-block scale for the 6-bit mins
+        uint8_t scales[12]              # 8 scales + 8 mins, 6 bits each (get_scale_min_k4)
+        uint8_t qs[128]                 # [VX_QK_K / 2]
+    ctypedef struct vx_block_q6_K:      # 210 B
+        uint8_t ql[128]                 # [VX_QK_K / 2] low 4 bits
+        uint8_t qh[64]                  # [VX_QK_K / 4] high 2 bits
+        int8_t scales[16]               # [VX_QK_K / 16] 8-bit scale per 16 values
+        vx_f16 d
+    # n rounded up to a multiple of 64 (offsets inside an act row)
+    size_t VX_ALIGN(size_t n)
 
     # Quantize one activation row of K floats into an 8-bit act row.
     ctypedef void (*vx_quantize_fn)(int64_t K, const float *x, void *act) noexcept nogil

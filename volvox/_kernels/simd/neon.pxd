@@ -482,6 +482,7 @@ cdef extern from "arm_neon.h" nogil:
     uint64x2_t vmlal_u32(uint64x2_t a, uint32x2_t b, uint32x2_t c)
     uint16x8_t vmlal_u8(uint16x8_t a, uint8x8_t b, uint8x8_t c)
     int64x2_t vmlsl_high_s32(int64x2_t a, int32x4_t b, int32x4_t c)
+    int32x4_t vmlaq_n_s32(int32x4_t a, int32x4_t b, int32_t c)
     int64x2_t vmlsl_s32(int64x2_t a, int32x2_t b, int32x2_t c)
     float32x2_t vmov_n_f32(float32_t a)
     int16x4_t vmov_n_s16(int16_t a)
