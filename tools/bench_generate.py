@@ -1,6 +1,6 @@
 """Text generation speed: volvox vs llama.cpp (llama-cpp-python) on the same GGUF, in one run.
 
-    python tools/bench_generate.py [--model smollm2-135m-instruct] [--threads 1 2] [--new 128]
+    python tools/bench_generate.py [--model smollm2-135m-instruct] [--threads 1 2] [--new 128] [--rounds 3]
     python tools/bench_generate.py --hf DIR [--threads 2]     # vs transformers + torch (fp32)
     python tools/bench_generate.py --hf DIR --gguf FILE        # ... and llama.cpp on FILE
     python tools/bench_generate.py --hf DIR --volvox DIR OUT   # volvox on each (OUT: e.g.
@@ -11,7 +11,9 @@ weights as an f32 GGUF for llama.cpp: ``python tools/gpt2_to_gguf.py DIR FILE``)
 
 For each thread count: load time, prefill tok/s (32-token prompt and a
 512-token prompt) and greedy decode tok/s (128 new tokens after the 32-token
-prompt), for both engines, and volvox / llama.cpp ratios (>1 = volvox faster).
+prompt), for both engines, and volvox / llama.cpp ratios (>1 = volvox faster). The engines take turns for
+--rounds rounds and each figure is the median of its rounds, so that a noisy
+neighbour on a shared machine slows both sides alike rather than one run.
 Both engines run greedy argmax over full logits in Python, so the per-token
 harness cost is the same.
 """
@@ -37,11 +39,18 @@ def prompt_ids(tokenizer, n: int) -> list[int]:
     return ids[:n]
 
 
+def median(rounds: list[dict]) -> dict:
+    """Each figure's median over the rounds."""
+    return {k: float(np.median([r[k] for r in rounds])) for k in rounds[0]}
+
+
 def bench_volvox(path: str, threads: int, short: list[int], long: list[int], n_new: int) -> dict:
     t0 = time.perf_counter()
     lm = volvox.load(path, threads=threads)
     load = time.perf_counter() - t0
-    lm.new_session().forward(short[:8])  # warm-up
+    warm = lm.new_session()  # warm-up: a prefill and a decode step (each path's plan is built on first use)
+    warm.forward(short[:8])
+    warm.forward(short[8:9])
     s = lm.new_session()
     t0 = time.perf_counter()
     s.forward(long)
@@ -65,7 +74,8 @@ def bench_llama_cpp(path: str, threads: int, short: list[int], long: list[int], 
     llm = llama_cpp.Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,
                           verbose=False)
     load = time.perf_counter() - t0
-    llm.eval(short[:8])  # warm-up
+    llm.eval(short[:8])  # warm-up: a prefill and a decode step
+    llm.eval(short[8:9])
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(long)
@@ -111,7 +121,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--new", type=int, default=128, help="tokens to decode (default 128)")
+    ap.add_argument("--rounds", type=int, default=3, help="turns each engine takes; figures are medians (default 3)")
     ap.add_argument("--hf", default=None, metavar="DIR", help="a Hugging Face checkpoint: compare with transformers")
     ap.add_argument("--gguf", default=None, metavar="FILE", help="with --hf: the same weights as GGUF, for llama.cpp")
     ap.add_argument("--volvox", nargs="+", default=None, metavar="PATH",
@@ -134,21 +145,27 @@ def main() -> None:
     for i, p in enumerate(mine):
         print(f"volvox {i}: {p}")
     for t in a.threads:
-        runs = [bench_volvox(p, t, short, long, a.new) for p in mine]
+        mine_runs = [[] for _ in mine]   # [volvox model][round] -> figures
+        peer_runs = {name: [] for name, _, _ in peers}
+        for _ in range(a.rounds):
+            for i, p in enumerate(mine):
+                mine_runs[i].append(bench_volvox(p, t, short, long, a.new))
+            for peer_name, peer_path, peer in peers:
+                try:
+                    peer_runs[peer_name].append(peer(peer_path, t, short, long, a.new))
+                except ImportError:
+                    peer_runs.pop(peer_name, None)
+        runs = [median(r) for r in mine_runs]
         for i, v in enumerate(runs):
             print(f"{t:>7} {f'volvox {i}':<10} {v['load_s'] * 1e3:>8.1f} {v['prefill32']:>10.1f} {v['prefill512']:>11.1f} "
                   f"{v['decode']:>8.1f}")
-        for peer_name, peer_path, peer in peers:
-            try:
-                r = peer(peer_path, t, short, long, a.new)
-            except ImportError:
-                continue
+        for peer_name, rounds in peer_runs.items():
+            r = median(rounds)
             print(f"{t:>7} {peer_name:<10} {r['load_s'] * 1e3:>8.1f} {r['prefill32']:>10.1f} {r['prefill512']:>11.1f} {r['decode']:>8.1f}")
             for i, v in enumerate(runs):
                 print(f"{t:>7} {'ratio':<10} {'':>8} {v['prefill32'] / r['prefill32']:>9.2f}x "
                       f"{v['prefill512'] / r['prefill512']:>10.2f}x {v['decode'] / r['decode']:>7.2f}x   "
                       f"(volvox {i} / {peer_name})")
-
 
 if __name__ == "__main__":
     main()

@@ -72,7 +72,7 @@ __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention",
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
 
-# weight type codes of csrc/vx_kernels.h
+# weight type codes of volvox/_kernels/vx.pxd
 _QTYPE_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4}
 _F32, _F16 = 5, 6
 
@@ -304,7 +304,7 @@ def _align64(n: int) -> int:
 
 def _quantize_activation(x, qtype: str) -> dict[str, np.ndarray]:
     """The 8-bit activation rows the kernels multiply `qtype` weights with (tests compare
-    them with ggml's quantize_row_q8_0 / q8_1 / q8_K); layout of csrc/vx_kernels.h.
+    them with ggml's quantize_row_q8_0 / q8_1 / q8_K); layout in volvox/_kernels/vx.pxd.
 
     x: float32 (M, K). Returns qs int8 (M, K) and, for 32-block types, d and s float32
     (M, K/32); for k-quants, d float32 (M, K/256) and bsums int32 (M, K/16).
@@ -442,7 +442,7 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
     window:   > 0 limits each query to the last `window` positions (sliding window)
     out:      optional float32 (seq, n_heads * head_dim), not overlapping q or the caches
     Returns float32 (seq, n_heads * head_dim). Memory: one score row per thread (O(seq)).
-    On x86 SIMD tiers the arithmetic is ggml's, bit for bit (see csrc/vx_kernels.h).
+    On x86 SIMD tiers the arithmetic is ggml's, bit for bit (see volvox/_kernels/vx.pxd).
     """
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(c, np.ndarray) or c.dtype != np.float32 or c.ndim != 3 or not c.flags.c_contiguous:

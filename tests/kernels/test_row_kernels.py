@@ -1,4 +1,4 @@
-"""LayerNorm and GELU kernels (csrc/vx_rows.c) against torch in float64."""
+"""LayerNorm and GELU kernels (volvox/_kernels/engine/small_ops.pxi) against torch in float64."""
 
 import numpy as np
 import pytest

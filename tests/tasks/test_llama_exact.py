@@ -2,7 +2,7 @@
 
 Activation quantization (q8_0 / q8_1 / q8_K), the quantized dot products, rms_norm, RoPE,
 attention (f32 KV cache, no flash attention) and SwiGLU all follow ggml's x86 AVX2 code
-step for step (csrc/vx_kernels.h), so SmolLM2's logits equal llama.cpp's exactly, at
+step for step (volvox/_kernels/vx.pxd), so SmolLM2's logits equal llama.cpp's exactly, at
 prefill and at every decode step. Needs llama-cpp-python built for AVX2 without AVX-512
 (ggml's AVX-512 expf / reductions group differently) and volvox's avx2 or avx512 tier.
 """

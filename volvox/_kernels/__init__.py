@@ -1,4 +1,4 @@
-"""Compiled CPU kernels (Cython + per-ISA C). Use them through :mod:`volvox.cpu`.
+"""Compiled CPU kernels (typed Cython: the engine and one module per ISA tier). Use them through :mod:`volvox.cpu`.
 
 libgomp's idle team threads spin GOMP_SPINCOUNT times (300,000 by default) before they sleep.
 When another busy process shares the cores, a spinning thread holds the core its descheduled

@@ -4,15 +4,15 @@
 
 Python plans, native runs. A *step* is one kernel call over typed arguments (engine/steps.pxi),
 cut into work items; a *plan* is an array of steps over buffers its builder keeps alive
-(volvox/runtime/native_plan.py, vision_plan.py). The runner (engine/runner.pxi) executes a plan
-in one nogil call and one OpenMP region. A per-op call (volvox.kernels) is a plan of one or two
+(volvox/runtime/plan.py). The runner (engine/runner.pxi) executes a plan
+in one nogil call and one OpenMP region. A per-op call (volvox.cpu) is a plan of one or two
 steps built on the stack (engine/per_op.pxi): every kernel's work split is written once, in its
 step kind.
 
 Kernels come from the ISA tier modules (tier_<name>.pyx) through a table of function pointers;
 the engine itself is built with baseline flags, as are the few small kernels it owns
 (engine/small_ops.pxi: elementwise, pooling and copy loops that must give numpy's exact bits).
-Everything here trusts its arguments: volvox.kernels and the plan builders check dtypes, shapes
+Everything here trusts its arguments: volvox.cpu and the plan builder check dtypes, shapes
 and addresses once at the Python boundary.
 """
 

@@ -7,8 +7,7 @@ from volvox._kernels.vx cimport vx_table
 from volvox._kernels.simd.x86 cimport *
 from volvox._kernels.simd.vec_avx2 cimport *
 
-cdef extern from "vx_kernels.h" nogil:
-    const vx_table *c_tier_table "vx_table_avx2" ()
+cdef const char *TIER_NAME = b"avx2"     # the table's name (engine.get_isa())
 
 include "kernels/avx2/gemv.pxi"
 include "kernels/avx2/conv.pxi"

@@ -7,8 +7,7 @@ from volvox._kernels.vx cimport vx_table
 from volvox._kernels.simd.x86 cimport *
 from volvox._kernels.simd.vec_avx512 cimport *
 
-cdef extern from "vx_kernels.h" nogil:
-    const vx_table *c_tier_table "vx_table_avx512" ()
+cdef const char *TIER_NAME = b"avx512"     # the table's name (engine.get_isa())
 
 include "kernels/avx512/gemv.pxi"
 include "kernels/avx512/conv.pxi"

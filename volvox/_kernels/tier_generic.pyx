@@ -6,8 +6,7 @@ Built with this tier's compiler flags (CMakeLists.txt) and imported only when th
 from volvox._kernels.vx cimport vx_table
 from volvox._kernels.simd.vec_generic cimport *
 
-cdef extern from "vx_kernels.h" nogil:
-    const vx_table *c_tier_table "vx_table_generic" ()
+cdef const char *TIER_NAME = b"generic"     # the table's name (engine.get_isa())
 
 include "kernels/generic/gemv.pxi"
 include "kernels/generic/conv.pxi"

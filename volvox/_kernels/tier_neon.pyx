@@ -7,8 +7,7 @@ from volvox._kernels.vx cimport vx_table
 from volvox._kernels.simd.neon cimport *
 from volvox._kernels.simd.vec_neon cimport *
 
-cdef extern from "vx_kernels.h" nogil:
-    const vx_table *c_tier_table "vx_table_neon" ()
+cdef const char *TIER_NAME = b"neon"     # the table's name (engine.get_isa())
 
 include "kernels/neon/gemv.pxi"
 include "kernels/neon/conv.pxi"

@@ -1,113 +1,206 @@
-# The C-level API of volvox's CPU kernels (csrc/vx_kernels.h), for cimport by any
-# Cython module that wants to call them without Python in between.
+# The kernel table's contract: the types every ISA tier's kernels take and the table of function
+# pointers a tier module hands the engine (kernels/tier.pxi fills it; engine.pyx calls through it).
+# Pure Cython definitions, cimported by the engine and by every tier module.
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t
 
 
-cdef extern from "vx_kernels.h" nogil:
-    enum:
-        VX_Q4_0
-        VX_Q4_1
-        VX_Q8_0
-        VX_Q4_K
-        VX_Q6_K
-        VX_F32
-        VX_F16
-        VX_NTYPES
-        VX_QK
-        VX_QK_K
+# ------------------------------------------------------------------------------------------------
+# Weight types and ggml's block layouts (byte for byte what a GGUF file holds). Weights are read in
+# place: never widened to f32 at load.
+# ------------------------------------------------------------------------------------------------
+cdef enum:
+    VX_Q4_0 = 0
+    VX_Q4_1 = 1
+    VX_Q8_0 = 2
+    VX_Q4_K = 3
+    VX_Q6_K = 4
+    VX_F32 = 5
+    VX_F16 = 6
+    VX_NTYPES = 7
+    VX_QK = 32          # values per block of q4_0 / q4_1 / q8_0
+    VX_QK_K = 256       # values per super-block of q4_K / q6_K
 
-    # ggml block layouts (byte for byte what a GGUF file holds).
-    ctypedef uint16_t vx_f16
-    ctypedef struct vx_block_q4_0:      # 18 B
-        vx_f16 d
-        uint8_t qs[16]                  # [VX_QK / 2]
-    ctypedef struct vx_block_q4_1:      # 20 B
-        vx_f16 d
-        vx_f16 m
-        uint8_t qs[16]                  # [VX_QK / 2]
-    ctypedef struct vx_block_q8_0:      # 34 B
-        vx_f16 d
-        int8_t qs[32]                   # [VX_QK]
-    ctypedef struct vx_block_q4_K:      # 144 B
-        vx_f16 d                        # super-block scale for the 6-bit scales
-        vx_f16 dmin                     # super-block scale for the 6-bit mins
-        uint8_t scales[12]              # 8 scales + 8 mins, 6 bits each (get_scale_min_k4)
-        uint8_t qs[128]                 # [VX_QK_K / 2]
-    ctypedef struct vx_block_q6_K:      # 210 B
-        uint8_t ql[128]                 # [VX_QK_K / 2] low 4 bits
-        uint8_t qh[64]                  # [VX_QK_K / 4] high 2 bits
-        int8_t scales[16]               # [VX_QK_K / 16] 8-bit scale per 16 values
-        vx_f16 d
-    # n rounded up to a multiple of 64 (offsets inside an act row)
-    size_t VX_ALIGN(size_t n)
+ctypedef uint16_t vx_f16
+ctypedef struct vx_block_q4_0:      # 18 B
+    vx_f16 d
+    uint8_t qs[16]                  # [VX_QK / 2]
+ctypedef struct vx_block_q4_1:      # 20 B
+    vx_f16 d
+    vx_f16 m
+    uint8_t qs[16]                  # [VX_QK / 2]
+ctypedef struct vx_block_q8_0:      # 34 B
+    vx_f16 d
+    int8_t qs[32]                   # [VX_QK]
+ctypedef struct vx_block_q4_K:      # 144 B
+    vx_f16 d                        # super-block scale for the 6-bit scales
+    vx_f16 dmin                     # super-block scale for the 6-bit mins
+    uint8_t scales[12]              # 8 scales + 8 mins, 6 bits each (get_scale_min_k4)
+    uint8_t qs[128]                 # [VX_QK_K / 2]
+ctypedef struct vx_block_q6_K:      # 210 B
+    uint8_t ql[128]                 # [VX_QK_K / 2] low 4 bits
+    uint8_t qh[64]                  # [VX_QK_K / 4] high 2 bits
+    int8_t scales[16]               # [VX_QK_K / 16] 8-bit scale per 16 values
+    vx_f16 d
 
-    # Quantize one activation row of K floats into an 8-bit act row.
-    ctypedef void (*vx_quantize_fn)(int64_t K, const float *x, void *act) noexcept nogil
-    # y[i*ldy + r] = dot(weight row r, activation row i) for r < n, i < m.
-    ctypedef void (*vx_gemm_fn)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
-                                const void *a, int64_t a_stride, int64_t m,
-                                float *y, int64_t ldy) noexcept nogil
-    ctypedef void (*vx_dequant_fn)(int64_t K, const uint8_t *w, float *y) noexcept nogil
-    ctypedef void (*vx_rms_norm_fn)(int64_t D, const float *x, const float *weight, float eps,
-                                    float *y) noexcept nogil
 
-    ctypedef struct vx_attn_shape:
-        int64_t seq, start, n_heads, n_kv_heads, head_dim, kv_head_stride, window
-        float scale
-    size_t vx_attn_scratch_floats(int64_t total, int64_t head_dim)
-    # One (head, query row) item of causal GQA attention over a KV cache.
-    ctypedef void (*vx_attn_fn)(const vx_attn_shape *s, const float *q, const float *kc,
-                                const float *vc, int64_t item, float *scratch,
-                                float *out) noexcept nogil
-    ctypedef void (*vx_swiglu_fn)(int64_t F, const float *gate, const float *up, float *y) noexcept nogil
-    ctypedef void (*vx_rope_fn)(int64_t n_heads, int64_t head_dim, int64_t rope_dim,
-                                int interleaved, int64_t pos, float base, float freq_scale,
-                                const float *x, float *y) noexcept nogil
+cdef inline size_t VX_ALIGN(size_t n) noexcept nogil:
+    """n rounded up to a multiple of 64 (offsets inside an act row)."""
+    return (n + 63) & ~(<size_t>63)
 
-    # Vision kernels (vx_conv.c): packed f32 GEMM, f32 / int8 NHWC convolutions.
-    enum:
-        VX_ACT_NONE
-        VX_ACT_RELU
-        VX_ACT_RELU6
-    ctypedef struct vx_conv_shape:
-        int64_t n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl
-    ctypedef struct vx_requant:
-        const int32_t *bias
-        const int32_t *mult
-        const int32_t *shift
-        int32_t zp_in, zp_out, lo, hi
-    size_t vx_sgemm_packed_floats(int64_t K, int64_t n)
-    size_t vx_qgemm_packed_bytes(int64_t K, int64_t n)
-    ctypedef struct vx_conv_table:
-        void (*sgemm_pack)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
-                           float *packed) noexcept nogil
-        void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda,
-                      int64_t m, float *y, int64_t ldy, const float *bias, int act) noexcept nogil
-        void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
-                         const float *packed, int64_t n, const float *bias, int act, float *cols,
-                         float *y, int64_t ldy) noexcept nogil
-        void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w,
-                           const float *bias, int act, int64_t item, float *y) noexcept nogil
-        void (*qgemm_pack)(int64_t K, const int8_t *w, int64_t n, int8_t *packed,
-                           int32_t *wsum) noexcept nogil
-        void (*im2col_u8)(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64_t np,
-                          uint8_t pad_u8, uint8_t *cols, int64_t ldc) noexcept nogil
-        void (*qgemm)(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n,
-                      const uint8_t *a, int64_t lda, int64_t m, const vx_requant *rq, int8_t *y,
-                      int64_t ldy) noexcept nogil
-        void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w,
-                        const vx_requant *rq, int64_t item, int64_t rows, int8_t *y) noexcept nogil
-        void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) noexcept nogil
 
-    ctypedef struct vx_table:
-        const char *name
-        vx_quantize_fn quantize[7]   # [VX_NTYPES]; NULL for f32 / f16
-        vx_gemm_fn gemm[7]
-        vx_dequant_fn dequant[7]
-        vx_rms_norm_fn rms_norm
-        vx_attn_fn attention
-        vx_swiglu_fn swiglu
-        vx_rope_fn rope
-        const vx_conv_table *conv
+# ------------------------------------------------------------------------------------------------
+# Quantized activation rows ("act"), one per activation row, in caller scratch. The quantization is
+# bit-identical to ggml's x86 build (the activation format ggml pairs with each weight type), so
+# volvox and llama.cpp see the same integers and scales:
+#   32-block weights (q4_0 / q8_0: ggml's q8_0; q4_1: ggml's q8_1):
+#     int8  qs[K]              at 0
+#     float ds[K/32][2]        at VX_ALIGN(K): d and s per block, held in f32 but with ggml's
+#                              values: d = fp16(amax / 127); s = fp16(d * sum(qs)) (q8_1, q4_1
+#                              weights) or the exact d16 * sum(qs) (q8_0)
+#     q = round-half-even(x * (127 / amax)), so |q| <= 127.
+#   k-quant weights (q4_K / q6_K), ggml's q8_K (quantize_row_q8_K_ref):
+#     int8  qs[K]              at 0: min(127, round-half-even(x * (-127 / max))), max the first
+#                              value of largest |x| in the 256
+#     float d[K/256]           at VX_ALIGN(K): 1 / (-127 / max) (negative when max > 0)
+#     int32 bsums[K/16]        at VX_ALIGN(K) + VX_ALIGN(4 * K/256): sums of 16 qs
+#   f32 / f16 weights take the float activations as they are (no act row).
+# The x86 SIMD tiers multiply block by block in ggml's order (8 float lanes per block, one FMA per
+# block, then a horizontal sum), so avx2 and avx512 agree bit for bit with each other and with
+# ggml's AVX2 kernels; the portable tier sums one float per block (ggml's generic order).
+# ------------------------------------------------------------------------------------------------
+cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
+    """Bytes of one act row for weights of type wtype and K columns (0: f32 / f16 take floats)."""
+    if wtype == VX_Q4_K or wtype == VX_Q6_K:
+        return VX_ALIGN(K) + VX_ALIGN(4 * (K // VX_QK_K)) + VX_ALIGN(4 * (K // 16))
+    if wtype == VX_F32 or wtype == VX_F16:
+        return 0
+    return VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK))
 
-    size_t vx_act_row_bytes(int wtype, int64_t K)
+
+# Quantize one activation row of K floats into an act row.
+ctypedef void (*vx_quantize_fn)(int64_t K, const float *x, void *act) noexcept nogil
+# y[i*ldy + r] = dot(weight row r, activation row i) for r < n, i < m; w: the first weight row, rows
+# w_stride bytes apart; a: act rows a_stride bytes apart (f32 / f16 weights: the float rows). The
+# tile reads weight rows once per group of up to 4 activation rows.
+ctypedef void (*vx_gemm_fn)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                            const void *a, int64_t a_stride, int64_t m,
+                            float *y, int64_t ldy) noexcept nogil
+# Dequantize one weight row of K values into floats.
+ctypedef void (*vx_dequant_fn)(int64_t K, const uint8_t *w, float *y) noexcept nogil
+ctypedef void (*vx_rms_norm_fn)(int64_t D, const float *x, const float *weight, float eps,
+                                float *y) noexcept nogil
+
+
+# ------------------------------------------------------------------------------------------------
+# Sequence kernels: attention, SwiGLU, RoPE.
+# ------------------------------------------------------------------------------------------------
+# Causal grouped-query attention of `seq` new query rows over a KV cache laid out (n_kv_heads,
+# capacity, head_dim) per layer, the new rows already appended at positions start .. start+seq-1.
+# Query row i (absolute position start+i) sees keys j <= start+i, and only j > start+i-window when
+# window > 0.
+ctypedef struct vx_attn_shape:
+    int64_t seq, start           # new rows; the absolute position of the first
+    int64_t n_heads, n_kv_heads, head_dim
+    int64_t kv_head_stride       # floats from one kv head to the next in the cache
+    int64_t window               # 0: unlimited
+    float scale                  # applied to q.k before the softmax
+
+
+cdef inline size_t vx_attn_scratch_floats(int64_t total, int64_t head_dim) noexcept nogil:
+    """Floats of scratch one attention work item needs (one per thread)."""
+    return <size_t>(((total + 7) // 8) * 8 + 32 * head_dim + 16)
+
+
+# One work item `item` = (head h, query row i), item = h * seq + i: out[i * n_heads * head_dim +
+# h * head_dim + d] for d < head_dim; q: (seq, n_heads * head_dim); kc, vc: the layer's keys and
+# values. The x86 SIMD tiers do ggml's f32 arithmetic step for step (ggml_mul_mat of k and q,
+# ggml_soft_max_ext with its vectorised expf, ggml_mul_mat of v and the weights), so they agree bit
+# for bit with llama.cpp's CPU attention (f32 KV cache, no flash).
+ctypedef void (*vx_attn_fn)(const vx_attn_shape *s, const float *q, const float *kc,
+                            const float *vc, int64_t item, float *scratch,
+                            float *out) noexcept nogil
+# y[f] = silu(gate[f]) * up[f] for f < F, or silu(gate[f]) when up is NULL (ggml_vec_swiglu_f32).
+ctypedef void (*vx_swiglu_fn)(int64_t F, const float *gate, const float *up, float *y) noexcept nogil
+# Rotary embedding of one row of n_heads heads at absolute position pos, as ggml's rope (f32). Pairs
+# are (2i, 2i+1) when interleaved (ggml's NORM), else (i, i + rope_dim/2) (NEOX); the dims from
+# rope_dim to head_dim are copied. x and y may be the same row.
+ctypedef void (*vx_rope_fn)(int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+                            int interleaved, int64_t pos, float base, float freq_scale,
+                            const float *x, float *y) noexcept nogil
+
+
+# ------------------------------------------------------------------------------------------------
+# Vision kernels: packed f32 GEMM, f32 / int8 NHWC convolutions. A fused activation `act` is an
+# ElementwiseFn code (codes.pxd): FN_NONE, FN_RELU or FN_RELU6.
+# ------------------------------------------------------------------------------------------------
+# A 2-D NHWC convolution's geometry (weights (out, kh, kw, in), pads top / left given; bottom /
+# right are implied by oh / ow).
+ctypedef struct vx_conv_shape:
+    int64_t n, h, w, c           # input
+    int64_t oh, ow               # output rows / columns
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl
+
+# Per-output-channel int8 requantization (TFLite's MultiplyByQuantizedMultiplier).
+ctypedef struct vx_requant:
+    const int32_t *bias          # (n,) or NULL
+    const int32_t *mult          # (n,)
+    const int32_t *shift         # (n,)
+    int32_t zp_in, zp_out, lo, hi
+
+
+cdef inline size_t vx_sgemm_packed_floats(int64_t K, int64_t n) noexcept nogil:
+    """Floats of f32 weights packed in panels of 32 rows: [ceil(n/32)][K][32], zero padded."""
+    return <size_t>((n + 31) // 32 * 32 * K)
+
+
+cdef inline size_t vx_qgemm_packed_bytes(int64_t K, int64_t n) noexcept nogil:
+    """Bytes of int8 weights packed for qgemm: [ceil(n/32)*2][K4/4][16][4], K4 = K rounded up to 4."""
+    return <size_t>((n + 31) // 32 * 32 * ((K + 3) & ~(<int64_t>3)))
+
+
+ctypedef struct vx_conv_table:
+    # pack f32 rows w (n rows, w_stride bytes apart, K floats each) into panels
+    void (*sgemm_pack)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
+                       float *packed) noexcept nogil
+    # y[i*ldy + r] = act(bias[r] + a[i*lda : +K] . W[r]) for i < m, r < n (bias may be NULL)
+    void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda,
+                  int64_t m, float *y, int64_t ldy, const float *bias, int act) noexcept nogil
+    # y[q*ldy + r] = act(bias[r] + conv of output pixel p0 + q (flattened b, oh, ow) with W[r]) for
+    # q < np, r < n; W packed (kh*kw*C per row); cols: np*kh*kw*C floats of scratch
+    void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
+                     const float *packed, int64_t n, const float *bias, int act, float *cols,
+                     float *y, int64_t ldy) noexcept nogil
+    # depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C); w (kh*kw, C)
+    void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w,
+                       const float *bias, int act, int64_t item, float *y) noexcept nogil
+    # pack int8 rows (n, K) for qgemm; wsum[r] = sum of row r
+    void (*qgemm_pack)(int64_t K, const int8_t *w, int64_t n, int8_t *packed,
+                       int32_t *wsum) noexcept nogil
+    # im2col of int8 x as u8 (x + 128), padding pad_u8, rows ldc bytes (>= kh*kw*C, 0 filled)
+    void (*im2col_u8)(const vx_conv_shape *s, const int8_t *x, int64_t p0, int64_t np,
+                      uint8_t pad_u8, uint8_t *cols, int64_t ldc) noexcept nogil
+    # y[i*ldy + r] = requant(sum_k (x - zp_in) w[r][k] + bias[r]); a: u8 rows of K4 bytes
+    void (*qgemm)(int64_t K4, const int8_t *packed, const int32_t *wsum, int64_t n,
+                  const uint8_t *a, int64_t lda, int64_t m, const vx_requant *rq, int8_t *y,
+                  int64_t ldy) noexcept nogil
+    # depthwise int8 (multiplier 1) output rows item .. item + rows - 1 (item = b*oh_total + oh)
+    # into y (rows, ow, C); w (kh*kw, C) int16
+    void (*qdwconv)(const vx_conv_shape *s, const int8_t *x, const int16_t *w,
+                    const vx_requant *rq, int64_t item, int64_t rows, int8_t *y) noexcept nogil
+    # y (n) = clamp(round_half_away(x / scale) + zp) as int8 (ops/quantized.py's quantize)
+    void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) noexcept nogil
+
+
+# ------------------------------------------------------------------------------------------------
+# A tier's table: every kernel the engine calls, by family.
+# ------------------------------------------------------------------------------------------------
+ctypedef struct vx_table:
+    const char *name
+    vx_quantize_fn quantize[7]   # [VX_NTYPES]; NULL for f32 / f16
+    vx_gemm_fn gemm[7]           # [VX_NTYPES]
+    vx_dequant_fn dequant[7]     # [VX_NTYPES]
+    vx_rms_norm_fn rms_norm
+    vx_attn_fn attention
+    vx_swiglu_fn swiglu
+    vx_rope_fn rope
+    const vx_conv_table *conv

@@ -1,6 +1,6 @@
 """When a native plan's multi-thread team stalls, the next runs go to one thread.
 
-The step runner (csrc/vx_plan.c) opens one OpenMP region per run. Under load the OS deschedules a
+The step runner (volvox/_kernels/engine/runner.pxi) opens one OpenMP region per run. Under load the OS deschedules a
 team thread for whole scheduler ticks (4 ms here), and the region's opening and closing, or a
 step waiting on the item that thread holds, wait with it: with one CPU-bound process beside it,
 the person detector on 2 threads took 8-12 ms (median; EfficientNet 16-52 ms) against 0.52 ms

@@ -1,7 +1,6 @@
 # ISA tiers and threads: which tier module's kernels the engine runs, on how many threads.
 import importlib
 import importlib.util
-import os
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from volvox._kernels.vx cimport vx_table
@@ -86,9 +85,7 @@ def set_isa(str name):
     module = _tier_modules.get(name)
     if module is None:
         module = _tier_modules[name] = importlib.import_module(f"volvox._kernels.tier_{name}")
-    # (transition: VOLVOX_KERNELS_C=1 takes the C tier's table, to compare a Cython port with it)
-    table = module.C_TABLE if os.environ.get("VOLVOX_KERNELS_C") == "1" else module.TABLE
-    _tbl = <const vx_table *> PyCapsule_GetPointer(table, "volvox._kernels.vx_table")
+    _tbl = <const vx_table *> PyCapsule_GetPointer(module.TABLE, "volvox._kernels.vx_table")
 
 
 def get_isa():

@@ -19,7 +19,7 @@ from libc.string cimport memset
 from libc.stdint cimport int64_t
 from volvox._kernels.vx cimport vx_attn_shape
 
-# ggml_v_expf's constants (ARM optimized-routines' expf), spelled as the C spells them.
+# ggml_v_expf's constants (ARM optimized-routines' expf), spelled as ggml's C spells them.
 cdef extern from *:
     const float EXPF_SHIFT "0x1.8p23f"              # 1.5 * 2^23: rounds x / ln2 to an integer
     const float EXPF_INV_LN2 "0x1.715476p+0f"

@@ -13,7 +13,8 @@
 # pass) and SG_ACC (its accumulators: the largest MR * NV).
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy, memset
-from volvox._kernels.vx cimport vx_conv_shape, VX_ACT_NONE, VX_ACT_RELU6
+from volvox._kernels.vx cimport vx_conv_shape
+from volvox._kernels.codes cimport FN_NONE, FN_RELU6
 
 cdef extern from *:
     void __builtin_prefetch(const void *addr, int rw, int locality) nogil
@@ -83,20 +84,20 @@ cdef void sgemm_pack(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, f
 
 
 cdef inline float act_f32(const int act, float v) noexcept nogil:
-    """v after the activation act (VX_ACT_NONE, VX_ACT_RELU, VX_ACT_RELU6); NaN becomes 0 under
+    """v after the activation act (FN_NONE, FN_RELU, FN_RELU6); NaN becomes 0 under
     ReLU."""
-    if act == VX_ACT_NONE:
+    if act == FN_NONE:
         return v
     v = v if v > <float>0.0 else <float>0.0
-    return <float>6.0 if act == VX_ACT_RELU6 and v > <float>6.0 else v
+    return <float>6.0 if act == FN_RELU6 and v > <float>6.0 else v
 
 
 cdef inline vf act_vf(const int act, vf v) noexcept nogil:
     """act_f32 per lane (vf_max / vf_min give its NaN and signed-zero results: max(NaN, 0) = 0,
     max(-0, 0) = +0)."""
-    if act != VX_ACT_NONE:
+    if act != FN_NONE:
         v = vf_max(v, vf_zero())
-    if act == VX_ACT_RELU6:
+    if act == FN_RELU6:
         v = vf_min(v, vf_set1(<float>6.0))
     return v
 

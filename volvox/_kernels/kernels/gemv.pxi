@@ -1,7 +1,7 @@
 # gemv kernels: the bodies every tier shares (each tier's own microkernels: kernels/<tier>/gemv.pxi).
 #
 # Weights are ggml blocks read in place; activations are quantized on the fly into an 8-bit "act"
-# row (layout: csrc/vx_kernels.h), then the kernels do integer dot products per block and apply
+# row (layout: vx.pxd), then the kernels do integer dot products per block and apply
 # the block scales in float. Every kernel has a portable version here (the fallback, and the
 # reference the SIMD versions are tested against); a tier supplies these names:
 #   vx_f16_to_f32, vx_round_f16      fp16 conversions (F16C, NEON fcvt, or the portable ones below)
@@ -17,8 +17,8 @@
 # weights per token through it (b32_rows with MR == 1).
 #
 # Numerics: activation quantization and the x86 SIMD dot products follow ggml's x86 code step for
-# step (see vx_kernels.h), so results equal llama.cpp's bit for bit. Expressions keep the C's
-# shapes: GCC contracts a * b + c into an FMA where the tier has one, as it did for the C.
+# step (see vx.pxd), so results equal llama.cpp's bit for bit. Expressions keep ggml's shapes:
+# GCC contracts a * b + c into an FMA where the tier has one, as it does for ggml's C.
 from libc.math cimport fabsf, fmaxf, lrintf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
@@ -27,7 +27,7 @@ from volvox._kernels.vx cimport (
     vx_block_q4_1, vx_block_q4_K, vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
 
 cdef extern from *:
-    # Powers of two as the C wrote them (hex float literals: exact, and Python has no syntax for them).
+    # Powers of two as C literals (hex float literals: exact, and Python has no syntax for them).
     float P2_112 "0x1.0p+112f"
     float P2_M110 "0x1.0p-110f"
     float P2_M112 "0x1.0p-112f"
@@ -83,7 +83,7 @@ cdef inline int32_t vx_round(float v) noexcept nogil:
 
 
 # ------------------------------------------------------------------------------------------------
-# Activation quantization, bit-identical to ggml's x86 build (see vx_kernels.h):
+# Activation quantization, bit-identical to ggml's x86 build (see vx.pxd):
 #   q8_0 / q8_1 (ggml's quantize_row_q8_0 / _q8_1, AVX path), per 32 values:
 #     amax = max |x|,  d = fp16(amax / 127),  q = round_half_even(x * (127 / amax))
 #     q8_1 (q4_1 weights) also s = fp16(d_f32 * sum(q)), with d_f32 the unrounded d;
@@ -215,7 +215,7 @@ cdef inline void b32_ref_rows(const act_rows *MR_, int fmt, int64_t K, const uin
                               int64_t n, const int8_t **xq, const float **ds, float *y,
                               int64_t ldy) noexcept nogil:
     """Portable: y[i * ldy + r] = dot(weight row r, act row i) for r < n, i < MR, block by block,
-    one float per block and act row (the C's gemm_b32_ref_impl for one group of act rows)."""
+    one float per block and act row (ggml's generic order)."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t r, b
@@ -242,9 +242,9 @@ cdef inline void b32_ref_rows(const act_rows *MR_, int fmt, int64_t K, const uin
 
 # The 32-block GEMM of each (format, number of act rows), b32_rows of the tier, as a function of its
 # own: gemm_b32 calls them through B32_ROWS, a table GCC cannot see through, so each is compiled by
-# itself, as the C's always_inline tiles were. (Inlined into the dispatcher by GCC's late inliner,
-# the block loop lost registers to the dispatcher's values: the avx2 q8_0 GEMV loop took 28
-# instructions per block, 4 of them stack loads, against the C's 24; compiled alone it is the C's.)
+# itself. (Inlined into the dispatcher by GCC's late inliner, the block loop lost registers to the
+# dispatcher's values: the avx2 q8_0 GEMV loop took 28 instructions per block, 4 of them stack
+# loads, against 24 compiled alone.)
 ctypedef void (*b32_rows_fn)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const int8_t **xq,
                              const float **ds, float *y, int64_t ldy) noexcept nogil
 
@@ -526,8 +526,7 @@ cdef inline float wload(int fmt, const uint8_t *row, int64_t k) noexcept nogil:
 cdef inline void float_ref_rows(int fmt, int MR, int64_t K, const uint8_t *w, int64_t w_stride, int64_t r0,
                                 int64_t n, const float **x, float *y, int64_t ldy) noexcept nogil:
     """Portable: y[i * ldy + r] = dot(weight row r, x[i]) for r0 <= r < n, i < MR, with 4 partial
-    sums per output (k mod 4), the tail into the first, then (s0 + s1) + (s2 + s3) (the C's
-    gemm_float_ref_impl for one group of act rows)."""
+    sums per output (k mod 4), the tail into the first, then (s0 + s1) + (s2 + s3)."""
     cdef int64_t r, k
     cdef int i
     cdef const uint8_t *row
@@ -567,8 +566,8 @@ cdef inline void gemm_float_ref_impl(int fmt, int64_t K, const uint8_t *w, int64
                                      const void *a, int64_t a_stride, int64_t m, float *y,
                                      int64_t ldy) noexcept nogil:
     """Portable float GEMM (the portable tier's): act rows in groups of up to 4, their count a
-    runtime value as in the C. (With it a constant, GCC's SLP vectoriser left some of arm64's
-    products unfused in the f16 kernel: other bits than the C's.)"""
+    runtime value. (With it a constant, GCC's SLP vectoriser left some of arm64's products
+    unfused in the f16 kernel: other bits than the SIMD tiers'.)"""
     cdef int64_t i0
     cdef int mr, i
     cdef const float *x[4]       # (mr,) act rows
@@ -581,7 +580,7 @@ cdef inline void gemm_float_ref_impl(int fmt, int64_t K, const uint8_t *w, int64
 
 # The float GEMM of each (format, number of act rows), float_rows of the tier, as a function of its
 # own (called through FLOAT_ROWS, as B32_ROWS above: inlined into the dispatcher, the avx2 f16 tile
-# of 4 act rows took 12 instructions per 8 k, 4 of them stack loads, against the C's 8).
+# of 4 act rows took 12 instructions per 8 k, 4 of them stack loads, against 8 alone).
 ctypedef void (*float_rows_fn)(int64_t K, const uint8_t *w, int64_t w_stride, int64_t r0, int64_t n,
                                const float **x, float *y, int64_t ldy) noexcept nogil
 
@@ -760,7 +759,7 @@ cdef void dequant_f16(int64_t K, const uint8_t *w, float *y) noexcept nogil:
 # ------------------------------------------------------------------------------------------------
 cdef void fill_gemv(vx_table *t) noexcept:
     """Point t's quantize / gemm / dequant entries at this tier's kernels (k-quant activations use
-    the portable q8_K quantizer on every tier, as the C did)."""
+    the portable q8_K quantizer on every tier, as ggml does)."""
     t.quantize[VX_Q4_0] = quantize_q8_0
     t.quantize[VX_Q4_1] = quantize_q8_1
     t.quantize[VX_Q8_0] = quantize_q8_0

@@ -4,7 +4,7 @@
 # A tile takes `const act_rows *` (or `const row_pairs *`), a null pointer whose type says how many
 # act rows (weight row pairs) it handles, and reads the count as sizeof(act_rows). Cython emits one
 # C function per count, the count a constant in its body, so its accumulators stay in registers
-# whatever GCC's inliner does (cdef inline is not the C's always_inline: within its inlining budget
+# whatever GCC's inliner does (cdef inline is not always_inline: within its inlining budget
 # GCC left tiles as clones with the count a runtime value and their accumulators on the stack).
 ctypedef struct count_1:
     char n[1]

@@ -283,7 +283,7 @@ cdef void quantize_i8(int64_t n, const float *x, float scale, int32_t zp, int8_t
 
 
 cdef void fill_qconv(vx_table *t) noexcept:
-    cdef vx_conv_table *conv = <vx_conv_table *>t.conv              # tier.pxi's own copy of the C tier's
+    cdef vx_conv_table *conv = <vx_conv_table *>t.conv              # the tier's conv table (tier.pxi)
     conv.qgemm_pack = qgemm_pack
     conv.im2col_u8 = im2col_u8
     conv.qgemm = qgemm

@@ -1,10 +1,11 @@
-# Every tier module's body: the kernel families (each fills its entries of the tier's table),
-# then the table itself, handed to the engine as a capsule. Included by tier_<name>.pyx after
-# its vector layer and its own microkernels; families not yet written in Cython keep the C tier's
-# entries (C_TABLE: the C tier's whole table, which the engine takes instead when VOLVOX_KERNELS_C=1,
-# so that a port can be compared with it bit for bit).
+# Every tier module's body: the kernel families, each filling its entries of the tier's table, then
+# the table itself, handed to the engine as a capsule. Included by tier_<name>.pyx after its vector
+# layer and its own microkernels (kernels/<tier>/<family>.pxi).
 from cpython.pycapsule cimport PyCapsule_New
-from volvox._kernels.vx cimport vx_table, vx_conv_table
+from libc.string cimport memset
+from volvox._kernels.vx cimport (
+    VX_F16, VX_F32, VX_NTYPES, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K, vx_block_q6_K,
+    vx_block_q8_0, vx_conv_table, vx_table)
 
 include "rows.pxi"
 include "gemv.pxi"
@@ -12,8 +13,16 @@ include "conv.pxi"
 include "qconv.pxi"
 include "attention.pxi"
 
-cdef vx_table _table = c_tier_table()[0]
-cdef vx_conv_table _conv = _table.conv[0]
+# The kernels read GGUF blocks in place: their structs must have ggml's sizes.
+if (sizeof(vx_block_q4_0), sizeof(vx_block_q4_1), sizeof(vx_block_q8_0), sizeof(vx_block_q4_K),
+        sizeof(vx_block_q6_K)) != (18, 20, 34, 144, 210):
+    raise ImportError(f"{__name__}: the compiler laid out ggml's blocks with other sizes")
+
+cdef vx_table _table
+cdef vx_conv_table _conv
+memset(&_table, 0, sizeof(_table))
+memset(&_conv, 0, sizeof(_conv))
+_table.name = TIER_NAME
 _table.conv = &_conv
 fill_rows(&_table)
 fill_gemv(&_table)
@@ -21,5 +30,27 @@ fill_conv(&_table)
 fill_qconv(&_table)
 fill_attention(&_table)
 
+
+cdef list _missing_kernels():
+    """Names of table entries no family filled (only f32 / f16 take no activation quantizer)."""
+    cdef int w
+    missing = [f"gemm[{w}]" for w in range(VX_NTYPES) if _table.gemm[w] == NULL]
+    missing += [f"dequant[{w}]" for w in range(VX_NTYPES) if _table.dequant[w] == NULL]
+    missing += [f"quantize[{w}]" for w in range(VX_NTYPES)
+                if _table.quantize[w] == NULL and w != VX_F32 and w != VX_F16]
+    for name, fn in (("rms_norm", <size_t>_table.rms_norm), ("attention", <size_t>_table.attention),
+                     ("swiglu", <size_t>_table.swiglu), ("rope", <size_t>_table.rope),
+                     ("sgemm_pack", <size_t>_conv.sgemm_pack), ("sgemm", <size_t>_conv.sgemm),
+                     ("conv_f32", <size_t>_conv.conv_f32), ("dwconv_f32", <size_t>_conv.dwconv_f32),
+                     ("qgemm_pack", <size_t>_conv.qgemm_pack), ("im2col_u8", <size_t>_conv.im2col_u8),
+                     ("qgemm", <size_t>_conv.qgemm), ("qdwconv", <size_t>_conv.qdwconv),
+                     ("quantize_i8", <size_t>_conv.quantize_i8)):
+        if fn == 0:
+            missing.append(name)
+    return missing
+
+
+if _missing_kernels():
+    raise ImportError(f"{__name__}: no kernel for {', '.join(_missing_kernels())}")
+
 TABLE = PyCapsule_New(&_table, "volvox._kernels.vx_table", NULL)
-C_TABLE = PyCapsule_New(<void *> c_tier_table(), "volvox._kernels.vx_table", NULL)

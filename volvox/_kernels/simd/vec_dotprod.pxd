@@ -11,7 +11,7 @@ ctypedef float32x4_t vf
 from libc.math cimport fmaf
 
 cdef inline float vx_fma(float a, float b, float c) noexcept nogil:
-    """a * b + c rounded once (vx_ops.c's VX_FMA: fmaf, one instruction on this tier)."""
+    """a * b + c rounded once (fmaf: one instruction on this tier)."""
     return fmaf(a, b, c)
 
 

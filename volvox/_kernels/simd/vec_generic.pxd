@@ -8,8 +8,8 @@ ctypedef float vf
 
 # --- attention ---
 cdef inline float vx_fma(float a, float b, float c) noexcept nogil:
-    """a * b + c as written (vx_ops.c's VX_FMA on the portable tier: never a libm fma call; the
-    compiler contracts it to one instruction only where the target has FMA, as it did the C)."""
+    """a * b + c as written (never a libm fma call on the portable tier: the compiler contracts it to
+    one instruction only where the target has FMA)."""
     return a * b + c
 
 
@@ -40,7 +40,7 @@ cdef inline void vf_store(float *p, vf v) noexcept nogil:
     p[0] = v
 
 cdef inline vf vf_fma(vf a, vf b, vf c) noexcept nogil:
-    """a * b + c (one rounding where the compiler contracts it, as the C's scalar loops)."""
+    """a * b + c (one rounding where the compiler contracts it)."""
     return a * b + c
 
 cdef inline vf vf_add(vf a, vf b) noexcept nogil:

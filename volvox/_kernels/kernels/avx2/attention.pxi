@@ -1,5 +1,5 @@
 # The avx2 tier's own attention microkernels (kernels/attention.pxi has the shared bodies): ggml's
-# AVX2 + FMA f32 arithmetic (vx_ops.c's AVX2 branch), which the avx512 tier runs too.
+# AVX2 + FMA f32 arithmetic, which the avx512 tier runs too.
 from libc.stdint cimport int64_t
 
 

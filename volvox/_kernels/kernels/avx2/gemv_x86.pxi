@@ -1,6 +1,5 @@
-# The gemv code both x86 SIMD tiers run (the C's `#if defined(VX_AVX2)` blocks, which the avx512
-# tier compiled too): included by kernels/avx2/gemv.pxi and kernels/avx512/gemv.pxi, each of which
-# adds its own dot_u8s8_256 / dot_u8s8_scaled (maddubs or VNNI), b32_wide_rows (the avx512 tier's
+# The gemv code both x86 SIMD tiers run: included by kernels/avx2/gemv.pxi and
+# kernels/avx512/gemv.pxi, each of which adds its own dot_u8s8_256 / dot_u8s8_scaled (maddubs or VNNI), b32_wide_rows (the avx512 tier's
 # 2-rows-per-zmm tiles), float_tile / float_rows4 and dequant_f16_vec.
 from libc.math cimport fmaf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
@@ -157,7 +156,7 @@ cdef inline void b32_avx2_tile(const act_rows *MR_, int fmt, int64_t K, const ui
             p = dot_u8s8_256(wq, xv)
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ds[i][2 * b]), acc[i])
             if fmt != VX_Q8_0:
-                # one rounding, as the C compiled (contracted) on every path: fmaf keeps it so
+                # one rounding (ggml's contracted FMA) on every path: fmaf keeps it so
                 # whatever GCC's SLP vectoriser makes of the MR chains
                 accm[i] = fmaf(wm, ds[i][2 * b + 1], accm[i])
     for i in range(MR):

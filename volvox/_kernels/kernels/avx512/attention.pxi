@@ -1,3 +1,3 @@
 # The avx512 tier's own attention microkernels (kernels/attention.pxi has the shared bodies): the
-# avx2 tier's, as vx_ops.c compiled its AVX2 branch for both, so the two tiers give the same bits.
+# avx2 tier's, so the two tiers give the same bits.
 include "../avx2/attention.pxi"

@@ -16,7 +16,7 @@ include "../gemv_counts.pxi"
 
 
 # ------------------------------------------------------------------------------------------------
-# fp16 <-> fp32 (the FP/SIMD unit's conversions, as the C's __fp16 casts)
+# fp16 <-> fp32 (the FP/SIMD unit's conversions, as C's __fp16 casts compile)
 # ------------------------------------------------------------------------------------------------
 cdef inline float vx_f16_to_f32(vx_f16 h) noexcept nogil:
     """IEEE half -> float (exact)."""
