@@ -137,9 +137,12 @@ def main() -> None:
         peers = [("llama.cpp", path, bench_llama_cpp)]
     with volvox.load(path) as lm:
         short, long = prompt_ids(lm.tokenizer, 32), prompt_ids(lm.tokenizer, 512)
-    from volvox import cpu
+    try:
+        from volvox import cpu
+    except ImportError:  # a build from before the kernels' API was named volvox.cpu (a before/after run)
+        from volvox import kernels as cpu
 
-    print(f"model: {path}\nvolvox isa: {cpu.isa()}")
+    print(f"model: {path}\nvolvox: {volvox.__file__}, isa {cpu.isa()}")
     print(f"{'threads':>7} {'engine':<10} {'load ms':>8} {'prefill32':>10} {'prefill512':>11} {'decode':>8}   (tok/s)")
     mine = a.volvox or [path]
     for i, p in enumerate(mine):

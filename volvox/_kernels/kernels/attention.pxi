@@ -11,11 +11,10 @@
 # Each tier defines (kernels/<tier>/attention.pxi):
 #   float exp8(const float *x, float mx, float *y)      y[l] = exp(x[l] - mx), l < 8; their hsum8_tree
 #   float dot_vec_f32(const float *a, const float *b, int64_t n)   ggml_vec_dot_f32's a . b
-#   void axpy(int64_t n, float w, const float *v, float *a)        a[d] = fma(v[d], w, a[d])
 #   int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y)
 #       swiglu over the leading whole blocks of 8 with the vector expf (rows.pxi finishes the rest)
+# and its vector layer's vf_* (VL float lanes) for the weighted sum of values (wv_lanes).
 from libc.math cimport INFINITY
-from libc.string cimport memset
 from libc.stdint cimport int64_t
 from volvox._kernels.vx cimport vx_attn_shape
 
@@ -38,6 +37,108 @@ cdef extern from *:
 cdef inline float hsum8_tree(const float *l) noexcept nogil:
     """ggml's hsum_float_8 tree over 8 lanes: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))."""
     return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+
+
+cdef inline vf wv_key(const float *v, const float *w, int64_t j, vf a) noexcept nogil:
+    """a + V row j's VL floats at v times w[j], rounded once (one key's term of a lane's sum)."""
+    return vf_fma(vf_load(v), vf_set1(w[j]), a)
+
+
+cdef enum:
+    WV_CHUNK = 8        # blocks of 8 keys (of one chain) whose values wv_lanes runs through per column
+
+
+cdef inline void wv_lanes(const float *V, int64_t hd, const float *w, int64_t j0, int64_t nk, int64_t c,
+                          int64_t chains, float *lanes) noexcept nogil:
+    """lanes[l * hd + d] (l < 8, d < hd) = the sum from 0, in key order, of V[j * hd + d] * w[j] (each
+    term one FMA) over the keys j0 <= j < nk of chain c (j // 8 % chains == c) with j % 8 == l: the
+    lane sums of ggml_vec_dot_f32 (4 chains) or tinyBLAS (1), bit for bit.
+
+    Keys go by chunks of WV_CHUNK blocks (64 value rows, 16 KiB at hd 64: in L1 for every column),
+    and within a chunk a column of VL values at a time with its 8 lanes' sums in registers: one
+    load and store of a sum per chunk, not per key. (An axpy into the lane rows per key ran one
+    512-token layer in 17 to 33 ms, by where the scratch fell against the cache modulo 4 KiB: its
+    stores and the value loads aliased.)"""
+    cdef int64_t b_first = j0 // 8 + (c - (j0 // 8) % chains + chains) % chains   # first block of chain c
+    cdef int64_t b0, b_end, b, d, jb, j, je
+    cdef const float *p
+    cdef vf a0, a1, a2, a3, a4, a5, a6, a7          # lanes 0..7 of one column
+    cdef int k
+    for k in range(8 * hd):
+        lanes[k] = 0.0
+    b0 = b_first
+    while b0 * 8 < nk:
+        b_end = b0 + WV_CHUNK * chains
+        d = 0
+        while d + VL <= hd:
+            a0 = vf_load(lanes + d)
+            a1 = vf_load(lanes + hd + d)
+            a2 = vf_load(lanes + 2 * hd + d)
+            a3 = vf_load(lanes + 3 * hd + d)
+            a4 = vf_load(lanes + 4 * hd + d)
+            a5 = vf_load(lanes + 5 * hd + d)
+            a6 = vf_load(lanes + 6 * hd + d)
+            a7 = vf_load(lanes + 7 * hd + d)
+            b = b0
+            while b < b_end and b * 8 < nk:
+                jb = b * 8
+                p = V + jb * hd + d
+                if jb >= j0 and jb + 8 <= nk:         # a whole block of 8 keys, row by row
+                    a0 = wv_key(p, w, jb, a0)
+                    p += hd
+                    a1 = wv_key(p, w, jb + 1, a1)
+                    p += hd
+                    a2 = wv_key(p, w, jb + 2, a2)
+                    p += hd
+                    a3 = wv_key(p, w, jb + 3, a3)
+                    p += hd
+                    a4 = wv_key(p, w, jb + 4, a4)
+                    p += hd
+                    a5 = wv_key(p, w, jb + 5, a5)
+                    p += hd
+                    a6 = wv_key(p, w, jb + 6, a6)
+                    p += hd
+                    a7 = wv_key(p, w, jb + 7, a7)
+                else:                                 # the first or last block: its visible keys
+                    je = jb + 8 if jb + 8 < nk else nk
+                    for j in range(jb if jb > j0 else j0, je):
+                        p = V + j * hd + d
+                        if j % 8 == 0:
+                            a0 = wv_key(p, w, j, a0)
+                        elif j % 8 == 1:
+                            a1 = wv_key(p, w, j, a1)
+                        elif j % 8 == 2:
+                            a2 = wv_key(p, w, j, a2)
+                        elif j % 8 == 3:
+                            a3 = wv_key(p, w, j, a3)
+                        elif j % 8 == 4:
+                            a4 = wv_key(p, w, j, a4)
+                        elif j % 8 == 5:
+                            a5 = wv_key(p, w, j, a5)
+                        elif j % 8 == 6:
+                            a6 = wv_key(p, w, j, a6)
+                        else:
+                            a7 = wv_key(p, w, j, a7)
+                b += chains
+            vf_store(lanes + d, a0)
+            vf_store(lanes + hd + d, a1)
+            vf_store(lanes + 2 * hd + d, a2)
+            vf_store(lanes + 3 * hd + d, a3)
+            vf_store(lanes + 4 * hd + d, a4)
+            vf_store(lanes + 5 * hd + d, a5)
+            vf_store(lanes + 6 * hd + d, a6)
+            vf_store(lanes + 7 * hd + d, a7)
+            d += VL
+        while d < hd:                                 # the last hd % VL values, key by key
+            b = b0
+            while b < b_end and b * 8 < nk:
+                jb = b * 8
+                je = jb + 8 if jb + 8 < nk else nk
+                for j in range(jb if jb > j0 else j0, je):
+                    lanes[(j % 8) * hd + d] = vx_fma(V[j * hd + d], w[j], lanes[(j % 8) * hd + d])
+                b += chains
+            d += 1
+        b0 = b_end
 
 
 cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc, const float *vc,
@@ -74,10 +175,10 @@ cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc,
     # feeds lane j % 8 of chain (j / 8) % 4), several rows tinyBLAS (one chain: lane j % 8).
     # acc row (j & 31) or (j & 7) holds that lane.
     cdef int chains = 4 if s.seq == 1 else 1
-    cdef int64_t lanes_mask = 8 * chains - 1
-    memset(acc, 0, <size_t>(8 * chains * hd) * sizeof(float))
     for j in range(j0, nk):
-        axpy(hd, w[j] * inv, V + j * hd, acc + (j & lanes_mask) * hd)
+        w[j] = w[j] * inv
+    for c in range(chains):
+        wv_lanes(V, hd, w, j0, nk, c, chains, acc + c * 8 * hd)
     cdef float *o = out + i * nh * hd + h * hd                        # (hd,)
     cdef float l[8]                                                   # (8,) one output's lanes
     for d in range(hd):

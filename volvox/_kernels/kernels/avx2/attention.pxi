@@ -74,18 +74,6 @@ cdef inline float dot_vec_f32(const float *a, const float *b, int64_t n) noexcep
     return sumf
 
 
-cdef inline void axpy(int64_t n, float w, const float *v, float *a) noexcept nogil:
-    """a[d] = fma(v[d], w, a[d]) for d < n."""
-    cdef int64_t d = 0
-    cdef __m256 wv = _mm256_set1_ps(w)
-    while d + 8 <= n:
-        _mm256_storeu_ps(a + d, _mm256_fmadd_ps(_mm256_loadu_ps(v + d), wv, _mm256_loadu_ps(a + d)))
-        d += 8
-    while d < n:
-        a[d] = vx_fma(v[d], w, a[d])
-        d += 1
-
-
 cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """y[f] = silu(gate[f]) (* up[f] unless up is NULL) over the leading whole blocks of 8, as
     ggml_vec_swiglu_f32 / ggml_v_silu: x / (1 + v_expf(0 - x)); returns the elements done."""

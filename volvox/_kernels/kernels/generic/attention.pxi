@@ -39,13 +39,6 @@ cdef inline float dot_vec_f32(const float *a, const float *b, int64_t n) noexcep
     return sumf
 
 
-cdef inline void axpy(int64_t n, float w, const float *v, float *a) noexcept nogil:
-    """a[d] = fma(v[d], w, a[d]) for d < n."""
-    cdef int64_t d
-    for d in range(n):
-        a[d] = vx_fma(v[d], w, a[d])
-
-
 cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """No vector expf here: rows.pxi's swiglu_f32 does every element with libm's expf."""
     return 0

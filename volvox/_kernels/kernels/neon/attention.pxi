@@ -74,18 +74,6 @@ cdef inline float dot_vec_f32(const float *a, const float *b, int64_t n) noexcep
     return sumf
 
 
-cdef inline void axpy(int64_t n, float w, const float *v, float *a) noexcept nogil:
-    """a[d] = fma(v[d], w, a[d]) for d < n."""
-    cdef int64_t d = 0
-    cdef float32x4_t wv = vdupq_n_f32(w)
-    while d + 4 <= n:
-        vst1q_f32(a + d, vfmaq_f32(vld1q_f32(a + d), vld1q_f32(v + d), wv))
-        d += 4
-    while d < n:
-        a[d] = vx_fma(v[d], w, a[d])
-        d += 1
-
-
 cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """y[f] = silu(gate[f]) (* up[f] unless up is NULL) over the leading whole blocks of 8 (as the
     x86 tiers, so the same elements get the vector expf), as ggml_v_silu: x / (1 + v_expf(0 - x));
