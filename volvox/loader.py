@@ -7,23 +7,16 @@ import sys
 import time
 from pathlib import Path
 
+import importlib
+
 from volvox import cpu
-from volvox.architectures.efficientnet_lite import read_efficientnet_lite
-from volvox.architectures.from_gguf import import_gguf
-from volvox.architectures.hf import import_hf
 from volvox.errors import DeviceError, ModelNotFoundError, UnsupportedError
-from volvox.formats.blueprint import import_blueprint
-from volvox.formats.hf_folder import is_hf_folder
 from volvox.formats.imported import Imported
-from volvox.formats.onnx import read_onnx
-from volvox.formats.tflite import read_tflite
 from volvox.hub import load_recipe, resolve_model_file
 from volvox.model import Model
-from volvox.tasks.classify import Classifier
-from volvox.tasks.ctc import TextRecognizer
-from volvox.tasks.detect import Detector
-from volvox.tasks.embed import Encoder
-from volvox.tasks.generate import LanguageModel
+
+# Readers and task classes are imported when a model needs them (below), so that ``import volvox``
+# does not load every format's parser, tokenizer and template engine (616 -> ~250 ms).
 
 BACKENDS = ("cpu", "auto", "vulkan", "opengl", "gles", "webgpu")
 
@@ -94,16 +87,27 @@ def _load_any(model: str | Path, path: Path, kw: dict) -> Model:
         path, recipe_metadata = resolve_model_file(recipe["name"]), recipe.get("metadata")
     imported = import_model(path, recipe_metadata)
     try:
-        return TASKS.get(imported.metadata.get("task"), Model).from_imported(imported, **kw)
+        return task_class(imported.metadata.get("task")).from_imported(imported, **kw)
     except BaseException:
         imported.close()
         raise
 
 
-# A model's ``metadata["task"]`` -> the class that serves it (anything else: a plain Model, run()).
-TASKS: dict[str, type[Model]] = {
-    "generate": LanguageModel, "embed": Encoder, "classify": Classifier, "detect": Detector, "ctc": TextRecognizer,
+# A model's ``metadata["task"]`` -> "module:class" of the class that serves it (anything else: a plain
+# Model, run()).
+TASKS: dict[str, str] = {
+    "generate": "volvox.tasks.generate:LanguageModel", "embed": "volvox.tasks.embed:Encoder",
+    "classify": "volvox.tasks.classify:Classifier", "detect": "volvox.tasks.detect:Detector",
+    "ctc": "volvox.tasks.ctc:TextRecognizer",
 }
+
+
+def task_class(task: str | None) -> type[Model]:
+    """The class TASKS names for ``task`` (its module imported now), or Model for any other task."""
+    if task not in TASKS:
+        return Model
+    module, name = TASKS[task].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def import_model(path: Path, recipe_metadata: dict | None = None) -> Imported:
@@ -113,17 +117,33 @@ def import_model(path: Path, recipe_metadata: dict | None = None) -> Imported:
     and preprocessing."""
     path = Path(path)
     if path.is_dir():
-        return import_hf(path) if is_hf_folder(path) else import_blueprint(path)
+        from volvox.formats.hf_folder import is_hf_folder
+
+        if is_hf_folder(path):
+            from volvox.architectures.hf import import_hf
+
+            return import_hf(path)
+        from volvox.formats.blueprint import import_blueprint
+
+        return import_blueprint(path)
     with open(path, "rb") as f:
         head = f.read(8)
     if head[:4] == b"GGUF":
+        from volvox.architectures.from_gguf import import_gguf
+
         return import_gguf(str(path))
     recipe = recipe_metadata or {}
     if head[4:8] == b"TFL3":
+        from volvox.formats.tflite import read_tflite
+
         graph, weights, metadata = read_tflite(path)
     elif path.suffix == ".onnx":
+        from volvox.formats.onnx import read_onnx
+
         graph, weights, metadata = read_onnx(path)
     elif path.suffix == ".pth" and recipe.get("architecture") == "efficientnet-lite0":
+        from volvox.architectures.efficientnet_lite import read_efficientnet_lite
+
         graph, weights, metadata = read_efficientnet_lite(path)
     else:
         raise UnsupportedError(f"{path}: not a model file volvox can load (expected a GGUF, TFLite or ONNX file, "

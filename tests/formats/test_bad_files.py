@@ -76,3 +76,15 @@ def test_corpus_matches_generator():
     assert {n for n in files if n.startswith("bad/")} == on_disk
     stale = [rel for rel, data in files.items() if (DATA / rel).read_bytes() != data]
     assert not stale, f"run `python tools/make_bad_files.py`: stale {stale}"
+
+
+def test_state_dict_huge_bytearray_is_refused_before_allocating(tmp_path):
+    """A BYTEARRAY8 record declaring 6 * 2^40 bytes (found by the fuzz test): a WeightsError, not a
+    MemoryError from allocating the declared length."""
+    import zipfile
+
+    path = tmp_path / "huge.pth"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", b"\x80\x02\x96\x00\x00\x00\x00\x00\x06\x00\x00.")
+    with pytest.raises(volvox.errors.WeightsError, match="BYTEARRAY8"):
+        read_state_dict(path)

@@ -54,6 +54,12 @@ class _Unpickler(pickle._Unpickler):
         super().__init__(file)
         self.path, self.storage_bytes, self.rebuild = path, storage_bytes, rebuild
 
+    def _refuse_bytearray8(self):
+        raise WeightsError(f"{self.path}: the pickle holds a BYTEARRAY8 record, which torch.save never writes "
+                           f"(and whose declared length the unpickler would allocate before reading)")
+
+    dispatch = {**pickle._Unpickler.dispatch, pickle.BYTEARRAY8[0]: _refuse_bytearray8}
+
     def find_class(self, module, name):
         if (module, name) == ("collections", "OrderedDict"):
             return OrderedDict
