@@ -129,7 +129,7 @@ def main() -> None:
     a = ap.parse_args()
     model = a.model
     if model is None:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
         from tiny_gguf import write_tiny_llama
 
         model = os.path.join(tempfile.mkdtemp(prefix="volvox-bench-"), "llama.gguf")

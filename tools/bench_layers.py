@@ -77,7 +77,7 @@ def main() -> None:
     from volvox.hub import resolve_model_file
     from volvox.tasks.image import preprocess
 
-    sys.path.insert(0, str(TOOLS.parent / "tests"))
+    sys.path.insert(0, str(TOOLS.parent / "tests" / "support"))
     from vision_helpers import sample_image
 
     cpu.set_num_threads(args.threads)

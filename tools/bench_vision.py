@@ -119,7 +119,7 @@ def bench_one(name: str, threads: int, runs: int) -> dict:
     from volvox.hub import resolve_model_file
     from volvox.tasks.image import preprocess
 
-    sys.path.insert(0, str(TOOLS.parent / "tests"))
+    sys.path.insert(0, str(TOOLS.parent / "tests" / "support"))
     from vision_helpers import sample_image, text_line
 
     path = str(resolve_model_file(name.removesuffix(TWIN)))

@@ -197,8 +197,11 @@ cdef void qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out
 
 # ------------------------------------------------------------------------------ float32 pools
 cdef inline float np_maximum(float a, float b) noexcept nogil:
-    """numpy's maximum(a, b): a when a >= b or a is NaN, else b."""
-    return a if (a >= b or a != a) else b
+    """numpy's maximum(a, b): a when a >= b or a is NaN, else b. (The two tests are or'ed bitwise,
+    not with `or`, whose short circuit Cython writes as branches that GCC then does not vectorise: a
+    fused ReLU ran one element per branch, 10x slower.)"""
+    cdef bint take_a = (a >= b) | (a != a)
+    return a if take_a else b
 
 
 cdef inline float np_clip(float v, float lo, float hi) noexcept nogil:
