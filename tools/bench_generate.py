@@ -11,11 +11,16 @@ weights as an f32 GGUF for llama.cpp: ``python tools/gpt2_to_gguf.py DIR FILE``)
 
 For each thread count: load time, prefill tok/s (32-token prompt and a
 512-token prompt) and greedy decode tok/s (128 new tokens after the 32-token
-prompt), for both engines, and volvox / llama.cpp ratios (>1 = volvox faster). The engines take turns for
---rounds rounds and each figure is the median of its rounds, so that a noisy
-neighbour on a shared machine slows both sides alike rather than one run.
+prompt), for both engines, and volvox / llama.cpp ratios (>1 = volvox faster).
+The engines take turns for --rounds rounds and each figure is the median of its
+rounds, so that a noisy neighbour on a shared machine slows both sides alike
+rather than one run.
 Both engines run greedy argmax over full logits in Python, so the per-token
-harness cost is the same.
+harness cost is the same. With a GGUF model it also measures the DRAM read
+bandwidth at each thread count (numpy's max over 512 MiB, a slice per thread)
+and prints each engine's share of the decode ceiling it sets (bandwidth / the
+file's tensor bytes, which every token streams) and its time per token beyond
+streaming the weights.
 """
 
 from __future__ import annotations
@@ -37,6 +42,39 @@ def prompt_ids(tokenizer, n: int) -> list[int]:
     ids = tokenizer.encode(TEXT)
     assert len(ids) >= n
     return ids[:n]
+
+
+def dram_read_gb_s(threads: int, nbytes: int = 2**29) -> float:
+    """GB/s that ``threads`` threads read from memory: numpy's max (which releases the GIL) over one
+    slice each of an array bigger than any cache, best of 5."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = np.ones(nbytes // 4, np.float32)  # (nbytes / 4,)
+    parts = np.array_split(a, threads)
+    with ThreadPoolExecutor(threads) as ex:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            list(ex.map(np.max, parts))
+            best = min(best, time.perf_counter() - t0)
+    return a.nbytes / best / 1e9
+
+
+def weight_bytes(path: str) -> int:
+    """Bytes of a GGUF file's tensors (what a decode step streams, the norms' few KB aside)."""
+    import gguf
+
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
+
+
+def print_ceiling(threads: int, streamed: int, decodes: dict[str, float]) -> None:
+    """Each engine's decode tok/s against the ceiling the measured DRAM bandwidth sets."""
+    bw = dram_read_gb_s(threads)
+    ceiling = bw * 1e9 / streamed
+    for name, tok_s in decodes.items():
+        beyond = (1 / tok_s - streamed / (bw * 1e9)) * 1e3
+        print(f"{threads:>7} {'ceiling':<10} {name}: {tok_s / ceiling:5.1%} of {ceiling:.0f} tok/s "
+              f"({bw:.1f} GB/s over {streamed / 1e6:.1f} MB a token); {beyond:.2f} ms a token beyond streaming")
 
 
 def median(rounds: list[dict]) -> dict:
@@ -162,13 +200,17 @@ def main() -> None:
         for i, v in enumerate(runs):
             print(f"{t:>7} {f'volvox {i}':<10} {v['load_s'] * 1e3:>8.1f} {v['prefill32']:>10.1f} {v['prefill512']:>11.1f} "
                   f"{v['decode']:>8.1f}")
+        decodes = {f"volvox {i}": v["decode"] for i, v in enumerate(runs)}
         for peer_name, rounds in peer_runs.items():
             r = median(rounds)
+            decodes[peer_name] = r["decode"]
             print(f"{t:>7} {peer_name:<10} {r['load_s'] * 1e3:>8.1f} {r['prefill32']:>10.1f} {r['prefill512']:>11.1f} {r['decode']:>8.1f}")
             for i, v in enumerate(runs):
                 print(f"{t:>7} {'ratio':<10} {'':>8} {v['prefill32'] / r['prefill32']:>9.2f}x "
                       f"{v['prefill512'] / r['prefill512']:>10.2f}x {v['decode'] / r['decode']:>7.2f}x   "
                       f"(volvox {i} / {peer_name})")
+        if path.endswith(".gguf") and mine == [path]:
+            print_ceiling(t, weight_bytes(path), decodes)
 
 if __name__ == "__main__":
     main()
