@@ -85,8 +85,19 @@ def compile_graph(graph: Graph, weights: dict[str, Any], passes: list[str] | Non
         raise UnsupportedError(f"unknown compiler passes {unknown} (known: {', '.join(PASSES)})")
     report = CompileReport()
     for name in names:
-        before = len(graph.nodes)
+        before = graph
         graph, weights = PASSES[name](graph, weights)
-        validate(graph)
-        report.steps.append((name, before, len(graph.nodes)))
+        if _same_wiring(before, graph):
+            graph.specs = before.specs  # the same nodes over the same tensors infer the same specs
+        else:
+            validate(graph)
+        report.steps.append((name, len(before.nodes), len(graph.nodes)))
     return graph, weights, report
+
+
+def _same_wiring(a: Graph, b: Graph) -> bool:
+    """Whether a pass left the graph as it was: the same node objects in order, inputs, weight specs
+    and outputs (most passes find nothing to do in a given model; validating each pass's result
+    again was a third of SmolLM2's load)."""
+    return (len(a.nodes) == len(b.nodes) and all(x is y for x, y in zip(a.nodes, b.nodes))
+            and a.inputs == b.inputs and a.weights == b.weights and a.outputs == b.outputs and bool(a.specs))

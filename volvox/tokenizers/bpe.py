@@ -60,12 +60,16 @@ def _split_merge(merge, index: int) -> tuple[str, str]:
     raise TokenizerError(f"merge #{index} is malformed: {merge!r} (expected 'a b' or [a, b])")
 
 
+_TO_LATIN1 = {ord(c): b for c, b in _CHAR_TO_BYTE.items()}  # alphabet char -> the code point of its byte
+_DROP_ALPHABET = dict.fromkeys(_TO_LATIN1)                   # alphabet char -> deleted
+
+
 def _token_text_bytes(token: str) -> bytes:
-    """Bytes of a normal vocab token; tokens outside the byte alphabet are raw UTF-8 (as HF)."""
-    try:
-        return bytes(_CHAR_TO_BYTE[c] for c in token)
-    except KeyError:
+    """Bytes of a normal vocab token; tokens outside the byte alphabet are raw UTF-8 (as HF). (Two
+    str.translate calls: a Python loop over each character was a third of a 49k-token vocab's load.)"""
+    if token.translate(_DROP_ALPHABET):  # a character outside the byte alphabet
         return token.encode("utf-8")
+    return token.translate(_TO_LATIN1).encode("latin-1")
 
 
 class StreamDecoder:
