@@ -185,6 +185,7 @@ def main() -> None:
     mine = a.volvox or [path]
     for i, p in enumerate(mine):
         print(f"volvox {i}: {p}")
+    streamed = weight_bytes(path) if path.endswith(".gguf") and mine == [path] else 0  # bytes a token reads
     for t in a.threads:
         mine_runs = [[] for _ in mine]   # [volvox model][round] -> figures
         peer_runs = {name: [] for name, _, _ in peers}
@@ -209,8 +210,8 @@ def main() -> None:
                 print(f"{t:>7} {'ratio':<10} {'':>8} {v['prefill32'] / r['prefill32']:>9.2f}x "
                       f"{v['prefill512'] / r['prefill512']:>10.2f}x {v['decode'] / r['decode']:>7.2f}x   "
                       f"(volvox {i} / {peer_name})")
-        if path.endswith(".gguf") and mine == [path]:
-            print_ceiling(t, weight_bytes(path), decodes)
+        if streamed:
+            print_ceiling(t, streamed, decodes)
 
 if __name__ == "__main__":
     main()

@@ -1,12 +1,12 @@
 """Fuzz config.json: any mutation of a valid blueprint loads, or fails with a VolvoxError."""
 
-import copy
 import json
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz import mutate
 import volvox
 from volvox.formats.blueprint import parse_config
 from volvox.formats.safetensors import save_safetensors
@@ -48,18 +48,7 @@ PATHS = [p for p in _paths(BASE) if p]
 @given(mutations=st.lists(st.tuples(st.sampled_from(PATHS), st.one_of(json_value, st.just("__delete__"))),
                           min_size=1, max_size=3))
 def test_mutated_config_fails_cleanly(tmp_path_factory, mutations):
-    cfg = copy.deepcopy(BASE)
-    for path, value in mutations:
-        parent = cfg
-        try:
-            for key in path[:-1]:
-                parent = parent[key]
-            if value == "__delete__":
-                del parent[path[-1]]
-            else:
-                parent[path[-1]] = value
-        except (KeyError, IndexError, TypeError):
-            continue
+    cfg = mutate(BASE, mutations)
     d = tmp_path_factory.mktemp("bp")
     (d / "config.json").write_text(json.dumps(cfg))
     save_safetensors(d / "model.safetensors", WEIGHTS)

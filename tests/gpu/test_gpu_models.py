@@ -114,18 +114,25 @@ def test_cnn_matches_cpu_one_submit(backend):
     assert nmse(got, want) < 1e-10
 
 
-@BACKENDS
-def test_cpu_island_splits_the_graph(backend):
-    """A node the GPU cannot run (a mean over a leading axis) between GPU nodes: download, CPU, upload."""
-    device = device_or_skip(backend)
+def _island_model(device, profile: bool = False) -> tuple[Model, np.ndarray]:
+    """relu -> a mean over the leading axis (which stays on the CPU) -> add of a bias, on ``device``:
+    (the model, its bias (5,)); y = mean(relu(x), axis 0) + bias for x (3, 5)."""
     nodes = [Node("a", "relu", {"x": "x"}, {"y": "h"}),
              Node("t", "reduce_mean", {"x": "h"}, {"y": "ht"}, {"axes": [0]}),
              Node("b", "add", {"a": "ht", "b": "bias"}, {"y": "y"})]
     graph = Graph([TensorSpec("x", (3, 5), "float32")], {"bias": TensorSpec("bias", (5,), "float32")}, nodes, ["y"])
     validate(graph)
-    bias = np.arange(5, dtype=np.float32)
-    model = Model(graph, {"bias": bias}, {}, "island", device=device, profile=True)
+    bias = np.arange(5, dtype=np.float32)  # (5,)
+    model = Model(graph, {"bias": bias}, {}, "island", device=device, profile=profile)
     model._closers.clear()
+    return model, bias
+
+
+@BACKENDS
+def test_cpu_island_splits_the_graph(backend):
+    """A node the GPU cannot run (a mean over a leading axis) between GPU nodes: download, CPU, upload."""
+    device = device_or_skip(backend)
+    model, bias = _island_model(device, profile=True)
     assert model.executor.node_backends() == {"a": backend, "t": "cpu", "b": backend}
     x = np.random.default_rng(5).standard_normal((3, 5)).astype(np.float32)
     before = device.submits

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpu_helpers import BACKENDS, device_or_skip, nmse
-from test_gpu_models import _cnn, _gpu_lm, tiny_llama  # noqa: F401  (the module's fixture)
+from test_gpu_models import _cnn, _gpu_lm, _island_model, tiny_llama  # noqa: F401  (the module's fixture)
 import volvox
 from volvox._gpu.backend import Buffer, BufferPool, CommandGraph, Device, DeviceError, Recording
 from volvox._gpu.devices import open_device
@@ -104,14 +104,7 @@ def test_cnn_replays_until_the_input_size_changes(backend):
 def test_cpu_island_segments_replay(backend):
     """Two GPU segments around a CPU node: both recordings replay on the next forward."""
     device = device_or_skip(backend)
-    nodes = [Node("a", "relu", {"x": "x"}, {"y": "h"}),
-             Node("t", "reduce_mean", {"x": "h"}, {"y": "ht"}, {"axes": [0]}),
-             Node("b", "add", {"a": "ht", "b": "bias"}, {"y": "y"})]
-    graph = Graph([TensorSpec("x", (3, 5), "float32")], {"bias": TensorSpec("bias", (5,), "float32")}, nodes, ["y"])
-    validate(graph)
-    bias = np.arange(5, dtype=np.float32)
-    model = Model(graph, {"bias": bias}, {}, "island", device=device)
-    model._closers.clear()
+    model, bias = _island_model(device)
     count = _Counts(model.executor)
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal((3, 5)).astype(np.float32)

@@ -10,8 +10,9 @@ import os
 import numpy as np
 import pytest
 
+from op_cases import random_kquant
 from volvox.errors import ShapeError, UnsupportedError
-from volvox.ir.quant_blocks import (GGML_FORMATS, QuantTensor, dequantize_ref, dequantize_rows_ref,
+from volvox.ir.quant_blocks import (QuantTensor, dequantize_ref, dequantize_rows_ref,
                           quantize_ref)
 
 gguf = pytest.importorskip("gguf")
@@ -34,17 +35,6 @@ def random_activations(rng, rows, cols):
     if rows > 3:
         x[3, :32] = -np.abs(x[3, :32])
     return x
-
-
-def random_kquant(rng, qtype, rows, cols):
-    """Random k-quant blocks (every bit pattern) with finite, sane fp16 super-scales."""
-    fmt = GGML_FORMATS[qtype]
-    nb = cols // fmt.block_size
-    raw = rng.integers(0, 256, (rows, nb * fmt.type_size), dtype=np.uint8)
-    blk = raw.reshape(rows, nb, fmt.type_size)
-    for off in ((0, 2) if qtype == "q4_k" else (208,)):
-        blk[..., off:off + 2] = rng.uniform(-0.02, 0.02, (rows, nb, 1)).astype(np.float16).view(np.uint8)
-    return QuantTensor(raw, qtype, (rows, cols))
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_1"])

@@ -203,12 +203,17 @@ def quant(qtype: str, rows: int, cols: int) -> QuantTensor:
     bit pattern) with small finite float16 super-scales."""
     if qtype in QUANTIZABLE_QTYPES:
         return quantize_ref(f32(rows, cols), qtype)
+    return random_kquant(rng, qtype, rows, cols)
+
+
+def random_kquant(gen: np.random.Generator, qtype: str, rows: int, cols: int) -> QuantTensor:
+    """Random k-quant blocks (every bit pattern) with finite, small float16 super-scales."""
     fmt = GGML_FORMATS[qtype]
     nb = cols // fmt.block_size
-    raw = rng.integers(0, 256, (rows, nb * fmt.type_size), dtype=np.uint8)
+    raw = gen.integers(0, 256, (rows, nb * fmt.type_size), dtype=np.uint8)  # (rows, nb * type_size)
     blk = raw.reshape(rows, nb, fmt.type_size)
     for off in ((0, 2) if qtype == "q4_k" else (208,)):
-        blk[..., off:off + 2] = rng.uniform(-0.02, 0.02, (rows, nb, 1)).astype(np.float16).view(np.uint8)
+        blk[..., off:off + 2] = gen.uniform(-0.02, 0.02, (rows, nb, 1)).astype(np.float16).view(np.uint8)
     return QuantTensor(raw, qtype, (rows, cols))
 
 

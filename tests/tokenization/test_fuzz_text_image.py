@@ -3,7 +3,6 @@ and WordPiece encode / decode / streaming paths, tokenizer.json files with mutat
 truncated, garbage or dimension-lying PNG / JPEG bytes. Only volvox errors may escape; text that
 encodes must decode back to itself (byte-level BPE is lossless)."""
 
-import copy
 import io
 import json
 import struct
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz import mutate
 from volvox.errors import VolvoxError
 from volvox.tasks.image import ImageError, load_image, preprocess
 from volvox.tokenizers.bpe import ByteLevelBPETokenizer, bytes_to_unicode
@@ -113,22 +113,6 @@ def _paths(obj, prefix=()):
             yield prefix + (k, next(iter(v)))
 
 
-def _mutate(doc, mutations):
-    doc = copy.deepcopy(doc)
-    for path, value in mutations:
-        parent = doc
-        try:
-            for key in path[:-1]:
-                parent = parent[key]
-            if value == "__delete__":
-                del parent[path[-1]]
-            else:
-                parent[path[-1]] = value
-        except (KeyError, IndexError, TypeError):
-            continue
-    return doc
-
-
 @pytest.mark.parametrize("doc, cls", [(BPE_JSON, ByteLevelBPETokenizer), (WP_JSON, WordPieceTokenizer)],
                          ids=["bpe", "wordpiece"])
 def test_mutated_tokenizer_json_fails_cleanly(tmp_path_factory, doc, cls):
@@ -139,7 +123,7 @@ def test_mutated_tokenizer_json_fails_cleanly(tmp_path_factory, doc, cls):
                     min_size=1, max_size=3), any_text)
     def check(mutations, text):
         try:
-            tok = _load(tmp_path_factory, _mutate(doc, mutations), cls)
+            tok = _load(tmp_path_factory, mutate(doc, mutations), cls)
             ids = tok.encode(text)
             if cls is ByteLevelBPETokenizer:
                 tok.decode(ids)
@@ -154,7 +138,7 @@ def test_mutated_tokenizer_json_fails_cleanly(tmp_path_factory, doc, cls):
 def test_added_tokens_of_the_wrong_type(tmp_path_factory, doc, cls, value):
     """Found by the fuzzer: a non-list added_tokens raised a bare TypeError."""
     with pytest.raises(VolvoxError):
-        _load(tmp_path_factory, _mutate(doc, [(("added_tokens",), value)]), cls)
+        _load(tmp_path_factory, mutate(doc, [(("added_tokens",), value)]), cls)
 
 
 @pytest.mark.parametrize("field, value", [("continuing_subword_prefix", None), ("unk_token", 3),
@@ -162,7 +146,7 @@ def test_added_tokens_of_the_wrong_type(tmp_path_factory, doc, cls, value):
 def test_wordpiece_model_fields_of_the_wrong_type(tmp_path_factory, field, value):
     """Found by the fuzzer: a null continuing_subword_prefix raised a bare TypeError when encoding."""
     with pytest.raises(VolvoxError, match=field):
-        _load(tmp_path_factory, _mutate(WP_JSON, [(("model", field), value)]), WordPieceTokenizer)
+        _load(tmp_path_factory, mutate(WP_JSON, [(("model", field), value)]), WordPieceTokenizer)
 
 
 # ------------------------------------------------------------------ images

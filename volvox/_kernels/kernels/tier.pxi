@@ -50,7 +50,8 @@ cdef list _missing_kernels():
     return missing
 
 
-if _missing_kernels():
-    raise ImportError(f"{__name__}: no kernel for {', '.join(_missing_kernels())}")
+_missing = _missing_kernels()
+if _missing:
+    raise ImportError(f"{__name__}: no kernel for {', '.join(_missing)}")
 
 TABLE = PyCapsule_New(&_table, "volvox._kernels.vx_table", NULL)
