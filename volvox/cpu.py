@@ -681,6 +681,18 @@ def linear_weights(w: np.ndarray) -> np.ndarray:
     return _packed(w, "f32", lambda: _pack_f32(np.ascontiguousarray(w)))
 
 
+def interleaved_weights(w) -> tuple[np.ndarray, int] | None:
+    """(packed bytes, bytes per group) of quantized weight ``w`` interleaved for this tier's decode
+    GEMV (vx.pxd: ``il_rows`` rows per group), or None where the tier reads its rows as stored."""
+    code, wb, n, k = _weight_bytes(w, "w")
+    rows, group = engine.il_rows(code), engine.il_group_bytes(code, k)
+    if not rows:
+        return None
+    packed = aligned_empty(-(-n // rows) * group, np.uint8)  # (groups, blocks, block of `rows` rows)
+    engine.il_pack(code, wb, k, packed)
+    return packed, group
+
+
 def requant_args(multiplier, shift, n: int, input_zero_point: int, output_zero_point: int, act_min: int,
                  act_max: int) -> tuple[np.ndarray, np.ndarray, tuple]:
     """(multiplier (n,), shift (n,), (zp_in, zp_out, act_min, act_max)) checked for the int8 kernels."""

@@ -77,6 +77,29 @@ cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
     return VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK))
 
 
+# ------------------------------------------------------------------------------------------------
+# Interleaved 32-block weights. A tier whose table sets il_rows = R also runs q4_0 / q4_1 / q8_0
+# weights packed R rows at a time, so that one vector instruction works on R rows (a decode step's
+# matrix-vector products stream them; the engine's il_pack makes the layout). Group g holds rows
+# R g .. R g + R - 1 (rows past n: zero scales), block after block; block b of a group is
+#   vx_f16 d[R]                the rows' scales
+#   vx_f16 m[R]                q4_1 only: the rows' mins
+#   uint8  qs[L][R][4]         lane l of row r: the row's block bytes 4l .. 4l+3, as stored (q4_0 /
+#                              q4_1: L = 4 packed nibble bytes) or plus 128 (q8_0: L = 8, byte ^ 0x80)
+# so a group's block is R times the plain block's bytes and a group nb = K / 32 of them. Each row's
+# dot product is formed with exactly the operations of the row-by-row kernels (same bits).
+# ------------------------------------------------------------------------------------------------
+cdef inline int64_t vx_il_block_bytes(int wtype, int R) noexcept nogil:
+    """Bytes of one block of an interleaved group of R rows (0: wtype has no interleaved layout)."""
+    if wtype == VX_Q4_0:
+        return R * 18
+    if wtype == VX_Q4_1:
+        return R * 20
+    if wtype == VX_Q8_0:
+        return R * 34
+    return 0
+
+
 # Quantize one activation row of K floats into an act row.
 ctypedef void (*vx_quantize_fn)(int64_t K, const float *x, void *act) noexcept nogil
 # y[i*ldy + r] = dot(weight row r, activation row i) for r < n, i < m; w: the first weight row, rows
@@ -198,6 +221,9 @@ ctypedef struct vx_table:
     const char *name
     vx_quantize_fn quantize[7]   # [VX_NTYPES]; NULL for f32 / f16
     vx_gemm_fn gemm[7]           # [VX_NTYPES]
+    int il_rows                  # rows per interleaved group (0: the tier has no interleaved kernels)
+    vx_gemm_fn gemm_il[7]        # [VX_NTYPES] interleaved weights (w: group 0, w_stride: bytes per
+                                 # group, n: rows); NULL: the type is not interleaved on this tier
     vx_dequant_fn dequant[7]     # [VX_NTYPES]
     vx_rms_norm_fn rms_norm
     vx_attn_fn attention

@@ -107,8 +107,15 @@ def linear_cpu(plan, node) -> None:
         plan.need(node, m == 1, "quantized weights on several rows")
         act = plan.act_row(node, act_bytes)
         plan.add("quantize_act", x=cpu.address(x), act=cpu.address(act), K=k, wtype=code)
-        plan.add("linear", x=cpu.address(act), w=cpu.address(wb), bias=cpu.address(bias), y=cpu.address(y), K=k, N=n,
-                 row_bytes=wb.shape[1], wtype=code)
+        weight = plan.weight(node, "weight")
+        il = plan.packed(node.inputs["weight"], "interleaved", lambda: cpu.interleaved_weights(weight))
+        if il is not None:  # the tier's GEMV over rows interleaved at plan build (vx.pxd)
+            plan.keep(il[0])
+            plan.add("linear", x=cpu.address(act), w=cpu.address(il[0]), bias=cpu.address(bias), y=cpu.address(y),
+                     K=k, N=n, row_bytes=wb.shape[1], wtype=code, group_bytes=il[1])
+        else:
+            plan.add("linear", x=cpu.address(act), w=cpu.address(wb), bias=cpu.address(bias), y=cpu.address(y),
+                     K=k, N=n, row_bytes=wb.shape[1], wtype=code)
     elif m >= cpu.SGEMM_MIN_ROWS and code == cpu._F32:
         weight = plan.weight(node, "weight")
         packed = plan.packed(node.inputs["weight"], False, lambda: cpu.linear_weights(weight))  # (n/32, k, 32) panels

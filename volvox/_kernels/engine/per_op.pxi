@@ -2,7 +2,9 @@
 # or two steps built on the stack and run by the same runner, so a kernel's work split is written
 # once, in its step kind. A call too small to be worth a second thread runs on one, without an
 # OpenMP region.
-from volvox._kernels.vx cimport vx_attn_scratch_floats, vx_qgemm_packed_bytes, vx_sgemm_packed_floats
+from volvox._kernels.vx cimport (
+    VX_NTYPES, VX_Q4_1, VX_Q8_0, VX_QK, vx_attn_scratch_floats, vx_il_block_bytes, vx_qgemm_packed_bytes,
+    vx_sgemm_packed_floats)
 
 cdef enum:
     MIN_PARALLEL_MACS = 1 << 16   # below this many multiply-adds a call runs on one thread (fork/join ~us)
@@ -69,6 +71,81 @@ def gemm(int wtype, const uint8_t[:, ::1] w, int64_t K, const float[:, ::1] x, f
     lin.a.linear.wtype = wtype
     with nogil:
         run_local(steps, n + 1, threads_for(M * N * K))
+
+
+def il_rows(int wtype):
+    """Rows per interleaved group of `wtype` weights on this tier (vx.pxd); 0: not interleaved here."""
+    return _tbl.il_rows if 0 <= wtype < VX_NTYPES and _tbl.gemm_il[wtype] != NULL else 0
+
+
+def il_group_bytes(int wtype, int64_t K):
+    """Bytes of one interleaved group of K-column `wtype` rows on this tier (0: not interleaved here)."""
+    return (K // VX_QK) * vx_il_block_bytes(wtype, _tbl.il_rows) if il_rows(wtype) else 0
+
+
+def il_pack(int wtype, const uint8_t[:, ::1] w, int64_t K, uint8_t[::1] out):
+    """out = the N rows of w (quantized `wtype`, K columns) interleaved il_rows at a time (vx.pxd);
+    out holds ceil(N / il_rows) * il_group_bytes(wtype, K) bytes, rows past N zero."""
+    cdef int R = il_rows(wtype)
+    cdef int64_t N = w.shape[0], gb = il_group_bytes(wtype, K)
+    if R == 0 or K % VX_QK or w.shape[1] != (K // VX_QK) * vx_il_block_bytes(wtype, 1):
+        raise ValueError(f"il_pack: weight type {wtype} with K={K} and rows of {w.shape[1]} bytes")
+    if out.shape[0] != ((N + R - 1) // R) * gb:
+        raise ValueError(f"il_pack: out holds {out.shape[0]} bytes, not {((N + R - 1) // R) * gb}")
+    with nogil:
+        il_pack_rows(wtype, K, &w[0, 0] if N else NULL, w.shape[1], N, R, &out[0] if N else NULL)
+
+
+cdef void il_pack_rows(int wtype, int64_t K, const uint8_t *w, int64_t w_stride, int64_t N, int R,
+                       uint8_t *out) noexcept nogil:
+    """il_pack's loop: for each group and block, the rows' scales (and q4_1 mins) then lane by lane
+    the rows' 4-byte groups (q8_0 bytes + 128)."""
+    cdef int64_t nb = K // VX_QK, bsz = vx_il_block_bytes(wtype, 1), sb = vx_il_block_bytes(wtype, R)
+    cdef int64_t g, b, row
+    cdef int r, l, lanes = 8 if wtype == VX_Q8_0 else 4
+    cdef int qsrc = 4 if wtype == VX_Q4_1 else 2               # qs offset in a plain block
+    cdef int64_t qdst = qsrc * R                               # qs offset in an interleaved block
+    cdef uint32_t flip = 0x80808080u if wtype == VX_Q8_0 else 0, v
+    cdef const uint8_t *src
+    cdef uint8_t *dst
+    memset(out, 0, ((N + R - 1) // R) * nb * sb)
+    for row in range(N):
+        g, r = row // R, row % R
+        for b in range(nb):
+            src = w + row * w_stride + b * bsz
+            dst = out + (g * nb + b) * sb
+            memcpy(dst + 2 * r, src, 2)                        # d
+            if wtype == VX_Q4_1:
+                memcpy(dst + 2 * R + 2 * r, src + 2, 2)        # m
+            for l in range(lanes):
+                memcpy(&v, src + qsrc + 4 * l, 4)
+                v ^= flip
+                memcpy(dst + qdst + (l * R + r) * 4, &v, 4)
+
+
+def gemm_il(int wtype, const uint8_t[::1] packed, int64_t K, int64_t N, const float[:, ::1] x, float[:, ::1] y,
+            uint8_t[::1] scratch):
+    """y (M, N) = x (M, K) @ W.T, W interleaved by il_pack: the act rows quantized into scratch (M *
+    act_row_bytes(wtype, K) bytes), then one group at a time (what a plan's linear step runs)."""
+    cdef int64_t M = x.shape[0], act = vx_act_row_bytes(wtype, K), gb = il_group_bytes(wtype, K)
+    if gb == 0 or _tbl.il_rows != LINEAR_CHUNK or x.shape[1] != K or y.shape[0] != M or y.shape[1] != N:
+        raise ValueError(f"gemm_il: weight type {wtype}, x {x.shape[0]}x{x.shape[1]}, y {y.shape[0]}x{y.shape[1]}")
+    if packed.shape[0] != ((N + LINEAR_CHUNK - 1) // LINEAR_CHUNK) * gb or scratch.shape[0] < M * act:
+        raise ValueError("gemm_il: packed or scratch has the wrong size")
+    if M == 0 or N == 0:
+        return
+    cdef Step steps[2]
+    memset(steps, 0, sizeof(steps))
+    steps[0].kind = STEP_QUANTIZE_ACT
+    steps[0].a.quantize_act.x, steps[0].a.quantize_act.act = &x[0, 0], &scratch[0]
+    steps[0].a.quantize_act.K, steps[0].a.quantize_act.rows = K, M
+    steps[0].a.quantize_act.act_stride, steps[0].a.quantize_act.wtype = act, wtype
+    steps[1].kind = STEP_LINEAR
+    steps[1].a.linear.x, steps[1].a.linear.w, steps[1].a.linear.y = &scratch[0], &packed[0], &y[0, 0]
+    steps[1].a.linear.K, steps[1].a.linear.N, steps[1].a.linear.rows = K, N, M
+    steps[1].a.linear.x_stride, steps[1].a.linear.group_bytes, steps[1].a.linear.wtype = act, gb, wtype
+    with nogil:
+        run_local(steps, 2, threads_for(M * N * K))
 
 
 def quantize_act(int wtype, const float[:, ::1] x, uint8_t[:, ::1] out):

@@ -129,11 +129,15 @@ cdef class StepPlan:
         s.a.quantize_act.act_stride = vx_act_row_bytes(wtype, K)
 
     def linear(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, int64_t K, int64_t N,
-               int64_t row_bytes, int wtype, int64_t rows=1):
+               int64_t row_bytes, int wtype, int64_t rows=1, int64_t group_bytes=0):
         """y (rows, N) = x @ W.T (+ bias; 0: none): x the act row a quantize_act step wrote (quantized
-        wtype, one row) or float32 rows (f32 / f16 weights); W N rows of row_bytes."""
+        wtype, one row) or float32 rows (f32 / f16 weights); W N rows of row_bytes, or (group_bytes > 0)
+        interleaved by il_pack."""
+        if group_bytes and (_tbl.gemm_il[wtype] == NULL or _tbl.il_rows != LINEAR_CHUNK):
+            raise ValueError(f"the {_tbl.name.decode()} tier has no interleaved kernel for weight type {wtype}")
         cdef Step *s = self._next(STEP_LINEAR)
         cdef int64_t act = vx_act_row_bytes(wtype, K)
+        s.a.linear.group_bytes = group_bytes
         s.a.linear.x, s.a.linear.w = ptr(x), <const uint8_t *> ptr(w)
         s.a.linear.bias, s.a.linear.y = <const float *> ptr(bias), <float *> ptr(y)
         s.a.linear.K, s.a.linear.N, s.a.linear.row_bytes, s.a.linear.rows = K, N, row_bytes, rows

@@ -3,7 +3,7 @@
 # elementwise / copy loops of the vision steps, each giving the exact bits of the numpy reference
 # in volvox/ops that the per-op executor and the tests compare with.
 from libc.math cimport fabs, fabsf, sqrt, sqrtf, INFINITY
-from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from volvox._kernels.codes cimport *
 from volvox._kernels.vx cimport vx_conv_shape, vx_requant

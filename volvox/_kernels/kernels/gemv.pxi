@@ -781,3 +781,4 @@ cdef void fill_gemv(vx_table *t) noexcept:
     t.dequant[VX_Q6_K] = dequant_q6_K
     t.dequant[VX_F32] = dequant_f32
     t.dequant[VX_F16] = dequant_f16
+    fill_gemv_il(t)

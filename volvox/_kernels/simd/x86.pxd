@@ -200,6 +200,7 @@ cdef extern from "immintrin.h" nogil:
     __m512i _mm512_srai_epi64(__m512i A, unsigned int B)
     __m512i _mm512_srav_epi32(__m512i X, __m512i Y)
     __m512i _mm512_srav_epi64(__m512i X, __m512i Y)
+    __m512i _mm512_srli_epi16(__m512i A, unsigned int B)
     __m512i _mm512_srli_epi32(__m512i A, unsigned int B)
     __m512i _mm512_srli_epi64(__m512i A, unsigned int B)
     __m512i _mm512_srlv_epi32(__m512i X, __m512i Y)

@@ -1,7 +1,7 @@
 # The avx2 tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies; gemv_x86.pxi the
 # x86 code the avx512 tier shares).
 from libc.stdint cimport int64_t, uint8_t
-from volvox._kernels.vx cimport VX_F16, VX_F32
+from volvox._kernels.vx cimport VX_F16, VX_F32, vx_table
 
 include "gemv_x86.pxi"
 
@@ -87,3 +87,8 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
         _mm256_storeu_ps(y + k, _mm256_cvtph_ps(_mm_loadu_si128(<const void *>(w + 2 * k))))
         k += 8
     return k
+
+
+cdef void fill_gemv_il(vx_table *t) noexcept:
+    """No interleaved weights on this tier (vx.pxd): il_rows stays 0, decode reads the rows as stored."""
+    pass

@@ -1,7 +1,7 @@
 # The generic tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies): the portable
 # kernels, plain C loops (the compiler may still vectorise what it can prove independent).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
-from volvox._kernels.vx cimport VX_QK, vx_block_q4_K, vx_block_q6_K, vx_f16
+from volvox._kernels.vx cimport VX_QK, vx_block_q4_K, vx_block_q6_K, vx_f16, vx_table
 
 include "../gemv_counts.pxi"
 
@@ -69,3 +69,8 @@ cdef inline void float_rows(const act_rows *MR_, int fmt, int64_t K, const uint8
 cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexcept nogil:
     """No vector part on the portable tier: dequant_f16 converts every value (returns 0)."""
     return 0
+
+
+cdef void fill_gemv_il(vx_table *t) noexcept:
+    """No interleaved weights on this tier (vx.pxd): il_rows stays 0, decode reads the rows as stored."""
+    pass

@@ -10,7 +10,7 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t
 from volvox._kernels.vx cimport (
     VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
-    vx_block_q6_K, vx_block_q8_0, vx_f16)
+    vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
 
 include "../gemv_counts.pxi"
 
@@ -273,3 +273,8 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
         vst1q_f32(y + k, wload4(VX_F16, w, k))
         k += 4
     return k
+
+
+cdef void fill_gemv_il(vx_table *t) noexcept:
+    """No interleaved weights on this tier (vx.pxd): il_rows stays 0, decode reads the rows as stored."""
+    pass
