@@ -286,7 +286,11 @@ def linear(x, w, out=None) -> np.ndarray:
         engine.sgemm(wb, k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32), f16)
     else:
         nbytes = m * engine.act_row_bytes(code, k)
-        engine.gemm(code, wb, k, x2, y, _scratch(nbytes))
+        il = interleaved_weights(w) if nbytes and not wb.flags.writeable else None
+        if il is not None:  # read-only quantized weights: the tier's interleaved GEMV (cached packing)
+            engine.gemm_il(code, il[0], k, n, x2, y, _scratch(nbytes))
+        else:
+            engine.gemm(code, wb, k, x2, y, _scratch(nbytes))
     if out is not None:
         return out
     return y[0] if vec else y
@@ -682,15 +686,20 @@ def linear_weights(w: np.ndarray) -> np.ndarray:
 
 
 def interleaved_weights(w) -> tuple[np.ndarray, int] | None:
-    """(packed bytes, bytes per group) of quantized weight ``w`` interleaved for this tier's decode
-    GEMV (vx.pxd: ``il_rows`` rows per group), or None where the tier reads its rows as stored."""
+    """(packed bytes, bytes per group) of quantized weight ``w`` interleaved for this tier's GEMV
+    (vx.pxd: ``il_rows`` rows per group), or None where the tier reads its rows as stored. Packed on
+    first use and cached while a read-only ``w`` lives (``linear`` and the decode plans share it)."""
     code, wb, n, k = _weight_bytes(w, "w")
     rows, group = engine.il_rows(code), engine.il_group_bytes(code, k)
     if not rows:
         return None
-    packed = aligned_empty(-(-n // rows) * group, np.uint8)  # (groups, blocks, block of `rows` rows)
-    engine.il_pack(code, wb, k, packed)
-    return packed, group
+
+    def pack():
+        packed = aligned_empty(-(-n // rows) * group, np.uint8)  # (groups, blocks, block of `rows` rows)
+        engine.il_pack(code, wb, k, packed)
+        return packed, group
+
+    return _packed(wb, "interleaved", pack)
 
 
 def requant_args(multiplier, shift, n: int, input_zero_point: int, output_zero_point: int, act_min: int,

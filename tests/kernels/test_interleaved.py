@@ -59,7 +59,7 @@ def test_il_pack_writes_the_documented_layout(qtype, n):
 
 @pytest.mark.parametrize("qtype", sorted(CODES))
 @pytest.mark.parametrize("n,k,m", [(16, 32, 1), (17, 64, 1), (49, 576, 1), (576, 576, 1), (100, 1536, 2),
-                                   (3, 64, 3), (256, 4096, 1)])
+                                   (3, 64, 3), (40, 576, 7), (256, 4096, 1)])
 def test_interleaved_gemv_equals_row_gemv_bit_for_bit(qtype, n, k, m):
     rows = _rows(qtype)
     rng = np.random.default_rng(n * k + m)

@@ -222,75 +222,100 @@ cdef enum:
     IL_PREFETCH = 2048          # bytes ahead of the block being read that a group asks for
 
 
-cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t *xq, const float *ds,
-                              float *out) noexcept nogil:
-    """One group's 16 weight rows against one act row: out[r] = dot(row r, act row), each formed as
-    b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an exact int32 times
+cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *g, const int8_t **xq,
+                             const float **ds, float *out) noexcept nogil:
+    """One group's 16 weight rows against MR act rows: out[16 i + r] = dot(row r, act row i), each formed
+    as b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an exact int32 times
     wd * dx into float lane l; the m-term an FMA chain; then the lanes summed in hsum_ps256's order
-    and the m-term added. acc[l] holds lane l of the 16 rows, so every instruction serves 16 rows
-    (the row-by-row tile: 2). q8_0 bytes are stored + 128 (VNNI multiplies u8 by s8): each lane
-    starts from -128 * (its 4 act values' sum), so it ends at the same int32."""
+    and the m-term added. acc[i][l] holds lane l of the 16 rows, so every instruction serves 16 rows
+    (the row-by-row tile: 2) and the unpacked weights serve MR act rows. q8_0 bytes are stored + 128
+    (VNNI multiplies u8 by s8): each lane starts from -128 * (its 4 act values' sum), so it ends at
+    the same int32."""
+    cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
     cdef int qoff = 64 if fmt == VX_Q4_1 else 32               # offset of qs in the block
     cdef __m512i m4 = _mm512_set1_epi8(0x0F)
-    cdef __m512 acc[8]           # (lane,) 16 rows each
-    cdef __m512 accm = _mm512_setzero_ps()                     # (16,) m-term chains
-    cdef __m512 dd, wm
-    cdef __m512i p
+    cdef __m512 acc[2][8]        # (MR, lane) 16 rows each
+    cdef __m512 accm[2]          # (MR,) 16 m-term chains
+    cdef __m512 dd[2]            # (MR,) wd * dx
+    cdef __m512 dw, wm
+    cdef __m512i p, lo, hi
     cdef __m256i sums
-    cdef int32_t xl[8]           # the block's 32 act values as 8 groups of 4 bytes
-    cdef int32_t corr[8]         # q8_0: -128 * each group's sum
+    cdef int32_t xl[2][8]        # (MR, group) the block's act values as 8 groups of 4 bytes
+    cdef int32_t corr[2][8]      # (MR, group) q8_0: -128 * each group's sum
     cdef const uint8_t *blk
     cdef int64_t b
-    cdef int l
-    for l in range(8):
-        acc[l] = _mm512_setzero_ps()
+    cdef int i, l
+    for i in range(MR):
+        accm[i] = _mm512_setzero_ps()
+        for l in range(8):
+            acc[i][l] = _mm512_setzero_ps()
     for b in range(nb):
         blk = g + b * sb
         for l in range(0, sb, 64):
             _mm_prefetch(<const char *>(blk + IL_PREFETCH + l), _MM_HINT_T0)
-        dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(<const void *>blk)), _mm512_set1_ps(ds[2 * b]))
-        memcpy(xl, xq + b * VX_QK, VX_QK)
+        dw = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>blk))
+        for i in range(MR):
+            dd[i] = _mm512_mul_ps(dw, _mm512_set1_ps(ds[i][2 * b]))
+            memcpy(xl[i], xq[i] + b * VX_QK, VX_QK)
         if fmt == VX_Q8_0:
-            sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
-                                       _mm256_loadu_si256(<const void *>(xq + b * VX_QK)))
-            _mm256_storeu_si256(<void *>corr, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)))
+            for i in range(MR):
+                sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
+                                           _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))
+                _mm256_storeu_si256(<void *>corr[i], _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                                      _mm256_slli_epi32(sums, 7)))
             for l in range(8):
-                p = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[l]), _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l)),
-                                        _mm512_set1_epi32(xl[l]))
-                acc[l] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(p), acc[l])
+                p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
+                for i in range(MR):
+                    acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                        _mm512_set1_epi32(corr[i][l]), p, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
         else:
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
-                acc[l] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                    _mm512_setzero_si512(), _mm512_and_si512(p, m4), _mm512_set1_epi32(xl[l]))), acc[l])
-                acc[l + 4] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                    _mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(p, 4), m4),
-                    _mm512_set1_epi32(xl[l + 4]))), acc[l + 4])
+                lo = _mm512_and_si512(p, m4)
+                hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4)
+                for i in range(MR):
+                    acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                    acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(), hi, _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
             if fmt == VX_Q4_1:
                 wm = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>(blk + 32)))
             else:
-                wm = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(<const void *>blk)), _mm512_set1_ps(-8.0))
-            accm = _mm512_fmadd_ps(wm, _mm512_set1_ps(ds[2 * b + 1]), accm)
-    _mm512_storeu_ps(out, _mm512_add_ps(
-        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
-                      _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]))), accm))
+                wm = _mm512_mul_ps(dw, _mm512_set1_ps(-8.0))
+            for i in range(MR):
+                accm[i] = _mm512_fmadd_ps(wm, _mm512_set1_ps(ds[i][2 * b + 1]), accm[i])
+    for i in range(MR):
+        _mm512_storeu_ps(out + IL_ROWS * i, _mm512_add_ps(
+            _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][4]), _mm512_add_ps(acc[i][2], acc[i][6])),
+                          _mm512_add_ps(_mm512_add_ps(acc[i][1], acc[i][5]), _mm512_add_ps(acc[i][3], acc[i][7]))),
+            accm[i]))
 
 
 cdef inline void gemm_il_b32(int fmt, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n, const void *a,
                              int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved weights w (groups of 16 rows, group_bytes apart)."""
-    cdef int64_t g, i, r, rows
-    cdef const int8_t *xq
-    cdef float out[16]           # (IL_ROWS,)
+    """y (m, n) = act rows a . interleaved weights w (groups of 16 rows, group_bytes apart): each group
+    against the act rows 2 at a time (then the last alone)."""
+    cdef int64_t g, i0, r, rows
+    cdef int i, mr
+    cdef const int8_t *xq[2]     # (mr, K)
+    cdef const float *ds[2]      # (mr, K/32, 2)
+    cdef float out[32]           # (mr, IL_ROWS)
     for g in range((n + IL_ROWS - 1) // IL_ROWS):
         rows = n - g * IL_ROWS if n - g * IL_ROWS < IL_ROWS else IL_ROWS
-        for i in range(m):
-            xq = <const int8_t *>a + i * a_stride
-            b32_il_group(fmt, K, w + g * group_bytes, xq, <const float *>(<const char *>xq + VX_ALIGN(K)), out)
-            for r in range(rows):
-                y[i * ldy + g * IL_ROWS + r] = out[r]
+        for i0 in range(0, m, 2):
+            mr = 2 if i0 + 2 <= m else 1
+            for i in range(mr):
+                xq[i] = <const int8_t *>a + (i0 + i) * a_stride
+                ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
+            if mr == 2:
+                b32_il_tile(<const count_2 *>NULL, fmt, K, w + g * group_bytes, xq, ds, out)
+            else:
+                b32_il_tile(<const count_1 *>NULL, fmt, K, w + g * group_bytes, xq, ds, out)
+            for i in range(mr):
+                for r in range(rows):
+                    y[(i0 + i) * ldy + g * IL_ROWS + r] = out[IL_ROWS * i + r]
 
 
 cdef void gemm_il_q4_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
