@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from volvox.errors import ClosedError, GGUFError, ModelNotFoundError, UnsupportedError
-from volvox.formats.gguf import GGUFFile, GGUFTensorInfo, read_gguf
+from volvox.formats.gguf import GGUFFile, GGUFTensorInfo, StringTable, read_gguf
 from volvox.ir.quant_blocks import QuantTensor
 
 gguf = pytest.importorskip("gguf")
@@ -42,7 +42,7 @@ def _same_metadata(ours: dict, reader) -> None:
         if kinds[0] != "ARRAY":
             assert type(mine) is type(theirs) and mine == theirs, key
         elif kinds[1:] == ["STRING"] or len(kinds) == 1:  # a string array, or an empty array
-            assert isinstance(mine, list) and mine == theirs, key
+            assert isinstance(mine, (list, StringTable)) and list(mine) == theirs, key
         else:
             want = np.dtype(kinds[1].lower())  # UINT8 -> uint8, FLOAT32 -> float32, BOOL -> bool
             assert isinstance(mine, np.ndarray) and mine.ndim == 1 and mine.dtype == want, key

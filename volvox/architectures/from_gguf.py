@@ -3,13 +3,15 @@ hyperparameters, its tensors as the weights (mmapped, quantized blocks kept pack
 
 from __future__ import annotations
 
+from functools import partial
+
 from volvox.errors import GGUFError, UnsupportedError
 from volvox.ir.graph import TensorSpec
 from volvox.ops.linear import WEIGHT_DTYPES
 from volvox.ir.quant_blocks import SUPPORTED_QTYPES, QuantTensor
 from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.formats.gguf import GGUFFile
-from volvox.formats.imported import Imported, ModelDims
+from volvox.formats.imported import Deferred, Imported, ModelDims
 from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph
 
 LLAMA_ARCHITECTURES = ("llama", "mistral")
@@ -67,7 +69,7 @@ def import_gguf(path: str) -> Imported:
             specs[name] = TensorSpec(name, tuple(info.shape), dtype)
         graph = build_llama_graph(cfg, GGUF_NAMES, specs)
         weights = {name: gguf.tensor(name) for name in graph.weights}
-        tokenizer = ByteLevelBPETokenizer.from_gguf_metadata(gguf.metadata)
+        tokenizer = Deferred(partial(ByteLevelBPETokenizer.from_gguf_metadata, gguf.metadata))
         metadata = {"task": "generate", "architecture": gguf.metadata.get("general.architecture"),
                     "name": gguf.metadata.get("general.name"), "format": "gguf",
                     "quantized": sorted({w.qtype for w in weights.values() if isinstance(w, QuantTensor)}),

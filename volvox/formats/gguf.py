@@ -23,11 +23,13 @@ import math
 import mmap
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from volvox._kernels.scan import string_table
 from volvox.errors import ClosedError, GGUFError, UnsupportedError
 from volvox.formats.mapped_file import map_file, release
 from volvox.ir.quant_blocks import GGML_FORMAT_BY_ID, SUPPORTED_QTYPES, QuantTensor
@@ -178,27 +180,61 @@ class _Cursor:
         out = np.frombuffer(self.buf, dtype, count, start).copy()  # (count,)
         return out != 0 if etype == _BOOL else out
 
-    def string_array(self, count: int, what: str) -> list[str]:
-        """Read ``count`` strings in one tight pass (the 49k-token vocab is one of these)."""
-        buf, size, pos, unpack = self.buf, self.size, self.pos, _U64.unpack_from
-        raw = []
-        for i in range(count):
-            if pos + 8 > size:
+    def string_array(self, count: int, what: str) -> "StringTable":
+        """Read ``count`` strings (the 49k-token vocabulary is one of these): their byte ranges found in
+        one native pass, the strings decoded when first read (StringTable)."""
+        table, starts, ends, bad = string_table(self.buf, self.pos, count)
+        if bad >= 0:
+            pos = self.pos + int(ends[bad - 1]) if bad else self.pos
+            if pos + 8 > self.size:
                 self.pos = pos
-                raise self.fail(f"truncated: {what}[{i}] length needs 8 bytes at offset {pos}")
-            n = unpack(buf, pos)[0]
-            pos += 8
-            if n > size - pos:
-                raise self.fail(f"{what}[{i}]: string length {n} exceeds the {size - pos} bytes "
-                                f"left in the file (truncated or corrupt)")
-            raw.append(buf[pos:pos + n])
-            pos += n
-        self.pos = pos
-        try:
-            return [b.decode("utf-8") for b in raw]
-        except UnicodeDecodeError:
-            i = next(i for i, b in enumerate(raw) if not _is_utf8(b))
-            raise self.fail(f"{what}[{i}] is not valid UTF-8") from None
+                raise self.fail(f"truncated: {what}[{bad}] length needs 8 bytes at offset {pos}")
+            n = _U64.unpack_from(self.buf, pos)[0]
+            raise self.fail(f"{what}[{bad}]: string length {n} exceeds the {self.size - pos - 8} bytes "
+                            f"left in the file (truncated or corrupt)")
+        self.pos += len(table)
+        strings = StringTable(table, starts, ends, f"{self.path}: {what}")
+        if not _is_utf8(table):  # the whole table at once (string_table zeroed the length fields)
+            strings.strings()    # names the first string that is not UTF-8
+        return strings
+
+
+class StringTable(Sequence):
+    """A GGUF string array: its bytes and each string's range in them; the strings are decoded from
+    UTF-8 on first read (a tokenizer reads them all once; running the model never does)."""
+
+    def __init__(self, raw: bytes, starts: np.ndarray, ends: np.ndarray, what: str):
+        self._raw = raw
+        self._starts = starts.tolist()  # (count,) byte offsets into raw
+        self._ends = ends.tolist()      # (count,)
+        self._what = what
+        self._strings: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i):
+        return self.strings()[i]
+
+    def __iter__(self):
+        return iter(self.strings())
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, tuple, StringTable)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"StringTable({len(self)} strings)"
+
+    def strings(self) -> list[str]:
+        """Every string, decoded (once); GGUFError naming the first that is not UTF-8."""
+        if self._strings is None:
+            raw = self._raw
+            try:
+                self._strings = [raw[s:e].decode("utf-8") for s, e in zip(self._starts, self._ends)]
+            except UnicodeDecodeError:
+                i = next(i for i, (s, e) in enumerate(zip(self._starts, self._ends)) if not _is_utf8(raw[s:e]))
+                raise GGUFError(f"{self._what}[{i}] is not valid UTF-8") from None
+        return self._strings
 
 
 def _is_utf8(b: bytes) -> bool:
@@ -303,7 +339,8 @@ class GGUFFile:
     path:      the file, as given
     version:   2 or 3
     metadata:  key -> value in file order; scalars as int/float/bool/str, string
-               arrays as list[str], numeric arrays as 1-D numpy arrays (copies)
+               arrays as StringTable (a sequence of str), numeric arrays as 1-D numpy
+               arrays (copies)
     alignment: general.alignment, or 32
     tensors:   name -> GGUFTensorInfo in file order
     """

@@ -19,13 +19,21 @@ class Imported:
     weights: dict[str, Any]                 # weight name -> array or QuantTensor (often memory-mapped)
     metadata: dict                          # task, dims, labels, preprocessing, architecture, format ...
     source: str                             # the file or folder it came from (for messages)
-    tokenizer: Any = None                   # generate / embed tasks: their tokenizer
+    tokenizer: Any = None                   # generate / embed tasks: their tokenizer, or a Deferred one
     closers: list[Callable[[], None]] = field(default_factory=list)  # release mmaps once the model closes
 
     def close(self) -> None:
         """Release what the import opened (a failed load closes it; a model closes it later)."""
         for close in self.closers:
             close()
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """Something an importer builds only when a task first needs it: a tokenizer from a GGUF vocabulary
+    (49k tokens and merges) is half of a small model's load, and running a graph never needs it."""
+
+    make: Callable[[], Any]
 
 
 @dataclass(frozen=True)

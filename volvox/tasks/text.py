@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from volvox.formats.imported import ModelDims
+import threading
+
+from volvox.formats.imported import Deferred, ModelDims
 from volvox.model import Model
 
 
@@ -19,4 +21,18 @@ class TextModel(Model):
     def __init__(self, graph, weights, metadata, source, config: ModelDims, tokenizer, **kw):
         super().__init__(graph, weights, metadata, source, **kw)
         self.config = config
-        self.tokenizer = tokenizer
+        self._tokenizer = tokenizer
+        self._tokenizer_lock = threading.Lock()
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer (one an importer deferred is built here, on first use, once)."""
+        if isinstance(self._tokenizer, Deferred):
+            with self._tokenizer_lock:
+                if isinstance(self._tokenizer, Deferred):
+                    self._tokenizer = self._tokenizer.make()
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
