@@ -31,7 +31,7 @@ def decode_both_ways(lm, prompt=PROMPT, tokens=DECODE):
     native.forward(prompt)
     plan = lm._native_decode_plan()
     if plan is not None:
-        plan.pacer.solo_runs, plan.pacer.pace = 0, lambda threads, seconds: None
+        plan.pacer.solo_runs, plan.pacer.pace, plan.pacer.restart = 0, lambda threads, seconds: None, lambda: None
     with per_op_executor(lm):
         per_op.forward(prompt)
     got, want = [], []
@@ -163,6 +163,27 @@ def test_a_stalled_team_sends_the_next_tokens_to_one_thread(tmp_path):
                 assert np.array_equal(got, per_op.forward([t]))
         # token SOLO_FIRST woke the team (not judged), the next stalled, the last ran on one thread
         assert pacer.solo_runs == BACKOFF_RUNS[0] - 1
+
+
+def test_a_new_context_restarts_the_pacer(tmp_path):
+    """A token step that does not follow the last one (a new prompt) is timed afresh on one thread
+    first: its step time differs from the old context's, which must not read as a stall."""
+    from volvox.runtime.pacing import SOLO_FIRST
+
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    with volvox.load(path, threads=2) as lm:
+        s = lm.new_session()
+        s.forward(PROMPT)
+        pacer = lm._native_decode_plan().pacer
+        s.forward([20])
+        assert pacer.solo_runs == SOLO_FIRST - 1  # the first token step: measured on one thread
+        pacer.solo_runs, pacer._fastest = 0, [1e-3, 1e-3]  # as after a period of team runs
+        s2 = lm.new_session()
+        s2.forward(PROMPT + PROMPT)
+        s2.forward([7])  # not the next position of the last token step: measured afresh
+        assert pacer.solo_runs == SOLO_FIRST - 1
+        s2.forward([8])  # the next position: the same period goes on
+        assert pacer.solo_runs == SOLO_FIRST - 2
 
 
 def test_profiled_decode_reports_every_node(tmp_path):

@@ -20,6 +20,12 @@ ranges only: its numpy islands, and a garbage collection one of them may start, 
 calling thread alone. Timing whole runs, the person detector's float twin (a softmax island)
 backed off to one thread in 2 of 3 loops of 300 runs at 2 threads; timing the native ranges,
 in none of 4.
+
+A token step's time also jumps when its context does (a new prompt of 2,048 tokens after one of
+64: SmolLM2's step 5.6 -> 16 ms), which against the old yardstick reads as a stall: decode at
+2,048 tokens ran on one thread at 2 (60 tok/s, 63 on one). A token step that does not follow the
+previous one (plan.run_token) starts the pacer over (``restart``): SOLO_FIRST one-thread runs
+measure the new context first.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ class Pacer:
     """The thread count of a plan's next run, from the times of its runs so far."""
 
     def __init__(self):
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget the runs so far (their work differed from the next runs'): measure afresh."""
         self.solo_runs = SOLO_FIRST  # runs left on one thread
         self._backoff = BACKOFF_RUNS[0]
         self._fastest = [float("inf")] * 2  # seconds: [latest one-thread period's fastest, several threads' fastest]

@@ -88,6 +88,7 @@ class Plan:
             raise Unsupported("no token embedding or no attention")
         self.useful_threads = max(1, self.macs // MACS_PER_THREAD)
         self.pacer = Pacer()          # one thread after a stalled team run (runtime/pacing.py)
+        self._last_pos = -1           # token steps: the position of the last one run
 
     # ---------------------------------------------------------------------- lowering
     def _lower(self) -> None:
@@ -340,6 +341,9 @@ class Plan:
                                                kv.max_tokens)
                 self._bound_cache = kv
             kv.reserve(pos + 1)
+            if pos != self._last_pos + 1:  # another context (a new prompt, another session): new timings
+                self.pacer.restart()
+            self._last_pos = pos
             nt = self.pacer.threads(cpu.get_num_threads())
             steps = self.solo_steps if nt == 1 else self.steps
             t0 = time.perf_counter()
