@@ -467,7 +467,7 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
     else:
         _check_out(out, (seq, n_heads * hd))
         _check_apart(out, "attention", q=q2, k_cache=k_cache, v_cache=v_cache)
-    per = engine.attention_scratch_floats(start + seq, hd)
+    per = engine.attention_scratch_floats(start + seq, hd, n_heads // nkv)
     scratch = np.empty(get_num_threads() * per, np.float32)  # (threads, per) score rows + lane sums
     engine.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch)
     return out

@@ -79,6 +79,21 @@ def test_attention_threads_bit_identical():
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("nh, nkv, hd, start, window", [(9, 3, 64, 2047, 0), (8, 2, 48, 300, 0), (8, 1, 32, 77, 50),
+                                                        (4, 2, 20, 9, 0)])
+def test_decode_attention_of_a_kv_group_equals_its_heads_alone(nh, nkv, hd, start, window):
+    """A single query row's work items are kv heads, each running its query heads together (each K / V
+    row read once for all): every head's output has the bits it has with a kv head of its own."""
+    rng = np.random.default_rng(nh * hd + start)
+    kc = rng.standard_normal((nkv, start + 8, hd)).astype(np.float32)
+    vc = rng.standard_normal((nkv, start + 8, hd)).astype(np.float32)
+    q = rng.standard_normal((1, nh * hd)).astype(np.float32)
+    grouped = K.attention(q, kc, vc, start, nh, hd ** -0.5, window=window)
+    own = np.ascontiguousarray(np.repeat(kc, nh // nkv, axis=0)), np.ascontiguousarray(np.repeat(vc, nh // nkv, axis=0))
+    alone = K.attention(q, own[0], own[1], start, nh, hd ** -0.5, window=window)
+    np.testing.assert_array_equal(grouped.view(np.uint32), alone.view(np.uint32))
+
+
 def test_attention_rejects_bad_input():
     kc = np.zeros((2, 8, 16), np.float32)
     q = np.zeros((3, 64), np.float32)

@@ -129,14 +129,16 @@ ctypedef struct vx_attn_shape:
     float scale                  # applied to q.k before the softmax
 
 
-cdef inline size_t vx_attn_scratch_floats(int64_t total, int64_t head_dim) noexcept nogil:
-    """Floats of scratch one attention work item needs (one per thread)."""
-    return <size_t>(((total + 7) // 8) * 8 + 32 * head_dim + 16)
+cdef inline size_t vx_attn_scratch_floats(int64_t total, int64_t head_dim, int64_t group) noexcept nogil:
+    """Floats of scratch one attention work item needs (one per thread): per head of a work item (a
+    decode step's items are kv heads, `group` query heads each), a score row and 32 lane rows."""
+    return <size_t>group * <size_t>(((total + 7) // 8) * 8 + 32 * head_dim + 16)
 
 
 # One work item `item` = (head h, query row i), item = h * seq + i: out[i * n_heads * head_dim +
 # h * head_dim + d] for d < head_dim; q: (seq, n_heads * head_dim); kc, vc: the layer's keys and
-# values. The x86 SIMD tiers do ggml's f32 arithmetic step for step (ggml_mul_mat of k and q,
+# values. A single query row (seq 1, decode) has one item per kv head instead, `item` = kv head: its
+# n_heads / n_kv_heads query heads together, each key and value row read once for all of them. The x86 SIMD tiers do ggml's f32 arithmetic step for step (ggml_mul_mat of k and q,
 # ggml_soft_max_ext with its vectorised expf, ggml_mul_mat of v and the weights), so they agree bit
 # for bit with llama.cpp's CPU attention (f32 KV cache, no flash).
 ctypedef void (*vx_attn_fn)(const vx_attn_shape *s, const float *q, const float *kc,

@@ -212,7 +212,7 @@ def attention_cpu(plan, node) -> None:
     plan.need(node, plan.layers > 0 and 0 <= layer < plan.layers, "no KV cache layer for it")
     plan.need(node, p.get("causal", True), "not causal")
     plan.need(node, q.size == nh * hd and k.size == v.size == nkv * hd, "q, k, v sizes")
-    per = cpu.engine.attention_scratch_floats(plan.capacity, hd)
+    per = cpu.engine.attention_scratch_floats(plan.capacity, hd, nh // max(nkv, 1))
     scratch = np.empty(plan.threads * per, np.float32)  # (threads, per) score rows
     plan.keep(scratch)
     plan.add("kv_store", k=cpu.address(k), v=cpu.address(v), n_kv_heads=nkv, head_dim=hd, layer=layer)

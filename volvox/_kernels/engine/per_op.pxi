@@ -28,9 +28,10 @@ def act_row_bytes(int wtype, int64_t K):
     return vx_act_row_bytes(wtype, K)
 
 
-def attention_scratch_floats(int64_t total, int64_t head_dim):
-    """Scratch floats attention() needs per thread for `total` cached positions."""
-    return vx_attn_scratch_floats(total, head_dim)
+def attention_scratch_floats(int64_t total, int64_t head_dim, int64_t group):
+    """Scratch floats attention() needs per thread for `total` cached positions and `group` query heads
+    per kv head."""
+    return vx_attn_scratch_floats(total, head_dim, group)
 
 
 def sgemm_packed_floats(int64_t K, int64_t n):
@@ -246,7 +247,7 @@ def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :
               int64_t n_heads, int64_t window, float scale, float[:, ::1] out, float[::1] scratch):
     """out (seq, n_heads*hd) = causal GQA attention of q (seq, n_heads*hd) over the cache kc, vc
     (n_kv_heads, capacity, hd) whose first start+seq rows are filled; scratch: get_num_threads() *
-    attention_scratch_floats(start + seq, hd) floats."""
+    attention_scratch_floats(start + seq, hd, n_heads / n_kv_heads) floats."""
     cdef int64_t seq = q.shape[0], hd = kc.shape[2]
     if n_heads * seq == 0:
         return
@@ -257,7 +258,7 @@ def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :
     s.a.attention.y, s.a.attention.scratch = &out[0, 0], &scratch[0]
     s.a.attention.n_heads, s.a.attention.n_kv_heads, s.a.attention.head_dim = n_heads, kc.shape[0], hd
     s.a.attention.window, s.a.attention.scale = window, scale
-    s.a.attention.scratch_floats = vx_attn_scratch_floats(start + seq, hd)
+    s.a.attention.scratch_floats = vx_attn_scratch_floats(start + seq, hd, n_heads // kc.shape[0])
     s.a.attention.seq, s.a.attention.start, s.a.attention.capacity = seq, start, kc.shape[1]
     with nogil:
         run_local(&s, 1, threads_for(n_heads * seq * (start + seq) * hd * 4))

@@ -441,7 +441,8 @@ cdef void run_kv_store(const Step *s, const RunInput *inp, int me, int team, int
 
 
 cdef void run_attention(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    """One (head, query row) of causal GQA attention over a KV cache (the tier's kernel)."""
+    """One (head, query row) of causal GQA attention over a KV cache, or one kv head's query heads for a
+    single row (the tier's kernel)."""
     cdef const AttentionArgs *a = &s.a.attention
     cdef vx_attn_shape shape
     cdef int64_t capacity = a.capacity if a.capacity > 0 else inp.capacity
@@ -459,7 +460,8 @@ cdef void run_attention(const Step *s, const RunInput *inp, int me, int team, in
 
 
 cdef int64_t items_of_attention(const Step *s, int team) noexcept nogil:
-    return s.a.attention.n_heads * s.a.attention.seq
+    """(head, query row) pairs; one query row: its kv heads (vx.pxd)."""
+    return s.a.attention.n_kv_heads if s.a.attention.seq == 1 else s.a.attention.n_heads * s.a.attention.seq
 
 
 cdef void run_glu(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:

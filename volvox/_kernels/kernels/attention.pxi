@@ -44,152 +44,205 @@ cdef inline vf wv_key(const float *v, const float *w, int64_t j, vf a) noexcept 
     return vf_fma(vf_load(v), vf_set1(w[j]), a)
 
 
+cdef inline float scores8_each(const float *K, const float *q, int64_t hd, float scale, float *w) noexcept nogil:
+    """w[k] = dot_vec_f32(K + k * hd, q, hd) * scale for k < 8; returns their largest (NaNs skipped)."""
+    cdef float mx = -INFINITY
+    cdef int k
+    for k in range(8):
+        w[k] = dot_vec_f32(K + k * hd, q, hd) * scale
+        mx = w[k] if w[k] > mx else mx
+    return mx
+
+
 cdef enum:
     WV_CHUNK = 8        # blocks of 8 keys (of one chain) whose values wv_lanes runs through per column
+    ATTN_AHEAD = 16     # key rows ahead of the one scored that attention_f32 prefetches
 
 
 cdef inline void wv_lanes(const float *V, int64_t hd, const float *w, int64_t j0, int64_t nk, int64_t c,
-                          int64_t chains, float *lanes) noexcept nogil:
-    """lanes[l * hd + d] (l < 8, d < hd) = the sum from 0, in key order, of V[j * hd + d] * w[j] (each
-    term one FMA) over the keys j0 <= j < nk of chain c (j // 8 % chains == c) with j % 8 == l: the
-    lane sums of ggml_vec_dot_f32 (4 chains) or tinyBLAS (1), bit for bit.
+                          int64_t chains, int64_t b_lo, int64_t b_hi, float *lanes) noexcept nogil:
+    """lanes[l * hd + d] (l < 8, d < hd) += in key order V[j * hd + d] * w[j] (each term one FMA) over
+    the keys j0 <= j < nk of the blocks b_lo <= b < b_hi (8 keys each) of chain c (b % chains == c)
+    with j % 8 == l. Called over consecutive block ranges from zeroed lanes, this is the lane sums of
+    ggml_vec_dot_f32 (4 chains) or tinyBLAS (1), bit for bit: every lane takes its keys in order.
 
-    Keys go by chunks of WV_CHUNK blocks (64 value rows, 16 KiB at hd 64: in L1 for every column),
-    and within a chunk a column of VL values at a time with its 8 lanes' sums in registers: one
-    load and store of a sum per chunk, not per key. (An axpy into the lane rows per key ran one
-    512-token layer in 17 to 33 ms, by where the scratch fell against the cache modulo 4 KiB: its
-    stores and the value loads aliased.)"""
-    cdef int64_t b_first = j0 // 8 + (c - (j0 // 8) % chains + chains) % chains   # first block of chain c
-    cdef int64_t b0, b_end, b, d, jb, j, je
+    The range is WV_CHUNK blocks of the chain (64 value rows, 16 KiB at hd 64: in L1 for every
+    column), a column of VL values at a time with its 8 lanes' sums in registers: one load and store
+    of a sum per range, not per key. (An axpy into the lane rows per key ran one 512-token layer in
+    17 to 33 ms, by where the scratch fell against the cache modulo 4 KiB: its stores and the value
+    loads aliased.)"""
+    cdef int64_t b_first = (b_lo if b_lo > j0 // 8 else j0 // 8)
+    cdef int64_t d, b, jb, j, je
     cdef const float *p
     cdef vf a0, a1, a2, a3, a4, a5, a6, a7          # lanes 0..7 of one column
-    cdef int k
-    for k in range(8 * hd):
-        lanes[k] = 0.0
-    b0 = b_first
-    while b0 * 8 < nk:
-        b_end = b0 + WV_CHUNK * chains
-        d = 0
-        while d + VL <= hd:
-            a0 = vf_load(lanes + d)
-            a1 = vf_load(lanes + hd + d)
-            a2 = vf_load(lanes + 2 * hd + d)
-            a3 = vf_load(lanes + 3 * hd + d)
-            a4 = vf_load(lanes + 4 * hd + d)
-            a5 = vf_load(lanes + 5 * hd + d)
-            a6 = vf_load(lanes + 6 * hd + d)
-            a7 = vf_load(lanes + 7 * hd + d)
-            b = b0
-            while b < b_end and b * 8 < nk:
-                jb = b * 8
-                p = V + jb * hd + d
-                if jb >= j0 and jb + 8 <= nk:         # a whole block of 8 keys, row by row
-                    a0 = wv_key(p, w, jb, a0)
-                    p += hd
-                    a1 = wv_key(p, w, jb + 1, a1)
-                    p += hd
-                    a2 = wv_key(p, w, jb + 2, a2)
-                    p += hd
-                    a3 = wv_key(p, w, jb + 3, a3)
-                    p += hd
-                    a4 = wv_key(p, w, jb + 4, a4)
-                    p += hd
-                    a5 = wv_key(p, w, jb + 5, a5)
-                    p += hd
-                    a6 = wv_key(p, w, jb + 6, a6)
-                    p += hd
-                    a7 = wv_key(p, w, jb + 7, a7)
-                else:                                 # the first or last block: its visible keys
-                    je = jb + 8 if jb + 8 < nk else nk
-                    for j in range(jb if jb > j0 else j0, je):
-                        p = V + j * hd + d
-                        if j % 8 == 0:
-                            a0 = wv_key(p, w, j, a0)
-                        elif j % 8 == 1:
-                            a1 = wv_key(p, w, j, a1)
-                        elif j % 8 == 2:
-                            a2 = wv_key(p, w, j, a2)
-                        elif j % 8 == 3:
-                            a3 = wv_key(p, w, j, a3)
-                        elif j % 8 == 4:
-                            a4 = wv_key(p, w, j, a4)
-                        elif j % 8 == 5:
-                            a5 = wv_key(p, w, j, a5)
-                        elif j % 8 == 6:
-                            a6 = wv_key(p, w, j, a6)
-                        else:
-                            a7 = wv_key(p, w, j, a7)
-                b += chains
-            vf_store(lanes + d, a0)
-            vf_store(lanes + hd + d, a1)
-            vf_store(lanes + 2 * hd + d, a2)
-            vf_store(lanes + 3 * hd + d, a3)
-            vf_store(lanes + 4 * hd + d, a4)
-            vf_store(lanes + 5 * hd + d, a5)
-            vf_store(lanes + 6 * hd + d, a6)
-            vf_store(lanes + 7 * hd + d, a7)
-            d += VL
-        while d < hd:                                 # the last hd % VL values, key by key
-            b = b0
-            while b < b_end and b * 8 < nk:
-                jb = b * 8
+    b_first += (c - b_first % chains + chains) % chains    # the range's first block of chain c
+    if b_first >= b_hi or b_first * 8 >= nk:
+        return
+    d = 0
+    while d + VL <= hd:
+        a0 = vf_load(lanes + d)
+        a1 = vf_load(lanes + hd + d)
+        a2 = vf_load(lanes + 2 * hd + d)
+        a3 = vf_load(lanes + 3 * hd + d)
+        a4 = vf_load(lanes + 4 * hd + d)
+        a5 = vf_load(lanes + 5 * hd + d)
+        a6 = vf_load(lanes + 6 * hd + d)
+        a7 = vf_load(lanes + 7 * hd + d)
+        b = b_first
+        while b < b_hi and b * 8 < nk:
+            jb = b * 8
+            p = V + jb * hd + d
+            if jb >= j0 and jb + 8 <= nk:         # a whole block of 8 keys, row by row
+                a0 = wv_key(p, w, jb, a0)
+                p += hd
+                a1 = wv_key(p, w, jb + 1, a1)
+                p += hd
+                a2 = wv_key(p, w, jb + 2, a2)
+                p += hd
+                a3 = wv_key(p, w, jb + 3, a3)
+                p += hd
+                a4 = wv_key(p, w, jb + 4, a4)
+                p += hd
+                a5 = wv_key(p, w, jb + 5, a5)
+                p += hd
+                a6 = wv_key(p, w, jb + 6, a6)
+                p += hd
+                a7 = wv_key(p, w, jb + 7, a7)
+            else:                                 # the first or last block: its visible keys
                 je = jb + 8 if jb + 8 < nk else nk
                 for j in range(jb if jb > j0 else j0, je):
-                    lanes[(j % 8) * hd + d] = vx_fma(V[j * hd + d], w[j], lanes[(j % 8) * hd + d])
-                b += chains
-            d += 1
-        b0 = b_end
+                    p = V + j * hd + d
+                    if j % 8 == 0:
+                        a0 = wv_key(p, w, j, a0)
+                    elif j % 8 == 1:
+                        a1 = wv_key(p, w, j, a1)
+                    elif j % 8 == 2:
+                        a2 = wv_key(p, w, j, a2)
+                    elif j % 8 == 3:
+                        a3 = wv_key(p, w, j, a3)
+                    elif j % 8 == 4:
+                        a4 = wv_key(p, w, j, a4)
+                    elif j % 8 == 5:
+                        a5 = wv_key(p, w, j, a5)
+                    elif j % 8 == 6:
+                        a6 = wv_key(p, w, j, a6)
+                    else:
+                        a7 = wv_key(p, w, j, a7)
+            b += chains
+        vf_store(lanes + d, a0)
+        vf_store(lanes + hd + d, a1)
+        vf_store(lanes + 2 * hd + d, a2)
+        vf_store(lanes + 3 * hd + d, a3)
+        vf_store(lanes + 4 * hd + d, a4)
+        vf_store(lanes + 5 * hd + d, a5)
+        vf_store(lanes + 6 * hd + d, a6)
+        vf_store(lanes + 7 * hd + d, a7)
+        d += VL
+    while d < hd:                                 # the last hd % VL values, key by key
+        b = b_first
+        while b < b_hi and b * 8 < nk:
+            jb = b * 8
+            je = jb + 8 if jb + 8 < nk else nk
+            for j in range(jb if jb > j0 else j0, je):
+                lanes[(j % 8) * hd + d] = vx_fma(V[j * hd + d], w[j], lanes[(j % 8) * hd + d])
+            b += chains
+        d += 1
 
 
-cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc, const float *vc,
-                        int64_t item, float *scratch, float *out) noexcept nogil:
-    """One work item (head h, query row i), item = h * seq + i, of causal GQA attention over the
-    KV cache: out[i, h] = softmax(scale * K q, masked) . V, ggml's f32 CPU attention step for step."""
-    cdef int64_t hd = s.head_dim, nh = s.n_heads
-    cdef int64_t h = item // s.seq, i = item % s.seq
-    cdef int64_t kvh = h // (nh // s.n_kv_heads)
-    cdef int64_t nk = s.start + i + 1                                 # keys 0..start+i
-    cdef int64_t j0 = nk - s.window if s.window > 0 and nk > s.window else 0  # first visible
-    cdef int64_t np = (nk + 7) // 8 * 8
-    cdef const float *qr = q + i * nh * hd + h * hd                   # (hd,)
-    cdef const float *K = kc + kvh * s.kv_head_stride                 # (capacity, hd)
-    cdef const float *V = vc + kvh * s.kv_head_stride                 # (capacity, hd)
-    cdef float *w = scratch                                           # (np,) scores, then weights
-    cdef float *acc = scratch + np                                    # (32, hd): lane sums of w * V
-    cdef int64_t j, c, d
-    cdef int k
-    # kq = k . q (ggml_mul_mat), * scale (ggml_vec_scale_f32), masked to -inf
+cdef inline float head_scores(const vx_attn_shape *s, const float *K, const float *qr, int64_t j0, int64_t nk,
+                              int64_t b, float *w) noexcept nogil:
+    """w[8b .. 8b + 8) = scale * (K row j) . qr, -inf outside j0 <= j < nk (ggml_mul_mat of k and q,
+    ggml_vec_scale_f32, the mask); returns the largest."""
+    cdef int64_t hd = s.head_dim, j
     cdef float mx = -INFINITY
-    for j in range(np):
+    if 8 * b >= j0 and 8 * b + 8 <= nk:  # a whole block of visible keys
+        return scores8(K + 8 * b * hd, qr, hd, s.scale, w + 8 * b)
+    for j in range(8 * b, 8 * b + 8):
         if j < j0 or j >= nk:
             w[j] = -INFINITY
             continue
         w[j] = dot_vec_f32(K + j * hd, qr, hd) * s.scale
         mx = w[j] if w[j] > mx else mx
-    # softmax (ggml_vec_soft_max_f32): exp in chunks of 8, their sums added in double
-    cdef double total = 0.0
-    for c in range(0, np, 8):
-        total += <double>exp8(w + c, mx, w + c)
-    cdef float inv = <float>(1.0 / total)
-    # out = w . V, as ggml_mul_mat of v and the weights: one query row runs ggml_vec_dot_f32 (key j
-    # feeds lane j % 8 of chain (j / 8) % 4), several rows tinyBLAS (one chain: lane j % 8).
-    # acc row (j & 31) or (j & 7) holds that lane.
+    return mx
+
+
+cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc, const float *vc,
+                        int64_t item, float *scratch, float *out) noexcept nogil:
+    """One work item of causal GQA attention over the KV cache (vx.pxd): head h and query row i, item =
+    h * seq + i; or, for one query row (decode), kv head `item` and its query heads together, which
+    read each key and value row once (from memory) for all of them. out[i, h] = softmax(scale * K q,
+    masked) . V, ggml's f32 CPU attention step for step, per head."""
+    cdef int64_t hd = s.head_dim, nh = s.n_heads
+    cdef int64_t group = nh // s.n_kv_heads
+    cdef int64_t heads = group if s.seq == 1 else 1                   # query heads of this item
+    cdef int64_t h0 = item * group if s.seq == 1 else item // s.seq  # its first
+    cdef int64_t i = 0 if s.seq == 1 else item % s.seq
+    cdef int64_t kvh = h0 // group
+    cdef int64_t nk = s.start + i + 1                                 # keys 0..start+i
+    cdef int64_t j0 = nk - s.window if s.window > 0 and nk > s.window else 0  # first visible
+    cdef int64_t np = (nk + 7) // 8 * 8
+    cdef int64_t per = np + 32 * hd + 16                              # scratch floats per head (vx.pxd)
+    cdef const float *K = kc + kvh * s.kv_head_stride                 # (capacity, hd)
+    cdef const float *V = vc + kvh * s.kv_head_stride                 # (capacity, hd)
     cdef int chains = 4 if s.seq == 1 else 1
-    for j in range(j0, nk):
-        w[j] = w[j] * inv
-    for c in range(chains):
-        wv_lanes(V, hd, w, j0, nk, c, chains, acc + c * 8 * hd)
-    cdef float *o = out + i * nh * hd + h * hd                        # (hd,)
+    cdef int64_t span = WV_CHUNK * chains                            # blocks per pass of wv_lanes
+    cdef int64_t g, b, c, d, line, j
+    cdef int k
+    cdef float *w                                                     # (np,) head g's scores, then weights
+    cdef float *acc                                                   # (32, hd): its lane sums of w * V
+    cdef float *mx                                                    # (1,) after them: its largest score
+    cdef float bm, inv
+    cdef double total
     cdef float l[8]                                                   # (8,) one output's lanes
-    for d in range(hd):
-        if chains == 1:
-            for k in range(8):
-                l[k] = acc[k * hd + d]
-            o[d] = hsum8_tree(l)
-        else:  # GGML_F32x8_REDUCE: chains (0+2)+(1+3), then lanes k + (k+4), hadd twice
-            for k in range(8):
-                l[k] = (acc[k * hd + d] + acc[(16 + k) * hd + d]) + (acc[(8 + k) * hd + d] + acc[(24 + k) * hd + d])
-            o[d] = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+    cdef float *o
+    for g in range(heads):
+        scratch[g * per + np + 32 * hd] = -INFINITY
+    # kq = k . q (ggml_mul_mat), * scale (ggml_vec_scale_f32), masked to -inf: 8 keys at a time for
+    # every head of the item (the rows from L1 after the first), K ATTN_AHEAD rows ahead and these
+    # rows of V (read after the softmax) asked for from memory
+    for b in range(np // 8):
+        for line in range(0, 8 * hd, 16):
+            __builtin_prefetch(K + (8 * b + ATTN_AHEAD) * hd + line, 0, 3)
+            __builtin_prefetch(V + 8 * b * hd + line, 0, 2)
+        for g in range(heads):
+            w = scratch + g * per
+            mx = w + np + 32 * hd
+            bm = head_scores(s, K, q + i * nh * hd + (h0 + g) * hd, j0, nk, b, w)
+            mx[0] = bm if bm > mx[0] else mx[0]
+    # softmax (ggml_vec_soft_max_f32): exp in chunks of 8, their sums added in double
+    for g in range(heads):
+        w = scratch + g * per
+        total = 0.0
+        for c in range(0, np, 8):
+            total += <double>exp8(w + c, w[np + 32 * hd], w + c)
+        inv = <float>(1.0 / total)
+        for j in range(j0, nk):
+            w[j] = w[j] * inv
+        acc = w + np
+        for k in range(32 * hd):
+            acc[k] = 0.0
+    # out = w . V, as ggml_mul_mat of v and the weights: one query row runs ggml_vec_dot_f32 (key j
+    # feeds lane j % 8 of chain (j / 8) % 4), several rows tinyBLAS (one chain: lane j % 8). acc row
+    # (j & 31) or (j & 7) holds that lane. Range by range of blocks, every head of the item.
+    b = (j0 // 8) // span * span
+    while 8 * b < nk:
+        for c in range(chains):
+            for g in range(heads):
+                w = scratch + g * per
+                wv_lanes(V, hd, w, j0, nk, c, chains, b, b + span, w + np + c * 8 * hd)
+        b += span
+    for g in range(heads):
+        acc = scratch + g * per + np
+        o = out + i * nh * hd + (h0 + g) * hd                        # (hd,)
+        for d in range(hd):
+            if chains == 1:
+                for k in range(8):
+                    l[k] = acc[k * hd + d]
+                o[d] = hsum8_tree(l)
+            else:  # GGML_F32x8_REDUCE: chains (0+2)+(1+3), then lanes k + (k+4), hadd twice
+                for k in range(8):
+                    l[k] = (acc[k * hd + d] + acc[(16 + k) * hd + d]) + (acc[(8 + k) * hd + d] + acc[(24 + k) * hd + d])
+                o[d] = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
 
 
 cdef void fill_attention(vx_table *t) noexcept:

@@ -74,6 +74,46 @@ cdef inline float dot_vec_f32(const float *a, const float *b, int64_t n) noexcep
     return sumf
 
 
+cdef inline __m256 dot_chains(const float *a, const float *b, int64_t n) noexcept nogil:
+    """dot_vec_f32's four chains over n (a multiple of 32) floats, added as GGML_F32x8_REDUCE adds them
+    ((c0 + c2) + (c1 + c3)), before its horizontal sum."""
+    cdef __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps()   # chains 0..3
+    cdef __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps()
+    cdef int64_t i
+    for i in range(0, n, 32):
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0)
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1)
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2)
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3)
+    return _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3))
+
+
+cdef inline __m256 halves_added(__m256 a, __m256 b) noexcept nogil:
+    """[lo(a) + hi(a) | lo(b) + hi(b)]: the first step of dot_vec_f32's horizontal sum, two keys at once."""
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31))
+
+
+cdef inline float scores8(const float *K, const float *q, int64_t hd, float scale, float *w) noexcept nogil:
+    """w[k] = dot_vec_f32(K row k, q, hd) * scale for the 8 key rows at K (hd floats apart); returns
+    their largest. Each key's sum is dot_vec_f32's to the bit; the horizontal sums of 8 keys run as
+    one tree of hadds (the same pair sums, in the same order) instead of 8."""
+    if hd % 32:
+        return scores8_each(K, q, hd, scale, w)
+    cdef __m256 x = _mm256_hadd_ps(halves_added(dot_chains(K, q, hd), dot_chains(K + hd, q, hd)),
+                                   halves_added(dot_chains(K + 2 * hd, q, hd), dot_chains(K + 3 * hd, q, hd)))
+    cdef __m256 y = _mm256_hadd_ps(halves_added(dot_chains(K + 4 * hd, q, hd), dot_chains(K + 5 * hd, q, hd)),
+                                   halves_added(dot_chains(K + 6 * hd, q, hd), dot_chains(K + 7 * hd, q, hd)))
+    # hadd(x, y) holds keys (0, 2, 4, 6 | 1, 3, 5, 7)
+    cdef __m256 v = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_hadd_ps(x, y), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
+                                  _mm256_set1_ps(scale))
+    _mm256_storeu_ps(w, v)
+    cdef float mx = -INFINITY
+    cdef int k
+    for k in range(8):
+        mx = w[k] if w[k] > mx else mx
+    return mx
+
+
 cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """y[f] = silu(gate[f]) (* up[f] unless up is NULL) over the leading whole blocks of 8, as
     ggml_vec_swiglu_f32 / ggml_v_silu: x / (1 + v_expf(0 - x)); returns the elements done."""
