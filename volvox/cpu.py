@@ -40,7 +40,7 @@ import weakref
 import numpy as np
 
 from volvox.errors import KernelError, ShapeError
-from volvox.ir.quant_blocks import QuantTensor
+from volvox.ir.quant_blocks import QuantTensor, StackedQuantTensor
 
 
 
@@ -234,6 +234,21 @@ def _check_apart(out, op: str, **inputs) -> None:
             raise KernelError(f"{op}: out must not overlap {name}")
 
 
+def _weight_meta(w, name: str) -> tuple[int, int, int]:
+    """(type code, N, K) of a weight matrix, without reading its data."""
+    if isinstance(w, QuantTensor):
+        return _QTYPE_CODE[w.qtype], w.shape[0], w.shape[1]
+    code, _, n, k = _weight_bytes(w, name)
+    return code, n, k
+
+
+def _read_only(w) -> bool:
+    """Whether a weight's bytes cannot change (a stacked one: its parts')."""
+    if isinstance(w, StackedQuantTensor):
+        return all(_read_only(p) for p in w.parts)
+    return not (w.data if isinstance(w, QuantTensor) else w).flags.writeable
+
+
 def _weight_bytes(w, name: str) -> tuple[int, np.ndarray, int, int]:
     """(type code, (N, row_bytes) uint8 C-contiguous, N, K) for a weight matrix."""
     if isinstance(w, QuantTensor):
@@ -269,7 +284,7 @@ def linear(x, w, out=None) -> np.ndarray:
     for 32-blocks, q8_K-style for k-quants) and multiplied with integer dot products.
     """
     x2, vec = _f32_matrix(x, "x")
-    code, wb, n, k = _weight_bytes(w, "w")
+    code, n, k = _weight_meta(w, "w")
     m = x2.shape[0]
     if x2.shape[1] != k:
         raise ShapeError(f"linear: x has {x2.shape[1]} features but w is {n}x{k}")
@@ -283,14 +298,14 @@ def linear(x, w, out=None) -> np.ndarray:
     if code in (_F32, _F16) and m >= SGEMM_MIN_ROWS:
         f16 = code == _F16
         nbytes = 4 * 32 * k * get_num_threads() * (2 if f16 else 1)  # (threads, K, 32) f32 panels (f16: + rows)
-        engine.sgemm(wb, k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32), f16)
+        engine.sgemm(_weight_bytes(w, "w")[1], k, x2, y, _scratch(nbytes)[:nbytes].view(np.float32), f16)
     else:
         nbytes = m * engine.act_row_bytes(code, k)
-        il = interleaved_weights(w) if nbytes and not wb.flags.writeable else None
+        il = interleaved_weights(w) if nbytes and _read_only(w) else None
         if il is not None:  # read-only quantized weights: the tier's interleaved GEMV (cached packing)
             engine.gemm_il(code, il[0], k, n, x2, y, _scratch(nbytes))
         else:
-            engine.gemm(code, wb, k, x2, y, _scratch(nbytes))
+            engine.gemm(code, _weight_bytes(w, "w")[1], k, x2, y, _scratch(nbytes))
     if out is not None:
         return out
     return y[0] if vec else y
@@ -688,18 +703,34 @@ def linear_weights(w: np.ndarray) -> np.ndarray:
 def interleaved_weights(w) -> tuple[np.ndarray, int] | None:
     """(packed bytes, bytes per group) of quantized weight ``w`` interleaved for this tier's GEMV
     (vx.pxd: ``il_rows`` rows per group), or None where the tier reads its rows as stored. Packed on
-    first use and cached while a read-only ``w`` lives (``linear`` and the decode plans share it)."""
-    code, wb, n, k = _weight_bytes(w, "w")
+    first use and cached while a read-only ``w`` lives (``linear`` and the decode plans share it). A
+    StackedQuantTensor's parts are packed in place, the stacked rows never made."""
+    if not isinstance(w, QuantTensor):
+        return None
+    code, n, k = _weight_meta(w, "w")
     rows, group = engine.il_rows(code), engine.il_group_bytes(code, k)
     if not rows:
         return None
+    parts = w.parts if isinstance(w, StackedQuantTensor) else [w]
+    if any(p.shape[0] % rows for p in parts[:-1]):
+        parts = [QuantTensor(w.data, w.qtype, w.shape)]  # a part ends inside a group: pack the stacked rows
 
     def pack():
         packed = aligned_empty(-(-n // rows) * group, np.uint8)  # (groups, blocks, block of `rows` rows)
-        engine.il_pack(code, wb, k, packed)
+        at = 0
+        for p in parts:
+            size = -(-p.shape[0] // rows) * group
+            engine.il_pack(code, _weight_bytes(p, "w")[1], k, packed[at:at + size])
+            at += size
         return packed, group
 
-    return _packed(wb, "interleaved", pack)
+    if not _read_only(w):
+        return pack()
+    if isinstance(w, StackedQuantTensor):  # cached on the stack itself (it has no array of its own)
+        if w.interleaved is None:
+            object.__setattr__(w, "interleaved", pack())
+        return w.interleaved
+    return _packed(w.data, "interleaved", pack)
 
 
 def requant_args(multiplier, shift, n: int, input_zero_point: int, output_zero_point: int, act_min: int,

@@ -100,16 +100,28 @@ def test_greedy_matches_llama_cpp(lm, smollm2_gguf_path, prompt):
     want, want_logits = _llama_cpp_greedy(llm, ids, 32)
     session = lm.new_session()
     logits = session.forward(ids)[-1]
-    got = []
+    got, got_logits = [], []
     for _ in range(32):
         tok = int(logits.argmax())
         got.append(tok)
+        got_logits.append(logits)
         logits = session.forward([tok])[-1]
+    # An AVX2 llama.cpp build does volvox's arithmetic (tests/tasks/test_llama_exact.py): the tokens may
+    # part only at a float near-tie. Other builds (AVX-512: another activation quantization and other
+    # reductions) differ by quantization noise: they may part where llama.cpp's top two are closer
+    # than the two engines' logits differ, and those differences stay within the noise bound.
+    info = llama_cpp.llama_print_system_info().decode()
+    same_arithmetic = "AVX2 = 1" in info and "AVX512 = 1" not in info
     for step, (a, b) in enumerate(zip(got, want)):
+        # each engine's 8-bit activations keep it within ~5% of float logits (test_logits_match_float_reference)
+        noise, scale = np.abs(got_logits[step] - want_logits[step]).max(), np.abs(want_logits[step]).max()
+        assert noise < 0.12 * scale, f"step {step}: logits differ by {noise:.3f} (max |logit| {scale:.1f})"
         if a != b:
             top2 = np.sort(want_logits[step])[-2:]
-            assert top2[1] - top2[0] < 0.01, (
-                f"step {step}: volvox chose {a}, llama.cpp {b}, llama.cpp's top-2 gap {top2[1] - top2[0]:.4f} is not a near-tie")
+            tie = 0.01 if same_arithmetic else noise
+            assert top2[1] - top2[0] < tie, (
+                f"step {step}: volvox chose {a}, llama.cpp {b}, llama.cpp's top-2 gap {top2[1] - top2[0]:.4f} is not a "
+                f"near-tie (< {tie:.4f})")
             break
 
 

@@ -14,14 +14,13 @@ import numpy as np
 
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.fused import MAX_SPLIT
-from volvox.ir.quant_blocks import QuantTensor
+from volvox.ir.quant_blocks import QuantTensor, StackedQuantTensor
 
 
 def stack_rows(ws: list) -> Any:
-    """Weights (N_i, K) of one dtype stacked into (sum N_i, K)."""
+    """Weights (N_i, K) of one dtype stacked into (sum N_i, K) (quantized ones: stacked when first read)."""
     if isinstance(ws[0], QuantTensor):
-        data = np.concatenate([np.asarray(w.data) for w in ws])  # (sum N_i, row_bytes)
-        return QuantTensor(data, ws[0].qtype, (data.shape[0], ws[0].shape[1]))
+        return StackedQuantTensor(ws)
     return np.concatenate([np.asarray(w) for w in ws])
 
 

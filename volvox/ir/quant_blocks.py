@@ -93,6 +93,39 @@ class QuantTensor:
         return self.data.nbytes
 
 
+class StackedQuantTensor(QuantTensor):
+    """QuantTensors of one type and width stacked row-wise (a fused Q/K/V or gate/up weight) without a
+    copy until something reads ``data``: a tier that interleaves rows (cpu.interleaved_weights) packs
+    the parts straight into its layout, so the stacked rows are never made.
+
+    parts: the QuantTensors, top to bottom; shape: (sum of their rows, cols)
+    """
+
+    def __init__(self, parts: list[QuantTensor]):
+        if not parts or any(p.qtype != parts[0].qtype or p.shape[1] != parts[0].shape[1] for p in parts):
+            raise ShapeError("stacked quantized tensors need one type and one width")
+        # (QuantTensor is frozen: the fields are set as its own __init__ would)
+        object.__setattr__(self, "parts", list(parts))
+        object.__setattr__(self, "qtype", parts[0].qtype)
+        object.__setattr__(self, "shape", (sum(p.shape[0] for p in parts), parts[0].shape[1]))
+        object.__setattr__(self, "_data", None)
+        object.__setattr__(self, "interleaved", None)  # cpu.interleaved_weights' packing, once made
+
+    @property
+    def data(self) -> np.ndarray:
+        """The stacked rows (made on first read, then kept; read-only when every part is)."""
+        if self._data is None:
+            data = np.concatenate([np.asarray(p.data) for p in self.parts])  # (rows, row_bytes)
+            data.flags.writeable = any(p.data.flags.writeable for p in self.parts)
+            object.__setattr__(self, "_data", data)
+        return self._data
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of packed weights."""
+        return sum(p.nbytes for p in self.parts)
+
+
 # ---------------------------------------------------------------------------------------
 # numpy reference implementations (the oracle the kernels are tested against).
 # They follow ggml's reference C (ggml-quants.c) operation for operation, in float32.

@@ -93,31 +93,36 @@ def linear_cpu(plan, node) -> None:
     streamed against every activation row. linear_split's outputs are the column blocks of one row;
     linear_act's activation runs in place on the output."""
     x = plan.input(node, "x")
-    code, wb, n, k = cpu._weight_bytes(plan.weight(node, "weight"), f"{node.id}.weight")
+    weight = plan.weight(node, "weight")
+    code, n, k = cpu._weight_meta(weight, f"{node.id}.weight")
     bias = plan.optional(node, "bias")
     m = x.size // max(k, 1)
     y = plan.outputs_row(node) if node.op == "linear_split" else plan.output(node)
     plan.need(node, x.dtype == np.float32 and x.shape[-1] == k and y.size == m * n, "float32 rows of the weight's width")
     plan.need(node, bias is None or (bias.dtype == np.float32 and bias.size == n), "bias")
     plan.need(node, node.op != "linear_split" or m == 1, "split outputs of several rows")
-    plan.keep(wb, bias)
+    plan.keep(bias)
     plan.macs += m * n * k
     act_bytes = cpu.engine.act_row_bytes(code, k)
+    # read-only quantized weights: the tier's GEMV over rows interleaved once (vx.pxd; shared with cpu.linear)
+    il = (plan.packed(node.inputs["weight"], "interleaved", lambda: cpu.interleaved_weights(weight))
+          if act_bytes and cpu._read_only(weight) else None)
+    if il is not None:
+        plan.keep(il[0])
+    else:
+        wb = cpu._weight_bytes(weight, f"{node.id}.weight")[1]  # (n, row bytes)
+        plan.keep(wb)
     if act_bytes:  # quantized weights: quantize the row once, then the matrix rows
         plan.need(node, m == 1, "quantized weights on several rows")
         act = plan.act_row(node, act_bytes)
         plan.add("quantize_act", x=cpu.address(x), act=cpu.address(act), K=k, wtype=code)
-        weight = plan.weight(node, "weight")
-        il = plan.packed(node.inputs["weight"], "interleaved", lambda: cpu.interleaved_weights(weight))
-        if il is not None:  # the tier's GEMV over rows interleaved at plan build (vx.pxd)
-            plan.keep(il[0])
+        if il is not None:
             plan.add("linear", x=cpu.address(act), w=cpu.address(il[0]), bias=cpu.address(bias), y=cpu.address(y),
-                     K=k, N=n, row_bytes=wb.shape[1], wtype=code, group_bytes=il[1])
+                     K=k, N=n, row_bytes=0, wtype=code, group_bytes=il[1])
         else:
             plan.add("linear", x=cpu.address(act), w=cpu.address(wb), bias=cpu.address(bias), y=cpu.address(y),
                      K=k, N=n, row_bytes=wb.shape[1], wtype=code)
     elif m >= cpu.SGEMM_MIN_ROWS and code == cpu._F32:
-        weight = plan.weight(node, "weight")
         packed = plan.packed(node.inputs["weight"], False, lambda: cpu.linear_weights(weight))  # (n/32, k, 32) panels
         plan.keep(packed)
         plan.add("conv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
