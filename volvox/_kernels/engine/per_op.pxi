@@ -129,9 +129,9 @@ def gemm_il(int wtype, const uint8_t[::1] packed, int64_t K, int64_t N, const fl
     """y (M, N) = x (M, K) @ W.T, W interleaved by il_pack: the act rows quantized into scratch (M *
     act_row_bytes(wtype, K) bytes), then one group at a time (what a plan's linear step runs)."""
     cdef int64_t M = x.shape[0], act = vx_act_row_bytes(wtype, K), gb = il_group_bytes(wtype, K)
-    if gb == 0 or _tbl.il_rows != LINEAR_CHUNK or x.shape[1] != K or y.shape[0] != M or y.shape[1] != N:
+    if gb == 0 or LINEAR_CHUNK % _tbl.il_rows or x.shape[1] != K or y.shape[0] != M or y.shape[1] != N:
         raise ValueError(f"gemm_il: weight type {wtype}, x {x.shape[0]}x{x.shape[1]}, y {y.shape[0]}x{y.shape[1]}")
-    if packed.shape[0] != ((N + LINEAR_CHUNK - 1) // LINEAR_CHUNK) * gb or scratch.shape[0] < M * act:
+    if packed.shape[0] != ((N + _tbl.il_rows - 1) // _tbl.il_rows) * gb or scratch.shape[0] < M * act:
         raise ValueError("gemm_il: packed or scratch has the wrong size")
     if M == 0 or N == 0:
         return

@@ -133,7 +133,7 @@ cdef class StepPlan:
         """y (rows, N) = x @ W.T (+ bias; 0: none): x the act row a quantize_act step wrote (quantized
         wtype, one row) or float32 rows (f32 / f16 weights); W N rows of row_bytes, or (group_bytes > 0)
         interleaved by il_pack."""
-        if group_bytes and (_tbl.gemm_il[wtype] == NULL or _tbl.il_rows != LINEAR_CHUNK):
+        if group_bytes and (_tbl.gemm_il[wtype] == NULL or LINEAR_CHUNK % _tbl.il_rows):
             raise ValueError(f"the {_tbl.name.decode()} tier has no interleaved kernel for weight type {wtype}")
         cdef Step *s = self._next(STEP_LINEAR)
         cdef int64_t act = vx_act_row_bytes(wtype, K)

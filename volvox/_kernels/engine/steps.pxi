@@ -93,7 +93,7 @@ cdef struct LinearArgs:
     const float *bias            # (N,) or NULL
     float *y                     # (rows, N)
     int64_t K, N, row_bytes, rows, x_stride
-    int64_t group_bytes          # > 0: w is interleaved (vx.pxd), groups of il_rows == LINEAR_CHUNK rows
+    int64_t group_bytes          # > 0: w is interleaved (vx.pxd), groups of il_rows (a divisor of LINEAR_CHUNK) rows
     int32_t wtype
 
 
@@ -376,13 +376,13 @@ cdef int64_t rows_of_quantize_act(const Step *s, int team) noexcept nogil:
 
 
 cdef void run_linear(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    """Weight rows [16 item, 16 item + 16) (interleaved: group `item`) against every activation row, then
+    """Weight rows [16 item, 16 item + 16) (interleaved: their groups) against every activation row, then
     the bias."""
     cdef const LinearArgs *a = &s.a.linear
     cdef int64_t n0 = item * LINEAR_CHUNK, n1 = min64(n0 + LINEAR_CHUNK, a.N), i, r
     if a.group_bytes:
-        _tbl.gemm_il[a.wtype](a.K, a.w + item * a.group_bytes, a.group_bytes, n1 - n0, a.x, a.x_stride, a.rows,
-                              a.y + n0, a.N)
+        _tbl.gemm_il[a.wtype](a.K, a.w + (n0 // _tbl.il_rows) * a.group_bytes, a.group_bytes, n1 - n0, a.x,
+                              a.x_stride, a.rows, a.y + n0, a.N)
     else:
         _tbl.gemm[a.wtype](a.K, a.w + n0 * a.row_bytes, a.row_bytes, n1 - n0, a.x, a.x_stride, a.rows, a.y + n0, a.N)
     cdef float *y = a.y                                        # (a local: y's stores alias *a)

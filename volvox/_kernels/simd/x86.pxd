@@ -123,6 +123,7 @@ cdef extern from "immintrin.h" nogil:
     __m256i _mm256_slli_epi16(__m256i A, int B)
     __m256i _mm256_slli_epi32(__m256i A, int B)
     __m256i _mm256_srli_epi16(__m256i A, int B)
+    __m256i _mm256_xor_si256(__m256i A, __m256i B)
     __m256i _mm256_sub_epi32(__m256i A, __m256i B)
     int _mm256_movemask_ps(__m256 A)
     void _mm256_maskstore_ps(float * P, __m256i M, __m256 A)

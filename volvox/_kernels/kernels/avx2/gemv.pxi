@@ -1,7 +1,9 @@
 # The avx2 tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies; gemv_x86.pxi the
 # x86 code the avx512 tier shares).
-from libc.stdint cimport int64_t, uint8_t
-from volvox._kernels.vx cimport VX_F16, VX_F32, vx_table
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
+from volvox._kernels.vx cimport (
+    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_il_block_bytes, vx_table)
 
 include "gemv_x86.pxi"
 
@@ -89,6 +91,103 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
     return k
 
 
+# ------------------------------------------------------------------------------------------------
+# Interleaved 32-block weights (vx.pxd): 8 rows per group, lane l of all 8 rows in one ymm.
+# ------------------------------------------------------------------------------------------------
+cdef enum:
+    IL_ROWS = 8                 # rows per interleaved group: one int32 lane of a ymm each
+    IL_PREFETCH = 1024          # bytes ahead of the block being read that a group asks for
+
+
+cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t *xq, const float *ds,
+                              float *out) noexcept nogil:
+    """One group's 8 weight rows against one act row: out[r] = dot(row r, act row), each formed as
+    b32_avx2_tile forms it (ggml's AVX2 order): per block, lane l's 4 products as an exact int32
+    (maddubs + madd, as dot_u8s8_256) times wd * dx into float lane l; the m-term an FMA chain; then
+    the lanes summed in hsum_ps256's order and the m-term added. acc[l] holds lane l of the 8 rows.
+    q8_0 bytes are stored + 128 (vx.pxd): xor gives the signed weights back, and |w| times x with w's
+    sign is ggml's q8_0 product."""
+    cdef int64_t nb = K // VX_QK
+    cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
+    cdef int qoff = 32 if fmt == VX_Q4_1 else 16               # offset of qs in the block
+    cdef __m256i m4 = _mm256_set1_epi8(0x0F)
+    cdef __m256i flip = _mm256_set1_epi8(<char>-128)
+    cdef __m256 acc[8]           # (lane,) 8 rows each
+    cdef __m256 accm = _mm256_setzero_ps()                     # (8,) m-term chains
+    cdef __m256 dd, wm
+    cdef __m256i p, wq
+    cdef int32_t xl[8]           # the block's 32 act values as 8 groups of 4 bytes
+    cdef const uint8_t *blk
+    cdef int64_t b
+    cdef int l
+    for l in range(8):
+        acc[l] = _mm256_setzero_ps()
+    for b in range(nb):
+        blk = g + b * sb
+        for l in range(0, sb, 64):
+            _mm_prefetch(<const char *>(blk + IL_PREFETCH + l), _MM_HINT_T0)
+        dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(<const void *>blk)), _mm256_set1_ps(ds[2 * b]))
+        memcpy(xl, xq + b * VX_QK, VX_QK)
+        if fmt == VX_Q8_0:
+            for l in range(8):
+                p = _mm256_xor_si256(_mm256_loadu_si256(<const void *>(blk + qoff + 32 * l)), flip)
+                wq = _mm256_sign_epi8(p, p)
+                acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(wq, _mm256_sign_epi8(_mm256_set1_epi32(xl[l]), p))),
+                                         dd, acc[l])
+        else:
+            for l in range(4):
+                p = _mm256_loadu_si256(<const void *>(blk + qoff + 32 * l))
+                acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(_mm256_and_si256(p, m4), _mm256_set1_epi32(xl[l]))),
+                                         dd, acc[l])
+                acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(
+                    _mm256_and_si256(_mm256_srli_epi16(p, 4), m4), _mm256_set1_epi32(xl[l + 4]))), dd, acc[l + 4])
+            if fmt == VX_Q4_1:
+                wm = _mm256_cvtph_ps(_mm_loadu_si128(<const void *>(blk + 16)))
+            else:
+                wm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(<const void *>blk)), _mm256_set1_ps(-8.0))
+            accm = _mm256_fmadd_ps(wm, _mm256_set1_ps(ds[2 * b + 1]), accm)
+    _mm256_storeu_ps(out, _mm256_add_ps(
+        _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                      _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]))), accm))
+
+
+cdef inline void gemm_il_b32(int fmt, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n, const void *a,
+                             int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved weights w (groups of 8 rows, group_bytes apart), each group
+    against the act rows one at a time (16 ymm registers hold one row's lanes)."""
+    cdef int64_t g, i, r, rows
+    cdef const int8_t *xq
+    cdef float out[8]            # (IL_ROWS,)
+    for g in range((n + IL_ROWS - 1) // IL_ROWS):
+        rows = n - g * IL_ROWS if n - g * IL_ROWS < IL_ROWS else IL_ROWS
+        for i in range(m):
+            xq = <const int8_t *>a + i * a_stride
+            b32_il_group(fmt, K, w + g * group_bytes, xq, <const float *>(<const char *>xq + VX_ALIGN(K)), out)
+            for r in range(rows):
+                y[i * ldy + g * IL_ROWS + r] = out[r]
+
+
+cdef void gemm_il_q4_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved q4_0 weights."""
+    gemm_il_b32(VX_Q4_0, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q4_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved q4_1 weights."""
+    gemm_il_b32(VX_Q4_1, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q8_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved q8_0 weights."""
+    gemm_il_b32(VX_Q8_0, K, w, gs, n, a, as_, m, y, ldy)
+
+
 cdef void fill_gemv_il(vx_table *t) noexcept:
-    """No interleaved weights on this tier (vx.pxd): il_rows stays 0, decode reads the rows as stored."""
-    pass
+    """The interleaved GEMVs: 8 rows per group."""
+    t.il_rows = IL_ROWS
+    t.gemm_il[VX_Q4_0] = gemm_il_q4_0
+    t.gemm_il[VX_Q4_1] = gemm_il_q4_1
+    t.gemm_il[VX_Q8_0] = gemm_il_q8_0
