@@ -44,3 +44,26 @@ def test_repetition_penalty_demotes_seen_tokens():
 def test_invalid(kw):
     with pytest.raises(volvox.GenerationError):
         SamplingParams(**kw)
+
+
+def test_best_first_is_the_stable_sorts_prefix():
+    from volvox.tasks.sampling import best_first
+
+    rng = np.random.default_rng(0)
+    z = np.round(rng.standard_normal(5000), 1)  # many ties, at the cut too
+    full = np.argsort(-z, kind="stable")
+    for k in (1, 7, 40, 333, 4999, 5000):
+        np.testing.assert_array_equal(best_first(z, k), full[:k])
+
+
+def test_top_p_on_a_large_vocabulary_draws_only_from_the_nucleus():
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal(20000) * 2).astype(np.float32)
+    z = logits.astype(np.float64)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    nucleus = set(order[: np.searchsorted(np.cumsum(p[order]), 0.5) + 1].tolist())  # hundreds of tokens
+    assert len(nucleus) > 4 * 64  # past the sampler's first candidate set
+    seen = {Sampler(SamplingParams(temperature=1.0, top_p=0.5, seed=s))(logits, []) for s in range(300)}
+    assert seen <= nucleus and len(seen) > 100

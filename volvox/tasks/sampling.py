@@ -30,8 +30,25 @@ class SamplingParams:
             raise GenerationError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
 
+FIRST_CANDIDATES = 64  # a nucleus search sorts this many of the best tokens first, then 4x as many ...
+
+
+def best_first(z: np.ndarray, k: int) -> np.ndarray:
+    """The ids of the ``k`` largest of ``z``, largest first, ties by lower id: the first ``k`` of a stable
+    descending sort, found by a partition (O(vocab)) and a sort of the few, not a sort of the vocabulary."""
+    if k >= z.size:
+        return np.argsort(-z, kind="stable")
+    cut = z[np.argpartition(-z, k - 1)[k - 1]]      # the k-th largest value
+    cand = np.flatnonzero(z >= cut)                  # (>= k,) every id that may be among the k
+    return cand[np.lexsort((cand, -z[cand]))][:k]   # by value, then id
+
+
 class Sampler:
-    """Stateful token picker (owns the random generator seeded by ``params.seed``)."""
+    """Stateful token picker (owns the random generator seeded by ``params.seed``).
+
+    Per token it does O(vocab) vector work at most (a scaled copy, an exp, a partition): the
+    candidates are sorted only as far as top-k / top-p need them, and pure temperature sampling
+    draws from the whole distribution unsorted."""
 
     def __init__(self, params: SamplingParams):
         self.params = params
@@ -47,13 +64,28 @@ class Sampler:
             logits[seen] = np.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
         if p.temperature == 0.0:
             return int(np.argmax(logits))
-        z = logits.astype(np.float64) / p.temperature
-        order = np.argsort(-z, kind="stable")  # candidate ids, best first
+        z = logits.astype(np.float64) / p.temperature  # (vocab,)
         if p.top_k:
-            order = order[: p.top_k]
-        probs = np.exp(z[order] - z[order[0]])
-        probs /= probs.sum()
+            order = best_first(z, p.top_k)  # candidate ids, best first
+            probs = np.exp(z[order] - z[order[0]])
+            probs /= probs.sum()
+        elif p.top_p < 1.0:  # the nucleus of the whole distribution: sort only until it is found
+            weights = np.exp(z - z.max())  # (vocab,)
+            total, k = weights.sum(), FIRST_CANDIDATES
+            while True:
+                order = best_first(z, k)
+                probs = weights[order] / total
+                if k >= z.size or probs.sum() >= p.top_p:
+                    break
+                k *= 4
+        else:  # the whole distribution, in id order: nothing to sort
+            return self._draw(np.exp(z - z.max()))
         if p.top_p < 1.0:
             keep = int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1  # smallest prefix with mass >= top_p
-            order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
-        return int(order[self.rng.choice(len(order), p=probs)])
+            order, probs = order[:keep], probs[:keep]
+        return int(order[self._draw(probs)])
+
+    def _draw(self, weights: np.ndarray) -> int:
+        """An index drawn with probability proportional to ``weights`` (inverse CDF, one uniform)."""
+        cdf = np.cumsum(weights)  # (n,)
+        return min(int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right")), weights.size - 1)
