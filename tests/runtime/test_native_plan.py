@@ -179,11 +179,16 @@ def test_a_new_context_restarts_the_pacer(tmp_path):
         assert pacer.solo_runs == SOLO_FIRST - 1  # the first token step: measured on one thread
         pacer.solo_runs, pacer._fastest = 0, [1e-3, 1e-3]  # as after a period of team runs
         s2 = lm.new_session()
-        s2.forward(PROMPT + PROMPT)
-        s2.forward([7])  # not the next position of the last token step: measured afresh
+        s2.forward(PROMPT * 20)
+        s2.forward([7])  # far from the last token step's position: measured afresh
         assert pacer.solo_runs == SOLO_FIRST - 1
         s2.forward([8])  # the next position: the same period goes on
         assert pacer.solo_runs == SOLO_FIRST - 2
+        pacer.solo_runs = 0
+        s3 = lm.new_session()
+        s3.forward(PROMPT * 20 + [1, 2, 3])
+        s3.forward([9])  # another session at a similar position (a server's turns): the same period still
+        assert pacer.solo_runs == 0
 
 
 def test_profiled_decode_reports_every_node(tmp_path):

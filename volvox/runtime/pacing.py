@@ -23,9 +23,10 @@ in none of 4.
 
 A token step's time also jumps when its context does (a new prompt of 2,048 tokens after one of
 64: SmolLM2's step 5.6 -> 16 ms), which against the old yardstick reads as a stall: decode at
-2,048 tokens ran on one thread at 2 (60 tok/s, 63 on one). A token step that does not follow the
-previous one (plan.run_token) starts the pacer over (``restart``): SOLO_FIRST one-thread runs
-measure the new context first.
+2,048 tokens ran on one thread at 2 (60 tok/s, 63 on one). A token step whose position is far from
+the previous one's (plan.run_token: by more than 32 + a quarter of it, so sessions of similar
+length taking turns, as a server runs them, do not count) starts the pacer over (``restart``):
+SOLO_FIRST one-thread runs measure the new context first.
 """
 
 from __future__ import annotations

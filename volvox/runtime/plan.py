@@ -341,7 +341,7 @@ class Plan:
                                                kv.max_tokens)
                 self._bound_cache = kv
             kv.reserve(pos + 1)
-            if pos != self._last_pos + 1:  # another context (a new prompt, another session): new timings
+            if abs(pos - self._last_pos) > 32 + self._last_pos // 4:  # another context: new timings
                 self.pacer.restart()
             self._last_pos = pos
             nt = self.pacer.threads(cpu.get_num_threads())
