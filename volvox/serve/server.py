@@ -1,0 +1,39 @@
+"""``volvox serve``: load a model, build the app, run it under uvicorn until SIGTERM / Ctrl-C.
+
+On SIGTERM or SIGINT uvicorn stops accepting connections, lets the requests in flight finish
+(their sequences keep decoding; up to ``drain_seconds``), then the app's shutdown stops the
+scheduler thread and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from volvox.errors import VolvoxError
+
+
+def run(model_name: str, *, host: str = "127.0.0.1", port: int = 8080, threads: int | None = None,
+        max_batch: int = 16, max_queue: int = 64, prefill_chunk: int = 128, api_key: str | None = None,
+        alias: str | None = None, drain_seconds: float = 60.0, log_level: str = "info") -> None:
+    """Serve ``model_name`` (any name ``volvox.load`` takes) on ``host:port`` until told to stop."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise VolvoxError("volvox serve needs uvicorn and starlette: pip install 'volvox[serve]'") from None
+    from volvox.loader import load
+    from volvox.serve.app import create_app
+
+    model = load(model_name, threads=threads)
+    model_id = alias or model_name
+    app = create_app(model, model_id, api_key=api_key, max_batch=max_batch, max_queue=max_queue,
+                     prefill_chunk=prefill_chunk)
+    where = "all interfaces" if host in ("0.0.0.0", "::") else host
+    print(f"volvox serve: {model_id} ({model.metadata.get('task')}) on http://{host}:{port} ({where}); "
+          f"{max_batch} sequence slots, queue {max_queue}, API key {'required' if api_key else 'off'}",
+          file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_seconds,
+                            access_log=log_level == "debug")
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        model.close()
