@@ -1,4 +1,4 @@
-"""The ``volvox`` command line: generate, chat, run, info."""
+"""The ``volvox`` command line: generate, chat, run, info, serve, batch."""
 
 from __future__ import annotations
 
@@ -184,6 +184,91 @@ def cmd_embed(a) -> int:
     return 0
 
 
+def cmd_serve(a) -> int:
+    """Serve a model over the OpenAI API until SIGTERM / Ctrl-C."""
+    from volvox.serve.server import run
+
+    run(a.model, host=a.host, port=a.port, threads=a.threads, max_batch=a.max_batch, max_queue=a.max_queue,
+        prefill_chunk=a.prefill_chunk, api_key=a.api_key, alias=a.alias, drain_seconds=a.drain_timeout,
+        log_level=a.log_level)
+    return 0
+
+
+def cmd_batch(a) -> int:
+    """Run a JSONL file of inputs through a model, on Ray (local cluster by default) or in this process."""
+    from volvox.batch import BatchOptions, run_local
+
+    options = BatchOptions(task=a.task, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p,
+                           seed=a.seed, stop=a.stop, normalize=a.normalize, top_k_labels=a.top_k_labels)
+    if a.no_ray:
+        n = run_local(a.model, a.input, a.output, options, threads=a.threads, progress=not a.quiet)
+    else:
+        from volvox.ray import run_on_ray
+
+        n = run_on_ray(a.model, a.input, a.output, options, address=a.ray_address, actors=a.actors,
+                       cpus_per_actor=a.cpus_per_actor, batch_size=a.batch_size)
+    print(f"wrote {n} rows to {a.output}", file=sys.stderr)
+    return 0
+
+
+def _add_serve_parser(sub) -> None:
+    """``volvox serve``: options grouped as llama.cpp's server groups them, defaults shown."""
+    p = sub.add_parser("serve", help="serve a model over the OpenAI API (continuous batching, chat page at /)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="An OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, "
+                                   "/v1/embeddings, /v1/models, /health, /metrics, and a chat page at /.")
+    g = p.add_argument_group("model")
+    g.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help="model name, .gguf file, model folder, Hub repo (org/repo) or hf://org/repo[/file][@rev]")
+    g.add_argument("--alias", default=None, help="the model id clients send and /v1/models lists (default: MODEL)")
+    g.add_argument("--threads", type=int, default=None, help="CPU threads for the kernels (default: physical cores)")
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    g.add_argument("--port", type=int, default=8080, help="port to listen on")
+    g.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health and /")
+    g.add_argument("--drain-timeout", type=float, default=60.0,
+                   help="seconds SIGTERM waits for requests in flight before exiting")
+    g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn log level (debug also logs each request)")
+    g = p.add_argument_group("batching")
+    g.add_argument("--max-batch", type=int, default=16, help="sequence slots: requests decoded together per step")
+    g.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot before new ones get a 503")
+    g.add_argument("--prefill-chunk", type=int, default=128,
+                   help="prompt tokens prefilled per scheduler step (between decode steps)")
+    p.set_defaults(func=cmd_serve)
+
+
+def _add_batch_parser(sub) -> None:
+    p = sub.add_parser("batch", help="run a JSONL file through a model on Ray (or --no-ray: this process)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Each input line is a JSON object: {\"prompt\": ...} or {\"messages\": [...]} "
+                                   "(generate), {\"text\": ...} (embed), {\"image\": path} (classify). Each "
+                                   "output line is the input object plus the result, in input order.")
+    p.add_argument("model", help="model name, file, folder or Hub repo")
+    p.add_argument("--input", required=True, help="input JSONL file")
+    p.add_argument("--output", required=True, help="output JSONL file (written whole at the end)")
+    p.add_argument("--task", default=None, choices=["generate", "embed", "classify", "transcribe"],
+                   help="what to run (default: the model's task)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = p.add_argument_group("ray")
+    g.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: start a local one)")
+    g.add_argument("--no-ray", action="store_true", help="run in this process, without Ray")
+    g.add_argument("--actors", type=int, default=None, help="model replicas (default: cluster CPUs / --cpus-per-actor)")
+    g.add_argument("--cpus-per-actor", type=int, default=1, help="CPUs (kernel threads) per replica")
+    g.add_argument("--batch-size", type=int, default=16, help="rows per map_batches call (decoded together)")
+    g.add_argument("--threads", type=int, default=None, help="--no-ray: CPU threads (default: physical cores)")
+    g = p.add_argument_group("generation")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    g = p.add_argument_group("embed / classify")
+    g.add_argument("--normalize", action="store_true", help="embed: unit-length embeddings")
+    g.add_argument("--top-k-labels", type=int, default=5, help="classify: labels per image")
+    p.set_defaults(func=cmd_batch)
+
+
 def cmd_info(a) -> int:
     from volvox import cpu
     from volvox.hub import recipe_names
@@ -300,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true", help="compiler passes, node counts and activation memory")
     p.add_argument("--dims", action="append", default=[], metavar="SYMBOL=N", help="bind a symbolic dim for --plan (default seq=1)")
     p.set_defaults(func=cmd_info)
+    _add_serve_parser(sub)
+    _add_batch_parser(sub)
     return parser
 
 

@@ -1,0 +1,75 @@
+"""`volvox batch`: JSONL in, JSONL out in input order, each result equal to the model run on that row
+alone in this process; on a local Ray cluster (2 CPUs, 2 actors) and without Ray."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import volvox
+from volvox.batch import BatchOptions, run_local
+from tiny_gguf import write_tiny_llama
+
+ROWS = [{"id": i, "prompt": f"row {i}: " + "the " * (i % 4)} for i in range(10)]
+ROWS.insert(3, {"id": "chat", "messages": [{"role": "user", "content": "hello"}]})
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("batch") / "tiny.gguf", seed=5)
+
+
+@pytest.fixture(scope="module")
+def expected(model):
+    """Each row generated alone, by the model's own generate / chat."""
+    with volvox.load(model) as lm:
+        return [{**row, "text": lm.chat(row["messages"], max_new_tokens=12) if "messages" in row
+                 else lm.generate(row["prompt"], max_new_tokens=12)} for row in ROWS]
+
+
+@pytest.fixture
+def input_file(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    return path
+
+
+def read(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_in_process(model, expected, input_file, tmp_path):
+    n = run_local(str(model), input_file, tmp_path / "out.jsonl", BatchOptions(max_new_tokens=12), batch_size=4)
+    assert n == len(ROWS) and read(tmp_path / "out.jsonl") == expected
+
+
+def test_on_a_local_ray_cluster(model, expected, input_file, tmp_path):
+    pytest.importorskip("ray", reason="the Ray test needs ray")
+    from volvox.ray import run_on_ray
+
+    n = run_on_ray(str(model), input_file, tmp_path / "out.jsonl", BatchOptions(max_new_tokens=12),
+                   actors=2, batch_size=3, num_cpus=2)
+    assert n == len(ROWS) and read(tmp_path / "out.jsonl") == expected
+
+
+def test_cli_no_ray(model, expected, input_file, tmp_path):
+    out = tmp_path / "cli.jsonl"
+    run = subprocess.run([sys.executable, "-m", "volvox", "batch", str(model), "--input", str(input_file),
+                          "--output", str(out), "--no-ray", "--max-new-tokens", "12"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert read(out) == expected
+
+
+def test_transcribe_waits_on_speech(model, input_file, tmp_path):
+    with pytest.raises(volvox.UnsupportedError, match="issue 22"):
+        run_local(str(model), input_file, tmp_path / "out.jsonl", BatchOptions(task="transcribe"))
+
+
+def test_volvox_imports_without_ray():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "import volvox, volvox.ray, volvox.batch\n"
+            "try:\n    volvox.ray._ray()\nexcept volvox.VolvoxError as e:\n    print('lazy:', e)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "lazy: volvox batch on Ray needs ray" in run.stdout
