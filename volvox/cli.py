@@ -211,36 +211,51 @@ def cmd_batch(a) -> int:
     return 0
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """Help that ends each option with its default (unless the help already says it, or it has none)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "(default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def _add_serve_parser(sub) -> None:
     """``volvox serve``: options grouped as llama.cpp's server groups them, defaults shown."""
     p = sub.add_parser("serve", help="serve a model over the OpenAI API (continuous batching, chat page at /)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       formatter_class=_DefaultsShown,
                        description="An OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, "
                                    "/v1/embeddings, /v1/models, /health, /metrics, and a chat page at /.")
     g = p.add_argument_group("model")
     g.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help="model name, .gguf file, model folder, Hub repo (org/repo) or hf://org/repo[/file][@rev]")
-    g.add_argument("--alias", default=None, help="the model id clients send and /v1/models lists (default: MODEL)")
-    g.add_argument("--threads", type=int, default=None, help="CPU threads for the kernels (default: physical cores)")
+    g.add_argument("--alias", default=None, metavar="NAME",
+                   help="the model id clients send and /v1/models lists (default: MODEL)")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for the kernels (default: physical cores)")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     g.add_argument("--port", type=int, default=8080, help="port to listen on")
-    g.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health and /")
-    g.add_argument("--drain-timeout", type=float, default=60.0,
-                   help="seconds SIGTERM waits for requests in flight before exiting")
+    g.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every route but /health and / (default: none)")
+    g.add_argument("--drain-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="on SIGTERM, how long requests in flight may finish before exiting")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn log level (debug also logs each request)")
     g = p.add_argument_group("batching")
-    g.add_argument("--max-batch", type=int, default=16, help="sequence slots: requests decoded together per step")
-    g.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot before new ones get a 503")
-    g.add_argument("--prefill-chunk", type=int, default=128,
+    g.add_argument("--max-batch", type=int, default=16, metavar="N",
+                   help="sequence slots: requests decoded together per step")
+    g.add_argument("--max-queue", type=int, default=64, metavar="N",
+                   help="requests waiting for a slot before new ones get a 503")
+    g.add_argument("--prefill-chunk", type=int, default=128, metavar="N",
                    help="prompt tokens prefilled per scheduler step (between decode steps)")
     p.set_defaults(func=cmd_serve)
 
 
 def _add_batch_parser(sub) -> None:
     p = sub.add_parser("batch", help="run a JSONL file through a model on Ray (or --no-ray: this process)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       formatter_class=_DefaultsShown,
                        description="Each input line is a JSON object: {\"prompt\": ...} or {\"messages\": [...]} "
                                    "(generate), {\"text\": ...} (embed), {\"image\": path} (classify). Each "
                                    "output line is the input object plus the result, in input order.")
