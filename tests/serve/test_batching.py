@@ -7,13 +7,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 import volvox.serve.scheduler as scheduler_module
 
 PROMPTS = [f"request {i}: " + "the " * (i % 5) + chr(ord("a") + i) for i in range(16)]
 
 
-def test_16_concurrent_clients_get_their_sequential_answers(serve, tiny_lm):
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "per-sequence"])
+def test_16_concurrent_clients_get_their_sequential_answers(serve, tiny_lm, monkeypatch, packed):
+    """Both ways the scheduler may run a decode step (StepCosts picks by measured speed) give each
+    request exactly its own sequential answer."""
+    monkeypatch.setattr(scheduler_module.StepCosts, "packed_is_faster", lambda self, n: packed)
     want = [tiny_lm.generate(p, max_new_tokens=20 + i) for i, p in enumerate(PROMPTS)]  # one at a time
     assert len(set(want)) > 8  # different prompts, different answers: a mix-up would show
     server = serve(tiny_lm, "tiny", max_batch=16)
@@ -32,6 +37,7 @@ def test_16_concurrent_clients_get_their_sequential_answers(serve, tiny_lm):
     assert got == want
     m = server.wait_idle()
     assert m["volvox_decode_rows_total"] / m["volvox_decode_steps_total"] > 2  # steps were shared
+    assert (m["volvox_packed_decode_steps_total"] > 0) == packed
     assert m["volvox_kv_caches_alive"] == 0
 
 

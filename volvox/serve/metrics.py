@@ -28,6 +28,7 @@ class Metrics:
         self.generated_tokens = 0
         self.decode_steps = 0
         self.decode_rows = 0  # sequences summed over decode steps: rows / steps = mean batch
+        self.packed_steps = 0  # decode steps run as one packed forward pass (the others: per sequence)
         self.cancelled = 0
         self.failed_sequences = 0
         self.ttft_counts = [0] * (len(TTFT_BUCKETS) + 1)  # per bucket, the last one +Inf
@@ -50,11 +51,13 @@ class Metrics:
             self.prompt_tokens += prompt
             self.generated_tokens += generated
 
-    def decode_step(self, rows: int) -> None:
-        """Count one batched decode step over ``rows`` sequences (each yields one token)."""
+    def decode_step(self, rows: int, packed: bool) -> None:
+        """Count one decode step over ``rows`` sequences (each yields one token), ``packed`` into one
+        forward pass or not."""
         now = time.monotonic()
         with self._lock:
             self.decode_steps += 1
+            self.packed_steps += packed
             self.decode_rows += rows
             self._recent.append((now, rows))
             while self._recent and self._recent[0][0] < now - RATE_WINDOW:
@@ -100,6 +103,8 @@ class Metrics:
                         ("generated_tokens_total", "tokens generated", self.generated_tokens),
                         ("decode_steps_total", "batched decode steps run", self.decode_steps),
                         ("decode_rows_total", "sequences summed over decode steps", self.decode_rows),
+                        ("packed_decode_steps_total", "decode steps run as one packed forward pass",
+                         self.packed_steps),
                         ("cancelled_sequences_total", "sequences retired because the client went away",
                          self.cancelled),
                         ("failed_sequences_total", "sequences that failed with an error", self.failed_sequences)]

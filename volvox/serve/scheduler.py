@@ -10,7 +10,9 @@ Each turn of the scheduler loop:
 5. runs ONE decode step over every sequence that has a token to feed
    (``volvox.tasks.generate.decode_step``: the weights are read once for the whole batch, each
    row attends to its own sequence's KV cache), then samples each row with the sequence's own
-   sampler and streams the new text to its request.
+   sampler and streams the new text to its request. (For a batch size where measured step times
+   say the single-token native plan run once per sequence is faster, it does that instead:
+   ``StepCosts``.)
 
 A sequence's text is cut exactly as ``LanguageModel.generate`` cuts it (end-of-generation
 token, stop strings held back until they cannot start one, ``max_new_tokens``), so a greedy
@@ -147,6 +149,7 @@ class Scheduler:
         self._prefilling: list[_Sequence] = []  # admitted, prompt not yet fully in the KV cache
         self._decoding: list[_Sequence] = []    # prompt in, generating
         self._sessions: weakref.WeakSet = weakref.WeakSet()  # every KV cache still alive
+        self.costs = StepCosts()
         self._wake = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="volvox-scheduler", daemon=True)
@@ -262,16 +265,63 @@ class Scheduler:
         if not batch:
             return
         tokens = [seq.next_token for seq in batch]
+        packed = len(batch) > 1 and self.costs.packed_is_faster(len(batch))
         try:
-            if len(batch) == 1:  # one sequence: the single-token native plan is the fastest path
-                rows = batch[0].session.forward(tokens)  # (1, vocab)
-            else:
-                rows = decode_step(self.model, [seq.session for seq in batch], tokens)  # (batch, vocab)
+            rows = self._forward(batch, tokens, packed)  # (batch, vocab)
         except Exception:  # find the sequence at fault: each alone (a failed step advanced no position)
             rows = None
-        self.metrics.decode_step(len(batch))
+        self.metrics.decode_step(len(batch), packed)
         for i, seq in enumerate(batch):
             try:
                 seq.accept(rows[i] if rows is not None else seq.session.forward([tokens[i]])[-1])
             except Exception as error:
                 seq.fail(error)
+
+    def _forward(self, batch: list[_Sequence], tokens: list[int], packed: bool) -> np.ndarray:
+        """Logits (len(batch), vocab) of each sequence's next token: one packed decode step, or each
+        sequence through the single-token native plan (``packed`` False: what the step costs measured
+        so far say is faster for this many sequences)."""
+        n = len(batch)
+        t0 = time.perf_counter()
+        if packed:
+            rows = decode_step(self.model, [seq.session for seq in batch], tokens)
+        else:
+            rows = np.stack([seq.session.forward([tok])[-1] for seq, tok in zip(batch, tokens)])
+        self.costs.record(n, packed, time.perf_counter() - t0)
+        return rows
+
+
+class StepCosts:
+    """Measured decode-step times: a packed step over n sequences (``decode_step``) against n
+    single-token native steps. The packed step reads the weights once for all n rows but runs through
+    the per-op executor; the native plan is one call per token. Which wins depends on n, the model and
+    the machine, so it is measured: each choice's seconds per step are a moving average, and a choice
+    not taken is re-measured every ``EXPLORE_EVERY`` steps of that size."""
+
+    EXPLORE_EVERY = 64
+    SMOOTHING = 0.2  # weight of the newest measurement
+
+    def __init__(self):
+        self.single: float | None = None           # seconds of one native single-token step
+        self.packed: dict[int, float] = {}          # batch size -> seconds of one packed step
+        self.since_packed: dict[int, int] = {}      # batch size -> steps since a packed one was measured
+
+    def packed_is_faster(self, n: int) -> bool:
+        """Whether to run ``n`` sequences as one packed step (a choice not yet measured, or stale, is taken
+        to measure it)."""
+        if self.single is None:
+            return False
+        if n not in self.packed or self.since_packed.get(n, 0) >= self.EXPLORE_EVERY:
+            return True
+        return self.packed[n] < n * self.single
+
+    def record(self, n: int, packed: bool, seconds: float) -> None:
+        """Fold one step's time into the averages."""
+        if packed:
+            old = self.packed.get(n)
+            self.packed[n] = seconds if old is None else old + self.SMOOTHING * (seconds - old)
+            self.since_packed[n] = 0
+        else:
+            per_token = seconds / n
+            self.single = per_token if self.single is None else self.single + self.SMOOTHING * (per_token - self.single)
+            self.since_packed[n] = self.since_packed.get(n, 0) + 1
