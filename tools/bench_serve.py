@@ -5,6 +5,9 @@ completions (greedy, --max-tokens new tokens, distinct prompts) one after anothe
 aggregate decode tokens/s (every streamed token of the phase / the phase's wall time), and the
 p50 / p99 time to first token. A token is one streamed text event (both servers send one per token;
 volvox holds back only incomplete UTF-8). Writes a markdown table and, with matplotlib, a plot.
+llama-cpp-python's server runs one request at a time (requests queue on its lock; no batching).
+It needs its server extra's pure-Python parts (fastapi, sse-starlette, starlette-context,
+pydantic-settings) beside an installed llama-cpp-python.
 
     python tools/bench_serve.py                       # SmolLM2-135M Q4_1, 2 threads, C = 1 4 16
     python tools/bench_serve.py --engines volvox --concurrency 1 4 --requests 2   # a quick check
@@ -20,6 +23,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,9 +51,11 @@ def start(engine: str, gguf: str, model: str, threads: int, max_batch: int) -> t
         probe = "/health"
     else:
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", gguf, "--port", str(port), "--host", "127.0.0.1",
-               "--n_threads", str(threads), "--n_ctx", "2048"]
+               "--n_threads", str(threads), "--n_ctx", "2048",
+               "--interrupt_requests", "False"]  # its default: a new request cuts the one being streamed
         probe = "/v1/models"
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tempfile.TemporaryFile(mode="w+")  # not a pipe: llama.cpp's logging would fill it and block
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -59,7 +65,8 @@ def start(engine: str, gguf: str, model: str, threads: int, max_batch: int) -> t
         except httpx.TransportError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit(f"{engine} server did not start: {' '.join(cmd)}\n{proc.stderr.read()[-2000:]}")
+    log.seek(0)
+    raise SystemExit(f"{engine} server did not start: {' '.join(cmd)}\n{log.read()[-2000:]}")
 
 
 async def one_request(http: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> tuple[float, int, float]:
