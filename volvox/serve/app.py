@@ -75,10 +75,11 @@ async def _api_error(request: Request, error: APIError) -> Response:
 
 
 async def _http_error(request: Request, error: HTTPException) -> Response:
-    kind = {404: "not_found_error", 405: "invalid_request_error"}.get(error.status_code, "invalid_request_error")
-    message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
-    return await _api_error(request, APIError(error.status_code, message.get(error.status_code, str(error.detail)),
-                                              type=kind))
+    if error.status_code == 404:
+        return await _api_error(request, APIError(404, f"no route {request.url.path}", type="not_found_error"))
+    if error.status_code == 405:
+        return await _api_error(request, APIError(405, f"{request.method} is not allowed on {request.url.path}"))
+    return await _api_error(request, APIError(error.status_code, str(error.detail)))
 
 
 async def _server_error(request: Request, error: Exception) -> Response:
