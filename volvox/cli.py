@@ -27,6 +27,7 @@ def _add_load_args(p: argparse.ArgumentParser, model: str = "default") -> None:
     p.add_argument("--backend", default="cpu", help="cpu (default) | auto | vulkan | opengl | gles | webgpu")
     p.add_argument("--debug", action="store_true", help="print load time, tokens/s and time per op type to stderr")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write a Chrome trace (Perfetto) of every node run")
+    p.add_argument("--quiet", action="store_true", help="no download progress bars (they show only on a terminal anyway)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -46,7 +47,10 @@ def _sampling_kwargs(a) -> dict:
 
 def _load(a):
     import volvox
+    from volvox.hub import set_progress
 
+    if a.quiet:
+        set_progress(False)
     return volvox.load(a.model, threads=a.threads, backend=a.backend, profile=a.debug or bool(a.trace))
 
 
@@ -186,8 +190,11 @@ def cmd_embed(a) -> int:
 
 def cmd_serve(a) -> int:
     """Serve a model over the OpenAI API until SIGTERM / Ctrl-C."""
+    from volvox.hub import set_progress
     from volvox.serve.server import run
 
+    if a.quiet:
+        set_progress(False)
     run(a.model, host=a.host, port=a.port, threads=a.threads, max_batch=a.max_batch, max_queue=a.max_queue,
         prefill_chunk=a.prefill_chunk, api_key=a.api_key, alias=a.alias, drain_seconds=a.drain_timeout,
         log_level=a.log_level)
@@ -197,7 +204,10 @@ def cmd_serve(a) -> int:
 def cmd_batch(a) -> int:
     """Run a JSONL file of inputs through a model, on Ray (local cluster by default) or in this process."""
     from volvox.batch import BatchOptions, run_local
+    from volvox.hub import set_progress
 
+    if a.quiet:
+        set_progress(False)
     options = BatchOptions(task=a.task, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p,
                            seed=a.seed, stop=a.stop, normalize=a.normalize, top_k_labels=a.top_k_labels)
     if a.no_ray:
@@ -234,6 +244,7 @@ def _add_serve_parser(sub) -> None:
                    help="the model id clients send and /v1/models lists (default: MODEL)")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="CPU threads for the kernels (default: physical cores)")
+    g.add_argument("--quiet", action="store_true", help="no download progress bars (shown only on a terminal anyway)")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     g.add_argument("--port", type=int, default=8080, help="port to listen on")

@@ -97,3 +97,17 @@ def test_disconnected_stream_frees_its_slot(serve, tiny_lm, monkeypatch):
     assert m["volvox_generated_tokens_total"] < 100  # it stopped early, not after finishing
     r = server.client().completions.create(model="tiny", prompt="x", max_tokens=5, temperature=0)  # slot reusable
     assert r.choices[0].text == tiny_lm.generate("x", max_new_tokens=5)
+
+
+def test_step_costs_pick_the_faster_way():
+    costs = scheduler_module.StepCosts()
+    assert not costs.packed_is_faster(4)  # first, the single-token step is measured
+    costs.record(4, packed=False, seconds=0.040)  # 10 ms a token, one sequence at a time
+    assert costs.packed_is_faster(4)  # then a packed step of this size
+    costs.record(4, packed=True, seconds=0.020)
+    assert costs.packed_is_faster(4)  # 20 ms < 4 x 10 ms
+    costs.record(8, packed=True, seconds=0.200)
+    assert not costs.packed_is_faster(8)  # 200 ms > 8 x 10 ms
+    for _ in range(costs.EXPLORE_EVERY):
+        costs.record(8, packed=False, seconds=0.080)
+    assert costs.packed_is_faster(8)  # re-measured once stale

@@ -38,8 +38,9 @@ DISCONNECT_POLL = 0.5  # seconds between checks that a non-streaming client is s
 
 
 def create_app(model, model_id: str, *, api_key: str | None = None, max_batch: int = 16, max_queue: int = 64,
-               prefill_chunk: int = 128) -> Starlette:
-    """The server app for ``model`` (already loaded), answering to the name ``model_id``."""
+               prefill_chunk: int = 128) -> "_Guard":
+    """The server app (an ASGI callable) for ``model`` (already loaded), answering to the name
+    ``model_id``; its ``state`` holds the scheduler and the metrics."""
     metrics = Metrics(model_id)
     scheduler = Scheduler(model, metrics, max_batch=max_batch, max_queue=max_queue, prefill_chunk=prefill_chunk)
     api = _Routes(model, model_id, scheduler, metrics)
@@ -57,9 +58,10 @@ def create_app(model, model_id: str, *, api_key: str | None = None, max_batch: i
     if hasattr(model, "generate"):
         routes += [Route("/v1/completions", api.completions, methods=["POST"]),
                    Route("/v1/chat/completions", api.chat_completions, methods=["POST"])]
-    for task, handler in (("embed", api.embeddings), ("classify", api.classify), ("detect", api.detect)):
-        if hasattr(model, task):
-            routes.append(Route({"embed": "/v1/embeddings"}.get(task, f"/v1/{task}"), handler, methods=["POST"]))
+    for method, path, handler in (("embed", "/v1/embeddings", api.embeddings),
+                                  ("classify", "/v1/classify", api.classify), ("detect", "/v1/detect", api.detect)):
+        if hasattr(model, method):
+            routes.append(Route(path, handler, methods=["POST"]))
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _server_error})
     app.state.scheduler, app.state.metrics = scheduler, metrics
@@ -195,7 +197,11 @@ class _Routes:
     async def _generate(self, request: Request, completion: Completion, ids: list[int], chat: bool) -> Response:
         context = self.model.config.context_length
         max_new = completion.max_tokens if completion.max_tokens is not None else context - len(ids)
-        if len(ids) + max(max_new, 1) > context:
+        if completion.max_tokens is None and max_new < 1:
+            raise APIError(400, f"this model's context is {context} tokens and the prompt has {len(ids)}: "
+                           "no room left for a reply; shorten the prompt",
+                           param="messages" if chat else "prompt", code="context_length_exceeded")
+        if len(ids) + max_new > context:
             raise APIError(400, f"this model's context is {context} tokens, but the request needs "
                            f"{len(ids) + max_new} ({len(ids)} prompt tokens + max_tokens {max_new}); "
                            "shorten the prompt or lower max_tokens",

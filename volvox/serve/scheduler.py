@@ -35,16 +35,17 @@ from typing import Callable
 
 import numpy as np
 
+from volvox.errors import VolvoxError
 from volvox.serve.metrics import Metrics
 from volvox.tasks.generate import Session, decode_step
 from volvox.tasks.sampling import Sampler, SamplingParams
 
 
-class QueueFullError(Exception):
+class QueueFullError(VolvoxError):
     """The waiting queue holds ``max_queue`` requests already."""
 
 
-class SchedulerStoppedError(Exception):
+class SchedulerStoppedError(VolvoxError):
     """The scheduler no longer takes requests (the server is shutting down)."""
 
 
@@ -139,7 +140,7 @@ class Scheduler:
     def __init__(self, model, metrics: Metrics, *, max_batch: int = 16, max_queue: int = 64,
                  prefill_chunk: int = 128):
         if max_batch < 1 or max_queue < 0 or prefill_chunk < 1:
-            raise ValueError(f"max_batch ({max_batch}) and prefill_chunk ({prefill_chunk}) must be >= 1, "
+            raise VolvoxError(f"max_batch ({max_batch}) and prefill_chunk ({prefill_chunk}) must be >= 1, "
                              f"max_queue ({max_queue}) >= 0")
         self.model = model
         self.metrics = metrics
