@@ -94,3 +94,17 @@ def test_cli_with_hub_environment(hub_cache, models):
     assert run.returncode == 0, run.stderr
     assert run.stdout == greedy(models[2]) + "\n"
     assert "%" not in run.stderr  # no progress bar when stderr is not a terminal
+
+
+def test_a_checkpoint_repo_loads_as_its_folder(hub_cache, tmp_path):
+    """A repo of config.json + safetensors + tokenizer.json (a tiny BERT) loads as that checkpoint."""
+    pytest.importorskip("torch", reason="the tiny BERT is built with transformers")
+    from hf_models import build_tiny_bert
+
+    folder = tmp_path / "bert"
+    build_tiny_bert(folder, ["the cat sat", "a dog ran"])
+    files = {p.name: p for p in folder.iterdir() if p.is_file()}
+    add_snapshot(tmp_path / "hub", "acme/bert", "d" * 40, files)
+    with volvox.load(folder) as local, volvox.load("acme/bert") as from_hub:
+        assert from_hub.metadata.get("task") == "embed"
+        assert (from_hub.embed(["the cat sat"]) == local.embed(["the cat sat"])).all()

@@ -10,6 +10,8 @@ import httpx
 import pytest
 
 import volvox.serve.scheduler as scheduler_module
+from volvox.serve.metrics import Metrics
+from volvox.tasks.sampling import SamplingParams
 
 PROMPTS = [f"request {i}: " + "the " * (i % 5) + chr(ord("a") + i) for i in range(16)]
 
@@ -41,34 +43,43 @@ def test_16_concurrent_clients_get_their_sequential_answers(serve, tiny_lm, monk
     assert m["volvox_kv_caches_alive"] == 0
 
 
-def test_long_prompt_is_prefilled_between_decode_steps(serve, tiny_lm):
+def test_long_prompt_is_prefilled_between_decode_steps(tiny_lm, monkeypatch):
     """With 16-token prefill chunks a 200-token prompt takes 13 scheduler turns, and a request already
-    decoding gets a token at each of them: it is not stalled until the long prompt is in."""
-    want = tiny_lm.generate("hi", max_new_tokens=80)
-    assert tiny_lm.last_stats.new_tokens == 80  # no early end-of-generation: tokens to count below
-    server = serve(tiny_lm, "tiny", prefill_chunk=16)
-    client = server.client()
-    short_times, long_first = [], []
+    decoding gets a token at each of them: it is not stalled until the long prompt is in. (The
+    scheduler itself, without HTTP: its samplers log who drew a token, in the scheduler's order.)"""
+    draws = []  # the seed of each sampler call: 1 the short request, 2 the long one
 
-    def long_request():
-        r = client.completions.create(model="tiny", prompt="the " * 200, max_tokens=1, temperature=0, stream=True)
-        for _ in r:
-            long_first.append(time.monotonic())
+    class LoggingSampler(scheduler_module.Sampler):
+        def __call__(self, logits, history):
+            draws.append(self.params.seed)
+            if draws.count(1) == 4 and len(draws) == 4:  # the short request is decoding: the long one arrives
+                scheduler.submit(request(long_prompt, 1, seed=2))
+                draws.append("long submitted")
+            return super().__call__(logits, history)
 
-    stream = client.completions.create(model="tiny", prompt="hi", max_tokens=80, temperature=0, stream=True)
-    text = ""
-    for i, chunk in enumerate(stream):
-        short_times.append(time.monotonic())
-        text += chunk.choices[0].text
-        if i == 3:
-            sent = time.monotonic()
-            worker = threading.Thread(target=long_request)
-            worker.start()
-    worker.join()
-    assert text == want
-    during = [t for t in short_times if sent < t < long_first[0]]
-    assert len(during) >= 8, f"only {len(during)} tokens of the short request while the long prompt was prefilled"
-    assert server.wait_idle()["volvox_prompt_tokens_total"] >= 200
+    monkeypatch.setattr(scheduler_module, "Sampler", LoggingSampler)
+    texts, finished = {1: "", 2: ""}, threading.Semaphore(0)
+
+    def request(ids, max_new, seed):
+        def emit(kind, payload):
+            if kind == "piece":
+                texts[seed] += payload
+            elif kind == "done":
+                finished.release()
+        return scheduler_module.GenerationRequest(ids, max_new, SamplingParams(seed=seed), [], emit)
+
+    long_prompt = list(range(3, 203))  # 200 token ids
+    scheduler = scheduler_module.Scheduler(tiny_lm, Metrics("tiny"), prefill_chunk=16)
+    scheduler.start()
+    try:
+        scheduler.submit(request(tiny_lm.tokenizer.encode("hi"), 60, seed=1))
+        assert finished.acquire(timeout=60) and finished.acquire(timeout=60)
+    finally:
+        scheduler.stop()
+    during = draws[draws.index("long submitted"):draws.index(2)]
+    assert during.count(1) >= 12, f"the short request drew {during.count(1)} tokens during the long prefill"
+    assert texts[1] == tiny_lm.generate("hi", max_new_tokens=60)
+    assert texts[2] == tiny_lm.generate(long_prompt, max_new_tokens=1)
 
 
 def test_disconnected_stream_frees_its_slot(serve, tiny_lm, monkeypatch):
