@@ -53,6 +53,24 @@ def test_on_a_local_ray_cluster(model, expected, input_file, tmp_path):
     assert n == len(ROWS) and read(tmp_path / "out.jsonl") == expected
 
 
+def test_predictor_class_in_map_batches(model, expected):
+    """volvox.ray.VolvoxPredictor used as users use it: rows as columns, Ray Data's own map_batches."""
+    ray = pytest.importorskip("ray", reason="the Ray test needs ray")
+    from volvox.ray import VolvoxPredictor
+
+    rows = [row for row in ROWS if "prompt" in row]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        out = ray.data.from_items(rows).map_batches(
+            VolvoxPredictor, fn_constructor_kwargs={"model": str(model), "max_new_tokens": 12},
+            batch_size=4, batch_format="pandas", concurrency=2, num_cpus=1).take_all()
+    finally:
+        ray.shutdown()
+    want = [row for row in expected if "prompt" in row]
+    assert [(r["id"], r["text"]) for r in out] == [(r["id"], r["text"]) for r in want]
+
+
 def test_cli_no_ray(model, expected, input_file, tmp_path):
     out = tmp_path / "cli.jsonl"
     run = subprocess.run([sys.executable, "-m", "volvox", "batch", str(model), "--input", str(input_file),

@@ -122,3 +122,21 @@ def test_step_costs_pick_the_faster_way():
     for _ in range(costs.EXPLORE_EVERY):
         costs.record(8, packed=False, seconds=0.080)
     assert costs.packed_is_faster(8)  # re-measured once stale
+
+
+def test_a_client_leaving_a_whole_request_frees_its_slot(serve, tiny_lm, monkeypatch):
+    """A non-streamed request whose client gives up (a read timeout closes the connection) is retired
+    too: the server notices within its disconnect poll."""
+    class SlowSampler(scheduler_module.Sampler):
+        def __call__(self, logits, history):
+            time.sleep(0.02)
+            return super().__call__(logits, history)
+
+    monkeypatch.setattr(scheduler_module, "Sampler", SlowSampler)
+    server = serve(tiny_lm, "tiny")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 200,
+                                                         "temperature": 0}, timeout=0.5)
+    m = server.wait_idle(timeout=10)
+    assert m["volvox_cancelled_sequences_total"] == 1 and m["volvox_kv_caches_alive"] == 0, str(m)
+    assert m["volvox_generated_tokens_total"] < 150

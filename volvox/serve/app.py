@@ -227,13 +227,17 @@ class _Routes:
             return StreamingResponse(self._stream(job, events, rid, chat, completion.include_usage),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            pieces = []
+            pieces, next_check = [], loop.time() + DISCONNECT_POLL
             while True:
                 try:
                     kind, payload = await asyncio.wait_for(events.get(), DISCONNECT_POLL)
                 except asyncio.TimeoutError:
+                    kind = None
+                if loop.time() >= next_check:  # every DISCONNECT_POLL seconds, however fast pieces come
                     if await request.is_disconnected():
                         return Response(status_code=499)
+                    next_check = loop.time() + DISCONNECT_POLL
+                if kind is None:
                     continue
                 if kind == "piece":
                     pieces.append(payload)
