@@ -3,6 +3,8 @@ with the same settings, streamed or not, with OpenAI's usage counts."""
 
 import pytest
 
+from live_server import LiveServer
+
 pytestmark = pytest.mark.slow  # SmolLM2-135M end to end
 
 MESSAGES = [{"role": "system", "content": "You are a concise assistant."},
@@ -11,8 +13,6 @@ MESSAGES = [{"role": "system", "content": "You are a concise assistant."},
 
 @pytest.fixture(scope="module")
 def server(smollm2):
-    from conftest import LiveServer
-
     live = LiveServer(smollm2, "smollm2")
     yield live
     live.close()
