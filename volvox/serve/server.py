@@ -27,7 +27,8 @@ def run(model_name: str, *, host: str = "127.0.0.1", port: int = 8080, threads: 
     model_id = alias or model_name
     app = create_app(model, model_id, api_key=api_key, max_batch=max_batch, max_queue=max_queue,
                      prefill_chunk=prefill_chunk)
-    where = "all interfaces" if host in ("0.0.0.0", "::") else host
+    where = {"0.0.0.0": "every IPv4 interface", "::": "every interface", "127.0.0.1": "localhost only",
+             "localhost": "localhost only", "::1": "localhost only"}.get(host, host)
     print(f"volvox serve: {model_id} ({model.metadata.get('task')}) on http://{host}:{port} ({where}); "
           f"{max_batch} sequence slots, queue {max_queue}, API key {'required' if api_key else 'off'}",
           file=sys.stderr, flush=True)
