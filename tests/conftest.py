@@ -1,10 +1,11 @@
 """Shared fixtures, and what the layer folders share.
 
 Tests are grouped by the layer they test (formats, tokenization, kernels, ops, compile, runtime,
-gpu, architectures, tasks, loader, cli); the helper modules they share (tiny_gguf, hf_models,
-vision_helpers, gpu_helpers, llama_reference, real_models) live in support/. Without volvox's compiled kernels (a
-source tree not yet built) every test still collects: a test that needs the kernels is skipped,
-saying so, and the pure-Python ones (readers, tokenizers, graph tools) run.
+gpu, architectures, tasks, loader, cli, serve, hub, batch); the helper modules they share
+(tiny_gguf, hf_models, vision_helpers, gpu_helpers, llama_reference, real_models, live_server) live
+in support/. Without volvox's compiled kernels (a source tree not yet built) every test still
+collects: a test that needs the kernels is skipped, saying so, and the pure-Python ones (readers,
+tokenizers, graph tools) run.
 """
 
 import os
