@@ -172,7 +172,7 @@ def cmd_convert(a) -> int:
     """GGUF file / HF folder / blueprint -> blueprint directory."""
     from volvox.convert import convert
 
-    out = convert(a.src, a.out_dir, quantize=a.quantize, overwrite=a.force, progress=True)
+    out = convert(a.src, a.out_dir, quantize=a.quantize, overwrite=a.force, progress=False if a.quiet else None)
     print(f"wrote {out}")
     return 0
 
@@ -400,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=list(CONVERT_TYPES), default=None,
                    help="store float linear/embedding matrices in this block format (or f16: IEEE half)")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (it shows only on a terminal anyway)")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("embed", help="sentence embeddings (mean-pooled) of texts, one JSON list per line")
     _add_load_args(p, model="required")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from volvox.errors import BlueprintError, UnsupportedError
 from volvox.ir.graph import Graph
@@ -27,23 +28,7 @@ from volvox.ir.quant_blocks import QUANTIZABLE_QTYPES, QuantTensor, quantize_ref
 from volvox.formats.safetensors import save_safetensors
 from volvox.formats.blueprint import tokenizer_metadata
 from volvox.formats.imported import ModelDims
-
-
-class Progress:
-    """A one-line progress bar on stderr (silent when disabled)."""
-
-    def __init__(self, total: int, label: str, enabled: bool):
-        self.total, self.label, self.enabled, self.done = max(total, 1), label, enabled, 0
-
-    def step(self, what: str = "") -> None:
-        """Advance by one and redraw."""
-        self.done += 1
-        filled = 30 * self.done // self.total
-        if self.enabled and (filled != 30 * (self.done - 1) // self.total or self.done == self.total):
-            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {what[:40]:<40}")
-            if self.done == self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
+from volvox.hub import show_progress
 
 
 def source_weights(model) -> dict[str, Any]:
@@ -95,7 +80,7 @@ CONVERT_TYPES = QUANTIZABLE_QTYPES + ("f16",)
 
 
 def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | None = None,
-            overwrite: bool = False, progress: bool = False) -> Path:
+            overwrite: bool = False, progress: bool | None = False) -> Path:
     """Write the blueprint of ``src`` (GGUF file, HF folder or blueprint) to ``out_dir``; returns its path."""
     from volvox.loader import load
 
@@ -108,7 +93,9 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
     try:
         graph, weights = model.graph, source_weights(model)
         targets = set(quantizable(graph, weights)) if quantize else set()
-        bar = Progress(len(graph.weights) + 1, f"convert {src.name}", progress)
+        show = show_progress() if progress is None else progress
+        bar = tqdm(total=len(graph.weights) + 1, desc=f"convert {src.name}", unit="tensor", disable=not show,
+                   file=sys.stderr)
         tensors: dict[str, np.ndarray] = {}
         quantized: dict[str, dict] = {}
         for name, w in weights.items():
@@ -120,7 +107,8 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
                 quantized[name] = {"qtype": w.qtype, "shape": list(w.shape)}
                 w = w.data
             tensors[name] = np.asarray(w)
-            bar.step(name)
+            bar.set_postfix_str(name[:40], refresh=False)
+            bar.update()
         metadata = {k: v for k, v in model.metadata.items() if k not in ("format", "quantized", "dims", "tokenizer")}
         metadata["source_format"] = model.metadata.get("source_format", model.metadata.get("format"))
         if metadata.get("task") in ("generate", "embed"):
@@ -130,8 +118,10 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
         files = {"config.json": json.dumps(graph_config(graph, quantized, metadata), indent=1, ensure_ascii=False)}
         if "tokenizer" in metadata:
             files["tokenizer.json"] = _tokenizer_json(src, model)
+        bar.set_postfix_str("model.safetensors", refresh=False)
         _write_atomically(out_dir, files, tensors, overwrite)
-        bar.step("model.safetensors")
+        bar.update()
+        bar.close()
     finally:
         model.close()
     return out_dir

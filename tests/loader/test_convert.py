@@ -134,3 +134,12 @@ def test_cli_convert(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     assert main(["convert", str(src), str(tmp_path / "bp")]) == 1
     assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("progress", [True, False, None])
+def test_progress_bar_only_when_asked_or_on_a_terminal(tmp_path, capsys, progress):
+    src = tmp_path / "tiny.gguf"
+    write_tiny_llama(src)
+    convert(src, tmp_path / "bp", progress=progress)  # None: a terminal decides (pytest's stderr is not one)
+    err = capsys.readouterr().err
+    assert ("convert tiny.gguf: 100%" in err) == (progress is True), err
