@@ -74,8 +74,7 @@ class Predictor:
         self.model = load(model_name, threads=threads)
         self.task = options.task or self.model.metadata.get("task")
         if self.task == "transcribe":
-            raise UnsupportedError("batch transcription waits on speech support (issue 22): volvox has no "
-                                   "speech model yet")
+            raise UnsupportedError("batch transcription waits on speech support: volvox has no speech model yet")
         if self.task not in TASKS or not hasattr(self.model, self.task):
             raise UnsupportedError(f"{model_name}: task {self.task!r} cannot run on this model "
                                    f"(its task is {self.model.metadata.get('task')!r}; batch runs {', '.join(TASKS[:3])})")

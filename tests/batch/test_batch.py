@@ -80,7 +80,7 @@ def test_cli_no_ray(model, expected, input_file, tmp_path):
 
 
 def test_transcribe_waits_on_speech(model, input_file, tmp_path):
-    with pytest.raises(volvox.UnsupportedError, match="issue 22"):
+    with pytest.raises(volvox.UnsupportedError, match="speech support"):
         run_local(str(model), input_file, tmp_path / "out.jsonl", BatchOptions(task="transcribe"))
 
 
