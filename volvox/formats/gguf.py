@@ -205,13 +205,13 @@ class StringTable(Sequence):
 
     def __init__(self, raw: bytes, starts: np.ndarray, ends: np.ndarray, what: str):
         self._raw = raw
-        self._starts = starts.tolist()  # (count,) byte offsets into raw
-        self._ends = ends.tolist()      # (count,)
+        self._starts = starts  # (count,) int64 byte offsets into raw
+        self._ends = ends      # (count,)
         self._what = what
         self._strings: list[str] | None = None
 
     def __len__(self) -> int:
-        return len(self._starts)
+        return self._starts.size
 
     def __getitem__(self, i):
         return self.strings()[i]
@@ -228,11 +228,11 @@ class StringTable(Sequence):
     def strings(self) -> list[str]:
         """Every string, decoded (once); GGUFError naming the first that is not UTF-8."""
         if self._strings is None:
-            raw = self._raw
+            raw, ranges = self._raw, list(zip(self._starts.tolist(), self._ends.tolist()))
             try:
-                self._strings = [raw[s:e].decode("utf-8") for s, e in zip(self._starts, self._ends)]
+                self._strings = [raw[s:e].decode("utf-8") for s, e in ranges]
             except UnicodeDecodeError:
-                i = next(i for i, (s, e) in enumerate(zip(self._starts, self._ends)) if not _is_utf8(raw[s:e]))
+                i = next(i for i, (s, e) in enumerate(ranges) if not _is_utf8(raw[s:e]))
                 raise GGUFError(f"{self._what}[{i}] is not valid UTF-8") from None
         return self._strings
 
