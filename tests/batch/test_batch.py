@@ -3,6 +3,7 @@ alone in this process; on a local Ray cluster (2 CPUs, 2 actors) and without Ray
 
 import json
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -44,8 +45,9 @@ def test_in_process(model, expected, input_file, tmp_path):
     assert n == len(ROWS) and read(tmp_path / "out.jsonl") == expected
 
 
-def test_on_a_local_ray_cluster(model, expected, input_file, tmp_path):
+def test_on_a_local_ray_cluster(model, expected, input_file, tmp_path, monkeypatch):
     pytest.importorskip("ray", reason="the Ray test needs ray")
+    monkeypatch.chdir(tmp_path)  # Ray's workers start in the driver's directory: not the source tree
     from volvox.ray import run_on_ray
 
     n = run_on_ray(str(model), input_file, tmp_path / "out.jsonl", BatchOptions(max_new_tokens=12),
@@ -53,9 +55,10 @@ def test_on_a_local_ray_cluster(model, expected, input_file, tmp_path):
     assert n == len(ROWS) and read(tmp_path / "out.jsonl") == expected
 
 
-def test_predictor_class_in_map_batches(model, expected):
+def test_predictor_class_in_map_batches(model, expected, tmp_path, monkeypatch):
     """volvox.ray.VolvoxPredictor used as users use it: rows as columns, Ray Data's own map_batches."""
     ray = pytest.importorskip("ray", reason="the Ray test needs ray")
+    monkeypatch.chdir(tmp_path)  # Ray's workers start in the driver's directory: not the source tree
     from volvox.ray import VolvoxPredictor
 
     rows = [row for row in ROWS if "prompt" in row]
@@ -74,7 +77,8 @@ def test_predictor_class_in_map_batches(model, expected):
 def test_cli_no_ray(model, expected, input_file, tmp_path):
     out = tmp_path / "cli.jsonl"
     run = subprocess.run([sys.executable, "-m", "volvox", "batch", str(model), "--input", str(input_file),
-                          "--output", str(out), "--no-ray", "--max-new-tokens", "12"], capture_output=True, text=True)
+                          "--output", str(out), "--no-ray", "--max-new-tokens", "12"], capture_output=True, text=True,
+                         cwd=tmp_path)  # outside the source tree: the installed package runs
     assert run.returncode == 0, run.stderr
     assert read(out) == expected
 
@@ -88,7 +92,7 @@ def test_volvox_imports_without_ray():
     code = ("import sys; sys.modules['ray'] = None\n"
             "import volvox, volvox.ray, volvox.batch\n"
             "try:\n    volvox.ray._ray()\nexcept volvox.VolvoxError as e:\n    print('lazy:', e)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent)
     assert run.returncode == 0, run.stderr
     assert "lazy: volvox batch on Ray needs ray" in run.stdout
 

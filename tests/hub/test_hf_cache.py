@@ -4,6 +4,7 @@ writes: models--org--repo/{refs/<name>, snapshots/<commit>/<file> -> ../../blobs
 Never the network: HF_HUB_OFFLINE=1, and the endpoint points at a closed port."""
 
 import hashlib
+from pathlib import Path
 import os
 import subprocess
 import sys
@@ -90,7 +91,8 @@ def test_paths_are_not_hub_names(tmp_path):
 def test_cli_with_hub_environment(hub_cache, models):
     """The environment variables alone (a fresh process) point volvox at the cache, quietly."""
     run = subprocess.run([sys.executable, "-m", "volvox", "generate", "hf://acme/tiny@v2", "--prompt", "the",
-                          "--max-new-tokens", "12"], capture_output=True, text=True, env={**os.environ, **hub_cache})
+                          "--max-new-tokens", "12"], capture_output=True, text=True, env={**os.environ, **hub_cache},
+                         cwd=Path(__file__).parent)  # outside the source tree: the installed package runs
     assert run.returncode == 0, run.stderr
     assert run.stdout == greedy(models[2]) + "\n"
     assert "%" not in run.stderr  # no progress bar when stderr is not a terminal

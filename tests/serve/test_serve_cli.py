@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,7 +24,9 @@ def free_port() -> int:
 
 def start_server(model, *args):
     port = free_port()
+    # cwd outside the source tree, so the installed package (with its compiled kernels) is the one run
     proc = subprocess.Popen([sys.executable, "-m", "volvox", "serve", str(model), "--port", str(port), *args],
+                            cwd=Path(__file__).parent,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

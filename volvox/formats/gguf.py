@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from volvox._kernels.scan import string_table
 from volvox.errors import ClosedError, GGUFError, UnsupportedError
 from volvox.formats.mapped_file import map_file, release
 from volvox.ir.quant_blocks import GGML_FORMAT_BY_ID, SUPPORTED_QTYPES, QuantTensor
@@ -235,6 +234,26 @@ class StringTable(Sequence):
                 i = next(i for i, (s, e) in enumerate(ranges) if not _is_utf8(raw[s:e]))
                 raise GGUFError(f"{self._what}[{i}] is not valid UTF-8") from None
         return self._strings
+
+
+def _string_table_py(buf, pos: int, count: int) -> tuple[bytes, np.ndarray, np.ndarray, int]:
+    """volvox._kernels.scan.string_table in Python, for a source tree without its compiled modules."""
+    starts, ends = np.empty(count, np.int64), np.empty(count, np.int64)  # (count,) each
+    start, size, table = pos, len(buf), bytearray()
+    for i in range(count):
+        if pos + 8 > size or _U64.unpack_from(buf, pos)[0] > size - pos - 8:
+            return b"", starts, ends, i
+        n = _U64.unpack_from(buf, pos)[0]
+        starts[i], ends[i] = pos + 8 - start, pos + 8 + n - start
+        table += bytes(8) + buf[pos + 8:pos + 8 + n]
+        pos += 8 + n
+    return bytes(table), starts, ends, -1
+
+
+try:
+    from volvox._kernels.scan import string_table
+except ImportError:  # not built (a source checkout): the same walk in Python
+    string_table = _string_table_py
 
 
 def _is_utf8(b: bytes) -> bool:
