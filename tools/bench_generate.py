@@ -80,8 +80,8 @@ def print_ceiling(threads: int, context: int, streamed: dict[str, int], decodes:
               f"({bw:.1f} GB/s over {nbytes / 1e6:.1f} MB a token); {beyond:.2f} ms a token beyond streaming")
 
 
-def kv_bytes(path: str, context: int, itemsize: int) -> int:
-    """Bytes of a LLaMA-family GGUF model's KV cache over ``context`` positions (K and V, every layer)."""
+def kv_floats_per_position(path: str) -> int:
+    """Values a LLaMA-family GGUF model's KV cache holds per position (K and V, every layer)."""
     import gguf
 
     r = gguf.GGUFReader(path)
@@ -89,7 +89,7 @@ def kv_bytes(path: str, context: int, itemsize: int) -> int:
     get = lambda key: int(r.fields[f"{arch}.{key}"].parts[-1][0])  # noqa: E731
     heads = get("attention.head_count")
     kv_heads = get("attention.head_count_kv") if f"{arch}.attention.head_count_kv" in r.fields else heads
-    return 2 * get("block_count") * kv_heads * (get("embedding_length") // heads) * context * itemsize
+    return 2 * get("block_count") * kv_heads * (get("embedding_length") // heads)
 
 
 def median(rounds: list[dict]) -> dict:
@@ -221,6 +221,7 @@ def main() -> None:
         print(f"volvox {i}: {p}")
     gguf_run = path.endswith(".gguf") and mine == [path]
     weights = weight_bytes(path) if gguf_run else 0  # bytes every token reads
+    kv_per_position = kv_floats_per_position(path) if gguf_run else 0
     for t in a.threads:
         mine_runs = [[] for _ in mine]   # [volvox model][round] -> figures
         peer_runs = {name: [] for name, _, _ in peers}
@@ -250,7 +251,8 @@ def main() -> None:
                       f"{peer_name}'s time / volvox's)")
         if weights:
             for n in a.context:
-                streamed = {"volvox": weights + kv_bytes(path, n, 4), "llama.cpp": weights + kv_bytes(path, n, 2)}
+                streamed = {"volvox": weights + 4 * kv_per_position * n,      # f32 cache
+                            "llama.cpp": weights + 2 * kv_per_position * n}   # f16 cache
                 decodes = {f"volvox {i}": v[f"decode{n}"] for i, v in enumerate(runs)}
                 decodes.update({name: r[f"decode{n}"] for name, r in peers_median.items()})
                 print_ceiling(t, n, streamed, decodes)

@@ -37,18 +37,24 @@ def browser():
     driver.quit()
 
 
+def open_page(browser, server, max_tokens: int) -> WebDriverWait:
+    """The chat page of ``server``, once it knows the model, with ``max_tokens`` set; a 60 s waiter."""
+    browser.get(server.url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: d.find_element(By.ID, "model").get_attribute("value") == "smollm2")
+    field = browser.find_element(By.ID, "max_tokens")
+    field.clear()
+    field.send_keys(str(max_tokens))
+    return wait
+
+
 def test_page_streams_the_apis_answer(serve, smollm2, browser):
     server = serve(smollm2, "smollm2")
     question = "What is the capital of France?"
     want = server.client().chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": question}], max_tokens=48,
         temperature=0).choices[0].message.content
-    browser.get(server.url + "/")
-    wait = WebDriverWait(browser, 60)
-    wait.until(lambda d: d.find_element(By.ID, "model").get_attribute("value") == "smollm2")
-    max_tokens = browser.find_element(By.ID, "max_tokens")
-    max_tokens.clear()
-    max_tokens.send_keys("48")
+    wait = open_page(browser, server, max_tokens=48)
     browser.execute_script(RECORD_SNAPSHOTS)
     browser.find_element(By.ID, "prompt").send_keys(question)
     browser.find_element(By.ID, "send").click()
@@ -63,12 +69,7 @@ def test_page_streams_the_apis_answer(serve, smollm2, browser):
 
 def test_stop_button_cancels_the_reply(serve, smollm2, browser):
     server = serve(smollm2, "smollm2")
-    browser.get(server.url + "/")
-    wait = WebDriverWait(browser, 60)
-    wait.until(lambda d: d.find_element(By.ID, "model").get_attribute("value") == "smollm2")
-    max_tokens = browser.find_element(By.ID, "max_tokens")
-    max_tokens.clear()
-    max_tokens.send_keys("2000")
+    wait = open_page(browser, server, max_tokens=2000)
     browser.find_element(By.ID, "prompt").send_keys("Write a very long story about a lighthouse keeper.")
     browser.find_element(By.ID, "send").click()
     wait.until(lambda d: int(d.find_element(By.CSS_SELECTOR, ".msg.assistant").get_attribute("data-pieces") or 0) >= 3)

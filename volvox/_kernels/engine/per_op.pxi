@@ -50,26 +50,32 @@ def gemm(int wtype, const uint8_t[:, ::1] w, int64_t K, const float[:, ::1] x, f
     """y (M, N) = x (M, K) @ W.T, W given as N rows of bytes (quant blocks, f32 or f16): the activation
     rows quantized into scratch (M * act_row_bytes(wtype, K) bytes; unused for f32 / f16), then
     16-row chunks of W against all of them."""
-    cdef int64_t M = x.shape[0], N = w.shape[0]
-    if M == 0 or N == 0:
+    if x.shape[0] == 0 or w.shape[0] == 0:
         return
+    run_gemm(wtype, &w[0, 0], w.shape[1], 0, K, w.shape[0], &x[0, 0], x.shape[0], &y[0, 0],
+             &scratch[0] if scratch.shape[0] else NULL)
+
+
+cdef void run_gemm(int wtype, const uint8_t *w, int64_t row_bytes, int64_t group_bytes, int64_t K, int64_t N,
+                   const float *x, int64_t M, float *y, uint8_t *scratch):
+    """The steps of gemm / gemm_il: the act rows quantized into scratch (quantized wtype), then 16-row
+    chunks of W (N rows of row_bytes, or interleaved groups of group_bytes) against all of them."""
     cdef Step steps[2]
     memset(steps, 0, sizeof(steps))
-    cdef Step *lin = &steps[1]
     cdef int64_t act = vx_act_row_bytes(wtype, K), n = 0
     if act:
         steps[0].kind = STEP_QUANTIZE_ACT
-        steps[0].a.quantize_act.x, steps[0].a.quantize_act.act = &x[0, 0], &scratch[0]
+        steps[0].a.quantize_act.x, steps[0].a.quantize_act.act = x, scratch
         steps[0].a.quantize_act.K, steps[0].a.quantize_act.rows = K, M
         steps[0].a.quantize_act.act_stride, steps[0].a.quantize_act.wtype = act, wtype
         n = 1
-    lin = &steps[n]
+    cdef Step *lin = &steps[n]
     lin.kind = STEP_LINEAR
-    lin.a.linear.x = <const void *> &scratch[0] if act else <const void *> &x[0, 0]
-    lin.a.linear.w, lin.a.linear.bias, lin.a.linear.y = &w[0, 0], NULL, &y[0, 0]
-    lin.a.linear.K, lin.a.linear.N, lin.a.linear.row_bytes, lin.a.linear.rows = K, N, w.shape[1], M
+    lin.a.linear.x = <const void *> scratch if act else <const void *> x
+    lin.a.linear.w, lin.a.linear.bias, lin.a.linear.y = w, NULL, y
+    lin.a.linear.K, lin.a.linear.N, lin.a.linear.row_bytes, lin.a.linear.rows = K, N, row_bytes, M
     lin.a.linear.x_stride = act if act else K * <int64_t>sizeof(float)
-    lin.a.linear.wtype = wtype
+    lin.a.linear.group_bytes, lin.a.linear.wtype = group_bytes, wtype
     with nogil:
         run_local(steps, n + 1, threads_for(M * N * K))
 
@@ -135,18 +141,7 @@ def gemm_il(int wtype, const uint8_t[::1] packed, int64_t K, int64_t N, const fl
         raise ValueError("gemm_il: packed or scratch has the wrong size")
     if M == 0 or N == 0:
         return
-    cdef Step steps[2]
-    memset(steps, 0, sizeof(steps))
-    steps[0].kind = STEP_QUANTIZE_ACT
-    steps[0].a.quantize_act.x, steps[0].a.quantize_act.act = &x[0, 0], &scratch[0]
-    steps[0].a.quantize_act.K, steps[0].a.quantize_act.rows = K, M
-    steps[0].a.quantize_act.act_stride, steps[0].a.quantize_act.wtype = act, wtype
-    steps[1].kind = STEP_LINEAR
-    steps[1].a.linear.x, steps[1].a.linear.w, steps[1].a.linear.y = &scratch[0], &packed[0], &y[0, 0]
-    steps[1].a.linear.K, steps[1].a.linear.N, steps[1].a.linear.rows = K, N, M
-    steps[1].a.linear.x_stride, steps[1].a.linear.group_bytes, steps[1].a.linear.wtype = act, gb, wtype
-    with nogil:
-        run_local(steps, 2, threads_for(M * N * K))
+    run_gemm(wtype, &packed[0], 0, gb, K, N, &x[0, 0], M, &y[0, 0], &scratch[0])
 
 
 def quantize_act(int wtype, const float[:, ::1] x, uint8_t[:, ::1] out):
