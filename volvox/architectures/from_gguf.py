@@ -12,6 +12,7 @@ from volvox.ir.quant_blocks import SUPPORTED_QTYPES, QuantTensor
 from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.formats.gguf import GGUFFile
 from volvox.formats.imported import Deferred, Imported, ModelDims
+from volvox.architectures import mamba
 from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph
 
 LLAMA_ARCHITECTURES = ("llama", "mistral")
@@ -59,6 +60,8 @@ def import_gguf(path: str) -> Imported:
     model closes)."""
     gguf = GGUFFile(path)
     try:
+        if gguf.metadata.get("general.architecture") in mamba.GGUF_ARCHITECTURES:
+            return mamba.import_gguf(gguf, str(path))
         cfg = llama_config_from_gguf(gguf.metadata, str(path))
         specs: dict[str, TensorSpec] = {}
         for name, info in gguf.tensors.items():

@@ -1,0 +1,288 @@
+"""Mamba and Mamba-2 language models: the selective state-space decoder graph, from Hugging Face
+folders (model_type ``mamba`` / ``mamba2``) and from GGUF files (architecture ``mamba`` / ``mamba2``).
+
+Each layer is h += out_proj(mixer(rmsnorm(h))); there is no attention and no position input is
+read. The mixers:
+- Mamba: in_proj -> (x, z); x -> causal conv1d -> silu -> x_proj -> (dt_low, B, C);
+  dt = dt_proj(dt_low); y = selective_scan(x, dt, A, B, C, D) * silu(z).
+- Mamba-2: in_proj -> (z, xBC, dt); xBC -> causal conv1d -> silu -> (x, B, C);
+  y = ssd_scan(x, dt, dt_bias, A, B, C, D) (scalar A per head, B / C shared by a group of heads);
+  y = gated_rms_norm(y, z) (per group of d_inner / n_groups columns).
+The recurrent state lives in the session's state cache (runtime/state_cache.py; the ops in
+ops/ssm.py): ``StateShape`` below is what a model declares in ``metadata["state"]``.
+
+Weights as the files store them, with the conversions GGUF writers apply done at load for HF
+folders: A = -exp(A_log), the conv weight (channels, 1, kernel) as (channels, kernel). GGUF's
+Mamba-2 A, D (n_heads, 1) and norm (n_groups, d_inner / n_groups) are flattened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder
+from volvox.errors import GGUFError, UnsupportedError
+from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
+from volvox.formats.imported import Deferred, Imported, ModelDims
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.ir.quant_blocks import QuantTensor
+from volvox.ops.linear import WEIGHT_DTYPES
+from volvox.runtime.state_cache import StateShape
+from volvox.tokenizers import ByteLevelBPETokenizer
+
+GGUF_ARCHITECTURES = ("mamba", "mamba2")
+UNLIMITED_CONTEXT = 1 << 20  # the state does not grow; the limit GGUF writers record for SSMs
+
+
+@dataclass(frozen=True)
+class MambaConfig:
+    """Hyperparameters of a Mamba (version 1) or Mamba-2 (version 2) decoder."""
+
+    version: int
+    n_layers: int
+    dim: int
+    d_inner: int
+    state_size: int
+    conv_kernel: int
+    vocab_size: int
+    norm_eps: float
+    context_length: int = UNLIMITED_CONTEXT
+    dt_rank: int = 0      # Mamba: width of dt's low-rank projection
+    n_heads: int = 0      # Mamba-2: heads (d_inner = n_heads * head_dim)
+    n_groups: int = 1     # Mamba-2: groups of heads sharing B and C
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal conv: x alone (Mamba), or x, B and C (Mamba-2)."""
+        return self.d_inner if self.version == 1 else self.d_inner + 2 * self.n_groups * self.state_size
+
+    @property
+    def head_dim(self) -> int:
+        """Mamba-2's head width."""
+        return self.d_inner // self.n_heads
+
+    def state_shape(self) -> StateShape:
+        """The per-layer states a session keeps for this model."""
+        ssm = ((self.d_inner, self.state_size) if self.version == 1
+               else (self.n_heads, self.head_dim, self.state_size))
+        return StateShape(self.n_layers, (self.conv_kernel - 1, self.conv_channels), ssm)
+
+    def dims(self) -> ModelDims:
+        """What the generate task needs: no attention (no KV cache), the vocabulary and context."""
+        return ModelDims(n_layers=self.n_layers, n_kv_heads=0, head_dim=0, context_length=self.context_length,
+                         vocab_size=self.vocab_size)
+
+
+# Weight names by checkpoint format; "{l}" is the layer index. *_bias entries are optional.
+_B = "backbone.layers.{l}."
+HF_NAMES = {
+    "embed": "backbone.embeddings.weight", "norm": _B + "norm.weight",
+    "in_proj": _B + "mixer.in_proj.weight", "in_proj_bias": _B + "mixer.in_proj.bias",
+    "conv": _B + "mixer.conv1d.weight", "conv_bias": _B + "mixer.conv1d.bias",
+    "x_proj": _B + "mixer.x_proj.weight", "dt_proj": _B + "mixer.dt_proj.weight", "dt_proj_bias": _B + "mixer.dt_proj.bias",
+    "dt_bias": _B + "mixer.dt_bias", "A": _B + "mixer.A_log", "D": _B + "mixer.D", "mixer_norm": _B + "mixer.norm.weight",
+    "out_proj": _B + "mixer.out_proj.weight", "out_proj_bias": _B + "mixer.out_proj.bias",
+    "output_norm": "backbone.norm_f.weight", "output": "lm_head.weight",
+}
+_G = "blk.{l}."
+GGUF_NAMES = {
+    "embed": "token_embd.weight", "norm": _G + "attn_norm.weight",
+    "in_proj": _G + "ssm_in.weight", "in_proj_bias": _G + "ssm_in.bias",
+    "conv": _G + "ssm_conv1d.weight", "conv_bias": _G + "ssm_conv1d.bias",
+    "x_proj": _G + "ssm_x.weight", "dt_proj": _G + "ssm_dt.weight", "dt_proj_bias": _G + "ssm_dt.bias",
+    "dt_bias": _G + "ssm_dt.bias", "A": _G + "ssm_a", "D": _G + "ssm_d", "mixer_norm": _G + "ssm_norm.weight",
+    "out_proj": _G + "ssm_out.weight", "out_proj_bias": _G + "ssm_out.bias",
+    "output_norm": "output_norm.weight", "output": "output.weight",
+}
+
+
+def _columns(b: GraphBuilder, node_id: str, x: str, start: int, end: int, out: str) -> str:
+    """Columns start..end of a (seq, width) tensor."""
+    return b.add("slice", node_id, {"x": x}, out, axes=[1], starts=[start], ends=[end])
+
+
+def build_mamba_graph(cfg: MambaConfig, names: dict[str, str], weights: dict[str, TensorSpec]) -> Graph:
+    """The decoder graph: inputs tokens/positions (seq,) (positions unread), output logits (out_seq, vocab)."""
+    b = GraphBuilder("Mamba" if cfg.version == 1 else "Mamba-2", names, weights)
+    di, n = cfg.d_inner, cfg.state_size
+    h = b.add("embedding", "embed", {"table": b.weight("embed"), "ids": "tokens"}, "h.0")  # (seq, dim)
+    for l in range(cfg.n_layers):
+        p = f"l{l}."
+        x = b.rms_norm(p + "norm", h, "norm", l, p + "x", cfg.norm_eps)  # (seq, dim)
+        proj = b.linear(p + "in_proj", x, "in_proj", l, p + "proj")
+        conv_in = {"weight": b.weight("conv", l)}
+        if b.names["conv_bias"].format(l=l) in b.weights:
+            conv_in["bias"] = b.weight("conv_bias", l)
+        if cfg.version == 1:
+            # proj (seq, 2*d_inner) = [x | z]
+            xs = _columns(b, p + "x_in", proj, 0, di, p + "x_in")
+            z = _columns(b, p + "z", proj, di, 2 * di, p + "z")
+            xc = b.add("causal_conv1d", p + "conv", {"x": xs, **conv_in}, p + "x_conv", layer=l)
+            xc = b.add("silu", p + "conv_act", {"x": xc}, p + "x_act")  # (seq, d_inner)
+            dbc = b.linear(p + "x_proj", xc, "x_proj", l, p + "dbc")  # (seq, dt_rank + 2N)
+            r = cfg.dt_rank
+            dt_low = _columns(b, p + "dt_low", dbc, 0, r, p + "dt_low")
+            bm = _columns(b, p + "B", dbc, r, r + n, p + "B")  # (seq, N)
+            cm = _columns(b, p + "C", dbc, r + n, r + 2 * n, p + "C")  # (seq, N)
+            dt = b.linear(p + "dt_proj", dt_low, "dt_proj", l, p + "dt")  # (seq, d_inner)
+            y = b.add("selective_scan", p + "scan", {"x": xc, "dt": dt, "A": b.weight("A", l), "B": bm, "C": cm,
+                                                      "D": b.weight("D", l), "z": z}, p + "y", layer=l)
+        else:
+            # proj (seq, d_inner + conv_channels + n_heads) = [z | x B C | dt]
+            cc, gn = cfg.conv_channels, cfg.n_groups * n
+            z = _columns(b, p + "z", proj, 0, di, p + "z")
+            xbc = _columns(b, p + "xbc", proj, di, di + cc, p + "xbc")
+            dt = _columns(b, p + "dt", proj, di + cc, di + cc + cfg.n_heads, p + "dt")  # (seq, n_heads)
+            xbc = b.add("causal_conv1d", p + "conv", {"x": xbc, **conv_in}, p + "xbc_conv", layer=l)
+            xbc = b.add("silu", p + "conv_act", {"x": xbc}, p + "xbc_act")  # (seq, conv_channels)
+            xs = _columns(b, p + "x_ssm", xbc, 0, di, p + "x_ssm")  # (seq, n_heads * head_dim)
+            bm = _columns(b, p + "B", xbc, di, di + gn, p + "B")  # (seq, n_groups * N)
+            cm = _columns(b, p + "C", xbc, di + gn, di + 2 * gn, p + "C")  # (seq, n_groups * N)
+            y = b.add("ssd_scan", p + "scan", {"x": xs, "dt": dt, "dt_bias": b.weight("dt_bias", l), "A": b.weight("A", l),
+                                                "B": bm, "C": cm, "D": b.weight("D", l)}, p + "y_ssm", layer=l,
+                      n_heads=cfg.n_heads, head_dim=cfg.head_dim, n_groups=cfg.n_groups, state_size=n)
+            y = b.add("gated_rms_norm", p + "gated_norm", {"x": y, "z": z, "weight": b.weight("mixer_norm", l)},
+                      p + "y", eps=cfg.norm_eps, group_size=di // cfg.n_groups)
+        o = b.linear(p + "out_proj", y, "out_proj", l, p + "o")  # (seq, dim)
+        h = b.add("add", p + "residual", {"a": h, "b": o}, f"h.{l + 1}")
+    h = b.add("output_rows", "output_rows", {"x": h}, "h.out")  # (out_seq, dim)
+    h = b.rms_norm("output_norm", h, "output_norm", None, "h.norm", cfg.norm_eps)
+    b.linear("lm_head", h, "output" if b.has("output") else "embed", None, "logits")  # (out_seq, vocab)
+    return b.graph(list(DECODER_INPUTS), ["logits"])
+
+
+def _imported(cfg: MambaConfig, graph: Graph, weights: dict, source: str) -> Imported:
+    metadata = {"task": "generate", "dims": vars(cfg.dims()), "state": cfg.state_shape().to_metadata()}
+    return Imported(graph, {k: weights[k] for k in graph.weights}, metadata, source)
+
+
+# ------------------------------------------------------------------------------ Hugging Face
+def _json_float(value) -> float | None:
+    """A number of config.json: plain, or transformers' {"__float__": "Infinity"} form; None if neither."""
+    if isinstance(value, dict) and set(value) == {"__float__"}:
+        value = value["__float__"]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _hf_config(cfg: HFConfig) -> MambaConfig:
+    if cfg.data.get("hidden_act", "silu") != "silu":
+        raise cfg.unsupported(f"hidden_act {cfg.data.get('hidden_act')!r}")
+    dim = cfg.get("hidden_size")
+    common = dict(n_layers=cfg.get("num_hidden_layers"), dim=dim, state_size=cfg.get("state_size"),
+                  conv_kernel=cfg.get("conv_kernel"), vocab_size=cfg.get("vocab_size"),
+                  norm_eps=cfg.get("layer_norm_epsilon", default=1e-5, kind=float),
+                  context_length=cfg.get("max_position_embeddings", default=UNLIMITED_CONTEXT))
+    if cfg.model_type == "mamba":
+        return MambaConfig(version=1, d_inner=cfg.get("intermediate_size"), dt_rank=cfg.get("time_step_rank"), **common)
+    if cfg.data.get("norm_before_gate", False):
+        raise cfg.unsupported("norm_before_gate")
+    limit = cfg.data.get("time_step_limit", [0.0, float("inf")])
+    if not isinstance(limit, (list, tuple)) or [_json_float(v) for v in limit] != [0.0, float("inf")]:
+        raise cfg.unsupported(f"time_step_limit {limit!r} (only the default (0, inf))")
+    n_heads, head_dim = cfg.get("num_heads"), cfg.get("head_dim")
+    d_inner = cfg.get("intermediate_size", default=int(cfg.get("expand", default=2, kind=float) * dim))
+    groups = cfg.get("n_groups", default=1)
+    if n_heads * head_dim != d_inner or not groups or n_heads % groups:
+        raise cfg.unsupported(f"num_heads {n_heads} x head_dim {head_dim} with intermediate size {d_inner} "
+                              f"and n_groups {groups}")
+    return MambaConfig(version=2, d_inner=d_inner, n_heads=n_heads, n_groups=groups, **common)
+
+
+def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
+    """Import a mamba / mamba2 checkpoint (A_log taken to A = -exp(A_log) at load)."""
+    c = _hf_config(cfg)
+    di, n, k = c.d_inner, c.state_size, c.conv_kernel
+    cc = c.conv_channels
+    if c.version == 1:
+        shapes = {"in_proj": (2 * di, c.dim), "conv": (di, 1, k), "x_proj": (c.dt_rank + 2 * n, di),
+                  "dt_proj": (di, c.dt_rank), "dt_proj_bias": (di,), "A": (di, n), "D": (di,)}
+    else:
+        shapes = {"in_proj": (di + cc + c.n_heads, c.dim), "conv": (cc, 1, k), "dt_bias": (c.n_heads,),
+                  "A": (c.n_heads,), "D": (c.n_heads,), "mixer_norm": (di,)}
+    shapes.update(norm=(c.dim,), out_proj=(c.dim, di))
+    if cfg.data.get("use_conv_bias", True):
+        shapes["conv_bias"] = (cc,)
+    if cfg.data.get("use_bias", False):
+        shapes.update(in_proj_bias=(shapes["in_proj"][0],), out_proj_bias=(c.dim,))
+    weights = {HF_NAMES["embed"]: ckpt.take(HF_NAMES["embed"], (c.vocab_size, c.dim)),
+               HF_NAMES["output_norm"]: ckpt.take(HF_NAMES["output_norm"], (c.dim,))}
+    if not cfg.data.get("tie_word_embeddings", c.version == 1):  # MambaConfig ties by default, Mamba2Config not
+        weights[HF_NAMES["output"]] = ckpt.take(HF_NAMES["output"], (c.vocab_size, c.dim))
+    for l in range(c.n_layers):
+        for key, shape in shapes.items():
+            name = HF_NAMES[key].format(l=l)
+            w = ckpt.take(name, shape)
+            if key == "A":
+                w = -np.exp(w.astype(np.float32))
+            elif key == "conv":
+                w = np.ascontiguousarray(w.reshape(shape[0], k), dtype=np.float32)
+            weights[name] = w
+    return _imported(c, build_mamba_graph(c, HF_NAMES, specs_of(weights)), weights, cfg.path)
+
+
+# ------------------------------------------------------------------------------ GGUF
+def gguf_config(md: dict, path: str) -> MambaConfig:
+    """MambaConfig from GGUF metadata; GGUFError naming a missing key."""
+    arch = md.get("general.architecture")
+
+    def get(key, default=None):
+        value = md.get(f"{arch}.{key}", default)
+        if value is None:
+            raise GGUFError(f"{path}: metadata key {arch}.{key} is missing")
+        return int(value)
+
+    if md.get(f"{arch}.ssm.dt_b_c_rms", False):
+        raise UnsupportedError(f"{path}: RMS-normed dt / B / C (Falcon-Mamba) is not supported")
+    tokens = md.get("tokenizer.ggml.tokens")
+    common = dict(n_layers=get("block_count"), dim=get("embedding_length"), d_inner=get("ssm.inner_size"),
+                  state_size=get("ssm.state_size"), conv_kernel=get("ssm.conv_kernel"),
+                  vocab_size=get("vocab_size", len(tokens) if tokens is not None else None),
+                  norm_eps=float(md.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+                  context_length=get("context_length", UNLIMITED_CONTEXT))
+    if arch == "mamba":
+        return MambaConfig(version=1, dt_rank=get("ssm.time_step_rank"), **common)
+    n_heads, groups = get("ssm.time_step_rank"), get("ssm.group_count", 1)
+    if n_heads <= 0 or common["d_inner"] % n_heads or groups <= 0 or n_heads % groups:
+        raise GGUFError(f"{path}: ssm.inner_size {common['d_inner']} / time_step_rank {n_heads} / "
+                        f"group_count {groups} do not divide")
+    return MambaConfig(version=2, n_heads=n_heads, n_groups=groups, **common)
+
+
+# small tensors the ops take as float32 vectors / matrices, with the shape the graph wants
+_F32_KEYS = ("conv", "conv_bias", "dt_bias", "A", "D", "mixer_norm")
+
+
+def import_gguf(gguf, path: str) -> Imported:
+    """The mamba / mamba2 model of an open GGUFFile (a generate task; closing the model closes the file)."""
+    c = gguf_config(gguf.metadata, path)
+    specs: dict[str, TensorSpec] = {}
+    for name, info in gguf.tensors.items():
+        dtype = {"f32": "float32", "f16": "float16"}.get(info.qtype, info.qtype)
+        if dtype not in WEIGHT_DTYPES:
+            raise UnsupportedError(f"{path}: tensor {name!r} has type {info.qtype}, which volvox does not compute with")
+        specs[name] = TensorSpec(name, tuple(info.shape), dtype)
+    weights: dict = {}
+    f32_names = {GGUF_NAMES[k].format(l=l): k for k in _F32_KEYS for l in range(c.n_layers)}
+    for name, spec in specs.items():
+        w = gguf.tensor(name)
+        if name in f32_names:
+            if isinstance(w, QuantTensor):
+                raise UnsupportedError(f"{path}: tensor {name!r} is block-quantized ({w.qtype}); volvox needs it as f32 or f16")
+            w = np.asarray(w, np.float32)
+            if c.version == 2 and f32_names[name] in ("A", "D", "mixer_norm"):
+                w = w.reshape(-1)  # stored (n_heads, 1) / (n_groups, d_inner / n_groups)
+            specs[name] = TensorSpec(name, w.shape, "float32")
+        weights[name] = w
+    imported = _imported(c, build_mamba_graph(c, GGUF_NAMES, specs), weights, path)
+    imported.metadata.update(architecture=gguf.metadata.get("general.architecture"), format="gguf",
+                             name=gguf.metadata.get("general.name"),
+                             quantized=sorted({w.qtype for w in imported.weights.values() if isinstance(w, QuantTensor)}))
+    imported.tokenizer = Deferred(partial(ByteLevelBPETokenizer.from_gguf_metadata, gguf.metadata))
+    imported.closers = [gguf.close]
+    return imported
