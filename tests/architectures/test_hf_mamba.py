@@ -105,3 +105,27 @@ def test_reference_mode_matches_kernels(pair, tmp_path_factory):
     ids = lm.tokenizer.encode(CORPUS[2])
     with volvox.load(lm.source, reference=True) as ref:
         assert rel_err(lm.logits(ids), ref.logits(ids)) < 1e-5
+
+
+def test_served_requests_get_their_sequential_answers(pair):
+    """The serving scheduler packs the sequences' decode steps, each row from its own state cache."""
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("openai")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from live_server import LiveServer
+
+    _, lm = pair
+    prompts = ["Once upon", "The quick brown fox", "def main", "Tiny models tell", "a cat, a hat"]
+    want = [lm.generate(p, max_new_tokens=10 + i) for i, p in enumerate(prompts)]
+    server = LiveServer(lm, "ssm", max_batch=8)
+    try:
+        client = server.client()
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            got = list(pool.map(lambda i: client.completions.create(model="ssm", prompt=prompts[i], max_tokens=10 + i,
+                                                                     temperature=0).choices[0].text,
+                                range(len(prompts))))
+        assert server.wait_idle()["volvox_kv_caches_alive"] == 0
+    finally:
+        server.close()
+    assert got == want
