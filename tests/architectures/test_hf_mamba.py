@@ -129,3 +129,33 @@ def test_served_requests_get_their_sequential_answers(pair):
     finally:
         server.close()
     assert got == want
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("norm_before_gate", True, "norm_before_gate"),
+    ("time_step_limit", [0.001, 0.1], "time_step_limit"),
+    ("hidden_act", "gelu", "hidden_act"),
+])
+def test_unsupported_mamba2_configs_are_refused(pair, tmp_path, field, value, match):
+    import json
+    import shutil
+
+    _, lm = pair
+    if lm.metadata["architecture"] != "mamba2":
+        pytest.skip("a mamba2 config field")
+    folder = tmp_path / "edited"
+    shutil.copytree(lm.source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(volvox.UnsupportedError, match=match):
+        volvox.load(folder)
+
+
+@pytest.mark.parametrize("state", [None, {"n_layers": 0, "conv": [3, 8], "ssm": [8, 4]},
+                                   {"n_layers": 2, "conv": [3], "ssm": [8, 4]}, {"n_layers": 2, "conv": [3, 8]}])
+def test_bad_state_metadata_is_a_blueprint_error(state):
+    from volvox.runtime.state_cache import StateShape
+
+    with pytest.raises(volvox.BlueprintError, match="metadata.state"):
+        StateShape.from_metadata(state, "model")
