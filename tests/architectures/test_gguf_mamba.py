@@ -21,7 +21,7 @@ CONFIGS = {
     "mamba": dict(hidden_size=32, intermediate_size=64, state_size=8, time_step_rank=4),
     "mamba2": dict(hidden_size=32, num_heads=4, head_dim=16, n_groups=2, state_size=8, chunk_size=8),
 }
-CASES = [("mamba", "f32"), ("mamba", "f16"), ("mamba", "q8_0"), ("mamba2", "f32"), ("mamba2", "q8_0")]
+CASES = [("mamba", "f32"), ("mamba", "f16"), ("mamba", "q8_0"), ("mamba2", "f32"), ("mamba2", "q8_0"), ("mamba2", "q4_0")]
 # the matrices a GGUF writer stores in the file's type; the SSM's small tensors stay f32 (ggml's ops need it)
 MATRICES = ("token_embd.weight", "output.weight", "ssm_in.weight", "ssm_x.weight", "ssm_dt.weight", "ssm_out.weight")
 PROMPT = [5, 70, 71, 120, 33, 200, 9, 14, 250, 3, 61, 62, 63, 140]
@@ -100,12 +100,13 @@ def write_ssm_gguf(model, kind, path, qtype, dt_b_c_rms=False):
             data = data.reshape(-1, 1)
         if kind == "mamba2" and hf_name.endswith("mixer.norm.weight"):
             data = data.reshape(cfg.n_groups, -1)
-        if not name.endswith(MATRICES) or qtype == "f32" or (qtype == "q8_0" and data.shape[-1] % 32):
+        if not name.endswith(MATRICES) or qtype == "f32" or (qtype.startswith("q") and data.shape[-1] % 32):
             w.add_tensor(name, data)
         elif qtype == "f16":
             w.add_tensor(name, data.astype(np.float16))
         else:
-            w.add_tensor(name, quantize(data, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            ggml_type = gguf.GGMLQuantizationType[qtype.upper()]
+            w.add_tensor(name, quantize(data, ggml_type), raw_dtype=ggml_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

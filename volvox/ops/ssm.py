@@ -52,10 +52,9 @@ def _per_sequence(fn, ctx: BatchContext, p: dict, inputs: tuple, rows: tuple) ->
 def _layer_state(ctx, p, kind: str, shape: tuple) -> np.ndarray | None:
     """The state cache's ``kind`` array for this node's layer (checked against ``shape``), or None
     without a state cache."""
-    state = getattr(ctx, "state", None)
-    if state is None:
+    if ctx.state is None:
         return None
-    arr = state.layer(kind, int(p.get("layer", 0)))
+    arr = ctx.state.layer(kind, int(p.get("layer", 0)))
     if arr.shape != shape:
         raise GenerationError(f"{kind} state of layer {p.get('layer', 0)} is {arr.shape}, the op needs {shape}")
     return arr
