@@ -1,4 +1,4 @@
-"""Hugging Face Mamba / Mamba-2 checkpoints against transformers + torch (its slow torch path on the CPU).
+"""Hugging Face Mamba / Mamba-2 / Bamba (hybrid) checkpoints against transformers + torch (its slow torch path on the CPU).
 
 Each case builds a tiny random model with transformers (fixed seed, fp32, no download), saves it,
 loads the folder with volvox and compares logits, 32 greedy tokens (the recurrent state carried on
@@ -23,19 +23,26 @@ CASES = {
     "mamba2": ("mamba2", dict(hidden_size=32, num_heads=8, head_dim=8, n_groups=1, state_size=8, chunk_size=8)),
     "mamba2-groups-tied": ("mamba2", dict(hidden_size=32, num_heads=4, head_dim=16, n_groups=2, state_size=6,
                                           chunk_size=4, tie_word_embeddings=True, conv_kernel=3)),
+    # hybrid: Mamba-2, attention (partial rotary, GQA), Mamba-2 layers, each with a SwiGLU block
+    "bamba-hybrid": ("bamba", dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, attn_layer_indices=[1],
+                                   mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8,
+                                   mamba_chunk_size=4, intermediate_size=48, max_position_embeddings=256,
+                                   num_hidden_layers=3)),
 }
 
 
 def build_ssm_lm(directory, kind, tokenizer_json, vocab, seed=0, **kw):
-    """Save a random 2-layer ``kind`` (mamba / mamba2) causal LM + tokenizer.json; return the torch model."""
+    """Save a random ``kind`` (mamba / mamba2 / bamba) causal LM (2 layers unless ``kw`` says) + tokenizer.json;
+    return the torch model."""
     import shutil
 
     import torch
     import transformers as tf
 
     torch.manual_seed(seed)
-    cls = {"mamba": tf.MambaConfig, "mamba2": tf.Mamba2Config}[kind]
-    config = cls(vocab_size=vocab, num_hidden_layers=2, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kw)
+    cls = {"mamba": tf.MambaConfig, "mamba2": tf.Mamba2Config, "bamba": tf.BambaConfig}[kind]
+    kw = {"num_hidden_layers": 2, **kw}
+    config = cls(vocab_size=vocab, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kw)
     model = tf.AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():  # spread the random init so that logits are far from ties
         for name, p in model.named_parameters():

@@ -18,6 +18,7 @@ from volvox.tokenizers.wordpiece import WordPieceTokenizer
 HF_ARCHITECTURES: dict[str, Callable[[HFConfig, HFCheckpoint], Imported]] = {
     "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "llama": hf_llama.from_hf, "mistral": hf_llama.from_hf,
     "qwen2": hf_llama.from_hf, "bert": bert.from_hf, "mamba": mamba.from_hf, "mamba2": mamba.from_hf,
+    "bamba": mamba.from_hf_bamba,
 }
 
 

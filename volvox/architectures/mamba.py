@@ -1,5 +1,6 @@
 """Mamba and Mamba-2 language models: the selective state-space decoder graph, from Hugging Face
-folders (model_type ``mamba`` / ``mamba2``) and from GGUF files (architecture ``mamba`` / ``mamba2``).
+folders (model_type ``mamba`` / ``mamba2``) and from GGUF files (architecture ``mamba`` / ``mamba2``);
+and the hybrid stack of Bamba (model_type ``bamba``: Mamba-2 and attention layers).
 
 Each layer is h += out_proj(mixer(rmsnorm(h))); there is no attention and no position input is
 read. The mixers:
@@ -104,53 +105,64 @@ def _columns(b: GraphBuilder, node_id: str, x: str, start: int, end: int, out: s
     return b.add("slice", node_id, {"x": x}, out, axes=[1], starts=[start], ends=[end])
 
 
+def ssm_mixer_residual(b: GraphBuilder, cfg: MambaConfig, p: str, layer: int, slot: int, h: str, x: str) -> str:
+    """h + out_proj(mixer(x)) for file layer ``layer``, its state in state-cache layer ``slot``; returns the sum
+    (seq, dim). x is the normed residual stream (seq, dim)."""
+    di, n = cfg.d_inner, cfg.state_size
+    proj = b.linear(p + "in_proj", x, "in_proj", layer, p + "proj")
+    conv_in = {"weight": b.weight("conv", layer)}
+    if b.names["conv_bias"].format(l=layer) in b.weights:
+        conv_in["bias"] = b.weight("conv_bias", layer)
+    if cfg.version == 1:
+        # proj (seq, 2*d_inner) = [x | z]
+        xs = _columns(b, p + "x_in", proj, 0, di, p + "x_in")
+        z = _columns(b, p + "z", proj, di, 2 * di, p + "z")
+        xc = b.add("causal_conv1d", p + "conv", {"x": xs, **conv_in}, p + "x_conv", layer=slot)
+        xc = b.add("silu", p + "conv_act", {"x": xc}, p + "x_act")  # (seq, d_inner)
+        dbc = b.linear(p + "x_proj", xc, "x_proj", layer, p + "dbc")  # (seq, dt_rank + 2N)
+        r = cfg.dt_rank
+        dt_low = _columns(b, p + "dt_low", dbc, 0, r, p + "dt_low")
+        bm = _columns(b, p + "B", dbc, r, r + n, p + "B")  # (seq, N)
+        cm = _columns(b, p + "C", dbc, r + n, r + 2 * n, p + "C")  # (seq, N)
+        dt = b.linear(p + "dt_proj", dt_low, "dt_proj", layer, p + "dt")  # (seq, d_inner)
+        y = b.add("selective_scan", p + "scan", {"x": xc, "dt": dt, "A": b.weight("A", layer), "B": bm, "C": cm,
+                                                  "D": b.weight("D", layer), "z": z}, p + "y", layer=slot)
+    else:
+        # proj (seq, d_inner + conv_channels + n_heads) = [z | x B C | dt]
+        cc, gn = cfg.conv_channels, cfg.n_groups * n
+        z = _columns(b, p + "z", proj, 0, di, p + "z")
+        xbc = _columns(b, p + "xbc", proj, di, di + cc, p + "xbc")
+        dt = _columns(b, p + "dt", proj, di + cc, di + cc + cfg.n_heads, p + "dt")  # (seq, n_heads)
+        xbc = b.add("causal_conv1d", p + "conv", {"x": xbc, **conv_in}, p + "xbc_conv", layer=slot)
+        xbc = b.add("silu", p + "conv_act", {"x": xbc}, p + "xbc_act")  # (seq, conv_channels)
+        xs = _columns(b, p + "x_ssm", xbc, 0, di, p + "x_ssm")  # (seq, n_heads * head_dim)
+        bm = _columns(b, p + "B", xbc, di, di + gn, p + "B")  # (seq, n_groups * N)
+        cm = _columns(b, p + "C", xbc, di + gn, di + 2 * gn, p + "C")  # (seq, n_groups * N)
+        y = b.add("ssd_scan", p + "scan", {"x": xs, "dt": dt, "dt_bias": b.weight("dt_bias", layer),
+                                            "A": b.weight("A", layer), "B": bm, "C": cm, "D": b.weight("D", layer)},
+                  p + "y_ssm", layer=slot, n_heads=cfg.n_heads, head_dim=cfg.head_dim, n_groups=cfg.n_groups,
+                  state_size=n)
+        y = b.add("gated_rms_norm", p + "gated_norm", {"x": y, "z": z, "weight": b.weight("mixer_norm", layer)},
+                  p + "y", eps=cfg.norm_eps, group_size=di // cfg.n_groups)
+    o = b.linear(p + "out_proj", y, "out_proj", layer, p + "o")  # (seq, dim)
+    return b.add("add", p + "residual", {"a": h, "b": o}, p + "h_ssm")
+
+
+def _logits(b: GraphBuilder, h: str, eps: float) -> None:
+    """The head: the rows the caller wants, the final RMSNorm, the vocabulary projection (tied or not)."""
+    h = b.add("output_rows", "output_rows", {"x": h}, "h.out")  # (out_seq, dim)
+    h = b.rms_norm("output_norm", h, "output_norm", None, "h.norm", eps)
+    b.linear("lm_head", h, "output" if b.has("output") else "embed", None, "logits")  # (out_seq, vocab)
+
+
 def build_mamba_graph(cfg: MambaConfig, names: dict[str, str], weights: dict[str, TensorSpec]) -> Graph:
     """The decoder graph: inputs tokens/positions (seq,) (positions unread), output logits (out_seq, vocab)."""
     b = GraphBuilder("Mamba" if cfg.version == 1 else "Mamba-2", names, weights)
-    di, n = cfg.d_inner, cfg.state_size
     h = b.add("embedding", "embed", {"table": b.weight("embed"), "ids": "tokens"}, "h.0")  # (seq, dim)
     for l in range(cfg.n_layers):
-        p = f"l{l}."
-        x = b.rms_norm(p + "norm", h, "norm", l, p + "x", cfg.norm_eps)  # (seq, dim)
-        proj = b.linear(p + "in_proj", x, "in_proj", l, p + "proj")
-        conv_in = {"weight": b.weight("conv", l)}
-        if b.names["conv_bias"].format(l=l) in b.weights:
-            conv_in["bias"] = b.weight("conv_bias", l)
-        if cfg.version == 1:
-            # proj (seq, 2*d_inner) = [x | z]
-            xs = _columns(b, p + "x_in", proj, 0, di, p + "x_in")
-            z = _columns(b, p + "z", proj, di, 2 * di, p + "z")
-            xc = b.add("causal_conv1d", p + "conv", {"x": xs, **conv_in}, p + "x_conv", layer=l)
-            xc = b.add("silu", p + "conv_act", {"x": xc}, p + "x_act")  # (seq, d_inner)
-            dbc = b.linear(p + "x_proj", xc, "x_proj", l, p + "dbc")  # (seq, dt_rank + 2N)
-            r = cfg.dt_rank
-            dt_low = _columns(b, p + "dt_low", dbc, 0, r, p + "dt_low")
-            bm = _columns(b, p + "B", dbc, r, r + n, p + "B")  # (seq, N)
-            cm = _columns(b, p + "C", dbc, r + n, r + 2 * n, p + "C")  # (seq, N)
-            dt = b.linear(p + "dt_proj", dt_low, "dt_proj", l, p + "dt")  # (seq, d_inner)
-            y = b.add("selective_scan", p + "scan", {"x": xc, "dt": dt, "A": b.weight("A", l), "B": bm, "C": cm,
-                                                      "D": b.weight("D", l), "z": z}, p + "y", layer=l)
-        else:
-            # proj (seq, d_inner + conv_channels + n_heads) = [z | x B C | dt]
-            cc, gn = cfg.conv_channels, cfg.n_groups * n
-            z = _columns(b, p + "z", proj, 0, di, p + "z")
-            xbc = _columns(b, p + "xbc", proj, di, di + cc, p + "xbc")
-            dt = _columns(b, p + "dt", proj, di + cc, di + cc + cfg.n_heads, p + "dt")  # (seq, n_heads)
-            xbc = b.add("causal_conv1d", p + "conv", {"x": xbc, **conv_in}, p + "xbc_conv", layer=l)
-            xbc = b.add("silu", p + "conv_act", {"x": xbc}, p + "xbc_act")  # (seq, conv_channels)
-            xs = _columns(b, p + "x_ssm", xbc, 0, di, p + "x_ssm")  # (seq, n_heads * head_dim)
-            bm = _columns(b, p + "B", xbc, di, di + gn, p + "B")  # (seq, n_groups * N)
-            cm = _columns(b, p + "C", xbc, di + gn, di + 2 * gn, p + "C")  # (seq, n_groups * N)
-            y = b.add("ssd_scan", p + "scan", {"x": xs, "dt": dt, "dt_bias": b.weight("dt_bias", l), "A": b.weight("A", l),
-                                                "B": bm, "C": cm, "D": b.weight("D", l)}, p + "y_ssm", layer=l,
-                      n_heads=cfg.n_heads, head_dim=cfg.head_dim, n_groups=cfg.n_groups, state_size=n)
-            y = b.add("gated_rms_norm", p + "gated_norm", {"x": y, "z": z, "weight": b.weight("mixer_norm", l)},
-                      p + "y", eps=cfg.norm_eps, group_size=di // cfg.n_groups)
-        o = b.linear(p + "out_proj", y, "out_proj", l, p + "o")  # (seq, dim)
-        h = b.add("add", p + "residual", {"a": h, "b": o}, f"h.{l + 1}")
-    h = b.add("output_rows", "output_rows", {"x": h}, "h.out")  # (out_seq, dim)
-    h = b.rms_norm("output_norm", h, "output_norm", None, "h.norm", cfg.norm_eps)
-    b.linear("lm_head", h, "output" if b.has("output") else "embed", None, "logits")  # (out_seq, vocab)
+        x = b.rms_norm(f"l{l}.norm", h, "norm", l, f"l{l}.x", cfg.norm_eps)  # (seq, dim)
+        h = ssm_mixer_residual(b, cfg, f"l{l}.", l, l, h, x)
+    _logits(b, h, cfg.norm_eps)
     return b.graph(list(DECODER_INPUTS), ["logits"])
 
 
@@ -194,36 +206,181 @@ def _hf_config(cfg: HFConfig) -> MambaConfig:
     return MambaConfig(version=2, d_inner=d_inner, n_heads=n_heads, n_groups=groups, **common)
 
 
-def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
-    """Import a mamba / mamba2 checkpoint (A_log taken to A = -exp(A_log) at load)."""
-    c = _hf_config(cfg)
-    di, n, k = c.d_inner, c.state_size, c.conv_kernel
-    cc = c.conv_channels
+def _ssm_shapes(c: MambaConfig, conv_bias: bool, proj_bias: bool) -> dict[str, tuple]:
+    """Shapes of one SSM layer's mixer tensors in a Hugging Face checkpoint, by names-table key."""
+    di, n, k, cc = c.d_inner, c.state_size, c.conv_kernel, c.conv_channels
     if c.version == 1:
         shapes = {"in_proj": (2 * di, c.dim), "conv": (di, 1, k), "x_proj": (c.dt_rank + 2 * n, di),
                   "dt_proj": (di, c.dt_rank), "dt_proj_bias": (di,), "A": (di, n), "D": (di,)}
     else:
         shapes = {"in_proj": (di + cc + c.n_heads, c.dim), "conv": (cc, 1, k), "dt_bias": (c.n_heads,),
                   "A": (c.n_heads,), "D": (c.n_heads,), "mixer_norm": (di,)}
-    shapes.update(norm=(c.dim,), out_proj=(c.dim, di))
-    if cfg.data.get("use_conv_bias", True):
+    shapes["out_proj"] = (c.dim, di)
+    if conv_bias:
         shapes["conv_bias"] = (cc,)
-    if cfg.data.get("use_bias", False):
+    if proj_bias:
         shapes.update(in_proj_bias=(shapes["in_proj"][0],), out_proj_bias=(c.dim,))
-    weights = {HF_NAMES["embed"]: ckpt.take(HF_NAMES["embed"], (c.vocab_size, c.dim)),
-               HF_NAMES["output_norm"]: ckpt.take(HF_NAMES["output_norm"], (c.dim,))}
-    if not cfg.data.get("tie_word_embeddings", c.version == 1):  # MambaConfig ties by default, Mamba2Config not
-        weights[HF_NAMES["output"]] = ckpt.take(HF_NAMES["output"], (c.vocab_size, c.dim))
+    return shapes
+
+
+def _take_layer(ckpt: HFCheckpoint, names: dict, layer: int, shapes: dict, weights: dict) -> None:
+    """Layer ``layer``'s tensors into ``weights``: A_log as A = -exp(A_log), the conv weight as (channels, kernel)."""
+    for key, shape in shapes.items():
+        name = names[key].format(l=layer)
+        w = ckpt.take(name, shape)
+        if key == "A":
+            w = -np.exp(w.astype(np.float32))
+        elif key == "conv":
+            w = np.ascontiguousarray(w.reshape(shape[0], shape[-1]), dtype=np.float32)
+        weights[name] = w
+
+
+def _take_head(ckpt: HFCheckpoint, names: dict, vocab: int, dim: int, tied: bool) -> dict:
+    """The embedding, the final norm and (untied) the output projection."""
+    keys = ("embed", "output_norm") if tied else ("embed", "output_norm", "output")
+    shapes = {"embed": (vocab, dim), "output_norm": (dim,), "output": (vocab, dim)}
+    return {names[k]: ckpt.take(names[k], shapes[k]) for k in keys}
+
+
+def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
+    """Import a mamba / mamba2 checkpoint (A_log taken to A = -exp(A_log) at load)."""
+    c = _hf_config(cfg)
+    shapes = {**_ssm_shapes(c, cfg.data.get("use_conv_bias", True), cfg.data.get("use_bias", False)), "norm": (c.dim,)}
+    # MambaConfig ties the head to the embedding by default, Mamba2Config does not
+    weights = _take_head(ckpt, HF_NAMES, c.vocab_size, c.dim, cfg.data.get("tie_word_embeddings", c.version == 1))
     for l in range(c.n_layers):
-        for key, shape in shapes.items():
-            name = HF_NAMES[key].format(l=l)
-            w = ckpt.take(name, shape)
-            if key == "A":
-                w = -np.exp(w.astype(np.float32))
-            elif key == "conv":
-                w = np.ascontiguousarray(w.reshape(shape[0], k), dtype=np.float32)
-            weights[name] = w
+        _take_layer(ckpt, HF_NAMES, l, shapes, weights)
     return _imported(c, build_mamba_graph(c, HF_NAMES, specs_of(weights)), weights, cfg.path)
+
+
+# ------------------------------------------------------------------------------ hybrid stacks: Bamba
+@dataclass(frozen=True)
+class HybridConfig:
+    """A decoder mixing Mamba-2 layers and attention layers (Bamba), every layer followed by a SwiGLU
+    feed-forward block. Attention layers keep their keys and values in the KV cache at their own layer
+    index; SSM layers their state in the state cache, counted among SSM layers."""
+
+    ssm: MambaConfig        # the Mamba-2 mixers (n_layers: how many layers are SSM layers)
+    layer_kinds: tuple      # "ssm" or "attention", per layer
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rope_dim: int           # rotated dims of each head (partial rotary: the first rope_dim)
+    ffn_dim: int
+
+    def dims(self) -> ModelDims:
+        """A KV cache slot per layer (attention layers use theirs) and the SSM layers' state beside it."""
+        return ModelDims(n_layers=len(self.layer_kinds), n_kv_heads=self.n_kv_heads, head_dim=self.head_dim,
+                         context_length=self.ssm.context_length, vocab_size=self.ssm.vocab_size)
+
+    def state_shape(self) -> StateShape:
+        """The SSM layers' states."""
+        return self.ssm.state_shape()
+
+
+_M = "model.layers.{l}."
+BAMBA_HF_NAMES = {
+    "embed": "model.embed_tokens.weight", "norm": _M + "input_layernorm.weight",
+    "in_proj": _M + "mamba.in_proj.weight", "in_proj_bias": _M + "mamba.in_proj.bias",
+    "conv": _M + "mamba.conv1d.weight", "conv_bias": _M + "mamba.conv1d.bias", "dt_bias": _M + "mamba.dt_bias",
+    "A": _M + "mamba.A_log", "D": _M + "mamba.D", "mixer_norm": _M + "mamba.norm.weight",
+    "out_proj": _M + "mamba.out_proj.weight", "out_proj_bias": _M + "mamba.out_proj.bias",
+    **{k: _M + f"self_attn.{k}_proj.weight" for k in "qkvo"},
+    **{f"{k}_bias": _M + f"self_attn.{k}_proj.bias" for k in "qkvo"},
+    "ffn_norm": _M + "pre_ff_layernorm.weight",
+    **{k: _M + f"feed_forward.{k}_proj.weight" for k in ("gate", "up", "down")},
+    **{f"{k}_bias": _M + f"feed_forward.{k}_proj.bias" for k in ("gate", "up", "down")},
+    "output_norm": "model.final_layernorm.weight", "output": "lm_head.weight",
+}
+
+
+def build_hybrid_graph(cfg: HybridConfig, names: dict[str, str], weights: dict[str, TensorSpec]) -> Graph:
+    """The hybrid decoder graph: inputs tokens/positions (seq,), output logits (out_seq, vocab)."""
+    b = GraphBuilder("Bamba", names, weights)
+    eps = cfg.ssm.norm_eps
+    attn = dict(n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim)
+    rope = dict(head_dim=cfg.head_dim, rope_dim=cfg.rope_dim, theta=cfg.rope_theta, style="half")
+    h = b.add("embedding", "embed", {"table": b.weight("embed"), "ids": "tokens"}, "h.0")  # (seq, dim)
+    slot = 0  # the state-cache layer of the next SSM layer
+    for l, kind in enumerate(cfg.layer_kinds):
+        p = f"l{l}."
+        x = b.rms_norm(p + "norm", h, "norm", l, p + "x", eps)  # (seq, dim)
+        if kind == "ssm":
+            h = ssm_mixer_residual(b, cfg.ssm, p, l, slot, h, x)
+            slot += 1
+        else:
+            q = b.linear(p + "q_proj", x, "q", l, p + "q")  # (seq, n_heads*head_dim)
+            k = b.linear(p + "k_proj", x, "k", l, p + "k")  # (seq, n_kv_heads*head_dim)
+            v = b.linear(p + "v_proj", x, "v", l, p + "v")  # (seq, n_kv_heads*head_dim)
+            q = b.add("rope", p + "q_rope", {"x": q, "positions": "positions"}, p + "q_rot", **rope)
+            k = b.add("rope", p + "k_rope", {"x": k, "positions": "positions"}, p + "k_rot", **rope)
+            h = b.attention_residual(p, l, h, q, k, v, attn)
+        # feed-forward block: h += W_down (silu(W_gate x) * W_up x), x = rmsnorm(h)
+        x = b.rms_norm(p + "ffn_norm", h, "ffn_norm", l, p + "x_ffn", eps)
+        g = b.linear(p + "gate_proj", x, "gate", l, p + "gate")  # (seq, ffn_dim)
+        u = b.linear(p + "up_proj", x, "up", l, p + "up")        # (seq, ffn_dim)
+        g = b.add("silu", p + "gate_act", {"x": g}, p + "gate_silu")
+        m = b.add("mul", p + "swiglu", {"a": g, "b": u}, p + "swiglu")
+        d = b.linear(p + "down_proj", m, "down", l, p + "down")  # (seq, dim)
+        h = b.add("add", p + "ffn_residual", {"a": h, "b": d}, f"h.{l + 1}")
+    _logits(b, h, eps)
+    return b.graph(list(DECODER_INPUTS), ["logits"])
+
+
+def _bamba_config(cfg: HFConfig) -> HybridConfig:
+    if cfg.data.get("hidden_act", "silu") != "silu":
+        raise cfg.unsupported(f"hidden_act {cfg.data.get('hidden_act')!r}")
+    limit = cfg.data.get("time_step_limit", [0.0, float("inf")])
+    if not isinstance(limit, (list, tuple)) or [_json_float(v) for v in limit] != [0.0, float("inf")]:
+        raise cfg.unsupported(f"time_step_limit {limit!r} (only the default (0, inf))")
+    rope = cfg.data.get("rope_parameters") or {}
+    if not isinstance(rope, dict) or rope.get("rope_type", "default") != "default":
+        raise cfg.unsupported(f"rope parameters {rope!r} (only the default rope)")
+    dim, n_layers = cfg.get("hidden_size"), cfg.get("num_hidden_layers")
+    n_heads = cfg.get("num_attention_heads")
+    n_kv = cfg.get("num_key_value_heads", default=n_heads)
+    head_dim = cfg.get("head_dim", default=dim // n_heads if n_heads else 0)
+    attention = set(cfg.data.get("attn_layer_indices") or [])
+    kinds = tuple("attention" if l in attention else "ssm" for l in range(n_layers))
+    ssm_heads, groups = cfg.get("mamba_n_heads"), cfg.get("mamba_n_groups", default=1)
+    d_inner = int(cfg.get("mamba_expand", default=2, kind=float) * dim)
+    if (not n_heads or n_kv == 0 or n_heads % n_kv or not ssm_heads or d_inner % ssm_heads or not groups
+            or ssm_heads % groups or cfg.get("mamba_d_head", default=d_inner // ssm_heads) * ssm_heads != d_inner):
+        raise cfg.unsupported(f"attention heads {n_heads} / {n_kv}, mamba heads {ssm_heads} in {groups} groups "
+                              f"over {d_inner} channels")
+    rope_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
+    ssm = MambaConfig(version=2, n_layers=kinds.count("ssm"), dim=dim, d_inner=d_inner,
+                      state_size=cfg.get("mamba_d_state"), conv_kernel=cfg.get("mamba_d_conv"),
+                      vocab_size=cfg.get("vocab_size"), norm_eps=cfg.get("rms_norm_eps", default=1e-5, kind=float),
+                      context_length=cfg.get("max_position_embeddings", default=UNLIMITED_CONTEXT),
+                      n_heads=ssm_heads, n_groups=groups)
+    return HybridConfig(ssm=ssm, layer_kinds=kinds, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
+                        rope_theta=float(rope.get("rope_theta", 10000.0)), rope_dim=rope_dim,
+                        ffn_dim=cfg.get("intermediate_size"))
+
+
+def from_hf_bamba(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
+    """Import a bamba checkpoint (Mamba-2 and attention layers, SwiGLU feed-forward blocks)."""
+    c = _bamba_config(cfg)
+    dim, f = c.ssm.dim, c.ffn_dim
+    mlp_bias, attn_bias = cfg.data.get("mlp_bias", False), cfg.data.get("attention_bias", False)
+    common = {"norm": (dim,), "ffn_norm": (dim,), "gate": (f, dim), "up": (f, dim), "down": (dim, f)}
+    if mlp_bias:
+        common.update(gate_bias=(f,), up_bias=(f,), down_bias=(dim,))
+    attention = {"q": (c.n_heads * c.head_dim, dim), "k": (c.n_kv_heads * c.head_dim, dim),
+                 "v": (c.n_kv_heads * c.head_dim, dim), "o": (dim, c.n_heads * c.head_dim)}
+    if attn_bias:
+        attention.update({f"{k}_bias": (s[0],) for k, s in attention.items()})
+    ssm = _ssm_shapes(c.ssm, cfg.data.get("mamba_conv_bias", True), cfg.data.get("mamba_proj_bias", False))
+    weights = _take_head(ckpt, BAMBA_HF_NAMES, c.ssm.vocab_size, dim, cfg.data.get("tie_word_embeddings", False))
+    for l, kind in enumerate(c.layer_kinds):
+        _take_layer(ckpt, BAMBA_HF_NAMES, l, {**common, **(ssm if kind == "ssm" else attention)}, weights)
+    graph = build_hybrid_graph(c, BAMBA_HF_NAMES, specs_of(weights))
+    metadata = {"task": "generate", "dims": vars(c.dims())}
+    if c.ssm.n_layers:
+        metadata["state"] = c.state_shape().to_metadata()
+    return Imported(graph, {k: weights[k] for k in graph.weights}, metadata, cfg.path)
 
 
 # ------------------------------------------------------------------------------ GGUF
