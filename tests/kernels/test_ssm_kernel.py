@@ -1,6 +1,7 @@
 """The SSM kernels (volvox/_kernels/kernels/ssm.pxi through volvox.cpu) against the numpy references of
 ops/ssm.py (float64), which the architecture tests hold to transformers: the causal conv1d, Mamba's
-selective scan and Mamba-2's SSD scan, from zero state and carried across calls through a state cache."""
+selective scan and Mamba-2's SSD scan, from zero state and carried across calls through a state cache
+(the largest shapes are split across threads)."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from volvox import cpu
 from volvox.errors import KernelError, ShapeError
 from volvox.ops.context import BatchContext, RunContext
-from volvox.ops.ssm import causal_conv1d_ref, selective_scan_ref, ssd_ref
+from volvox.ops.ssm import causal_conv1d_fast, causal_conv1d_ref, selective_scan_ref, ssd_ref
 from volvox.runtime.state_cache import StateCache, StateShape
 
 
@@ -25,7 +26,7 @@ def _ctx(conv, ssm):
     return RunContext(state=StateCache(StateShape(1, conv, ssm)))
 
 
-@pytest.mark.parametrize("seq, channels, kernel", [(1, 5, 4), (7, 33, 4), (9, 16, 1), (3, 8, 2)])
+@pytest.mark.parametrize("seq, channels, kernel", [(1, 5, 4), (7, 33, 4), (9, 16, 1), (3, 8, 2), (32, 512, 4)])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_causal_conv1d_matches_reference_and_carries_state(seq, channels, kernel, with_bias):
     x, w, b = _rng_arrays(seq, (2 * seq, channels), (channels, kernel), (channels,))
@@ -43,7 +44,7 @@ def test_causal_conv1d_matches_reference_and_carries_state(seq, channels, kernel
     np.testing.assert_array_equal(ctx.state.conv, ref_ctx.state.conv)  # the last kernel-1 rows, exactly
 
 
-@pytest.mark.parametrize("seq, d_inner, n_state", [(1, 4, 3), (6, 24, 16), (11, 7, 5)])
+@pytest.mark.parametrize("seq, d_inner, n_state", [(1, 4, 3), (6, 24, 16), (11, 7, 5), (24, 256, 16)])
 @pytest.mark.parametrize("gated", [True, False])
 def test_selective_scan_matches_reference_and_carries_state(seq, d_inner, n_state, gated):
     x, dt, a, bm, cm, d, z = _rng_arrays(seq + d_inner, (2 * seq, d_inner), (2 * seq, d_inner), (d_inner, n_state),
@@ -65,7 +66,7 @@ def test_selective_scan_matches_reference_and_carries_state(seq, d_inner, n_stat
     _close(ctx.state.ssm, ref_ctx.state.ssm)
 
 
-@pytest.mark.parametrize("seq, n_heads, head_dim, n_groups, n_state", [(1, 2, 3, 1, 4), (8, 4, 8, 2, 16), (5, 6, 2, 3, 5)])
+@pytest.mark.parametrize("seq, n_heads, head_dim, n_groups, n_state", [(1, 2, 3, 1, 4), (8, 4, 8, 2, 16), (5, 6, 2, 3, 5), (16, 8, 32, 2, 16)])
 def test_ssd_scan_matches_reference_and_carries_state(seq, n_heads, head_dim, n_groups, n_state):
     g = n_groups * n_state
     x, dt, dt_bias, a, bm, cm, d = _rng_arrays(seq * n_heads, (2 * seq, n_heads * head_dim), (2 * seq, n_heads),
@@ -92,7 +93,6 @@ def test_batch_context_runs_each_sequence_from_its_own_state():
         c.state.conv[:] = old.state.conv
     step = x[:2]  # one new row per sequence
     want = np.concatenate([causal_conv1d_ref(c, {"layer": 0}, step[i:i + 1], w) for i, c in enumerate(contexts)])
-    from volvox.ops.ssm import causal_conv1d_fast
     got = causal_conv1d_fast(BatchContext([(c, 1) for c in fresh]), {"layer": 0}, step, w)
     _close(got, want)
 
