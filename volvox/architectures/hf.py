@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from volvox.architectures import bert, gpt2, gpt_neo, hf_llama, mamba
+from volvox.architectures import bert, gpt2, gpt_neo, hf_llama, hf_mamba
 from volvox.errors import UnsupportedError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, eos_ids, read_hf_config
 from volvox.formats.imported import Imported
@@ -17,8 +17,8 @@ from volvox.tokenizers.wordpiece import WordPieceTokenizer
 # model_type -> the architecture's importer (graph, weights and dims of the folder's checkpoint)
 HF_ARCHITECTURES: dict[str, Callable[[HFConfig, HFCheckpoint], Imported]] = {
     "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "llama": hf_llama.from_hf, "mistral": hf_llama.from_hf,
-    "qwen2": hf_llama.from_hf, "bert": bert.from_hf, "mamba": mamba.from_hf, "mamba2": mamba.from_hf,
-    "bamba": mamba.from_hf_bamba,
+    "qwen2": hf_llama.from_hf, "bert": bert.from_hf, "mamba": hf_mamba.from_hf, "mamba2": hf_mamba.from_hf,
+    "bamba": hf_mamba.from_hf_bamba,
 }
 
 

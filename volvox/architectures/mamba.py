@@ -1,9 +1,7 @@
-"""Mamba and Mamba-2 language models: the selective state-space decoder graph, from Hugging Face
-folders (model_type ``mamba`` / ``mamba2``) and from GGUF files (architecture ``mamba`` / ``mamba2``);
-and the hybrid stack of Bamba (model_type ``bamba``: Mamba-2 and attention layers).
-
-Each layer is h += out_proj(mixer(rmsnorm(h))); there is no attention and no position input is
-read. The mixers:
+"""State-space language models: the Mamba / Mamba-2 decoder graph (every layer h += out_proj(mixer(
+rmsnorm(h))), no attention, positions unread), the hybrid graph of Bamba (Mamba-2 and attention layers,
+each followed by a SwiGLU block), and their import from GGUF files (architecture ``mamba`` / ``mamba2``).
+Hugging Face folders are read by hf_mamba.py. The mixers:
 - Mamba: in_proj -> (x, z); x -> causal conv1d -> silu -> x_proj -> (dt_low, B, C);
   dt = dt_proj(dt_low); y = selective_scan(x, dt, A, B, C, D) * silu(z).
 - Mamba-2: in_proj -> (z, xBC, dt); xBC -> causal conv1d -> silu -> (x, B, C);
@@ -12,9 +10,9 @@ read. The mixers:
 The recurrent state lives in the session's state cache (runtime/state_cache.py; the ops in
 ops/ssm.py): ``StateShape`` below is what a model declares in ``metadata["state"]``.
 
-Weights as the files store them, with the conversions GGUF writers apply done at load for HF
-folders: A = -exp(A_log), the conv weight (channels, 1, kernel) as (channels, kernel). GGUF's
-Mamba-2 A, D (n_heads, 1) and norm (n_groups, d_inner / n_groups) are flattened.
+The graphs take weights as GGUF stores them: A = -exp(A_log), the conv weight as (channels, kernel)
+(hf_mamba.py converts a checkpoint's at load); GGUF's Mamba-2 A, D (n_heads, 1) and norm
+(n_groups, d_inner / n_groups) are flattened.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ import numpy as np
 
 from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder
 from volvox.errors import GGUFError, UnsupportedError
-from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
 from volvox.formats.imported import Deferred, Imported, ModelDims
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ir.quant_blocks import QuantTensor
@@ -77,17 +74,7 @@ class MambaConfig:
                          vocab_size=self.vocab_size)
 
 
-# Weight names by checkpoint format; "{l}" is the layer index. *_bias entries are optional.
-_B = "backbone.layers.{l}."
-HF_NAMES = {
-    "embed": "backbone.embeddings.weight", "norm": _B + "norm.weight",
-    "in_proj": _B + "mixer.in_proj.weight", "in_proj_bias": _B + "mixer.in_proj.bias",
-    "conv": _B + "mixer.conv1d.weight", "conv_bias": _B + "mixer.conv1d.bias",
-    "x_proj": _B + "mixer.x_proj.weight", "dt_proj": _B + "mixer.dt_proj.weight", "dt_proj_bias": _B + "mixer.dt_proj.bias",
-    "dt_bias": _B + "mixer.dt_bias", "A": _B + "mixer.A_log", "D": _B + "mixer.D", "mixer_norm": _B + "mixer.norm.weight",
-    "out_proj": _B + "mixer.out_proj.weight", "out_proj_bias": _B + "mixer.out_proj.bias",
-    "output_norm": "backbone.norm_f.weight", "output": "lm_head.weight",
-}
+# Weight names in GGUF files; "{l}" is the layer index. *_bias entries are optional.
 _G = "blk.{l}."
 GGUF_NAMES = {
     "embed": "token_embd.weight", "norm": _G + "attn_norm.weight",
@@ -166,91 +153,13 @@ def build_mamba_graph(cfg: MambaConfig, names: dict[str, str], weights: dict[str
     return b.graph(list(DECODER_INPUTS), ["logits"])
 
 
-def _imported(cfg: MambaConfig, graph: Graph, weights: dict, source: str) -> Imported:
-    metadata = {"task": "generate", "dims": vars(cfg.dims()), "state": cfg.state_shape().to_metadata()}
+def imported_model(cfg, graph: Graph, weights: dict, source: str) -> Imported:
+    """A generate task's import of ``graph`` over ``weights``: dims and (with SSM layers) the state shapes
+    of ``cfg`` (a MambaConfig or HybridConfig) in its metadata."""
+    metadata = {"task": "generate", "dims": vars(cfg.dims())}
+    if cfg.state_shape().n_layers:
+        metadata["state"] = cfg.state_shape().to_metadata()
     return Imported(graph, {k: weights[k] for k in graph.weights}, metadata, source)
-
-
-# ------------------------------------------------------------------------------ Hugging Face
-def _json_float(value) -> float | None:
-    """A number of config.json: plain, or transformers' {"__float__": "Infinity"} form; None if neither."""
-    if isinstance(value, dict) and set(value) == {"__float__"}:
-        value = value["__float__"]
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _hf_config(cfg: HFConfig) -> MambaConfig:
-    if cfg.data.get("hidden_act", "silu") != "silu":
-        raise cfg.unsupported(f"hidden_act {cfg.data.get('hidden_act')!r}")
-    dim = cfg.get("hidden_size")
-    common = dict(n_layers=cfg.get("num_hidden_layers"), dim=dim, state_size=cfg.get("state_size"),
-                  conv_kernel=cfg.get("conv_kernel"), vocab_size=cfg.get("vocab_size"),
-                  norm_eps=cfg.get("layer_norm_epsilon", default=1e-5, kind=float),
-                  context_length=cfg.get("max_position_embeddings", default=UNLIMITED_CONTEXT))
-    if cfg.model_type == "mamba":
-        return MambaConfig(version=1, d_inner=cfg.get("intermediate_size"), dt_rank=cfg.get("time_step_rank"), **common)
-    if cfg.data.get("norm_before_gate", False):
-        raise cfg.unsupported("norm_before_gate")
-    limit = cfg.data.get("time_step_limit", [0.0, float("inf")])
-    if not isinstance(limit, (list, tuple)) or [_json_float(v) for v in limit] != [0.0, float("inf")]:
-        raise cfg.unsupported(f"time_step_limit {limit!r} (only the default (0, inf))")
-    n_heads, head_dim = cfg.get("num_heads"), cfg.get("head_dim")
-    d_inner = cfg.get("intermediate_size", default=int(cfg.get("expand", default=2, kind=float) * dim))
-    groups = cfg.get("n_groups", default=1)
-    if n_heads * head_dim != d_inner or not groups or n_heads % groups:
-        raise cfg.unsupported(f"num_heads {n_heads} x head_dim {head_dim} with intermediate size {d_inner} "
-                              f"and n_groups {groups}")
-    return MambaConfig(version=2, d_inner=d_inner, n_heads=n_heads, n_groups=groups, **common)
-
-
-def _ssm_shapes(c: MambaConfig, conv_bias: bool, proj_bias: bool) -> dict[str, tuple]:
-    """Shapes of one SSM layer's mixer tensors in a Hugging Face checkpoint, by names-table key."""
-    di, n, k, cc = c.d_inner, c.state_size, c.conv_kernel, c.conv_channels
-    if c.version == 1:
-        shapes = {"in_proj": (2 * di, c.dim), "conv": (di, 1, k), "x_proj": (c.dt_rank + 2 * n, di),
-                  "dt_proj": (di, c.dt_rank), "dt_proj_bias": (di,), "A": (di, n), "D": (di,)}
-    else:
-        shapes = {"in_proj": (di + cc + c.n_heads, c.dim), "conv": (cc, 1, k), "dt_bias": (c.n_heads,),
-                  "A": (c.n_heads,), "D": (c.n_heads,), "mixer_norm": (di,)}
-    shapes["out_proj"] = (c.dim, di)
-    if conv_bias:
-        shapes["conv_bias"] = (cc,)
-    if proj_bias:
-        shapes.update(in_proj_bias=(shapes["in_proj"][0],), out_proj_bias=(c.dim,))
-    return shapes
-
-
-def _take_layer(ckpt: HFCheckpoint, names: dict, layer: int, shapes: dict, weights: dict) -> None:
-    """Layer ``layer``'s tensors into ``weights``: A_log as A = -exp(A_log), the conv weight as (channels, kernel)."""
-    for key, shape in shapes.items():
-        name = names[key].format(l=layer)
-        w = ckpt.take(name, shape)
-        if key == "A":
-            w = -np.exp(w.astype(np.float32))
-        elif key == "conv":
-            w = np.ascontiguousarray(w.reshape(shape[0], shape[-1]), dtype=np.float32)
-        weights[name] = w
-
-
-def _take_head(ckpt: HFCheckpoint, names: dict, vocab: int, dim: int, tied: bool) -> dict:
-    """The embedding, the final norm and (untied) the output projection."""
-    keys = ("embed", "output_norm") if tied else ("embed", "output_norm", "output")
-    shapes = {"embed": (vocab, dim), "output_norm": (dim,), "output": (vocab, dim)}
-    return {names[k]: ckpt.take(names[k], shapes[k]) for k in keys}
-
-
-def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
-    """Import a mamba / mamba2 checkpoint (A_log taken to A = -exp(A_log) at load)."""
-    c = _hf_config(cfg)
-    shapes = {**_ssm_shapes(c, cfg.data.get("use_conv_bias", True), cfg.data.get("use_bias", False)), "norm": (c.dim,)}
-    # MambaConfig ties the head to the embedding by default, Mamba2Config does not
-    weights = _take_head(ckpt, HF_NAMES, c.vocab_size, c.dim, cfg.data.get("tie_word_embeddings", c.version == 1))
-    for l in range(c.n_layers):
-        _take_layer(ckpt, HF_NAMES, l, shapes, weights)
-    return _imported(c, build_mamba_graph(c, HF_NAMES, specs_of(weights)), weights, cfg.path)
 
 
 # ------------------------------------------------------------------------------ hybrid stacks: Bamba
@@ -277,22 +186,6 @@ class HybridConfig:
     def state_shape(self) -> StateShape:
         """The SSM layers' states."""
         return self.ssm.state_shape()
-
-
-_M = "model.layers.{l}."
-BAMBA_HF_NAMES = {
-    "embed": "model.embed_tokens.weight", "norm": _M + "input_layernorm.weight",
-    "in_proj": _M + "mamba.in_proj.weight", "in_proj_bias": _M + "mamba.in_proj.bias",
-    "conv": _M + "mamba.conv1d.weight", "conv_bias": _M + "mamba.conv1d.bias", "dt_bias": _M + "mamba.dt_bias",
-    "A": _M + "mamba.A_log", "D": _M + "mamba.D", "mixer_norm": _M + "mamba.norm.weight",
-    "out_proj": _M + "mamba.out_proj.weight", "out_proj_bias": _M + "mamba.out_proj.bias",
-    **{k: _M + f"self_attn.{k}_proj.weight" for k in "qkvo"},
-    **{f"{k}_bias": _M + f"self_attn.{k}_proj.bias" for k in "qkvo"},
-    "ffn_norm": _M + "pre_ff_layernorm.weight",
-    **{k: _M + f"feed_forward.{k}_proj.weight" for k in ("gate", "up", "down")},
-    **{f"{k}_bias": _M + f"feed_forward.{k}_proj.bias" for k in ("gate", "up", "down")},
-    "output_norm": "model.final_layernorm.weight", "output": "lm_head.weight",
-}
 
 
 def build_hybrid_graph(cfg: HybridConfig, names: dict[str, str], weights: dict[str, TensorSpec]) -> Graph:
@@ -326,61 +219,6 @@ def build_hybrid_graph(cfg: HybridConfig, names: dict[str, str], weights: dict[s
         h = b.add("add", p + "ffn_residual", {"a": h, "b": d}, f"h.{l + 1}")
     _logits(b, h, eps)
     return b.graph(list(DECODER_INPUTS), ["logits"])
-
-
-def _bamba_config(cfg: HFConfig) -> HybridConfig:
-    if cfg.data.get("hidden_act", "silu") != "silu":
-        raise cfg.unsupported(f"hidden_act {cfg.data.get('hidden_act')!r}")
-    limit = cfg.data.get("time_step_limit", [0.0, float("inf")])
-    if not isinstance(limit, (list, tuple)) or [_json_float(v) for v in limit] != [0.0, float("inf")]:
-        raise cfg.unsupported(f"time_step_limit {limit!r} (only the default (0, inf))")
-    rope = cfg.data.get("rope_parameters") or {}
-    if not isinstance(rope, dict) or rope.get("rope_type", "default") != "default":
-        raise cfg.unsupported(f"rope parameters {rope!r} (only the default rope)")
-    dim, n_layers = cfg.get("hidden_size"), cfg.get("num_hidden_layers")
-    n_heads = cfg.get("num_attention_heads")
-    n_kv = cfg.get("num_key_value_heads", default=n_heads)
-    head_dim = cfg.get("head_dim", default=dim // n_heads if n_heads else 0)
-    attention = set(cfg.data.get("attn_layer_indices") or [])
-    kinds = tuple("attention" if l in attention else "ssm" for l in range(n_layers))
-    ssm_heads, groups = cfg.get("mamba_n_heads"), cfg.get("mamba_n_groups", default=1)
-    d_inner = int(cfg.get("mamba_expand", default=2, kind=float) * dim)
-    if (not n_heads or n_kv == 0 or n_heads % n_kv or not ssm_heads or d_inner % ssm_heads or not groups
-            or ssm_heads % groups or cfg.get("mamba_d_head", default=d_inner // ssm_heads) * ssm_heads != d_inner):
-        raise cfg.unsupported(f"attention heads {n_heads} / {n_kv}, mamba heads {ssm_heads} in {groups} groups "
-                              f"over {d_inner} channels")
-    rope_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
-    ssm = MambaConfig(version=2, n_layers=kinds.count("ssm"), dim=dim, d_inner=d_inner,
-                      state_size=cfg.get("mamba_d_state"), conv_kernel=cfg.get("mamba_d_conv"),
-                      vocab_size=cfg.get("vocab_size"), norm_eps=cfg.get("rms_norm_eps", default=1e-5, kind=float),
-                      context_length=cfg.get("max_position_embeddings", default=UNLIMITED_CONTEXT),
-                      n_heads=ssm_heads, n_groups=groups)
-    return HybridConfig(ssm=ssm, layer_kinds=kinds, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
-                        rope_theta=float(rope.get("rope_theta", 10000.0)), rope_dim=rope_dim,
-                        ffn_dim=cfg.get("intermediate_size"))
-
-
-def from_hf_bamba(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
-    """Import a bamba checkpoint (Mamba-2 and attention layers, SwiGLU feed-forward blocks)."""
-    c = _bamba_config(cfg)
-    dim, f = c.ssm.dim, c.ffn_dim
-    mlp_bias, attn_bias = cfg.data.get("mlp_bias", False), cfg.data.get("attention_bias", False)
-    common = {"norm": (dim,), "ffn_norm": (dim,), "gate": (f, dim), "up": (f, dim), "down": (dim, f)}
-    if mlp_bias:
-        common.update(gate_bias=(f,), up_bias=(f,), down_bias=(dim,))
-    attention = {"q": (c.n_heads * c.head_dim, dim), "k": (c.n_kv_heads * c.head_dim, dim),
-                 "v": (c.n_kv_heads * c.head_dim, dim), "o": (dim, c.n_heads * c.head_dim)}
-    if attn_bias:
-        attention.update({f"{k}_bias": (s[0],) for k, s in attention.items()})
-    ssm = _ssm_shapes(c.ssm, cfg.data.get("mamba_conv_bias", True), cfg.data.get("mamba_proj_bias", False))
-    weights = _take_head(ckpt, BAMBA_HF_NAMES, c.ssm.vocab_size, dim, cfg.data.get("tie_word_embeddings", False))
-    for l, kind in enumerate(c.layer_kinds):
-        _take_layer(ckpt, BAMBA_HF_NAMES, l, {**common, **(ssm if kind == "ssm" else attention)}, weights)
-    graph = build_hybrid_graph(c, BAMBA_HF_NAMES, specs_of(weights))
-    metadata = {"task": "generate", "dims": vars(c.dims())}
-    if c.ssm.n_layers:
-        metadata["state"] = c.state_shape().to_metadata()
-    return Imported(graph, {k: weights[k] for k in graph.weights}, metadata, cfg.path)
 
 
 # ------------------------------------------------------------------------------ GGUF
@@ -436,7 +274,7 @@ def import_gguf(gguf, path: str) -> Imported:
                 w = w.reshape(-1)  # stored (n_heads, 1) / (n_groups, d_inner / n_groups)
             specs[name] = TensorSpec(name, w.shape, "float32")
         weights[name] = w
-    imported = _imported(c, build_mamba_graph(c, GGUF_NAMES, specs), weights, path)
+    imported = imported_model(c, build_mamba_graph(c, GGUF_NAMES, specs), weights, path)
     imported.metadata.update(architecture=gguf.metadata.get("general.architecture"), format="gguf",
                              name=gguf.metadata.get("general.name"),
                              quantized=sorted({w.qtype for w in imported.weights.values() if isinstance(w, QuantTensor)}))
