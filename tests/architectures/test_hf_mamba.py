@@ -98,13 +98,16 @@ def test_recurrence_after_prefill_equals_full_forward(pair, monkeypatch):
     assert rel_err(lm.logits(ids), want) < 1e-4
 
 
-def test_batch_and_stream_equal_one_by_one(pair):
+def test_batch_stream_and_chat_equal_one_by_one(pair):
     _, lm = pair
     prompts = ["Once upon", "The quick brown fox jumps over", "def", "Tiny models tell tiny stories: a"]
     assert lm.generate(prompts, max_new_tokens=12) == [lm.generate(p, max_new_tokens=12) for p in prompts]
     kw = dict(max_new_tokens=10, temperature=0.8, top_k=20, seed=5)
     assert lm.generate(prompts, **kw) == [lm.generate(p, **kw) for p in prompts]
     assert "".join(lm.generate(prompts[1], stream=True, max_new_tokens=12)) == lm.generate(prompts[1], max_new_tokens=12)
+    messages = [{"role": "user", "content": "Once upon a time"}]
+    prompt = lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True)  # ChatML: no template here
+    assert lm.chat(messages, max_new_tokens=8) == lm.generate(prompt, max_new_tokens=8, add_bos=False) != ""
 
 
 def test_reference_mode_matches_kernels(pair, tmp_path_factory):
