@@ -23,7 +23,7 @@ def llama_config_from_gguf(md: dict, path: str) -> LlamaConfig:
     arch = md.get("general.architecture")
     if arch not in LLAMA_ARCHITECTURES:
         raise UnsupportedError(f"{path}: architecture {arch!r} is not supported "
-                               f"(supported: {', '.join(LLAMA_ARCHITECTURES)})")
+                               f"(supported: {', '.join(LLAMA_ARCHITECTURES + mamba.GGUF_ARCHITECTURES)})")
 
     def get(key, default=None):
         value = md.get(f"{arch}.{key}", default)
