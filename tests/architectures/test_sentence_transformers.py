@@ -24,6 +24,7 @@ def write_sentence_folder(directory, modes, dense=None, normalize=False, include
     (Pooling config keys without the pooling_mode_ prefix), Dense layers ``dense`` (list of
     (out_features, bias, activation class)) and Normalize."""
     import torch
+    from sentence_transformers.models import Dense
 
     model, _ = build_tiny_bert(directory, TEXTS + ["query passage"], seed=3)
     (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 32}))
@@ -39,7 +40,7 @@ def write_sentence_folder(directory, modes, dense=None, normalize=False, include
     for i, (out, bias, activation) in enumerate(dense or []):
         sub = directory / f"{2 + i}_Dense"
         sub.mkdir()
-        layer = st.models.Dense(width, out, bias=bias, activation_function=getattr(torch.nn, activation)())
+        layer = Dense(width, out, bias=bias, activation_function=getattr(torch.nn, activation)())
         layer.save(str(sub))
         modules.append({"idx": len(modules), "name": str(len(modules)), "path": sub.name, "type": ST + "Dense"})
         width = out
@@ -121,3 +122,13 @@ def test_unknown_prompt_name_is_refused(tmp_path):
     with volvox.load(write_sentence_folder(tmp_path / "m", modes=["mean_tokens"])) as model:
         with pytest.raises(volvox.VolvoxError, match="unknown prompt_name 'nope'"):
             model.embed("hi", prompt_name="nope")
+
+
+def test_converted_blueprint_keeps_the_pipeline(tmp_path):
+    from volvox.convert import convert
+
+    folder = write_sentence_folder(tmp_path / "m", include_prompt=False, normalize=True, modes=["max_tokens", "mean_tokens"],
+                                   dense=[(20, True, "Tanh")])
+    convert(folder, tmp_path / "bp")
+    with volvox.load(folder) as source, volvox.load(tmp_path / "bp") as blueprint:
+        assert np.array_equal(source.embed(TEXTS, prompt_name="passage"), blueprint.embed(TEXTS, prompt_name="passage"))
