@@ -24,7 +24,10 @@ def write_sentence_folder(directory, modes, dense=None, normalize=False, include
     (Pooling config keys without the pooling_mode_ prefix), Dense layers ``dense`` (list of
     (out_features, bias, activation class)) and Normalize."""
     import torch
-    from sentence_transformers.models import Dense
+    try:
+        from sentence_transformers.sentence_transformer.modules import Dense  # sentence-transformers 6
+    except ImportError:
+        from sentence_transformers.models import Dense
 
     model, _ = build_tiny_bert(directory, TEXTS + ["query passage"], seed=3)
     (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 32}))
