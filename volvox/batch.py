@@ -33,7 +33,7 @@ class BatchOptions:
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] | None = None
-    normalize: bool = False     # embed: unit-length rows
+    normalize: bool | None = None  # embed: unit-length rows (None: as the model says)
     top_k_labels: int = 5       # classify: labels per image
 
 

@@ -183,7 +183,7 @@ def cmd_embed(a) -> int:
     if not hasattr(model, "embed"):
         from volvox.errors import UnsupportedError
         raise UnsupportedError(f"{a.model}: task {model.metadata.get('task')!r} has no embed()")
-    for row in model.embed(a.text, normalize=a.normalize):
+    for row in model.embed(a.text, normalize=a.normalize, prompt_name=a.prompt_name):
         print(json.dumps([round(float(v), 7) for v in row]))
     return 0
 
@@ -290,7 +290,8 @@ def _add_batch_parser(sub) -> None:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     g = p.add_argument_group("embed / classify")
-    g.add_argument("--normalize", action="store_true", help="embed: unit-length embeddings")
+    g.add_argument("--normalize", action="store_true", default=None,
+                   help="embed: unit-length embeddings (default: as the model says)")
     g.add_argument("--top-k-labels", type=int, default=5, help="classify: labels per image")
     p.set_defaults(func=cmd_batch)
 
@@ -402,10 +403,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it shows only on a terminal anyway)")
     p.set_defaults(func=cmd_convert)
-    p = sub.add_parser("embed", help="sentence embeddings (mean-pooled) of texts, one JSON list per line")
+    p = sub.add_parser("embed", help="sentence embeddings of texts (pooled as the model says, mean by default), one JSON list per line")
     _add_load_args(p, model="required")
     p.add_argument("--text", action="append", required=True, help="text to embed (repeatable)")
-    p.add_argument("--normalize", action="store_true", help="scale each embedding to unit L2 norm")
+    p.add_argument("--normalize", action="store_true", default=None,
+                   help="scale each embedding to unit L2 norm (default: as the model says; sentence-transformers Normalize)")
+    p.add_argument("--prompt-name", default=None,
+                   help="prepend the model's named prompt (sentence-transformers prompts, e.g. query)")
     p.set_defaults(func=cmd_embed)
     p = sub.add_parser("info", help="machine, kernels and (optionally) a model's graph and weights")
     _add_load_args(p, model="optional")

@@ -1,6 +1,7 @@
 """Hugging Face checkpoint folders by ``model_type``: the architecture that builds each one's graph
 (formats/hf_folder.py reads the folder), the tokenizer its task needs, and its end-of-sequence ids.
-Decoders are generate tasks, BERT-style encoders embed tasks."""
+Decoders are generate tasks, BERT-style encoders embed tasks; a sentence-transformers folder
+(``modules.json``) adds its pooling and Dense layers to the encoder's graph."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 from typing import Callable
 
 from volvox.architectures import bert, gpt2, gpt_neo, hf_llama, hf_mamba
+from volvox.architectures.sentence_embedder import add_sentence_pipeline
 from volvox.errors import UnsupportedError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, eos_ids, read_hf_config
 from volvox.formats.imported import Imported
+from volvox.formats.sentence_transformers import is_sentence_transformers_folder, read_sentence_pipeline
 from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.tokenizers.wordpiece import WordPieceTokenizer
 
@@ -33,6 +36,12 @@ def import_hf(directory: str | Path) -> Imported:
     ckpt = HFCheckpoint(directory)
     try:
         imported = HF_ARCHITECTURES[cfg.model_type](cfg, ckpt)
+        if is_sentence_transformers_folder(directory):
+            if imported.metadata["task"] != "embed":
+                raise UnsupportedError(f"{directory}: a sentence-transformers pipeline over model_type "
+                                       f"{cfg.model_type!r} (an encoder such as bert is needed)")
+            hidden = imported.graph.specs["hidden"].shape[-1]
+            imported = add_sentence_pipeline(imported, read_sentence_pipeline(directory, hidden))
         imported.source, imported.closers = str(directory), [ckpt.close]
         imported.metadata = {**imported.metadata, "architecture": cfg.model_type, "name": directory.name,
                              "format": "hf"}
