@@ -1,0 +1,255 @@
+# gemv kernels for the k-quants beyond q4_K / q6_K: q2_K, q3_K and q5_K against ggml's q8_K act rows
+# (included by kernels/tier.pxi after kernels/gemv.pxi, whose q8_K helpers they use).
+#
+# A super-block of 256 weights is widened to int8 in scratch (q2_K: 0..3, q3_K: -4..3, q5_K: 0..31),
+# then each group of 16 (q2_K, q3_K) or sub-block of 32 (q5_K) is multiplied with the act row's
+# int8 values; the integer sums take the group scales, the super-block scales come last in float:
+#   q2_K: xd * (d * sum_g sc_g dot_g - dmin * sum_g mn_g bsum_g)   sc_g, mn_g: 4-bit scale, min
+#   q3_K: xd * d * sum_g (sc_g - 32) dot_g                          sc_g: 6-bit scale
+#   q5_K: xd * (d * sum_j sc_j dot_j - dmin * sum_j mn_j bsum_j)    get_scale_min_k4, as q4_K
+# (xd the act row's d, bsum the act row's sums of 16). The loops are plain C over fixed counts, so
+# each tier's compiler flags vectorise the widening and the dot products.
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memcpy
+from volvox._kernels.vx cimport (
+    VX_Q2_K, VX_Q3_K, VX_Q5_K, VX_QK_K, vx_block_q2_K, vx_block_q3_K, vx_block_q5_K, vx_table)
+
+
+cdef inline void q2k_widen(const vx_block_q2_K *blk, int8_t *q) noexcept nogil:
+    """q (256,) = the super-block's 2-bit values: value 128 h + 32 s + l is bits 2s..2s+1 of
+    qs[32 h + l]."""
+    cdef int h, s, l
+    for h in range(2):
+        for s in range(4):
+            for l in range(32):
+                q[128 * h + 32 * s + l] = <int8_t>((blk.qs[32 * h + l] >> (2 * s)) & 3)
+
+
+cdef inline void q3k_scales(const uint8_t *packed, int8_t *sc) noexcept nogil:
+    """sc (16,) = q3_K's 6-bit scales minus 32: scale i's low 4 bits are the low (i < 8) or high
+    nibble of packed[i % 8], its top 2 bits bits 2 (i // 4) .. +1 of packed[8 + i % 4]."""
+    cdef int i
+    for i in range(16):
+        sc[i] = <int8_t>((((packed[i % 8] >> (4 * (i // 8))) & 0x0F)
+                          | (((packed[8 + i % 4] >> (2 * (i // 4))) & 3) << 4)) - 32)
+
+
+cdef inline void q3k_widen(const vx_block_q3_K *blk, int8_t *q) noexcept nogil:
+    """q (256,) = the super-block's signed values: value 128 h + 32 s + l is bits 2s..2s+1 of
+    qs[32 h + l], minus 4 unless bit 4 h + s of hmask[l] is set."""
+    cdef int h, s, l, j
+    for h in range(2):
+        for s in range(4):
+            j = 4 * h + s
+            for l in range(32):
+                q[32 * j + l] = <int8_t>(((blk.qs[32 * h + l] >> (2 * s)) & 3)
+                                          - (0 if (blk.hmask[l] >> j) & 1 else 4))
+
+
+cdef inline void q5k_widen(const vx_block_q5_K *blk, int8_t *q) noexcept nogil:
+    """q (256,) = the super-block's 5-bit values: sub-block 2 p takes the low nibbles of qs[32 p ..],
+    2 p + 1 the high ones; bit j of qh[l] is the 5th bit of value l of sub-block j."""
+    cdef int p, l
+    for p in range(4):
+        for l in range(32):
+            q[64 * p + l] = <int8_t>((blk.qs[32 * p + l] & 0x0F) | (((blk.qh[l] >> (2 * p)) & 1) << 4))
+            q[64 * p + 32 + l] = <int8_t>((blk.qs[32 * p + l] >> 4) | (((blk.qh[l] >> (2 * p + 1)) & 1) << 4))
+
+
+cdef inline int32_t dot16_i8(const int8_t *w, const int8_t *x) noexcept nogil:
+    """int8 . int8 over 16 values."""
+    cdef int32_t s = 0
+    cdef int j
+    for j in range(16):
+        s += <int32_t>w[j] * <int32_t>x[j]
+    return s
+
+
+ctypedef struct kq_block:
+    int8_t q[256]                # (VX_QK_K,) the widened weights
+    int32_t sc[16]               # (16,) group scales: 16 groups of 16 (q2_K, q3_K) or 8 of 32 (q5_K)
+    int32_t mn[16]               # (16,) group mins (q2_K: per 16, q5_K: per 32; q3_K: none)
+    float d, dmin                # super-block scales
+
+
+cdef inline void kq_widen(int fmt, const uint8_t *blk, kq_block *k) noexcept nogil:
+    """A q2_K / q3_K / q5_K super-block into its int8 weights, group scales and f32 scales."""
+    cdef int8_t sc3[16]          # (16,)
+    cdef uint8_t sc[8]           # (8,)
+    cdef uint8_t mn[8]           # (8,)
+    cdef int g
+    cdef const vx_block_q2_K *b2
+    cdef const vx_block_q3_K *b3
+    cdef const vx_block_q5_K *b5
+    if fmt == VX_Q2_K:
+        b2 = <const vx_block_q2_K *>blk
+        q2k_widen(b2, k.q)
+        for g in range(16):
+            k.sc[g] = b2.scales[g] & 0x0F
+            k.mn[g] = b2.scales[g] >> 4
+        k.d = vx_f16_to_f32(b2.d)
+        k.dmin = vx_f16_to_f32(b2.dmin)
+    elif fmt == VX_Q3_K:
+        b3 = <const vx_block_q3_K *>blk
+        q3k_widen(b3, k.q)
+        q3k_scales(b3.scales, sc3)
+        for g in range(16):
+            k.sc[g] = sc3[g]
+        k.d = vx_f16_to_f32(b3.d)
+        k.dmin = 0.0
+    else:
+        b5 = <const vx_block_q5_K *>blk
+        q5k_widen(b5, k.q)
+        q4k_scales(b5.scales, sc, mn)
+        for g in range(8):
+            k.sc[g] = sc[g]
+            k.mn[g] = mn[g]
+        k.d = vx_f16_to_f32(b5.d)
+        k.dmin = vx_f16_to_f32(b5.dmin)
+
+
+cdef inline float kq_block_dot(int fmt, const kq_block *k, const int8_t *xq, float xd,
+                               const int32_t *bsums) noexcept nogil:
+    """A widened super-block against 256 q8_K act values (xd, bsums: their scale and sums of 16),
+    the float result as the module comment writes it."""
+    cdef int32_t sumi = 0, summ = 0
+    cdef int g
+    if fmt == VX_Q2_K:
+        for g in range(16):
+            sumi += k.sc[g] * dot16_i8(k.q + 16 * g, xq + 16 * g)
+            summ += k.mn[g] * bsums[g]
+        return xd * k.d * <float>sumi - xd * k.dmin * <float>summ
+    if fmt == VX_Q3_K:
+        for g in range(16):
+            sumi += k.sc[g] * dot16_i8(k.q + 16 * g, xq + 16 * g)
+        return xd * k.d * <float>sumi
+    for g in range(8):
+        sumi += k.sc[g] * (dot16_i8(k.q + 32 * g, xq + 32 * g) + dot16_i8(k.q + 32 * g + 16, xq + 32 * g + 16))
+        summ += k.mn[g] * (bsums[2 * g] + bsums[2 * g + 1])
+    return xd * (k.d * <float>sumi - k.dmin * <float>summ)
+
+
+cdef inline int kq_block_bytes(int fmt) noexcept nogil:
+    """Bytes per super-block of q2_K / q3_K / q5_K."""
+    return 84 if fmt == VX_Q2_K else (110 if fmt == VX_Q3_K else 176)
+
+
+cdef void gemm_kq(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
+                  int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . q2_K / q3_K / q5_K weight rows w: act rows in groups of up to 4,
+    each super-block widened once per group; one float per super-block and act row, summed in
+    order (ggml's generic order)."""
+    cdef int64_t nb = K // VX_QK_K
+    cdef int bsz = kq_block_bytes(fmt)
+    cdef int64_t i0, r, b
+    cdef int mr, i
+    cdef vx_actK x[4]            # (mr,) act rows
+    cdef float acc[4]            # (mr,)
+    cdef kq_block blk
+    cdef const uint8_t *row
+    for i0 in range(0, m, 4):
+        mr = <int>(m - i0 if m - i0 < 4 else 4)
+        for i in range(mr):
+            x[i] = actK_row(a, a_stride, i0 + i, K)
+        for r in range(n):
+            row = w + r * w_stride
+            for i in range(4):
+                acc[i] = 0.0
+            for b in range(nb):
+                kq_widen(fmt, row + b * bsz, &blk)
+                for i in range(mr):
+                    acc[i] += kq_block_dot(fmt, &blk, x[i].qs + VX_QK_K * b, x[i].d[b], x[i].bsums + 16 * b)
+            for i in range(mr):
+                y[(i0 + i) * ldy + r] = acc[i]
+
+
+cdef void gemm_q2_K(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a, int64_t as_,
+                    int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . q2_K weight rows w."""
+    gemm_kq(VX_Q2_K, K, w, ws, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_q3_K(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a, int64_t as_,
+                    int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . q3_K weight rows w."""
+    gemm_kq(VX_Q3_K, K, w, ws, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_q5_K(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a, int64_t as_,
+                    int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . q5_K weight rows w."""
+    gemm_kq(VX_Q5_K, K, w, ws, n, a, as_, m, y, ldy)
+
+
+cdef void dequant_q2_K(int64_t K, const uint8_t *w, float *y) noexcept nogil:
+    """y (K,) = the q2_K row w as floats (ggml's dequantize_row_q2_K: d sc q - dmin mn)."""
+    cdef const vx_block_q2_K *blk = <const vx_block_q2_K *>w
+    cdef int8_t q[256]           # (VX_QK_K,)
+    cdef int64_t b
+    cdef int g, l
+    cdef float d, dmin, dl, ml
+    for b in range(K // VX_QK_K):
+        q2k_widen(&blk[b], q)
+        d = vx_f16_to_f32(blk[b].d)
+        dmin = vx_f16_to_f32(blk[b].dmin)
+        for g in range(16):
+            dl = d * <float>(blk[b].scales[g] & 0x0F)
+            ml = dmin * <float>(blk[b].scales[g] >> 4)
+            for l in range(16):
+                y[16 * g + l] = dl * <float>q[16 * g + l] - ml
+        y += VX_QK_K
+
+
+cdef void dequant_q3_K(int64_t K, const uint8_t *w, float *y) noexcept nogil:
+    """y (K,) = the q3_K row w as floats (ggml's dequantize_row_q3_K: d (sc - 32) q)."""
+    cdef const vx_block_q3_K *blk = <const vx_block_q3_K *>w
+    cdef int8_t q[256]           # (VX_QK_K,)
+    cdef int8_t sc[16]           # (16,)
+    cdef int64_t b
+    cdef int g, l
+    cdef float d, dl
+    for b in range(K // VX_QK_K):
+        q3k_widen(&blk[b], q)
+        q3k_scales(blk[b].scales, sc)
+        d = vx_f16_to_f32(blk[b].d)
+        for g in range(16):
+            dl = d * <float>sc[g]
+            for l in range(16):
+                y[16 * g + l] = dl * <float>q[16 * g + l]
+        y += VX_QK_K
+
+
+cdef void dequant_q5_K(int64_t K, const uint8_t *w, float *y) noexcept nogil:
+    """y (K,) = the q5_K row w as floats (ggml's dequantize_row_q5_K: d sc q - dmin mn)."""
+    cdef const vx_block_q5_K *blk = <const vx_block_q5_K *>w
+    cdef int8_t q[256]           # (VX_QK_K,)
+    cdef uint8_t sc[8]
+    cdef uint8_t mn[8]
+    cdef int64_t b
+    cdef int j, l
+    cdef float d, dmin, dl, ml
+    for b in range(K // VX_QK_K):
+        q5k_widen(&blk[b], q)
+        q4k_scales(blk[b].scales, sc, mn)
+        d = vx_f16_to_f32(blk[b].d)
+        dmin = vx_f16_to_f32(blk[b].dmin)
+        for j in range(8):
+            dl = d * <float>sc[j]
+            ml = dmin * <float>mn[j]
+            for l in range(32):
+                y[32 * j + l] = dl * <float>q[32 * j + l] - ml
+        y += VX_QK_K
+
+
+cdef void fill_gemv_kquants(vx_table *t) noexcept:
+    """Point t's q2_K / q3_K / q5_K entries at these kernels (activations: the portable q8_K
+    quantizer, as for q4_K / q6_K)."""
+    t.quantize[VX_Q2_K] = quantize_aK_ref
+    t.quantize[VX_Q3_K] = quantize_aK_ref
+    t.quantize[VX_Q5_K] = quantize_aK_ref
+    t.gemm[VX_Q2_K] = gemm_q2_K
+    t.gemm[VX_Q3_K] = gemm_q3_K
+    t.gemm[VX_Q5_K] = gemm_q5_K
+    t.dequant[VX_Q2_K] = dequant_q2_K
+    t.dequant[VX_Q3_K] = dequant_q3_K
+    t.dequant[VX_Q5_K] = dequant_q5_K
