@@ -1,14 +1,14 @@
 # gemv kernels for the k-quants beyond q4_K / q6_K: q2_K, q3_K and q5_K against ggml's q8_K act rows
 # (included by kernels/tier.pxi after kernels/gemv.pxi, whose q8_K helpers they use).
 #
-# A super-block of 256 weights is widened to int8 in scratch (q2_K: 0..3, q3_K: -4..3, q5_K: 0..31),
-# then each group of 16 (q2_K, q3_K) or sub-block of 32 (q5_K) is multiplied with the act row's
-# int8 values; the integer sums take the group scales, the super-block scales come last in float:
+# The integer part of a super-block is the tier's q2k_block_dot / q3k_block_dot / q5k_block_dot (the
+# x86 tiers' in kernels/avx2/gemv_x86.pxi; the portable *_ref below widen the block to int8 in
+# scratch first): int8 dots per group of 16 (q2_K, q3_K) or sub-block of 32 (q5_K) times the group
+# scales. The group mins and the super-block scales come after, in float:
 #   q2_K: xd * (d * sum_g sc_g dot_g - dmin * sum_g mn_g bsum_g)   sc_g, mn_g: 4-bit scale, min
 #   q3_K: xd * d * sum_g (sc_g - 32) dot_g                          sc_g: 6-bit scale
 #   q5_K: xd * (d * sum_j sc_j dot_j - dmin * sum_j mn_j bsum_j)    get_scale_min_k4, as q4_K
-# (xd the act row's d, bsum the act row's sums of 16). The loops are plain C over fixed counts, so
-# each tier's compiler flags vectorise the widening and the dot products.
+# (xd the act row's d, bsum the act row's sums of 16; q3_K's dots take q + 4 (0..7), minus 4 sc bsum).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
@@ -65,68 +65,73 @@ cdef inline int32_t dot16_i8(const int8_t *w, const int8_t *x) noexcept nogil:
     return s
 
 
-ctypedef struct kq_block:
-    int8_t q[256]                # (VX_QK_K,) the widened weights
-    int32_t sc[16]               # (16,) group scales: 16 groups of 16 (q2_K, q3_K) or 8 of 32 (q5_K)
-    int32_t mn[16]               # (16,) group mins (q2_K: per 16, q5_K: per 32; q3_K: none)
-    float d, dmin                # super-block scales
+cdef inline int32_t q2k_block_dot_ref(const vx_block_q2_K *blk, const int8_t *q8) noexcept nogil:
+    """sum over the 16 groups of 16 of (4-bit scale) * dot(q2 (0..3), q8) (before d, dmin)."""
+    cdef int8_t q[256]           # (VX_QK_K,)
+    cdef int32_t sumi = 0
+    cdef int g
+    q2k_widen(blk, q)
+    for g in range(16):
+        sumi += (blk.scales[g] & 0x0F) * dot16_i8(q + 16 * g, q8 + 16 * g)
+    return sumi
 
 
-cdef inline void kq_widen(int fmt, const uint8_t *blk, kq_block *k) noexcept nogil:
-    """A q2_K / q3_K / q5_K super-block into its int8 weights, group scales and f32 scales."""
-    cdef int8_t sc3[16]          # (16,)
-    cdef uint8_t sc[8]           # (8,)
-    cdef uint8_t mn[8]           # (8,)
+cdef inline int32_t q3k_block_dot_ref(const vx_block_q3_K *blk, const int8_t *sc, const int8_t *q8) noexcept nogil:
+    """sum over the 16 groups of 16 of sc * dot(q3 + 4 (0..7), q8) (before - 4 sc bsum, d)."""
+    cdef int8_t q[256]           # (VX_QK_K,)
+    cdef int32_t sumi = 0
+    cdef int g, l
+    q3k_widen(blk, q)
+    for l in range(256):
+        q[l] += 4
+    for g in range(16):
+        sumi += sc[g] * dot16_i8(q + 16 * g, q8 + 16 * g)
+    return sumi
+
+
+cdef inline int32_t q5k_block_dot_ref(const vx_block_q5_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
+    """sum over the 8 sub-blocks of 32 of sc * dot(q5 (0..31), q8) (before d, dmin)."""
+    cdef int8_t q[256]           # (VX_QK_K,)
+    cdef int32_t sumi = 0
+    cdef int j
+    q5k_widen(blk, q)
+    for j in range(8):
+        sumi += sc[j] * (dot16_i8(q + 32 * j, q8 + 32 * j) + dot16_i8(q + 32 * j + 16, q8 + 32 * j + 16))
+    return sumi
+
+
+cdef inline float kq_block_dot(int fmt, const uint8_t *blk, const int8_t *xq, float xd,
+                               const int32_t *bsums) noexcept nogil:
+    """One q2_K / q3_K / q5_K super-block against 256 q8_K act values (xd, bsums: their scale and
+    sums of 16), the float result as the module comment writes it; the integer part is the tier's
+    q*k_block_dot."""
+    cdef int8_t sc3[16]          # (16,) q3_K scales
+    cdef uint8_t sc[8]           # (8,) q5_K scales
+    cdef uint8_t mn[8]           # (8,) q5_K mins
+    cdef int32_t sumi, summ = 0
     cdef int g
     cdef const vx_block_q2_K *b2
     cdef const vx_block_q3_K *b3
     cdef const vx_block_q5_K *b5
     if fmt == VX_Q2_K:
         b2 = <const vx_block_q2_K *>blk
-        q2k_widen(b2, k.q)
         for g in range(16):
-            k.sc[g] = b2.scales[g] & 0x0F
-            k.mn[g] = b2.scales[g] >> 4
-        k.d = vx_f16_to_f32(b2.d)
-        k.dmin = vx_f16_to_f32(b2.dmin)
-    elif fmt == VX_Q3_K:
+            summ += (b2.scales[g] >> 4) * bsums[g]
+        sumi = q2k_block_dot(b2, xq)
+        return xd * vx_f16_to_f32(b2.d) * <float>sumi - xd * vx_f16_to_f32(b2.dmin) * <float>summ
+    if fmt == VX_Q3_K:
         b3 = <const vx_block_q3_K *>blk
-        q3k_widen(b3, k.q)
         q3k_scales(b3.scales, sc3)
         for g in range(16):
-            k.sc[g] = sc3[g]
-        k.d = vx_f16_to_f32(b3.d)
-        k.dmin = 0.0
-    else:
-        b5 = <const vx_block_q5_K *>blk
-        q5k_widen(b5, k.q)
-        q4k_scales(b5.scales, sc, mn)
-        for g in range(8):
-            k.sc[g] = sc[g]
-            k.mn[g] = mn[g]
-        k.d = vx_f16_to_f32(b5.d)
-        k.dmin = vx_f16_to_f32(b5.dmin)
-
-
-cdef inline float kq_block_dot(int fmt, const kq_block *k, const int8_t *xq, float xd,
-                               const int32_t *bsums) noexcept nogil:
-    """A widened super-block against 256 q8_K act values (xd, bsums: their scale and sums of 16),
-    the float result as the module comment writes it."""
-    cdef int32_t sumi = 0, summ = 0
-    cdef int g
-    if fmt == VX_Q2_K:
-        for g in range(16):
-            sumi += k.sc[g] * dot16_i8(k.q + 16 * g, xq + 16 * g)
-            summ += k.mn[g] * bsums[g]
-        return xd * k.d * <float>sumi - xd * k.dmin * <float>summ
-    if fmt == VX_Q3_K:
-        for g in range(16):
-            sumi += k.sc[g] * dot16_i8(k.q + 16 * g, xq + 16 * g)
-        return xd * k.d * <float>sumi
+            summ += sc3[g] * bsums[g]
+        sumi = q3k_block_dot(b3, sc3, xq) - 4 * summ
+        return xd * vx_f16_to_f32(b3.d) * <float>sumi
+    b5 = <const vx_block_q5_K *>blk
+    q4k_scales(b5.scales, sc, mn)
     for g in range(8):
-        sumi += k.sc[g] * (dot16_i8(k.q + 32 * g, xq + 32 * g) + dot16_i8(k.q + 32 * g + 16, xq + 32 * g + 16))
-        summ += k.mn[g] * (bsums[2 * g] + bsums[2 * g + 1])
-    return xd * (k.d * <float>sumi - k.dmin * <float>summ)
+        summ += mn[g] * (bsums[2 * g] + bsums[2 * g + 1])
+    sumi = q5k_block_dot(b5, sc, xq)
+    return xd * (vx_f16_to_f32(b5.d) * <float>sumi - vx_f16_to_f32(b5.dmin) * <float>summ)
 
 
 cdef inline int kq_block_bytes(int fmt) noexcept nogil:
@@ -136,16 +141,15 @@ cdef inline int kq_block_bytes(int fmt) noexcept nogil:
 
 cdef void gemm_kq(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
                   int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = q8_K act rows a . q2_K / q3_K / q5_K weight rows w: act rows in groups of up to 4,
-    each super-block widened once per group; one float per super-block and act row, summed in
-    order (ggml's generic order)."""
+    """y (m, n) = q8_K act rows a . q2_K / q3_K / q5_K weight rows w, act rows in groups of up to 4
+    against every weight row; one float per super-block and act row, summed in order (ggml's
+    generic order)."""
     cdef int64_t nb = K // VX_QK_K
     cdef int bsz = kq_block_bytes(fmt)
     cdef int64_t i0, r, b
     cdef int mr, i
     cdef vx_actK x[4]            # (mr,) act rows
     cdef float acc[4]            # (mr,)
-    cdef kq_block blk
     cdef const uint8_t *row
     for i0 in range(0, m, 4):
         mr = <int>(m - i0 if m - i0 < 4 else 4)
@@ -156,9 +160,9 @@ cdef void gemm_kq(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_
             for i in range(4):
                 acc[i] = 0.0
             for b in range(nb):
-                kq_widen(fmt, row + b * bsz, &blk)
                 for i in range(mr):
-                    acc[i] += kq_block_dot(fmt, &blk, x[i].qs + VX_QK_K * b, x[i].d[b], x[i].bsums + 16 * b)
+                    acc[i] += kq_block_dot(fmt, row + b * bsz, x[i].qs + VX_QK_K * b, x[i].d[b],
+                                           x[i].bsums + 16 * b)
             for i in range(mr):
                 y[(i0 + i) * ldy + r] = acc[i]
 

@@ -1,19 +1,19 @@
 # gemv kernels for the 32-block types beyond q4_0 / q4_1 / q8_0: q5_0, q5_1 and iq4_nl (included by
 # kernels/tier.pxi after kernels/gemv.pxi, whose helpers they use).
 #
-# Each block is widened to 32 int8 weights in registers-sized scratch, then multiplied with the act
-# row's int8 block (the act rows are the ones q4_0 / q4_1 take: q5_0 and iq4_nl pair with ggml's
-# q8_0, q5_1 with ggml's q8_1). Every block contributes
+# Each block's 32 weights are unpacked to int8 and multiplied with the act row's int8 block (the
+# tier's b32x_block_dots: the x86 tiers' in kernels/avx2/gemv_x86.pxi, the portable
+# b32x_block_dots_ref below). The act rows are the ones q4_0 / q4_1 take: q5_0 and iq4_nl pair with
+# ggml's q8_0, q5_1 with ggml's q8_1. Every block contributes
 #     wd * dx * dot(wq, xq) + wm * sx
 # where q5_0: wq = q - 16 (-16..15), wm = 0; q5_1: wq = q (0..31), wm = m; iq4_nl: wq = the level
 # (-127..113), wm = 0, and one float per block and act row is summed in block order (ggml's
-# generic order). The loops are plain C over fixed counts, so each tier's compiler flags vectorise
-# the widening and the dot products.
+# generic order).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_ALIGN, VX_IQ4_NL, VX_Q5_0, VX_Q5_1, VX_QK, vx_block_iq4_nl, vx_block_q5_0, vx_block_q5_1,
-    vx_table)
+    vx_f16, vx_table)
 
 # ggml's kvalues_iq4nl: the 16 levels an iq4_nl nibble selects.
 cdef int8_t IQ4_NL_LEVELS[16]
@@ -64,7 +64,7 @@ cdef inline void b32x_decode(int fmt, const uint8_t *row, int64_t b, int8_t *wq,
 
 
 cdef inline int32_t dot32_i8(const int8_t *w, const int8_t *x) noexcept nogil:
-    """int8 . int8 over one 32-value block (a fixed-count loop every tier's flags vectorise)."""
+    """int8 . int8 over one 32-value block."""
     cdef int32_t s = 0
     cdef int j
     for j in range(VX_QK):
@@ -72,18 +72,41 @@ cdef inline int32_t dot32_i8(const int8_t *w, const int8_t *x) noexcept nogil:
     return s
 
 
+cdef inline void b32x_block_dots_ref(int fmt, const uint8_t *blk, const int8_t **xq, int64_t off, int mr,
+                                     int32_t *dots) noexcept nogil:
+    """dots[i] = dot(the block's 32 int8 weights, act row i's values off .. off + 31) for i < mr."""
+    cdef int8_t wq[32]           # (VX_QK,)
+    cdef float wd, wm
+    cdef int i
+    b32x_decode(fmt, blk, 0, wq, &wd, &wm)
+    for i in range(mr):
+        dots[i] = dot32_i8(wq, xq[i] + off)
+
+
+cdef inline void b32x_scales(int fmt, const uint8_t *blk, float *wd, float *wm) noexcept nogil:
+    """A q5_0 / q5_1 / iq4_nl block's d (and q5_1's m; 0 for the others)."""
+    cdef vx_f16 h
+    memcpy(&h, blk, 2)
+    wd[0] = vx_f16_to_f32(h)
+    wm[0] = 0.0
+    if fmt == VX_Q5_1:
+        memcpy(&h, blk + 2, 2)
+        wm[0] = vx_f16_to_f32(h)
+
+
 cdef void gemm_b32x(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                     const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . q5_0 / q5_1 / iq4_nl weight rows w: act rows in groups of up to 4,
-    each weight block widened once per group."""
+    """y (m, n) = act rows a . q5_0 / q5_1 / iq4_nl weight rows w: act rows in groups of up to 4, each
+    weight block unpacked once per group (the tier's b32x_block_dots)."""
     cdef int64_t nb = K // VX_QK
+    cdef int bsz = b32x_block_bytes(fmt)
     cdef int64_t i0, r, b
     cdef int mr, i
     cdef const int8_t *xq[4]     # (mr, K)
     cdef const float *ds[4]      # (mr, K/32, 2)
-    cdef const uint8_t *row
+    cdef const uint8_t *blk
     cdef float acc[4]            # (mr,)
-    cdef int8_t wq[32]           # (VX_QK,)
+    cdef int32_t dots[4]         # (mr,)
     cdef float wd, wm
     for i0 in range(0, m, 4):
         mr = <int>(m - i0 if m - i0 < 4 else 4)
@@ -91,13 +114,14 @@ cdef void gemm_b32x(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int6
             xq[i] = <const int8_t *>a + (i0 + i) * a_stride
             ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
         for r in range(n):
-            row = w + r * w_stride
             for i in range(4):
                 acc[i] = 0.0
             for b in range(nb):
-                b32x_decode(fmt, row, b, wq, &wd, &wm)
+                blk = w + r * w_stride + b * bsz
+                b32x_block_dots(fmt, blk, xq, b * VX_QK, mr, dots)
+                b32x_scales(fmt, blk, &wd, &wm)
                 for i in range(mr):
-                    acc[i] += wd * ds[i][2 * b] * <float>dot32_i8(wq, xq[i] + b * VX_QK) + wm * ds[i][2 * b + 1]
+                    acc[i] += wd * ds[i][2 * b] * <float>dots[i] + wm * ds[i][2 * b + 1]
             for i in range(mr):
                 y[(i0 + i) * ldy + r] = acc[i]
 

@@ -1,7 +1,8 @@
 # The generic tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies): the portable
 # kernels, plain C loops (the compiler may still vectorise what it can prove independent).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
-from volvox._kernels.vx cimport VX_QK, vx_block_q4_K, vx_block_q6_K, vx_f16, vx_table
+from volvox._kernels.vx cimport (
+    VX_QK, vx_block_q2_K, vx_block_q3_K, vx_block_q4_K, vx_block_q5_K, vx_block_q6_K, vx_f16, vx_table)
 
 include "../gemv_counts.pxi"
 
@@ -44,6 +45,29 @@ cdef inline int32_t q4k_block_dot(const vx_block_q4_K *blk, const uint8_t *sc, c
 cdef inline int32_t q6k_block_dot(const vx_block_q6_K *blk, const int8_t *q8) noexcept nogil:
     """Integer part of one q6_K super-block (portable)."""
     return q6k_block_dot_ref(blk, q8)
+
+
+cdef inline int32_t q2k_block_dot(const vx_block_q2_K *blk, const int8_t *q8) noexcept nogil:
+    """Integer part of one q2_K super-block (portable)."""
+    return q2k_block_dot_ref(blk, q8)
+
+
+cdef inline int32_t q3k_block_dot(const vx_block_q3_K *blk, const int8_t *sc, const int8_t *q8) noexcept nogil:
+    """Integer part of one q3_K super-block (portable)."""
+    return q3k_block_dot_ref(blk, sc, q8)
+
+
+cdef inline int32_t q5k_block_dot(const vx_block_q5_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
+    """Integer part of one q5_K super-block (portable)."""
+    return q5k_block_dot_ref(blk, sc, q8)
+
+
+cdef inline void b32x_block_dots(int fmt, const uint8_t *blk, const int8_t **xq, int64_t off, int mr,
+                                 int32_t *dots) noexcept nogil:
+    """q5_0 / q5_1 / iq4_nl block dots (portable)."""
+    b32x_block_dots_ref(fmt, blk, xq, off, mr, dots)
+
+
 
 
 cdef inline void gemm_float(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,

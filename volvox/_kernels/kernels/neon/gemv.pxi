@@ -9,8 +9,8 @@
 # applies each block's scales lane by lane as the portable kernel does per weight row.
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
-    vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
+    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0,
+    vx_block_q4_1, vx_block_q4_K, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
 
 include "../gemv_counts.pxi"
 
@@ -171,6 +171,29 @@ cdef inline int32_t q6k_block_dot(const vx_block_q6_K *blk, const int8_t *q8) no
             acc = vaddq_s32(acc, q6_group(q3, x + 64 + 16 * g, sc[g + 4]))
             acc = vaddq_s32(acc, q6_group(q4, x + 96 + 16 * g, sc[g + 6]))
     return vaddvq_s32(acc)
+
+
+cdef inline int32_t q2k_block_dot(const vx_block_q2_K *blk, const int8_t *q8) noexcept nogil:
+    """Integer part of one q2_K super-block (portable)."""
+    return q2k_block_dot_ref(blk, q8)
+
+
+cdef inline int32_t q3k_block_dot(const vx_block_q3_K *blk, const int8_t *sc, const int8_t *q8) noexcept nogil:
+    """Integer part of one q3_K super-block (portable)."""
+    return q3k_block_dot_ref(blk, sc, q8)
+
+
+cdef inline int32_t q5k_block_dot(const vx_block_q5_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
+    """Integer part of one q5_K super-block (portable)."""
+    return q5k_block_dot_ref(blk, sc, q8)
+
+
+cdef inline void b32x_block_dots(int fmt, const uint8_t *blk, const int8_t **xq, int64_t off, int mr,
+                                 int32_t *dots) noexcept nogil:
+    """q5_0 / q5_1 / iq4_nl block dots (portable)."""
+    b32x_block_dots_ref(fmt, blk, xq, off, mr, dots)
+
+
 
 
 # ------------------------------------------------------------------------------------------------
