@@ -74,7 +74,8 @@ def make_qkx2_quants(x, weights, nmax, rmin, rdelta, nstep, use_mad):
             diff = np.abs(diff) if use_mad else diff * diff
             best = best + weights[:, i] * diff
         for step in range(nstep + 1):
-            iscale = ((F(rmin) + F(rdelta) * F(step) + F(nmax)) / span).astype(F)
+            # min is the best fit so far: each step scales from it (as ggml does)
+            iscale = ((F(rmin) + F(rdelta) * F(step) + F(nmax)) / (mx - mn)).astype(F)
             laux = np.clip(nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax)
             lf = laux.astype(F)
             sum_l = np.zeros(g, F)
