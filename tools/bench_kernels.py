@@ -75,8 +75,10 @@ TYPE_GEMV = [("ffn_down", 576, 1536), ("wide", 4096, 1536)]
 
 def bench_types(threads: int, min_time: float, qtypes: list[str]) -> None:
     """M=1 linear for each weight type: weight bytes streamed per second, and that against q4_1's
-    (the issue's yardstick: each k-quant within 10% of q4_1's bytes/s). The weights are 64 rows
-    quantized by quantize_ref and tiled to N rows (valid blocks; the speed does not depend on them)."""
+    (the yardstick: each k-quant within 10% of q4_1's bytes/s). The weights are 64 rows quantized
+    by quantize_ref and tiled to N rows (valid blocks; the speed does not depend on them), read-only
+    as a model's mapped weights are, so that every type takes the path it takes in a decode step
+    (q4_0 / q4_1 / q8_0: the tier's interleaved layout, packed once and cached)."""
     from volvox import cpu as K
     from volvox.ir.quant_blocks import QuantTensor, quantize_ref
 
@@ -89,7 +91,9 @@ def bench_types(threads: int, min_time: float, qtypes: list[str]) -> None:
         base = None
         for qtype in ["q4_1"] + [q for q in qtypes if q != "q4_1"]:
             seed = quantize_ref(rng.standard_normal((64, k)).astype(np.float32), qtype)
-            qt = QuantTensor(np.tile(seed.data, (n // 64, 1)), qtype, (n, k))      # (N, row bytes)
+            data = np.tile(seed.data, (n // 64, 1))                                # (N, row bytes)
+            data.flags.writeable = False
+            qt = QuantTensor(data, qtype, (n, k))
             tv = timeit(lambda: K.linear(x, qt, out=out), min_time)
             rate = qt.nbytes / tv / 1e9
             base = rate if base is None else base
