@@ -138,7 +138,7 @@ def test_activation_rows_are_ggml_s(qtype):
 
 @pytest.mark.parametrize("qtype", NEW_QTYPES)
 @pytest.mark.parametrize("m", [1, 3, 6])
-def test_linear_matches_float64_reference(tier, qtype, m):
+def test_linear_matches_float64_reference(tier, threads, qtype, m):
     rng = np.random.default_rng(m)
     qt = random_blocks(rng, qtype, 19, cols_of(qtype))
     x = rng.standard_normal((m, qt.shape[1])).astype(np.float32)
