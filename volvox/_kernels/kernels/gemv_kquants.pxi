@@ -9,8 +9,7 @@
 #   q3_K: xd * d * sum_g (sc_g - 32) dot_g                          sc_g: 6-bit scale
 #   q5_K: xd * (d * sum_j sc_j dot_j - dmin * sum_j mn_j bsum_j)    get_scale_min_k4, as q4_K
 # (xd the act row's d, bsum the act row's sums of 16; q3_K's dots take q + 4 (0..7), minus 4 sc bsum).
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memcpy
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q5_K, VX_QK_K, vx_block_q2_K, vx_block_q3_K, vx_block_q5_K, vx_table)
 

@@ -234,7 +234,7 @@ cdef inline int32_t q6k_block_dot(const vx_block_q6_K *blk, const int8_t *q8) no
     return hsum_epi32_256(acc)
 
 
-cdef inline __m256i crumbs(__m256i q, int s) noexcept nogil:
+cdef inline __m256i two_bits(__m256i q, int s) noexcept nogil:
     """Bits 2s .. 2s+1 of each byte of q (s a constant once the callers' loops are unrolled)."""
     cdef __m256i m3 = _mm256_set1_epi8(3)
     if s == 0:
@@ -262,7 +262,7 @@ cdef inline int32_t q2k_block_dot(const vx_block_q2_K *blk, const int8_t *q8) no
         for s in range(4):
             g = 8 * h + 2 * s
             acc = _mm256_add_epi32(acc, dot_u8s8_scaled(
-                crumbs(q, s), _mm256_loadu_si256(<const void *>(q8 + 16 * g)),
+                two_bits(q, s), _mm256_loadu_si256(<const void *>(q8 + 16 * g)),
                 blk.scales[g] & 0x0F, blk.scales[g + 1] & 0x0F))
     return hsum_epi32_256(acc)
 
@@ -278,7 +278,7 @@ cdef inline int32_t q3k_block_dot(const vx_block_q3_K *blk, const int8_t *sc, co
         for s in range(4):
             j = 4 * h + s
             acc = _mm256_add_epi32(acc, dot_u8s8_scaled(
-                _mm256_or_si256(crumbs(q, s), bit_as(hm, j, 4)),
+                _mm256_or_si256(two_bits(q, s), bit_as(hm, j, 4)),
                 _mm256_loadu_si256(<const void *>(q8 + 32 * j)), sc[2 * j], sc[2 * j + 1]))
     return hsum_epi32_256(acc)
 
