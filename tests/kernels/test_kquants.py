@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from volvox import cpu as K
+from volvox.errors import ShapeError
 from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, dequantize_ref, quantize_ref
 
 gguf = pytest.importorskip("gguf")
@@ -81,6 +82,15 @@ def test_quantize_ref_equals_gguf(qtype, shape):
     bound = np.abs(b).max(-1) / 16 if qtype == "q5_0" else (b.max(-1) - b.min(-1)) / 31 / 2
     err = np.abs(dequantize_ref(qt) - x).reshape(b.shape).max(-1)
     assert np.all(err <= bound * 1.01 + 1e-6)
+
+
+def test_rows_of_partial_blocks_are_refused():
+    with pytest.raises(ShapeError):
+        QuantTensor(np.zeros((2, 84), np.uint8), "q2_k", (2, 288))         # 288 is not 256 k
+    with pytest.raises(ShapeError):
+        quantize_ref(np.zeros((2, 288), np.float32), "q5_k")
+    with pytest.raises(ShapeError):
+        quantize_ref(np.zeros((2, 48), np.float32), "iq4_nl")
 
 
 # -------------------------------------------------------------------------- kernels
