@@ -2,13 +2,12 @@
 # kernels/tier.pxi after kernels/gemv.pxi, whose helpers they use).
 #
 # Each block's 32 weights are unpacked to int8 and multiplied with the act row's int8 block (the
-# tier's b32x_block_dots: the x86 tiers' in kernels/avx2/gemv_x86.pxi, the portable
-# b32x_block_dots_ref below). The act rows are the ones q4_0 / q4_1 take: q5_0 and iq4_nl pair with
+# tier's b32x_row: the x86 tiers' in kernels/avx2/gemv_x86.pxi, the portable b32x_row_ref below). The act rows are the ones q4_0 / q4_1 take: q5_0 and iq4_nl pair with
 # ggml's q8_0, q5_1 with ggml's q8_1. Every block contributes
 #     wd * dx * dot(wq, xq) + wm * sx
 # where q5_0: wq = q - 16 (-16..15), wm = 0; q5_1: wq = q (0..31), wm = m; iq4_nl: wq = the level
-# (-127..113), wm = 0, and one float per block and act row is summed in block order (ggml's
-# generic order).
+# (-127..113), wm = 0. The portable tiers sum one float per block and act row in block order (ggml's
+# generic order); the x86 tiers keep 8 float lanes per act row (ggml's AVX2 order).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
@@ -72,17 +71,6 @@ cdef inline int32_t dot32_i8(const int8_t *w, const int8_t *x) noexcept nogil:
     return s
 
 
-cdef inline void b32x_block_dots_ref(int fmt, const uint8_t *blk, const int8_t **xq, int64_t off, int mr,
-                                     int32_t *dots) noexcept nogil:
-    """dots[i] = dot(the block's 32 int8 weights, act row i's values off .. off + 31) for i < mr."""
-    cdef int8_t wq[32]           # (VX_QK,)
-    cdef float wd, wm
-    cdef int i
-    b32x_decode(fmt, blk, 0, wq, &wd, &wm)
-    for i in range(mr):
-        dots[i] = dot32_i8(wq, xq[i] + off)
-
-
 cdef inline void b32x_scales(int fmt, const uint8_t *blk, float *wd, float *wm) noexcept nogil:
     """A q5_0 / q5_1 / iq4_nl block's d (and q5_1's m; 0 for the others)."""
     cdef vx_f16 h
@@ -94,36 +82,54 @@ cdef inline void b32x_scales(int fmt, const uint8_t *blk, float *wd, float *wm) 
         wm[0] = vx_f16_to_f32(h)
 
 
+cdef inline void b32x_row_ref(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
+                              const float **ds, float *out) noexcept nogil:
+    """Portable: out[i] = dot(the q5_0 / q5_1 / iq4_nl weight row, act row i) for i < MR, each block
+    widened once, one float per block and act row summed in block order."""
+    cdef int MR = sizeof(act_rows)
+    cdef int64_t nb = K // VX_QK
+    cdef int64_t b
+    cdef int i
+    cdef int8_t wq[32]           # (VX_QK,)
+    cdef float acc[4]            # (MR,)
+    cdef float wd, wm
+    for i in range(4):
+        acc[i] = 0.0
+    for b in range(nb):
+        b32x_decode(fmt, row, b, wq, &wd, &wm)
+        for i in range(MR):
+            acc[i] += wd * ds[i][2 * b] * <float>dot32_i8(wq, xq[i] + b * VX_QK) + wm * ds[i][2 * b + 1]
+    for i in range(MR):
+        out[i] = acc[i]
+
+
 cdef void gemm_b32x(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                     const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . q5_0 / q5_1 / iq4_nl weight rows w: act rows in groups of up to 4, each
-    weight block unpacked once per group (the tier's b32x_block_dots)."""
-    cdef int64_t nb = K // VX_QK
-    cdef int bsz = b32x_block_bytes(fmt)
-    cdef int64_t i0, r, b
+    weight row read once per group (the tier's b32x_row)."""
+    cdef int64_t i0, r
     cdef int mr, i
     cdef const int8_t *xq[4]     # (mr, K)
     cdef const float *ds[4]      # (mr, K/32, 2)
-    cdef const uint8_t *blk
-    cdef float acc[4]            # (mr,)
-    cdef int32_t dots[4]         # (mr,)
-    cdef float wd, wm
+    cdef const uint8_t *row
+    cdef float out[4]            # (mr,)
     for i0 in range(0, m, 4):
         mr = <int>(m - i0 if m - i0 < 4 else 4)
         for i in range(mr):
             xq[i] = <const int8_t *>a + (i0 + i) * a_stride
             ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
         for r in range(n):
-            for i in range(4):
-                acc[i] = 0.0
-            for b in range(nb):
-                blk = w + r * w_stride + b * bsz
-                b32x_block_dots(fmt, blk, xq, b * VX_QK, mr, dots)
-                b32x_scales(fmt, blk, &wd, &wm)
-                for i in range(mr):
-                    acc[i] += wd * ds[i][2 * b] * <float>dots[i] + wm * ds[i][2 * b + 1]
+            row = w + r * w_stride
+            if mr == 1:
+                b32x_row(<const count_1 *>NULL, fmt, K, row, xq, ds, out)
+            elif mr == 2:
+                b32x_row(<const count_2 *>NULL, fmt, K, row, xq, ds, out)
+            elif mr == 3:
+                b32x_row(<const count_3 *>NULL, fmt, K, row, xq, ds, out)
+            else:
+                b32x_row(<const count_4 *>NULL, fmt, K, row, xq, ds, out)
             for i in range(mr):
-                y[(i0 + i) * ldy + r] = acc[i]
+                y[(i0 + i) * ldy + r] = out[i]
 
 
 cdef void gemm_q5_0(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a, int64_t as_,

@@ -325,27 +325,51 @@ cdef inline __m256i bits_32(const uint8_t *qh) noexcept nogil:
     return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1))
 
 
-cdef inline void b32x_block_dots(int fmt, const uint8_t *blk, const int8_t **xq, int64_t off, int mr,
-                                 int32_t *dots) noexcept nogil:
-    """dots[i] = dot(the block's 32 int8 weights (q5_0: q - 16, q5_1: q, iq4_nl: its level), act row i's
-    values off .. off + 31) for i < mr."""
-    cdef __m256i w, u, s
-    cdef int i
+cdef inline __m256i b32x_weights(int fmt, const uint8_t *blk) noexcept nogil:
+    """The block's 32 weights as int8 lanes: q5_0: q - 16, q5_1: q, iq4_nl: its level."""
     if fmt == VX_IQ4_NL:
-        w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS)),
-                                nibbles_32(blk + 2))
-    elif fmt == VX_Q5_0:    # nibble | 0xF0 (= nibble - 16) where the fifth bit is clear
-        w = _mm256_or_si256(nibbles_32(blk + 6), _mm256_andnot_si256(bits_32(blk + 2), _mm256_set1_epi8(<char>0xF0)))
-    else:
-        w = _mm256_or_si256(nibbles_32(blk + 8), _mm256_and_si256(bits_32(blk + 4), _mm256_set1_epi8(0x10)))
-    if fmt == VX_Q5_1:      # unsigned weights: u8 x s8 as they are
-        for i in range(mr):
-            dots[i] = hsum_epi32_256(dot_u8s8_256(w, _mm256_loadu_si256(<const void *>(xq[i] + off))))
-        return
-    u = _mm256_sign_epi8(w, w)  # |w|, and x takes w's sign
-    for i in range(mr):
-        s = _mm256_sign_epi8(_mm256_loadu_si256(<const void *>(xq[i] + off)), w)
-        dots[i] = hsum_epi32_256(dot_u8s8_256(u, s))
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS)),
+                                   nibbles_32(blk + 2))
+    if fmt == VX_Q5_0:      # nibble | 0xF0 (= nibble - 16) where the fifth bit is clear
+        return _mm256_or_si256(nibbles_32(blk + 6),
+                               _mm256_andnot_si256(bits_32(blk + 2), _mm256_set1_epi8(<char>0xF0)))
+    return _mm256_or_si256(nibbles_32(blk + 8), _mm256_and_si256(bits_32(blk + 4), _mm256_set1_epi8(0x10)))
+
+
+cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
+                          const float **ds, float *out) noexcept nogil:
+    """out[i] = dot(the q5_0 / q5_1 / iq4_nl weight row, act row i) for i < MR, as ggml's AVX2 kernels:
+    per block the 32 products in 8 int32 lanes (u8 x s8, signed weights through the sign trick) times
+    wd * dx into 8 float lanes, q5_1's wm * sx summed aside; then the lanes summed (hsum_ps256)."""
+    cdef int MR = sizeof(act_rows)
+    cdef int64_t nb = K // VX_QK
+    cdef int bsz = b32x_block_bytes(fmt)
+    cdef __m256 acc[4]           # (MR,) 8 float lanes
+    cdef float summ[4]           # (MR,) q5_1's m terms
+    cdef const uint8_t *blk
+    cdef __m256i w, u
+    cdef float wd, wm
+    cdef int64_t b
+    cdef int i
+    for i in range(MR):
+        acc[i] = _mm256_setzero_ps()
+        summ[i] = 0.0
+    for b in range(nb):
+        blk = row + b * bsz
+        w = b32x_weights(fmt, blk)
+        b32x_scales(fmt, blk, &wd, &wm)
+        if fmt == VX_Q5_1:  # unsigned weights: u8 x s8 as they are
+            for i in range(MR):
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), _mm256_cvtepi32_ps(
+                    dot_u8s8_256(w, _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))), acc[i])
+                summ[i] += wm * ds[i][2 * b + 1]
+        else:
+            u = _mm256_sign_epi8(w, w)  # |w|, and x takes w's sign
+            for i in range(MR):
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), _mm256_cvtepi32_ps(dot_u8s8_256(
+                    u, _mm256_sign_epi8(_mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)), w))), acc[i])
+    for i in range(MR):
+        out[i] = hsum_ps256(acc[i]) + summ[i]
 
 
 # ------------------------------------------------------------------------------------------------

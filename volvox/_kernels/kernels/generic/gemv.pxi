@@ -62,12 +62,10 @@ cdef inline int32_t q5k_block_dot(const vx_block_q5_K *blk, const uint8_t *sc, c
     return q5k_block_dot_ref(blk, sc, q8)
 
 
-cdef inline void b32x_block_dots(int fmt, const uint8_t *blk, const int8_t **xq, int64_t off, int mr,
-                                 int32_t *dots) noexcept nogil:
-    """q5_0 / q5_1 / iq4_nl block dots (portable)."""
-    b32x_block_dots_ref(fmt, blk, xq, off, mr, dots)
-
-
+cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
+                          const float **ds, float *out) noexcept nogil:
+    """q5_0 / q5_1 / iq4_nl weight row against MR act rows (portable)."""
+    b32x_row_ref(MR_, fmt, K, row, xq, ds, out)
 
 
 cdef inline void gemm_float(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
