@@ -9,7 +9,8 @@
 #   q3_K: xd * d * sum_g (sc_g - 32) dot_g                          sc_g: 6-bit scale
 #   q5_K: xd * (d * sum_j sc_j dot_j - dmin * sum_j mn_j bsum_j)    get_scale_min_k4, as q4_K
 # (xd the act row's d, bsum the act row's sums of 16; q3_K's dots take q + 4 (0..7), minus 4 sc bsum).
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q5_K, VX_QK_K, vx_block_q2_K, vx_block_q3_K, vx_block_q5_K, vx_table)
 
@@ -26,11 +27,20 @@ cdef inline void q2k_widen(const vx_block_q2_K *blk, int8_t *q) noexcept nogil:
 
 cdef inline void q3k_scales(const uint8_t *packed, int8_t *sc) noexcept nogil:
     """sc (16,) = q3_K's 6-bit scales minus 32: scale i's low 4 bits are the low (i < 8) or high
-    nibble of packed[i % 8], its top 2 bits bits 2 (i // 4) .. +1 of packed[8 + i % 4]."""
+    nibble of packed[i % 8], its top 2 bits bits 2 (i // 4) .. +1 of packed[8 + i % 4] (ggml's
+    32-bit shuffle of the 12 bytes, little-endian)."""
+    cdef uint32_t aux[4]         # (4,) scales 4 j .. 4 j + 3 in aux[j], one per byte
+    cdef uint32_t tmp
     cdef int i
+    memcpy(aux, packed, 12)
+    tmp = aux[2]
+    aux[2] = ((aux[0] >> 4) & <uint32_t>0x0F0F0F0F) | (((tmp >> 4) & <uint32_t>0x03030303) << 4)
+    aux[3] = ((aux[1] >> 4) & <uint32_t>0x0F0F0F0F) | (((tmp >> 6) & <uint32_t>0x03030303) << 4)
+    aux[0] = (aux[0] & <uint32_t>0x0F0F0F0F) | (((tmp >> 0) & <uint32_t>0x03030303) << 4)
+    aux[1] = (aux[1] & <uint32_t>0x0F0F0F0F) | (((tmp >> 2) & <uint32_t>0x03030303) << 4)
+    memcpy(sc, aux, 16)
     for i in range(16):
-        sc[i] = <int8_t>((((packed[i % 8] >> (4 * (i // 8))) & 0x0F)
-                          | (((packed[8 + i % 4] >> (2 * (i // 4))) & 3) << 4)) - 32)
+        sc[i] = <int8_t>(sc[i] - 32)
 
 
 cdef inline void q3k_widen(const vx_block_q3_K *blk, int8_t *q) noexcept nogil:
