@@ -1,10 +1,10 @@
 # gemv kernels for the k-quants beyond q4_K / q6_K: q2_K, q3_K and q5_K against ggml's q8_K act rows
 # (included by kernels/tier.pxi after kernels/gemv.pxi, whose q8_K helpers they use).
 #
-# The integer part of a super-block is the tier's q2k_block_dot / q3k_block_dot / q5k_block_dot (the
-# x86 tiers' in kernels/avx2/gemv_x86.pxi; the portable *_ref below widen the block to int8 in
-# scratch first): int8 dots per group of 16 (q2_K, q3_K) or sub-block of 32 (q5_K) times the group
-# scales. The group mins and the super-block scales come after, in float:
+# A weight row against up to 4 act rows is the tier's kq_row (the x86 tiers' in kernels/avx2/gemv_x86.pxi,
+# the portable kq_row_ref below, whose block dots widen the block to int8 in scratch first): int8
+# dots per group of 16 (q2_K, q3_K) or sub-block of 32 (q5_K) times the group scales, then the group
+# mins and the super-block scales in float:
 #   q2_K: xd * (d * sum_g sc_g dot_g - dmin * sum_g mn_g bsum_g)   sc_g, mn_g: 4-bit scale, min
 #   q3_K: xd * d * sum_g (sc_g - 32) dot_g                          sc_g: 6-bit scale
 #   q5_K: xd * (d * sum_j sc_j dot_j - dmin * sum_j mn_j bsum_j)    get_scale_min_k4, as q4_K
@@ -109,11 +109,10 @@ cdef inline int32_t q5k_block_dot_ref(const vx_block_q5_K *blk, const uint8_t *s
     return sumi
 
 
-cdef inline float kq_block_dot(int fmt, const uint8_t *blk, const int8_t *xq, float xd,
-                               const int32_t *bsums) noexcept nogil:
+cdef inline float kq_block_dot_ref(int fmt, const uint8_t *blk, const int8_t *xq, float xd,
+                                   const int32_t *bsums) noexcept nogil:
     """One q2_K / q3_K / q5_K super-block against 256 q8_K act values (xd, bsums: their scale and
-    sums of 16), the float result as the module comment writes it; the integer part is the tier's
-    q*k_block_dot."""
+    sums of 16), the float result as the module comment writes it (portable)."""
     cdef int8_t sc3[16]          # (16,) q3_K scales
     cdef uint8_t sc[8]           # (8,) q5_K scales
     cdef uint8_t mn[8]           # (8,) q5_K mins
@@ -126,20 +125,20 @@ cdef inline float kq_block_dot(int fmt, const uint8_t *blk, const int8_t *xq, fl
         b2 = <const vx_block_q2_K *>blk
         for g in range(16):
             summ += (b2.scales[g] >> 4) * bsums[g]
-        sumi = q2k_block_dot(b2, xq)
+        sumi = q2k_block_dot_ref(b2, xq)
         return xd * vx_f16_to_f32(b2.d) * <float>sumi - xd * vx_f16_to_f32(b2.dmin) * <float>summ
     if fmt == VX_Q3_K:
         b3 = <const vx_block_q3_K *>blk
         q3k_scales(b3.scales, sc3)
         for g in range(16):
             summ += sc3[g] * bsums[g]
-        sumi = q3k_block_dot(b3, sc3, xq) - 4 * summ
+        sumi = q3k_block_dot_ref(b3, sc3, xq) - 4 * summ
         return xd * vx_f16_to_f32(b3.d) * <float>sumi
     b5 = <const vx_block_q5_K *>blk
     q4k_scales(b5.scales, sc, mn)
     for g in range(8):
         summ += mn[g] * (bsums[2 * g] + bsums[2 * g + 1])
-    sumi = q5k_block_dot(b5, sc, xq)
+    sumi = q5k_block_dot_ref(b5, sc, xq)
     return xd * (vx_f16_to_f32(b5.d) * <float>sumi - vx_f16_to_f32(b5.dmin) * <float>summ)
 
 
@@ -148,17 +147,34 @@ cdef inline int kq_block_bytes(int fmt) noexcept nogil:
     return 84 if fmt == VX_Q2_K else (110 if fmt == VX_Q3_K else 176)
 
 
-cdef void gemm_kq(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
-                  int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = q8_K act rows a . q2_K / q3_K / q5_K weight rows w, act rows in groups of up to 4
-    against every weight row; one float per super-block and act row, summed in order (ggml's
-    generic order)."""
+cdef inline void kq_row_ref(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const vx_actK *x,
+                            float *out) noexcept nogil:
+    """Portable: out[i] = dot(the q2_K / q3_K / q5_K weight row, act row i) for i < MR, one float
+    per super-block and act row summed in order (ggml's generic order)."""
+    cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK_K
     cdef int bsz = kq_block_bytes(fmt)
-    cdef int64_t i0, r, b
+    cdef float acc[4]            # (MR,)
+    cdef int64_t b
+    cdef int i
+    for i in range(4):
+        acc[i] = 0.0
+    for b in range(nb):
+        for i in range(MR):
+            acc[i] += kq_block_dot_ref(fmt, row + b * bsz, x[i].qs + VX_QK_K * b, x[i].d[b],
+                                       x[i].bsums + 16 * b)
+    for i in range(MR):
+        out[i] = acc[i]
+
+
+cdef void gemm_kq(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
+                  int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . q2_K / q3_K / q5_K weight rows w: act rows in groups of up to 4,
+    each weight row read once per group (the tier's kq_row)."""
+    cdef int64_t i0, r
     cdef int mr, i
     cdef vx_actK x[4]            # (mr,) act rows
-    cdef float acc[4]            # (mr,)
+    cdef float out[4]            # (mr,)
     cdef const uint8_t *row
     for i0 in range(0, m, 4):
         mr = <int>(m - i0 if m - i0 < 4 else 4)
@@ -166,14 +182,16 @@ cdef void gemm_kq(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_
             x[i] = actK_row(a, a_stride, i0 + i, K)
         for r in range(n):
             row = w + r * w_stride
-            for i in range(4):
-                acc[i] = 0.0
-            for b in range(nb):
-                for i in range(mr):
-                    acc[i] += kq_block_dot(fmt, row + b * bsz, x[i].qs + VX_QK_K * b, x[i].d[b],
-                                           x[i].bsums + 16 * b)
+            if mr == 1:
+                kq_row(<const count_1 *>NULL, fmt, K, row, x, out)
+            elif mr == 2:
+                kq_row(<const count_2 *>NULL, fmt, K, row, x, out)
+            elif mr == 3:
+                kq_row(<const count_3 *>NULL, fmt, K, row, x, out)
+            else:
+                kq_row(<const count_4 *>NULL, fmt, K, row, x, out)
             for i in range(mr):
-                y[(i0 + i) * ldy + r] = acc[i]
+                y[(i0 + i) * ldy + r] = out[i]
 
 
 cdef void gemm_q2_K(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const void *a, int64_t as_,

@@ -252,8 +252,8 @@ cdef inline __m256i bit_as(__m256i bits, int j, char value) noexcept nogil:
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bits, m), m), _mm256_set1_epi8(value))
 
 
-cdef inline int32_t q2k_block_dot(const vx_block_q2_K *blk, const int8_t *q8) noexcept nogil:
-    """sum over the 16 groups of 16 of (4-bit scale) * dot(q2 (0..3), q8) (before d, dmin)."""
+cdef inline __m256i q2k_block_lanes(const vx_block_q2_K *blk, const int8_t *q8) noexcept nogil:
+    """8 int32 lanes summing to: over the 16 groups of 16, (4-bit scale) * dot(q2 (0..3), q8)."""
     cdef __m256i acc = _mm256_setzero_si256()
     cdef __m256i q
     cdef int h, s, g
@@ -264,11 +264,11 @@ cdef inline int32_t q2k_block_dot(const vx_block_q2_K *blk, const int8_t *q8) no
             acc = _mm256_add_epi32(acc, dot_u8s8_scaled(
                 two_bits(q, s), _mm256_loadu_si256(<const void *>(q8 + 16 * g)),
                 blk.scales[g] & 0x0F, blk.scales[g + 1] & 0x0F))
-    return hsum_epi32_256(acc)
+    return acc
 
 
-cdef inline int32_t q3k_block_dot(const vx_block_q3_K *blk, const int8_t *sc, const int8_t *q8) noexcept nogil:
-    """sum over the 16 groups of 16 of sc * dot(q3 + 4 (0..7), q8) (before - 4 sc bsum, d)."""
+cdef inline __m256i q3k_block_lanes(const vx_block_q3_K *blk, const int8_t *sc, const int8_t *q8) noexcept nogil:
+    """8 int32 lanes summing to: over the 16 groups of 16, sc * dot(q3 + 4 (0..7), q8)."""
     cdef __m256i hm = _mm256_loadu_si256(<const void *>blk.hmask)
     cdef __m256i acc = _mm256_setzero_si256()
     cdef __m256i q
@@ -280,11 +280,11 @@ cdef inline int32_t q3k_block_dot(const vx_block_q3_K *blk, const int8_t *sc, co
             acc = _mm256_add_epi32(acc, dot_u8s8_scaled(
                 _mm256_or_si256(two_bits(q, s), bit_as(hm, j, 4)),
                 _mm256_loadu_si256(<const void *>(q8 + 32 * j)), sc[2 * j], sc[2 * j + 1]))
-    return hsum_epi32_256(acc)
+    return acc
 
 
-cdef inline int32_t q5k_block_dot(const vx_block_q5_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
-    """sum over the 8 sub-blocks of 32 of sc * dot(q5 (0..31), q8) (before d, dmin)."""
+cdef inline __m256i q5k_block_lanes(const vx_block_q5_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
+    """8 int32 lanes summing to: over the 8 sub-blocks of 32, sc * dot(q5 (0..31), q8)."""
     cdef __m256i m4 = _mm256_set1_epi8(0x0F)
     cdef __m256i hm = _mm256_loadu_si256(<const void *>blk.qh)
     cdef __m256i acc = _mm256_setzero_si256()
@@ -298,7 +298,72 @@ cdef inline int32_t q5k_block_dot(const vx_block_q5_K *blk, const uint8_t *sc, c
                                                     sc[2 * p], sc[2 * p]))
         acc = _mm256_add_epi32(acc, dot_u8s8_scaled(hi, _mm256_loadu_si256(<const void *>(q8 + 64 * p + 32)),
                                                     sc[2 * p + 1], sc[2 * p + 1]))
-    return hsum_epi32_256(acc)
+    return acc
+
+
+cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const vx_actK *x,
+                        float *out) noexcept nogil:
+    """out[i] = dot(the q2_K / q3_K / q5_K weight row, act row i) for i < MR, as ggml's AVX2 kernels: per
+    super-block the integer lanes times xd * d into 8 float lanes, the mins' part (q3_K: its - 4 sc bsum)
+    summed aside; then the lanes summed (hsum_ps256) less that part."""
+    cdef int MR = sizeof(act_rows)
+    cdef int64_t nb = K // VX_QK_K
+    cdef int bsz = kq_block_bytes(fmt)
+    cdef __m256 acc[4]           # (MR,) 8 float lanes
+    cdef float accm[4]           # (MR,) the subtracted part
+    cdef int8_t sc3[16]          # (16,) q3_K scales
+    cdef uint8_t sc[8]           # (8,) q5_K scales
+    cdef uint8_t mn[8]           # (8,) q5_K mins
+    cdef const uint8_t *blk
+    cdef const vx_block_q2_K *b2
+    cdef const vx_block_q3_K *b3
+    cdef const vx_block_q5_K *b5
+    cdef const int32_t *bs
+    cdef __m256i lanes
+    cdef float d, dmin, xd
+    cdef int32_t summ
+    cdef int64_t b
+    cdef int i, g
+    for i in range(MR):
+        acc[i] = _mm256_setzero_ps()
+        accm[i] = 0.0
+    for b in range(nb):
+        blk = row + b * bsz
+        if fmt == VX_Q2_K:
+            b2 = <const vx_block_q2_K *>blk
+            d = vx_f16_to_f32(b2.d)
+            dmin = vx_f16_to_f32(b2.dmin)
+        elif fmt == VX_Q3_K:
+            b3 = <const vx_block_q3_K *>blk
+            q3k_scales(b3.scales, sc3)
+            d = vx_f16_to_f32(b3.d)
+        else:
+            b5 = <const vx_block_q5_K *>blk
+            q4k_scales(b5.scales, sc, mn)
+            d = vx_f16_to_f32(b5.d)
+            dmin = vx_f16_to_f32(b5.dmin)
+        for i in range(MR):
+            xd = x[i].d[b]
+            bs = x[i].bsums + 16 * b
+            summ = 0
+            if fmt == VX_Q2_K:
+                lanes = q2k_block_lanes(b2, x[i].qs + VX_QK_K * b)
+                for g in range(16):
+                    summ += (b2.scales[g] >> 4) * bs[g]
+                accm[i] += xd * dmin * <float>summ
+            elif fmt == VX_Q3_K:
+                lanes = q3k_block_lanes(b3, sc3, x[i].qs + VX_QK_K * b)
+                for g in range(16):
+                    summ += sc3[g] * bs[g]
+                accm[i] += xd * d * <float>(4 * summ)
+            else:
+                lanes = q5k_block_lanes(b5, sc, x[i].qs + VX_QK_K * b)
+                for g in range(8):
+                    summ += mn[g] * (bs[2 * g] + bs[2 * g + 1])
+                accm[i] += xd * dmin * <float>summ
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(lanes), acc[i])
+    for i in range(MR):
+        out[i] = hsum_ps256(acc[i]) - accm[i]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -47,19 +47,10 @@ cdef inline int32_t q6k_block_dot(const vx_block_q6_K *blk, const int8_t *q8) no
     return q6k_block_dot_ref(blk, q8)
 
 
-cdef inline int32_t q2k_block_dot(const vx_block_q2_K *blk, const int8_t *q8) noexcept nogil:
-    """Integer part of one q2_K super-block (portable)."""
-    return q2k_block_dot_ref(blk, q8)
-
-
-cdef inline int32_t q3k_block_dot(const vx_block_q3_K *blk, const int8_t *sc, const int8_t *q8) noexcept nogil:
-    """Integer part of one q3_K super-block (portable)."""
-    return q3k_block_dot_ref(blk, sc, q8)
-
-
-cdef inline int32_t q5k_block_dot(const vx_block_q5_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
-    """Integer part of one q5_K super-block (portable)."""
-    return q5k_block_dot_ref(blk, sc, q8)
+cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const vx_actK *x,
+                        float *out) noexcept nogil:
+    """q2_K / q3_K / q5_K weight row against MR act rows (portable)."""
+    kq_row_ref(MR_, fmt, K, row, x, out)
 
 
 cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
