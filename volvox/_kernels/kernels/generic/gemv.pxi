@@ -1,8 +1,7 @@
 # The generic tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies): the portable
 # kernels, plain C loops (the compiler may still vectorise what it can prove independent).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
-from volvox._kernels.vx cimport (
-    VX_QK, vx_block_q2_K, vx_block_q3_K, vx_block_q4_K, vx_block_q5_K, vx_block_q6_K, vx_f16, vx_table)
+from volvox._kernels.vx cimport VX_QK, vx_block_q4_K, vx_block_q6_K, vx_f16, vx_table
 
 include "../gemv_counts.pxi"
 

@@ -9,8 +9,8 @@
 # applies each block's scales lane by lane as the portable kernel does per weight row.
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0,
-    vx_block_q4_1, vx_block_q4_K, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
+    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
+    vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
 
 include "../gemv_counts.pxi"
 
