@@ -40,7 +40,7 @@ import weakref
 import numpy as np
 
 from volvox.errors import KernelError, ShapeError
-from volvox.ir.quant_blocks import QuantTensor, StackedQuantTensor
+from volvox.ir.quant_blocks import K_QTYPES, QuantTensor, StackedQuantTensor
 
 
 
@@ -73,7 +73,8 @@ __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention",
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
 
 # weight type codes of volvox/_kernels/vx.pxd
-_QTYPE_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4}
+_QTYPE_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4,
+               "q5_0": 7, "q5_1": 8, "iq4_nl": 9, "q2_k": 10, "q3_k": 11, "q5_k": 12}
 _F32, _F16 = 5, 6
 
 
@@ -277,7 +278,7 @@ def linear(x, w, out=None) -> np.ndarray:
     """y = x @ w.T.
 
     x:   float32 (M, K), or (K,) giving (N,)
-    w:   QuantTensor (N, K) of q4_0 / q4_1 / q8_0 / q4_k / q6_k, or float32 / float16 (N, K)
+    w:   QuantTensor (N, K) of any SUPPORTED_QTYPES type, or float32 / float16 (N, K)
     out: optional float32 (M, N) (or (N,) for 1-D x), C-contiguous, not overlapping x
 
     Quantized weights: each activation row is quantized to 8 bits per block (q8_1-style
@@ -332,7 +333,7 @@ def _quantize_activation(x, qtype: str) -> dict[str, np.ndarray]:
     if qtype not in _QTYPE_CODE:
         raise KernelError(f"no activation quantization for {qtype!r}")
     code, (m, k) = _QTYPE_CODE[qtype], x2.shape
-    kq = qtype in ("q4_k", "q6_k")
+    kq = qtype in K_QTYPES
     block = 256 if kq else 32
     if k % block:
         raise ShapeError(f"{qtype} activations need a multiple of {block} values, got {k}")
