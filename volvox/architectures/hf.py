@@ -1,13 +1,13 @@
 """Hugging Face checkpoint folders by ``model_type``: the architecture that builds each one's graph
 (formats/hf_folder.py reads the folder), the tokenizer its task needs, and its end-of-sequence ids.
-Decoders are generate tasks, BERT-style encoders embed tasks."""
+Decoders are generate tasks, BERT-style encoders embed tasks, encoder-decoders seq2seq tasks (Whisper: transcribe)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-from volvox.architectures import bert, gpt2, gpt_neo, hf_llama
+from volvox.architectures import bert, gpt2, gpt_neo, hf_llama, whisper
 from volvox.errors import UnsupportedError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, eos_ids, read_hf_config
 from volvox.formats.imported import Imported
@@ -17,7 +17,7 @@ from volvox.tokenizers.wordpiece import WordPieceTokenizer
 # model_type -> the architecture's importer (graph, weights and dims of the folder's checkpoint)
 HF_ARCHITECTURES: dict[str, Callable[[HFConfig, HFCheckpoint], Imported]] = {
     "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "llama": hf_llama.from_hf, "mistral": hf_llama.from_hf,
-    "qwen2": hf_llama.from_hf, "bert": bert.from_hf,
+    "qwen2": hf_llama.from_hf, "bert": bert.from_hf, "whisper": whisper.from_hf,
 }
 
 
