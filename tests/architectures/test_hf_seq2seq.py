@@ -1,4 +1,4 @@
-"""Hugging Face encoder-decoder checkpoints (whisper) against transformers + torch.
+"""Hugging Face encoder-decoder checkpoints (whisper, t5) against transformers + torch.
 
 Tiny random models (fixed seed, fp32, no download) are saved with save_pretrained and loaded with
 volvox: decoder logits, greedy tokens against transformers' generate (KV cache on both sides), a
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
-from hf_models import rel_err, train_bpe_tokenizer  # noqa: E402
+from hf_models import CORPUS, rel_err, train_bpe_tokenizer, train_unigram_tokenizer  # noqa: E402
 from volvox.errors import GenerationError, UnsupportedError  # noqa: E402
 from volvox.ops.cross_attention import cross_attention_ref  # noqa: E402
 from volvox.ops.context import RunContext  # noqa: E402
@@ -73,8 +73,9 @@ def torch_greedy(model, feats, start, n):
     from transformers.generation.utils import GenerationMixin
 
     with torch.no_grad():
-        out = GenerationMixin.generate(model, inputs=torch.from_numpy(feats)[None], decoder_input_ids=torch.tensor([start]),
-                                       max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        out = GenerationMixin.generate(model, inputs=torch.from_numpy(feats)[None],
+                                       decoder_input_ids=torch.tensor([start]), max_new_tokens=n, min_new_tokens=n,
+                                       do_sample=False)
     return out[0, len(start):].tolist()
 
 
@@ -158,3 +159,74 @@ def test_cross_attention_ref_matches_torch_and_needs_a_source():
     with pytest.raises(UnsupportedError, match="no encoded input"):
         cross_attention_ref(RunContext(), {"n_heads": nh, "head_dim": hd}, q)
 
+
+# ------------------------------------------------------------------------------------------ T5
+T5_CASES = {
+    "t5-v1.0-relu-tied": dict(feed_forward_proj="relu", tie_word_embeddings=True),
+    "t5-v1.1-gated-gelu": dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False, d_kv=12),
+}
+
+
+@pytest.fixture(scope="module", params=list(T5_CASES))
+def t5(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp("t5")
+    tok = train_unigram_tokenizer(root / "tokenizer.json")
+    torch.manual_seed(1)
+    base = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=2, num_heads=4,
+                relative_attention_num_buckets=8, relative_attention_max_distance=20)
+    config = tf.T5Config(vocab_size=tok.get_vocab_size(), decoder_start_token_id=0, eos_token_id=1, pad_token_id=0,
+                         **{**base, **T5_CASES[request.param]})
+    model = tf.T5ForConditionalGeneration(config).float().eval()
+    with torch.no_grad():  # widen the random init so logits are far from ties
+        for p in model.parameters():
+            p.mul_(2.0)
+    folder = root / request.param
+    model.save_pretrained(folder)
+    shutil.copy(root / "tokenizer.json", folder / "tokenizer.json")
+    vm = volvox.load(folder)
+    yield model, vm, tok
+    vm.close()
+
+
+def test_t5_logits_match_transformers(t5):
+    model, vm, tok = t5
+    assert vm.metadata["task"] == "seq2seq"
+    for text in CORPUS[:3]:
+        src = tok.encode(text).ids
+        dec = [0] + src[:24]  # decoder positions past max_distance reach the log-scale buckets
+        with torch.no_grad():
+            ref = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([dec])).logits[0].numpy()
+        ours = vm.logits(src, dec)
+        assert rel_err(ours, ref) < 1e-4
+
+
+def test_t5_greedy_text_matches_transformers_generate(t5):
+    model, vm, tok = t5
+    texts = CORPUS[:3]
+    for text in texts:
+        src = tok.encode(text).ids
+        assert vm.tokenizer.encode(text) == src
+        with torch.no_grad():
+            out = model.generate(torch.tensor([src]), max_new_tokens=25, do_sample=False, num_beams=1)[0].tolist()
+        assert vm.seq2seq(text, 25) == tok.decode(out[1:], skip_special_tokens=True)
+        assert vm.last_stats.new_tokens == len([t for t in out[1:] if t != 1])
+    assert vm.seq2seq(texts, 25) == [vm.seq2seq(t, 25) for t in texts]
+
+
+def test_t5_bad_input(t5):
+    _, vm, _ = t5
+    with pytest.raises(GenerationError, match="non-empty"):
+        vm.seq2seq([], 8)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (8, 20)])
+def test_relative_buckets_match_transformers(bidirectional, num_buckets, max_distance):
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    from volvox.ops.relative_attention import relative_buckets
+
+    relative = np.arange(-400, 401)[None, :] - np.arange(0, 3)[:, None]  # (3, 801) key - query
+    ref = T5Attention._relative_position_bucket(torch.from_numpy(relative), bidirectional=bidirectional,
+                                                num_buckets=num_buckets, max_distance=max_distance).numpy()
+    np.testing.assert_array_equal(relative_buckets(relative, bidirectional, num_buckets, max_distance), ref)

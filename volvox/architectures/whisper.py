@@ -278,7 +278,8 @@ def _from_ct2(ct2, directory: Path) -> Imported:
     if conv1.ndim != 3:
         raise WeightsError(f"{ct2.path}: encoder/conv1/weight has shape {list(conv1.shape)}, not (dim, n_mels, 3)")
     d, n_mels, _ = conv1.shape
-    n_layers = {side: sum(1 for n in ct2.variables if n.startswith(f"{side}/layer_") and n.endswith("ffn/linear_0/weight"))
+    n_layers = {side: sum(1 for n in ct2.variables
+                          if n.startswith(f"{side}/layer_") and n.endswith("ffn/linear_0/weight"))
                 for side in ("encoder", "decoder")}
     config = WhisperConfig(
         n_layers=n_layers["decoder"], dim=d, n_heads=int(ct2.scalar("decoder/num_heads")),
@@ -308,8 +309,9 @@ def _from_ct2(ct2, directory: Path) -> Imported:
                     continue
                 base = f"{prefix}/layer_{l}/{part}"
                 if part.endswith("layer_norm"):
-                    weights[WHISPER_NAMES[side + keys[0]].format(l=l)] = ct2.get(base + "/gamma").astype(np.float32)
-                    weights[WHISPER_NAMES[side + keys[0] + "_bias"].format(l=l)] = ct2.get(base + "/beta").astype(np.float32)
+                    for suffix, ct2_suffix in (("", "/gamma"), ("_bias", "/beta")):
+                        name = WHISPER_NAMES[side + keys[0] + suffix].format(l=l)
+                        weights[name] = ct2.get(base + ct2_suffix).astype(np.float32)
                     continue
                 w, bias = ct2.get(base + "/weight"), ct2.get(base + "/bias").astype(np.float32)
                 rows = w.shape[0] // len(keys)

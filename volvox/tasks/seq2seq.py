@@ -99,7 +99,8 @@ class Seq2SeqModel(TextModel):
         """The encoder's (frames, n_mels) float32 input of features given as (n_mels, frames)."""
         n_mels, frames = int(self.spec["n_mels"]), int(self.spec["frames"])
         if not isinstance(source, np.ndarray):
-            raise GenerationError(f"this model reads features: a ({n_mels}, {frames}) array, got {type(source).__name__}")
+            raise GenerationError(f"this model reads features: a ({n_mels}, {frames}) array, "
+                                  f"got {type(source).__name__}")
         if source.shape != (n_mels, frames):
             raise GenerationError(f"features must have shape ({n_mels}, {frames}), got {source.shape}")
         features = np.ascontiguousarray(source.T, dtype=np.float32)  # (frames, n_mels)
