@@ -1,4 +1,4 @@
-"""Hugging Face encoder-decoder checkpoints (whisper, t5) against transformers + torch.
+"""Hugging Face encoder-decoder checkpoints (whisper, t5, bart) against transformers + torch.
 
 Tiny random models (fixed seed, fp32, no download) are saved with save_pretrained and loaded with
 volvox: decoder logits, greedy tokens against transformers' generate (KV cache on both sides), a
@@ -230,3 +230,59 @@ def test_relative_buckets_match_transformers(bidirectional, num_buckets, max_dis
     ref = T5Attention._relative_position_bucket(torch.from_numpy(relative), bidirectional=bidirectional,
                                                 num_buckets=num_buckets, max_distance=max_distance).numpy()
     np.testing.assert_array_equal(relative_buckets(relative, bidirectional, num_buckets, max_distance), ref)
+
+
+# ---------------------------------------------------------------------------------------- BART
+BART_CASES = {"bart": {}, "bart-scaled-gelu-tanh": dict(scale_embedding=True, activation_function="gelu_new")}
+
+
+@pytest.fixture(scope="module", params=list(BART_CASES))
+def bart(request, tmp_path_factory):
+    from tokenizers import Tokenizer
+
+    root = tmp_path_factory.mktemp("bart")
+    train_bpe_tokenizer(root / "tokenizer.json")
+    torch.manual_seed(3)
+    config = tf.BartConfig(vocab_size=Tokenizer.from_file(str(root / "tokenizer.json")).get_vocab_size(),
+                           d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                           decoder_attention_heads=2, encoder_ffn_dim=48, decoder_ffn_dim=40,
+                           max_position_embeddings=64, bos_token_id=0, pad_token_id=1, eos_token_id=2,
+                           decoder_start_token_id=2, forced_bos_token_id=None, forced_eos_token_id=None,
+                           **BART_CASES[request.param])
+    model = tf.BartForConditionalGeneration(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2 or "bias" in name:
+                p.mul_(4.0)
+    folder = root / request.param
+    model.save_pretrained(folder)
+    shutil.copy(root / "tokenizer.json", folder / "tokenizer.json")
+    vm = volvox.load(folder)
+    yield model, vm, Tokenizer.from_file(str(root / "tokenizer.json"))
+    vm.close()
+
+
+def test_bart_logits_and_greedy_match_transformers(bart):
+    from transformers.generation.utils import GenerationMixin
+
+    model, vm, tok = bart
+    for text in CORPUS[:3]:
+        src = [0] + tok.encode(text).ids + [2]
+        dec = [2] + src[1:20]
+        with torch.no_grad():
+            ref = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([dec])).logits[0].numpy()
+            kw = dict(do_sample=False, num_beams=1, no_repeat_ngram_size=0)
+            forced = GenerationMixin.generate(model, torch.tensor([src]), max_new_tokens=20, min_new_tokens=20, **kw)
+            free = GenerationMixin.generate(model, torch.tensor([src]), max_new_tokens=20, **kw)[0, 1:].tolist()
+        assert rel_err(vm.logits(src, dec), ref) < 1e-4
+        assert vm._source_ids(text) == src
+        session, ours = vm.new_session(vm.encode(src)), []
+        logits = session.forward([2])[-1]
+        for _ in range(20):  # greedy without stopping: transformers' min_new_tokens keeps the end token out
+            logits[2] = -np.inf
+            ours.append(int(np.argmax(logits)))
+            logits = session.forward([ours[-1]])[-1]
+        assert ours == forced[0, 1:].tolist()
+        ids = free[:free.index(2)] if 2 in free else free
+        assert vm.seq2seq(text, 20) == tok.decode(ids, skip_special_tokens=True)
+    assert vm.seq2seq(CORPUS[:3], 20) == [vm.seq2seq(t, 20) for t in CORPUS[:3]]

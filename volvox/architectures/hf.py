@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from volvox.architectures import bert, gpt2, gpt_neo, hf_llama, t5, whisper
+from volvox.architectures import bart, bert, gpt2, gpt_neo, hf_llama, t5, whisper
 from volvox.errors import UnsupportedError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, eos_ids, read_hf_config
 from volvox.formats.imported import Imported
@@ -20,7 +20,7 @@ from volvox.tokenizers.wordpiece import WordPieceTokenizer
 HF_ARCHITECTURES: dict[str, Callable[[HFConfig, HFCheckpoint], Imported]] = {
     "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "llama": hf_llama.from_hf, "mistral": hf_llama.from_hf,
     "qwen2": hf_llama.from_hf, "bert": bert.from_hf, "whisper": whisper.from_hf,
-    "t5": t5.from_hf,
+    "t5": t5.from_hf, "bart": bart.from_hf,
 }
 
 

@@ -8,7 +8,8 @@ sampler and packed batch step: a batch's decode step is one forward pass whose c
 runs each row against its own input.
 
 The model's ``metadata["seq2seq"]`` says how: ``source`` ("features": an array such as Whisper's
-log-mel spectrogram; "text": token ids of the tokenizer), ``decoder_start`` (the ids every decode
+log-mel spectrogram; "text": token ids of the tokenizer, between ``source_prefix`` and
+``source_suffix`` ids when given), ``decoder_start`` (the ids every decode
 starts from), ``eos`` (ids that end it), ``suppress`` / ``suppress_begin`` (ids never sampled /
 not sampled first) and ``text_tokens`` (ids at or above it are control tokens, not text).
 """
@@ -82,7 +83,7 @@ class Seq2SeqModel(TextModel):
         if self.spec["source"] == "features":
             feeds = {"features": self._features(source)}
         else:
-            ids = np.asarray(self.tokenizer.encode(source) if isinstance(source, str) else source, np.int32)
+            ids = np.asarray(self._source_ids(source) if isinstance(source, str) else source, np.int32)
             if ids.ndim != 1 or ids.size == 0:
                 raise GenerationError("the input must be a non-empty text or list of token ids")
             feeds = {"tokens": ids, "positions": np.arange(ids.size, dtype=np.int32)}  # (seq,) each
@@ -94,6 +95,14 @@ class Seq2SeqModel(TextModel):
             k, v = out[f"cross_k.{layer}"], out[f"cross_v.{layer}"]  # (source_len, nh * hd) each
             cross.append(tuple(np.ascontiguousarray(t.reshape(-1, nh, hd).transpose(1, 0, 2)) for t in (k, v)))
         return EncodedSource(out["hidden"], cross)
+
+    def _source_ids(self, text: str) -> list[int]:
+        """The encoder's token ids of ``text``: the tokenizer's (T5's appends "</s>"), or between the
+        model's ``source_prefix`` and ``source_suffix`` ids when it names them (BART: <s> ... </s>)."""
+        if "source_prefix" not in self.spec and "source_suffix" not in self.spec:
+            return self.tokenizer.encode(text)
+        return (list(self.spec.get("source_prefix", [])) + self.tokenizer.encode(text, add_bos=False)
+                + list(self.spec.get("source_suffix", [])))
 
     def _features(self, source) -> np.ndarray:
         """The encoder's (frames, n_mels) float32 input of features given as (n_mels, frames)."""
