@@ -153,3 +153,17 @@ def test_tiny_en_cli_transcribes(tiny_en_dir, speech, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "volvox", "transcribe", "whisper-tiny.en", str(tmp_path / "no.wav")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 1 and "no such audio file" in proc.stderr
+
+
+@pytest.mark.slow
+def test_tiny_en_batch_rows_equal_single_transcripts(tiny_en, speech, tmp_path):
+    import json
+
+    from volvox.batch import BatchOptions, run_local
+
+    rows = [{"id": i, "audio": path} for i, path in enumerate(speech)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_local("whisper-tiny.en", tmp_path / "in.jsonl", tmp_path / "out.jsonl", BatchOptions()) == 2
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert out == [{**r, "text": tiny_en.transcribe(r["audio"])} for r in rows]
+    assert tiny_en.transcribe(speech) == [r["text"] for r in out]

@@ -2,7 +2,8 @@
 
 Each window is decoded from Whisper's task prompt (start of transcript, the language and task
 tokens of a multilingual model, then "no timestamps"), greedily by default, and the windows of a
-long recording are decoded together as one batch; their texts are joined in order. A window is
+long recording (and of several recordings) are decoded together as one batch; each recording's
+texts are joined in order. A window is
 decoded on its own, without the previous window's text as a prompt.
 """
 
@@ -41,12 +42,20 @@ class SpeechToText(Seq2SeqModel):
         return [log_mel_spectrogram(part, int(self.spec["n_mels"])) for part in chunks(samples)]
 
     def transcribe(self, audio, *, language: str | None = None, max_new_tokens: int | None = None,
-                   temperature: float = 0.0, seed: int | None = None) -> str:
-        """The text spoken in ``audio`` (a WAV / FLAC file path, or float samples at 16 kHz).
+                   temperature: float = 0.0, seed: int | None = None):
+        """The text spoken in ``audio`` (a WAV / FLAC file path, or float samples at 16 kHz); for a list
+        of them, their texts, every window of every one decoded in one batch.
 
         Greedy by default; ``temperature`` > 0 samples. ``max_new_tokens`` per 30 s window
         (default: half the decoder's context, as Whisper)."""
         prompt = self.task_prompt(language)
         limit = self.config.context_length // 2 if max_new_tokens is None else max_new_tokens
-        texts = self.seq2seq(self.features(audio), limit, temperature=temperature, seed=seed, prompt=prompt)
-        return "".join(texts).strip()
+        several = isinstance(audio, (list, tuple))
+        windows = [self.features(a) for a in (audio if several else [audio])]
+        texts = self.seq2seq([f for w in windows for f in w], limit, temperature=temperature, seed=seed,
+                             prompt=prompt)
+        out, start = [], 0
+        for w in windows:
+            out.append("".join(texts[start:start + len(w)]).strip())
+            start += len(w)
+        return out if several else out[0]
