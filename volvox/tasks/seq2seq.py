@@ -163,19 +163,23 @@ class Seq2SeqModel(TextModel):
             if stream:
                 raise GenerationError("stream=True needs a single input, not a list of inputs")
             return self._decode_batch(source, start, int(max_new_tokens), params)
-        ids = self._decode_ids(self.encode(source), start, int(max_new_tokens), Sampler(params))
+        t0 = time.perf_counter()
+        encoded = self.encode(source)
+        ids = self._decode_ids(encoded, start, int(max_new_tokens), Sampler(params), time.perf_counter() - t0)
         pieces = self._pieces(ids)
         return pieces if stream else "".join(pieces)
 
-    def _decode_ids(self, source: EncodedSource, start: list[int], max_new: int, sampler: Sampler) -> Iterator[int]:
-        """The new token ids, one by one, until an end token or ``max_new``."""
+    def _decode_ids(self, source: EncodedSource, start: list[int], max_new: int, sampler: Sampler,
+                    encode_seconds: float) -> Iterator[int]:
+        """The new token ids, one by one, until an end token or ``max_new``; the stats' prefill time
+        counts the encoder's ``encode_seconds`` and the decoder prompt."""
         stats = self.last_stats = GenerationStats(prompt_tokens=len(start), finish_reason="length")
         if max_new == 0:
             return
         session = self.new_session(source)
         t0 = time.perf_counter()
         logits = session.forward(start)[-1]  # (vocab,)
-        stats.prefill_seconds = time.perf_counter() - t0
+        stats.prefill_seconds = encode_seconds + time.perf_counter() - t0
         t0, eos = time.perf_counter(), set(self.spec["eos"])
         for step in range(max_new):
             tok = sampler(self._masked(logits, step == 0), session.tokens)
@@ -206,10 +210,11 @@ class Seq2SeqModel(TextModel):
         stats = self.last_stats = GenerationStats(prompt_tokens=len(start) * len(sources), finish_reason="batch")
         if max_new == 0:
             return [""] * len(sources)
-        eos = set(self.spec["eos"])
+        eos, t0 = set(self.spec["eos"]), time.perf_counter()
         sessions = [self.new_session(self.encode(s)) for s in sources]
         samplers = [Sampler(params) for _ in sources]
         logits = [s.forward(start)[-1] for s in sessions]  # each (vocab,)
+        stats.prefill_seconds = time.perf_counter() - t0  # the encoder runs and the decoder prompts
         outputs: list[list[int]] = [[] for _ in sources]
         live = list(range(len(sources)))
         t0 = time.perf_counter()
