@@ -22,6 +22,7 @@ CORPUS = [
 TEXTS = CORPUS + [
     "", " ", "hello", "  leading and   repeated   spaces  ", "unseen glyphs: 東京 🙂 𝔘 ∑",
     "a special </s> in the middle</s>", "tabs\tand\nnewlines", "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ", "x" * 40,
+    "combining e\u0301 and n\u0303, no\u00a0break, zero\u200bwidth, ①②③ ㎏ Ⅻ ﬃ ½ ™ …", "Ａｃｃｅｎｔ ＡＢＣ ｱｲｳ ｶﾞ",
 ]
 
 
@@ -45,7 +46,33 @@ def byte_fallback_style(path):
     return tok
 
 
-@pytest.fixture(scope="module", params=[t5_style, byte_fallback_style], ids=["t5-style", "byte-fallback"])
+def sentencepiece_style(path):
+    """As transformers converts a SentencePiece T5 model: a sentencepiece Unigram model trained here with
+    the nmt_nfkc rule, whose compiled character map becomes a Precompiled normalizer."""
+    spm = pytest.importorskip("sentencepiece")
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Regex, normalizers, processors
+
+    corpus = path.parent / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS * 20), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(path.parent / "spm"), vocab_size=70,
+                                   model_type="unigram", normalization_rule_name="nmt_nfkc", pad_id=0, eos_id=1,
+                                   unk_id=2, bos_id=-1, minloglevel=2)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((path.parent / "spm.model").read_bytes())
+    tok = Tokenizer(models.Unigram([(p.piece, p.score) for p in proto.pieces], unk_id=2, byte_fallback=False))
+    tok.normalizer = normalizers.Sequence([normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
+                                           normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    tok.decoder = decoders.Metaspace()
+    tok.add_special_tokens(["<pad>", "</s>", "<unk>"])
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tok.save(str(path))
+    return tok
+
+
+@pytest.fixture(scope="module", params=[t5_style, byte_fallback_style, sentencepiece_style],
+                ids=["t5-style", "byte-fallback", "sentencepiece-precompiled"])
 def pair(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("unigram") / "tokenizer.json"
     ref = request.param(path)
@@ -78,9 +105,13 @@ def test_bad_tokenizer_files(tmp_path):
     with pytest.raises(TokenizerError, match="not a Unigram"):
         UnigramTokenizer.from_tokenizer_json(path)
     doc = {"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0]]},
-           "normalizer": {"type": "Precompiled", "precompiled_charsmap": "AAAA"}}
+           "normalizer": {"type": "Precompiled", "precompiled_charsmap": "/wAAAA=="}}
     path.write_text(json.dumps(doc))
-    with pytest.raises(UnsupportedError, match="Precompiled"):
+    with pytest.raises(TokenizerError, match="truncated"):
+        UnigramTokenizer.from_tokenizer_json(path)
+    doc["normalizer"] = {"type": "NmtNormalizer"}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UnsupportedError, match="NmtNormalizer"):
         UnigramTokenizer.from_tokenizer_json(path)
     doc = {"model": {"type": "Unigram", "unk_id": 5, "vocab": [["<unk>", 0.0]]}}
     path.write_text(json.dumps(doc))

@@ -8,16 +8,22 @@ the vocabulary's pieces (an unknown character scores the lowest piece score minu
 unknowns fuse into one unknown token, or become <0xNN> byte tokens with byte fallback). A
 TemplateProcessing post-processor adds its special tokens (T5: "</s>" at the end).
 
-SentencePiece's ``Precompiled`` normalizer (a compiled character map) is not implemented: such a
-tokenizer.json raises UnsupportedError naming it.
+SentencePiece's ``Precompiled`` normalizer (the compiled character map of T5, mBART, XLM-R ...) is a
+double-array trie over UTF-8 bytes whose leaves point into a blob of NUL-terminated replacements;
+it is applied as ``tokenizers`` applies it: per grapheme cluster (of under 6 bytes) the first
+(shortest) prefix match replaces the whole cluster, otherwise per character.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import struct
 import unicodedata
 from pathlib import Path
+
+import regex
 
 from volvox.errors import TokenizerError, UnsupportedError
 
@@ -239,8 +245,71 @@ def _normalizer_steps(config, where: str) -> list:
             return _replacer(c, where)
         if kind == "Prepend":
             return lambda t, p=c.get("prepend", ""): p + t if t else t
+        if kind == "Precompiled":
+            return PrecompiledCharsmap(c.get("precompiled_charsmap") or "", where).normalize
         raise UnsupportedError(f"{where}: normalizer {kind!r} is not supported")
     return _steps(config, "normalizer", make, where)
+
+
+class PrecompiledCharsmap:
+    """SentencePiece's compiled normalization map: a Darts double-array trie (u32 units) over UTF-8
+    keys, then the replacement strings, each ending in NUL."""
+
+    def __init__(self, charsmap_base64: str, where: str):
+        try:
+            blob = base64.b64decode(charsmap_base64, validate=True)
+        except ValueError:
+            raise TokenizerError(f"{where}: precompiled_charsmap is not base64") from None
+        if not blob:
+            self._units, self._strings = (), b""
+            return
+        if len(blob) < 4 or 4 + struct.unpack_from("<I", blob)[0] > len(blob):
+            raise TokenizerError(f"{where}: precompiled_charsmap is truncated")
+        trie_bytes = struct.unpack_from("<I", blob)[0]
+        self._units = struct.unpack_from(f"<{trie_bytes // 4}I", blob, 4)
+        self._strings = blob[4 + trie_bytes:]
+
+    def _first_match(self, key: bytes) -> str | None:
+        """The replacement of the shortest key that prefixes ``key``, or None."""
+        units = self._units
+        if not units:
+            return None
+        pos = _offset(units[0])
+        for byte in key:
+            if byte == 0:
+                break
+            pos ^= byte
+            if pos >= len(units) or units[pos] & ((1 << 31) | 0xFF) != byte:
+                return None
+            unit = units[pos]
+            pos ^= _offset(unit)
+            if (unit >> 8) & 1:  # a key ends here: its leaf holds the replacement's offset
+                start = units[pos] & ((1 << 31) - 1)
+                end = self._strings.find(b"\0", start)
+                return self._strings[start:end if end >= 0 else len(self._strings)].decode("utf-8", "replace")
+        return None
+
+    def normalize(self, text: str) -> str:
+        """``text`` with every mapped grapheme cluster (or character) replaced."""
+        if not self._units:
+            return text
+        out = []
+        for grapheme in regex.findall(r"\X", text):
+            raw = grapheme.encode("utf-8")
+            if len(raw) < 6:
+                norm = self._first_match(raw)
+                if norm is not None:
+                    out.append(norm)
+                    continue
+            for ch in grapheme:
+                norm = self._first_match(ch.encode("utf-8"))
+                out.append(ch if norm is None else norm)
+        return "".join(out)
+
+
+def _offset(unit: int) -> int:
+    """A Darts unit's offset to its children."""
+    return (unit >> 10) << ((unit & (1 << 9)) >> 6)
 
 
 def _replacer(c: dict, where: str):
