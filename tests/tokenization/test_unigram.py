@@ -22,7 +22,8 @@ CORPUS = [
 TEXTS = CORPUS + [
     "", " ", "hello", "  leading and   repeated   spaces  ", "unseen glyphs: 東京 🙂 𝔘 ∑",
     "a special </s> in the middle</s>", "tabs\tand\nnewlines", "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ", "x" * 40,
-    "combining e\u0301 and n\u0303, no\u00a0break, zero\u200bwidth, ①②③ ㎏ Ⅻ ﬃ ½ ™ …", "Ａｃｃｅｎｔ ＡＢＣ ｱｲｳ ｶﾞ",
+    "combining e\u0301 and n\u0303, no\u00a0break, zero\u200bwidth, ①②③ ㎏ Ⅻ ﬃ ½ ™ …",
+    "Ａｃｃｅｎｔ ＡＢＣ ｱｲｳ ｶﾞ",
 ]
 
 

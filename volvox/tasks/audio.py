@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from math import gcd
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -22,26 +23,29 @@ CHUNK_SECONDS = 30
 CHUNK_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000 samples = 3000 frames
 
 
-def read_audio(path: str | Path) -> np.ndarray:
-    """The samples of a WAV / FLAC / OGG file as float32 mono at 16 kHz (channels averaged,
-    resampled by a polyphase filter); AudioError for a missing, unreadable, empty or non-finite file."""
+def read_audio(source: str | Path | BinaryIO) -> np.ndarray:
+    """The samples of a WAV / FLAC / OGG file (a path, or an open binary file) as float32 mono at
+    16 kHz (channels averaged, resampled by a polyphase filter); AudioError for a missing,
+    unreadable, empty or non-finite one."""
     try:
         import soundfile
         from scipy.signal import resample_poly
     except ImportError as e:
         raise AudioError(f"reading audio needs the 'audio' extra (pip install volvox[audio]): {e}") from None
-    path = Path(path)
-    if not path.is_file():
-        raise AudioError(f"{path}: no such audio file")
+    is_path = isinstance(source, (str, Path))
+    name = str(source) if is_path else "the audio data"
+    if is_path and not Path(source).is_file():
+        raise AudioError(f"{name}: no such audio file")
     try:
-        samples, rate = soundfile.read(str(path), dtype="float32", always_2d=True)  # (n, channels)
+        samples, rate = soundfile.read(str(source) if is_path else source, dtype="float32",
+                                       always_2d=True)  # (n, channels)
     except (RuntimeError, ValueError, TypeError, soundfile.LibsndfileError) as e:
-        raise AudioError(f"{path}: not a readable audio file ({e})") from None
+        raise AudioError(f"{name}: not a readable audio file ({e})") from None
     if samples.size == 0:
-        raise AudioError(f"{path}: the audio file holds no samples")
+        raise AudioError(f"{name}: the audio holds no samples")
     mono = samples.mean(axis=1)  # (n,)
     if not np.isfinite(mono).all():
-        raise AudioError(f"{path}: the audio holds NaN or infinite samples")
+        raise AudioError(f"{name}: the audio holds NaN or infinite samples")
     if rate != SAMPLE_RATE:
         g = gcd(int(rate), SAMPLE_RATE)
         mono = resample_poly(mono, SAMPLE_RATE // g, int(rate) // g).astype(np.float32)

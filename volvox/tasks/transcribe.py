@@ -9,6 +9,7 @@ decoded on its own, without the previous window's text as a prompt.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +38,17 @@ class SpeechToText(Seq2SeqModel):
         return prompt
 
     def features(self, audio) -> list[np.ndarray]:
-        """Log-mel features (n_mels, 3000) of each 30 s window of ``audio`` (a path or 16 kHz samples)."""
-        samples = read_audio(audio) if isinstance(audio, (str, Path)) else check_samples(audio)
+        """Log-mel features (n_mels, 3000) of each 30 s window of ``audio`` (a path, an audio file's
+        bytes, or 16 kHz samples)."""
+        if isinstance(audio, (bytes, bytearray)):
+            samples = read_audio(io.BytesIO(audio))
+        else:
+            samples = read_audio(audio) if isinstance(audio, (str, Path)) else check_samples(audio)
         return [log_mel_spectrogram(part, int(self.spec["n_mels"])) for part in chunks(samples)]
 
     def transcribe(self, audio, *, language: str | None = None, max_new_tokens: int | None = None,
                    temperature: float = 0.0, seed: int | None = None):
-        """The text spoken in ``audio`` (a WAV / FLAC file path, or float samples at 16 kHz); for a list
+        """The text spoken in ``audio`` (a WAV / FLAC file path or its bytes, or float samples at 16 kHz); for a list
         of them, their texts, every window of every one decoded in one batch.
 
         Greedy by default; ``temperature`` > 0 samples. ``max_new_tokens`` per 30 s window
