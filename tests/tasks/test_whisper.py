@@ -10,7 +10,7 @@ import pytest
 
 import volvox
 from volvox.errors import AudioError, ModelNotFoundError
-from volvox.tasks.audio import CHUNK_SAMPLES, chunks, log_mel_spectrogram, mel_filters, read_audio
+from volvox.tasks.audio import CHUNK_SAMPLES, log_mel_spectrogram, mel_filters, mel_windows, read_audio
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.",
              "Please call Stella and ask her to bring these things with her from the store."]
@@ -66,10 +66,18 @@ def test_read_audio_resamples_to_16k_mono(speech):
     assert np.corrcoef(ours[100:-100], fft_resampled[100:-100])[0, 1] > 0.99
 
 
-def test_long_audio_goes_in_30s_windows():
-    audio = np.zeros(2 * CHUNK_SAMPLES + 16000, np.float32)
-    parts = chunks(audio)
-    assert [p.size for p in parts] == [CHUNK_SAMPLES, CHUNK_SAMPLES, 16000]
+def test_long_audio_goes_in_30s_windows_of_one_spectrogram():
+    rng = np.random.default_rng(1)
+    audio = np.concatenate([rng.standard_normal(CHUNK_SAMPLES), 1e-3 * rng.standard_normal(CHUNK_SAMPLES + 16000)])
+    windows = mel_windows(audio.astype(np.float32))  # a loud window, a quiet one, a quiet second
+    whole = log_mel_spectrogram(audio.astype(np.float32), 80, 3 * CHUNK_SAMPLES)  # (80, 9000)
+    assert [w.shape for w in windows] == [(80, 3000)] * 3
+    for i, w in enumerate(windows):
+        np.testing.assert_array_equal(w, whole[:, 3000 * i:3000 * (i + 1)])
+    floor = (whole.max() * 4 - 4 - 8 + 4) / 4  # the clamp 8 below the whole recording's maximum
+    assert np.isclose(windows[2].min(), floor, atol=1e-6)
+    short = (0.1 * rng.standard_normal(16000)).astype(np.float32)
+    np.testing.assert_array_equal(mel_windows(short)[0], log_mel_spectrogram(short))
 
 
 def test_bad_audio_is_a_named_error(tmp_path, speech):

@@ -4,6 +4,7 @@ The spectrogram is computed in numpy, in float64 as transformers' WhisperFeature
 periodic Hann window of 400 samples (25 ms), hop 160 (10 ms), centred frames with reflect padding,
 power spectrum, Slaney-style mel filters (as librosa builds them), log10 floored at 1e-10, clamped
 to 8 below its maximum, scaled by (x + 4) / 4, the last frame dropped: 100 frames per second.
+Audio longer than 30 s is one spectrogram cut into 30 s windows (mel_windows).
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, n_samples: int = CH
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
 
 
-def chunks(audio: np.ndarray, n_samples: int = CHUNK_SAMPLES) -> list[np.ndarray]:
-    """``audio`` cut into consecutive windows of at most ``n_samples`` (30 s) samples."""
-    return [audio[i:i + n_samples] for i in range(0, audio.size, n_samples)]
+def mel_windows(audio: np.ndarray, n_mels: int = 80) -> list[np.ndarray]:
+    """Whisper's features of ``audio`` in consecutive 30 s windows, (n_mels, 3000) each: one
+    spectrogram of the whole recording zero-padded to whole windows, so that its log clamp is
+    relative to the whole recording's maximum (as Whisper's long-form transcription computes it)
+    and frames at a window's edge see the audio beyond it; cut every 3000 frames."""
+    audio = check_samples(audio)
+    n_windows = -(-audio.size // CHUNK_SAMPLES)
+    spec = log_mel_spectrogram(audio, n_mels, n_windows * CHUNK_SAMPLES)  # (n_mels, 3000 * n_windows)
+    frames = CHUNK_SAMPLES // HOP_LENGTH
+    return [np.ascontiguousarray(spec[:, i * frames:(i + 1) * frames]) for i in range(n_windows)]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from volvox.errors import GenerationError
-from volvox.tasks.audio import chunks, check_samples, log_mel_spectrogram, read_audio
+from volvox.tasks.audio import check_samples, mel_windows, read_audio
 from volvox.tasks.seq2seq import Seq2SeqModel
 
 
@@ -44,7 +44,7 @@ class SpeechToText(Seq2SeqModel):
             samples = read_audio(io.BytesIO(audio))
         else:
             samples = read_audio(audio) if isinstance(audio, (str, Path)) else check_samples(audio)
-        return [log_mel_spectrogram(part, int(self.spec["n_mels"])) for part in chunks(samples)]
+        return mel_windows(samples, int(self.spec["n_mels"]))
 
     def transcribe(self, audio, *, language: str | None = None, max_new_tokens: int | None = None,
                    temperature: float = 0.0, seed: int | None = None):
