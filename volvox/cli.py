@@ -133,7 +133,13 @@ def cmd_transcribe(a) -> int:
 
         raise UnsupportedError(f"{a.model} is not a speech-to-text model (its task is {model.metadata.get('task')!r})")
     for audio in a.audio:
-        print(model.transcribe(audio, language=a.language, temperature=a.temperature, seed=a.seed))
+        result = model.transcribe(audio, language=a.language, temperature=a.temperature, seed=a.seed,
+                                  timestamps=a.timestamps)
+        if a.timestamps:
+            for segment in result:
+                print(f"[{segment.start:.2f} --> {segment.end:.2f}] {segment.text}")
+        else:
+            print(result)
     _finish(a, model, model.last_stats)
     return 0
 
@@ -413,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_args(p, model="required")
     p.add_argument("audio", nargs="+", help="WAV / FLAC file(s); one line of text each")
     p.add_argument("--language", default=None, help="language code of a multilingual model (default: en)")
+    p.add_argument("--timestamps", action="store_true", help="one line per segment: [start --> end] text")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=None)
     p.set_defaults(func=cmd_transcribe)

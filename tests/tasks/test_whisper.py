@@ -151,6 +151,21 @@ def test_tiny_en_transcript_matches_faster_whisper(tiny_en, tiny_en_dir, speech)
 
 
 @pytest.mark.slow
+def test_tiny_en_timestamps_match_faster_whisper(tiny_en, tiny_en_dir, speech):
+    """Segments of the first 30 s window (faster-whisper then seeks to the last timestamp and goes on)."""
+    faster_whisper = pytest.importorskip("faster_whisper")
+    ref_model = faster_whisper.WhisperModel(str(tiny_en_dir), device="cpu", compute_type="float32", cpu_threads=2)
+    samples = np.concatenate([read_audio(speech[0]), np.zeros(8000, np.float32), read_audio(speech[1])])
+    padded = np.zeros(CHUNK_SAMPLES - 160, np.float32)
+    padded[:samples.size] = samples
+    segments, _ = ref_model.transcribe(padded, beam_size=1, temperature=0.0, without_timestamps=False,
+                                       condition_on_previous_text=False, vad_filter=False)
+    ref = [(round(s.start, 2), round(s.end, 2), s.text.strip()) for s in segments if s.seek == 0]
+    ours = [(s.start, s.end, s.text) for s in tiny_en.transcribe(padded, timestamps=True)]
+    assert ours == ref and len(ours) >= 1
+
+
+@pytest.mark.slow
 def test_tiny_en_cli_transcribes(tiny_en_dir, speech, tmp_path):
     import sys
 
@@ -158,6 +173,9 @@ def test_tiny_en_cli_transcribes(tiny_en_dir, speech, tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "fox" in proc.stdout.lower()
+    proc = subprocess.run([sys.executable, "-m", "volvox", "transcribe", "whisper-tiny.en", speech[0], "--timestamps"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("[0.00 --> "), proc.stderr
     proc = subprocess.run([sys.executable, "-m", "volvox", "transcribe", "whisper-tiny.en", str(tmp_path / "no.wav")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 1 and "no such audio file" in proc.stderr
