@@ -217,6 +217,8 @@ def hf_generation(cfg: HFConfig) -> dict:
     start = cfg.get("decoder_start_token_id")
     eos = data.get("eos_token_id")
     eos = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if isinstance(e, int) and not isinstance(e, bool)]
+    if not eos:
+        raise BlueprintError(f"{cfg.path}: a Whisper config needs an integer eos_token_id (the end of a transcript)")
     return {"decoder_start": [start], "eos": eos, "text_tokens": min(eos, default=cfg.get("vocab_size")),
             "suppress": [int(t) for t in data.get("suppress_tokens") or []],
             "suppress_begin": [int(t) for t in data.get("begin_suppress_tokens") or []],
