@@ -100,6 +100,10 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
     if out_dir.exists() and not overwrite:
         raise BlueprintError(f"{out_dir} already exists (pass overwrite=True / --force to replace it)")
     model = load(src, optimize=False)
+    if getattr(model, "encoder", None) is not None:  # a blueprint holds one graph
+        model.close()
+        raise UnsupportedError(f"{src}: converting an encoder-decoder model ({model.metadata.get('architecture')}) "
+                               "to a blueprint is not supported; load its folder directly")
     try:
         graph, weights = model.graph, source_weights(model)
         targets = set(quantizable(graph, weights)) if quantize else set()
