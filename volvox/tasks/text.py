@@ -11,6 +11,8 @@ from volvox.model import Model
 class TextModel(Model):
     """A graph over token ids with its tokenizer and dims (``metadata["dims"]``, a ModelDims)."""
 
+    state_shape = None  # the SSM layers' state shapes (runtime/state_cache.StateShape) of a model that has them
+
     @classmethod
     def from_imported(cls, imported, **kw) -> "TextModel":
         """The model of an import whose metadata carries its dims and which brings its tokenizer."""
