@@ -1,0 +1,274 @@
+"""Generic tensor ops in every dtype: gathers and scatters, cast, expand, tile, top-k, cumsum,
+one-hot, depth / space rearrangement (NCHW), trilu, reflect / edge / wrap padding.
+
+Their semantics are ONNX's (negative indices count from the end; integer and bool tensors pass
+through unchanged). numpy is the implementation; a plan runs them as islands.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from volvox.ir.graph import DTYPES, expect
+from volvox.ops.elementwise import broadcast_shape
+from volvox.ops.registry import OpDef, register
+
+
+def _static(shape: tuple, what: str) -> None:
+    expect(all(isinstance(d, int) for d in shape), f"{what} needs a static shape, got {shape}")
+
+
+def _positive_indices(indices: np.ndarray, n: int) -> np.ndarray:
+    """Indices into an axis of length ``n`` with negatives counted from the end; ShapeError when out of range."""
+    indices = indices.astype(np.int64)
+    expect(bool(np.all((indices >= -n) & (indices < n))), f"indices out of range for an axis of {n}")
+    return np.where(indices < 0, indices + n, indices)
+
+
+# ------------------------------------------------------------------ gather / scatter
+def _gather_infer(specs, params):
+    x, idx = specs["x"], specs["indices"]
+    n = len(x.shape)
+    axis = int(params.get("axis", 0))
+    expect(-n <= axis < n and idx.dtype in ("int32", "int64"), f"bad gather of {x.describe()} by {idx.describe()}")
+    axis %= n
+    return {"y": (x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)}
+
+
+def gather_ref(ctx, p, x, indices):
+    """x taken along ``axis`` at ``indices`` (output: x.shape[:axis] + indices.shape + x.shape[axis+1:])."""
+    axis = int(p.get("axis", 0)) % x.ndim
+    return np.take(x, _positive_indices(indices, x.shape[axis]), axis=axis)
+
+
+def _gather_elements_infer(specs, params):
+    x, idx = specs["x"], specs["indices"]
+    expect(len(x.shape) == len(idx.shape), f"gather_elements: {x.describe()} and {idx.describe()} differ in rank")
+    return {"y": (idx.shape, x.dtype)}
+
+
+def gather_elements_ref(ctx, p, x, indices):
+    """y[i][j][k] = x[indices[i][j][k]][j][k] along ``axis`` (numpy take_along_axis)."""
+    axis = int(p.get("axis", 0)) % x.ndim
+    return np.take_along_axis(x, _positive_indices(indices, x.shape[axis]), axis=axis)
+
+
+def _gather_nd_infer(specs, params):
+    x, idx = specs["x"], specs["indices"]
+    b = int(params.get("batch_dims", 0))
+    _static(idx.shape[-1:], "gather_nd's index depth")
+    depth = idx.shape[-1]
+    expect(b + depth <= len(x.shape), f"gather_nd: index depth {depth} too deep for {x.describe()}")
+    return {"y": (idx.shape[:-1] + x.shape[b + depth:], x.dtype)}
+
+
+def gather_nd_ref(ctx, p, x, indices):
+    """Slices of x at the index tuples in ``indices``' last axis, after ``batch_dims`` shared leading axes."""
+    b = int(p.get("batch_dims", 0))
+    depth = indices.shape[-1]
+    batch = int(np.prod(x.shape[:b], dtype=np.int64))
+    xs = x.reshape((batch,) + x.shape[b:])                         # (batch, *x.shape[b:])
+    idx = indices.reshape((batch, -1, depth)).astype(np.int64)    # (batch, tuples, depth)
+    out = []
+    for k in range(batch):
+        cols = tuple(_positive_indices(idx[k, :, d], xs.shape[1 + d]) for d in range(depth))
+        out.append(xs[k][cols])
+    return np.stack(out).reshape(indices.shape[:-1] + x.shape[b + depth:])
+
+
+def _scatter_infer(specs, params):
+    x, upd = specs["x"], specs["updates"]
+    expect(x.dtype == upd.dtype, f"scatter: {x.describe()} and updates {upd.describe()} differ in dtype")
+    return {"y": (x.shape, x.dtype)}
+
+
+_REDUCE_AT = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_at(y: np.ndarray, where: tuple, values: np.ndarray, reduction: str) -> None:
+    expect(reduction in _REDUCE_AT, f"scatter reduction {reduction!r} (known: {', '.join(_REDUCE_AT)})")
+    if reduction == "none":
+        y[where] = values
+    else:
+        _REDUCE_AT[reduction].at(y, where, values)
+
+
+def scatter_elements_ref(ctx, p, x, indices, updates):
+    """x with updates written (or reduced) at ``indices`` along ``axis`` (the inverse of gather_elements)."""
+    axis = int(p.get("axis", 0)) % x.ndim
+    idx = _positive_indices(indices, x.shape[axis])
+    where = list(np.indices(idx.shape, sparse=True))
+    where[axis] = idx
+    y = x.copy()
+    _scatter_at(y, tuple(where), updates, p.get("reduction", "none"))
+    return y
+
+
+def scatter_nd_ref(ctx, p, x, indices, updates):
+    """x with slices of updates written (or reduced) at the index tuples in ``indices``' last axis."""
+    depth = indices.shape[-1]
+    idx = indices.reshape(-1, depth)
+    y = x.copy()
+    where = tuple(_positive_indices(idx[:, d], x.shape[d]) for d in range(depth))
+    _scatter_at(y, where, updates.reshape((-1,) + x.shape[depth:]), p.get("reduction", "none"))
+    return y
+
+
+# ------------------------------------------------------------------ cast, expand, tile
+def _cast_infer(specs, params):
+    expect(params["to"] in DTYPES, f"cast to {params['to']!r} (known: {', '.join(DTYPES)})")
+    return {"y": (specs["x"].shape, params["to"])}
+
+
+def cast_ref(ctx, p, x):
+    """x converted to dtype ``to`` (float to int truncates toward zero, as C casts)."""
+    return x.astype(p["to"])
+
+
+def _expand_infer(specs, params):
+    return {"y": (broadcast_shape(specs["x"].shape, tuple(int(d) for d in params["shape"])), specs["x"].dtype)}
+
+
+def expand_ref(ctx, p, x):
+    """x broadcast against ``shape`` (numpy rules, so a 1 in ``shape`` keeps x's dim)."""
+    shape = np.broadcast_shapes(x.shape, tuple(int(d) for d in p["shape"]))
+    return np.ascontiguousarray(np.broadcast_to(x, shape))
+
+
+def _tile_infer(specs, params):
+    x, reps = specs["x"], [int(r) for r in params["repeats"]]
+    expect(len(reps) == len(x.shape) and min(reps, default=0) >= 0, f"repeats {reps} do not fit {x.describe()}")
+    return {"y": (tuple(d * r if isinstance(d, int) else (d if r == 1 else f"{d}*{r}") for d, r in zip(x.shape, reps)),
+                  x.dtype)}
+
+
+def tile_ref(ctx, p, x):
+    """x repeated ``repeats[i]`` times along each axis i."""
+    return np.tile(x, [int(r) for r in p["repeats"]])
+
+
+# ------------------------------------------------------------------ top-k, cumsum, one-hot, trilu
+def _topk_infer(specs, params):
+    x = specs["x"]
+    n = len(x.shape)
+    axis, k = int(params.get("axis", -1)), int(params["k"])
+    expect(-n <= axis < n, f"axis {axis} out of range for {x.describe()}")
+    axis %= n
+    expect(k >= 0 and (not isinstance(x.shape[axis], int) or k <= x.shape[axis]), f"k={k} too large for {x.describe()}")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+    return {"values": (shape, x.dtype), "indices": (shape, "int64")}
+
+
+def topk_ref(ctx, p, x):
+    """The k largest (``largest``=1) or smallest values along ``axis``, sorted, ties to the lower index;
+    (values, int64 indices)."""
+    axis, k = int(p.get("axis", -1)) % x.ndim, int(p["k"])
+    key = -x if p.get("largest", 1) else x
+    if x.dtype == np.bool_ or x.dtype.kind == "u":
+        key = -x.astype(np.int64) if p.get("largest", 1) else x.astype(np.int64)
+    order = np.argsort(key, axis=axis, kind="stable")
+    index = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, index, axis=axis), index.astype(np.int64)
+
+
+def cumsum_ref(ctx, p, x):
+    """Running sum along ``axis``; ``exclusive`` shifts it by one, ``reverse`` runs from the end."""
+    axis = int(p["axis"]) % x.ndim
+    y = np.flip(x, axis) if p.get("reverse", 0) else x
+    acc = np.cumsum(y.astype(np.float64) if x.dtype.kind == "f" else y, axis=axis)
+    if p.get("exclusive", 0):
+        acc = np.concatenate([np.zeros_like(np.take(acc, [0], axis=axis)), np.delete(acc, -1, axis=axis)], axis=axis)
+    acc = np.flip(acc, axis) if p.get("reverse", 0) else acc
+    return np.ascontiguousarray(acc).astype(x.dtype)
+
+
+def _same_infer(specs, params):
+    return {"y": (specs["x"].shape, specs["x"].dtype)}
+
+
+def _one_hot_infer(specs, params):
+    idx, values = specs["indices"], specs["values"]
+    n = len(idx.shape) + 1
+    axis = int(params.get("axis", -1))
+    expect(-n <= axis < n, f"axis {axis} out of range for a one-hot of {idx.describe()}")
+    axis %= n
+    return {"y": (idx.shape[:axis] + (int(params["depth"]),) + idx.shape[axis:], values.dtype)}
+
+
+def one_hot_ref(ctx, p, indices, values):
+    """values[1] where the position along ``axis`` equals the index (negatives from the end), values[0] elsewhere."""
+    depth = int(p["depth"])
+    axis = int(p.get("axis", -1)) % (indices.ndim + 1)
+    idx = indices.astype(np.int64)
+    idx = np.where(idx < 0, idx + depth, idx)
+    positions = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
+    hot = np.expand_dims(idx, axis) == positions
+    return np.where(hot, values[1], values[0]).astype(values.dtype)
+
+
+def trilu_ref(ctx, p, x):
+    """The upper (``upper``=1) or lower triangle of the last two axes from diagonal ``k``, zeros elsewhere."""
+    k = int(p.get("k", 0))
+    return np.triu(x, k) if p.get("upper", 1) else np.tril(x, k)
+
+
+# ------------------------------------------------------------------ depth / space, padding
+def _depth_space_infer(specs, params):
+    x, b = specs["x"], int(params["blocksize"])
+    expect(len(x.shape) == 4, f"needs a 4-D NCHW input, got {x.describe()}")
+    _static(x.shape[1:], "a depth / space rearrangement")
+    n, c, h, w = x.shape
+    if params["direction"] == "to_space":
+        expect(c % (b * b) == 0, f"channels of {x.describe()} not divisible by blocksize {b}^2")
+        return {"y": ((n, c // (b * b), h * b, w * b), x.dtype)}
+    expect(h % b == 0 and w % b == 0, f"H, W of {x.describe()} not divisible by blocksize {b}")
+    return {"y": ((n, c * b * b, h // b, w // b), x.dtype)}
+
+
+def depth_space_ref(ctx, p, x):
+    """DepthToSpace (``direction``="to_space", ``mode`` DCR or CRD) or SpaceToDepth (DCR order), NCHW."""
+    b = int(p["blocksize"])
+    n, c, h, w = x.shape
+    if p["direction"] == "to_space":
+        if p.get("mode", "DCR") == "DCR":
+            y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return np.ascontiguousarray(y.reshape(n, c // (b * b), h * b, w * b))
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    return np.ascontiguousarray(y.reshape(n, c * b * b, h // b, w // b))
+
+
+def _mirror_pad_infer(specs, params):
+    x = specs["x"]
+    pads = params["pads"]
+    expect(params["mode"] in ("reflect", "edge", "wrap"), f"padding mode {params['mode']!r}")
+    expect(len(pads) == len(x.shape) and all(len(pa) == 2 for pa in pads), f"pads {pads} do not fit {x.describe()}")
+    _static(x.shape, "reflect / edge / wrap padding")
+    for d, (a, b) in zip(x.shape, pads):
+        expect(d + a + b >= 0 and (params["mode"] != "reflect" or max(a, b) < d or a + b <= 0),
+               f"pads {pads} too large for {x.describe()} in mode {params['mode']}")
+    return {"y": (tuple(d + a + b for d, (a, b) in zip(x.shape, pads)), x.dtype)}
+
+
+def mirror_pad_ref(ctx, p, x):
+    """x padded by ``pads`` [[before, after], ...] per axis in ``mode`` reflect / edge / wrap (negative: crop)."""
+    crop = tuple(slice(max(-a, 0), d - max(-b, 0)) for d, (a, b) in zip(x.shape, p["pads"]))
+    grow = [(max(a, 0), max(b, 0)) for a, b in p["pads"]]
+    return np.pad(x[crop], grow, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[p["mode"]])
+
+
+register(OpDef("gather", "tensor", ("x", "indices"), ("y",), _gather_infer, gather_ref))
+register(OpDef("gather_elements", "tensor", ("x", "indices"), ("y",), _gather_elements_infer, gather_elements_ref))
+register(OpDef("gather_nd", "tensor", ("x", "indices"), ("y",), _gather_nd_infer, gather_nd_ref))
+register(OpDef("scatter_elements", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_elements_ref))
+register(OpDef("scatter_nd", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_nd_ref))
+register(OpDef("cast", "tensor", ("x",), ("y",), _cast_infer, cast_ref))
+register(OpDef("expand", "tensor", ("x",), ("y",), _expand_infer, expand_ref))
+register(OpDef("tile", "tensor", ("x",), ("y",), _tile_infer, tile_ref))
+register(OpDef("topk", "tensor", ("x",), ("values", "indices"), _topk_infer, topk_ref))
+register(OpDef("cumsum", "tensor", ("x",), ("y",), _same_infer, cumsum_ref))
+register(OpDef("one_hot", "tensor", ("indices", "values"), ("y",), _one_hot_infer, one_hot_ref))
+register(OpDef("trilu", "tensor", ("x",), ("y",), _same_infer, trilu_ref))
+register(OpDef("depth_space", "tensor", ("x",), ("y",), _depth_space_infer, depth_space_ref))
+register(OpDef("mirror_pad", "tensor", ("x",), ("y",), _mirror_pad_infer, mirror_pad_ref))
