@@ -191,3 +191,31 @@ for _name, (_fn, _dtypes) in UNARY_MATH.items():
 for _name, (_fn, _dtypes, _result) in BINARY_MATH.items():
     register(OpDef(_name, "math", ("a", "b"), ("y",), _binary_rule(_name, _dtypes, _result), _binary_reference(_name, _fn)))
 register(OpDef("where", "math", ("condition", "a", "b"), ("y",), _where_infer, where_ref))
+
+
+def _axis_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype in FLOATS and -len(x.shape) <= int(params.get("axis", -1)) < len(x.shape),
+           f"axis {params.get('axis', -1)} of a float tensor, got {x.describe()}")
+    return {"y": (x.shape, x.dtype)}
+
+
+def log_softmax_ref(ctx, p, x):
+    """x - max - log(sum(exp(x - max))) over ``axis``, float64."""
+    x64 = x.astype(np.float64)
+    axis = int(p.get("axis", -1))
+    z = x64 - x64.max(axis=axis, keepdims=True)
+    return (z - np.log(np.exp(z).sum(axis=axis, keepdims=True))).astype(x.dtype)
+
+
+def hardmax_ref(ctx, p, x):
+    """1 at the first largest value along ``axis``, 0 elsewhere."""
+    axis = int(p.get("axis", -1)) % x.ndim
+    index = np.expand_dims(np.argmax(x, axis=axis), axis)
+    y = np.zeros_like(x)
+    np.put_along_axis(y, index, 1, axis=axis)
+    return y
+
+
+register(OpDef("log_softmax", "math", ("x",), ("y",), _axis_infer, log_softmax_ref))
+register(OpDef("hardmax", "math", ("x",), ("y",), _axis_infer, hardmax_ref))

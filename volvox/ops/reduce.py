@@ -34,8 +34,8 @@ def _float_acc(x: np.ndarray) -> np.ndarray:
 # name -> function of (x, axes, keepdims): computed in float64 for floats, cast back to x's dtype
 REDUCTIONS = {
     "reduce_sum": lambda x, a, k: np.sum(_float_acc(x), axis=a, keepdims=k),
-    "reduce_max": lambda x, a, k: np.max(x, axis=a, keepdims=k),
-    "reduce_min": lambda x, a, k: np.min(x, axis=a, keepdims=k),
+    "reduce_max": lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=_lowest(x.dtype)),
+    "reduce_min": lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=_highest(x.dtype)),
     "reduce_prod": lambda x, a, k: np.prod(_float_acc(x), axis=a, keepdims=k),
     "reduce_l1": lambda x, a, k: np.sum(np.abs(_float_acc(x)), axis=a, keepdims=k),
     "reduce_l2": lambda x, a, k: np.sqrt(np.sum(np.square(_float_acc(x)), axis=a, keepdims=k)),
@@ -43,6 +43,16 @@ REDUCTIONS = {
     "reduce_log_sum": lambda x, a, k: np.log(np.sum(_float_acc(x), axis=a, keepdims=k)),
     "reduce_log_sum_exp": lambda x, a, k: _log_sum_exp(_float_acc(x), a, k),
 }
+
+
+def _lowest(dtype: np.dtype):
+    """The identity of max in ``dtype`` (an empty max is it, as ONNX defines)."""
+    return False if dtype == np.bool_ else -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype):
+    """The identity of min in ``dtype``."""
+    return True if dtype == np.bool_ else np.inf if dtype.kind == "f" else np.iinfo(dtype).max
 
 
 def _log_sum_exp(x, axes, keep):

@@ -226,7 +226,7 @@ def _depth_space_infer(specs, params):
 
 
 def depth_space_ref(ctx, p, x):
-    """DepthToSpace (``direction``="to_space", ``mode`` DCR or CRD) or SpaceToDepth (DCR order), NCHW."""
+    """DepthToSpace (``direction``="to_space") or SpaceToDepth ("to_depth"), ``mode`` DCR or CRD, NCHW."""
     b = int(p["blocksize"])
     n, c, h, w = x.shape
     if p["direction"] == "to_space":
@@ -235,7 +235,10 @@ def depth_space_ref(ctx, p, x):
         else:
             y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
         return np.ascontiguousarray(y.reshape(n, c // (b * b), h * b, w * b))
-    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    if p.get("mode", "DCR") == "DCR":
+        y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    else:
+        y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 1, 3, 5, 2, 4)
     return np.ascontiguousarray(y.reshape(n, c * b * b, h // b, w // b))
 
 

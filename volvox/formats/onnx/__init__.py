@@ -1,0 +1,139 @@
+"""Import an ONNX model (opset 7 and later) into a volvox graph, NHWC inside for convolutions.
+
+``reader`` decodes the protobuf (external data memory-mapped), ``importer`` holds the translation
+state (layout, constants, folding), ``vision`` maps the CNN ops onto the fast NHWC kernels and
+``generic`` the rest of the standard operators. ``TRANSLATIONS`` is the one list of the ONNX ops
+volvox reads; anything else raises UnsupportedError naming the op, the opset and the node.
+
+Graph inputs keep ONNX's layout and dtype. A symbolic batch dim is bound to 1; other symbolic dims
+stay symbols the executor binds at each run (re-planning when they change). Shape subgraphs
+(Shape, Gather, Concat, Slice, arithmetic on constants ...) are evaluated at import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.ops import validate_file
+from volvox.formats.onnx import generic, vision
+from volvox.formats.onnx.importer import ConstantRequired, Importer
+from volvox.formats.onnx.reader import ONNX_DTYPES, ONNXError, OnnxModel, OnnxNode, read_model, type_name
+
+__all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "onnx_ops"]
+
+MIN_OPSET = 7
+
+
+def _float32_or(fast, other):
+    """Translate through ``fast`` when the node's first input is float32, else through ``other``."""
+    def translate(imp: Importer, n: OnnxNode, where: str) -> None:
+        operands = [i for i in n.inputs[:2] if i]
+        dtypes = {np.asarray(imp.consts[i]).dtype if i in imp.consts else np.dtype(imp.specs[i].dtype) for i in operands
+                  if i in imp.consts or i in imp.specs}
+        runtime = [i for i in operands if i not in imp.consts]
+        if dtypes == {np.dtype(np.float32)} and runtime:
+            fast(imp, n, where)
+        else:
+            other(imp, n, where)
+    return translate
+
+
+def _arithmetic(imp: Importer, n: OnnxNode, where: str) -> None:
+    vision.float_binary(imp, vision.ARITHMETIC[n.op], n, where)
+
+
+def _refuse(why: str):
+    def translate(imp: Importer, n: OnnxNode, where: str) -> None:
+        raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {imp.opset}: {why}")
+    return translate
+
+
+TRANSLATIONS = {
+    "Constant": generic.constant, "Shape": generic.shape, "Size": generic.size,
+    "ConstantOfShape": generic.constant_of_shape, "Range": generic.range_, "EyeLike": generic.eye_like,
+    "Identity": generic.identity, "Dropout": generic.dropout, "Cast": generic.cast, "CastLike": generic.cast_like,
+    "Reshape": generic.reshape, "Flatten": generic.flatten, "Squeeze": generic.squeeze, "Unsqueeze": generic.unsqueeze,
+    "Transpose": generic.transpose, "Slice": generic.slice_, "Split": generic.split, "Pad": generic.pad,
+    "Concat": vision.concat,
+    **{op: generic.unary for op in generic.UNARY},
+    **{op: generic.binary for op in generic.BINARY},
+    **{op: _float32_or(_arithmetic, generic.binary) for op in vision.ARITHMETIC},
+    **{op: generic.variadic for op in generic.VARIADIC},
+    "Where": generic.where_,
+    **{op: _float32_or(vision.activation, generic.relu_any if op == "Relu" else _refuse("float32 only"))
+       for op in (*vision.ACTIVATIONS, "Clip")},
+    "Softmax": generic.softmax, "LogSoftmax": generic.softmax, "Hardmax": generic.softmax,
+    **{op: generic.reduce for op in generic.REDUCE},
+    "ArgMax": generic.arg_reduce, "ArgMin": generic.arg_reduce,
+    "Gather": generic.gather, "GatherElements": generic.gather_elements, "GatherND": generic.gather_nd,
+    "ScatterElements": generic.scatter_elements, "Scatter": generic.scatter_elements, "ScatterND": generic.scatter_nd,
+    "Expand": generic.expand, "Tile": generic.tile, "TopK": generic.topk, "CumSum": generic.cumsum,
+    "OneHot": generic.one_hot, "Trilu": generic.trilu, "DepthToSpace": generic.depth_space,
+    "SpaceToDepth": generic.depth_space,
+    "Conv": vision.conv, "BatchNormalization": vision.batch_norm, "MaxPool": vision.pool, "AveragePool": vision.pool,
+    "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool, "MatMul": vision.matmul,
+    "Gemm": vision.gemm, "Resize": vision.resize, "Upsample": vision.resize,
+    "LayerNormalization": generic.layer_norm,
+    "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
+}
+
+
+def onnx_ops(path: str | Path) -> dict[str, int]:
+    """{op type: node count} of the model's graph, read without importing it (``volvox info``)."""
+    counts: dict[str, int] = {}
+    for n in read_model(str(path)).nodes:
+        key = n.op if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    """(validated graph, weights, metadata incl. the model's metadata_props) of an .onnx file."""
+    path = str(path)
+    model = read_model(path)
+    try:
+        return _import(model, path)
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as e:
+        # a required attribute or input missing: the reader is schema-less, so these surface as
+        # Python lookups failing; report them as the malformed model they are
+        raise ONNXError(f"{path}: malformed ONNX model ({type(e).__name__}: {e})") from None
+
+
+def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    if model.opset < MIN_OPSET:
+        raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
+    imp = Importer(path, model.opset)
+    imp.consts.update(model.initializers)
+    for n in model.nodes:
+        for i in n.inputs:
+            imp.readers[i] = imp.readers.get(i, 0) + 1
+    for name in model.outputs:
+        imp.readers[name] = imp.readers.get(name, 0) + 1
+    inputs = []
+    for name, elem, dims in model.inputs:
+        if elem not in ONNX_DTYPES:
+            raise UnsupportedError(f"{path}: input {name!r} has ONNX type {type_name(elem)}, which volvox does not take")
+        dims = [1 if i == 0 and isinstance(d, str) else d for i, d in enumerate(dims)]  # batch 1
+        spec = TensorSpec(name, tuple(dims), np.dtype(ONNX_DTYPES[elem]).name)
+        inputs.append(spec)
+        imp.specs[name], imp.shapes[name] = spec, spec.shape
+    for n in model.nodes:
+        imp.node(n, TRANSLATIONS)
+    outputs = []
+    for name in model.outputs:
+        if name in imp.consts and name not in imp.shapes:
+            value = np.asarray(imp.consts[name])
+            if value.dtype == object:
+                raise UnsupportedError(f"{path}: output {name!r} is a shape holding symbolic dims")
+            # an output computed from constants only: a weight the graph hands back through a view
+            imp.emit("reshape", f"{name}.constant", {"x": imp.const_operand(name)}, name, shape=[0] * value.ndim)
+        outputs.append(imp.logical(name, f"{path}: output {name!r}"))
+    used = {n for node in imp.nodes for n in node.inputs.values()}
+    graph = Graph(inputs, {n: imp.specs[n] for n in imp.weights if n in used}, imp.nodes, outputs)
+    validate_file(graph, path)
+    weights = {n: imp.weights[n] for n in graph.weights}
+    return graph, weights, {"format": "onnx", "opset": model.opset, "onnx_metadata": model.metadata}

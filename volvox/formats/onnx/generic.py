@@ -1,0 +1,517 @@
+"""Translations of the ONNX standard ops that run in ONNX's own (logical) layout, in every dtype:
+shape manipulation, gathers / scatters, math, comparisons, logic, reductions, quantize /
+dequantize. Where an operand moved from an attribute to an input between opsets, both are read
+here, per opset. Operands that fix an output's shape (a Reshape's shape, Slice bounds, TopK's k,
+Tile's repeats, ...) must be constants: volvox plans shapes at import.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from volvox.errors import UnsupportedError
+from volvox.ops.shape import reshape_target
+from volvox.formats.onnx.importer import CLAMP, Importer, arg, is_symbolic, output_used
+from volvox.formats.onnx.reader import ONNX_DTYPES, OnnxNode, type_name
+
+UNARY = {"Abs": "abs", "Neg": "neg", "Sign": "sign", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sin": "sin",
+         "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh",
+         "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+         "Reciprocal": "reciprocal", "Erf": "erf", "Softplus": "softplus", "Softsign": "softsign", "Mish": "mish",
+         "Elu": "elu", "Selu": "selu", "Celu": "celu", "Gelu": "gelu_onnx", "ThresholdedRelu": "thresholded_relu",
+         "Shrink": "shrink", "Not": "logical_not", "BitwiseNot": "bitwise_not", "IsNaN": "is_nan", "IsInf": "is_inf",
+         "Sqrt": "sqrt"}
+BINARY = {"Mod": "mod", "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+          "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+          "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor", "BitShift": "bit_shift",
+          "PRelu": "prelu", "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}
+REDUCE = {"ReduceSum": "reduce_sum", "ReduceMax": "reduce_max", "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod",
+          "ReduceL1": "reduce_l1", "ReduceL2": "reduce_l2", "ReduceSumSquare": "reduce_sum_square",
+          "ReduceLogSum": "reduce_log_sum", "ReduceLogSumExp": "reduce_log_sum_exp", "ReduceMean": "reduce_mean"}
+# since which opset a reduction reads its axes from an input rather than an attribute
+AXES_INPUT_SINCE = {**{op: 18 for op in REDUCE}, "ReduceSum": 13}
+
+
+def dtype_of(imp: Importer, name: str) -> np.dtype:
+    """The element type of a constant or run-time tensor."""
+    return np.asarray(imp.consts[name]).dtype if name in imp.consts else np.dtype(imp.specs[name].dtype)
+
+
+def rank_of(imp: Importer, name: str) -> int:
+    return np.ndim(imp.consts[name]) if name in imp.consts else len(imp.shapes[name])
+
+
+def shape_of(imp: Importer, name: str) -> tuple:
+    return np.shape(imp.consts[name]) if name in imp.consts else imp.shapes[name]
+
+
+def int_list(imp: Importer, n: OnnxNode, i: int, where: str, what: str) -> list[int] | None:
+    """Input ``i`` (a constant) as a list of ints, None when absent."""
+    name = arg(n, i)
+    if name is None:
+        return None
+    value = imp.const(name, where, what)
+    if is_symbolic(value):
+        raise UnsupportedError(f"{where}: {what} {value.tolist()} holds symbolic dims")
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def attr_or_input(imp: Importer, n: OnnxNode, attr: str, i: int, since: int, where: str) -> list[int] | None:
+    """An operand read from attribute ``attr`` before opset ``since`` and from input ``i`` from it on."""
+    if imp.opset < since:
+        value = n.attrs.get(attr)
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+    return int_list(imp, n, i, where, attr)
+
+
+# ------------------------------------------------------------------ constants and shapes
+def constant(imp: Importer, n: OnnxNode, where: str) -> None:
+    attrs = n.attrs
+    for key, make in (("value", np.asarray), ("value_float", lambda v: np.array(v, np.float32)),
+                      ("value_floats", lambda v: np.array(v, np.float32)), ("value_int", lambda v: np.array(v, np.int64)),
+                      ("value_ints", lambda v: np.array(v, np.int64))):
+        if key in attrs:
+            imp.consts[n.outputs[0]] = make(attrs[key])
+            return
+    raise UnsupportedError(f"{where}: Constant {', '.join(attrs)} is not supported (opset {imp.opset})")
+
+
+def shape(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = list(shape_of(imp, n.inputs[0]))
+    start, end = n.attrs.get("start", 0), n.attrs.get("end", len(dims))
+    dims = dims[slice(start, end)]
+    imp.consts[n.outputs[0]] = np.array(dims, np.int64) if all(isinstance(d, int) for d in dims) else np.array(dims, object)
+
+
+def size(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = shape_of(imp, n.inputs[0])
+    if not all(isinstance(d, int) for d in dims):
+        raise UnsupportedError(f"{where}: Size of a tensor of symbolic shape {dims} is not supported")
+    imp.consts[n.outputs[0]] = np.array(math.prod(dims), np.int64)
+
+
+def constant_of_shape(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = int_list(imp, n, 0, where, "the shape")
+    value = np.asarray(n.attrs.get("value", np.zeros(1, np.float32))).reshape(-1)
+    imp.consts[n.outputs[0]] = np.full(dims, value[0], value.dtype)
+
+
+def range_(imp: Importer, n: OnnxNode, where: str) -> None:
+    start, limit, delta = (np.asarray(imp.const(i, where, "Range bounds")) for i in n.inputs[:3])
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    imp.consts[n.outputs[0]] = (start + np.arange(count) * delta).astype(start.dtype)
+
+
+def eye_like(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = shape_of(imp, n.inputs[0])
+    if len(dims) != 2 or not all(isinstance(d, int) for d in dims):
+        raise UnsupportedError(f"{where}: EyeLike of shape {dims} (volvox: static 2-D)")
+    dtype = ONNX_DTYPES.get(n.attrs["dtype"]) if "dtype" in n.attrs else dtype_of(imp, n.inputs[0])
+    if dtype is None:
+        raise UnsupportedError(f"{where}: EyeLike to {type_name(n.attrs['dtype'])}")
+    imp.consts[n.outputs[0]] = np.eye(dims[0], dims[1], k=n.attrs.get("k", 0), dtype=dtype)
+
+
+def identity(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.alias(n.inputs[0], n.outputs[0])
+
+
+def dropout(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Inference Dropout: the input unchanged, its mask all true."""
+    if arg(n, 2) and bool(np.asarray(imp.const(n.inputs[2], where, "training_mode"))):
+        raise UnsupportedError(f"{where}: training-mode Dropout is not supported")
+    imp.alias(n.inputs[0], n.outputs[0])
+    if output_used(imp, n, 1):
+        dims = shape_of(imp, n.inputs[0])
+        if not all(isinstance(d, int) for d in dims):
+            raise UnsupportedError(f"{where}: Dropout's mask of symbolic shape {dims}")
+        imp.consts[n.outputs[1]] = np.ones(dims, np.bool_)
+
+
+def cast(imp: Importer, n: OnnxNode, where: str, to: np.dtype | None = None) -> None:
+    if to is None:
+        code = n.attrs["to"]
+        if code not in ONNX_DTYPES:
+            raise UnsupportedError(f"{where}: Cast to {type_name(code)} is not supported (opset {imp.opset})")
+        to = np.dtype(ONNX_DTYPES[code])
+    src = n.inputs[0]
+    if src in imp.consts and is_symbolic(imp.consts[src]):
+        imp.consts[n.outputs[0]] = imp.consts[src]   # a shape vector with symbols stays one
+        return
+    if dtype_of(imp, src) == to:
+        imp.alias(src, n.outputs[0])
+        return
+    imp.apply("cast", n.name, {"x": src}, n.outputs[0], where, to=to.name)
+
+
+def cast_like(imp: Importer, n: OnnxNode, where: str) -> None:
+    cast(imp, n, where, dtype_of(imp, n.inputs[1]))
+
+
+def reshape_like(imp: Importer, n: OnnxNode, where: str, dims: list) -> None:
+    """Reshape ``n``'s input to ``dims`` (ints or symbols): symbols become 0 (copy) where they sit at the
+    same position of the input's shape, else -1 (inferred)."""
+    src = n.inputs[0]
+    in_shape = shape_of(imp, src)
+    target = []
+    for i, d in enumerate(dims):
+        if isinstance(d, (int, np.integer)):
+            target.append(int(d))
+        elif i < len(in_shape) and in_shape[i] == d:
+            target.append(0)
+        else:
+            target.append(-1)
+    if target.count(-1) > 1:
+        raise UnsupportedError(f"{where}: reshape to {list(dims)} has more than one unknown dim")
+    if src in imp.consts:
+        imp.consts[n.outputs[0]] = np.asarray(imp.consts[src]).reshape(reshape_target(np.shape(imp.consts[src]), target))
+        return
+    imp.emit("reshape", n.name, {"x": imp.logical(src, where)}, n.outputs[0], shape=target)
+
+
+def reshape(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = list(imp.const(n.inputs[1], where, "the shape").reshape(-1))
+    if n.attrs.get("allowzero", 0) and 0 in dims:
+        raise UnsupportedError(f"{where}: Reshape allowzero=1 with a 0 dim is not supported")
+    reshape_like(imp, n, where, dims)
+
+
+def flatten(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = shape_of(imp, n.inputs[0])
+    axis = n.attrs.get("axis", 1)
+    axis = axis + len(dims) if axis < 0 else axis
+    lead, rest = dims[:axis], dims[axis:]
+    if all(isinstance(d, int) for d in dims):
+        reshape_like(imp, n, where, [math.prod(lead), math.prod(rest)])
+    elif all(isinstance(d, int) for d in rest):
+        reshape_like(imp, n, where, [-1, math.prod(rest)])
+    elif all(isinstance(d, int) for d in lead):
+        reshape_like(imp, n, where, [math.prod(lead), -1])
+    else:
+        raise UnsupportedError(f"{where}: Flatten of {dims} at axis {axis} mixes symbolic dims on both sides")
+
+
+def squeeze(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = list(shape_of(imp, n.inputs[0]))
+    axes = attr_or_input(imp, n, "axes", 1, 13, where)
+    if axes is None:
+        if not all(isinstance(d, int) for d in dims):
+            raise UnsupportedError(f"{where}: Squeeze without axes of symbolic shape {dims}")
+        axes = [i for i, d in enumerate(dims) if d == 1]
+    axes = [a % len(dims) for a in axes]
+    reshape_like(imp, n, where, [d for i, d in enumerate(dims) if i not in axes])
+
+
+def unsqueeze(imp: Importer, n: OnnxNode, where: str) -> None:
+    dims = list(shape_of(imp, n.inputs[0]))
+    axes = attr_or_input(imp, n, "axes", 1, 13, where)
+    for a in sorted(a % (len(dims) + len(axes)) for a in axes):
+        dims.insert(a, 1)
+    reshape_like(imp, n, where, dims)
+
+
+def transpose(imp: Importer, n: OnnxNode, where: str) -> None:
+    perm = n.attrs.get("perm", list(range(rank_of(imp, n.inputs[0])))[::-1])
+    imp.apply("transpose", n.name, {"x": n.inputs[0]}, n.outputs[0], where, perm=list(perm))
+
+
+def slice_(imp: Importer, n: OnnxNode, where: str) -> None:
+    if imp.opset < 10:
+        starts, ends, axes, steps = n.attrs["starts"], n.attrs["ends"], n.attrs.get("axes"), None
+    else:
+        starts, ends = int_list(imp, n, 1, where, "starts"), int_list(imp, n, 2, where, "ends")
+        axes, steps = int_list(imp, n, 3, where, "axes"), int_list(imp, n, 4, where, "steps")
+    rank = rank_of(imp, n.inputs[0])
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    if 0 in steps:
+        raise UnsupportedError(f"{where}: Slice step 0")
+    clamp = lambda v: int(max(min(v, CLAMP), -CLAMP))  # noqa: E731
+    imp.apply("slice", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=[a % rank for a in axes],
+              starts=[clamp(s) for s in starts], ends=[clamp(e) for e in ends], steps=steps)
+
+
+def split(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Split into slices along ``axis``: sizes from the attribute (opset < 13), the input, or equal parts."""
+    dims = shape_of(imp, n.inputs[0])
+    axis = n.attrs.get("axis", 0) % len(dims)
+    sizes = attr_or_input(imp, n, "split", 1, 13, where)
+    d = dims[axis]
+    if sizes is None:
+        if not isinstance(d, int):
+            raise UnsupportedError(f"{where}: Split of symbolic dim {d!r} into equal parts")
+        parts = n.attrs.get("num_outputs", len(n.outputs))
+        chunk = -(-d // parts)
+        sizes = [min(chunk, d - k * chunk) for k in range(parts)]
+    start = 0
+    for k, (out, length) in enumerate(zip(n.outputs, sizes)):
+        if out:
+            imp.apply("slice", f"{n.name}.{k}", {"x": n.inputs[0]}, out, where, axes=[axis], starts=[start],
+                      ends=[start + length], steps=[1])
+        start += length
+
+
+def pad(imp: Importer, n: OnnxNode, where: str) -> None:
+    mode = n.attrs.get("mode", "constant")
+    rank = rank_of(imp, n.inputs[0])
+    if imp.opset < 11:
+        pads, value = list(n.attrs["pads"]), float(n.attrs.get("value", 0.0))
+    else:
+        pads = int_list(imp, n, 1, where, "pads")
+        value = np.asarray(imp.const(n.inputs[2], where, "constant_value")).reshape(-1)[0] if arg(n, 2) else 0
+    axes = int_list(imp, n, 3, where, "axes") if imp.opset >= 18 else None
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    per_axis = [[0, 0] for _ in range(rank)]
+    for k, a in enumerate(axes):
+        per_axis[a] = [pads[k], pads[k + len(axes)]]
+    if mode == "constant":
+        if any(v < 0 for pa in per_axis for v in pa):
+            raise UnsupportedError(f"{where}: negative constant pads {pads} are not supported")
+        imp.apply("pad", n.name, {"x": n.inputs[0]}, n.outputs[0], where, pads=per_axis, value=value.item()
+                  if isinstance(value, np.generic) else value)
+    elif mode in ("reflect", "edge", "wrap"):
+        imp.apply("mirror_pad", n.name, {"x": n.inputs[0]}, n.outputs[0], where, pads=per_axis, mode=mode)
+    else:
+        raise UnsupportedError(f"{where}: Pad mode {mode!r} is not supported")
+
+
+# ------------------------------------------------------------------ elementwise
+def unary(imp: Importer, n: OnnxNode, where: str) -> None:
+    params = {k: v for k, v in n.attrs.items() if k in ("alpha", "gamma", "lambd", "bias", "approximate",
+                                                         "detect_positive", "detect_negative")}
+    imp.apply(UNARY[n.op], n.name, {"x": n.inputs[0]}, n.outputs[0], where, **params)
+
+
+def relu_any(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Relu of a non-float32 tensor: max(x, 0) in its own dtype."""
+    zero = f"{n.name}.zero"
+    imp.consts[zero] = np.zeros((), dtype_of(imp, n.inputs[0]))
+    imp.apply("maximum", n.name, {"a": n.inputs[0], "b": zero}, n.outputs[0], where)
+
+
+def binary(imp: Importer, n: OnnxNode, where: str) -> None:
+    a, b = n.inputs[:2]
+    op = BINARY[n.op]
+    kind = dtype_of(imp, a)
+    if op == "mod" and kind.kind == "f" and not n.attrs.get("fmod", 0):
+        raise UnsupportedError(f"{where}: Mod of floats needs fmod=1 (ONNX)")
+    if op == "div" and kind.kind in "iu":
+        op = "int_div"
+    if op == "pow" and dtype_of(imp, b) != kind:   # the exponent may have another type: cast it to the base's
+        imp.apply("cast", f"{n.name}.exponent", {"x": b}, f"{n.name}.exponent", where, to=kind.name)
+        b = f"{n.name}.exponent"
+    if op == "prelu":
+        slope = shape_of(imp, b)
+        rank = rank_of(imp, a)
+        if len(slope) == 1 and rank >= 2 and slope[0] != 1 and slope[0] == shape_of(imp, a)[1] and rank > 2:
+            # opset < 9 broadcast a per-channel slope over (C,) against (N, C, ...): unidirectional to axis 1
+            imp.consts[f"{b}.channels"] = np.asarray(imp.const(b, where, "the slope")).reshape((-1,) + (1,) * (rank - 2))
+            b = f"{b}.channels"
+    params = {k: v for k, v in n.attrs.items() if k in ("fmod", "direction")}
+    imp.apply(op, n.name, {"a": a, "b": b}, n.outputs[0], where, **params)
+
+
+def variadic(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Max / Min / Sum / Mean of any number of broadcasting operands, left to right."""
+    ins = [i for i in n.inputs if i]
+    op = VARIADIC[n.op]
+    acc = ins[0]
+    for k, other in enumerate(ins[1:]):
+        last = k == len(ins) - 2 and n.op != "Mean"
+        out = n.outputs[0] if last else f"{n.name}.acc{k}"
+        imp.apply(op, f"{n.name}.{k}" if not last else n.name, {"a": acc, "b": other}, out, where)
+        acc = out
+    if n.op == "Mean":
+        count = f"{n.name}.count"
+        imp.consts[count] = np.array(len(ins), dtype_of(imp, ins[0]))
+        imp.apply("div", n.name, {"a": acc, "b": count}, n.outputs[0], where)
+    elif len(ins) == 1:
+        imp.alias(acc, n.outputs[0])
+
+
+def where_(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("where", n.name, {"condition": n.inputs[0], "a": n.inputs[1], "b": n.inputs[2]}, n.outputs[0], where)
+
+
+def softmax(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Softmax / LogSoftmax / Hardmax: over ``axis`` (opset 13+), over the flattened axes from ``axis`` on before."""
+    op = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}[n.op]
+    dims = shape_of(imp, n.inputs[0])
+    rank = len(dims)
+    axis = n.attrs.get("axis", -1 if imp.opset >= 13 else 1) % max(rank, 1)
+    if imp.opset >= 13 or axis == rank - 1:
+        imp.apply(op, n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=axis)
+        return
+    tail = dims[axis:]
+    if not all(isinstance(d, int) for d in tail):
+        raise UnsupportedError(f"{where}: opset-{imp.opset} {n.op} over symbolic dims {tail}")
+    flat = f"{n.name}.flat"
+    imp.apply("reshape", f"{n.name}.flatten", {"x": n.inputs[0]}, flat, where, shape=[0] * axis + [math.prod(tail)])
+    imp.apply(op, f"{n.name}.{op}", {"x": flat}, f"{n.name}.out", where, axis=axis)
+    imp.apply("reshape", n.name, {"x": f"{n.name}.out"}, n.outputs[0], where, shape=[0] * axis + list(tail))
+
+
+# ------------------------------------------------------------------ reductions
+def reduce(imp: Importer, n: OnnxNode, where: str) -> None:
+    rank = rank_of(imp, n.inputs[0])
+    axes = attr_or_input(imp, n, "axes", 1, AXES_INPUT_SINCE[n.op], where)
+    keep = int(n.attrs.get("keepdims", 1))
+    if not axes:
+        if n.attrs.get("noop_with_empty_axes", 0):
+            imp.alias(n.inputs[0], n.outputs[0])
+            return
+        axes = list(range(rank))
+    imp.apply(REDUCE[n.op], n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=[a % max(rank, 1) for a in axes],
+              keepdims=keep)
+
+
+def arg_reduce(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("argmax" if n.op == "ArgMax" else "argmin", n.name, {"x": n.inputs[0]}, n.outputs[0], where,
+              axis=n.attrs.get("axis", 0), keepdims=n.attrs.get("keepdims", 1),
+              select_last_index=n.attrs.get("select_last_index", 0))
+
+
+def global_max_pool(imp: Importer, n: OnnxNode, where: str) -> None:
+    rank = rank_of(imp, n.inputs[0])
+    imp.apply("reduce_max", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=list(range(2, rank)), keepdims=1)
+
+
+# ------------------------------------------------------------------ gathers, scatters and friends
+def gather(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("gather", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where, axis=n.attrs.get("axis", 0))
+
+
+def gather_elements(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("gather_elements", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where,
+              axis=n.attrs.get("axis", 0))
+
+
+def gather_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("gather_nd", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where,
+              batch_dims=n.attrs.get("batch_dims", 0))
+
+
+def scatter_elements(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("scatter_elements", n.name, {"x": n.inputs[0], "indices": n.inputs[1], "updates": n.inputs[2]},
+              n.outputs[0], where, axis=n.attrs.get("axis", 0), reduction=n.attrs.get("reduction", "none"))
+
+
+def scatter_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("scatter_nd", n.name, {"x": n.inputs[0], "indices": n.inputs[1], "updates": n.inputs[2]},
+              n.outputs[0], where, reduction=n.attrs.get("reduction", "none"))
+
+
+def expand(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("expand", n.name, {"x": n.inputs[0]}, n.outputs[0], where, shape=int_list(imp, n, 1, where, "the shape"))
+
+
+def tile(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("tile", n.name, {"x": n.inputs[0]}, n.outputs[0], where, repeats=int_list(imp, n, 1, where, "repeats"))
+
+
+def topk(imp: Importer, n: OnnxNode, where: str) -> None:
+    k = n.attrs["k"] if imp.opset < 10 else int_list(imp, n, 1, where, "K")[0]
+    imp.apply("topk", n.name, {"x": n.inputs[0]}, {"values": n.outputs[0], "indices": n.outputs[1]}, where,
+              k=k, axis=n.attrs.get("axis", -1), largest=n.attrs.get("largest", 1))
+
+
+def cumsum(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("cumsum", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=int_list(imp, n, 1, where, "axis")[0],
+              exclusive=n.attrs.get("exclusive", 0), reverse=n.attrs.get("reverse", 0))
+
+
+def one_hot(imp: Importer, n: OnnxNode, where: str) -> None:
+    depth = np.asarray(imp.const(n.inputs[1], where, "depth")).reshape(-1)[0]
+    imp.apply("one_hot", n.name, {"indices": n.inputs[0], "values": n.inputs[2]}, n.outputs[0], where,
+              depth=int(depth), axis=n.attrs.get("axis", -1))
+
+
+def trilu(imp: Importer, n: OnnxNode, where: str) -> None:
+    k = int_list(imp, n, 1, where, "k")
+    imp.apply("trilu", n.name, {"x": n.inputs[0]}, n.outputs[0], where, upper=n.attrs.get("upper", 1), k=k[0] if k else 0)
+
+
+def depth_space(imp: Importer, n: OnnxNode, where: str) -> None:
+    direction = "to_space" if n.op == "DepthToSpace" else "to_depth"
+    imp.apply("depth_space", n.name, {"x": n.inputs[0]}, n.outputs[0], where, blocksize=n.attrs["blocksize"],
+              direction=direction, mode=n.attrs.get("mode", "DCR"))
+
+
+# ------------------------------------------------------------------ quantization as float arithmetic
+def dequantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
+    """(x - zero_point) * scale in float32, the scale / zero point per tensor or per ``axis``."""
+    x = n.inputs[0]
+    rank = rank_of(imp, x)
+    scale = np.asarray(imp.const(n.inputs[1], where, "the scale"))
+    zero = np.asarray(imp.const(n.inputs[2], where, "the zero point")) if arg(n, 2) else np.zeros((), dtype_of(imp, x))
+    if n.attrs.get("block_size", 0):
+        raise UnsupportedError(f"{where}: blocked DequantizeLinear (block_size) is not supported")
+    if scale.dtype != np.float32:
+        raise UnsupportedError(f"{where}: DequantizeLinear to {scale.dtype} is not supported")
+    if scale.ndim == 1 and rank > 1:
+        axis = n.attrs.get("axis", 1) % rank
+        scale = scale.reshape((-1,) + (1,) * (rank - 1 - axis))
+        zero = zero.reshape((-1,) + (1,) * (rank - 1 - axis))
+    names = {key: f"{n.name}.{key}" for key in ("xf", "zero", "shifted", "scale")}
+    imp.consts[names["zero"]], imp.consts[names["scale"]] = zero.astype(np.float32), scale
+    imp.apply("cast", f"{n.name}.cast", {"x": x}, names["xf"], where, to="float32")
+    imp.apply("sub", f"{n.name}.sub", {"a": names["xf"], "b": names["zero"]}, names["shifted"], where)
+    imp.apply("mul", n.name, {"a": names["shifted"], "b": names["scale"]}, n.outputs[0], where)
+
+
+def quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
+    """saturate(round_half_even(x / scale) + zero_point) to the zero point's (u)int8 type."""
+    x = n.inputs[0]
+    rank = rank_of(imp, x)
+    scale = np.asarray(imp.const(n.inputs[1], where, "the scale"))
+    zero = np.asarray(imp.const(n.inputs[2], where, "the zero point")) if arg(n, 2) else np.zeros((), np.uint8)
+    if zero.dtype not in (np.int8, np.uint8) or scale.dtype != np.float32 or dtype_of(imp, x) != np.float32:
+        raise UnsupportedError(f"{where}: QuantizeLinear of {dtype_of(imp, x)} by a {scale.dtype} scale to "
+                               f"{zero.dtype} is not supported")
+    if n.attrs.get("block_size", 0) or "output_dtype" in n.attrs and n.attrs["output_dtype"] not in (2, 3):
+        raise UnsupportedError(f"{where}: QuantizeLinear block_size / output_dtype is not supported")
+    if scale.ndim == 1 and rank > 1:
+        axis = n.attrs.get("axis", 1) % rank
+        scale = scale.reshape((-1,) + (1,) * (rank - 1 - axis))
+        zero = zero.reshape((-1,) + (1,) * (rank - 1 - axis))
+    info = np.iinfo(zero.dtype)
+    names = {key: f"{n.name}.{key}" for key in ("scale", "zero", "lo", "hi", "scaled", "rounded", "shifted", "low",
+                                                "clamped")}
+    imp.consts.update({names["scale"]: scale, names["zero"]: zero.astype(np.float32),
+                       names["lo"]: np.array(info.min, np.float32), names["hi"]: np.array(info.max, np.float32)})
+    imp.apply("div", f"{n.name}.div", {"a": x, "b": names["scale"]}, names["scaled"], where)
+    imp.apply("round", f"{n.name}.round", {"x": names["scaled"]}, names["rounded"], where)
+    imp.apply("add", f"{n.name}.add", {"a": names["rounded"], "b": names["zero"]}, names["shifted"], where)
+    imp.apply("maximum", f"{n.name}.max", {"a": names["shifted"], "b": names["lo"]}, names["low"], where)
+    imp.apply("minimum", f"{n.name}.min", {"a": names["low"], "b": names["hi"]}, names["clamped"], where)
+    imp.apply("cast", n.name, {"x": names["clamped"]}, n.outputs[0], where, to=zero.dtype.name)
+
+
+def layer_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LayerNormalization over the axes from ``axis`` on, as volvox's layer_norm over the last axis of x
+    flattened to (rows, normalized size) with a constant scale (and bias) flattened to match."""
+    dims = shape_of(imp, n.inputs[0])
+    axis = n.attrs.get("axis", -1) % len(dims)
+    tail = dims[axis:]
+    if output_used(imp, n, 1) or output_used(imp, n, 2):
+        raise UnsupportedError(f"{where}: LayerNormalization's mean / inverse-deviation outputs are not supported")
+    if not all(isinstance(d, int) for d in tail):
+        raise UnsupportedError(f"{where}: LayerNormalization over symbolic dims {tail}")
+    width = math.prod(tail)
+    params = {}
+    for port, i in (("weight", 1), ("bias", 2)):
+        if arg(n, i):
+            value = np.asarray(imp.const(n.inputs[i], where, f"the {port}"))
+            params[port] = imp.weight(f"{n.name}.{port}", np.broadcast_to(value, tail).reshape(width).astype(np.float32))
+    x = imp.operand(n.inputs[0], where)
+    flat = x if axis == len(dims) - 1 else imp.emit("reshape", f"{n.name}.flatten", {"x": x}, f"{n.name}.flat",
+                                                     shape=[0] * axis + [width])
+    if axis == len(dims) - 1:
+        imp.emit("layer_norm", n.name, {"x": flat, **params}, n.outputs[0], eps=float(n.attrs.get("epsilon", 1e-5)))
+        return
+    y = imp.emit("layer_norm", f"{n.name}.norm", {"x": flat, **params}, f"{n.name}.norm",
+                 eps=float(n.attrs.get("epsilon", 1e-5)))
+    imp.emit("reshape", n.name, {"x": y}, n.outputs[0], shape=[0] * axis + list(tail))
