@@ -1,5 +1,5 @@
-"""Elementwise math for imported graphs in every dtype they use: unary functions, min / max, mod,
-comparisons, logic, bitwise ops, squared difference, where.
+"""Math for imported graphs in every dtype they use: unary functions, min / max, mod, comparisons,
+logic, bitwise ops, squared difference, where; log-softmax, hardmax and a matmul of any dtype.
 
 Each op is numpy's ufunc with ONNX's semantics (integers stay integers, comparisons give bool);
 there is no plan step, so a plan runs them as numpy islands. The float32 activations the vision
@@ -106,10 +106,7 @@ BOOL_RESULT = ("is_nan", "is_inf")
 
 
 def _mod(a, b, p):
-    if p.get("fmod", 0):
-        return np.fmod(a, b)
-    expect(a.dtype.kind in "iu", "mod of floats needs fmod=1 (ONNX)")
-    return np.mod(a, b)
+    return np.fmod(a, b) if p.get("fmod", 0) else np.mod(a, b)
 
 
 def _bit_shift(a, b, p):
@@ -217,5 +214,26 @@ def hardmax_ref(ctx, p, x):
     return y
 
 
+def _matmul_general_infer(specs, params):
+    a, b = specs["a"], specs["b"]
+    expect(a.dtype == b.dtype and a.dtype in FLOATS + INTS and len(a.shape) >= 1 and len(b.shape) >= 1,
+           f"matmul_general needs two tensors of one numeric dtype: {a.describe()}, {b.describe()}")
+    ka = a.shape[-1]
+    kb = b.shape[0] if len(b.shape) == 1 else b.shape[-2]
+    expect(not (isinstance(ka, int) and isinstance(kb, int)) or ka == kb, f"inner dims differ: {a.describe()} @ {b.describe()}")
+    rows = a.shape[-2:-1] if len(a.shape) > 1 else ()
+    cols = b.shape[-1:] if len(b.shape) > 1 else ()
+    return {"y": (broadcast_shape(a.shape[:-2], b.shape[:-2]) + rows + cols, a.dtype)}
+
+
+def matmul_general_ref(ctx, p, a, b):
+    """numpy's matmul (1-D operands as vectors, broadcast batch dims) in any numeric dtype; floats
+    accumulate in float64, integers wrap as C integers do."""
+    if a.dtype.kind == "f":
+        return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    return np.matmul(a, b)
+
+
+register(OpDef("matmul_general", "math", ("a", "b"), ("y",), _matmul_general_infer, matmul_general_ref))
 register(OpDef("log_softmax", "math", ("x",), ("y",), _axis_infer, log_softmax_ref))
 register(OpDef("hardmax", "math", ("x",), ("y",), _axis_infer, hardmax_ref))

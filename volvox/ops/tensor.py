@@ -172,12 +172,16 @@ def topk_ref(ctx, p, x):
 
 
 def cumsum_ref(ctx, p, x):
-    """Running sum along ``axis``; ``exclusive`` shifts it by one, ``reverse`` runs from the end."""
+    """Running sum (``product``=1: product) along ``axis``; ``exclusive`` shifts it by one (starting
+    from 0, or 1 for a product), ``reverse`` runs from the end."""
     axis = int(p["axis"]) % x.ndim
+    product = bool(p.get("product", 0))
     y = np.flip(x, axis) if p.get("reverse", 0) else x
-    acc = np.cumsum(y.astype(np.float64) if x.dtype.kind == "f" else y, axis=axis)
+    y = y.astype(np.float64) if x.dtype.kind == "f" else y
+    acc = np.cumprod(y, axis=axis) if product else np.cumsum(y, axis=axis)
     if p.get("exclusive", 0):
-        acc = np.concatenate([np.zeros_like(np.take(acc, [0], axis=axis)), np.delete(acc, -1, axis=axis)], axis=axis)
+        first = np.ones_like if product else np.zeros_like
+        acc = np.concatenate([first(np.take(acc, [0], axis=axis)), np.delete(acc, -1, axis=axis)], axis=axis)
     acc = np.flip(acc, axis) if p.get("reverse", 0) else acc
     return np.ascontiguousarray(acc).astype(x.dtype)
 

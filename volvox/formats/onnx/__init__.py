@@ -23,7 +23,7 @@ from volvox.formats.onnx import generic, vision
 from volvox.formats.onnx.importer import ConstantRequired, Importer
 from volvox.formats.onnx.reader import ONNX_DTYPES, ONNXError, OnnxModel, OnnxNode, read_model, type_name
 
-__all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "onnx_ops"]
+__all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "op_report"]
 
 MIN_OPSET = 7
 
@@ -65,30 +65,39 @@ TRANSLATIONS = {
     **{op: generic.variadic for op in generic.VARIADIC},
     "Where": generic.where_,
     **{op: _float32_or(vision.activation, generic.relu_any if op == "Relu" else _refuse("float32 only"))
-       for op in (*vision.ACTIVATIONS, "Clip")},
+       for op in vision.ACTIVATIONS},
+    "Clip": _float32_or(vision.activation, generic.clip),
     "Softmax": generic.softmax, "LogSoftmax": generic.softmax, "Hardmax": generic.softmax,
     **{op: generic.reduce for op in generic.REDUCE},
     "ArgMax": generic.arg_reduce, "ArgMin": generic.arg_reduce,
     "Gather": generic.gather, "GatherElements": generic.gather_elements, "GatherND": generic.gather_nd,
+    "CumProd": generic.cumsum, "MatMulInteger": generic.matmul_integer,
+    "QLinearMatMul": generic.qlinear_matmul, "InstanceNormalization": generic.instance_norm,
+    "GroupNormalization": generic.group_norm, "RMSNormalization": generic.rms_norm, "Swish": generic.swish,
     "ScatterElements": generic.scatter_elements, "Scatter": generic.scatter_elements, "ScatterND": generic.scatter_nd,
     "Expand": generic.expand, "Tile": generic.tile, "TopK": generic.topk, "CumSum": generic.cumsum,
     "OneHot": generic.one_hot, "Trilu": generic.trilu, "DepthToSpace": generic.depth_space,
     "SpaceToDepth": generic.depth_space,
-    "Conv": vision.conv, "BatchNormalization": vision.batch_norm, "MaxPool": vision.pool, "AveragePool": vision.pool,
-    "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool, "MatMul": vision.matmul,
+    "Conv": vision.one_dimensional(vision.conv), "BatchNormalization": vision.batch_norm,
+    "MaxPool": vision.one_dimensional(vision.pool), "AveragePool": vision.one_dimensional(vision.pool),
+    "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool,
+    "MatMul": _float32_or(vision.matmul, generic.matmul_general),
     "Gemm": vision.gemm, "Resize": vision.resize, "Upsample": vision.resize,
-    "LayerNormalization": generic.layer_norm,
+    "LayerNormalization": _float32_or(generic.layer_norm, generic.layer_norm_parts),
     "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
 }
 
 
-def onnx_ops(path: str | Path) -> dict[str, int]:
-    """{op type: node count} of the model's graph, read without importing it (``volvox info``)."""
+def op_report(path: str | Path) -> dict:
+    """What ``volvox info`` says of an .onnx file before importing it: its opset, {op type: node count},
+    and the ops volvox has no translation for (an op it has may still refuse some attribute or dtype)."""
+    model = read_model(str(path))
     counts: dict[str, int] = {}
-    for n in read_model(str(path)).nodes:
+    for n in model.nodes:
         key = n.op if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op}"
         counts[key] = counts.get(key, 0) + 1
-    return counts
+    return {"opset": model.opset, "ops": dict(sorted(counts.items())),
+            "missing": sorted(op for op in counts if op not in TRANSLATIONS)}
 
 
 def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:

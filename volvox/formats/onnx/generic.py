@@ -285,6 +285,21 @@ def unary(imp: Importer, n: OnnxNode, where: str) -> None:
     imp.apply(UNARY[n.op], n.name, {"x": n.inputs[0]}, n.outputs[0], where, **params)
 
 
+def clip(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Clip of a non-float32 tensor: max then min with the bounds in its dtype."""
+    x, kind = n.inputs[0], dtype_of(imp, n.inputs[0])
+    bounds = [n.attrs.get("min"), n.attrs.get("max")] if imp.opset < 11 else \
+        [np.asarray(imp.const(i, where, "a bound")) if i else None for i in (arg(n, 1), arg(n, 2))]
+    steps = [(op, b) for op, b in (("maximum", bounds[0]), ("minimum", bounds[1])) if b is not None]
+    if not steps:
+        imp.alias(x, n.outputs[0])
+    for k, (op, bound) in enumerate(steps):
+        imp.consts[f"{n.name}.{op}.bound"] = np.asarray(bound).astype(kind)
+        out = n.outputs[0] if k == len(steps) - 1 else f"{n.name}.{op}.out"
+        imp.apply(op, n.name if out == n.outputs[0] else f"{n.name}.{op}", {"a": x, "b": f"{n.name}.{op}.bound"}, out, where)
+        x = out
+
+
 def relu_any(imp: Importer, n: OnnxNode, where: str) -> None:
     """Relu of a non-float32 tensor: max(x, 0) in its own dtype."""
     zero = f"{n.name}.zero"
@@ -296,8 +311,6 @@ def binary(imp: Importer, n: OnnxNode, where: str) -> None:
     a, b = n.inputs[:2]
     op = BINARY[n.op]
     kind = dtype_of(imp, a)
-    if op == "mod" and kind.kind == "f" and not n.attrs.get("fmod", 0):
-        raise UnsupportedError(f"{where}: Mod of floats needs fmod=1 (ONNX)")
     if op == "div" and kind.kind in "iu":
         op = "int_div"
     if op == "pow" and dtype_of(imp, b) != kind:   # the exponent may have another type: cast it to the base's
@@ -420,6 +433,7 @@ def topk(imp: Importer, n: OnnxNode, where: str) -> None:
 
 def cumsum(imp: Importer, n: OnnxNode, where: str) -> None:
     imp.apply("cumsum", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=int_list(imp, n, 1, where, "axis")[0],
+              product=int(n.op == "CumProd"),
               exclusive=n.attrs.get("exclusive", 0), reverse=n.attrs.get("reverse", 0))
 
 
@@ -497,7 +511,8 @@ def layer_norm(imp: Importer, n: OnnxNode, where: str) -> None:
     axis = n.attrs.get("axis", -1) % len(dims)
     tail = dims[axis:]
     if output_used(imp, n, 1) or output_used(imp, n, 2):
-        raise UnsupportedError(f"{where}: LayerNormalization's mean / inverse-deviation outputs are not supported")
+        layer_norm_parts(imp, n, where)
+        return
     if not all(isinstance(d, int) for d in tail):
         raise UnsupportedError(f"{where}: LayerNormalization over symbolic dims {tail}")
     width = math.prod(tail)
@@ -515,3 +530,188 @@ def layer_norm(imp: Importer, n: OnnxNode, where: str) -> None:
     y = imp.emit("layer_norm", f"{n.name}.norm", {"x": flat, **params}, f"{n.name}.norm",
                  eps=float(n.attrs.get("epsilon", 1e-5)))
     imp.emit("reshape", n.name, {"x": y}, n.outputs[0], shape=[0] * axis + list(tail))
+
+
+# ------------------------------------------------------------------ matmuls of other dtypes, integer and quantized
+def matmul_general(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MatMul of float16 / float64 / integers (numpy semantics; floats accumulate in float64)."""
+    imp.apply("matmul_general", n.name, {"a": n.inputs[0], "b": n.inputs[1]}, n.outputs[0], where)
+
+
+def _shifted(imp: Importer, n: OnnxNode, i: int, zero_at: int | None, where: str) -> str:
+    """Input ``i`` as int32 minus its zero point (input ``zero_at``; absent: 0)."""
+    x = n.inputs[i]
+    wide = f"{n.name}.in{i}.i32"
+    imp.apply("cast", f"{n.name}.cast{i}", {"x": x}, wide, where, to="int32")
+    if zero_at is None or not arg(n, zero_at):
+        return wide
+    zero = np.asarray(imp.const(n.inputs[zero_at], where, "a zero point")).astype(np.int32)
+    rank = rank_of(imp, x)
+    if zero.ndim == 1 and zero.size > 1:   # per row of A (axis -2) or per column of B (axis -1)
+        zero = zero.reshape(-1, 1) if i == 0 else zero.reshape(1, -1) if rank > 1 else zero
+    imp.consts[f"{n.name}.zero{i}"] = zero
+    imp.apply("sub", f"{n.name}.shift{i}", {"a": wide, "b": f"{n.name}.zero{i}"}, f"{n.name}.in{i}.shifted", where)
+    return f"{n.name}.in{i}.shifted"
+
+
+def matmul_integer(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MatMulInteger: (A - a_zero_point) @ (B - b_zero_point) exactly, in int32."""
+    a, b = _shifted(imp, n, 0, 2, where), _shifted(imp, n, 1, 3, where)
+    imp.apply("matmul_general", n.name, {"a": a, "b": b}, n.outputs[0], where)
+
+
+def _requantize(imp: Importer, n: OnnxNode, acc: str, multiplier: np.ndarray, zero: np.ndarray, where: str) -> None:
+    """saturate(round_half_even(float32(acc) * multiplier) + zero) into the zero point's (u)int8 type."""
+    info = np.iinfo(zero.dtype)
+    names = {k: f"{n.name}.{k}" for k in ("accf", "mult", "scaled", "rounded", "zero", "shifted", "lo", "hi", "low", "clamped")}
+    imp.consts.update({names["mult"]: multiplier.astype(np.float32), names["zero"]: zero.astype(np.float32),
+                       names["lo"]: np.array(info.min, np.float32), names["hi"]: np.array(info.max, np.float32)})
+    imp.apply("cast", f"{n.name}.float", {"x": acc}, names["accf"], where, to="float32")
+    imp.apply("mul", f"{n.name}.requant", {"a": names["accf"], "b": names["mult"]}, names["scaled"], where)
+    imp.apply("round", f"{n.name}.round", {"x": names["scaled"]}, names["rounded"], where)
+    imp.apply("add", f"{n.name}.add_zero", {"a": names["rounded"], "b": names["zero"]}, names["shifted"], where)
+    imp.apply("maximum", f"{n.name}.max", {"a": names["shifted"], "b": names["lo"]}, names["low"], where)
+    imp.apply("minimum", f"{n.name}.min", {"a": names["low"], "b": names["hi"]}, names["clamped"], where)
+    imp.apply("cast", n.name, {"x": names["clamped"]}, n.outputs[0], where, to=zero.dtype.name)
+
+
+def qlinear_matmul(imp: Importer, n: OnnxNode, where: str) -> None:
+    """QLinearMatMul: the exact int32 product of the zero-point-shifted operands, requantized with
+    a_scale * b_scale / y_scale (float32), rounded half to even, saturated."""
+    scales = [np.asarray(imp.const(n.inputs[i], where, "a scale")) for i in (1, 4, 6)]
+    if any(s.dtype != np.float32 or s.size != 1 for s in scales):
+        raise UnsupportedError(f"{where}: QLinearMatMul with {scales[0].dtype} or per-channel scales is not supported")
+    zero = np.asarray(imp.const(n.inputs[7], where, "y_zero_point"))
+    a, b = _shifted(imp, n, 0, 2, where), _shifted(imp, n, 3, 5, where)
+    acc = f"{n.name}.acc"
+    imp.apply("matmul_general", f"{n.name}.matmul", {"a": a, "b": b}, acc, where)
+    multiplier = np.float32(scales[0].reshape(())) * np.float32(scales[1].reshape(())) / np.float32(scales[2].reshape(()))
+    _requantize(imp, n, acc, np.asarray(multiplier, np.float32), zero.reshape(()), where)
+
+
+# ------------------------------------------------------------------ normalizations as composites
+def _normalize(imp: Importer, n: OnnxNode, x: str, axes: list[int], eps: float, where: str, centre: bool = True) -> str:
+    """(x - mean) / sqrt(var + eps) over ``axes`` (``centre`` False: x / sqrt(mean(x^2) + eps)), float32."""
+    names = {k: f"{n.name}.{k}" for k in ("mean", "centred", "square", "var", "eps", "var_eps", "deviation", "normalized")}
+    imp.consts[names["eps"]] = np.array(eps, np.float32)
+    centred = x
+    if centre:
+        imp.apply("reduce_mean", f"{n.name}.mean", {"x": x}, names["mean"], where, axes=axes, keepdims=True)
+        imp.apply("sub", f"{n.name}.centre", {"a": x, "b": names["mean"]}, names["centred"], where)
+        centred = names["centred"]
+    imp.apply("mul", f"{n.name}.square", {"a": centred, "b": centred}, names["square"], where)
+    imp.apply("reduce_mean", f"{n.name}.var", {"x": names["square"]}, names["var"], where, axes=axes, keepdims=True)
+    imp.apply("add", f"{n.name}.add_eps", {"a": names["var"], "b": names["eps"]}, names["var_eps"], where)
+    imp.apply("sqrt", f"{n.name}.sqrt", {"x": names["var_eps"]}, names["deviation"], where)
+    imp.apply("div", f"{n.name}.normalize", {"a": centred, "b": names["deviation"]}, names["normalized"], where)
+    return names["normalized"]
+
+
+def _affine(imp: Importer, n: OnnxNode, y: str, scale: np.ndarray | None, bias: np.ndarray | None, where: str) -> None:
+    """y * scale + bias into the node's output (either may be None)."""
+    steps = [(op, value) for op, value in (("mul", scale), ("add", bias)) if value is not None]
+    if not steps:
+        imp.alias(y, n.outputs[0])
+    for k, (op, value) in enumerate(steps):
+        imp.consts[f"{n.name}.{op}.value"] = value.astype(np.float32)
+        out = n.outputs[0] if k == len(steps) - 1 else f"{n.name}.{op}.out"
+        imp.apply(op, n.name if out == n.outputs[0] else f"{n.name}.{op}", {"a": y, "b": f"{n.name}.{op}.value"}, out, where)
+        y = out
+
+
+def _float32_input(imp: Importer, n: OnnxNode, where: str) -> str:
+    if dtype_of(imp, n.inputs[0]) != np.float32:
+        raise UnsupportedError(f"{where}: {n.op} of {dtype_of(imp, n.inputs[0])} is not supported (volvox: float32)")
+    return n.inputs[0]
+
+
+def instance_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """InstanceNormalization: each (sample, channel) normalized over its spatial axes, then per-channel scale / bias."""
+    x = _float32_input(imp, n, where)
+    rank = rank_of(imp, x)
+    per_channel = (-1,) + (1,) * (rank - 2)
+    scale, bias = (np.asarray(imp.const(i, where, "scale / bias")).reshape(per_channel) for i in n.inputs[1:3])
+    y = _normalize(imp, n, x, list(range(2, rank)), float(n.attrs.get("epsilon", 1e-5)), where)
+    _affine(imp, n, y, scale, bias, where)
+
+
+def group_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GroupNormalization (opset 21: per-channel scale / bias): channels in ``num_groups`` groups, each
+    normalized over its channels and spatial axes."""
+    if imp.opset < 21:
+        raise UnsupportedError(f"{where}: GroupNormalization before opset 21 (per-group scale) is not supported")
+    x = _float32_input(imp, n, where)
+    dims = shape_of(imp, x)
+    groups = n.attrs["num_groups"]
+    if not all(isinstance(d, int) for d in dims[1:]) or dims[1] % groups:
+        raise UnsupportedError(f"{where}: GroupNormalization of shape {dims} into {groups} groups")
+    grouped = f"{n.name}.grouped"
+    imp.apply("reshape", f"{n.name}.group", {"x": x}, grouped, where, shape=[0, groups, -1])
+    y = _normalize(imp, n, grouped, [2], float(n.attrs.get("epsilon", 1e-5)), where)
+    imp.apply("reshape", f"{n.name}.ungroup", {"x": y}, f"{n.name}.ungrouped", where, shape=[0] + list(dims[1:]))
+    per_channel = (-1,) + (1,) * (len(dims) - 2)
+    scale, bias = (np.asarray(imp.const(i, where, "scale / bias")).reshape(per_channel) for i in n.inputs[1:3])
+    _affine(imp, n, f"{n.name}.ungrouped", scale, bias, where)
+
+
+def rms_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """RMSNormalization: x / sqrt(mean(x^2) + eps) over the axes from ``axis`` on, times scale."""
+    x = _float32_input(imp, n, where)
+    rank = rank_of(imp, x)
+    axis = n.attrs.get("axis", -1) % rank
+    if n.attrs.get("stash_type", 1) != 1:
+        raise UnsupportedError(f"{where}: RMSNormalization stash_type {n.attrs['stash_type']} is not supported")
+    y = _normalize(imp, n, x, list(range(axis, rank)), float(n.attrs.get("epsilon", 1e-5)), where, centre=False)
+    _affine(imp, n, y, np.asarray(imp.const(n.inputs[1], where, "the scale")), None, where)
+
+
+def swish(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Swish: x * sigmoid(alpha * x)."""
+    x = _float32_input(imp, n, where)
+    alpha = float(n.attrs.get("alpha", 1.0))
+    scaled = x
+    if alpha != 1.0:
+        imp.consts[f"{n.name}.alpha"] = np.array(alpha, np.float32)
+        imp.apply("mul", f"{n.name}.scale", {"a": x, "b": f"{n.name}.alpha"}, f"{n.name}.scaled", where)
+        scaled = f"{n.name}.scaled"
+    imp.apply("sigmoid", f"{n.name}.sigmoid", {"x": scaled}, f"{n.name}.gate", where)
+    imp.apply("mul", n.name, {"a": x, "b": f"{n.name}.gate"}, n.outputs[0], where)
+
+
+def layer_norm_parts(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LayerNormalization step by step (float32, float16, float64), with its Mean and InvStdDev outputs:
+    the statistics in float32 (``stash_type`` 1) or the input's type (0), as ONNX defines them."""
+    x = n.inputs[0]
+    kind = dtype_of(imp, x)
+    rank = rank_of(imp, x)
+    axes = list(range(n.attrs.get("axis", -1) % rank, rank))
+    stash = np.float32 if n.attrs.get("stash_type", 1) == 1 else kind
+    if kind.kind != "f":
+        raise UnsupportedError(f"{where}: LayerNormalization of {kind}")
+    wide = x
+    if kind != stash:
+        wide = f"{n.name}.stash"
+        imp.apply("cast", f"{n.name}.to_stash", {"x": x}, wide, where, to=np.dtype(stash).name)
+    names = {k: f"{n.name}.{k}" for k in ("mean", "centred", "square", "var", "eps", "var_eps", "deviation", "inv",
+                                          "one", "normalized", "narrow", "scaled")}
+    imp.consts[names["eps"]] = np.array(n.attrs.get("epsilon", 1e-5), stash)
+    imp.consts[names["one"]] = np.array(1, stash)
+    imp.apply("reduce_mean", f"{n.name}.mean", {"x": wide}, names["mean"], where, axes=axes, keepdims=True)
+    imp.apply("sub", f"{n.name}.centre", {"a": wide, "b": names["mean"]}, names["centred"], where)
+    imp.apply("mul", f"{n.name}.square", {"a": names["centred"], "b": names["centred"]}, names["square"], where)
+    imp.apply("reduce_mean", f"{n.name}.var", {"x": names["square"]}, names["var"], where, axes=axes, keepdims=True)
+    imp.apply("add", f"{n.name}.add_eps", {"a": names["var"], "b": names["eps"]}, names["var_eps"], where)
+    imp.apply("sqrt", f"{n.name}.sqrt", {"x": names["var_eps"]}, names["deviation"], where)
+    imp.apply("div", f"{n.name}.inv", {"a": names["one"], "b": names["deviation"]}, names["inv"], where)
+    imp.apply("mul", f"{n.name}.normalize", {"a": names["centred"], "b": names["inv"]}, names["normalized"], where)
+    y = names["normalized"]
+    if kind != stash:
+        imp.apply("cast", f"{n.name}.from_stash", {"x": y}, names["narrow"], where, to=kind.name)
+        y = names["narrow"]
+    scaled = names["scaled"] if arg(n, 2) else n.outputs[0]
+    imp.apply("mul", f"{n.name}.scale", {"a": y, "b": n.inputs[1]}, scaled, where)
+    if arg(n, 2):
+        imp.apply("add", f"{n.name}.bias", {"a": scaled, "b": n.inputs[2]}, n.outputs[0], where)
+    for i, name in ((1, names["mean"]), (2, names["inv"])):
+        if output_used(imp, n, i):
+            imp.alias(name, n.outputs[i])

@@ -19,6 +19,8 @@ from volvox.formats.onnx.reader import ONNXError, OnnxNode
 
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 CLAMP = 2 ** 62   # ONNX's INT64_MAX / INT64_MIN slice bounds mean "to the end"
+# ops that only move values: folding them keeps a shape vector's symbolic dims as they are
+MOVES_VALUES = ("slice", "concat", "gather", "reshape", "transpose", "expand", "tile")
 
 
 class ConstantRequired(UnsupportedError):
@@ -161,7 +163,7 @@ class Importer:
         if all(name in self.consts for name in inputs.values()):
             definition = get_op(op, node_id)
             values = [self.consts[inputs[p]] if p in inputs else None for p in definition.input_names]
-            if any(v is not None and is_symbolic(v) for v in values):
+            if op not in MOVES_VALUES and any(v is not None and is_symbolic(v) for v in values):
                 raise UnsupportedError(f"{where}: {op} of a symbolic shape is not supported")
             try:
                 result = definition.ref(None, params, *values)

@@ -44,6 +44,27 @@ def window_pads(imp: Importer, n: OnnxNode, x: str, kernel, strides, dilations, 
     return same_pads(imp, x, kernel, strides, dilations, mode, where)
 
 
+def one_dimensional(translate):
+    """A 2-D conv / pool translation that also runs the 1-D op, as the 2-D one over (N, C, 1, L)."""
+    def translate_any(imp: Importer, n: OnnxNode, where: str) -> None:
+        x = n.inputs[0]
+        if x not in imp.shapes or len(imp.shapes[x]) != 3:
+            translate(imp, n, where)
+            return
+        widen = {"kernel_shape": lambda v: [1, *v], "strides": lambda v: [1, *v], "dilations": lambda v: [1, *v],
+                 "pads": lambda v: [0, v[0], 0, v[1]]}
+        attrs = {k: widen[k](v) if k in widen else v for k, v in n.attrs.items()}
+        inputs = [imp.emit("reshape", f"{n.name}.as_2d", {"x": imp.logical(x, where)}, f"{n.name}.as_2d", shape=[0, 0, 1, -1]),
+                  *n.inputs[1:]]
+        if len(inputs) > 1 and inputs[1] in imp.consts and np.ndim(imp.consts[inputs[1]]) == 3:
+            imp.consts[f"{n.name}.weight_2d"] = np.expand_dims(imp.consts[inputs[1]], 2)
+            inputs[1] = f"{n.name}.weight_2d"
+        wide = f"{n.name}.out_2d"
+        translate(imp, OnnxNode(n.op, inputs, [wide, *n.outputs[1:]], attrs, f"{n.name}.2d", n.domain), where)
+        imp.emit("reshape", n.name, {"x": imp.logical(wide, where)}, n.outputs[0], shape=[0, 0, -1])
+    return translate_any
+
+
 def conv(imp: Importer, n: OnnxNode, where: str) -> None:
     """Conv (2-D, float32): NHWC output, weight permuted once to (out, kh, kw, in / groups)."""
     w = imp.const(n.inputs[1], where, "the weight")
@@ -133,6 +154,23 @@ def float_binary(imp: Importer, op: str, n: OnnxNode, where: str) -> None:
     imp.emit(op, n.name, operands, out, nhwc=laid and max(len(s) for s in shapes) == 4)
 
 
+def ceil_pads(hw, kernel, strides, pads: list[int], where: str) -> list[int]:
+    """Pads giving ceil_mode's output size: the bottom / right pads grown so the last partial window
+    counts, unless it would start beyond the input and its leading pad (ONNX's rule)."""
+    if not all(isinstance(d, int) for d in hw):
+        raise UnsupportedError(f"{where}: ceil_mode on a symbolic size {hw} is not supported")
+    out = list(pads)
+    for axis, (d, k, s) in enumerate(zip(hw, kernel, strides)):
+        begin, end = pads[axis], pads[axis + 2]
+        count = -(-(d + begin + end - k) // s) + 1
+        if (count - 1) * s >= d + begin:
+            count -= 1
+        out[axis + 2] = end + max((count - 1) * s + k - (d + begin + end), 0)
+        if out[axis + 2] >= k:
+            raise UnsupportedError(f"{where}: ceil_mode pads {out} reach a whole window")
+    return out
+
+
 def pool(imp: Importer, n: OnnxNode, where: str) -> None:
     """GlobalAveragePool, AveragePool, MaxPool (2-D, float32) on the NHWC layout."""
     if n.op == "MaxPool" and output_used(imp, n, 1):
@@ -144,13 +182,18 @@ def pool(imp: Importer, n: OnnxNode, where: str) -> None:
         return
     kernel = n.attrs["kernel_shape"]
     strides, dilations = n.attrs.get("strides", [1, 1]), n.attrs.get("dilations", [1, 1])
-    if n.attrs.get("ceil_mode", 0) or any(d != 1 for d in dilations) or n.attrs.get("storage_order", 0):
-        raise UnsupportedError(f"{where}: ceil_mode, dilated pooling and storage_order are not supported")
+    if any(d != 1 for d in dilations) or n.attrs.get("storage_order", 0):
+        raise UnsupportedError(f"{where}: dilated pooling and storage_order are not supported (opset {imp.opset})")
     imp.float32(n.inputs[0], where)
-    params = dict(kernel=list(kernel), strides=list(strides),
-                  pads=window_pads(imp, n, n.inputs[0], kernel, strides, dilations, where))
+    pads = window_pads(imp, n, n.inputs[0], kernel, strides, dilations, where)
+    include_pad = bool(n.attrs.get("count_include_pad", 0))
+    if n.attrs.get("ceil_mode", 0):
+        pads = ceil_pads(imp.shapes[n.inputs[0]][2:], kernel, strides, pads, where)
+        if include_pad and pads != window_pads(imp, n, n.inputs[0], kernel, strides, dilations, where) and n.op == "AveragePool":
+            raise UnsupportedError(f"{where}: ceil_mode with count_include_pad=1 is not supported")
+    params = dict(kernel=list(kernel), strides=list(strides), pads=pads)
     if n.op == "AveragePool":
-        params["count_include_pad"] = bool(n.attrs.get("count_include_pad", 0))
+        params["count_include_pad"] = include_pad
     imp.emit("avg_pool2d" if n.op == "AveragePool" else "max_pool2d", n.name, {"x": imp.laid_nhwc(n.inputs[0], where)},
              n.outputs[0], nhwc=True, **params)
 
@@ -281,8 +324,4 @@ def resize(imp: Importer, n: OnnxNode, where: str) -> None:
     if key == "size" and not all(isinstance(v, int) for v in full[2:]):
         raise UnsupportedError(f"{where}: sizes {values} are not static")
     params[key] = full[2:]
-    out_hw = full[2:] if key == "size" else [int(np.floor(d * s)) if isinstance(d, int) else 2
-                                              for d, s in zip(logical[2:], full[2:])]
-    if coordinate == "align_corners" and 1 in out_hw:
-        raise UnsupportedError(f"{where}: align_corners resize to a size of 1 is not supported")
     imp.emit("resize", n.name, {"x": imp.laid_nhwc(n.inputs[0], where)}, n.outputs[0], nhwc=True, **params)
