@@ -1,7 +1,8 @@
-"""The generic ops (ops/tensor.py, ops/reduce.py, ops/math.py) against onnx's reference evaluator
-(onnx.reference, an independent implementation of each operator's specification): one single-node
-ONNX model per case, the same inputs, every output equal in shape, dtype and value; each op's shape
-rule agrees with the shape and dtype its reference returns."""
+"""The generic ops (ops/tensor.py, ops/reduce.py, ops/math.py, ops/conv_general.py) against onnx's
+reference evaluator (onnx.reference, an independent implementation of each operator's specification;
+onnxruntime where that one is wrong): one single-node ONNX model per case, the same inputs, every
+output equal in shape, dtype and value; each op's shape rule agrees with the shape and dtype its
+reference returns."""
 
 import numpy as np
 import pytest
@@ -24,6 +25,10 @@ B = RNG.random((2, 3, 4)) > 0.5
 POS = (np.abs(F) + 0.1).astype(np.float32)
 UNIT = np.tanh(F).astype(np.float32) * 0.9
 IMG = RNG.standard_normal((1, 8, 2, 3)).astype(np.float32)
+MAP = RNG.standard_normal((2, 4, 5, 6)).astype(np.float32)
+UPW = RNG.standard_normal((4, 3, 3, 2)).astype(np.float32)       # (Cin, Cout / groups, kh, kw)
+QX = RNG.integers(0, 255, (1, 4, 6, 5)).astype(np.uint8)
+QW = RNG.integers(-128, 127, (6, 2, 3, 3)).astype(np.int8)
 
 
 def c(op, params, inputs, onnx_op, attrs=None, onnx_inputs=None, opset=21):
@@ -58,6 +63,12 @@ CASES = [
     unary("gelu_onnx", "Gelu", attrs={"approximate": "tanh"}), unary("logical_not", "Not", B),
     unary("bitwise_not", "BitwiseNot", I32), unary("bitwise_not", "BitwiseNot", U8),
     unary("is_inf", "IsInf", np.array([np.inf, -np.inf, 1.0, np.nan], np.float32), attrs={"detect_negative": 0}),
+    # conv_general
+    c("conv_transpose", {"strides": [2, 3], "pads": [1, 0, 0, 2], "output_padding": [1, 0]},
+      {"x": MAP, "weight": UPW}, "ConvTranspose", {"strides": [2, 3], "pads": [1, 0, 0, 2], "output_padding": [1, 0]}),
+    c("conv_integer", {"strides": [2, 1], "pads": [1, 1, 0, 1], "groups": 2},
+      {"x": QX, "weight": QW, "x_zero_point": np.array(128, np.uint8), "w_zero_point": np.array(3, np.int8)},
+      "ConvInteger", {"strides": [2, 1], "pads": [1, 1, 0, 1], "group": 2}),
     # math: binary
     binary("maximum", "Max", F, F[0]), binary("minimum", "Min", I, I[:, :1]), binary("maximum", "Max", H, H[:1]),
     binary("mod", "Mod", I, np.array([4, -3, 5, 7], np.int64)), binary("mod", "Mod", F, POS, {"fmod": 1}),
@@ -132,26 +143,60 @@ CASES = [
 ]
 
 
-def onnx_reference(onnx_op, attrs, arrays, opset, n_outputs):
-    """Outputs of a one-node ONNX model of ``onnx_op`` on ``arrays``, by onnx.reference."""
+# where onnx.reference is wrong (LRN sums the wrong channels unless N == C; grouped ConvTranspose
+# fails), onnxruntime is the reference
+RUNTIME_CASES = [
+    c("lrn", {"size": 3, "alpha": 2e-3, "beta": 0.6, "bias": 1.5}, {"x": MAP}, "LRN",
+      {"size": 3, "alpha": 2e-3, "beta": 0.6, "bias": 1.5}),
+    c("lrn", {"size": 5}, {"x": MAP}, "LRN", {"size": 5}),
+    c("conv_transpose", {"groups": 2, "dilations": [2, 1]}, {"x": MAP, "weight": UPW, "bias": np.arange(6, dtype=np.float32)},
+      "ConvTranspose", {"group": 2, "dilations": [2, 1]}),
+]
+
+
+def one_node_model(onnx_op, attrs, arrays, opset, n_outputs, out_type=0):
+    """A one-node ONNX model of ``onnx_op`` with inputs in0.. of ``arrays``' types (outputs of ``out_type``)."""
     names = [f"in{i}" for i in range(len(arrays))]
     node = helper.make_node(onnx_op, names, [f"out{i}" for i in range(n_outputs)], **attrs)
     inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
               for n, a in zip(names, arrays)]
-    outputs = [helper.make_tensor_value_info(f"out{i}", 0, None) for i in range(n_outputs)]
-    model = helper.make_model(helper.make_graph([node], "case", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))
+    outputs = [helper.make_tensor_value_info(f"out{i}", out_type, None) for i in range(n_outputs)]
+    return helper.make_model(helper.make_graph([node], "case", inputs, outputs), opset_imports=[helper.make_opsetid("", opset)])
+
+
+def onnx_reference(onnx_op, attrs, arrays, opset, n_outputs):
+    """Outputs of a one-node ONNX model of ``onnx_op`` on ``arrays``, by onnx.reference."""
+    model = one_node_model(onnx_op, attrs, arrays, opset, n_outputs)
+    return ReferenceEvaluator(model).run(None, {f"in{i}": a for i, a in enumerate(arrays)})
+
+
+def onnxruntime_reference(onnx_op, attrs, arrays, opset, n_outputs):
+    """The same, by onnxruntime (every output of the first input's type)."""
+    ort = pytest.importorskip("onnxruntime")
+    model = one_node_model(onnx_op, attrs, arrays, opset, n_outputs, helper.np_dtype_to_tensor_dtype(arrays[0].dtype))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {f"in{i}": a for i, a in enumerate(arrays)})
 
 
 @pytest.mark.parametrize("op, params, inputs, onnx_op, attrs, onnx_inputs, opset", CASES)
 def test_op_equals_onnx_reference(op, params, inputs, onnx_op, attrs, onnx_inputs, opset):
+    check_op(op, params, inputs, onnx_reference(onnx_op, attrs, onnx_inputs or list(inputs.values()), opset,
+                                                len(OPS[op].outputs)))
+
+
+@pytest.mark.parametrize("op, params, inputs, onnx_op, attrs, onnx_inputs, opset", RUNTIME_CASES)
+def test_op_equals_onnxruntime(op, params, inputs, onnx_op, attrs, onnx_inputs, opset):
+    check_op(op, params, inputs, onnxruntime_reference(onnx_op, attrs, onnx_inputs or list(inputs.values()), opset,
+                                                       len(OPS[op].outputs)))
+
+
+def check_op(op, params, inputs, want):
+    """The op's reference on ``inputs`` equals ``want`` and agrees with its shape rule."""
     definition = OPS[op]
     specs = {port: TensorSpec(port, a.shape, a.dtype.name) for port, a in inputs.items()}
     inferred = definition.infer(specs, params)
     got = definition.ref(None, params, *inputs.values())
     got = got if isinstance(got, tuple) else (got,)
-    want = onnx_reference(onnx_op, attrs, onnx_inputs or list(inputs.values()), opset, len(got))
     for port, g, w in zip(definition.output_names, got, want):
         w = np.asarray(w)
         assert inferred[port] == (tuple(g.shape), g.dtype.name), f"{op}: shape rule {inferred[port]}, ref {g.dtype}{g.shape}"

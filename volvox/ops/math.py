@@ -1,5 +1,6 @@
 """Math for imported graphs in every dtype they use: unary functions, min / max, mod, comparisons,
-logic, bitwise ops, squared difference, where; log-softmax, hardmax and a matmul of any dtype.
+logic, bitwise ops, squared difference, where; log-softmax, hardmax, local response normalization
+and a matmul of any dtype.
 
 Each op is numpy's ufunc with ONNX's semantics (integers stay integers, comparisons give bool);
 there is no plan step, so a plan runs them as numpy islands. The float32 activations the vision
@@ -237,3 +238,25 @@ def matmul_general_ref(ctx, p, a, b):
 register(OpDef("matmul_general", "math", ("a", "b"), ("y",), _matmul_general_infer, matmul_general_ref))
 register(OpDef("log_softmax", "math", ("x",), ("y",), _axis_infer, log_softmax_ref))
 register(OpDef("hardmax", "math", ("x",), ("y",), _axis_infer, hardmax_ref))
+
+
+def _lrn_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype in FLOATS and len(x.shape) >= 3, f"lrn needs a float (N, C, ...) tensor, got {x.describe()}")
+    return {"y": (x.shape, x.dtype)}
+
+
+def lrn_ref(ctx, p, x):
+    """Local response normalization across channels: x / (bias + alpha / size * sum of x^2 over the
+    ``size`` channels around each one) ** beta, float64."""
+    size = int(p["size"])
+    x64 = x.astype(np.float64)
+    square = np.square(x64)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = np.pad(square, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    window = sum(padded[:, k: k + x.shape[1]] for k in range(size))      # (N, C, ...)
+    scale = p.get("bias", 1.0) + p.get("alpha", 1e-4) / size * window
+    return (x64 / scale ** p.get("beta", 0.75)).astype(x.dtype)
+
+
+register(OpDef("lrn", "math", ("x",), ("y",), _lrn_infer, lrn_ref))

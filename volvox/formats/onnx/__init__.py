@@ -84,6 +84,8 @@ TRANSLATIONS = {
     "MatMul": _float32_or(vision.matmul, generic.matmul_general),
     "Gemm": vision.gemm, "Resize": vision.resize, "Upsample": vision.resize,
     "LayerNormalization": _float32_or(generic.layer_norm, generic.layer_norm_parts),
+    "ConvTranspose": vision.one_dimensional(vision.conv_transpose), "ConvInteger": vision.one_dimensional(vision.conv_integer),
+    "QLinearConv": lambda imp, n, where: generic.qlinear_conv(imp, n, where, vision.conv_integer), "LRN": generic.lrn,
     "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
 }
 

@@ -504,6 +504,11 @@ def quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
     imp.apply("cast", n.name, {"x": names["clamped"]}, n.outputs[0], where, to=zero.dtype.name)
 
 
+def lrn(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("lrn", n.name, {"x": n.inputs[0]}, n.outputs[0], where, size=n.attrs["size"],
+              alpha=float(n.attrs.get("alpha", 1e-4)), beta=float(n.attrs.get("beta", 0.75)), bias=float(n.attrs.get("bias", 1.0)))
+
+
 def layer_norm(imp: Importer, n: OnnxNode, where: str) -> None:
     """LayerNormalization over the axes from ``axis`` on, as volvox's layer_norm over the last axis of x
     flattened to (rows, normalized size) with a constant scale (and bias) flattened to match."""
@@ -573,6 +578,24 @@ def _requantize(imp: Importer, n: OnnxNode, acc: str, multiplier: np.ndarray, ze
     imp.apply("maximum", f"{n.name}.max", {"a": names["shifted"], "b": names["lo"]}, names["low"], where)
     imp.apply("minimum", f"{n.name}.min", {"a": names["low"], "b": names["hi"]}, names["clamped"], where)
     imp.apply("cast", n.name, {"x": names["clamped"]}, n.outputs[0], where, to=zero.dtype.name)
+
+
+def qlinear_conv(imp: Importer, n: OnnxNode, where: str, conv_integer) -> None:
+    """QLinearConv: the exact int32 convolution of the zero-point-shifted operands plus the int32 bias,
+    requantized per output channel with x_scale * w_scale / y_scale (float32), rounded half to even, saturated."""
+    x_scale, w_scale, y_scale = (np.asarray(imp.const(n.inputs[i], where, "a scale")) for i in (1, 4, 6))
+    if any(s.dtype != np.float32 for s in (x_scale, w_scale, y_scale)):
+        raise UnsupportedError(f"{where}: QLinearConv with {w_scale.dtype} scales is not supported")
+    conv = OnnxNode("ConvInteger", [n.inputs[0], n.inputs[3], n.inputs[2], n.inputs[5]], [f"{n.name}.acc"], n.attrs,
+                    n.name, n.domain)
+    acc = conv_integer(imp, conv, where, out=f"{n.name}.acc")
+    if arg(n, 8):
+        imp.consts[f"{n.name}.bias"] = np.asarray(imp.const(n.inputs[8], where, "the bias"), np.int32).reshape(-1, 1, 1)
+        imp.apply("add", f"{n.name}.add_bias", {"a": acc, "b": f"{n.name}.bias"}, f"{n.name}.biased", where)
+        acc = f"{n.name}.biased"
+    multiplier = (np.float32(x_scale.reshape(())) * w_scale.astype(np.float32).reshape(-1) / np.float32(y_scale.reshape(())))
+    zero = np.asarray(imp.const(n.inputs[7], where, "y_zero_point"))
+    _requantize(imp, n, acc, multiplier.astype(np.float32).reshape(-1, 1, 1), zero.reshape(()), where)
 
 
 def qlinear_matmul(imp: Importer, n: OnnxNode, where: str) -> None:

@@ -52,7 +52,8 @@ def one_dimensional(translate):
             translate(imp, n, where)
             return
         widen = {"kernel_shape": lambda v: [1, *v], "strides": lambda v: [1, *v], "dilations": lambda v: [1, *v],
-                 "pads": lambda v: [0, v[0], 0, v[1]]}
+                 "pads": lambda v: [0, v[0], 0, v[1]], "output_padding": lambda v: [0, *v],
+                 "output_shape": lambda v: [1, *v[-1:]]}
         attrs = {k: widen[k](v) if k in widen else v for k, v in n.attrs.items()}
         inputs = [imp.emit("reshape", f"{n.name}.as_2d", {"x": imp.logical(x, where)}, f"{n.name}.as_2d", shape=[0, 0, 1, -1]),
                   *n.inputs[1:]]
@@ -325,3 +326,51 @@ def resize(imp: Importer, n: OnnxNode, where: str) -> None:
         raise UnsupportedError(f"{where}: sizes {values} are not static")
     params[key] = full[2:]
     imp.emit("resize", n.name, {"x": imp.laid_nhwc(n.inputs[0], where)}, n.outputs[0], nhwc=True, **params)
+
+
+def conv_transpose(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ConvTranspose (2-D, float): volvox's NCHW conv_transpose; pads from ``pads``, ``auto_pad`` or
+    ``output_shape`` as the ONNX specification derives them."""
+    x, w = n.inputs[0], imp.const(n.inputs[1], where, "the weight")
+    if w.ndim != 4:
+        raise UnsupportedError(f"{where}: volvox runs 1-D and 2-D transposed convolutions, not rank {w.ndim - 2}")
+    imp.runtime(x, where)
+    attrs = n.attrs
+    strides, dilations = list(attrs.get("strides", [1, 1])), list(attrs.get("dilations", [1, 1]))
+    extra = list(attrs.get("output_padding", [0, 0]))
+    pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    mode = attrs.get("auto_pad", "NOTSET")
+    hw = imp.shapes[x][2:]
+    if "output_shape" in attrs or mode in ("SAME_UPPER", "SAME_LOWER"):
+        if not all(isinstance(d, int) for d in hw):
+            raise UnsupportedError(f"{where}: output_shape / auto_pad on a symbolic size {hw}")
+        target = list(attrs["output_shape"])[-2:] if "output_shape" in attrs else [d * s for d, s in zip(hw, strides)]
+        totals = [s * (d - 1) + e + (k - 1) * dil + 1 - t
+                  for d, s, e, k, dil, t in zip(hw, strides, extra, w.shape[2:], dilations, target)]
+        extra = [e - min(t, 0) for e, t in zip(extra, totals)]   # a larger output_shape grows at the end
+        totals = [max(t, 0) for t in totals]
+        first = [t // 2 if mode == "SAME_UPPER" else t - t // 2 for t in totals]
+        pads = first + [t - f for t, f in zip(totals, first)]
+    elif mode not in ("NOTSET", "VALID", ""):
+        raise UnsupportedError(f"{where}: auto_pad {mode!r} is not supported")
+    ports = {"x": imp.operand(x, where), "weight": imp.weight(f"{n.name}.weight", w)}
+    if arg(n, 2):
+        ports["bias"] = imp.weight(f"{n.name}.bias", imp.const(n.inputs[2], where, "the bias").astype(w.dtype))
+    imp.emit("conv_transpose", n.name, ports, n.outputs[0], strides=strides, dilations=dilations, pads=pads,
+             output_padding=extra, groups=attrs.get("group", 1))
+
+
+def conv_integer(imp: Importer, n: OnnxNode, where: str, out: str | None = None) -> str:
+    """ConvInteger (2-D): the exact int32 convolution of zero-point-shifted int8 / uint8 tensors."""
+    x, w = n.inputs[0], imp.const(n.inputs[1], where, "the weight")
+    imp.runtime(x, where)
+    if w.ndim != 4:
+        raise UnsupportedError(f"{where}: volvox runs 1-D and 2-D integer convolutions, not rank {w.ndim - 2}")
+    strides, dilations = n.attrs.get("strides", [1, 1]), n.attrs.get("dilations", [1, 1])
+    ports = {"x": imp.operand(x, where), "weight": imp.weight(f"{n.name}.weight", w)}
+    for port, i in (("x_zero_point", 2), ("w_zero_point", 3)):
+        if arg(n, i):
+            ports[port] = imp.weight(f"{n.name}.{port}", np.asarray(imp.const(n.inputs[i], where, "a zero point")))
+    return imp.emit("conv_integer", n.name if out is None else f"{n.name}.acc", ports, n.outputs[0] if out is None else out,
+                    strides=list(strides), dilations=list(dilations), groups=n.attrs.get("group", 1),
+                    pads=window_pads(imp, n, x, w.shape[2:], strides, dilations, where))
