@@ -264,3 +264,36 @@ def test_cnn_equals_onnxruntime(exported, name, opset):
     assert err <= 1e-4, f"{name} opset {opset}: relative error {err:.2e}"
     assert any(node.op in ("conv2d", "dwpw_conv2d", "expand_dwpw_conv2d") for node in model.graph.nodes), \
         "the convolutions run on volvox's conv kernels"
+
+
+QUANTIZED = [("qdq", name, activations) for name in ("resnet", "mobilenet_v2", "efficientnet") for activations in ("uint8", "int8")] + \
+            [("qoperator", name, activations) for name in ("vgg", "resnet") for activations in ("uint8", "int8")]
+
+
+@pytest.mark.parametrize("form, name, activations", QUANTIZED)
+def test_quantized_cnn_equals_onnxruntime(exported, tmp_path, form, name, activations):
+    """onnxruntime's static quantization of the opset-13 export (per-channel int8 weights; QDQ pairs, or
+    QLinearConv / QuantizeLinear / DequantizeLinear): volvox runs it as onnxruntime does."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    rng = np.random.default_rng(3)
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    path = tmp_path / f"{name}-{form}-{activations}.onnx"
+    quantization.quantize_static(
+        str(exported[(name, 13)]), str(path), Calibration(), per_channel=True, weight_type=quantization.QuantType.QInt8,
+        quant_format=quantization.QuantFormat.QDQ if form == "qdq" else quantization.QuantFormat.QOperator,
+        activation_type=quantization.QuantType.QUInt8 if activations == "uint8" else quantization.QuantType.QInt8,
+        op_types_to_quantize=None if form == "qdq" else ["Conv", "MaxPool"])
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    float_out = ort.InferenceSession(str(exported[(name, 13)]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = next(iter(volvox.load(path).run({"x": x}).values()))
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() / scale <= 1e-4, f"{name} {form} {activations}"
+    assert np.abs(float_out - want).max() / scale > 1e-4, "the quantized model differs from the float one"

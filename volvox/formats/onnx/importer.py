@@ -49,7 +49,8 @@ class Importer:
         self.weights: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
         self.specs: dict[str, TensorSpec] = {}
-        self.nchw_copies: dict[str, str] = {}
+        self.nchw_copies: dict[str, str] = {}     # NHWC-laid tensor -> its NCHW transpose
+        self.nhwc_copies: dict[str, str] = {}     # NCHW tensor -> its NHWC transpose
         self.conv_of: dict[str, Node] = {}        # conv output -> its node (BatchNormalization folding)
         self.readers: dict[str, int] = {}
         self.const_weights: dict[tuple, str] = {}  # (const name, dtype) -> its weight
@@ -127,9 +128,11 @@ class Importer:
             return name
         if len(self.shapes[name]) != 4:
             raise UnsupportedError(f"{where}: needs a 4-D NCHW input, got {self.shapes[name]}")
-        out = self.emit("transpose", f"{name}.to_nhwc", {"x": name}, f"{name}.nhwc", logical=self.shapes[name], perm=TO_NHWC)
-        self.nhwc.add(out)
-        return out
+        if name not in self.nhwc_copies:
+            self.nhwc_copies[name] = self.emit("transpose", f"{name}.to_nhwc", {"x": name}, f"{name}.nhwc",
+                                               logical=self.shapes[name], perm=TO_NHWC)
+            self.nhwc.add(self.nhwc_copies[name])
+        return self.nhwc_copies[name]
 
     def runtime(self, name: str, where: str) -> None:
         """Check ``name`` is a tensor computed at run time."""

@@ -173,7 +173,17 @@ def ceil_pads(hw, kernel, strides, pads: list[int], where: str) -> list[int]:
 
 
 def pool(imp: Importer, n: OnnxNode, where: str) -> None:
-    """GlobalAveragePool, AveragePool, MaxPool (2-D, float32) on the NHWC layout."""
+    """GlobalAveragePool, AveragePool, MaxPool (2-D, float32) on the NHWC layout; an int8 / uint8 MaxPool
+    through float32 (every such value is exact in it, and so is their maximum)."""
+    src = n.inputs[0]
+    if n.op == "MaxPool" and src in imp.specs and imp.specs[src].dtype in ("int8", "uint8"):
+        dtype = imp.specs[src].dtype
+        wide = imp.emit("cast", f"{n.name}.widen", {"x": imp.logical(src, where)}, f"{n.name}.float", to="float32")
+        pooled = f"{n.name}.pooled"
+        pool(imp, OnnxNode(n.op, [wide, *n.inputs[1:]], [pooled, *n.outputs[1:]], n.attrs, f"{n.name}.float_pool", n.domain),
+             where)
+        imp.emit("cast", n.name, {"x": imp.logical(pooled, where)}, n.outputs[0], to=dtype)
+        return
     if n.op == "MaxPool" and output_used(imp, n, 1):
         raise UnsupportedError(f"{where}: MaxPool's Indices output is not supported (opset {imp.opset})")
     if len(imp.shapes.get(n.inputs[0], ())) != 4:
