@@ -235,6 +235,30 @@ def matmul_general_ref(ctx, p, a, b):
     return np.matmul(a, b)
 
 
+def _einsum_infer(specs, params):
+    operands = [specs[f"x{i}"] for i in range(len(specs))]
+    expect(len({s.dtype for s in operands}) == 1 and operands[0].dtype in FLOATS + INTS,
+           f"einsum needs operands of one numeric dtype: {', '.join(s.describe() for s in operands)}")
+    expect(all(isinstance(d, int) for s in operands for d in s.shape), "einsum needs static shapes")
+    dummies = [np.empty(s.shape, np.int8) for s in operands]
+    try:
+        shape = np.einsum(params["equation"], *dummies).shape
+    except ValueError as e:
+        expect(False, f"einsum {params['equation']!r} does not fit the operands: {e}")
+    return {"y": (tuple(shape), operands[0].dtype)}
+
+
+def einsum_ref(ctx, p, *xs):
+    """numpy's einsum of ``equation`` over the wired operands; floats summed in float64."""
+    xs = [x for x in xs if x is not None]
+    if xs[0].dtype.kind == "f":
+        return np.asarray(np.einsum(p["equation"], *(x.astype(np.float64) for x in xs))).astype(xs[0].dtype)
+    return np.asarray(np.einsum(p["equation"], *xs))
+
+
+MAX_EINSUM_OPERANDS = 8
+register(OpDef("einsum", "math", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_EINSUM_OPERANDS)), ("y",), _einsum_infer,
+               einsum_ref))
 register(OpDef("matmul_general", "math", ("a", "b"), ("y",), _matmul_general_infer, matmul_general_ref))
 register(OpDef("log_softmax", "math", ("x",), ("y",), _axis_infer, log_softmax_ref))
 register(OpDef("hardmax", "math", ("x",), ("y",), _axis_infer, hardmax_ref))

@@ -132,7 +132,7 @@ def _expand_infer(specs, params):
 def expand_ref(ctx, p, x):
     """x broadcast against ``shape`` (numpy rules, so a 1 in ``shape`` keeps x's dim)."""
     shape = np.broadcast_shapes(x.shape, tuple(int(d) for d in p["shape"]))
-    return np.ascontiguousarray(np.broadcast_to(x, shape))
+    return np.broadcast_to(x, shape).copy()
 
 
 def _tile_infer(specs, params):
@@ -265,6 +265,26 @@ def mirror_pad_ref(ctx, p, x):
     return np.pad(x[crop], grow, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[p["mode"]])
 
 
+def _reverse_sequence_infer(specs, params):
+    x, lengths = specs["x"], specs["lengths"]
+    expect(len(x.shape) >= 2 and lengths.dtype in ("int32", "int64") and len(lengths.shape) == 1,
+           f"reverse_sequence needs x of rank 2+ and 1-D lengths: {x.describe()}, {lengths.describe()}")
+    return {"y": (x.shape, x.dtype)}
+
+
+def reverse_sequence_ref(ctx, p, x, lengths):
+    """Per batch entry b (along ``batch_axis``), the first lengths[b] steps along ``time_axis`` reversed."""
+    batch_axis, time_axis = int(p.get("batch_axis", 1)), int(p.get("time_axis", 0))
+    y = x.copy()
+    for b, length in enumerate(lengths.astype(np.int64)):
+        expect(0 <= length <= x.shape[time_axis], f"sequence length {length} out of range")
+        index = [slice(None)] * x.ndim
+        index[batch_axis], index[time_axis] = b, slice(0, int(length))
+        src = x[tuple(index)]
+        y[tuple(index)] = np.flip(src, axis=time_axis - (batch_axis < time_axis))
+    return y
+
+
 register(OpDef("gather", "tensor", ("x", "indices"), ("y",), _gather_infer, gather_ref))
 register(OpDef("gather_elements", "tensor", ("x", "indices"), ("y",), _gather_elements_infer, gather_elements_ref))
 register(OpDef("gather_nd", "tensor", ("x", "indices"), ("y",), _gather_nd_infer, gather_nd_ref))
@@ -278,4 +298,5 @@ register(OpDef("cumsum", "tensor", ("x",), ("y",), _same_infer, cumsum_ref))
 register(OpDef("one_hot", "tensor", ("indices", "values"), ("y",), _one_hot_infer, one_hot_ref))
 register(OpDef("trilu", "tensor", ("x",), ("y",), _same_infer, trilu_ref))
 register(OpDef("depth_space", "tensor", ("x",), ("y",), _depth_space_infer, depth_space_ref))
+register(OpDef("reverse_sequence", "tensor", ("x", "lengths"), ("y",), _reverse_sequence_infer, reverse_sequence_ref))
 register(OpDef("mirror_pad", "tensor", ("x",), ("y",), _mirror_pad_infer, mirror_pad_ref))

@@ -86,6 +86,7 @@ TRANSLATIONS = {
     "LayerNormalization": _float32_or(generic.layer_norm, generic.layer_norm_parts),
     "ConvTranspose": vision.one_dimensional(vision.conv_transpose), "ConvInteger": vision.one_dimensional(vision.conv_integer),
     "QLinearConv": lambda imp, n, where: generic.qlinear_conv(imp, n, where, vision.conv_integer), "LRN": generic.lrn,
+    "Einsum": generic.einsum, "LpNormalization": generic.lp_normalization, "ReverseSequence": generic.reverse_sequence,
     "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
 }
 

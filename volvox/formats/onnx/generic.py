@@ -477,15 +477,16 @@ def dequantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
-    """saturate(round_half_even(x / scale) + zero_point) to the zero point's (u)int8 type."""
+    """saturate(round_half_even(x / scale) + zero_point) to the zero point's (u)int8 / (u)int16 type."""
     x = n.inputs[0]
     rank = rank_of(imp, x)
     scale = np.asarray(imp.const(n.inputs[1], where, "the scale"))
     zero = np.asarray(imp.const(n.inputs[2], where, "the zero point")) if arg(n, 2) else np.zeros((), np.uint8)
-    if zero.dtype not in (np.int8, np.uint8) or scale.dtype != np.float32 or dtype_of(imp, x) != np.float32:
+    if zero.dtype not in (np.int8, np.uint8, np.int16, np.uint16) or scale.dtype != np.float32 or \
+            dtype_of(imp, x) != np.float32:
         raise UnsupportedError(f"{where}: QuantizeLinear of {dtype_of(imp, x)} by a {scale.dtype} scale to "
                                f"{zero.dtype} is not supported")
-    if n.attrs.get("block_size", 0) or "output_dtype" in n.attrs and n.attrs["output_dtype"] not in (2, 3):
+    if n.attrs.get("block_size", 0) or "output_dtype" in n.attrs and n.attrs["output_dtype"] not in (2, 3, 4, 5):
         raise UnsupportedError(f"{where}: QuantizeLinear block_size / output_dtype is not supported")
     if scale.ndim == 1 and rank > 1:
         axis = n.attrs.get("axis", 1) % rank
@@ -738,3 +739,30 @@ def layer_norm_parts(imp: Importer, n: OnnxNode, where: str) -> None:
     for i, name in ((1, names["mean"]), (2, names["inv"])):
         if output_used(imp, n, i):
             imp.alias(name, n.outputs[i])
+
+
+def einsum(imp: Importer, n: OnnxNode, where: str) -> None:
+    ins = [i for i in n.inputs if i]
+    imp.apply("einsum", n.name, {f"x{k}": i for k, i in enumerate(ins)}, n.outputs[0], where,
+              equation=n.attrs["equation"].replace(" ", ""))
+
+
+def lp_normalization(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LpNormalization: x / ||x||_p along ``axis`` (p 1 or 2); a zero norm gives 0, as onnxruntime."""
+    p, axis = n.attrs.get("p", 2), n.attrs.get("axis", -1)
+    if p not in (1, 2):
+        raise UnsupportedError(f"{where}: LpNormalization p={p}")
+    norm = f"{n.name}.norm"
+    imp.apply("reduce_l1" if p == 1 else "reduce_l2", f"{n.name}.lp", {"x": n.inputs[0]}, norm, where,
+              axes=[axis % rank_of(imp, n.inputs[0])], keepdims=True)
+    imp.consts[f"{n.name}.zero"] = np.zeros((), dtype_of(imp, n.inputs[0]))
+    imp.consts[f"{n.name}.one"] = np.ones((), dtype_of(imp, n.inputs[0]))
+    imp.apply("equal", f"{n.name}.is_zero", {"a": norm, "b": f"{n.name}.zero"}, f"{n.name}.zero_norm", where)
+    imp.apply("where", f"{n.name}.safe", {"condition": f"{n.name}.zero_norm", "a": f"{n.name}.one", "b": norm},
+              f"{n.name}.divisor", where)
+    imp.apply("div", n.name, {"a": n.inputs[0], "b": f"{n.name}.divisor"}, n.outputs[0], where)
+
+
+def reverse_sequence(imp: Importer, n: OnnxNode, where: str) -> None:
+    imp.apply("reverse_sequence", n.name, {"x": n.inputs[0], "lengths": n.inputs[1]}, n.outputs[0], where,
+              batch_axis=n.attrs.get("batch_axis", 1), time_axis=n.attrs.get("time_axis", 0))

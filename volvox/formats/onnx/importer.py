@@ -187,7 +187,12 @@ class Importer:
         fn = translations.get(n.op)
         if fn is None:
             raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {self.opset}")
-        fn(self, n, where)
+        try:
+            fn(self, n, where)
+        except UnsupportedError as e:   # every refusal names the opset (the node and op are in ``where``)
+            if f"opset {self.opset}" not in str(e):
+                e.args = (f"{e} (opset {self.opset})",)
+            raise
 
 
 def arg(n: OnnxNode, i: int) -> str | None:
