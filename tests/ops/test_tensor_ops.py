@@ -69,6 +69,9 @@ CASES = [
     c("conv_integer", {"strides": [2, 1], "pads": [1, 1, 0, 1], "groups": 2},
       {"x": QX, "weight": QW, "x_zero_point": np.array(128, np.uint8), "w_zero_point": np.array(3, np.int8)},
       "ConvInteger", {"strides": [2, 1], "pads": [1, 1, 0, 1], "group": 2}),
+    c("einsum", {"equation": "bij,bjk->bik"}, {"x0": F[:, :2, :3], "x1": F[:, :3, :]}, "Einsum", {"equation": "bij,bjk->bik"}),
+    c("einsum", {"equation": "ii->i"}, {"x0": I32[:, :3]}, "Einsum", {"equation": "ii->i"}),
+    c("einsum", {"equation": "abc->cb"}, {"x0": F}, "Einsum", {"equation": "abc->cb"}),
     # math: binary
     binary("maximum", "Max", F, F[0]), binary("minimum", "Min", I, I[:, :1]), binary("maximum", "Max", H, H[:1]),
     binary("mod", "Mod", I, np.array([4, -3, 5, 7], np.int64)), binary("mod", "Mod", F, POS, {"fmod": 1}),
@@ -131,6 +134,10 @@ CASES = [
         (np.array([3, 1, -5], np.int64), np.array([2, 7], np.int64), 0)]],
     *[c("trilu", {"upper": up, "k": k}, {"x": F}, "Trilu", {"upper": up}, [F, np.array(k, np.int64)])
       for up, k in [(1, 0), (0, 1), (1, -1)]],
+    c("reverse_sequence", {"batch_axis": 1, "time_axis": 0}, {"x": F, "lengths": np.array([2, 1, 0], np.int64)},
+      "ReverseSequence", {"batch_axis": 1, "time_axis": 0}),
+    c("reverse_sequence", {"batch_axis": 0, "time_axis": 2}, {"x": I, "lengths": np.array([4, 3], np.int64)},
+      "ReverseSequence", {"batch_axis": 0, "time_axis": 2}),
     c("depth_space", {"blocksize": 2, "direction": "to_space", "mode": "DCR"}, {"x": IMG}, "DepthToSpace",
       {"blocksize": 2, "mode": "DCR"}),
     c("depth_space", {"blocksize": 2, "direction": "to_space", "mode": "CRD"}, {"x": IMG}, "DepthToSpace",
