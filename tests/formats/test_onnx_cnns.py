@@ -1,8 +1,8 @@
 """torchvision-style CNNs with random weights (ResNet, DenseNet, Inception, MobileNet v2 / v3, ShuffleNet
 v2, SqueezeNet, VGG, EfficientNet: their characteristic blocks, built here in torch at small sizes),
-exported by torch.onnx at opsets 9, 13 and 17, run by volvox and by onnxruntime on the same input:
+exported by torch.onnx at opsets 7, 9, 13, 17 and 20, run by volvox and by onnxruntime on the same input:
 outputs equal within 1e-4 of the largest output. BatchNorm running statistics are random too, so
-folding them into the convs is checked."""
+folding them into the convs is checked. Building and exporting the networks takes ~20 s (slow)."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 nn = torch.nn
-OPSETS = (9, 13, 17)
+OPSETS = (7, 9, 13, 17, 20)   # the legacy exporter's range, ends and middle
 
 
 def conv_bn(cin, cout, k=3, stride=1, groups=1, act=nn.ReLU):
@@ -251,6 +251,7 @@ def exported(tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opset", OPSETS)
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_cnn_equals_onnxruntime(exported, name, opset):
@@ -270,6 +271,7 @@ QUANTIZED = [("qdq", name, activations) for name in ("resnet", "mobilenet_v2", "
             [("qoperator", name, activations) for name in ("vgg", "resnet") for activations in ("uint8", "int8")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form, name, activations", QUANTIZED)
 def test_quantized_cnn_equals_onnxruntime(exported, tmp_path, form, name, activations):
     """onnxruntime's static quantization of the opset-13 export (per-channel int8 weights; QDQ pairs, or
