@@ -299,3 +299,30 @@ def test_quantized_cnn_equals_onnxruntime(exported, tmp_path, form, name, activa
     scale = np.abs(want).max()
     assert np.abs(got - want).max() / scale <= 1e-4, f"{name} {form} {activations}"
     assert np.abs(float_out - want).max() / scale > 1e-4, "the quantized model differs from the float one"
+
+
+class Recurrent(nn.Module):
+    """A 2-layer bidirectional LSTM, a GRU and a ReLU RNN over its output (a CRNN's sequence head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 5, num_layers=2, bidirectional=True)
+        self.gru = nn.GRU(10, 4)
+        self.rnn = nn.RNN(4, 3, nonlinearity="relu", bidirectional=True)
+
+    def forward(self, x):
+        return self.rnn(self.gru(self.lstm(x)[0])[0])[0]
+
+
+@pytest.mark.parametrize("opset", (9, 14, 20))
+def test_recurrent_layers_equal_onnxruntime(tmp_path, opset):
+    torch.manual_seed(0)
+    net = Recurrent().eval()
+    path = tmp_path / f"recurrent-{opset}.onnx"
+    torch.onnx.export(net, (torch.zeros(7, 2, 6),), str(path), opset_version=opset, input_names=["x"], output_names=["y"],
+                      dynamo=False)
+    x = np.random.default_rng(4).standard_normal((7, 2, 6)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = next(iter(volvox.load(path).run({"x": x}).values()))
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-5 * max(np.abs(want).max(), 1.0)

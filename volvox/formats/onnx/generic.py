@@ -766,3 +766,32 @@ def lp_normalization(imp: Importer, n: OnnxNode, where: str) -> None:
 def reverse_sequence(imp: Importer, n: OnnxNode, where: str) -> None:
     imp.apply("reverse_sequence", n.name, {"x": n.inputs[0], "lengths": n.inputs[1]}, n.outputs[0], where,
               batch_axis=n.attrs.get("batch_axis", 1), time_axis=n.attrs.get("time_axis", 0))
+
+
+def recurrent(imp: Importer, n: OnnxNode, where: str) -> None:
+    """RNN / GRU / LSTM over the whole sequence (volvox's recurrent op); every sequence must run its full
+    length (sequence_lens absent or all equal to it)."""
+    cell = n.op.lower()
+    x = n.inputs[0]
+    if n.attrs.get("input_forget", 0):
+        raise UnsupportedError(f"{where}: LSTM input_forget=1 is not supported")
+    if arg(n, 4):
+        lengths = np.asarray(imp.const(n.inputs[4], where, "sequence_lens"))
+        seq = shape_of(imp, x)[1 if n.attrs.get("layout", 0) else 0]
+        if not isinstance(seq, int) or np.any(lengths != seq):
+            raise UnsupportedError(f"{where}: sequence_lens {lengths.tolist()} shorter than the sequence")
+    ports = {"x": x, "w": n.inputs[1], "r": n.inputs[2]}
+    for port, i in (("b", 3), ("initial_h", 5), ("initial_c", 6), ("peepholes", 7)):
+        if arg(n, i):
+            ports[port] = n.inputs[i]
+    outputs = {"y": n.outputs[0] if arg_out(n, 0) else f"{n.name}.y", "y_h": n.outputs[1] if arg_out(n, 1) else f"{n.name}.y_h"}
+    if cell == "lstm":
+        outputs["y_c"] = n.outputs[2] if arg_out(n, 2) else f"{n.name}.y_c"
+    params = {key: n.attrs[key] for key in ("activations", "activation_alpha", "activation_beta", "clip", "direction",
+                                            "linear_before_reset", "layout") if key in n.attrs}
+    imp.apply("recurrent", n.name, ports, outputs, where, cell=cell, hidden_size=n.attrs["hidden_size"], **params)
+
+
+def arg_out(n: OnnxNode, i: int) -> bool:
+    """Whether ``n`` names output ``i``."""
+    return len(n.outputs) > i and bool(n.outputs[i])
