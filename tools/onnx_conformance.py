@@ -227,6 +227,7 @@ def write_doc(results: list[tuple]) -> str:
 
 
 def main() -> int:
+    """Run every case and write the page (or print the cases of --only's ops)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="print the results of these ops' cases instead of writing the page")
     args = parser.parse_args()

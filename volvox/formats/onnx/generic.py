@@ -41,10 +41,12 @@ def dtype_of(imp: Importer, name: str) -> np.dtype:
 
 
 def rank_of(imp: Importer, name: str) -> int:
+    """The rank of a constant or run-time tensor."""
     return np.ndim(imp.consts[name]) if name in imp.consts else len(imp.shapes[name])
 
 
 def shape_of(imp: Importer, name: str) -> tuple:
+    """The (logical) shape of a constant or run-time tensor."""
     return np.shape(imp.consts[name]) if name in imp.consts else imp.shapes[name]
 
 
@@ -69,6 +71,7 @@ def attr_or_input(imp: Importer, n: OnnxNode, attr: str, i: int, since: int, whe
 
 # ------------------------------------------------------------------ constants and shapes
 def constant(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Constant: its value (tensor, float(s) or int(s)) becomes a folded constant."""
     attrs = n.attrs
     for key, make in (("value", np.asarray), ("value_float", lambda v: np.array(v, np.float32)),
                       ("value_floats", lambda v: np.array(v, np.float32)), ("value_int", lambda v: np.array(v, np.int64)),
@@ -80,6 +83,7 @@ def constant(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def shape(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Shape (``start`` / ``end`` from opset 15): a constant vector, symbols kept for symbolic dims."""
     dims = list(shape_of(imp, n.inputs[0]))
     start, end = n.attrs.get("start", 0), n.attrs.get("end", len(dims))
     dims = dims[slice(start, end)]
@@ -87,6 +91,7 @@ def shape(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def size(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Size of a static shape, as a constant."""
     dims = shape_of(imp, n.inputs[0])
     if not all(isinstance(d, int) for d in dims):
         raise UnsupportedError(f"{where}: Size of a tensor of symbolic shape {dims} is not supported")
@@ -94,18 +99,21 @@ def size(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def constant_of_shape(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ConstantOfShape of a constant shape: a folded constant filled with ``value``."""
     dims = int_list(imp, n, 0, where, "the shape")
     value = np.asarray(n.attrs.get("value", np.zeros(1, np.float32))).reshape(-1)
     imp.consts[n.outputs[0]] = np.full(dims, value[0], value.dtype)
 
 
 def range_(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Range of constant bounds, folded at import (a run-time Range has a data-dependent shape)."""
     start, limit, delta = (np.asarray(imp.const(i, where, "Range bounds")) for i in n.inputs[:3])
     count = max(int(np.ceil((limit - start) / delta)), 0)
     imp.consts[n.outputs[0]] = (start + np.arange(count) * delta).astype(start.dtype)
 
 
 def eye_like(imp: Importer, n: OnnxNode, where: str) -> None:
+    """EyeLike of a static 2-D shape, folded at import."""
     dims = shape_of(imp, n.inputs[0])
     if len(dims) != 2 or not all(isinstance(d, int) for d in dims):
         raise UnsupportedError(f"{where}: EyeLike of shape {dims} (volvox: static 2-D)")
@@ -116,6 +124,7 @@ def eye_like(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def identity(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Identity: the input under a second name."""
     imp.alias(n.inputs[0], n.outputs[0])
 
 
@@ -132,6 +141,7 @@ def dropout(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def cast(imp: Importer, n: OnnxNode, where: str, to: np.dtype | None = None) -> None:
+    """Cast to ``to`` (default: the ``to`` attribute); a shape vector with symbols passes unchanged."""
     if to is None:
         code = n.attrs["to"]
         if code not in ONNX_DTYPES:
@@ -148,6 +158,7 @@ def cast(imp: Importer, n: OnnxNode, where: str, to: np.dtype | None = None) -> 
 
 
 def cast_like(imp: Importer, n: OnnxNode, where: str) -> None:
+    """CastLike: Cast to the second input's dtype."""
     cast(imp, n, where, dtype_of(imp, n.inputs[1]))
 
 
@@ -173,6 +184,7 @@ def reshape_like(imp: Importer, n: OnnxNode, where: str, dims: list) -> None:
 
 
 def reshape(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Reshape to a constant shape (0 copies an input dim, -1 is inferred; allowzero with a 0 refused)."""
     dims = list(imp.const(n.inputs[1], where, "the shape").reshape(-1))
     if n.attrs.get("allowzero", 0) and 0 in dims:
         raise UnsupportedError(f"{where}: Reshape allowzero=1 with a 0 dim is not supported")
@@ -180,6 +192,7 @@ def reshape(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def flatten(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Flatten to 2-D at ``axis`` (negative counts from the end)."""
     dims = shape_of(imp, n.inputs[0])
     axis = n.attrs.get("axis", 1)
     axis = axis + len(dims) if axis < 0 else axis
@@ -195,6 +208,7 @@ def flatten(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def squeeze(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Squeeze ``axes`` (attribute before opset 13, input from it; all size-1 dims when absent)."""
     dims = list(shape_of(imp, n.inputs[0]))
     axes = attr_or_input(imp, n, "axes", 1, 13, where)
     if axes is None:
@@ -206,6 +220,7 @@ def squeeze(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def unsqueeze(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Unsqueeze at ``axes`` (attribute before opset 13, input from it)."""
     dims = list(shape_of(imp, n.inputs[0]))
     axes = attr_or_input(imp, n, "axes", 1, 13, where)
     for a in sorted(a % (len(dims) + len(axes)) for a in axes):
@@ -214,11 +229,13 @@ def unsqueeze(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def transpose(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Transpose by ``perm`` (reversed axes when absent)."""
     perm = n.attrs.get("perm", list(range(rank_of(imp, n.inputs[0])))[::-1])
     imp.apply("transpose", n.name, {"x": n.inputs[0]}, n.outputs[0], where, perm=list(perm))
 
 
 def slice_(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Slice (attributes before opset 10, inputs from it; INT64 bounds clamp to the ends)."""
     if imp.opset < 10:
         starts, ends, axes, steps = n.attrs["starts"], n.attrs["ends"], n.attrs.get("axes"), None
     else:
@@ -255,6 +272,7 @@ def split(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def pad(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Pad (pads an attribute before opset 11, inputs from it; ``axes`` from opset 18): constant, reflect, edge, wrap."""
     mode = n.attrs.get("mode", "constant")
     rank = rank_of(imp, n.inputs[0])
     if imp.opset < 11:
@@ -280,6 +298,7 @@ def pad(imp: Importer, n: OnnxNode, where: str) -> None:
 
 # ------------------------------------------------------------------ elementwise
 def unary(imp: Importer, n: OnnxNode, where: str) -> None:
+    """An elementwise function of ops/math.py (its attributes as params)."""
     params = {k: v for k, v in n.attrs.items() if k in ("alpha", "gamma", "lambd", "bias", "approximate",
                                                          "detect_positive", "detect_negative")}
     imp.apply(UNARY[n.op], n.name, {"x": n.inputs[0]}, n.outputs[0], where, **params)
@@ -308,6 +327,7 @@ def relu_any(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def binary(imp: Importer, n: OnnxNode, where: str) -> None:
+    """A broadcasting binary op in any dtype: integer Div truncates, Pow casts its exponent to the base's type."""
     a, b = n.inputs[:2]
     op = BINARY[n.op]
     kind = dtype_of(imp, a)
@@ -316,13 +336,6 @@ def binary(imp: Importer, n: OnnxNode, where: str) -> None:
     if op == "pow" and dtype_of(imp, b) != kind:   # the exponent may have another type: cast it to the base's
         imp.apply("cast", f"{n.name}.exponent", {"x": b}, f"{n.name}.exponent", where, to=kind.name)
         b = f"{n.name}.exponent"
-    if op == "prelu":
-        slope = shape_of(imp, b)
-        rank = rank_of(imp, a)
-        if len(slope) == 1 and rank >= 2 and slope[0] != 1 and slope[0] == shape_of(imp, a)[1] and rank > 2:
-            # opset < 9 broadcast a per-channel slope over (C,) against (N, C, ...): unidirectional to axis 1
-            imp.consts[f"{b}.channels"] = np.asarray(imp.const(b, where, "the slope")).reshape((-1,) + (1,) * (rank - 2))
-            b = f"{b}.channels"
     params = {k: v for k, v in n.attrs.items() if k in ("fmod", "direction")}
     imp.apply(op, n.name, {"a": a, "b": b}, n.outputs[0], where, **params)
 
@@ -346,6 +359,7 @@ def variadic(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def where_(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Where(condition, a, b), broadcast."""
     imp.apply("where", n.name, {"condition": n.inputs[0], "a": n.inputs[1], "b": n.inputs[2]}, n.outputs[0], where)
 
 
@@ -369,6 +383,7 @@ def softmax(imp: Importer, n: OnnxNode, where: str) -> None:
 
 # ------------------------------------------------------------------ reductions
 def reduce(imp: Importer, n: OnnxNode, where: str) -> None:
+    """A Reduce op: axes from the attribute or (opset 13 / 18 on) the input; empty axes reduce all unless noop_with_empty_axes."""
     rank = rank_of(imp, n.inputs[0])
     axes = attr_or_input(imp, n, "axes", 1, AXES_INPUT_SINCE[n.op], where)
     keep = int(n.attrs.get("keepdims", 1))
@@ -382,73 +397,87 @@ def reduce(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def arg_reduce(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ArgMax / ArgMin along ``axis``."""
     imp.apply("argmax" if n.op == "ArgMax" else "argmin", n.name, {"x": n.inputs[0]}, n.outputs[0], where,
               axis=n.attrs.get("axis", 0), keepdims=n.attrs.get("keepdims", 1),
               select_last_index=n.attrs.get("select_last_index", 0))
 
 
 def global_max_pool(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GlobalMaxPool: the maximum over every spatial axis, kept as size 1."""
     rank = rank_of(imp, n.inputs[0])
     imp.apply("reduce_max", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=list(range(2, rank)), keepdims=1)
 
 
 # ------------------------------------------------------------------ gathers, scatters and friends
 def gather(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Gather along ``axis``."""
     imp.apply("gather", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where, axis=n.attrs.get("axis", 0))
 
 
 def gather_elements(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GatherElements along ``axis``."""
     imp.apply("gather_elements", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where,
               axis=n.attrs.get("axis", 0))
 
 
 def gather_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GatherND with ``batch_dims``."""
     imp.apply("gather_nd", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where,
               batch_dims=n.attrs.get("batch_dims", 0))
 
 
 def scatter_elements(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ScatterElements (and opset 9-10 Scatter) along ``axis`` with ``reduction``."""
     imp.apply("scatter_elements", n.name, {"x": n.inputs[0], "indices": n.inputs[1], "updates": n.inputs[2]},
               n.outputs[0], where, axis=n.attrs.get("axis", 0), reduction=n.attrs.get("reduction", "none"))
 
 
 def scatter_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ScatterND with ``reduction``."""
     imp.apply("scatter_nd", n.name, {"x": n.inputs[0], "indices": n.inputs[1], "updates": n.inputs[2]},
               n.outputs[0], where, reduction=n.attrs.get("reduction", "none"))
 
 
 def expand(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Expand to a constant shape."""
     imp.apply("expand", n.name, {"x": n.inputs[0]}, n.outputs[0], where, shape=int_list(imp, n, 1, where, "the shape"))
 
 
 def tile(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Tile by constant repeats."""
     imp.apply("tile", n.name, {"x": n.inputs[0]}, n.outputs[0], where, repeats=int_list(imp, n, 1, where, "repeats"))
 
 
 def topk(imp: Importer, n: OnnxNode, where: str) -> None:
+    """TopK (k an attribute before opset 10, an input from it): values and int64 indices."""
     k = n.attrs["k"] if imp.opset < 10 else int_list(imp, n, 1, where, "K")[0]
     imp.apply("topk", n.name, {"x": n.inputs[0]}, {"values": n.outputs[0], "indices": n.outputs[1]}, where,
               k=k, axis=n.attrs.get("axis", -1), largest=n.attrs.get("largest", 1))
 
 
 def cumsum(imp: Importer, n: OnnxNode, where: str) -> None:
+    """CumSum / CumProd along a constant axis, ``exclusive`` and ``reverse``."""
     imp.apply("cumsum", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=int_list(imp, n, 1, where, "axis")[0],
               product=int(n.op == "CumProd"),
               exclusive=n.attrs.get("exclusive", 0), reverse=n.attrs.get("reverse", 0))
 
 
 def one_hot(imp: Importer, n: OnnxNode, where: str) -> None:
+    """OneHot with a constant depth, along ``axis``."""
     depth = np.asarray(imp.const(n.inputs[1], where, "depth")).reshape(-1)[0]
     imp.apply("one_hot", n.name, {"indices": n.inputs[0], "values": n.inputs[2]}, n.outputs[0], where,
               depth=int(depth), axis=n.attrs.get("axis", -1))
 
 
 def trilu(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Trilu: the upper or lower triangle from diagonal k."""
     k = int_list(imp, n, 1, where, "k")
     imp.apply("trilu", n.name, {"x": n.inputs[0]}, n.outputs[0], where, upper=n.attrs.get("upper", 1), k=k[0] if k else 0)
 
 
 def depth_space(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DepthToSpace (DCR / CRD) and SpaceToDepth."""
     direction = "to_space" if n.op == "DepthToSpace" else "to_depth"
     imp.apply("depth_space", n.name, {"x": n.inputs[0]}, n.outputs[0], where, blocksize=n.attrs["blocksize"],
               direction=direction, mode=n.attrs.get("mode", "DCR"))
@@ -506,6 +535,7 @@ def quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def lrn(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LRN across channels."""
     imp.apply("lrn", n.name, {"x": n.inputs[0]}, n.outputs[0], where, size=n.attrs["size"],
               alpha=float(n.attrs.get("alpha", 1e-4)), beta=float(n.attrs.get("beta", 0.75)), bias=float(n.attrs.get("bias", 1.0)))
 
@@ -742,6 +772,7 @@ def layer_norm_parts(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def einsum(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Einsum of its operands by ``equation``."""
     ins = [i for i in n.inputs if i]
     imp.apply("einsum", n.name, {f"x{k}": i for k, i in enumerate(ins)}, n.outputs[0], where,
               equation=n.attrs["equation"].replace(" ", ""))
@@ -764,6 +795,7 @@ def lp_normalization(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def reverse_sequence(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ReverseSequence along ``time_axis`` per entry of ``batch_axis``."""
     imp.apply("reverse_sequence", n.name, {"x": n.inputs[0], "lengths": n.inputs[1]}, n.outputs[0], where,
               batch_axis=n.attrs.get("batch_axis", 1), time_axis=n.attrs.get("time_axis", 0))
 
