@@ -126,3 +126,23 @@ def test_info_lists_ops_and_missing_ones_before_loading(tmp_path):
     assert r.returncode == 1, r.stderr
     info = json.loads(r.stdout)
     assert info["model_ops"]["missing"] == ["Unique"] and "op Unique is not supported at opset 13" in info["load_error"]
+
+
+@pytest.mark.parametrize("attrs, scales", [
+    (dict(mode="cubic"), [1, 1, 1.5, 2]),
+    (dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5), [1, 1, 0.6, 0.75]),
+    (dict(mode="linear", coordinate_transformation_mode="half_pixel_symmetric"), [1, 1, 2, 1.5]),
+    (dict(mode="nearest"), [1, 2, 2, 1]),   # channels too: outside the NHWC kernel
+])
+def test_resize_beyond_the_nhwc_kernel_equals_onnxruntime(tmp_path, attrs, scales):
+    x = RNG.standard_normal((1, 2, 5, 4)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    path = tmp_path / "resize.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), str(path))
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = volvox.load(path).run({"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

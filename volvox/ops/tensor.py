@@ -300,3 +300,112 @@ register(OpDef("trilu", "tensor", ("x",), ("y",), _same_infer, trilu_ref))
 register(OpDef("depth_space", "tensor", ("x",), ("y",), _depth_space_infer, depth_space_ref))
 register(OpDef("reverse_sequence", "tensor", ("x", "lengths"), ("y",), _reverse_sequence_infer, reverse_sequence_ref))
 register(OpDef("mirror_pad", "tensor", ("x",), ("y",), _mirror_pad_infer, mirror_pad_ref))
+
+
+# ------------------------------------------------------------------ N-D resize (ONNX Resize in full)
+RESIZE_COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                      "tf_crop_and_resize")
+RESIZE_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _source_coordinates(mode: str, length: int, out: int, scale: float, roi: tuple) -> np.ndarray:
+    """The input coordinate of every output index along one axis, by coordinate_transformation_mode."""
+    x = np.arange(out, dtype=np.float64)
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adjustment = out / (scale * length)
+        return length / 2 * (1 - adjustment) + (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if out > 1 else np.zeros(out)
+    if mode == "align_corners":
+        return x * (length - 1) / (out - 1) if out > 1 else np.zeros(out)
+    if mode == "asymmetric":
+        return x / scale
+    start, end = roi   # tf_crop_and_resize
+    if out > 1:
+        return start * (length - 1) + x * (end - start) * (length - 1) / (out - 1)
+    return np.full(out, 0.5 * (start + end) * (length - 1))
+
+
+def _nearest_index(coords: np.ndarray, mode: str) -> np.ndarray:
+    if mode == "floor":
+        return np.floor(coords)
+    if mode == "ceil":
+        return np.ceil(coords)
+    tie = np.isclose(coords - np.floor(coords), 0.5)
+    rounded = np.floor(coords + 0.5)
+    return np.where(tie, np.floor(coords) if mode == "round_prefer_floor" else np.ceil(coords), rounded)
+
+
+def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution weights of the taps at offsets -1, 0, 1, 2 from floor(x), t = x - floor(x)."""
+    d = np.stack([t + 1, t, 1 - t, 2 - t], axis=-1)        # (out, 4) distances
+    near = ((a + 2) * d - (a + 3)) * d * d + 1              # |d| <= 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a         # 1 < |d| < 2
+    return np.where(d <= 1, near, far)
+
+
+def _resize_axis(x: np.ndarray, axis: int, out: int, scale: float, roi: tuple, p: dict) -> np.ndarray:
+    """x resized along one axis (float64): each output a weighted sum of input taps (edge-padded)."""
+    length = x.shape[axis]
+    coords = _source_coordinates(p.get("coordinate", "half_pixel"), length, out, scale, roi)
+    mode = p.get("mode", "nearest")
+    if mode == "nearest":
+        taps = _nearest_index(coords, p.get("nearest_mode", "round_prefer_floor"))[:, None]
+        weights = np.ones((out, 1))
+    elif mode == "linear":
+        base = np.floor(coords)
+        taps = np.stack([base, base + 1], axis=-1)
+        weights = np.stack([1 - (coords - base), coords - base], axis=-1)
+    else:
+        base = np.floor(coords)
+        taps = base[:, None] + np.arange(-1, 3)
+        weights = _cubic_weights(coords - base, float(p.get("cubic_coeff_a", -0.75)))
+        if p.get("exclude_outside", 0):
+            weights = np.where((taps >= 0) & (taps < length), weights, 0.0)
+            weights = weights / weights.sum(axis=1, keepdims=True)
+    index = np.clip(taps, 0, length - 1).astype(np.int64)                     # (out, taps)
+    gathered = np.take(x, index.reshape(-1), axis=axis)
+    shape = list(x.shape)
+    shape[axis:axis + 1] = [out, index.shape[1]]
+    gathered = gathered.reshape(shape)                                        # (..., out, taps, ...)
+    w_shape = [1] * len(shape)
+    w_shape[axis:axis + 2] = list(weights.shape)
+    y = (gathered * weights.reshape(w_shape)).sum(axis=axis + 1)
+    if p.get("coordinate") == "tf_crop_and_resize":
+        outside = (coords < 0) | (coords > length - 1)
+        mask_shape = [1] * y.ndim
+        mask_shape[axis] = out
+        y = np.where(outside.reshape(mask_shape), float(p.get("extrapolation_value", 0.0)), y)
+    return y
+
+
+def _resize_nd_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype in ("float32", "float16", "float64", "int8", "uint8", "int32", "int64"), f"resize of {x.describe()}")
+    _static(x.shape, "resize_nd")
+    expect(len(params["sizes"]) == len(x.shape) and min(params["sizes"]) > 0, f"resize sizes {params['sizes']} for {x.describe()}")
+    expect(params.get("mode", "nearest") in ("nearest", "linear", "cubic"), f"resize mode {params.get('mode')!r}")
+    expect(params.get("coordinate", "half_pixel") in RESIZE_COORDINATES, f"resize coordinate {params.get('coordinate')!r}")
+    expect(params.get("nearest_mode", "round_prefer_floor") in RESIZE_NEAREST_MODES,
+           f"resize nearest_mode {params.get('nearest_mode')!r}")
+    return {"y": (tuple(int(s) for s in params["sizes"]), x.dtype)}
+
+
+def resize_nd_ref(ctx, p, x):
+    """ONNX Resize over every axis whose size changes: ``sizes`` (the output shape), ``scales`` (per axis),
+    ``mode`` nearest / linear / cubic, ``coordinate``, ``nearest_mode``, ``cubic_coeff_a``,
+    ``exclude_outside``, ``roi`` and ``extrapolation_value`` (tf_crop_and_resize); one axis at a time."""
+    y = x.astype(np.float64)
+    roi = p.get("roi") or [0.0] * x.ndim + [1.0] * x.ndim
+    for axis, (out, scale) in enumerate(zip(p["sizes"], p["scales"])):
+        if out != x.shape[axis] or scale != 1.0 or p.get("coordinate") == "tf_crop_and_resize":
+            y = _resize_axis(y, axis, int(out), float(scale), (roi[axis], roi[axis + x.ndim]), p)
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        return np.clip(np.round(y), info.min, info.max).astype(x.dtype)
+    return y.astype(x.dtype)
+
+
+register(OpDef("resize_nd", "tensor", ("x",), ("y",), _resize_nd_infer, resize_nd_ref))

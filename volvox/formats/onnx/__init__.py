@@ -46,6 +46,17 @@ def _arithmetic(imp: Importer, n: OnnxNode, where: str) -> None:
     vision.float_binary(imp, vision.ARITHMETIC[n.op], n, where)
 
 
+def _resize(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Resize / Upsample on the NHWC kernel where it applies (4-D float32 over H and W, its modes), else
+    the numpy resize_nd over any axes and modes."""
+    try:
+        vision.resize(imp, n, where)
+    except ConstantRequired:
+        raise
+    except UnsupportedError:
+        generic.resize_nd(imp, n, where)
+
+
 def _refuse(why: str):
     def translate(imp: Importer, n: OnnxNode, where: str) -> None:
         raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {imp.opset}: {why}")
@@ -82,7 +93,7 @@ TRANSLATIONS = {
     "MaxPool": vision.one_dimensional(vision.pool), "AveragePool": vision.one_dimensional(vision.pool),
     "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool,
     "MatMul": _float32_or(vision.matmul, generic.matmul_general),
-    "Gemm": vision.gemm, "Resize": vision.resize, "Upsample": vision.resize,
+    "Gemm": vision.gemm, "Resize": _resize, "Upsample": _resize,
     "LayerNormalization": _float32_or(generic.layer_norm, generic.layer_norm_parts),
     "ConvTranspose": vision.one_dimensional(vision.conv_transpose), "ConvInteger": vision.one_dimensional(vision.conv_integer),
     "QLinearConv": lambda imp, n, where: generic.qlinear_conv(imp, n, where, vision.conv_integer), "LRN": generic.lrn,

@@ -13,6 +13,7 @@ import numpy as np
 
 from volvox.errors import UnsupportedError
 from volvox.ops.shape import reshape_target
+from volvox.ops.tensor import RESIZE_COORDINATES, RESIZE_NEAREST_MODES
 from volvox.formats.onnx.importer import CLAMP, Importer, arg, is_symbolic, output_used
 from volvox.formats.onnx.reader import ONNX_DTYPES, OnnxNode, type_name
 
@@ -827,3 +828,55 @@ def recurrent(imp: Importer, n: OnnxNode, where: str) -> None:
 def arg_out(n: OnnxNode, i: int) -> bool:
     """Whether ``n`` names output ``i``."""
     return len(n.outputs) > i and bool(n.outputs[i])
+
+
+def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Resize / Upsample in full (any axes, cubic, tf_crop_and_resize, keep_aspect_ratio_policy) with
+    volvox's numpy resize_nd, from constant scales / sizes / roi; antialias is refused."""
+    attrs, x = n.attrs, n.inputs[0]
+    dims = list(shape_of(imp, x))
+    if not all(isinstance(d, int) for d in dims):
+        raise UnsupportedError(f"{where}: Resize of symbolic shape {dims} outside the NHWC kernel")
+    if attrs.get("antialias", 0):
+        raise UnsupportedError(f"{where}: antialiased Resize is not supported")
+    for attr, known in (("coordinate_transformation_mode", RESIZE_COORDINATES), ("nearest_mode", RESIZE_NEAREST_MODES),
+                        ("mode", ("nearest", "linear", "cubic"))):
+        if attr in attrs and attrs[attr] not in known:
+            raise UnsupportedError(f"{where}: attribute {attr}={attrs[attr]!r} is not supported (volvox: {', '.join(known)})")
+    rank = len(dims)
+    params = {"mode": attrs.get("mode", "nearest"), "cubic_coeff_a": float(attrs.get("cubic_coeff_a", -0.75)),
+              "exclude_outside": int(attrs.get("exclude_outside", 0)),
+              "extrapolation_value": float(attrs.get("extrapolation_value", 0.0))}
+    roi = None
+    if n.op == "Upsample" or imp.opset < 11:
+        scales = np.asarray(attrs["scales"] if n.op == "Upsample" and imp.opset < 9 else imp.const(n.inputs[1], where, "scales"))
+        sizes = np.zeros(0)
+        params.update(coordinate="asymmetric", nearest_mode="floor", mode="linear" if params["mode"] == "bilinear" else params["mode"])
+    else:
+        params.update(coordinate=attrs.get("coordinate_transformation_mode", "half_pixel"),
+                      nearest_mode=attrs.get("nearest_mode", "round_prefer_floor"))
+        scales = np.asarray(imp.const(n.inputs[2], where, "scales")) if arg(n, 2) else np.zeros(0)
+        sizes = np.asarray(imp.const(n.inputs[3], where, "sizes")) if arg(n, 3) else np.zeros(0)
+        roi = np.asarray(imp.const(n.inputs[1], where, "roi"), np.float64) if arg(n, 1) else None
+    axes = [a % rank for a in attrs.get("axes", range(rank))]
+    full_scales, full_sizes = [1.0] * rank, list(dims)
+    if sizes.size:
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        ratios = [float(s) / dims[a] for a, s in zip(axes, sizes.tolist())]
+        if policy != "stretch":
+            ratio = min(ratios) if policy == "not_larger" else max(ratios)
+            ratios = [ratio] * len(axes)
+        for a, s, ratio in zip(axes, sizes.tolist(), ratios):
+            full_scales[a] = ratio
+            full_sizes[a] = int(s) if policy == "stretch" else int(np.floor(dims[a] * ratio + 0.5))
+    elif scales.size:
+        for a, s in zip(axes, scales.astype(np.float64).tolist()):
+            full_scales[a], full_sizes[a] = float(np.float32(s)), int(np.floor(dims[a] * np.float32(s)))
+    else:
+        raise UnsupportedError(f"{where}: Resize needs constant scales or sizes")
+    if roi is not None and roi.size and params["coordinate"] == "tf_crop_and_resize":
+        full_roi = [0.0] * rank + [1.0] * rank
+        for k, a in enumerate(axes):
+            full_roi[a], full_roi[a + rank] = float(roi[k]), float(roi[k + len(axes)])
+        params["roi"] = full_roi
+    imp.apply("resize_nd", n.name, {"x": x}, n.outputs[0], where, sizes=full_sizes, scales=full_scales, **params)
