@@ -326,3 +326,23 @@ def test_recurrent_layers_equal_onnxruntime(tmp_path, opset):
     got = next(iter(volvox.load(path).run({"x": x}).values()))
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= 1e-5 * max(np.abs(want).max(), 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_cnn_with_a_dynamic_batch_equals_onnxruntime(tmp_path, name):
+    """Exported with a symbolic batch: one model, re-planned for batches 1, 3 and 2."""
+    torch.manual_seed(0)
+    net = ARCHITECTURES[name]()
+    randomize_batch_norms(net, torch.Generator().manual_seed(1))
+    path = tmp_path / f"{name}-dynamic.onnx"
+    torch.onnx.export(net.eval(), (torch.zeros(1, 3, 32, 32),), str(path), opset_version=13, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, dynamo=False)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = volvox.load(path)
+    assert model.graph.inputs[0].shape[0] == "batch"
+    for batch in (1, 3, 2):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        got = next(iter(model.run({"x": x}).values()))
+        assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()

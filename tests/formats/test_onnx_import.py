@@ -1,5 +1,5 @@
-"""The ONNX importer's behaviour beyond single ops, against onnxruntime: symbolic input dims bound at
-each run (re-planned when they change), external data memory-mapped, refusals naming op, opset and
+"""The ONNX importer's behaviour beyond single ops, against onnxruntime: symbolic input dims (batch
+and image size) bound at each run (re-planned when they change), external data memory-mapped, refusals naming op, opset and
 node, operands that must be constants, and ``volvox info`` listing a file's ops before loading it."""
 
 import json
@@ -43,10 +43,10 @@ def dynamic_model(path, **save):
 def test_symbolic_dims_are_bound_at_each_run(tmp_path):
     path = dynamic_model(tmp_path / "dynamic.onnx")
     model = volvox.load(path)
-    assert model.graph.inputs[0].shape == (1, 3, "H", "W")   # the batch is bound to 1, H and W stay symbols
+    assert model.graph.inputs[0].shape == ("N", 3, "H", "W") and not model.metadata["batch_bound_to_1"]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for hw in [(16, 16), (24, 20), (16, 16), (9, 7)]:
-        x = RNG.standard_normal((1, 3, *hw)).astype(np.float32)
+    for n, hw in [(1, (16, 16)), (1, (24, 20)), (3, (16, 16)), (2, (9, 7))]:
+        x = RNG.standard_normal((n, 3, *hw)).astype(np.float32)
         want = session.run(None, {"x": x})
         for got, expected in zip(model.run({"x": x}).values(), want):
             assert got.shape == expected.shape

@@ -5,8 +5,9 @@ state (layout, constants, folding), ``vision`` maps the CNN ops onto the fast NH
 ``generic`` the rest of the standard operators. ``TRANSLATIONS`` is the one list of the ONNX ops
 volvox reads; anything else raises UnsupportedError naming the op, the opset and the node.
 
-Graph inputs keep ONNX's layout and dtype. A symbolic batch dim is bound to 1; other symbolic dims
-stay symbols the executor binds at each run (re-planning when they change). Shape subgraphs
+Graph inputs keep ONNX's layout and dtype. Symbolic dims (batch, sequence, image size) stay symbols
+the executor binds at each run (re-planning when they change); where a model's shape arithmetic
+mixes the batch with another unknown dim, the batch is bound to 1 (metadata "batch_bound_to_1"). Shape subgraphs
 (Shape, Gather, Concat, Slice, arithmetic on constants ...) are evaluated at import.
 """
 
@@ -128,8 +129,21 @@ def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
 
 
 def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    """The graph with every symbolic input dim kept; when the model's shape arithmetic cannot be planned
+    with a symbolic batch (a reshape whose target mixes it with another unknown), the batch bound to 1."""
     if model.opset < MIN_OPSET:
         raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
+    try:
+        return _translate(model, path, bind_batch=False)
+    except ConstantRequired:
+        raise
+    except UnsupportedError:
+        if not any(dims and isinstance(dims[0], str) for _, _, dims in model.inputs):
+            raise
+        return _translate(model, path, bind_batch=True)
+
+
+def _translate(model: OnnxModel, path: str, bind_batch: bool) -> tuple[Graph, dict[str, np.ndarray], dict]:
     imp = Importer(path, model.opset)
     imp.consts.update(model.initializers)
     for n in model.nodes:
@@ -141,7 +155,7 @@ def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], 
     for name, elem, dims in model.inputs:
         if elem not in ONNX_DTYPES:
             raise UnsupportedError(f"{path}: input {name!r} has ONNX type {type_name(elem)}, which volvox does not take")
-        dims = [1 if i == 0 and isinstance(d, str) else d for i, d in enumerate(dims)]  # batch 1
+        dims = [1 if bind_batch and i == 0 and isinstance(d, str) else d for i, d in enumerate(dims)]
         spec = TensorSpec(name, tuple(dims), np.dtype(ONNX_DTYPES[elem]).name)
         inputs.append(spec)
         imp.specs[name], imp.shapes[name] = spec, spec.shape
@@ -160,4 +174,5 @@ def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], 
     graph = Graph(inputs, {n: imp.specs[n] for n in imp.weights if n in used}, imp.nodes, outputs)
     validate_file(graph, path)
     weights = {n: imp.weights[n] for n in graph.weights}
-    return graph, weights, {"format": "onnx", "opset": model.opset, "onnx_metadata": model.metadata}
+    return graph, weights, {"format": "onnx", "opset": model.opset, "onnx_metadata": model.metadata,
+                            "batch_bound_to_1": bind_batch}

@@ -175,7 +175,8 @@ class Importer:
             result = result if isinstance(result, tuple) else (result,)
             for port, value in zip(definition.output_names, result):
                 if outputs.get(port):
-                    self.consts[outputs[port]] = np.asarray(value)
+                    value = np.asarray(value)   # a symbolic dim taken out of a shape vector stays an object
+                    self.consts[outputs[port]] = value.astype(object) if value.dtype.kind == "U" else value
             return
         self.emit(op, node_id, {p: self.operand(n, where) for p, n in inputs.items()}, outputs, **params)
 
