@@ -27,6 +27,7 @@ UNIT = np.tanh(F).astype(np.float32) * 0.9
 IMG = RNG.standard_normal((1, 8, 2, 3)).astype(np.float32)
 MAP = RNG.standard_normal((2, 4, 5, 6)).astype(np.float32)
 UPW = RNG.standard_normal((4, 3, 3, 2)).astype(np.float32)       # (Cin, Cout / groups, kh, kw)
+GRID = RNG.uniform(-1.3, 1.3, (2, 3, 4, 2)).astype(np.float32)   # (N, OH, OW, (x, y)), some points outside
 QX = RNG.integers(0, 255, (1, 4, 6, 5)).astype(np.uint8)
 QW = RNG.integers(-128, 127, (6, 2, 3, 3)).astype(np.int8)
 
@@ -162,13 +163,18 @@ CASES = [
 
 
 # where onnx.reference is wrong (LRN sums the wrong channels unless N == C; grouped ConvTranspose
-# fails), onnxruntime is the reference
+# fails) or slow (GridSample), onnxruntime is the reference
 RUNTIME_CASES = [
     c("lrn", {"size": 3, "alpha": 2e-3, "beta": 0.6, "bias": 1.5}, {"x": MAP}, "LRN",
       {"size": 3, "alpha": 2e-3, "beta": 0.6, "bias": 1.5}),
     c("lrn", {"size": 5}, {"x": MAP}, "LRN", {"size": 5}),
     c("conv_transpose", {"groups": 2, "dilations": [2, 1]}, {"x": MAP, "weight": UPW, "bias": np.arange(6, dtype=np.float32)},
       "ConvTranspose", {"group": 2, "dilations": [2, 1]}),
+    *[c("grid_sample", {"mode": mode, "padding_mode": padding, "align_corners": align}, {"x": MAP, "grid": GRID},
+        "GridSample", {"mode": mode, "padding_mode": padding, "align_corners": align})
+      for mode, padding, align in [("linear", "zeros", 0), ("nearest", "border", 1), ("cubic", "reflection", 0),
+                                   ("linear", "reflection", 1), ("cubic", "zeros", 1), ("cubic", "border", 0),
+                                   ("cubic", "reflection", 1)]],
 ]
 
 

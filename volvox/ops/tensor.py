@@ -1,5 +1,6 @@
 """Generic tensor ops in every dtype: gathers and scatters, cast, expand, tile, top-k, cumsum,
-one-hot, depth / space rearrangement (NCHW), trilu, reflect / edge / wrap padding.
+one-hot, depth / space rearrangement (NCHW), trilu, reflect / edge / wrap padding, reverse_sequence,
+ONNX's Resize over any axes (resize_nd) and 2-D grid sampling.
 
 Their semantics are ONNX's (negative indices count from the end; integer and bool tensors pass
 through unchanged). numpy is the implementation; a plan runs them as islands.
@@ -409,3 +410,75 @@ def resize_nd_ref(ctx, p, x):
 
 
 register(OpDef("resize_nd", "tensor", ("x",), ("y",), _resize_nd_infer, resize_nd_ref))
+
+
+# ------------------------------------------------------------------ grid sampling (2-D)
+def _reflect(coord: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Coordinates reflected into [low, high] as many times as needed."""
+    span = high - low
+    if span <= 0:
+        return np.zeros_like(coord)
+    offset = np.abs(coord - low) % (2 * span)
+    flips = np.floor(np.abs(coord - low) / span)
+    return np.where(flips % 2 == 0, low + offset, high - (offset - span))
+
+
+def _grid_sample_infer(specs, params):
+    x, grid = specs["x"], specs["grid"]
+    expect(len(x.shape) == 4 and len(grid.shape) == 4 and grid.shape[-1] == 2 and x.dtype in ("float32", "float16", "float64"),
+           f"grid_sample needs NCHW x and an (N, H, W, 2) grid: {x.describe()}, {grid.describe()}")
+    expect(params.get("mode", "linear") in ("linear", "nearest", "cubic") and
+           params.get("padding_mode", "zeros") in ("zeros", "border", "reflection"), f"grid_sample params {params}")
+    return {"y": ((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)}
+
+
+def grid_sample_ref(ctx, p, x, grid):
+    """x sampled at the grid's normalized (x, y) points in [-1, 1]: ``mode`` linear / nearest / cubic,
+    ``padding_mode`` zeros / border / reflection, ``align_corners`` (float64)."""
+    n, c, h, w = x.shape
+    align, padding, mode = int(p.get("align_corners", 0)), p.get("padding_mode", "zeros"), p.get("mode", "linear")
+    g = grid.astype(np.float64)
+
+    def unnormalize(v, size):
+        return (v + 1) / 2 * (size - 1) if align else ((v + 1) * size - 1) / 2
+
+    gx, gy = unnormalize(g[..., 0], w), unnormalize(g[..., 1], h)                 # (N, OH, OW)
+    if mode == "cubic":
+        pass   # cubic pads each of its 16 taps (in tap), not the sample point
+    elif padding == "border":
+        gx, gy = np.clip(gx, 0, w - 1), np.clip(gy, 0, h - 1)
+    elif padding == "reflection":
+        gx = _reflect(gx, 0, w - 1) if align else np.clip(_reflect(gx, -0.5, w - 0.5), 0, w - 1)
+        gy = _reflect(gy, 0, h - 1) if align else np.clip(_reflect(gy, -0.5, h - 0.5), 0, h - 1)
+    x64 = x.astype(np.float64)
+    batch = np.arange(n)[:, None, None]
+
+    def tap(iy, ix):
+        """x at integer pixels (N, C, OH, OW): zeros outside for padding zeros, reflected or the nearest edge
+        pixel otherwise."""
+        if padding == "reflection":
+            iy = np.round(_reflect(iy, 0, h - 1) if align else _reflect(iy, -0.5, h - 0.5)).astype(np.int64)
+            ix = np.round(_reflect(ix, 0, w - 1) if align else _reflect(ix, -0.5, w - 0.5)).astype(np.int64)
+        inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
+        values = x64[batch, :, np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]     # (N, OH, OW, C)
+        if padding == "zeros":
+            values = values * inside[..., None]
+        return values.transpose(0, 3, 1, 2)
+
+    if mode == "nearest":
+        y = tap(np.round(gy).astype(np.int64), np.round(gx).astype(np.int64))
+    elif mode == "linear":
+        x0, y0 = np.floor(gx), np.floor(gy)
+        fx, fy = (gx - x0)[:, None], (gy - y0)[:, None]
+        x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
+        y = ((1 - fy) * ((1 - fx) * tap(y0, x0) + fx * tap(y0, x0 + 1))
+             + fy * ((1 - fx) * tap(y0 + 1, x0) + fx * tap(y0 + 1, x0 + 1)))
+    else:
+        x0, y0 = np.floor(gx), np.floor(gy)
+        wx, wy = _cubic_weights(gx - x0, -0.75), _cubic_weights(gy - y0, -0.75)  # (N, OH, OW, 4)
+        x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
+        y = sum(wy[..., i][:, None] * wx[..., j][:, None] * tap(y0 + i - 1, x0 + j - 1) for i in range(4) for j in range(4))
+    return np.ascontiguousarray(y).astype(x.dtype)
+
+
+register(OpDef("grid_sample", "tensor", ("x", "grid"), ("y",), _grid_sample_infer, grid_sample_ref))

@@ -880,3 +880,12 @@ def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
             full_roi[a], full_roi[a + rank] = float(roi[k]), float(roi[k + len(axes)])
         params["roi"] = full_roi
     imp.apply("resize_nd", n.name, {"x": x}, n.outputs[0], where, sizes=full_sizes, scales=full_scales, **params)
+
+
+def grid_sample(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GridSample of a 4-D input (opset 16 names bilinear / bicubic, opset 20 linear / cubic)."""
+    if rank_of(imp, n.inputs[0]) != 4:
+        raise UnsupportedError(f"{where}: GridSample of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 4-D)")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.attrs.get("mode", "linear"), n.attrs.get("mode", "linear"))
+    imp.apply("grid_sample", n.name, {"x": n.inputs[0], "grid": n.inputs[1]}, n.outputs[0], where, mode=mode,
+              padding_mode=n.attrs.get("padding_mode", "zeros"), align_corners=n.attrs.get("align_corners", 0))
