@@ -346,3 +346,18 @@ def test_cnn_with_a_dynamic_batch_equals_onnxruntime(tmp_path, name):
         want = session.run(None, {"x": x})[0]
         got = next(iter(model.run({"x": x}).values()))
         assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_dynamically_quantized_mlp_equals_onnxruntime(tmp_path):
+    """onnxruntime's dynamic quantization (DynamicQuantizeLinear, MatMulInteger, int8 weights) of a small MLP."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    path, quantized = tmp_path / "mlp.onnx", tmp_path / "mlp-dynamic.onnx"
+    torch.onnx.export(net, (torch.zeros(4, 16),), str(path), opset_version=13, input_names=["x"], output_names=["y"],
+                      dynamo=False)
+    quantization.quantize_dynamic(str(path), str(quantized), weight_type=quantization.QuantType.QInt8)
+    x = np.random.default_rng(5).standard_normal((4, 16)).astype(np.float32)
+    want = ort.InferenceSession(str(quantized), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = volvox.load(quantized).run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

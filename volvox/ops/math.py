@@ -1,6 +1,6 @@
 """Math for imported graphs in every dtype they use: unary functions, min / max, mod, comparisons,
-logic, bitwise ops, squared difference, where; log-softmax, hardmax, local response normalization
-and a matmul of any dtype.
+logic, bitwise ops, squared difference, where; log-softmax, hardmax, local response normalization,
+einsum, a matmul of any dtype and ONNX's dynamic uint8 quantization.
 
 Each op is numpy's ufunc with ONNX's semantics (integers stay integers, comparisons give bool);
 there is no plan step, so a plan runs them as numpy islands. The float32 activations the vision
@@ -284,3 +284,24 @@ def lrn_ref(ctx, p, x):
 
 
 register(OpDef("lrn", "math", ("x",), ("y",), _lrn_infer, lrn_ref))
+
+
+def _dynamic_quantize_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "float32", f"dynamic_quantize takes float32, got {x.describe()}")
+    return {"y": (x.shape, "uint8"), "scale": ((), "float32"), "zero_point": ((), "uint8")}
+
+
+def dynamic_quantize_ref(ctx, p, x):
+    """ONNX DynamicQuantizeLinear: uint8 with scale (max(x, 0) - min(x, 0)) / 255 and zero point
+    round(-min / scale) (round half to even, saturated); (y, scale, zero_point)."""
+    lo, hi = np.float32(min(float(x.min(initial=0.0)), 0.0)), np.float32(max(float(x.max(initial=0.0)), 0.0))
+    scale = np.float32((hi - lo) / np.float32(255))
+    if scale == 0:
+        return np.zeros(x.shape, np.uint8), np.array(0, np.float32), np.array(0, np.uint8)
+    zero = np.uint8(np.clip(np.round(-lo / scale), 0, 255))
+    y = np.clip(np.round(x / scale) + np.float32(zero), 0, 255).astype(np.uint8)
+    return y, np.array(scale, np.float32), np.array(zero, np.uint8)
+
+
+register(OpDef("dynamic_quantize", "math", ("x",), ("y", "scale", "zero_point"), _dynamic_quantize_infer, dynamic_quantize_ref))

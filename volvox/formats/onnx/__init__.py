@@ -99,7 +99,8 @@ TRANSLATIONS = {
     "ConvTranspose": vision.one_dimensional(vision.conv_transpose), "ConvInteger": vision.one_dimensional(vision.conv_integer),
     "QLinearConv": lambda imp, n, where: generic.qlinear_conv(imp, n, where, vision.conv_integer), "LRN": generic.lrn,
     "Einsum": generic.einsum, "LpNormalization": generic.lp_normalization, "ReverseSequence": generic.reverse_sequence,
-    "GridSample": generic.grid_sample, "RNN": generic.recurrent, "GRU": generic.recurrent, "LSTM": generic.recurrent,
+    "GridSample": generic.grid_sample, "DynamicQuantizeLinear": generic.dynamic_quantize_linear,
+    "MeanVarianceNormalization": generic.mean_variance_normalization, "RNN": generic.recurrent, "GRU": generic.recurrent, "LSTM": generic.recurrent,
     "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
 }
 

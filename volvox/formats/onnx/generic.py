@@ -582,6 +582,12 @@ def _shifted(imp: Importer, n: OnnxNode, i: int, zero_at: int | None, where: str
     imp.apply("cast", f"{n.name}.cast{i}", {"x": x}, wide, where, to="int32")
     if zero_at is None or not arg(n, zero_at):
         return wide
+    if n.inputs[zero_at] not in imp.consts:   # a run-time zero point (DynamicQuantizeLinear's): one per tensor
+        if rank_of(imp, n.inputs[zero_at]) != 0:
+            raise UnsupportedError(f"{where}: a run-time zero point of shape {shape_of(imp, n.inputs[zero_at])}")
+        imp.apply("cast", f"{n.name}.zero_cast{i}", {"x": n.inputs[zero_at]}, f"{n.name}.zero{i}", where, to="int32")
+        imp.apply("sub", f"{n.name}.shift{i}", {"a": wide, "b": f"{n.name}.zero{i}"}, f"{n.name}.in{i}.shifted", where)
+        return f"{n.name}.in{i}.shifted"
     zero = np.asarray(imp.const(n.inputs[zero_at], where, "a zero point")).astype(np.int32)
     rank = rank_of(imp, x)
     if zero.ndim == 1 and zero.size > 1:   # per row of A (axis -2) or per column of B (axis -1)
@@ -889,3 +895,17 @@ def grid_sample(imp: Importer, n: OnnxNode, where: str) -> None:
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.attrs.get("mode", "linear"), n.attrs.get("mode", "linear"))
     imp.apply("grid_sample", n.name, {"x": n.inputs[0], "grid": n.inputs[1]}, n.outputs[0], where, mode=mode,
               padding_mode=n.attrs.get("padding_mode", "zeros"), align_corners=n.attrs.get("align_corners", 0))
+
+
+def dynamic_quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DynamicQuantizeLinear: uint8 values, their scale and zero point from the tensor's own range."""
+    outputs = {port: (n.outputs[k] if arg_out(n, k) else f"{n.name}.{port}") for k, port in enumerate(("y", "scale", "zero_point"))}
+    imp.apply("dynamic_quantize", n.name, {"x": n.inputs[0]}, outputs, where)
+
+
+def mean_variance_normalization(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MeanVarianceNormalization: (x - mean) / sqrt(var) over ``axes`` (default N, H, W), with ONNX's 1e-9."""
+    x = _float32_input(imp, n, where)
+    rank = rank_of(imp, x)
+    axes = [a % rank for a in n.attrs.get("axes", [0, 2, 3])]
+    imp.alias(_normalize(imp, n, x, axes, 1e-9, where), n.outputs[0])
