@@ -582,9 +582,8 @@ def _shifted(imp: Importer, n: OnnxNode, i: int, zero_at: int | None, where: str
     imp.apply("cast", f"{n.name}.cast{i}", {"x": x}, wide, where, to="int32")
     if zero_at is None or not arg(n, zero_at):
         return wide
-    if n.inputs[zero_at] not in imp.consts:   # a run-time zero point (DynamicQuantizeLinear's): one per tensor
-        if rank_of(imp, n.inputs[zero_at]) != 0:
-            raise UnsupportedError(f"{where}: a run-time zero point of shape {shape_of(imp, n.inputs[zero_at])}")
+    if n.inputs[zero_at] not in imp.consts and shape_of(imp, n.inputs[zero_at]) in ((), (1,)):
+        # a run-time zero point (DynamicQuantizeLinear's), one for the whole tensor
         imp.apply("cast", f"{n.name}.zero_cast{i}", {"x": n.inputs[zero_at]}, f"{n.name}.zero{i}", where, to="int32")
         imp.apply("sub", f"{n.name}.shift{i}", {"a": wide, "b": f"{n.name}.zero{i}"}, f"{n.name}.in{i}.shifted", where)
         return f"{n.name}.in{i}.shifted"
