@@ -67,7 +67,6 @@ UNARY_MATH = {
     "sign": (lambda x, p: np.sign(x), FLOATS + INTS),
     "exp": (_in_float(lambda x, p: np.exp(x)), FLOATS),
     "log": (_in_float(lambda x, p: np.log(x)), FLOATS),
-    "tanh": (_in_float(lambda x, p: np.tanh(x)), FLOATS),
     "sin": (_in_float(lambda x, p: np.sin(x)), FLOATS),
     "cos": (_in_float(lambda x, p: np.cos(x)), FLOATS),
     "tan": (_in_float(lambda x, p: np.tan(x)), FLOATS),
