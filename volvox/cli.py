@@ -332,14 +332,26 @@ def _add_batch_parser(sub) -> None:
 
 def cmd_info(a) -> int:
     from volvox import cpu
+    from volvox.errors import VolvoxError
     from volvox.hub import recipe_names
 
     info = {"volvox": __import__("volvox").__version__, "python": platform.python_version(),
             "machine": platform.machine(), "isa": cpu.isa(), "isas_available": cpu.available_isas(),
             "isas_built": list(cpu.engine.compiled_isas()), "openmp": bool(cpu.engine.openmp_enabled()),
             "threads": cpu.get_num_threads(), "gpu_backends": _gpu_backends(), "known_models": recipe_names()}
+    if a.model and str(a.model).endswith(".onnx"):
+        from volvox.formats.onnx import op_report
+
+        info["model_ops"] = op_report(a.model)   # before loading, which stops at the first op it lacks
     if a.model:
-        model = _load(a)
+        try:
+            model = _load(a)
+        except VolvoxError as e:
+            if "model_ops" not in info:
+                raise
+            info["load_error"] = str(e)
+            print(json.dumps(info, indent=2, default=str))
+            return 1
         g = model.graph
         info["model"] = {"source": model.source, "task": model.metadata.get("task"), "metadata": model.metadata,
                          "inputs": [s.describe() for s in g.inputs], "outputs": [g.specs[o].describe() for o in g.outputs],
