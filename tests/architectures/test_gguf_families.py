@@ -33,6 +33,10 @@ LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2
 # case -> (transformers model_type, GGUF architecture, config overrides)
 CASES = {
     "qwen3": ("qwen3", "qwen3", dict(BASE, head_dim=32)),
+    "gemma2": ("gemma2", "gemma2", dict(GEMMA, attn_logit_softcapping=8.0, final_logit_softcapping=12.0)),
+    "gemma3": ("gemma3_text", "gemma3", dict(GEMMA, rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}})),
     # llama.cpp picks LongRoPE's short factors while its context (256 here) is within the original one
     "phi3-longrope": ("phi3", "phi3", dict(BASE, max_position_embeddings=512, original_max_position_embeddings=256,
                                            rope_scaling=LONGROPE)),
@@ -43,6 +47,11 @@ CASES = {
 QTYPES = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
           "q8_0": gguf.GGMLQuantizationType.Q8_0}
 NMSE_BOUND = 1e-6
+# Gemma 2's soft-capped attention runs volvox's numpy path, not ggml's arithmetic: with 8-bit
+# activations one rounding that lands the other way changes the rows after it (about 1e-4)
+LOOSER = {("gemma2", "q8_0"): 1e-3}
+# GGUF Gemma computes GELU through ggml's fp16 table (gelu_f16_table): about 1e-3 from transformers' GELU
+TORCH_BOUND = {"gemma2": 1e-3, "gemma3": 1e-3}
 SEQ = 20  # tokens: longer than the sliding windows (6)
 
 
@@ -199,7 +208,8 @@ def test_logits_match_llama_cpp(model_case, ids, qtype, tmp_path):
         prefill = lm.logits(ids)
         session = lm.new_session()
         steps = np.stack([session.forward([token])[-1] for token in ids])  # (SEQ, vocab), one token per step
-    assert nmse(prefill, want) < NMSE_BOUND
-    assert nmse(steps, want) < NMSE_BOUND
+    bound = LOOSER.get((arch, qtype), NMSE_BOUND)
+    assert nmse(prefill, want) < bound
+    assert nmse(steps, want) < bound
     if qtype == "f32":  # the file holds the model transformers runs
-        assert rel_err(prefill, torch_logits(model, ids)) < 1e-4
+        assert rel_err(prefill, torch_logits(model, ids)) < TORCH_BOUND.get(arch, 1e-4)

@@ -276,6 +276,7 @@ class Plan:
         between native step ranges, exactly as the per-op executor runs it."""
         op = get_op(node.op, node.id)
         self.need(node, not op.stateful and len(node.outputs) == 1, "stateful or several outputs")
+        self.need(node, not self.layers, "a numpy island in a token step (run_token runs native steps only)")
         args = [self.input(node, p) if p in node.inputs else None for p in op.input_names]
         self.islands.append((len(self.steps), op.fast or op.ref, node.params, args, self.output(node)))
         self._copied.update(self._reads)  # numpy reads its arena view
