@@ -142,3 +142,21 @@ def test_family_switches_are_in_the_graph(pair):
     assert ("softcap" in ops) == bool(getattr(model.config, "final_logit_softcapping", None))
     assert ("slice" in ops) == (model_type == "phi3")
     assert ("reshape" in ops) == (model_type in ("qwen3", "gemma3_text"))
+
+
+def test_window_cache_forgets_what_no_query_sees(pair):
+    """Where every layer slides (Phi-3 here), the KV cache hands back the pages of positions behind
+    the window as decoding moves on (they read as zeros after), and the logits stay transformers'."""
+    from volvox.runtime.kv_cache import kv_window
+
+    model, lm = pair
+    if kv_window(lm.graph) == 0:
+        pytest.skip("a layer attends to the whole context: the cache keeps every position")
+    ids = (lm.tokenizer.encode(" ".join(CORPUS)) * 4)[:200]
+    session = lm.new_session()
+    for token in ids[:-1]:  # token steps (the native plan where the graph lowers)
+        session.forward([token])
+    last = session.forward([ids[-1]])[-1]
+    kv = session.ctx.kv
+    assert kv.forgotten > 100 and not kv.keys[0][:, :kv.forgotten // 2].any()
+    assert rel_err(last, torch_logits(model, ids)[-1]) < 1e-4

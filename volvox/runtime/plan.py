@@ -341,7 +341,7 @@ class Plan:
                     self.solo_steps.bind_cache([address(k) for k in kv.keys], [address(v) for v in kv.values],
                                                kv.max_tokens)
                 self._bound_cache = kv
-            kv.reserve(pos + 1)
+            kv.reserve(pos + 1, pos)
             if abs(pos - self._last_pos) > 32 + self._last_pos // 4:  # another context: new timings
                 self.pacer.restart()
             self._last_pos = pos
