@@ -40,6 +40,7 @@ CASES = {
     # llama.cpp picks LongRoPE's short factors while its context (256 here) is within the original one
     "phi3-longrope": ("phi3", "phi3", dict(BASE, max_position_embeddings=512, original_max_position_embeddings=256,
                                            rope_scaling=LONGROPE)),
+    "phi3-partial": ("phi3", "phi3", dict(BASE, partial_rotary_factor=0.5)),
     "llama-llama3": ("llama", "llama", dict(BASE, rope_scaling=LLAMA3)),
     "llama-yarn": ("llama", "llama", dict(BASE, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                                               "original_max_position_embeddings": 32})),
@@ -102,6 +103,7 @@ def write_gguf(path, model, arch, qtype):
     """``model`` as llama.cpp's converter would write it, 2-D weights stored as ``qtype``."""
     cfg = model.config
     n_layers, hd = cfg.num_hidden_layers, getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(n_layers)
     w.add_context_length(cfg.max_position_embeddings)
@@ -111,9 +113,8 @@ def write_gguf(path, model, arch, qtype):
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(int(hd * rope.get("partial_rotary_factor", 1.0)))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")

@@ -37,6 +37,9 @@ CASES = {
     "phi3-longrope": ("phi3", dict(BASE, original_max_position_embeddings=16, rope_scaling={
         "rope_type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
         "long_factor": [1.0, 2.0, 4.0, 6.0, 9.0, 16.0]})),
+    "phi3-partial-longrope": ("phi3", dict(BASE, original_max_position_embeddings=16, partial_rotary_factor=0.5,
+                                           rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.5, 3.0],
+                                                         "long_factor": [1.0, 4.0, 16.0]})),
     "llama-yarn": ("llama", dict(BASE, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                                       "original_max_position_embeddings": 16})),
 }

@@ -110,8 +110,8 @@ def llama_config_from_gguf(md: dict, path: str, tensors: dict | None = None, rea
     if int(get("attention.value_length", head_dim)) != head_dim:
         raise UnsupportedError(f"{path}: value heads of another size than key heads are not supported")
     rope_dim = int(get("rope.dimension_count", head_dim))
-    if rope_dim != head_dim:
-        raise UnsupportedError(f"{path}: partial rotary embeddings (rope dim {rope_dim} of {head_dim}) are not supported")
+    if not 0 < rope_dim <= head_dim or rope_dim % 2:
+        raise GGUFError(f"{path}: rope dimension count {rope_dim} must be even and within head dim {head_dim}")
     tokens = md.get("tokenizer.ggml.tokens")
     n_layers, ffn = int(get("block_count")), int(get("feed_forward_length"))
     fields = dict(switches)
@@ -136,7 +136,7 @@ def llama_config_from_gguf(md: dict, path: str, tensors: dict | None = None, rea
         vocab_size=int(get("vocab_size", len(tokens) if tokens is not None else None)),
         norm_eps=float(get("attention.layer_norm_rms_epsilon")),
         rope_theta=float(get("rope.freq_base", 10000.0)), rope_style=style,
-        context_length=int(get("context_length")),
+        context_length=int(get("context_length")), rope_dim=rope_dim,
         layer_windows=_layer_windows(md, arch, path, n_layers, pattern), **rope, **fields)
 
 

@@ -54,7 +54,7 @@ TIED_BY_DEFAULT = ("gemma2", "gemma3_text")  # tie_word_embeddings' default in t
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
-def rope_of(cfg: HFConfig, context: int, params: dict | None = None) -> dict:
+def rope_of(cfg: HFConfig, context: int, head_dim: int, params: dict | None = None) -> dict:
     """LlamaConfig's rope fields from ``rope_parameters`` (transformers 5) or ``rope_theta``/``rope_scaling``
     (``params``: one layer type's entry of a per-layer-type ``rope_parameters``)."""
     if params is None:
@@ -63,12 +63,13 @@ def rope_of(cfg: HFConfig, context: int, params: dict | None = None) -> dict:
         raise cfg.unsupported(f"rope parameters {params!r}")
     theta = float(params.get("rope_theta", cfg.get("rope_theta", default=10000.0, kind=float)))
     partial = float(params.get("partial_rotary_factor", cfg.data.get("partial_rotary_factor") or 1.0))
-    if partial != 1.0:
-        raise cfg.unsupported(f"partial_rotary_factor {partial}")
+    rope_dim = int(head_dim * partial)  # as transformers rounds it
+    if not 0 < rope_dim <= head_dim or rope_dim % 2:
+        raise cfg.unsupported(f"partial_rotary_factor {partial} of head_dim {head_dim}")
     kind = params.get("rope_type", params.get("type", "default"))
     original = float(params.get("original_max_position_embeddings")
                      or cfg.data.get("original_max_position_embeddings") or context)
-    out = {"rope_theta": theta}
+    out = {"rope_theta": theta, "rope_dim": rope_dim}
     if kind == "linear":
         out["rope_scale"] = float(params["factor"])
     elif kind == "llama3":
@@ -127,7 +128,7 @@ def layer_windows(cfg: HFConfig, n_layers: int) -> tuple:
     return (window,) * n_layers if cfg.model_type in ("mistral", "phi3") and window else ()
 
 
-def _family_fields(cfg: HFConfig, dim: int, context: int) -> dict:
+def _family_fields(cfg: HFConfig, dim: int, head_dim: int, context: int) -> dict:
     """The LlamaConfig fields of the checkpoint's family: its switches, Gemma's scalars and ropes."""
     fields = {k: v for k, v in FAMILIES[cfg.model_type].items() if k != "gemma_norms"}
     act = cfg.data.get("hidden_activation") or cfg.data.get("hidden_act") or "silu"
@@ -139,12 +140,12 @@ def _family_fields(cfg: HFConfig, dim: int, context: int) -> dict:
         if local.get("rope_type", "default") != "default":
             raise cfg.unsupported(f"sliding-layer rope type {local.get('rope_type')!r}")
         fields["local_rope_theta"] = float(local.get("rope_theta", 10000.0))
-        fields.update(rope_of(cfg, context, params["full_attention"]))
+        fields.update(rope_of(cfg, context, head_dim, params["full_attention"]))
     elif cfg.model_type == "gemma3_text":
         fields["local_rope_theta"] = cfg.get("rope_local_base_freq", default=10000.0, kind=float)
-        fields.update(rope_of(cfg, context))
+        fields.update(rope_of(cfg, context, head_dim))
     else:
-        fields.update(rope_of(cfg, context))
+        fields.update(rope_of(cfg, context, head_dim))
     if cfg.model_type.startswith("gemma"):
         fields["embed_scale"] = float(np.float32(dim ** 0.5))
         fields["attn_scale"] = cfg.get("query_pre_attn_scalar", kind=float) ** -0.5
@@ -163,7 +164,7 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     n_layers, ffn, vocab = cfg.get("num_hidden_layers"), cfg.get("intermediate_size"), cfg.get("vocab_size")
     context = cfg.get("max_position_embeddings", default=4096)
     family = FAMILIES[cfg.model_type]
-    fields = _family_fields(cfg, dim, context)
+    fields = _family_fields(cfg, dim, head_dim, context)
     names = GEMMA_NAMES if family.get("gemma_norms") else HF_NAMES
     attn_bias = cfg.model_type == "qwen2" or bool(cfg.data.get("attention_bias"))
     shapes = {"embed": (vocab, dim), "output_norm": (dim,)}

@@ -34,6 +34,7 @@ class LlamaConfig(TransformerShape):
     rope_scale: float = 1.0
     rope_llama3: dict | None = None   # LLaMA-3.1 frequency scaling (see ops.attention.llama3_inv_freq)
     rope_extra: dict | None = None    # other rope params: yarn, longrope, freq_factors, mscale (ops.attention)
+    rope_dim: int = 0                 # leading dims of each head that RoPE rotates (Phi-4-mini: 3/4); 0 = all
     layer_windows: tuple = ()         # per-layer sliding window (0 = full causal); () = all full
     local_rope_theta: float = 0.0     # RoPE base of the sliding-window layers (Gemma 3); 0 = rope_theta
     qk_norm: bool = False             # RMSNorm over each query / key head before RoPE (Qwen3, Gemma 3)
@@ -81,10 +82,11 @@ def constants(cfg: LlamaConfig) -> dict[str, np.ndarray]:
 
 def _rope_params(cfg: LlamaConfig, layer: int) -> dict:
     """The rope node params of ``layer``: Gemma 3's sliding layers take their own base, unscaled."""
+    partial = {"rope_dim": cfg.rope_dim} if cfg.rope_dim and cfg.rope_dim != cfg.head_dim else {}
     if cfg.local_rope_theta and cfg.layer_windows and cfg.layer_windows[layer]:
-        return dict(head_dim=cfg.head_dim, theta=cfg.local_rope_theta, style=cfg.rope_style)
+        return dict(head_dim=cfg.head_dim, theta=cfg.local_rope_theta, style=cfg.rope_style, **partial)
     rope = dict(head_dim=cfg.head_dim, theta=cfg.rope_theta, style=cfg.rope_style, scale=cfg.rope_scale,
-                **(cfg.rope_extra or {}))
+                **partial, **(cfg.rope_extra or {}))
     if cfg.rope_llama3:
         rope["llama3"] = dict(cfg.rope_llama3)
     return rope
