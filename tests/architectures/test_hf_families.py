@@ -163,3 +163,14 @@ def test_window_cache_forgets_what_no_query_sees(pair):
     kv = session.ctx.kv
     assert kv.forgotten > 100 and not kv.keys[0][:, :kv.forgotten // 2].any()
     assert rel_err(last, torch_logits(model, ids)[-1]) < 1e-4
+
+
+def test_broken_rope_parameters_name_the_config():
+    from volvox.architectures.hf_llama import rope_of
+    from volvox.errors import BlueprintError
+    from volvox.formats.hf_folder import HFConfig
+
+    cfg = HFConfig({"model_type": "phi3", "rope_scaling": {"rope_type": "longrope", "long_factor": [1.0]}},
+                   "folder/config.json")
+    with pytest.raises(BlueprintError, match="folder/config.json: longrope .* 'short_factor'"):
+        rope_of(cfg, 256, 16)

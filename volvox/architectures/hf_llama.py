@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from volvox.errors import BlueprintError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
 from volvox.formats.imported import Imported, ModelDims
 from volvox.architectures.llama import LlamaConfig, build_llama_graph, constants
@@ -70,18 +71,21 @@ def rope_of(cfg: HFConfig, context: int, head_dim: int, params: dict | None = No
     original = float(params.get("original_max_position_embeddings")
                      or cfg.data.get("original_max_position_embeddings") or context)
     out = {"rope_theta": theta, "rope_dim": rope_dim}
-    if kind == "linear":
-        out["rope_scale"] = float(params["factor"])
-    elif kind == "llama3":
-        out["rope_llama3"] = {
-            "factor": float(params["factor"]), "low_freq_factor": float(params["low_freq_factor"]),
-            "high_freq_factor": float(params["high_freq_factor"]), "original_context": original}
-    elif kind == "yarn":
-        out["rope_extra"] = _yarn(cfg, params, context, original)
-    elif kind in ("longrope", "su"):
-        out["rope_extra"] = _longrope(params, context, original)
-    elif kind != "default":
-        raise cfg.unsupported(f"rope type {kind!r} (supported: default, linear, llama3, yarn, longrope)")
+    try:
+        if kind == "linear":
+            out["rope_scale"] = float(params["factor"])
+        elif kind == "llama3":
+            out["rope_llama3"] = {
+                "factor": float(params["factor"]), "low_freq_factor": float(params["low_freq_factor"]),
+                "high_freq_factor": float(params["high_freq_factor"]), "original_context": original}
+        elif kind == "yarn":
+            out["rope_extra"] = _yarn(cfg, params, context, original)
+        elif kind in ("longrope", "su"):
+            out["rope_extra"] = _longrope(params, context, original)
+        elif kind != "default":
+            raise cfg.unsupported(f"rope type {kind!r} (supported: default, linear, llama3, yarn, longrope)")
+    except (KeyError, TypeError, ValueError) as e:
+        raise BlueprintError(f"{cfg.path}: {kind} rope parameters {params!r} lack or garble {e}") from None
     return out
 
 
