@@ -32,6 +32,7 @@ LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2
             "long_factor": [1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0]}
 # case -> (transformers model_type, GGUF architecture, config overrides)
 CASES = {
+    "qwen2-bias": ("qwen2", "qwen2", BASE),
     "qwen3": ("qwen3", "qwen3", dict(BASE, head_dim=32)),
     "gemma2": ("gemma2", "gemma2", dict(GEMMA, attn_logit_softcapping=8.0, final_logit_softcapping=12.0)),
     "gemma3": ("gemma3_text", "gemma3", dict(GEMMA, rope_parameters={
@@ -57,7 +58,8 @@ SEQ = 20  # tokens: longer than the sliding windows (6)
 
 
 def build_model(model_type, seed=0, **kw):
-    """A random fp32 transformers causal LM over the byte vocabulary, weights widened, norms randomised."""
+    """A random fp32 transformers causal LM over the byte vocabulary, weights widened, norms and biases
+    randomised."""
     import torch
     import transformers as tf
 
@@ -69,7 +71,7 @@ def build_model(model_type, seed=0, **kw):
         for name, p in model.named_parameters():
             if p.ndim >= 2:
                 p.mul_(4.0)
-            elif "norm" in name:
+            elif "norm" in name or "bias" in name:  # norms start as ones or zeros, biases as zeros
                 p.add_(0.3 * torch.randn_like(p))
     return model
 
