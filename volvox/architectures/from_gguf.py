@@ -146,7 +146,9 @@ def import_gguf(path: str) -> Imported:
     gguf = GGUFFile(path)
     try:
         shapes = {name: tuple(info.shape) for name, info in gguf.tensors.items()}
-        read = lambda name: np.asarray(gguf.tensor(name), np.float32).reshape(-1)  # noqa: E731 (rope factors)
+
+        def read(name: str) -> np.ndarray:  # a small float tensor's values (rope factors), (n,)
+            return np.asarray(gguf.tensor(name), np.float32).reshape(-1)
         cfg = llama_config_from_gguf(gguf.metadata, str(path), shapes, read)
         specs: dict[str, TensorSpec] = {}
         for name, info in gguf.tensors.items():
