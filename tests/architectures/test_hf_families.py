@@ -174,3 +174,17 @@ def test_broken_rope_parameters_name_the_config():
                    "folder/config.json")
     with pytest.raises(BlueprintError, match="folder/config.json: longrope .* 'short_factor'"):
         rope_of(cfg, 256, 16)
+
+
+@pytest.mark.parametrize("data, want", [
+    (dict(model_type="gemma2", sliding_window=4), (4, 0, 4, 0)),
+    (dict(model_type="gemma3_text", sliding_window=4, sliding_window_pattern=3), (4, 4, 0, 4)),
+    (dict(model_type="gemma3_text", sliding_window=4, layer_types=["full_attention"] + ["sliding_attention"] * 3),
+     (0, 4, 4, 4)),
+    (dict(model_type="qwen3", sliding_window=4), ()),
+])
+def test_layer_windows_of_configs_with_and_without_layer_types(data, want):
+    from volvox.architectures.hf_llama import layer_windows
+    from volvox.formats.hf_folder import HFConfig
+
+    assert layer_windows(HFConfig(data, "config.json"), 4) == want

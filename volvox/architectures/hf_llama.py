@@ -129,6 +129,9 @@ def layer_windows(cfg: HFConfig, n_layers: int) -> tuple:
     if cfg.model_type == "qwen2":
         first = cfg.get("max_window_layers", default=n_layers)
         return tuple(window if l >= first else 0 for l in range(n_layers))
+    if cfg.model_type in ("gemma2", "gemma3_text"):  # configs from before layer_types: every n-th layer is global
+        pattern = 2 if cfg.model_type == "gemma2" else cfg.get("sliding_window_pattern", default=6)
+        return tuple(window if (l + 1) % max(pattern, 1) else 0 for l in range(n_layers))
     return (window,) * n_layers if cfg.model_type in ("mistral", "phi3") and window else ()
 
 
