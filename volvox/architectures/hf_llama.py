@@ -68,6 +68,8 @@ def rope_of(cfg: HFConfig, context: int, head_dim: int, params: dict | None = No
     if not 0 < rope_dim <= head_dim or rope_dim % 2:
         raise cfg.unsupported(f"partial_rotary_factor {partial} of head_dim {head_dim}")
     kind = params.get("rope_type", params.get("type", "default"))
+    if cfg.model_type == "phi3" and kind == "yarn":  # transformers reads Phi-3's old "yarn" as LongRoPE
+        kind = "longrope"
     original = float(params.get("original_max_position_embeddings")
                      or cfg.data.get("original_max_position_embeddings") or context)
     out = {"rope_theta": theta, "rope_dim": rope_dim}
