@@ -21,9 +21,10 @@ from volvox.tokenizers.wordpiece import WordPieceTokenizer
 
 # model_type -> the architecture's importer (graph, weights and dims of the folder's checkpoint)
 HF_ARCHITECTURES: dict[str, Callable[[HFConfig, HFCheckpoint], Imported]] = {
-    "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "llama": hf_llama.from_hf, "mistral": hf_llama.from_hf,
-    "qwen2": hf_llama.from_hf, "bert": bert.from_hf, "mamba": hf_mamba.from_hf, "mamba2": hf_mamba.from_hf,
-    "bamba": hf_mamba.from_hf_bamba, "whisper": whisper.from_hf, "t5": t5.from_hf, "bart": bart.from_hf,
+    "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "bert": bert.from_hf,
+    **{model_type: hf_llama.from_hf for model_type in hf_llama.FAMILIES},
+    "mamba": hf_mamba.from_hf, "mamba2": hf_mamba.from_hf, "bamba": hf_mamba.from_hf_bamba,
+    "whisper": whisper.from_hf, "t5": t5.from_hf, "bart": bart.from_hf,
 }
 
 

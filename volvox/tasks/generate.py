@@ -21,7 +21,7 @@ import numpy as np
 from volvox.errors import GenerationError
 from volvox.ops.context import BatchContext, RunContext
 from volvox.runtime.executor import Executor
-from volvox.runtime.kv_cache import KVCache
+from volvox.runtime.kv_cache import KVCache, kv_window
 from volvox.runtime.state_cache import StateCache, StateShape
 from volvox.runtime.plan import Plan, Unsupported
 from volvox.tasks.sampling import Sampler, SamplingParams
@@ -60,7 +60,8 @@ class Session:
     def __init__(self, lm: "LanguageModel"):
         cfg = lm.config
         self.lm = lm
-        kv = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.context_length) if cfg.n_kv_heads else None
+        kv = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.context_length,
+                     kv_window(lm.graph)) if cfg.n_kv_heads else None
         self.ctx = RunContext(kv=kv, state=StateCache(lm.state_shape) if lm.state_shape else None)
         self.tokens: list[int] = []
 
