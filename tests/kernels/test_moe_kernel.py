@@ -1,0 +1,89 @@
+"""The moe op's CPU paths against its numpy oracle (ops/moe.py moe_ref, float64 over dequantized experts):
+the native token step (engine/moe.pxi, run through a step plan) and the gathered prefill path (moe_fast),
+on every tier, for float and quantized expert stacks, softmax and sigmoid routing, normalised or not.
+
+Quantized experts multiply 8-bit activations, so they are held to test_kernels.py's NMSE bound for
+quantized linears (2e-4); float experts to 1e-10.
+"""
+
+import numpy as np
+import pytest
+
+from volvox.errors import ShapeError, UnsupportedError
+from volvox.ir.graph import Graph, Node, TensorSpec
+from volvox.ir.quant_blocks import QuantTensor, quantize_ref
+from volvox.ops import validate
+from volvox.ops.moe import moe_fast, moe_ref, route
+from volvox.runtime.plan import Plan
+
+E, DIM, FFN = 6, 64, 96
+NMSE = {"f32": 1e-10, "f16": 1e-10, "q8_0": 2e-4, "q4_0": 2e-4, "q4_1": 2e-4}
+ROUTINGS = [dict(top_k=2, gating="softmax", norm_topk=True), dict(top_k=3, gating="softmax", norm_topk=False),
+            dict(top_k=1, gating="sigmoid", norm_topk=False), dict(top_k=E, gating="sigmoid", norm_topk=True)]
+
+
+def stack(rng, wtype, out, inp):
+    """A random (E, out, in) expert stack as the op reads it: float32 / float16 arrays, or a QuantTensor of
+    (E * out, in) rows."""
+    w = (rng.standard_normal((E, out, inp)) / np.sqrt(inp)).astype(np.float32)
+    if wtype == "f32":
+        return w
+    if wtype == "f16":
+        return w.astype(np.float16)
+    qt = quantize_ref(w.reshape(E * out, inp), wtype)
+    qt.data.flags.writeable = False  # a model's weights are read-only mmaps: the interleaved packing is cached
+    return qt
+
+
+def graph_of(weights, params, rows=1):
+    specs = {name: TensorSpec(name, (E, w.shape[0] // E, w.shape[1]), w.qtype) if isinstance(w, QuantTensor)
+             else TensorSpec(name, w.shape, w.dtype.name) for name, w in weights.items()}
+    node = Node("moe", "moe", {"x": "x", "logits": "logits", "gate": "gate", "up": "up", "down": "down"}, {"y": "y"},
+                params)
+    g = Graph([TensorSpec("x", (rows, DIM), "float32"), TensorSpec("logits", (rows, E), "float32")], specs, [node], ["y"])
+    validate(g)
+    return g
+
+
+def nmse(got, want):
+    return float(((got.astype(np.float64) - want) ** 2).sum() / (want.astype(np.float64) ** 2).sum())
+
+
+@pytest.mark.parametrize("wtype", sorted(NMSE))
+def test_token_step_and_prefill_match_reference(tier, wtype):
+    rng = np.random.default_rng(7)
+    weights = {"gate": stack(rng, wtype, FFN, DIM), "up": stack(rng, wtype, FFN, DIM), "down": stack(rng, wtype, DIM, FFN)}
+    for params in ROUTINGS:
+        x = rng.standard_normal((1, DIM)).astype(np.float32)
+        logits = rng.standard_normal((1, E)).astype(np.float32)
+        want = moe_ref(None, params, x, logits, *weights.values()).astype(np.float64)
+        plan = Plan(graph_of(weights, params), weights)
+        assert [kind for _, kind in plan.step_nodes] == ["moe"] * len(plan.steps) and not plan.islands  # native
+        got = plan.run([x, logits])["y"]
+        assert nmse(got, want) <= NMSE[wtype], (params, nmse(got, want))
+        xs = rng.standard_normal((5, DIM)).astype(np.float32)     # a prefill: rows gathered per expert
+        ls = rng.standard_normal((5, E)).astype(np.float32)
+        want = moe_ref(None, params, xs, ls, *weights.values())
+        assert nmse(moe_fast(None, params, xs, ls, *weights.values()), want) <= NMSE[wtype], params
+
+
+def test_route_orders_and_normalises():
+    logits = np.array([[0.0, 2.0, 1.0, 2.0]], np.float32)
+    ids, w = route(logits, 3, "softmax", False)
+    assert ids.tolist() == [[1, 3, 2]]                          # ties: the lower id first
+    p = np.exp(logits[0]) / np.exp(logits[0]).sum()
+    assert np.allclose(w[0], p[[1, 3, 2]], rtol=1e-6)
+    ids, w = route(logits, 2, "sigmoid", True)
+    assert ids.tolist() == [[1, 3]] and np.allclose(w, 0.5)
+
+
+def test_bad_graphs_are_refused():
+    rng = np.random.default_rng(0)
+    weights = {"gate": stack(rng, "f32", FFN, DIM), "up": stack(rng, "f32", FFN, DIM), "down": stack(rng, "f32", DIM, FFN)}
+    with pytest.raises(ShapeError, match="top_k"):
+        graph_of(weights, dict(top_k=E + 1))
+    with pytest.raises(UnsupportedError, match="gating 'relu'"):
+        graph_of(weights, dict(top_k=2, gating="relu"))
+    weights["down"] = weights["down"][:, :, :FFN - 1]
+    with pytest.raises(ShapeError, match="expert stacks"):
+        graph_of(weights, dict(top_k=2))

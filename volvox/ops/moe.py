@@ -1,0 +1,205 @@
+"""Mixture-of-experts feed-forward: ``moe``.
+
+A router's logits pick ``top_k`` experts per row (softmax or sigmoid scores, renormalised over the
+chosen ones or not); each chosen expert runs its SwiGLU FFN on the row,
+``down(silu(gate x) * up x)``, and the row's output is the score-weighted sum of their outputs, in
+the order of the scores (highest first). The router itself is an ordinary ``linear`` node before
+it and a shared expert (Qwen2-MoE) ordinary nodes beside it: this op is only the routed experts.
+
+Expert weights are 3-D stacks ``(n_experts, out, in)``: float arrays, or a QuantTensor whose rows
+are the experts' rows one expert after another (a GGUF ``ffn_*_exps`` tensor, kept packed).
+
+The CPU runs a prefill by gathering each expert's rows and multiplying them with the expert's
+matrices (only experts some row chose run), and a token step (one row) as native steps: route,
+the chosen experts' GEMVs (engine/moe.pxi), combine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from volvox import cpu
+from volvox.errors import ShapeError, UnsupportedError
+from volvox.ir.graph import expect, same_dim
+from volvox.ir.quant_blocks import QuantTensor, dequantize_ref
+from volvox.ops.linear import WEIGHT_DTYPES
+from volvox.ops.registry import OpDef, register
+
+GATINGS = ("softmax", "sigmoid")
+
+
+def _moe_infer(specs, params):
+    x, logits = specs["x"], specs["logits"]
+    gate, up, down = specs["gate"], specs["up"], specs["down"]
+    expect(x.dtype == "float32" and len(x.shape) == 2, f"x must be float32 (rows, dim), got {x.describe()}")
+    expect(logits.dtype == "float32" and len(logits.shape) == 2 and same_dim(logits.shape[0], x.shape[0]),
+           f"logits must be float32 (rows, n_experts) with x's rows, got {logits.describe()}")
+    for w in (gate, up, down):
+        expect(w.dtype in WEIGHT_DTYPES and len(w.shape) == 3,
+               f"expert weights must be 3-D (n_experts, out, in) float or quantized stacks, got {w.describe()}")
+    n_experts, ffn, dim = gate.shape
+    expect(up.shape == gate.shape and down.shape == (n_experts, dim, ffn) and same_dim(x.shape[1], dim),
+           f"expert stacks gate {gate.shape}, up {up.shape}, down {down.shape} do not fit x {x.describe()}")
+    expect(same_dim(logits.shape[1], n_experts), f"logits {logits.describe()} must score {n_experts} experts")
+    top_k = params["top_k"]
+    expect(isinstance(top_k, int) and 1 <= top_k <= n_experts, f"top_k must be 1..{n_experts}, got {top_k!r}")
+    if params.get("gating", "softmax") not in GATINGS:
+        raise UnsupportedError(f"moe gating {params.get('gating')!r} (supported: {', '.join(GATINGS)})")
+    return {"y": (x.shape, "float32")}
+
+
+def route(logits: np.ndarray, top_k: int, gating: str = "softmax", norm_topk: bool = False, dtype=np.float32):
+    """(ids (rows, top_k) int64, weights (rows, top_k)): each row's ``top_k`` best experts, highest score
+    first (ties: the lower id), and their scores (softmax over all experts, or sigmoid), divided by
+    their sum when ``norm_topk``; computed in ``dtype``."""
+    z = logits.astype(dtype)
+    if gating == "softmax":
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        scores = e / e.sum(axis=-1, keepdims=True)
+    else:
+        scores = 1 / (1 + np.exp(-z))
+    ids = np.argsort(-scores, axis=-1, kind="stable")[:, :top_k]  # (rows, top_k)
+    weights = np.take_along_axis(scores, ids, axis=-1)
+    if norm_topk:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    return ids.astype(np.int64), weights.astype(dtype)
+
+
+def expert_matrix_ref(stack, n_experts: int, e: int) -> np.ndarray:
+    """Expert ``e``'s float (out, in) matrix of a 3-D stack (dequantized for the reference)."""
+    if isinstance(stack, QuantTensor):
+        rows = stack.shape[0] // n_experts
+        return dequantize_ref(QuantTensor(stack.data[e * rows:(e + 1) * rows], stack.qtype, (rows, stack.shape[1])))
+    return np.asarray(stack[e], dtype=np.float32)
+
+
+def moe_ref(ctx, p, x, logits, gate, up, down):
+    """The oracle: route in float64, every chosen expert's SwiGLU FFN in float64, weighted sum."""
+    ids, weights = route(logits, p["top_k"], p.get("gating", "softmax"), p.get("norm_topk", False), np.float64)
+    x64, n = x.astype(np.float64), logits.shape[1]
+    y = np.zeros(x.shape, np.float64)
+    for e in np.unique(ids):
+        rows, slots = np.nonzero(ids == e)
+        xe = x64[rows]                                                            # (n, dim)
+        g = xe @ expert_matrix_ref(gate, n, e).astype(np.float64).T                 # (n_rows, ffn)
+        u = xe @ expert_matrix_ref(up, n, e).astype(np.float64).T
+        o = (g / (1 + np.exp(-g)) * u) @ expert_matrix_ref(down, n, e).astype(np.float64).T  # (n_rows, dim)
+        y[rows] += weights[rows, slots][:, None] * o
+    return y.astype(np.float32)
+
+
+def expert_matrices(stack, n_experts: int) -> list:
+    """Per-expert (out, in) weights of a 3-D stack for cpu.linear: views of its rows (a QuantTensor per
+    expert, made once per stack and kept on it, so that each one's interleaved packing is cached)."""
+    if not isinstance(stack, QuantTensor):
+        return list(stack)
+    cached = getattr(stack, "experts", None)
+    if cached is None:
+        if stack.shape[0] % n_experts:
+            raise ShapeError(f"{stack.shape[0]} quantized rows do not split into {n_experts} experts")
+        rows, data = stack.shape[0] // n_experts, stack.data
+        cached = [QuantTensor(data[e * rows:(e + 1) * rows], stack.qtype, (rows, stack.shape[1]))
+                  for e in range(n_experts)]
+        object.__setattr__(stack, "experts", cached)  # (QuantTensor is frozen: a cache, as StackedQuantTensor's)
+    return cached
+
+
+def moe_fast(ctx, p, x, logits, gate, up, down):
+    """Each chosen expert on the rows that chose it (gathered), through cpu.linear; the outputs
+    weighted and summed per row in score order."""
+    top_k = p["top_k"]
+    ids, weights = route(logits, top_k, p.get("gating", "softmax"), p.get("norm_topk", False))
+    n = logits.shape[1]
+    gates, ups, downs = (expert_matrices(w, n) for w in (gate, up, down))
+    out = np.empty((x.shape[0], top_k, x.shape[1]), np.float32)  # (rows, top_k, dim) each chosen expert's output
+    for e in np.unique(ids):
+        rows, slots = np.nonzero(ids == e)
+        xe = np.ascontiguousarray(x[rows])                        # (n, dim)
+        g = cpu.linear(xe, gates[e])                              # (n, ffn)
+        u = cpu.linear(xe, ups[e])
+        h = cpu.silu(g, out=g)
+        h *= u
+        out[rows, slots] = cpu.linear(h, downs[e])                # (n, dim)
+    y = weights[:, 0, None] * out[:, 0]                           # (rows, dim)
+    for k in range(1, top_k):
+        y += weights[:, k, None] * out[:, k]
+    return y
+
+
+def moe_into(ctx, p, out, x, logits, gate, up, down):
+    """moe_fast written into ``out`` (rows, dim)."""
+    out[...] = moe_fast(ctx, p, x, logits, gate, up, down)
+    return out
+
+
+# ------------------------------------------------------------------- CPU plan lowering
+def _expert_table(plan, node, port: str, n_experts: int) -> tuple[np.ndarray, int, int, int, int, int]:
+    """(addresses (n_experts,) uint64 of each expert's weights as the GEMV reads them, wtype, N, K, row_bytes,
+    group_bytes) of stack ``port``: quantized experts interleaved for the tier where it has the kernel
+    (each expert's packing cached on it, as cpu.linear's), float ones as stored."""
+    mats = expert_matrices(plan.weight(node, port), n_experts)
+    code, n, k = cpu._weight_meta(mats[0], f"{node.id}.{port}")
+    interleave = cpu.engine.act_row_bytes(code, k) and all(cpu._read_only(m) for m in mats)
+    packs = [cpu.interleaved_weights(m) if interleave else None for m in mats]
+    if packs[0] is not None:
+        arrays, group, row_bytes = [p[0] for p in packs], packs[0][1], 0
+    else:
+        arrays, group = [cpu._weight_bytes(m, f"{node.id}.{port}")[1] for m in mats], 0
+        row_bytes = arrays[0].shape[1]
+    plan.keep(*arrays)
+    table = np.array([cpu.address(a) for a in arrays], np.uint64)  # (n_experts,)
+    plan.keep(table)
+    return table, code, n, k, row_bytes, group
+
+
+def moe_cpu(plan, node) -> None:
+    """A token step (one row) as native steps: route, the x row quantized for each stack's type, the
+    chosen experts' gate and up GEMVs into [gate | up] rows, SwiGLU, the down GEMVs, the weighted sum
+    (engine/moe.pxi). Several rows (a prefill) run moe_fast as an island."""
+    x, logits, y = plan.input(node, "x"), plan.input(node, "logits"), plan.output(node)
+    if x.shape[0] != 1:
+        plan.island(node)
+        return
+    p, n_experts, dim = node.params, logits.shape[1], x.shape[1]
+    top_k = p["top_k"]
+    gate, up, down = (_expert_table(plan, node, port, n_experts) for port in ("gate", "up", "down"))
+    ffn = gate[2]
+    plan.macs += top_k * 3 * ffn * dim
+    ids = aligned_empty_like(plan, node, "ids", top_k, np.int64)  # the chosen experts, best first
+    weights = aligned_empty_like(plan, node, "weights", top_k, np.float32)
+    gate_up = aligned_empty_like(plan, node, "gate_up", top_k * 2 * ffn, np.float32)  # (top_k, 2 ffn)
+    h = aligned_empty_like(plan, node, "h", top_k * ffn, np.float32)                  # (top_k, ffn)
+    outs = aligned_empty_like(plan, node, "outs", top_k * dim, np.float32)            # (top_k, dim)
+    plan.add("moe_route", logits=cpu.address(logits), ids=cpu.address(ids), weights=cpu.address(weights),
+             n_experts=n_experts, top_k=top_k, sigmoid=p.get("gating", "softmax") == "sigmoid",
+             norm=bool(p.get("norm_topk", False)))
+    act_x = {}  # weight type -> x's act row for it (gate and up share one when their types agree)
+    for table, code, n, k, row_bytes, group, column in (gate + (0,), up + (ffn,)):
+        act_bytes = cpu.engine.act_row_bytes(code, k)
+        if act_bytes and code not in act_x:  # quantized experts read x as an 8-bit act row
+            act_x[code] = aligned_empty_like(plan, node, f"act_x{code}", act_bytes, np.uint8)
+            plan.add("quantize_act", x=cpu.address(x), act=cpu.address(act_x[code]), K=k, wtype=code)
+        plan.add("moe_linear", x=cpu.address(act_x.get(code, x)), ids=cpu.address(ids), experts=cpu.address(table),
+                 y=cpu.address(gate_up) + 4 * column, K=k, N=n, row_bytes=row_bytes, wtype=code, slots=top_k,
+                 x_stride=0, y_stride=2 * ffn, group_bytes=group)
+    plan.add("glu", x=cpu.address(gate_up), y=cpu.address(h), F=ffn, gated=True, rows=top_k)
+    table, code, n, k, row_bytes, group = down
+    act_bytes = cpu.engine.act_row_bytes(code, k)
+    hin = h
+    if act_bytes:
+        hin = aligned_empty_like(plan, node, "act_h", top_k * act_bytes, np.uint8)   # (top_k, act row)
+        plan.add("quantize_act", x=cpu.address(h), act=cpu.address(hin), K=k, wtype=code, rows=top_k)
+    plan.add("moe_linear", x=cpu.address(hin), ids=cpu.address(ids), experts=cpu.address(table),
+             y=cpu.address(outs), K=k, N=n, row_bytes=row_bytes, wtype=code, slots=top_k,
+             x_stride=act_bytes or 4 * k, y_stride=dim, group_bytes=group)
+    plan.add("moe_combine", x=cpu.address(outs), weights=cpu.address(weights), y=cpu.address(y), dim=dim,
+             top_k=top_k)
+
+
+def aligned_empty_like(plan, node, what: str, n: int, dtype) -> np.ndarray:
+    """A cache-line-aligned buffer of the plan's own for ``node``'s ``what`` (both lowerings share it)."""
+    return plan.packed(node.id, what, lambda: cpu.aligned_empty(n, dtype))
+
+
+register(OpDef("moe", "moe", ("x", "logits", "gate", "up", "down"), ("y",), _moe_infer, moe_ref, moe_fast,
+               into=moe_into, cpu=moe_cpu))
