@@ -13,7 +13,7 @@ from volvox.errors import ShapeError, UnsupportedError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ir.quant_blocks import QuantTensor, quantize_ref
 from volvox.ops import validate
-from volvox.ops.moe import moe_fast, moe_ref, route
+from volvox.ops.moe import moe_fast, moe_ref, route, route_fast
 from volvox.runtime.plan import Plan
 
 E, DIM, FFN = 6, 64, 96
@@ -61,20 +61,24 @@ def test_token_step_and_prefill_match_reference(tier, wtype):
         assert [kind for _, kind in plan.step_nodes] == ["moe"] * len(plan.steps) and not plan.islands  # native
         got = plan.run([x, logits])["y"]
         assert nmse(got, want) <= NMSE[wtype], (params, nmse(got, want))
+        assert np.array_equal(got, moe_fast(None, params, x, logits, *weights.values()))  # the per-op path's bits
         xs = rng.standard_normal((5, DIM)).astype(np.float32)     # a prefill: rows gathered per expert
         ls = rng.standard_normal((5, E)).astype(np.float32)
         want = moe_ref(None, params, xs, ls, *weights.values())
         assert nmse(moe_fast(None, params, xs, ls, *weights.values()), want) <= NMSE[wtype], params
 
 
-def test_route_orders_and_normalises():
-    logits = np.array([[0.0, 2.0, 1.0, 2.0]], np.float32)
-    ids, w = route(logits, 3, "softmax", False)
-    assert ids.tolist() == [[1, 3, 2]]                          # ties: the lower id first
-    p = np.exp(logits[0]) / np.exp(logits[0]).sum()
-    assert np.allclose(w[0], p[[1, 3, 2]], rtol=1e-6)
-    ids, w = route(logits, 2, "sigmoid", True)
-    assert ids.tolist() == [[1, 3]] and np.allclose(w, 0.5)
+@pytest.mark.parametrize("routing", [route, route_fast])
+def test_route_orders_and_normalises(routing):
+    logits = np.array([[0.0, 2.0, 1.0, 2.0], [3.0, -1.0, 0.5, 0.0]], np.float32)
+    ids, w = routing(logits, 3, "softmax", False)
+    assert ids.tolist() == [[1, 3, 2], [0, 2, 3]]                  # ties: the lower id first
+    p = np.exp(logits.astype(np.float64))
+    p /= p.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(w, np.take_along_axis(p, ids, axis=1), rtol=1e-6)
+    ids, w = routing(logits, 2, "sigmoid", True)
+    assert ids[0].tolist() == [1, 3] and np.allclose(w[0], 0.5)
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-6)
 
 
 def test_bad_graphs_are_refused():

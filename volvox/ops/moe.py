@@ -7,7 +7,8 @@ the order of the scores (highest first). The router itself is an ordinary ``line
 it and a shared expert (Qwen2-MoE) ordinary nodes beside it: this op is only the routed experts.
 
 Expert weights are 3-D stacks ``(n_experts, out, in)``: float arrays, or a QuantTensor whose rows
-are the experts' rows one expert after another (a GGUF ``ffn_*_exps`` tensor, kept packed).
+are the experts' rows one expert after another (a GGUF ``ffn_*_exps`` tensor, kept packed; its spec
+may be 3-D, as the file says, or the QuantTensor's own 2-D ``(n_experts * out, in)``).
 
 The CPU runs a prefill by gathering each expert's rows and multiplying them with the expert's
 matrices (only experts some row chose run), and a token step (one row) as native steps: route,
@@ -28,18 +29,29 @@ from volvox.ops.registry import OpDef, register
 GATINGS = ("softmax", "sigmoid")
 
 
+def _stack_shape(spec, n_experts) -> tuple:
+    """(n_experts, out, in) of an expert stack's spec: 3-D as it is, or 2-D (n_experts * out, in) quantized rows
+    (a QuantTensor's own shape)."""
+    if len(spec.shape) == 2 and spec.dtype not in ("float32", "float16") and isinstance(n_experts, int):
+        rows, cols = spec.shape
+        expect(isinstance(rows, int) and rows % n_experts == 0,
+               f"{spec.describe()}: {rows} quantized rows do not split into {n_experts} experts")
+        return (n_experts, rows // n_experts, cols)
+    expect(len(spec.shape) == 3, f"expert weights must be (n_experts, out, in) stacks, got {spec.describe()}")
+    return spec.shape
+
+
 def _moe_infer(specs, params):
     x, logits = specs["x"], specs["logits"]
-    gate, up, down = specs["gate"], specs["up"], specs["down"]
     expect(x.dtype == "float32" and len(x.shape) == 2, f"x must be float32 (rows, dim), got {x.describe()}")
     expect(logits.dtype == "float32" and len(logits.shape) == 2 and same_dim(logits.shape[0], x.shape[0]),
            f"logits must be float32 (rows, n_experts) with x's rows, got {logits.describe()}")
-    for w in (gate, up, down):
-        expect(w.dtype in WEIGHT_DTYPES and len(w.shape) == 3,
-               f"expert weights must be 3-D (n_experts, out, in) float or quantized stacks, got {w.describe()}")
-    n_experts, ffn, dim = gate.shape
-    expect(up.shape == gate.shape and down.shape == (n_experts, dim, ffn) and same_dim(x.shape[1], dim),
-           f"expert stacks gate {gate.shape}, up {up.shape}, down {down.shape} do not fit x {x.describe()}")
+    for port in ("gate", "up", "down"):
+        expect(specs[port].dtype in WEIGHT_DTYPES, f"{port} must be a float or quantized stack, got {specs[port].describe()}")
+    gate, up, down = (_stack_shape(specs[port], logits.shape[1]) for port in ("gate", "up", "down"))
+    n_experts, ffn, dim = gate
+    expect(up == gate and down == (n_experts, dim, ffn) and same_dim(x.shape[1], dim),
+           f"expert stacks gate {gate}, up {up}, down {down} do not fit x {x.describe()}")
     expect(same_dim(logits.shape[1], n_experts), f"logits {logits.describe()} must score {n_experts} experts")
     top_k = params["top_k"]
     expect(isinstance(top_k, int) and 1 <= top_k <= n_experts, f"top_k must be 1..{n_experts}, got {top_k!r}")
@@ -104,11 +116,23 @@ def expert_matrices(stack, n_experts: int) -> list:
     return cached
 
 
+def route_fast(logits: np.ndarray, top_k: int, gating: str = "softmax", norm_topk: bool = False):
+    """route() in float32 through the engine's routing step (a token step's bits; numpy's route() where the
+    router scores more experts than that step holds)."""
+    rows, n_experts = logits.shape
+    if n_experts > cpu.engine.MOE_ROUTE_MAX_EXPERTS:
+        return route(logits, top_k, gating, norm_topk)
+    ids = np.empty((rows, top_k), np.int64)          # (rows, top_k)
+    weights = np.empty((rows, top_k), np.float32)
+    cpu.engine.moe_route(np.ascontiguousarray(logits, np.float32), ids, weights, gating == "sigmoid", norm_topk)
+    return ids, weights
+
+
 def moe_fast(ctx, p, x, logits, gate, up, down):
     """Each chosen expert on the rows that chose it (gathered), through cpu.linear; the outputs
-    weighted and summed per row in score order."""
+    weighted and summed per row in score order (a single row: the token step's bits)."""
     top_k = p["top_k"]
-    ids, weights = route(logits, top_k, p.get("gating", "softmax"), p.get("norm_topk", False))
+    ids, weights = route_fast(logits, top_k, p.get("gating", "softmax"), p.get("norm_topk", False))
     n = logits.shape[1]
     gates, ups, downs = (expert_matrices(w, n) for w in (gate, up, down))
     out = np.empty((x.shape[0], top_k, x.shape[1]), np.float32)  # (rows, top_k, dim) each chosen expert's output
@@ -155,13 +179,17 @@ def _expert_table(plan, node, port: str, n_experts: int) -> tuple[np.ndarray, in
 def moe_cpu(plan, node) -> None:
     """A token step (one row) as native steps: route, the x row quantized for each stack's type, the
     chosen experts' gate and up GEMVs into [gate | up] rows, SwiGLU, the down GEMVs, the weighted sum
-    (engine/moe.pxi). Several rows (a prefill) run moe_fast as an island."""
+    (engine/moe.pxi). Several rows (a prefill) run moe_fast as an island (float experts) or leave the
+    graph to the per-op executor (quantized ones, as a quantized linear on several rows does)."""
     x, logits, y = plan.input(node, "x"), plan.input(node, "logits"), plan.output(node)
     if x.shape[0] != 1:
+        plan.need(node, not any(isinstance(plan.weight(node, w), QuantTensor) for w in ("gate", "up", "down")),
+                  "quantized experts on several rows")  # an island reads numpy weights only
         plan.island(node)
         return
     p, n_experts, dim = node.params, logits.shape[1], x.shape[1]
     top_k = p["top_k"]
+    plan.need(node, n_experts <= cpu.engine.MOE_ROUTE_MAX_EXPERTS, f"a router over {n_experts} experts")
     gate, up, down = (_expert_table(plan, node, port, n_experts) for port in ("gate", "up", "down"))
     ffn = gate[2]
     plan.macs += top_k * 3 * ffn * dim

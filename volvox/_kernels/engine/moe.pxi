@@ -9,6 +9,8 @@ from libc.stdint cimport uintptr_t
 cdef enum:
     MOE_MAX_EXPERTS = 1024       # experts a router may score (the route step's scores are on its stack)
 
+MOE_ROUTE_MAX_EXPERTS = MOE_MAX_EXPERTS
+
 
 cdef void run_moe_route(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """Scores (softmax over the experts, or sigmoid), the top_k best (ties: the lower id) best first,
@@ -112,3 +114,17 @@ cdef void set_moe_linear(Step *s, uintptr_t x, uintptr_t ids, uintptr_t experts,
 cdef void set_moe_combine(Step *s, uintptr_t x, uintptr_t weights, uintptr_t y, int64_t dim, int64_t top_k):
     s.a.moe_combine.x, s.a.moe_combine.weights = <const float *> ptr(x), <const float *> ptr(weights)
     s.a.moe_combine.y, s.a.moe_combine.dim, s.a.moe_combine.top_k = <float *> ptr(y), dim, top_k
+
+
+def moe_route(const float[:, ::1] logits, int64_t[:, ::1] ids, float[:, ::1] weights, bint sigmoid, bint norm):
+    """ids, weights (rows, top_k) = each row's chosen experts and their weights, as a MOE_ROUTE step
+    computes them (the per-op executor's routing gives a token step's bits)."""
+    cdef Step s
+    cdef int64_t r
+    if ids.shape[0] != logits.shape[0] or weights.shape[0] != logits.shape[0] or weights.shape[1] != ids.shape[1]:
+        raise ValueError("moe_route: logits, ids and weights need one row per token and top_k columns")
+    memset(&s, 0, sizeof(s))
+    for r in range(logits.shape[0]):
+        set_moe_route(&s, <uintptr_t> &logits[r, 0], <uintptr_t> &ids[r, 0], <uintptr_t> &weights[r, 0],
+                      logits.shape[1], ids.shape[1], sigmoid, norm)
+        run_moe_route(&s, NULL, 0, 1, 0)
