@@ -20,6 +20,7 @@ E, DIM, FFN = 6, 64, 96
 NMSE = {"f32": 1e-10, "f16": 1e-10, "q8_0": 2e-4, "q4_0": 2e-4, "q4_1": 2e-4}
 ROUTINGS = [dict(top_k=2, gating="softmax", norm_topk=True), dict(top_k=3, gating="softmax", norm_topk=False),
             dict(top_k=1, gating="sigmoid", norm_topk=False), dict(top_k=E, gating="sigmoid", norm_topk=True)]
+SHARED = [(), ("shared",), ("shared", "shared_logit")]  # no shared expert, an ungated one, a sigmoid-gated one
 
 
 def stack(rng, wtype, out, inp):
@@ -35,14 +36,22 @@ def stack(rng, wtype, out, inp):
     return qt
 
 
-def graph_of(weights, params, rows=1):
+def graph_of(weights, params, rows=1, shared=()):
     specs = {name: TensorSpec(name, (E, w.shape[0] // E, w.shape[1]), w.qtype) if isinstance(w, QuantTensor)
              else TensorSpec(name, w.shape, w.dtype.name) for name, w in weights.items()}
-    node = Node("moe", "moe", {"x": "x", "logits": "logits", "gate": "gate", "up": "up", "down": "down"}, {"y": "y"},
-                params)
-    g = Graph([TensorSpec("x", (rows, DIM), "float32"), TensorSpec("logits", (rows, E), "float32")], specs, [node], ["y"])
+    inputs = [TensorSpec("x", (rows, DIM), "float32"), TensorSpec("logits", (rows, E), "float32")]
+    inputs += [TensorSpec(n, (rows, DIM if n == "shared" else 1), "float32") for n in shared]
+    node = Node("moe", "moe", {**{t.name: t.name for t in inputs}, "gate": "gate", "up": "up", "down": "down"},
+                {"y": "y"}, params)
+    g = Graph(inputs, specs, [node], ["y"])
     validate(g)
     return g
+
+
+def feeds(rng, rows, shared):
+    """x, logits and the shared expert's inputs of ``rows`` tokens."""
+    return [rng.standard_normal((rows, n)).astype(np.float32) for n in (DIM, E) + tuple(DIM if s == "shared" else 1
+                                                                                        for s in shared)]
 
 
 def nmse(got, want):
@@ -53,19 +62,18 @@ def nmse(got, want):
 def test_token_step_and_prefill_match_reference(tier, wtype):
     rng = np.random.default_rng(7)
     weights = {"gate": stack(rng, wtype, FFN, DIM), "up": stack(rng, wtype, FFN, DIM), "down": stack(rng, wtype, DIM, FFN)}
-    for params in ROUTINGS:
-        x = rng.standard_normal((1, DIM)).astype(np.float32)
-        logits = rng.standard_normal((1, E)).astype(np.float32)
-        want = moe_ref(None, params, x, logits, *weights.values()).astype(np.float64)
-        plan = Plan(graph_of(weights, params), weights)
+    for params, shared in zip(ROUTINGS * 3, SHARED * 4):
+        x, logits, *extra = feeds(rng, 1, shared)
+        want = moe_ref(None, params, x, logits, *weights.values(), *extra).astype(np.float64)
+        plan = Plan(graph_of(weights, params, 1, shared), weights)
         assert [kind for _, kind in plan.step_nodes] == ["moe"] * len(plan.steps) and not plan.islands  # native
-        got = plan.run([x, logits])["y"]
-        assert nmse(got, want) <= NMSE[wtype], (params, nmse(got, want))
-        assert np.array_equal(got, moe_fast(None, params, x, logits, *weights.values()))  # the per-op path's bits
-        xs = rng.standard_normal((5, DIM)).astype(np.float32)     # a prefill: rows gathered per expert
-        ls = rng.standard_normal((5, E)).astype(np.float32)
-        want = moe_ref(None, params, xs, ls, *weights.values())
-        assert nmse(moe_fast(None, params, xs, ls, *weights.values()), want) <= NMSE[wtype], params
+        got = plan.run([x, logits, *extra])["y"]
+        assert nmse(got, want) <= NMSE[wtype], (params, shared, nmse(got, want))
+        per_op = moe_fast(None, params, x, logits, *weights.values(), *extra)
+        assert np.array_equal(got, per_op), (params, shared)  # the per-op path's bits
+        xs, ls, *extra = feeds(rng, 5, shared)                    # a prefill: rows gathered per expert
+        want = moe_ref(None, params, xs, ls, *weights.values(), *extra)
+        assert nmse(moe_fast(None, params, xs, ls, *weights.values(), *extra), want) <= NMSE[wtype], (params, shared)
 
 
 @pytest.mark.parametrize("routing", [route, route_fast])
@@ -79,6 +87,14 @@ def test_route_orders_and_normalises(routing):
     ids, w = routing(logits, 2, "sigmoid", True)
     assert ids[0].tolist() == [1, 3] and np.allclose(w[0], 0.5)
     np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_route_fast_weighs_the_shared_expert():
+    logits = np.zeros((2, 4), np.float32)
+    _, w = route_fast(logits, 2, shared=True, shared_logit=np.array([[0.0], [np.log(3.0)]], np.float32))
+    np.testing.assert_allclose(w, [[0.25, 0.25, 0.5], [0.25, 0.25, 0.75]], rtol=1e-6)
+    _, w = route_fast(logits, 1, shared=True)
+    np.testing.assert_allclose(w[:, 1], 1.0)
 
 
 def test_bad_graphs_are_refused():

@@ -382,7 +382,7 @@ CASES += [
     Case("moe_f16_sigmoid", "moe", dict(x=f32(1, 64), logits=f32(1, 5)),
          dict(gate=f32(5, 32, 64, lo=-0.2, hi=0.2).astype(np.float16), up=f32(5, 32, 64, lo=-0.2, hi=0.2).astype(np.float16),
               down=f32(5, 64, 32, lo=-0.2, hi=0.2).astype(np.float16)), dict(top_k=3, gating="sigmoid"), gpu=False),
-    Case("moe_q8_0", "moe", dict(x=f32(1, 64), logits=f32(1, 4)),
+    Case("moe_q8_0_shared", "moe", dict(x=f32(1, 64), logits=f32(1, 4), shared=f32(1, 64), shared_logit=f32(1, 1)),
          dict(gate=quant("q8_0", 4 * 32, 64), up=quant("q8_0", 4 * 32, 64), down=quant("q8_0", 4 * 64, 32)),
          dict(top_k=2), bound=QUANT_BOUND, gpu=False),
     Case("moe_q4_1_rows", "moe", dict(x=f32(5, 64), logits=f32(5, 4)),

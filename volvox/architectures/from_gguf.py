@@ -12,9 +12,11 @@ from volvox.ir.quant_blocks import SUPPORTED_QTYPES, QuantTensor
 from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.formats.gguf import GGUFFile
 from volvox.formats.imported import Deferred, Imported, ModelDims
-from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph
+from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph, swiglu_ffn
+from volvox.architectures.moe import GGUF_MOE_NAMES, gguf_moe_config
 
-LLAMA_ARCHITECTURES = ("llama", "mistral")
+LLAMA_ARCHITECTURES = ("llama", "mistral", "qwen2moe")
+HALF_ROPE_ARCHITECTURES = ("qwen2moe",)  # llama.cpp's NEOX rope: q/k stored unpermuted, rotate_half pairs
 
 
 def llama_config_from_gguf(md: dict, path: str) -> LlamaConfig:
@@ -48,7 +50,8 @@ def llama_config_from_gguf(md: dict, path: str) -> LlamaConfig:
         ffn_dim=int(get("feed_forward_length")),
         vocab_size=int(get("vocab_size", len(tokens) if tokens is not None else None)),
         norm_eps=float(get("attention.layer_norm_rms_epsilon")),
-        rope_theta=float(get("rope.freq_base", 10000.0)), rope_style="interleaved",
+        rope_theta=float(get("rope.freq_base", 10000.0)),
+        rope_style="half" if arch in HALF_ROPE_ARCHITECTURES else "interleaved",
         context_length=int(get("context_length")),
         rope_scale=float(md.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
     )
@@ -67,7 +70,9 @@ def import_gguf(path: str) -> Imported:
                 raise UnsupportedError(f"{path}: tensor {name!r} has type {info.qtype}, which volvox does not "
                                        f"compute with (supported: f32, f16, {', '.join(SUPPORTED_QTYPES)})")
             specs[name] = TensorSpec(name, tuple(info.shape), dtype)
-        graph = build_llama_graph(cfg, GGUF_NAMES, specs)
+        moe = gguf_moe_config(gguf.metadata, gguf.metadata["general.architecture"], str(path))
+        names, ffn = ({**GGUF_NAMES, **GGUF_MOE_NAMES}, moe.ffn) if moe else (GGUF_NAMES, swiglu_ffn)
+        graph = build_llama_graph(cfg, names, specs, ffn)
         weights = {name: gguf.tensor(name) for name in graph.weights}
         tokenizer = Deferred(partial(ByteLevelBPETokenizer.from_gguf_metadata, gguf.metadata))
         metadata = {"task": "generate", "architecture": gguf.metadata.get("general.architecture"),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
 from volvox.formats.imported import Imported, ModelDims
-from volvox.architectures.llama import LlamaConfig, build_llama_graph
+from volvox.architectures.llama import LlamaConfig, build_llama_graph, swiglu_ffn
+from volvox.architectures.moe import HF_MOE_NAMES, HFMoe
 
 _L = "model.layers.{l}."
 HF_NAMES = {
@@ -59,11 +60,11 @@ def layer_windows(cfg: HFConfig, n_layers: int) -> tuple:
             return ()
         first = cfg.get("max_window_layers", default=n_layers)
         return tuple(window if l >= first else 0 for l in range(n_layers))
-    return (window,) * n_layers if cfg.model_type == "mistral" and window else ()
+    return (window,) * n_layers if cfg.model_type in ("mistral", "mixtral") and window else ()
 
 
 def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
-    """Import a llama / mistral / qwen2 checkpoint."""
+    """Import a llama / mistral / qwen2 checkpoint, or a mixture-of-experts one (mixtral, qwen2_moe)."""
     dim, n_heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
     n_kv = cfg.get("num_key_value_heads", default=n_heads)
     if n_heads == 0 or n_kv == 0 or n_heads % n_kv:
@@ -74,7 +75,8 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     act = cfg.data.get("hidden_act", "silu")
     if act != "silu":
         raise cfg.unsupported(f"hidden_act {act!r}")
-    attn_bias = cfg.model_type == "qwen2" or bool(cfg.data.get("attention_bias"))
+    moe = HFMoe(cfg, dim, n_layers) if cfg.model_type in ("mixtral", "qwen2_moe") else None
+    attn_bias = cfg.model_type in ("qwen2", "qwen2_moe") or bool(cfg.data.get("attention_bias"))
     shapes = {"embed": (vocab, dim), "output_norm": (dim,)}
     if not cfg.data.get("tie_word_embeddings", False):  # the default of LlamaConfig, MistralConfig, Qwen2Config
         shapes["output"] = (vocab, dim)
@@ -90,11 +92,16 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     weights = {HF_NAMES[k]: ckpt.take(HF_NAMES[k], s) for k, s in shapes.items()}
     for l in range(n_layers):
         for k, s in layer_shapes.items():
+            if moe and moe.is_moe_layer(l) and k.split("_")[0] in ("gate", "up", "down"):
+                continue  # an MoE layer: its experts instead of the dense FFN
             name = HF_NAMES[k].format(l=l)
             weights[name] = ckpt.take(name, s)
+        if moe and moe.is_moe_layer(l):
+            weights.update(moe.take(ckpt, l))
     config = LlamaConfig(
         n_layers=n_layers, dim=dim, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, ffn_dim=ffn,
         vocab_size=vocab, norm_eps=cfg.get("rms_norm_eps", default=1e-6, kind=float), rope_style="half",
         context_length=context, layer_windows=layer_windows(cfg, n_layers), **rope_of(cfg, context))
-    graph = build_llama_graph(config, HF_NAMES, specs_of(weights))
+    names, block = ({**HF_NAMES, **HF_MOE_NAMES}, moe.config.ffn) if moe else (HF_NAMES, swiglu_ffn)
+    graph = build_llama_graph(config, names, specs_of(weights), block)
     return Imported(graph, {n: weights[n] for n in graph.weights}, {"task": "generate", "dims": vars(ModelDims.of(config))}, cfg.path)

@@ -9,6 +9,7 @@ table has a ``<key>_bias`` entry whose tensor exists.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.architectures.builder import DECODER_INPUTS, GraphBuilder, TransformerShape
@@ -43,11 +44,25 @@ GGUF_NAMES = {
 }
 
 
-def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str, TensorSpec]) -> Graph:
+def swiglu_ffn(b: GraphBuilder, p: str, l: int, x: str) -> str:
+    """The dense feed-forward block: W_down (silu(W_gate x) * W_up x); returns its output (seq, dim)."""
+    g = b.linear(p + "gate_proj", x, "gate", l, p + "gate")  # (seq, ffn_dim)
+    u = b.linear(p + "up_proj", x, "up", l, p + "up")        # (seq, ffn_dim)
+    g = b.add("silu", p + "gate_act", {"x": g}, p + "gate_silu")
+    m = b.add("mul", p + "swiglu", {"a": g, "b": u}, p + "swiglu")
+    return b.linear(p + "down_proj", m, "down", l, p + "down")  # (seq, dim)
+
+
+FeedForward = Callable[[GraphBuilder, str, int, str], str]  # (builder, node prefix, layer, x) -> output name
+
+
+def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str, TensorSpec],
+                      ffn: FeedForward = swiglu_ffn) -> Graph:
     """The decoder graph: inputs tokens/positions (seq,), output logits (out_seq, vocab).
 
     ``weights`` are the specs of the tensors in the file; a missing output
-    projection means the embedding is tied.
+    projection means the embedding is tied. ``ffn`` builds each layer's feed-forward block
+    (architectures/moe.py's for mixture-of-experts models).
     """
     b = GraphBuilder("LLaMA", names, weights)
 
@@ -66,13 +81,9 @@ def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str
         q = b.add("rope", p + "q_rope", {"x": q, "positions": "positions"}, p + "q_rot", **rope)
         k = b.add("rope", p + "k_rope", {"x": k, "positions": "positions"}, p + "k_rot", **rope)
         h = b.attention_residual(p, l, h, q, k, v, attn, cfg.layer_windows[l] if cfg.layer_windows else 0)
-        # feed-forward block: h += W_down (silu(W_gate x) * W_up x), x = rmsnorm(h)
+        # feed-forward block: h += ffn(x), x = rmsnorm(h)
         x = b.rms_norm(p + "ffn_norm", h, "ffn_norm", l, p + "x_ffn", cfg.norm_eps)
-        g = b.linear(p + "gate_proj", x, "gate", l, p + "gate")  # (seq, ffn_dim)
-        u = b.linear(p + "up_proj", x, "up", l, p + "up")        # (seq, ffn_dim)
-        g = b.add("silu", p + "gate_act", {"x": g}, p + "gate_silu")
-        m = b.add("mul", p + "swiglu", {"a": g, "b": u}, p + "swiglu")
-        d = b.linear(p + "down_proj", m, "down", l, p + "down")  # (seq, dim)
+        d = ffn(b, p, l, x)  # (seq, dim)
         h = b.add("add", p + "ffn_residual", {"a": h, "b": d}, f"h.{l + 1}")
     h = b.add("output_rows", "output_rows", {"x": h}, "h.out")  # (out_seq, dim)
     h = b.rms_norm("output_norm", h, "output_norm", None, "h.norm", cfg.norm_eps)

@@ -4,7 +4,9 @@ A router's logits pick ``top_k`` experts per row (softmax or sigmoid scores, ren
 chosen ones or not); each chosen expert runs its SwiGLU FFN on the row,
 ``down(silu(gate x) * up x)``, and the row's output is the score-weighted sum of their outputs, in
 the order of the scores (highest first). The router itself is an ordinary ``linear`` node before
-it and a shared expert (Qwen2-MoE) ordinary nodes beside it: this op is only the routed experts.
+it. A shared expert that every row runs (Qwen2-MoE) is ordinary nodes before it too; its output
+(``shared``) is added last, scaled by ``sigmoid(shared_logit)`` when the model gates it, so that a
+token step computes that gate in its routing step and the sum in its combine step.
 
 Expert weights are 3-D stacks ``(n_experts, out, in)``: float arrays, or a QuantTensor whose rows
 are the experts' rows one expert after another (a GGUF ``ffn_*_exps`` tensor, kept packed; its spec
@@ -57,6 +59,14 @@ def _moe_infer(specs, params):
     expect(isinstance(top_k, int) and 1 <= top_k <= n_experts, f"top_k must be 1..{n_experts}, got {top_k!r}")
     if params.get("gating", "softmax") not in GATINGS:
         raise UnsupportedError(f"moe gating {params.get('gating')!r} (supported: {', '.join(GATINGS)})")
+    if "shared" in specs:
+        sh = specs["shared"]
+        expect(sh.dtype == "float32" and len(sh.shape) == 2 and same_dim(sh.shape[0], x.shape[0])
+               and same_dim(sh.shape[1], x.shape[1]), f"shared must be float32 like x {x.describe()}, got {sh.describe()}")
+    if "shared_logit" in specs:
+        g = specs["shared_logit"]
+        expect("shared" in specs and g.dtype == "float32" and len(g.shape) == 2 and same_dim(g.shape[0], x.shape[0])
+               and g.shape[1] == 1, f"shared_logit must be float32 (rows, 1) beside a shared input, got {g.describe()}")
     return {"y": (x.shape, "float32")}
 
 
@@ -85,8 +95,9 @@ def expert_matrix_ref(stack, n_experts: int, e: int) -> np.ndarray:
     return np.asarray(stack[e], dtype=np.float32)
 
 
-def moe_ref(ctx, p, x, logits, gate, up, down):
-    """The oracle: route in float64, every chosen expert's SwiGLU FFN in float64, weighted sum."""
+def moe_ref(ctx, p, x, logits, gate, up, down, shared=None, shared_logit=None):
+    """The oracle: route in float64, every chosen expert's SwiGLU FFN in float64, weighted sum (+ the shared
+    expert's output, scaled by the sigmoid of its logit)."""
     ids, weights = route(logits, p["top_k"], p.get("gating", "softmax"), p.get("norm_topk", False), np.float64)
     x64, n = x.astype(np.float64), logits.shape[1]
     y = np.zeros(x.shape, np.float64)
@@ -97,6 +108,9 @@ def moe_ref(ctx, p, x, logits, gate, up, down):
         u = xe @ expert_matrix_ref(up, n, e).astype(np.float64).T
         o = (g / (1 + np.exp(-g)) * u) @ expert_matrix_ref(down, n, e).astype(np.float64).T  # (n_rows, dim)
         y[rows] += weights[rows, slots][:, None] * o
+    if shared is not None:
+        scale = 1.0 if shared_logit is None else 1 / (1 + np.exp(-shared_logit.astype(np.float64)))  # (rows, 1)
+        y += scale * shared
     return y.astype(np.float32)
 
 
@@ -116,23 +130,28 @@ def expert_matrices(stack, n_experts: int) -> list:
     return cached
 
 
-def route_fast(logits: np.ndarray, top_k: int, gating: str = "softmax", norm_topk: bool = False):
-    """route() in float32 through the engine's routing step (a token step's bits; numpy's route() where the
-    router scores more experts than that step holds)."""
+def route_fast(logits: np.ndarray, top_k: int, gating: str = "softmax", norm_topk: bool = False,
+               shared: bool = False, shared_logit: np.ndarray | None = None):
+    """route() in float32 through the engine's routing step (a token step's bits); with ``shared`` the weights
+    get a last column, the shared expert's: sigmoid(shared_logit) (rows, 1), or 1 without one."""
     rows, n_experts = logits.shape
     if n_experts > cpu.engine.MOE_ROUTE_MAX_EXPERTS:
-        return route(logits, top_k, gating, norm_topk)
-    ids = np.empty((rows, top_k), np.int64)          # (rows, top_k)
-    weights = np.empty((rows, top_k), np.float32)
-    cpu.engine.moe_route(np.ascontiguousarray(logits, np.float32), ids, weights, gating == "sigmoid", norm_topk)
+        raise UnsupportedError(f"moe: a router over {n_experts} experts "
+                               f"(at most {cpu.engine.MOE_ROUTE_MAX_EXPERTS})")
+    ids = np.empty((rows, top_k), np.int64)                    # (rows, top_k)
+    weights = np.empty((rows, top_k + shared), np.float32)     # (rows, top_k [+ 1])
+    gate = None if shared_logit is None else np.ascontiguousarray(shared_logit, np.float32)
+    cpu.engine.moe_route(np.ascontiguousarray(logits, np.float32), ids, weights, gating == "sigmoid", norm_topk, gate)
     return ids, weights
 
 
-def moe_fast(ctx, p, x, logits, gate, up, down):
+def moe_fast(ctx, p, x, logits, gate, up, down, shared=None, shared_logit=None):
     """Each chosen expert on the rows that chose it (gathered), through cpu.linear; the outputs
-    weighted and summed per row in score order (a single row: the token step's bits)."""
+    weighted and summed per row in score order, the shared expert's last (a single row: the token
+    step's bits)."""
     top_k = p["top_k"]
-    ids, weights = route_fast(logits, top_k, p.get("gating", "softmax"), p.get("norm_topk", False))
+    ids, weights = route_fast(logits, top_k, p.get("gating", "softmax"), p.get("norm_topk", False),
+                              shared is not None, shared_logit)
     n = logits.shape[1]
     gates, ups, downs = (expert_matrices(w, n) for w in (gate, up, down))
     out = np.empty((x.shape[0], top_k, x.shape[1]), np.float32)  # (rows, top_k, dim) each chosen expert's output
@@ -147,12 +166,14 @@ def moe_fast(ctx, p, x, logits, gate, up, down):
     y = weights[:, 0, None] * out[:, 0]                           # (rows, dim)
     for k in range(1, top_k):
         y += weights[:, k, None] * out[:, k]
+    if shared is not None:
+        y += weights[:, top_k, None] * shared
     return y
 
 
-def moe_into(ctx, p, out, x, logits, gate, up, down):
+def moe_into(ctx, p, out, x, logits, gate, up, down, shared=None, shared_logit=None):
     """moe_fast written into ``out`` (rows, dim)."""
-    out[...] = moe_fast(ctx, p, x, logits, gate, up, down)
+    out[...] = moe_fast(ctx, p, x, logits, gate, up, down, shared, shared_logit)
     return out
 
 
@@ -179,7 +200,7 @@ def _expert_table(plan, node, port: str, n_experts: int) -> tuple[np.ndarray, in
 def moe_cpu(plan, node) -> None:
     """A token step (one row) as native steps: route, the x row quantized for each stack's type, the
     chosen experts' gate and up GEMVs into [gate | up] rows, SwiGLU, the down GEMVs, the weighted sum
-    (engine/moe.pxi). Several rows (a prefill) run moe_fast as an island (float experts) or leave the
+    with the shared expert's output last (engine/moe.pxi). Several rows (a prefill) run moe_fast as an island (float experts) or leave the
     graph to the per-op executor (quantized ones, as a quantized linear on several rows does)."""
     x, logits, y = plan.input(node, "x"), plan.input(node, "logits"), plan.output(node)
     if x.shape[0] != 1:
@@ -193,14 +214,15 @@ def moe_cpu(plan, node) -> None:
     gate, up, down = (_expert_table(plan, node, port, n_experts) for port in ("gate", "up", "down"))
     ffn = gate[2]
     plan.macs += top_k * 3 * ffn * dim
+    shared, shared_logit = plan.optional(node, "shared"), plan.optional(node, "shared_logit")
     ids = aligned_empty_like(plan, node, "ids", top_k, np.int64)  # the chosen experts, best first
-    weights = aligned_empty_like(plan, node, "weights", top_k, np.float32)
+    weights = aligned_empty_like(plan, node, "weights", top_k + 1, np.float32)  # theirs [+ the shared expert's]
     gate_up = aligned_empty_like(plan, node, "gate_up", top_k * 2 * ffn, np.float32)  # (top_k, 2 ffn)
     h = aligned_empty_like(plan, node, "h", top_k * ffn, np.float32)                  # (top_k, ffn)
     outs = aligned_empty_like(plan, node, "outs", top_k * dim, np.float32)            # (top_k, dim)
     plan.add("moe_route", logits=cpu.address(logits), ids=cpu.address(ids), weights=cpu.address(weights),
              n_experts=n_experts, top_k=top_k, sigmoid=p.get("gating", "softmax") == "sigmoid",
-             norm=bool(p.get("norm_topk", False)))
+             norm=bool(p.get("norm_topk", False)), shared=shared is not None, shared_logit=cpu.address(shared_logit))
     act_x = {}  # weight type -> x's act row for it (gate and up share one when their types agree)
     for table, code, n, k, row_bytes, group, column in (gate + (0,), up + (ffn,)):
         act_bytes = cpu.engine.act_row_bytes(code, k)
@@ -221,7 +243,7 @@ def moe_cpu(plan, node) -> None:
              y=cpu.address(outs), K=k, N=n, row_bytes=row_bytes, wtype=code, slots=top_k,
              x_stride=act_bytes or 4 * k, y_stride=dim, group_bytes=group)
     plan.add("moe_combine", x=cpu.address(outs), weights=cpu.address(weights), y=cpu.address(y), dim=dim,
-             top_k=top_k)
+             top_k=top_k, shared=cpu.address(shared))
 
 
 def aligned_empty_like(plan, node, what: str, n: int, dtype) -> np.ndarray:
@@ -229,5 +251,5 @@ def aligned_empty_like(plan, node, what: str, n: int, dtype) -> np.ndarray:
     return plan.packed(node.id, what, lambda: cpu.aligned_empty(n, dtype))
 
 
-register(OpDef("moe", "moe", ("x", "logits", "gate", "up", "down"), ("y",), _moe_infer, moe_ref, moe_fast,
+register(OpDef("moe", "moe", ("x", "logits", "gate", "up", "down", "shared?", "shared_logit?"), ("y",), _moe_infer, moe_ref, moe_fast,
                into=moe_into, cpu=moe_cpu))

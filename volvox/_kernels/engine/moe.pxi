@@ -14,7 +14,8 @@ MOE_ROUTE_MAX_EXPERTS = MOE_MAX_EXPERTS
 
 cdef void run_moe_route(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """Scores (softmax over the experts, or sigmoid), the top_k best (ties: the lower id) best first,
-    their scores divided by their sum when norm."""
+    their scores divided by their sum when norm; then the shared expert's weight (sigmoid of its gate
+    logit, or 1 without one) when there is a shared expert."""
     cdef const MoeRouteArgs *a = &s.a.moe_route
     cdef float scores[MOE_MAX_EXPERTS]                          # (n_experts,)
     cdef bint taken[MOE_MAX_EXPERTS]
@@ -45,6 +46,9 @@ cdef void run_moe_route(const Step *s, const RunInput *inp, int me, int team, in
     if a.norm:
         for k in range(a.top_k):
             a.weights[k] = a.weights[k] / chosen
+    if a.shared:
+        a.weights[a.top_k] = (<float>1.0 / (<float>1.0 + expf(-a.shared_logit[0])) if a.shared_logit != NULL
+                              else <float>1.0)
 
 
 cdef void run_moe_linear(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
@@ -67,7 +71,7 @@ cdef int64_t chunks_of_moe_linear(const Step *s, int team) noexcept nogil:
 
 
 cdef void run_moe_combine(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    """y[i] = weights[0] x[0, i] + weights[1] x[1, i] + ..., summed in slot order."""
+    """y[i] = weights[0] x[0, i] + weights[1] x[1, i] + ... (+ weights[top_k] shared[i]), summed in slot order."""
     cdef const MoeCombineArgs *a = &s.a.moe_combine
     cdef int64_t i0, i1, i, k
     cdef float acc
@@ -76,6 +80,8 @@ cdef void run_moe_combine(const Step *s, const RunInput *inp, int me, int team, 
         acc = a.weights[0] * a.x[i]
         for k in range(1, a.top_k):
             acc = acc + a.weights[k] * a.x[k * a.dim + i]
+        if a.shared != NULL:
+            acc = acc + a.weights[a.top_k] * a.shared[i]
         a.y[i] = acc
 
 
@@ -89,14 +95,14 @@ register(STEP_MOE_COMBINE, "moe_combine", chunks_of_moe_combine, run_moe_combine
 
 
 # ------------------------------------------------------------- the plan builder's fills
-cdef void set_moe_route(Step *s, uintptr_t logits, uintptr_t ids, uintptr_t weights, int64_t n_experts,
-                        int64_t top_k, bint sigmoid, bint norm) except *:
+cdef void set_moe_route(Step *s, uintptr_t logits, uintptr_t shared_logit, uintptr_t ids, uintptr_t weights,
+                        int64_t n_experts, int64_t top_k, bint sigmoid, bint norm, bint shared) except *:
     if not 1 <= top_k <= n_experts <= MOE_MAX_EXPERTS:
         raise ValueError(f"moe_route: top_k {top_k} of {n_experts} experts (at most {MOE_MAX_EXPERTS})")
     s.a.moe_route.logits, s.a.moe_route.ids = <const float *> ptr(logits), <int64_t *> ptr(ids)
-    s.a.moe_route.weights = <float *> ptr(weights)
+    s.a.moe_route.shared_logit, s.a.moe_route.weights = <const float *> ptr(shared_logit), <float *> ptr(weights)
     s.a.moe_route.n_experts, s.a.moe_route.top_k = n_experts, top_k
-    s.a.moe_route.sigmoid, s.a.moe_route.norm = sigmoid, norm
+    s.a.moe_route.sigmoid, s.a.moe_route.norm, s.a.moe_route.shared = sigmoid, norm, shared
 
 
 cdef void set_moe_linear(Step *s, uintptr_t x, uintptr_t ids, uintptr_t experts, uintptr_t y, int64_t K, int64_t N,
@@ -111,20 +117,28 @@ cdef void set_moe_linear(Step *s, uintptr_t x, uintptr_t ids, uintptr_t experts,
     s.a.moe_linear.slots, s.a.moe_linear.wtype = slots, wtype
 
 
-cdef void set_moe_combine(Step *s, uintptr_t x, uintptr_t weights, uintptr_t y, int64_t dim, int64_t top_k):
+cdef void set_moe_combine(Step *s, uintptr_t x, uintptr_t weights, uintptr_t shared, uintptr_t y, int64_t dim,
+                          int64_t top_k):
     s.a.moe_combine.x, s.a.moe_combine.weights = <const float *> ptr(x), <const float *> ptr(weights)
+    s.a.moe_combine.shared = <const float *> ptr(shared)
     s.a.moe_combine.y, s.a.moe_combine.dim, s.a.moe_combine.top_k = <float *> ptr(y), dim, top_k
 
 
-def moe_route(const float[:, ::1] logits, int64_t[:, ::1] ids, float[:, ::1] weights, bint sigmoid, bint norm):
-    """ids, weights (rows, top_k) = each row's chosen experts and their weights, as a MOE_ROUTE step
-    computes them (the per-op executor's routing gives a token step's bits)."""
+def moe_route(const float[:, ::1] logits, int64_t[:, ::1] ids, float[:, ::1] weights, bint sigmoid, bint norm,
+              shared_logits=None):
+    """ids (rows, top_k), weights (rows, top_k) = each row's chosen experts and their weights, as a MOE_ROUTE
+    step computes them (the per-op executor's routing gives a token step's bits); weights (rows, top_k + 1)
+    also gets each row's shared expert weight: sigmoid of shared_logits (rows, 1), or 1 where that is None."""
     cdef Step s
-    cdef int64_t r
-    if ids.shape[0] != logits.shape[0] or weights.shape[0] != logits.shape[0] or weights.shape[1] != ids.shape[1]:
-        raise ValueError("moe_route: logits, ids and weights need one row per token and top_k columns")
+    cdef int64_t r, top_k = ids.shape[1]
+    cdef bint shared = weights.shape[1] == top_k + 1
+    cdef const float[:, ::1] gate = shared_logits
+    if (ids.shape[0] != logits.shape[0] or weights.shape[0] != logits.shape[0] or not (shared or weights.shape[1] == top_k)
+            or (gate is not None and (not shared or gate.shape[0] != logits.shape[0] or gate.shape[1] != 1))):
+        raise ValueError("moe_route: logits, ids, weights (and shared_logits) need one row per token, top_k "
+                         "columns (weights: top_k + 1 with a shared expert) and one shared logit per row")
     memset(&s, 0, sizeof(s))
     for r in range(logits.shape[0]):
-        set_moe_route(&s, <uintptr_t> &logits[r, 0], <uintptr_t> &ids[r, 0], <uintptr_t> &weights[r, 0],
-                      logits.shape[1], ids.shape[1], sigmoid, norm)
+        set_moe_route(&s, <uintptr_t> &logits[r, 0], <uintptr_t> &gate[r, 0] if gate is not None else 0,
+                      <uintptr_t> &ids[r, 0], <uintptr_t> &weights[r, 0], logits.shape[1], top_k, sigmoid, norm, shared)
         run_moe_route(&s, NULL, 0, 1, 0)

@@ -146,9 +146,10 @@ cdef class StepPlan:
         s.a.linear.wtype = wtype
 
     def moe_route(self, *, uintptr_t logits, uintptr_t ids, uintptr_t weights, int64_t n_experts, int64_t top_k,
-                  bint sigmoid=False, bint norm=False):
-        """ids (top_k,) int64, weights (top_k,) float32 = a token's chosen experts (engine/moe.pxi)."""
-        set_moe_route(self._next(STEP_MOE_ROUTE), logits, ids, weights, n_experts, top_k, sigmoid, norm)
+                  bint sigmoid=False, bint norm=False, bint shared=False, uintptr_t shared_logit=0):
+        """ids (top_k,) int64, weights (top_k [+ 1 shared],) float32 = a token's chosen experts (engine/moe.pxi)."""
+        set_moe_route(self._next(STEP_MOE_ROUTE), logits, shared_logit, ids, weights, n_experts, top_k, sigmoid,
+                      norm, shared)
 
     def moe_linear(self, *, uintptr_t x, uintptr_t ids, uintptr_t experts, uintptr_t y, int64_t K, int64_t N,
                    int64_t row_bytes, int wtype, int64_t slots, int64_t x_stride, int64_t y_stride,
@@ -157,9 +158,10 @@ cdef class StepPlan:
         set_moe_linear(self._next(STEP_MOE_LINEAR), x, ids, experts, y, K, N, row_bytes, group_bytes, x_stride,
                        y_stride, slots, wtype)
 
-    def moe_combine(self, *, uintptr_t x, uintptr_t weights, uintptr_t y, int64_t dim, int64_t top_k):
-        """y (dim,) = the weighted sum of x's top_k rows (engine/moe.pxi)."""
-        set_moe_combine(self._next(STEP_MOE_COMBINE), x, weights, y, dim, top_k)
+    def moe_combine(self, *, uintptr_t x, uintptr_t weights, uintptr_t y, int64_t dim, int64_t top_k,
+                    uintptr_t shared=0):
+        """y (dim,) = the weighted sum of x's top_k rows (+ the shared expert's row; 0: none) (engine/moe.pxi)."""
+        set_moe_combine(self._next(STEP_MOE_COMBINE), x, weights, shared, y, dim, top_k)
 
     def rope(self, *, uintptr_t x, uintptr_t y, int64_t n_heads, int64_t head_dim, int64_t rope_dim, float base,
              float freq_scale, bint interleaved):

@@ -214,12 +214,12 @@ cdef struct GlobalAvgArgs:
 
 cdef struct MoeRouteArgs:        # a token's router logits -> its top_k experts and their weights (engine/moe.pxi)
     const float *logits          # (n_experts,)
-    const void *unused1
-    const void *unused2
+    const float *shared_logit    # (1,) the shared expert's gate logit, or NULL
+    const void *unused
     int64_t *ids                 # (top_k,) the chosen experts, best first
-    float *weights               # (top_k,) their weights
+    float *weights               # (top_k,) their weights [+ the shared expert's: sigmoid(shared_logit), or 1]
     int64_t n_experts, top_k
-    bint sigmoid, norm
+    bint sigmoid, norm, shared
 
 
 cdef struct MoeLinearArgs:       # y[slot] = x[slot] @ W[ids[slot]].T for each chosen expert
@@ -231,10 +231,10 @@ cdef struct MoeLinearArgs:       # y[slot] = x[slot] @ W[ids[slot]].T for each c
     int32_t wtype
 
 
-cdef struct MoeCombineArgs:      # y = sum over slots of weights[slot] * x[slot]
+cdef struct MoeCombineArgs:      # y = sum over slots of weights[slot] * x[slot] (+ weights[top_k] * shared)
     const float *x               # (top_k, dim)
-    const float *weights         # (top_k,)
-    const void *unused
+    const float *weights         # (top_k,) [+ 1]
+    const float *shared          # (dim,) the shared expert's output, or NULL
     float *y                     # (dim,)
     int64_t dim, top_k
 
