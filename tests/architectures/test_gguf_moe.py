@@ -2,7 +2,8 @@
 
 Random transformers models (Mixtral, Qwen2-MoE) are written to GGUF with the `gguf` package as
 llama.cpp's converter lays them out: Mixtral as architecture ``llama`` with ``expert_count`` and its
-q/k rows permuted for the interleaved RoPE, Qwen2-MoE as ``qwen2moe`` with its shared expert; experts
+q/k rows permuted for the interleaved RoPE, Qwen2-MoE as ``qwen2moe`` with its shared expert (its gate a (dim,) vector, or in the f32 files a
+(1, dim) matrix, which llama.cpp reads alike); experts
 as 3-D ``ffn_{gate,up,down}_exps`` stacks, the router ``ffn_gate_inp`` in f32, the other matrices in
 the case's type. volvox's logits (a prefill, then a step-by-step decode) must equal llama.cpp's
 within NMSE 1e-6.
@@ -127,7 +128,8 @@ def write_moe_gguf(path, model, arch, qtype):
         tensor(b + "ffn_up_exps.weight", up)
         tensor(b + "ffn_down_exps.weight", down)
         if not mixtral:
-            tensor(b + "ffn_gate_inp_shexp.weight", sd[h + "mlp.shared_expert_gate.weight"], "f32")
+            gate = sd[h + "mlp.shared_expert_gate.weight"]  # (1, dim); llama.cpp's converter stores a vector
+            tensor(b + "ffn_gate_inp_shexp.weight", gate.reshape(-1) if qtype != "f32" else gate, "f32")
             for x in ("gate", "up", "down"):
                 tensor(b + f"ffn_{x}_shexp.weight", sd[h + f"mlp.shared_expert.{x}_proj.weight"])
     w.write_header_to_file()

@@ -13,7 +13,7 @@ from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.formats.gguf import GGUFFile
 from volvox.formats.imported import Deferred, Imported, ModelDims
 from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph, swiglu_ffn
-from volvox.architectures.moe import GGUF_MOE_NAMES, gguf_moe_config
+from volvox.architectures.moe import GGUF_MOE_NAMES, as_spec, gguf_moe_config, gguf_moe_specs
 
 LLAMA_ARCHITECTURES = ("llama", "mistral", "qwen2moe")
 HALF_ROPE_ARCHITECTURES = ("qwen2moe",)  # llama.cpp's NEOX rope: q/k stored unpermuted, rotate_half pairs
@@ -72,8 +72,8 @@ def import_gguf(path: str) -> Imported:
             specs[name] = TensorSpec(name, tuple(info.shape), dtype)
         moe = gguf_moe_config(gguf.metadata, gguf.metadata["general.architecture"], str(path))
         names, ffn = ({**GGUF_NAMES, **GGUF_MOE_NAMES}, moe.ffn) if moe else (GGUF_NAMES, swiglu_ffn)
-        graph = build_llama_graph(cfg, names, specs, ffn)
-        weights = {name: gguf.tensor(name) for name in graph.weights}
+        graph = build_llama_graph(cfg, names, gguf_moe_specs(specs) if moe else specs, ffn)
+        weights = {name: as_spec(gguf.tensor(name), graph.weights[name]) for name in graph.weights}
         tokenizer = Deferred(partial(ByteLevelBPETokenizer.from_gguf_metadata, gguf.metadata))
         metadata = {"task": "generate", "architecture": gguf.metadata.get("general.architecture"),
                     "name": gguf.metadata.get("general.name"), "format": "gguf",

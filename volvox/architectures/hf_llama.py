@@ -55,7 +55,7 @@ def layer_windows(cfg: HFConfig, n_layers: int) -> tuple:
     types = cfg.data.get("layer_types")
     if isinstance(types, list) and len(types) == n_layers:
         return tuple(window if t == "sliding_attention" else 0 for t in types)
-    if cfg.model_type == "qwen2":
+    if cfg.model_type in ("qwen2", "qwen2_moe"):
         if not cfg.data.get("use_sliding_window"):
             return ()
         first = cfg.get("max_window_layers", default=n_layers)

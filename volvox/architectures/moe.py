@@ -19,6 +19,7 @@ from volvox.architectures.builder import GraphBuilder
 from volvox.architectures.llama import swiglu_ffn
 from volvox.errors import UnsupportedError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig
+from volvox.ir.graph import TensorSpec
 
 
 @dataclass(frozen=True)
@@ -146,3 +147,18 @@ def gguf_moe_config(md: dict, arch: str, path: str) -> MoeConfig | None:
     # as llama.cpp runs these architectures: softmax scores; Mixtral (arch llama) and Qwen3-MoE renormalise
     # the chosen experts' scores, Qwen2-MoE and OLMoE do not (whatever the HF config said)
     return MoeConfig(n_experts=n_experts, top_k=top_k, norm_topk=arch in ("llama", "qwen3moe"))
+
+
+def gguf_moe_specs(specs: dict[str, TensorSpec]) -> dict[str, TensorSpec]:
+    """A GGUF MoE file's tensor specs as the graph reads them: a shared-expert gate stored as a vector
+    (dim,), as llama.cpp's converter writes it, becomes the (1, dim) matrix of its one-logit linear."""
+    return {n: TensorSpec(n, (1,) + s.shape, s.dtype) if len(s.shape) == 1 and n.endswith(".ffn_gate_inp_shexp.weight")
+            else s for n, s in specs.items()}
+
+
+def as_spec(w, spec: TensorSpec):
+    """A weight array reshaped to its graph spec's shape where that differs only by a leading 1 (a vector
+    read as a one-row matrix); QuantTensors and everything else as they are."""
+    if isinstance(w, np.ndarray) and w.shape != spec.shape and (1,) + w.shape == spec.shape:
+        return w.reshape(spec.shape)
+    return w
