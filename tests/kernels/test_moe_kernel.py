@@ -107,3 +107,15 @@ def test_bad_graphs_are_refused():
     weights["down"] = weights["down"][:, :, :FFN - 1]
     with pytest.raises(ShapeError, match="expert stacks"):
         graph_of(weights, dict(top_k=2))
+
+
+def test_gate_and_up_of_different_types(tier):
+    """Stacks read differently (q8_0 gate, f16 up, q4_1 down: a GGUF file may mix types) each get their step."""
+    rng = np.random.default_rng(11)
+    weights = {"gate": stack(rng, "q8_0", FFN, DIM), "up": stack(rng, "f16", FFN, DIM), "down": stack(rng, "q4_1", DIM, FFN)}
+    params = dict(top_k=2, norm_topk=True)
+    x, logits = feeds(rng, 1, ())
+    plan = Plan(graph_of(weights, params), weights)
+    got = plan.run([x, logits])["y"]
+    assert nmse(got, moe_ref(None, params, x, logits, *weights.values()).astype(np.float64)) <= 2e-4
+    assert np.array_equal(got, moe_fast(None, params, x, logits, *weights.values()))

@@ -199,7 +199,8 @@ def _expert_table(plan, node, port: str, n_experts: int) -> tuple[np.ndarray, in
 
 def moe_cpu(plan, node) -> None:
     """A token step (one row) as native steps: route, the x row quantized for each stack's type, the
-    chosen experts' gate and up GEMVs into [gate | up] rows, SwiGLU, the down GEMVs, the weighted sum
+    chosen experts' gate and up GEMVs into [gate | up] rows (one step when both stacks are read alike),
+    SwiGLU, the down GEMVs, the weighted sum
     with the shared expert's output last (engine/moe.pxi). Several rows (a prefill) run moe_fast as an island (float experts) or leave the
     graph to the per-op executor (quantized ones, as a quantized linear on several rows does)."""
     x, logits, y = plan.input(node, "x"), plan.input(node, "logits"), plan.output(node)
@@ -224,14 +225,17 @@ def moe_cpu(plan, node) -> None:
              n_experts=n_experts, top_k=top_k, sigmoid=p.get("gating", "softmax") == "sigmoid",
              norm=bool(p.get("norm_topk", False)), shared=shared is not None, shared_logit=cpu.address(shared_logit))
     act_x = {}  # weight type -> x's act row for it (gate and up share one when their types agree)
-    for table, code, n, k, row_bytes, group, column in (gate + (0,), up + (ffn,)):
+    # gate and up as one step into [gate | up] rows when they are read alike, else one step each
+    parts = [(np.concatenate([gate[0], up[0]]),) + gate[1:] + (2,)] if gate[1:] == up[1:] else [gate + (1,), up + (1,)]
+    plan.keep(*(t[0] for t in parts))
+    for column, (table, code, n, k, row_bytes, group, n_parts) in zip((0, ffn), parts):
         act_bytes = cpu.engine.act_row_bytes(code, k)
         if act_bytes and code not in act_x:  # quantized experts read x as an 8-bit act row
             act_x[code] = aligned_empty_like(plan, node, f"act_x{code}", act_bytes, np.uint8)
             plan.add("quantize_act", x=cpu.address(x), act=cpu.address(act_x[code]), K=k, wtype=code)
         plan.add("moe_linear", x=cpu.address(act_x.get(code, x)), ids=cpu.address(ids), experts=cpu.address(table),
                  y=cpu.address(gate_up) + 4 * column, K=k, N=n, row_bytes=row_bytes, wtype=code, slots=top_k,
-                 x_stride=0, y_stride=2 * ffn, group_bytes=group)
+                 x_stride=0, y_stride=2 * ffn, n_experts=n_experts, parts=n_parts, group_bytes=group)
     plan.add("glu", x=cpu.address(gate_up), y=cpu.address(h), F=ffn, gated=True, rows=top_k)
     table, code, n, k, row_bytes, group = down
     act_bytes = cpu.engine.act_row_bytes(code, k)
@@ -241,7 +245,7 @@ def moe_cpu(plan, node) -> None:
         plan.add("quantize_act", x=cpu.address(h), act=cpu.address(hin), K=k, wtype=code, rows=top_k)
     plan.add("moe_linear", x=cpu.address(hin), ids=cpu.address(ids), experts=cpu.address(table),
              y=cpu.address(outs), K=k, N=n, row_bytes=row_bytes, wtype=code, slots=top_k,
-             x_stride=act_bytes or 4 * k, y_stride=dim, group_bytes=group)
+             x_stride=act_bytes or 4 * k, y_stride=dim, n_experts=n_experts, group_bytes=group)
     plan.add("moe_combine", x=cpu.address(outs), weights=cpu.address(weights), y=cpu.address(y), dim=dim,
              top_k=top_k, shared=cpu.address(shared))
 

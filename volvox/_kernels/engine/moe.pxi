@@ -52,13 +52,14 @@ cdef void run_moe_route(const Step *s, const RunInput *inp, int me, int team, in
 
 
 cdef void run_moe_linear(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    """Rows [16 c, 16 c + 16) of chosen expert `slot`'s matrix against its activation row."""
+    """Rows [16 c, 16 c + 16) of part `part`'s matrix of chosen expert `slot` against its activation row."""
     cdef const MoeLinearArgs *a = &s.a.moe_linear
-    cdef int64_t chunks = div_up(a.N, LINEAR_CHUNK), slot = item // chunks
+    cdef int64_t chunks = div_up(a.N, LINEAR_CHUNK), per_part = a.slots * chunks
+    cdef int64_t part = item // per_part, slot = item % per_part // chunks
     cdef int64_t n0 = item % chunks * LINEAR_CHUNK, n1 = min64(n0 + LINEAR_CHUNK, a.N)
-    cdef const uint8_t *w = a.experts[a.ids[slot]]             # the expert's rows (or interleaved groups)
+    cdef const uint8_t *w = a.experts[part * a.n_experts + a.ids[slot]]  # the expert's rows (or interleaved groups)
     cdef const uint8_t *x = <const uint8_t *> a.x + slot * a.x_stride
-    cdef float *y = a.y + slot * a.y_stride + n0
+    cdef float *y = a.y + slot * a.y_stride + part * a.N + n0
     if a.group_bytes:
         _tbl.gemm_il[a.wtype](a.K, w + (n0 // _tbl.il_rows) * a.group_bytes, a.group_bytes, n1 - n0, x, 0, 1, y,
                               a.N)
@@ -67,7 +68,7 @@ cdef void run_moe_linear(const Step *s, const RunInput *inp, int me, int team, i
 
 
 cdef int64_t chunks_of_moe_linear(const Step *s, int team) noexcept nogil:
-    return s.a.moe_linear.slots * div_up(s.a.moe_linear.N, LINEAR_CHUNK)
+    return s.a.moe_linear.parts * s.a.moe_linear.slots * div_up(s.a.moe_linear.N, LINEAR_CHUNK)
 
 
 cdef void run_moe_combine(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
@@ -107,7 +108,9 @@ cdef void set_moe_route(Step *s, uintptr_t logits, uintptr_t shared_logit, uintp
 
 cdef void set_moe_linear(Step *s, uintptr_t x, uintptr_t ids, uintptr_t experts, uintptr_t y, int64_t K, int64_t N,
                          int64_t row_bytes, int64_t group_bytes, int64_t x_stride, int64_t y_stride, int64_t slots,
-                         int wtype) except *:
+                         int64_t parts, int64_t n_experts, int wtype) except *:
+    if parts not in (1, 2) or n_experts < 1:
+        raise ValueError(f"moe_linear: {parts} parts of {n_experts} experts")
     if not 0 <= wtype < VX_NTYPES or (group_bytes and (_tbl.gemm_il[wtype] == NULL or LINEAR_CHUNK % _tbl.il_rows)):
         raise ValueError(f"moe_linear: the {_tbl.name.decode()} tier has no kernel for weight type {wtype}")
     s.a.moe_linear.x, s.a.moe_linear.ids = ptr(x), <const int64_t *> ptr(ids)
@@ -115,6 +118,7 @@ cdef void set_moe_linear(Step *s, uintptr_t x, uintptr_t ids, uintptr_t experts,
     s.a.moe_linear.K, s.a.moe_linear.N, s.a.moe_linear.row_bytes = K, N, row_bytes
     s.a.moe_linear.group_bytes, s.a.moe_linear.x_stride, s.a.moe_linear.y_stride = group_bytes, x_stride, y_stride
     s.a.moe_linear.slots, s.a.moe_linear.wtype = slots, wtype
+    s.a.moe_linear.parts, s.a.moe_linear.n_experts = parts, n_experts
 
 
 cdef void set_moe_combine(Step *s, uintptr_t x, uintptr_t weights, uintptr_t shared, uintptr_t y, int64_t dim,

@@ -153,10 +153,11 @@ cdef class StepPlan:
 
     def moe_linear(self, *, uintptr_t x, uintptr_t ids, uintptr_t experts, uintptr_t y, int64_t K, int64_t N,
                    int64_t row_bytes, int wtype, int64_t slots, int64_t x_stride, int64_t y_stride,
-                   int64_t group_bytes=0):
-        """y[slot] (N,) = x[slot] @ W[ids[slot]].T, W the experts' weights by address (engine/moe.pxi)."""
+                   int64_t n_experts, int64_t parts=1, int64_t group_bytes=0):
+        """y[slot, part N ..] (N,) = x[slot] @ W_part[ids[slot]].T, W the experts' weights by address
+        (engine/moe.pxi)."""
         set_moe_linear(self._next(STEP_MOE_LINEAR), x, ids, experts, y, K, N, row_bytes, group_bytes, x_stride,
-                       y_stride, slots, wtype)
+                       y_stride, slots, parts, n_experts, wtype)
 
     def moe_combine(self, *, uintptr_t x, uintptr_t weights, uintptr_t y, int64_t dim, int64_t top_k,
                     uintptr_t shared=0):

@@ -222,12 +222,13 @@ cdef struct MoeRouteArgs:        # a token's router logits -> its top_k experts 
     bint sigmoid, norm, shared
 
 
-cdef struct MoeLinearArgs:       # y[slot] = x[slot] @ W[ids[slot]].T for each chosen expert
+cdef struct MoeLinearArgs:       # y[slot, part N ..] = x[slot] @ W_part[ids[slot]].T for each chosen expert
     const void *x                # (slots, x_stride bytes): act rows, or float32 rows (f32 / f16 weights)
     const int64_t *ids           # (slots,) each slot's expert: a MOE_ROUTE step's output
-    const uint8_t *const *experts  # (n_experts,) each expert's weight rows, or its interleaved groups
+    const uint8_t *const *experts  # (parts, n_experts) each expert's weight rows, or its interleaved groups
     float *y                     # (slots, y_stride floats)
     int64_t K, N, row_bytes, group_bytes, x_stride, y_stride, slots
+    int64_t parts, n_experts     # parts: 2 runs gate and up in one step, into [gate | up] rows
     int32_t wtype
 
 
