@@ -3,7 +3,7 @@
 Each case builds a tiny random MoE model with transformers (fixed seed, fp32, no download), saves it
 with save_pretrained, loads the folder with volvox and compares the logits of a prefill, the logits
 of a step-by-step decode (the token step's native MoE steps) and 32 greedy tokens (KV cache on both
-sides).
+sides), and batched generation (rows of several sequences routed together) against one by one.
 """
 
 import shutil
@@ -88,3 +88,9 @@ def test_greedy_tokens_match_transformers(pair):
         got.append(int(np.argmax(logits)))
         logits = session.forward([got[-1]])[-1]
     assert got == torch_greedy(model, ids, 32)
+
+
+def test_batch_equals_one_by_one(pair):
+    _, lm = pair
+    prompts = ["Once upon", "The quick brown fox jumps over", "def", "Tiny models tell tiny stories: a"]
+    assert lm.generate(prompts, max_new_tokens=16) == [lm.generate(p, max_new_tokens=16) for p in prompts]
