@@ -94,3 +94,14 @@ def test_batch_equals_one_by_one(pair):
     _, lm = pair
     prompts = ["Once upon", "The quick brown fox jumps over", "def", "Tiny models tell tiny stories: a"]
     assert lm.generate(prompts, max_new_tokens=16) == [lm.generate(p, max_new_tokens=16) for p in prompts]
+
+
+def test_token_step_runs_native_steps(pair):
+    """The decode plan lowers every node, the MoE block and the shared expert's gate included, to native steps."""
+    _, lm = pair
+    session = lm.new_session()
+    session.forward([1, 2, 3])
+    session.forward([4])
+    plan = lm._native_decode_plan()
+    assert plan and not plan.islands
+    assert "moe" in {op for _, op in plan.step_nodes}
