@@ -2,9 +2,9 @@
 
 Random transformers models (Mixtral, Qwen2-MoE) are written to GGUF with the `gguf` package as
 llama.cpp's converter lays them out: Mixtral as architecture ``llama`` with ``expert_count`` and its
-q/k rows permuted for the interleaved RoPE, Qwen2-MoE as ``qwen2moe`` with its shared expert (its gate a (dim,) vector, or in the f32 files a
-(1, dim) matrix, which llama.cpp reads alike); experts
-as 3-D ``ffn_{gate,up,down}_exps`` stacks, the router ``ffn_gate_inp`` in f32, the other matrices in
+q/k rows permuted for the interleaved RoPE, Qwen2-MoE as ``qwen2moe`` with its shared expert (its
+gate a (dim,) vector, or in the f32 files a (1, dim) matrix, which llama.cpp reads alike); experts as
+3-D ``ffn_{gate,up,down}_exps`` stacks, the router ``ffn_gate_inp`` in f32, the other matrices in
 the case's type. volvox's logits (a prefill, then a step-by-step decode) must equal llama.cpp's
 within NMSE 1e-6.
 """

@@ -1,12 +1,13 @@
-"""Mixture-of-experts feed-forward blocks for the LLaMA-family decoder (llama.py): Mixtral, Qwen2-MoE,
-OLMoE, Qwen3-MoE, from Hugging Face folders and from GGUF files.
+"""Mixture-of-experts feed-forward blocks for the LLaMA-family decoder (llama.py): Mixtral and
+Qwen2-MoE, from Hugging Face folders and from GGUF files.
 
 A layer's block is the router (a ``linear`` to one logit per expert) and the ``moe`` op (ops/moe.py:
 top-k routing, the chosen experts' SwiGLU FFNs, weighted sum); where the model has a shared expert
 that every token runs (Qwen2-MoE), its SwiGLU is ordinary nodes whose output the op adds, scaled by
-``sigmoid(W_shexp_gate x)`` when the model gates it. Expert weights are 3-D stacks (n_experts, out, in): a GGUF file's ``ffn_*_exps``
-tensors as they are (quantized ones stay packed), a HF checkpoint's per-expert matrices stacked at
-load (or its fused ``gate_up_proj`` / ``down_proj`` stacks read as views).
+``sigmoid(W_shexp_gate x)`` when the model gates it. Expert weights are 3-D stacks
+(n_experts, out, in): a GGUF file's ``ffn_*_exps`` tensors as they are (quantized ones stay packed),
+a HF checkpoint's per-expert matrices stacked at load (or its fused ``gate_up_proj`` /
+``down_proj`` stacks read as views).
 """
 
 from __future__ import annotations

@@ -99,14 +99,14 @@ def moe_ref(ctx, p, x, logits, gate, up, down, shared=None, shared_logit=None):
     """The oracle: route in float64, every chosen expert's SwiGLU FFN in float64, weighted sum (+ the shared
     expert's output, scaled by the sigmoid of its logit)."""
     ids, weights = route(logits, p["top_k"], p.get("gating", "softmax"), p.get("norm_topk", False), np.float64)
-    x64, n = x.astype(np.float64), logits.shape[1]
-    y = np.zeros(x.shape, np.float64)
+    x64, n_experts = x.astype(np.float64), logits.shape[1]
+    y = np.zeros(x.shape, np.float64)                                             # (rows, dim)
     for e in np.unique(ids):
         rows, slots = np.nonzero(ids == e)
-        xe = x64[rows]                                                            # (n, dim)
-        g = xe @ expert_matrix_ref(gate, n, e).astype(np.float64).T                 # (n_rows, ffn)
-        u = xe @ expert_matrix_ref(up, n, e).astype(np.float64).T
-        o = (g / (1 + np.exp(-g)) * u) @ expert_matrix_ref(down, n, e).astype(np.float64).T  # (n_rows, dim)
+        xe = x64[rows]                                                            # (chose e, dim)
+        g = xe @ expert_matrix_ref(gate, n_experts, e).astype(np.float64).T       # (chose e, ffn)
+        u = xe @ expert_matrix_ref(up, n_experts, e).astype(np.float64).T
+        o = (g / (1 + np.exp(-g)) * u) @ expert_matrix_ref(down, n_experts, e).astype(np.float64).T  # (chose e, dim)
         y[rows] += weights[rows, slots][:, None] * o
     if shared is not None:
         scale = 1.0 if shared_logit is None else 1 / (1 + np.exp(-shared_logit.astype(np.float64)))  # (rows, 1)
@@ -152,17 +152,16 @@ def moe_fast(ctx, p, x, logits, gate, up, down, shared=None, shared_logit=None):
     top_k = p["top_k"]
     ids, weights = route_fast(logits, top_k, p.get("gating", "softmax"), p.get("norm_topk", False),
                               shared is not None, shared_logit)
-    n = logits.shape[1]
-    gates, ups, downs = (expert_matrices(w, n) for w in (gate, up, down))
+    gates, ups, downs = (expert_matrices(w, logits.shape[1]) for w in (gate, up, down))
     out = np.empty((x.shape[0], top_k, x.shape[1]), np.float32)  # (rows, top_k, dim) each chosen expert's output
     for e in np.unique(ids):
         rows, slots = np.nonzero(ids == e)
-        xe = np.ascontiguousarray(x[rows])                        # (n, dim)
-        g = cpu.linear(xe, gates[e])                              # (n, ffn)
+        xe = np.ascontiguousarray(x[rows])                        # (chose e, dim)
+        g = cpu.linear(xe, gates[e])                              # (chose e, ffn)
         u = cpu.linear(xe, ups[e])
         h = cpu.silu(g, out=g)
         h *= u
-        out[rows, slots] = cpu.linear(h, downs[e])                # (n, dim)
+        out[rows, slots] = cpu.linear(h, downs[e])                # (chose e, dim)
     y = weights[:, 0, None] * out[:, 0]                           # (rows, dim)
     for k in range(1, top_k):
         y += weights[:, k, None] * out[:, k]
@@ -200,9 +199,9 @@ def _expert_table(plan, node, port: str, n_experts: int) -> tuple[np.ndarray, in
 def moe_cpu(plan, node) -> None:
     """A token step (one row) as native steps: route, the x row quantized for each stack's type, the
     chosen experts' gate and up GEMVs into [gate | up] rows (one step when both stacks are read alike),
-    SwiGLU, the down GEMVs, the weighted sum
-    with the shared expert's output last (engine/moe.pxi). Several rows (a prefill) run moe_fast as an island (float experts) or leave the
-    graph to the per-op executor (quantized ones, as a quantized linear on several rows does)."""
+    SwiGLU, the down GEMVs, the weighted sum with the shared expert's output last (engine/moe.pxi).
+    Several rows (a prefill) run moe_fast as an island (float experts) or leave the graph to the
+    per-op executor (quantized ones, as a quantized linear on several rows does)."""
     x, logits, y = plan.input(node, "x"), plan.input(node, "logits"), plan.output(node)
     if x.shape[0] != 1:
         plan.need(node, not any(isinstance(plan.weight(node, w), QuantTensor) for w in ("gate", "up", "down")),
@@ -216,11 +215,11 @@ def moe_cpu(plan, node) -> None:
     ffn = gate[2]
     plan.macs += top_k * 3 * ffn * dim
     shared, shared_logit = plan.optional(node, "shared"), plan.optional(node, "shared_logit")
-    ids = aligned_empty_like(plan, node, "ids", top_k, np.int64)  # the chosen experts, best first
-    weights = aligned_empty_like(plan, node, "weights", top_k + 1, np.float32)  # theirs [+ the shared expert's]
-    gate_up = aligned_empty_like(plan, node, "gate_up", top_k * 2 * ffn, np.float32)  # (top_k, 2 ffn)
-    h = aligned_empty_like(plan, node, "h", top_k * ffn, np.float32)                  # (top_k, ffn)
-    outs = aligned_empty_like(plan, node, "outs", top_k * dim, np.float32)            # (top_k, dim)
+    ids = _plan_buffer(plan, node, "ids", top_k, np.int64)  # the chosen experts, best first
+    weights = _plan_buffer(plan, node, "weights", top_k + 1, np.float32)  # (top_k [+ 1]) theirs [+ the shared one's]
+    gate_up = _plan_buffer(plan, node, "gate_up", top_k * 2 * ffn, np.float32)  # (top_k, 2 ffn)
+    h = _plan_buffer(plan, node, "h", top_k * ffn, np.float32)                  # (top_k, ffn)
+    outs = _plan_buffer(plan, node, "outs", top_k * dim, np.float32)            # (top_k, dim)
     plan.add("moe_route", logits=cpu.address(logits), ids=cpu.address(ids), weights=cpu.address(weights),
              n_experts=n_experts, top_k=top_k, sigmoid=p.get("gating", "softmax") == "sigmoid",
              norm=bool(p.get("norm_topk", False)), shared=shared is not None, shared_logit=cpu.address(shared_logit))
@@ -231,7 +230,7 @@ def moe_cpu(plan, node) -> None:
     for column, (table, code, n, k, row_bytes, group, n_parts) in zip((0, ffn), parts):
         act_bytes = cpu.engine.act_row_bytes(code, k)
         if act_bytes and code not in act_x:  # quantized experts read x as an 8-bit act row
-            act_x[code] = aligned_empty_like(plan, node, f"act_x{code}", act_bytes, np.uint8)
+            act_x[code] = _plan_buffer(plan, node, f"act_x{code}", act_bytes, np.uint8)
             plan.add("quantize_act", x=cpu.address(x), act=cpu.address(act_x[code]), K=k, wtype=code)
         plan.add("moe_linear", x=cpu.address(act_x.get(code, x)), ids=cpu.address(ids), experts=cpu.address(table),
                  y=cpu.address(gate_up) + 4 * column, K=k, N=n, row_bytes=row_bytes, wtype=code, slots=top_k,
@@ -241,7 +240,7 @@ def moe_cpu(plan, node) -> None:
     act_bytes = cpu.engine.act_row_bytes(code, k)
     hin = h
     if act_bytes:
-        hin = aligned_empty_like(plan, node, "act_h", top_k * act_bytes, np.uint8)   # (top_k, act row)
+        hin = _plan_buffer(plan, node, "act_h", top_k * act_bytes, np.uint8)   # (top_k, act row)
         plan.add("quantize_act", x=cpu.address(h), act=cpu.address(hin), K=k, wtype=code, rows=top_k)
     plan.add("moe_linear", x=cpu.address(hin), ids=cpu.address(ids), experts=cpu.address(table),
              y=cpu.address(outs), K=k, N=n, row_bytes=row_bytes, wtype=code, slots=top_k,
@@ -250,10 +249,10 @@ def moe_cpu(plan, node) -> None:
              top_k=top_k, shared=cpu.address(shared))
 
 
-def aligned_empty_like(plan, node, what: str, n: int, dtype) -> np.ndarray:
-    """A cache-line-aligned buffer of the plan's own for ``node``'s ``what`` (both lowerings share it)."""
+def _plan_buffer(plan, node, what: str, n: int, dtype) -> np.ndarray:
+    """A cache-line-aligned buffer (n,) of the plan's own for ``node``'s ``what`` (both lowerings share it)."""
     return plan.packed(node.id, what, lambda: cpu.aligned_empty(n, dtype))
 
 
-register(OpDef("moe", "moe", ("x", "logits", "gate", "up", "down", "shared?", "shared_logit?"), ("y",), _moe_infer, moe_ref, moe_fast,
-               into=moe_into, cpu=moe_cpu))
+register(OpDef("moe", "moe", ("x", "logits", "gate", "up", "down", "shared?", "shared_logit?"), ("y",), _moe_infer,
+               moe_ref, moe_fast, into=moe_into, cpu=moe_cpu))
