@@ -185,3 +185,15 @@ def test_reference_oracle_agrees_with_transformers(tmp_path, models):
         want = models["qwen2moe"](torch.tensor([IDS])).logits[0].numpy().astype(np.float64)
     with volvox.load(path, reference=True) as oracle:
         assert nmse(oracle.logits(IDS).astype(np.float64), want) < 1e-10
+
+
+def test_bad_expert_metadata_is_refused(tmp_path, models):
+    model = models["llama"]
+    used = model.config.num_experts_per_tok
+    model.config.num_experts_per_tok = model.config.num_local_experts + 1   # more experts per token than exist
+    try:
+        path = write_moe_gguf(tmp_path / "bad.gguf", model, "llama", "f32")
+    finally:
+        model.config.num_experts_per_tok = used
+    with pytest.raises(volvox.UnsupportedError, match="expert_used_count 5 of 4 experts"):
+        volvox.load(path)
