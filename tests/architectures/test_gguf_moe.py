@@ -197,3 +197,25 @@ def test_bad_expert_metadata_is_refused(tmp_path, models):
         model.config.num_experts_per_tok = used
     with pytest.raises(volvox.UnsupportedError, match="expert_used_count 5 of 4 experts"):
         volvox.load(path)
+
+
+def test_benchmark_model_tool_writes_what_llama_cpp_reads(tmp_path):
+    """tools/make_random_moe.py's file (one layer of SmolLM2-135M's width, 8 experts, top 2, q4_1) gives
+    llama.cpp's logits."""
+    import importlib.util
+    from pathlib import Path
+
+    from tiny_gguf import write_tiny_llama
+
+    spec = importlib.util.spec_from_file_location("make_random_moe", Path(__file__).parents[2] / "tools" / "make_random_moe.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tokenizer = write_tiny_llama(tmp_path / "tokenizer.gguf", n_layers=1)
+    path = tmp_path / "moe.gguf"
+    tool.write_random_moe(str(path), "q4_1", experts=8, top_k=2, layers=1, tokenizer_gguf=str(tokenizer))
+    want_prefill, want_steps = llama_cpp_logits(path, IDS)
+    with volvox.load(path) as lm:
+        prefill = lm.logits(IDS).astype(np.float64)
+        session = lm.new_session()
+        steps = np.concatenate([session.forward([t]) for t in IDS]).astype(np.float64)
+    assert nmse(prefill, want_prefill) < 1e-6 and nmse(steps, want_steps) < 1e-6
