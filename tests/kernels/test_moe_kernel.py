@@ -1,6 +1,8 @@
 """The moe op's CPU paths against its numpy oracle (ops/moe.py moe_ref, float64 over dequantized experts):
 the native token step (engine/moe.pxi, run through a step plan) and the gathered prefill path (moe_fast),
-on every tier, for float and quantized expert stacks, softmax and sigmoid routing, normalised or not.
+on every tier, for float and quantized expert stacks, softmax and sigmoid routing, normalised or not,
+without a shared expert, with an ungated one and with a sigmoid-gated one; the token step's result
+must be the per-op path's bit for bit.
 
 Quantized experts multiply 8-bit activations, so they are held to test_kernels.py's NMSE bound for
 quantized linears (2e-4); float experts to 1e-10.
