@@ -1,6 +1,6 @@
 """GGUF mixture-of-experts models against llama.cpp (llama-cpp-python) on the same file.
 
-Random transformers models (Mixtral, Qwen2-MoE) are written to GGUF with the `gguf` package as
+Random transformers models (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) are written to GGUF with the `gguf` package as
 llama.cpp's converter lays them out: Mixtral as architecture ``llama`` with ``expert_count`` and its
 q/k rows permuted for the interleaved RoPE, Qwen2-MoE as ``qwen2moe`` with its shared expert (its
 gate a (dim,) vector, or in the f32 files a (1, dim) matrix, which llama.cpp reads alike); experts as
@@ -26,18 +26,24 @@ MODELS = {
     "llama": ("MixtralConfig", dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=64)),
     "qwen2moe": ("Qwen2MoeConfig", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
                                         shared_expert_intermediate_size=96, intermediate_size=128)),
+    "qwen3moe": ("Qwen3MoeConfig", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                                        norm_topk_prob=True, head_dim=32)),
+    # llama.cpp sizes OLMoE's k_norm by the model width: no grouped-query attention
+    "olmoe": ("OlmoeConfig", dict(num_experts=4, num_experts_per_tok=2, intermediate_size=64,
+                                  num_key_value_heads=HEADS)),
 }
 CASES = [("llama", "f32"), ("llama", "f16"), ("llama", "q8_0"), ("llama", "q4_0"),
-         ("qwen2moe", "f32"), ("qwen2moe", "q8_0"), ("qwen2moe", "q4_1")]
+         ("qwen2moe", "f32"), ("qwen2moe", "q8_0"), ("qwen2moe", "q4_1"),
+         ("qwen3moe", "f32"), ("qwen3moe", "q8_0"), ("olmoe", "f32"), ("olmoe", "q4_0")]
 
 
 def random_moe(arch, vocab, seed=0):
     """A random transformers MoE model (fp32) whose weights are widened away from ties, and its config."""
     config_class, kw = MODELS[arch]
     torch.manual_seed(seed)
-    config = getattr(tf, config_class)(
-        vocab_size=vocab, num_hidden_layers=LAYERS, hidden_size=DIM, num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS, max_position_embeddings=256, tie_word_embeddings=False, **kw)
+    config = getattr(tf, config_class)(**{
+        **dict(vocab_size=vocab, num_hidden_layers=LAYERS, hidden_size=DIM, num_attention_heads=HEADS,
+               num_key_value_heads=KV_HEADS, max_position_embeddings=256, tie_word_embeddings=False), **kw})
     model = tf.AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -68,7 +74,8 @@ def write_moe_gguf(path, model, arch, qtype):
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     mixtral = arch == "llama"
     E = cfg.num_local_experts if mixtral else cfg.num_experts
-    F = cfg.intermediate_size if mixtral else cfg.moe_intermediate_size
+    F = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
+    hd = getattr(cfg, "head_dim", None) or DIM // HEADS
     tokens, merges, types = _byte_vocab()
     rope = getattr(cfg, "rope_parameters", None) or {}
     theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
@@ -78,14 +85,17 @@ def write_moe_gguf(path, model, arch, qtype):
     w.add_embedding_length(DIM)
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
+    w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_dimension_count(DIM // HEADS)
+    w.add_rope_dimension_count(hd)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
     w.add_expert_count(E)
     w.add_expert_used_count(cfg.num_experts_per_tok)
     if not mixtral:
         w.add_expert_feed_forward_length(F)
+    if arch == "qwen2moe":
         w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
@@ -110,7 +120,7 @@ def write_moe_gguf(path, model, arch, qtype):
         b, h = f"blk.{l}.", f"model.layers.{l}."
         q, k = sd[h + "self_attn.q_proj.weight"], sd[h + "self_attn.k_proj.weight"]
         if mixtral:
-            q, k = permute_rope(q, HEADS), permute_rope(k, KV_HEADS)
+            q, k = permute_rope(q, HEADS), permute_rope(k, cfg.num_key_value_heads)
         tensor(b + "attn_norm.weight", sd[h + "input_layernorm.weight"])
         tensor(b + "attn_q.weight", q)
         tensor(b + "attn_k.weight", k)
@@ -119,6 +129,9 @@ def write_moe_gguf(path, model, arch, qtype):
         for x in "qkv":
             if h + f"self_attn.{x}_proj.bias" in sd:
                 tensor(b + f"attn_{x}.bias", sd[h + f"self_attn.{x}_proj.bias"])
+        for x in "qk":  # Qwen3-MoE: per head (head_dim,); OLMoE: the whole projection
+            if h + f"self_attn.{x}_norm.weight" in sd:
+                tensor(b + f"attn_{x}_norm.weight", sd[h + f"self_attn.{x}_norm.weight"])
         tensor(b + "ffn_norm.weight", sd[h + "post_attention_layernorm.weight"])
         router = sd[h + ("block_sparse_moe.gate.weight" if mixtral and h + "block_sparse_moe.gate.weight" in sd
                          else "mlp.gate.weight")]
@@ -127,7 +140,7 @@ def write_moe_gguf(path, model, arch, qtype):
         tensor(b + "ffn_gate_exps.weight", gate)
         tensor(b + "ffn_up_exps.weight", up)
         tensor(b + "ffn_down_exps.weight", down)
-        if not mixtral:
+        if arch == "qwen2moe":
             gate = sd[h + "mlp.shared_expert_gate.weight"]  # (1, dim); llama.cpp's converter stores a vector
             tensor(b + "ffn_gate_inp_shexp.weight", gate.reshape(-1) if qtype != "f32" else gate, "f32")
             for x in ("gate", "up", "down"):

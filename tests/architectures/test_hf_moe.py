@@ -1,4 +1,4 @@
-"""Hugging Face mixture-of-experts checkpoints (mixtral, qwen2_moe) against transformers + torch.
+"""Hugging Face mixture-of-experts checkpoints (mixtral, qwen2_moe, qwen3_moe, olmoe) against transformers + torch.
 
 Each case builds a tiny random MoE model with transformers (fixed seed, fp32, no download), saves it
 with save_pretrained, loads the folder with volvox and compares the logits of a prefill, the logits
@@ -28,6 +28,11 @@ CASES = {
     "qwen2_moe-norm-dense-layer": ("Qwen2MoeConfig", dict(num_experts=4, num_experts_per_tok=3, norm_topk_prob=True,
                                                           moe_intermediate_size=32, shared_expert_intermediate_size=40,
                                                           intermediate_size=72, mlp_only_layers=[1])),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(num_experts=5, num_experts_per_tok=2, moe_intermediate_size=32,
+                                         norm_topk_prob=True, head_dim=16)),
+    "qwen3_moe-sparse-step": ("Qwen3MoeConfig", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                                     intermediate_size=64, decoder_sparse_step=2)),
+    "olmoe": ("OlmoeConfig", dict(num_experts=6, num_experts_per_tok=3, intermediate_size=32)),
 }
 
 

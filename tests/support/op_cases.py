@@ -366,6 +366,27 @@ CASES += [  # fused convs (ops/dwpw.py): depthwise -> 1x1, and expand 1x1 -> dep
               depthwise=dict(groups=8, strides=[2, 2], pads=[0, 0, 1, 1])),
          gpu=False),
 ]
+CASES += [  # the dense LLM families: RoPE scalings, soft-capped attention and logits, ggml's fp16-table GELU
+    Case("rope_yarn", "rope", dict(x=f32(4, 2 * 32), positions=np.arange(4, dtype=np.int32) * 30),
+         params=dict(head_dim=32, style="half", theta=10000.0, mscale=1.1386,
+                     yarn=dict(factor=4.0, original_context=32, beta_fast=32.0, beta_slow=1.0)),
+         bound=1e-8, gpu=False, plan=POSITIONS),
+    Case("rope_yarn_unscaled_cos", "rope", dict(x=f32(4, 2 * 32), positions=np.arange(4, dtype=np.int32) * 30),
+         params=dict(head_dim=32, style="half", theta=10000.0,
+                     yarn=dict(factor=4.0, original_context=32, beta_fast=32.0, beta_slow=1.0)),
+         bound=1e-8, plan=POSITIONS),
+    Case("rope_longrope", "rope", dict(x=f32(3, 2 * 16), positions=np.array([5, 40, 41], np.int32)),
+         params=dict(head_dim=16, style="half", theta=10000.0, mscale=1.2, longrope_context=32,
+                     longrope_short=[1.0, 1.1, 1.3, 1.7, 2.0, 2.5, 3.0, 4.0],
+                     longrope_long=[1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0]),
+         bound=1e-8, gpu=False, plan=POSITIONS),
+    Case("rope_freq_factors", "rope", dict(x=f32(3, 2 * 16), positions=np.array([0, 7, 90], np.int32)),
+         params=dict(head_dim=16, style="interleaved", theta=500000.0,
+                     freq_factors=[1.0, 1.0, 1.5, 2.0, 4.0, 8.0, 8.0, 8.0]), bound=1e-8, plan=POSITIONS),
+    Case("attention_softcap_window", "attention", **_attn(5, 4, 2, 16, window=3, softcap=2.5), kv=(1, 6), gpu=False),
+    Case("softcap", "softcap", dict(x=f32(3, 50, lo=-90, hi=90)), params=dict(cap=30.0), gpu=False),
+    Case("gelu_f16_table", "gelu_f16_table", dict(x=f32(300, lo=-12, hi=12)), gpu=False),
+]
 CASES += [  # elementwise functions of the engine's unary step and the unary shader (ops/codes.py)
     Case("leaky_relu", "leaky_relu", dict(x=f32(70, lo=-5, hi=5))),
     Case("leaky_relu_alpha", "leaky_relu", dict(x=f32(3, 45, lo=-5, hi=5)), params=dict(alpha=0.2)),

@@ -16,8 +16,7 @@ from volvox.tokenizers.wordpiece import WordPieceTokenizer
 
 # model_type -> the architecture's importer (graph, weights and dims of the folder's checkpoint)
 HF_ARCHITECTURES: dict[str, Callable[[HFConfig, HFCheckpoint], Imported]] = {
-    "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "llama": hf_llama.from_hf, "mistral": hf_llama.from_hf,
-    "qwen2": hf_llama.from_hf, "bert": bert.from_hf, "mixtral": hf_llama.from_hf, "qwen2_moe": hf_llama.from_hf,
+    "gpt2": gpt2.from_hf, "gpt_neo": gpt_neo.from_hf, "bert": bert.from_hf, **{model_type: hf_llama.from_hf for model_type in hf_llama.FAMILIES},
 }
 
 

@@ -1,5 +1,6 @@
-"""Mixture-of-experts feed-forward blocks for the LLaMA-family decoder (llama.py): Mixtral and
-Qwen2-MoE, from Hugging Face folders and from GGUF files.
+"""Mixture-of-experts feed-forward blocks for the LLaMA-family decoder (llama.py): Mixtral, Qwen2-MoE,
+Qwen3-MoE (with Qwen3's per-head QK-norm) and OLMoE (QK-norm over the whole q / k projections), from
+Hugging Face folders and from GGUF files.
 
 A layer's block is the router (a ``linear`` to one logit per expert) and the ``moe`` op (ops/moe.py:
 top-k routing, the chosen experts' SwiGLU FFNs, weighted sum); where the model has a shared expert
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from volvox.architectures.builder import GraphBuilder
-from volvox.architectures.llama import swiglu_ffn
+from volvox.architectures.llama import LlamaConfig, gated_ffn
 from volvox.errors import UnsupportedError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig
 from volvox.ir.graph import TensorSpec
@@ -33,10 +34,10 @@ class MoeConfig:
     gating: str = "softmax"       # or "sigmoid"
     dense_layers: tuple = ()      # layers with the dense SwiGLU block instead (Qwen2/3-MoE's mlp_only_layers)
 
-    def ffn(self, b: GraphBuilder, p: str, l: int, x: str) -> str:
+    def ffn(self, b: GraphBuilder, cfg: LlamaConfig, p: str, l: int, x: str) -> str:
         """Layer ``l``'s feed-forward block on x (seq, dim); returns its output (seq, dim)."""
         if l in self.dense_layers:
-            return swiglu_ffn(b, p, l, x)
+            return gated_ffn(b, cfg, p, l, x)
         logits = b.linear(p + "router", x, "router", l, p + "router_logits")  # (seq, n_experts)
         experts = {k: b.weight(k + "_exps", l) for k in ("gate", "up", "down")}  # (n_experts, out, in) each
         inputs = {"x": x, "logits": logits, **experts}
@@ -57,9 +58,15 @@ def _has(b: GraphBuilder, key: str, l: int) -> bool:
     return key in b.names and b.names[key].format(l=l) in b.weights
 
 
-# Expert tensors in GGUF files (llama.cpp's names; "{l}" is the layer index), and Qwen2-MoE's q/k/v biases.
+# The MoE model_types of HF folders -> the LlamaConfig switches of their attention (hf_llama.FAMILIES)
+MOE_FAMILIES = {"mixtral": {}, "qwen2_moe": {}, "qwen3_moe": dict(qk_norm=True), "olmoe": dict(qk_norm_full=True)}
+# ... and the MoE architectures of GGUF files -> (RoPE layout, switches, sliding pattern) (from_gguf.GGUF_FAMILIES;
+# Mixtral is architecture "llama" with expert_count)
+GGUF_MOE_FAMILIES = {"qwen2moe": ("half", {}, 0), "qwen3moe": ("half", dict(qk_norm=True), 0),
+                     "olmoe": ("half", dict(qk_norm_full=True), 0)}
+
+# Expert tensors in GGUF files (llama.cpp's names; "{l}" is the layer index).
 GGUF_MOE_NAMES = {
-    **{f"{k}_bias": f"blk.{{l}}.attn_{k}.bias" for k in "qkv"},
     "router": "blk.{l}.ffn_gate_inp.weight",
     "gate_exps": "blk.{l}.ffn_gate_exps.weight",
     "up_exps": "blk.{l}.ffn_up_exps.weight",
@@ -103,6 +110,8 @@ class HFMoe:
         dense = tuple(l for l in range(n_layers)
                       if l in only_dense or sparse_step <= 0 or (l + 1) % sparse_step)
         norm = True if kind == "mixtral" else bool(cfg.data.get("norm_topk_prob", False))
+        if cfg.data.get("clip_qkv") is not None:
+            raise cfg.unsupported("clip_qkv")
         self.config = MoeConfig(n_experts=n_experts, top_k=top_k, norm_topk=norm, dense_layers=dense)
         self.dim = dim
 

@@ -1,4 +1,4 @@
-"""Sequence ops: rotary position embedding, attention over the KV cache, row selection.
+"""Sequence ops: rotary position embedding, attention over the KV cache, logit soft-capping, row selection.
 
 These ops are stateful: they read the run context (``ctx``), which holds the
 KV cache and the number of tokens already cached (``ctx.pos``).
@@ -23,6 +23,14 @@ def _rope_infer(specs, params):
     expect(0 < rd <= hd and rd % 2 == 0, f"rope_dim {rd} must be even and within head_dim {hd}")
     if "llama3" in params:
         expect(set(params["llama3"]) == set(_LLAMA3_KEYS), f"llama3 rope params must be {list(_LLAMA3_KEYS)}")
+    if "yarn" in params:
+        expect(set(params["yarn"]) == set(_YARN_KEYS), f"yarn rope params must be {list(_YARN_KEYS)}")
+    for key in ("freq_factors",) + tuple(f"longrope_{part}" for part in ("short", "long")):
+        if key in params:
+            expect(len(params[key]) == rd // 2, f"{key} must hold rope_dim/2 = {rd // 2} factors")
+    if "longrope_short" in params or "longrope_long" in params:
+        expect({"longrope_short", "longrope_long", "longrope_context"} <= set(params),
+               "longrope needs longrope_short, longrope_long and longrope_context")
     expect(len(x.shape) == 2 and (not isinstance(x.shape[1], int) or x.shape[1] % hd == 0),
            f"x must be (seq, heads*{hd}), got {x.describe()}")
     expect(pos.dtype in ("int32", "int64") and len(pos.shape) == 1 and same_dim(pos.shape[0], x.shape[0]),
@@ -31,6 +39,9 @@ def _rope_infer(specs, params):
 
 
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context")
+_YARN_KEYS = ("factor", "original_context", "beta_fast", "beta_slow")
+# rope params that change the frequencies or the cos / sin scale: the float64 reference computes them
+SCALED_ROPE_KEYS = ("llama3", "yarn", "freq_factors", "longrope_short", "mscale")
 
 
 def llama3_inv_freq(inv_freq: np.ndarray, factor, low_freq_factor, high_freq_factor, original_context) -> np.ndarray:
@@ -42,15 +53,47 @@ def llama3_inv_freq(inv_freq: np.ndarray, factor, low_freq_factor, high_freq_fac
     return np.where(wavelen > low, inv_freq / factor, np.where(wavelen < high, inv_freq, blended))
 
 
-def rope_angles(positions: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin tables (seq, rope_dim/2) for ``positions``, with linear position scaling
-    (``scale``) or LLaMA-3.1 frequency scaling (``llama3``: {factor, low/high_freq_factor, original_context})."""
+def yarn_inv_freq(inv_freq: np.ndarray, rope_dim: int, theta: float, factor, original_context, beta_fast,
+                  beta_slow) -> np.ndarray:
+    """YaRN: each pair's frequency blended from interpolated (/ factor) to kept by how many turns it
+    makes over the original context (between beta_slow and beta_fast turns)."""
+    def turns_dim(turns):
+        return rope_dim * np.log(original_context / (turns * 2 * np.pi)) / (2 * np.log(theta))
+    low = max(np.floor(turns_dim(beta_fast)), 0.0)
+    high = min(np.ceil(turns_dim(beta_slow)), rope_dim - 1.0)
+    ramp = np.clip((np.arange(rope_dim // 2) - low) / max(high - low, 0.001), 0.0, 1.0)  # (rd/2,)
+    kept = 1.0 - ramp
+    return inv_freq / factor * (1.0 - kept) + inv_freq * kept
+
+
+def scaled_inv_freq(p: dict, positions: np.ndarray | None = None) -> np.ndarray:
+    """Per-pair inverse frequencies (rope_dim/2,) float64: theta ** (-2i / rope_dim), then the
+    model's scaling: LLaMA-3.1 (``llama3``), YaRN (``yarn``), per-pair divisors (``freq_factors``,
+    GGUF's rope_freqs), or LongRoPE's divisors (``longrope_long`` when the call's last position
+    passes ``longrope_context``, as transformers picks them per forward call, else ``longrope_short``)."""
     rd = int(p.get("rope_dim", p["head_dim"]))
-    inv_freq = float(p.get("theta", 10000.0)) ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)  # (rd/2,)
+    theta = float(p.get("theta", 10000.0))
+    inv_freq = theta ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)  # (rd/2,)
     if "llama3" in p:
         inv_freq = llama3_inv_freq(inv_freq, **{k: float(v) for k, v in p["llama3"].items()})
+    if "yarn" in p:
+        inv_freq = yarn_inv_freq(inv_freq, rd, theta, **{k: float(v) for k, v in p["yarn"].items()})
+    if "freq_factors" in p:
+        inv_freq = inv_freq / np.asarray(p["freq_factors"], np.float64)
+    if "longrope_short" in p:
+        long = positions is not None and positions.size and int(positions.max()) + 1 > int(p["longrope_context"])
+        inv_freq = inv_freq / np.asarray(p["longrope_long" if long else "longrope_short"], np.float64)
+    return inv_freq
+
+
+def rope_angles(positions: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin tables (seq, rope_dim/2) for ``positions``, with linear position scaling
+    (``scale``), the frequency scalings of scaled_inv_freq, and cos / sin multiplied by ``mscale``
+    (YaRN's and LongRoPE's attention factor)."""
+    inv_freq = scaled_inv_freq(p, positions)  # (rd/2,)
     angles = np.outer(positions / float(p.get("scale", 1.0)), inv_freq)  # (seq, rd/2)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    mscale = float(p.get("mscale", 1.0))
+    return (np.cos(angles) * mscale).astype(np.float32), (np.sin(angles) * mscale).astype(np.float32)
 
 
 def rope_ref(ctx, p, x, positions):
@@ -77,15 +120,16 @@ def rope_ref(ctx, p, x, positions):
 
 
 def rope_fast(ctx, p, x, positions):
-    """RoPE through the CPU kernel (ggml's float32 angle arithmetic); LLaMA-3.1 scaling uses the reference."""
-    if "llama3" in p:
+    """RoPE through the CPU kernel (ggml's float32 angle arithmetic); frequency scaling other than
+    linear (SCALED_ROPE_KEYS) uses the reference."""
+    if any(key in p for key in SCALED_ROPE_KEYS):
         return rope_ref(ctx, p, x, positions)
     return rope_into(ctx, p, np.empty(x.shape, np.float32), x, positions)
 
 
 def rope_into(ctx, p, out, x, positions):
     """rope_fast written into ``out`` (x's shape; x is left as it was)."""
-    if "llama3" in p:
+    if any(key in p for key in SCALED_ROPE_KEYS):
         np.copyto(out, rope_ref(ctx, p, x, positions))
         return out
     hd = int(p["head_dim"])
@@ -103,6 +147,7 @@ def _attention_infer(specs, params):
                f"{t.name} must be (seq, {nkv * hd}), got {t.describe()}")
     int(params.get("layer", 0))
     expect(int(params.get("window", 0)) >= 0, f"window must be >= 0 (0: unlimited), got {params.get('window')}")
+    expect(float(params.get("softcap", 0.0)) >= 0, f"softcap must be >= 0 (0: none), got {params.get('softcap')}")
     return {"y": (q.shape, "float32")}
 
 
@@ -111,7 +156,8 @@ def attention_ref(ctx, p, q, k, v):
 
     Appends k, v to ctx.kv at positions ctx.pos..ctx.pos+seq; causal masking by absolute position
     (``causal``, default true), limited to the last ``window`` positions when ``window`` > 0
-    (query i sees key j iff i - window < j <= i). Without a KV cache (ctx.kv is None) attends over
+    (query i sees key j iff i - window < j <= i). Scores are soft-capped to cap * tanh(s / cap)
+    before the mask when ``softcap`` > 0 (Gemma 2). Without a KV cache (ctx.kv is None) attends over
     the given k, v alone. A BatchContext runs each sequence's rows against its own cache.
     """
     if isinstance(ctx, BatchContext):
@@ -127,6 +173,9 @@ def attention_ref(ctx, p, q, k, v):
         keys, values = k_new, v_new
     qh = q.reshape(seq, nkv, group, hd).transpose(1, 2, 0, 3)  # (nkv, group, seq, hd)
     scores = (qh @ keys.transpose(0, 2, 1)[:, None]) * np.float32(p.get("scale", hd ** -0.5))  # (nkv, group, seq, total)
+    if float(p.get("softcap", 0.0)) > 0:
+        cap = np.float32(p["softcap"])
+        scores = np.tanh(scores / cap) * cap
     if p.get("causal", True):
         total = keys.shape[1]
         q_pos = start + np.arange(seq)[:, None]  # (seq, 1)
@@ -146,15 +195,15 @@ def attention_fast(ctx, p, q, k, v):
     reference, then one nogil call (parallel over heads and query rows, O(seq) memory)."""
     if isinstance(ctx, BatchContext):
         return ctx.map_rows(attention_fast, p, q, k, v)
-    if not p.get("causal", True):
+    if not p.get("causal", True) or float(p.get("softcap", 0.0)) > 0:
         return attention_ref(ctx, p, q, k, v)
     return attention_into(ctx, p, np.empty((q.shape[0], int(p["n_heads"]) * int(p["head_dim"])), np.float32), q, k, v)
 
 
 def attention_into(ctx, p, out, q, k, v):
     """attention_fast written into ``out`` (seq, n_heads * head_dim): the kernel writes it directly
-    (a batch's rows, run one sequence at a time, and non-causal attention are copied in)."""
-    if isinstance(ctx, BatchContext) or not p.get("causal", True):
+    (a batch's rows, run one sequence at a time, and non-causal or soft-capped attention are copied in)."""
+    if isinstance(ctx, BatchContext) or not p.get("causal", True) or float(p.get("softcap", 0.0)) > 0:
         np.copyto(out, attention_fast(ctx, p, q, k, v))
         return out
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
@@ -173,6 +222,20 @@ def attention_into(ctx, p, out, q, k, v):
                              int(p.get("window", 0)), out=out)
 
 
+def _softcap_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "float32", f"x must be float32, got {x.describe()}")
+    expect(float(params["cap"]) > 0, f"cap must be > 0, got {params['cap']}")
+    return {"y": (x.shape, "float32")}
+
+
+def softcap_ref(ctx, p, x):
+    """cap * tanh(x / cap) in float32: Gemma 2's soft-capping of the final logits (attention's
+    ``softcap`` param caps the scores the same way)."""
+    cap = np.float32(p["cap"])
+    return np.tanh(x / cap) * cap
+
+
 def _rows_infer(specs, params):
     x = specs["x"]
     expect(len(x.shape) == 2, f"x must be (seq, dim), got {x.describe()}")
@@ -188,13 +251,13 @@ def output_rows_ref(ctx, p, x):
 
 # ------------------------------------------------------------------- CPU plan lowering
 def rope_cpu(plan, node) -> None:
-    """RoPE of a token step's row at the run's position (ggml's arithmetic; LLaMA-3.1 scaling runs
+    """RoPE of a token step's row at the run's position (ggml's arithmetic; scaled frequencies run
     on the per-op executor)."""
     p = node.params
     x, y = plan.input(node, "x"), plan.output(node)
     hd = int(p["head_dim"])
-    plan.need(node, "llama3" not in p and plan.run_input(node, "positions") == "positions",
-              "llama3 scaling, or positions other than the run's")
+    plan.need(node, not any(key in p for key in SCALED_ROPE_KEYS) and plan.run_input(node, "positions") == "positions",
+              "frequency scaling other than linear, or positions other than the run's")
     plan.need(node, x.dtype == np.float32 and x.size % hd == 0 and x.size == y.size, "x is not whole heads")
     plan.add("rope", x=cpu.address(x), y=cpu.address(y), n_heads=x.size // hd, head_dim=hd,
              rope_dim=int(p.get("rope_dim", hd)), base=float(p.get("theta", 10000.0)),
@@ -211,6 +274,7 @@ def attention_cpu(plan, node) -> None:
     layer = int(p.get("layer", 0))
     plan.need(node, plan.layers > 0 and 0 <= layer < plan.layers, "no KV cache layer for it")
     plan.need(node, p.get("causal", True), "not causal")
+    plan.need(node, not float(p.get("softcap", 0.0)), "soft-capped scores")
     plan.need(node, q.size == nh * hd and k.size == v.size == nkv * hd, "q, k, v sizes")
     per = cpu.engine.attention_scratch_floats(plan.capacity, hd, nh // max(nkv, 1))
     scratch = np.empty(plan.threads * per, np.float32)  # (threads, per) score rows
@@ -224,16 +288,14 @@ def attention_cpu(plan, node) -> None:
 
 # ------------------------------------------------------------------ GPU lowerings
 def _check_rope(specs, params):
+    if "mscale" in params or "longrope_short" in params:
+        return "LongRoPE / YaRN cos-sin scaling"
     return None if specs["positions"].dtype == "int32" else f"positions are {specs['positions'].dtype}"
 
 
 def rope_inv_freq(p: dict) -> np.ndarray:
-    """Per-pair inverse frequencies (rope_dim/2,) as float32, LLaMA-3.1 scaling applied (as ops.attention)."""
-    rd = int(p.get("rope_dim", p["head_dim"]))
-    inv = float(p.get("theta", 10000.0)) ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)  # (rd/2,)
-    if "llama3" in p:
-        inv = llama3_inv_freq(inv, **{k: float(v) for k, v in p["llama3"].items()})
-    return inv.astype(np.float32)
+    """Per-pair inverse frequencies (rope_dim/2,) as float32, scaling applied (scaled_inv_freq)."""
+    return scaled_inv_freq(p).astype(np.float32)
 
 
 def _lower_rope(c: Call) -> list[Dispatch]:
@@ -247,6 +309,8 @@ def _lower_rope(c: Call) -> list[Dispatch]:
 
 
 def _check_attention(specs, params):
+    if float(params.get("softcap", 0.0)):
+        return "soft-capped scores"
     hd = int(params["head_dim"])
     return None if hd <= MAX_HEAD_DIM else f"head_dim {hd} > {MAX_HEAD_DIM}"
 
@@ -276,5 +340,6 @@ register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope
 register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
                stateful=True, into=attention_into, cpu=attention_cpu,
                gpu=Lowering(("copy", "attention"), _lower_attention, _check_attention)))
+register(OpDef("softcap", "attention", ("x",), ("y",), _softcap_infer, softcap_ref))
 register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True, view=True,
                gpu=Lowering(("copy",), _lower_output_rows)))

@@ -1,7 +1,8 @@
-"""Elementwise ops with numpy broadcasting: add, mul, silu, gelu."""
+"""Elementwise ops with numpy broadcasting: add, mul, silu, gelu (and ggml's fp16-table GELU)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -88,6 +89,25 @@ def gelu_ref(ctx, p, x):
     else:
         y = 0.5 * x64 * (1.0 + _erf(x64 / math.sqrt(2.0)))
     return y.astype(x.dtype)
+
+
+@functools.cache
+def _gelu_f16_table() -> np.ndarray:
+    """(65536,) float32: ggml's GELU table, the tanh form in float32 of every fp16 value, rounded to fp16."""
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)  # every fp16 value
+    with np.errstate(invalid="ignore", over="ignore"):
+        inner = np.float32(0.7978845608028654) * x * (np.float32(1.0) + np.float32(0.044715) * x * x)
+        y = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+    return y.astype(np.float16).astype(np.float32)
+
+
+def gelu_f16_table_ref(ctx, p, x):
+    """GELU as ggml's CPU backend computes it for GGUF models: x rounded to fp16 and looked up in the
+    fp16 table of the tanh form; 0 below -10, x above 10. Differs from ``gelu`` (tanh) by fp16
+    rounding, which 8-bit activation quantization after it would otherwise turn into other codes."""
+    x = np.asarray(x, np.float32)
+    table = _gelu_f16_table()[x.astype(np.float16).view(np.uint16)]
+    return np.where(x <= -10, np.float32(0.0), np.where(x >= 10, x, table)).astype(np.float32)
 
 
 # ------------------------------------------------------------------- CPU plan lowering
@@ -195,3 +215,4 @@ def gelu_into(ctx, p, out, x):
 
 register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into, cpu=gelu_cpu,
                gpu=unary_lowering("gelu")))
+register(OpDef("gelu_f16_table", "activation", ("x",), ("y",), _unary_infer, gelu_f16_table_ref))

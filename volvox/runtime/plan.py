@@ -276,6 +276,7 @@ class Plan:
         between native step ranges, exactly as the per-op executor runs it."""
         op = get_op(node.op, node.id)
         self.need(node, not op.stateful and len(node.outputs) == 1, "stateful or several outputs")
+        self.need(node, not self.layers, "a numpy island in a token step (run_token runs native steps only)")
         args = [self.input(node, p) if p in node.inputs else None for p in op.input_names]
         self.islands.append((len(self.steps), op.fast or op.ref, node.params, args, self.output(node)))
         self._copied.update(self._reads)  # numpy reads its arena view
@@ -340,7 +341,7 @@ class Plan:
                     self.solo_steps.bind_cache([address(k) for k in kv.keys], [address(v) for v in kv.values],
                                                kv.max_tokens)
                 self._bound_cache = kv
-            kv.reserve(pos + 1)
+            kv.reserve(pos + 1, pos)
             if abs(pos - self._last_pos) > 32 + self._last_pos // 4:  # another context: new timings
                 self.pacer.restart()
             self._last_pos = pos

@@ -21,7 +21,7 @@ import numpy as np
 from volvox.errors import GenerationError
 from volvox.ops.context import BatchContext, RunContext
 from volvox.runtime.executor import Executor
-from volvox.runtime.kv_cache import KVCache
+from volvox.runtime.kv_cache import KVCache, kv_window
 from volvox.runtime.plan import Plan, Unsupported
 from volvox.tasks.sampling import Sampler, SamplingParams
 from volvox.tasks.text import TextModel
@@ -58,7 +58,8 @@ class Session:
     def __init__(self, lm: "LanguageModel"):
         cfg = lm.config
         self.lm = lm
-        self.ctx = RunContext(kv=KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.context_length))
+        self.ctx = RunContext(kv=KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.context_length,
+                                         kv_window(lm.graph)))
         self.tokens: list[int] = []
 
     def forward(self, ids: list[int] | np.ndarray, all_logits: bool = False) -> np.ndarray:
