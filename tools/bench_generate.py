@@ -1,6 +1,8 @@
 """Text generation speed: volvox vs llama.cpp (llama-cpp-python) on the same GGUF, in one run.
 
     python tools/bench_generate.py [--model smollm2-135m-instruct] [--threads 1 2] [--new 128] [--rounds 3]
+    python tools/bench_generate.py --model FILE.gguf               # any GGUF volvox runs, vs llama.cpp
+                                                                   # (a random MoE: tools/make_random_moe.py)
     python tools/bench_generate.py --hf DIR [--threads 2]     # vs transformers + torch (fp32)
     python tools/bench_generate.py --hf DIR --gguf FILE        # ... and llama.cpp on FILE
     python tools/bench_generate.py --hf DIR --volvox DIR OUT   # volvox on each (OUT: e.g.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -62,10 +65,17 @@ def dram_read_gb_s(threads: int, nbytes: int = 2**29) -> float:
 
 
 def weight_bytes(path: str) -> int:
-    """Bytes of a GGUF file's tensors (what a decode step streams, the norms' few KB aside)."""
+    """Bytes of a GGUF file's tensors that a decode step streams (the norms' few KB aside): all of them,
+    but of a mixture-of-experts model's expert stacks (``*_exps``) only the share of the experts a token
+    runs (expert_used_count of expert_count)."""
     import gguf
 
-    return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
+    r = gguf.GGUFReader(path)
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    experts = r.fields.get(f"{arch}.expert_count")
+    used = r.fields.get(f"{arch}.expert_used_count")
+    share = int(used.parts[-1][0]) / int(experts.parts[-1][0]) if experts and used else 1.0
+    return int(sum(int(t.n_bytes) * (share if t.name.endswith("_exps.weight") else 1.0) for t in r.tensors))
 
 
 def print_ceiling(threads: int, context: int, streamed: dict[str, int], decodes: dict[str, float]) -> None:
@@ -81,7 +91,8 @@ def print_ceiling(threads: int, context: int, streamed: dict[str, int], decodes:
 
 
 def kv_floats_per_position(path: str) -> int:
-    """Values a LLaMA-family GGUF model's KV cache holds per position (K and V, every layer)."""
+    """Values a LLaMA-family GGUF model's KV cache holds per position (K and V, every layer; any of its
+    architectures, mixtures of experts too)."""
     import gguf
 
     r = gguf.GGUFReader(path)
@@ -187,7 +198,7 @@ def bench_transformers(path: str, threads: int, short: list[int], long: list[int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a volvox model name or a .gguf file")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--new", type=int, default=128, help="tokens to decode (default 128)")
     ap.add_argument("--context", type=int, nargs="+", default=[64, 2048],
@@ -203,7 +214,7 @@ def main() -> None:
         if a.gguf:
             peers.append(("llama.cpp", a.gguf, bench_llama_cpp))
     else:
-        path = a.model if a.model.endswith(".gguf") else str(resolve_model_file(a.model))
+        path = a.model if a.model.endswith(".gguf") or Path(a.model).is_file() else str(resolve_model_file(a.model))
         peers = [("llama.cpp", path, bench_llama_cpp)]
     with volvox.load(path) as lm:
         short, long = prompt_ids(lm.tokenizer, 32), prompt_ids(lm.tokenizer, 512)

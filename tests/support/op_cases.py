@@ -407,6 +407,28 @@ CASES += [  # state-space model ops (ops/ssm.py), from zero state (a run context
 ]
 
 
+# mixture of experts: routed SwiGLU experts over 3-D float stacks or quantized (n_experts * out, in) rows
+PREFILL = "several rows run the gathered prefill path"  # the plan's moe steps take one token
+QUANT_ROWS = "quantized experts on several rows"
+CASES += [
+    Case("moe_f32_softmax_norm", "moe", dict(x=f32(1, 64), logits=f32(1, 4)),
+         dict(gate=f32(4, 32, 64, lo=-0.2, hi=0.2), up=f32(4, 32, 64, lo=-0.2, hi=0.2),
+              down=f32(4, 64, 32, lo=-0.2, hi=0.2)), dict(top_k=2, norm_topk=True), gpu=False),
+    Case("moe_f16_sigmoid", "moe", dict(x=f32(1, 64), logits=f32(1, 5)),
+         dict(gate=f32(5, 32, 64, lo=-0.2, hi=0.2).astype(np.float16), up=f32(5, 32, 64, lo=-0.2, hi=0.2).astype(np.float16),
+              down=f32(5, 64, 32, lo=-0.2, hi=0.2).astype(np.float16)), dict(top_k=3, gating="sigmoid"), gpu=False),
+    Case("moe_q8_0_shared", "moe", dict(x=f32(1, 64), logits=f32(1, 4), shared=f32(1, 64), shared_logit=f32(1, 1)),
+         dict(gate=quant("q8_0", 4 * 32, 64), up=quant("q8_0", 4 * 32, 64), down=quant("q8_0", 4 * 64, 32)),
+         dict(top_k=2), bound=QUANT_BOUND, gpu=False),
+    Case("moe_q4_1_rows", "moe", dict(x=f32(5, 64), logits=f32(5, 4)),
+         dict(gate=quant("q4_1", 4 * 32, 64), up=quant("q4_1", 4 * 32, 64), down=quant("q4_1", 4 * 64, 32)),
+         dict(top_k=2, norm_topk=True), bound=QUANT_BOUND, gpu=False, plan=QUANT_ROWS),
+    Case("moe_f32_rows", "moe", dict(x=f32(6, 64), logits=f32(6, 4)),
+         dict(gate=f32(4, 32, 64, lo=-0.2, hi=0.2), up=f32(4, 32, 64, lo=-0.2, hi=0.2),
+              down=f32(4, 64, 32, lo=-0.2, hi=0.2)), dict(top_k=1), gpu=False, island=PREFILL),
+]
+
+
 def build_graph(case: Case) -> tuple[Graph, dict]:
     """The case's graph (validated: specs inferred) and its weights: node "n" reading the graph inputs
     (its "x" through node "p", the producer, when the case has one) and the weights, every output a

@@ -24,6 +24,7 @@ from volvox.formats.gguf import GGUFFile
 from volvox.formats.imported import Deferred, Imported, ModelDims
 from volvox.architectures import mamba
 from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph, constants
+from volvox.architectures.moe import GGUF_MOE_FAMILIES, GGUF_MOE_NAMES, as_spec, gguf_moe_config, gguf_moe_specs
 
 # Gemma's GELU as llama.cpp computes it (through an fp16 table), which quantized weights need to give its logits
 _GEMMA = dict(post_norms=True, ffn_act="gelu_f16_table")
@@ -35,6 +36,7 @@ GGUF_FAMILIES = {
     "gemma2": ("half", _GEMMA, 2),
     "gemma3": ("half", dict(_GEMMA, qk_norm=True), 6),
     "phi3": ("half", {}, 0),  # llama.cpp runs Phi-3 without its sliding window, and so does volvox
+    **GGUF_MOE_FAMILIES,
 }
 LLAMA_ARCHITECTURES = tuple(GGUF_FAMILIES)
 
@@ -162,8 +164,13 @@ def import_gguf(path: str) -> Imported:
             specs[name] = TensorSpec(name, tuple(info.shape), dtype)
         extra = constants(cfg)
         specs.update({name: TensorSpec(name, a.shape, a.dtype.name) for name, a in extra.items()})
-        graph = build_llama_graph(cfg, GGUF_NAMES, specs)
-        weights = {name: extra[name] if name in extra else gguf.tensor(name) for name in graph.weights}
+        moe = gguf_moe_config(gguf.metadata, gguf.metadata["general.architecture"], str(path))
+        if moe:  # experts (Mixtral: architecture llama with expert_count)
+            graph = build_llama_graph(cfg, {**GGUF_NAMES, **GGUF_MOE_NAMES}, gguf_moe_specs(specs), moe.ffn)
+        else:
+            graph = build_llama_graph(cfg, GGUF_NAMES, specs)
+        weights = {name: extra[name] if name in extra else as_spec(gguf.tensor(name), graph.weights[name])
+                   for name in graph.weights}
         tokenizer = Deferred(partial(ByteLevelBPETokenizer.from_gguf_metadata, gguf.metadata))
         metadata = {"task": "generate", "architecture": gguf.metadata.get("general.architecture"),
                     "name": gguf.metadata.get("general.name"), "format": "gguf",

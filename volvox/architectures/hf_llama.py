@@ -19,6 +19,7 @@ from volvox.errors import BlueprintError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, specs_of
 from volvox.formats.imported import Imported, ModelDims
 from volvox.architectures.llama import LlamaConfig, build_llama_graph, constants
+from volvox.architectures.moe import HF_MOE_NAMES, MOE_FAMILIES, HFMoe
 
 _L = "model.layers.{l}."
 HF_NAMES = {
@@ -50,6 +51,7 @@ FAMILIES = {
     "gemma2": dict(post_norms=True, ffn_act="gelu_tanh", gemma_norms=True),
     "gemma3_text": dict(post_norms=True, ffn_act="gelu_tanh", qk_norm=True, gemma_norms=True),
     "phi3": dict(fused_qkv=True, fused_gate_up=True),
+    **MOE_FAMILIES,
 }
 TIED_BY_DEFAULT = ("gemma2", "gemma3_text")  # tie_word_embeddings' default in their configs
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -124,17 +126,17 @@ def layer_windows(cfg: HFConfig, n_layers: int) -> tuple:
     """Sliding window per layer (0 = full causal attention), as transformers decides it."""
     window = cfg.get("sliding_window", default=0)
     types = cfg.data.get("layer_types")
-    if cfg.model_type in ("qwen2", "qwen3") and not cfg.data.get("use_sliding_window"):
+    if cfg.model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not cfg.data.get("use_sliding_window"):
         return ()
     if isinstance(types, list) and len(types) == n_layers:
         return tuple(window if t == "sliding_attention" else 0 for t in types)
-    if cfg.model_type == "qwen2":
+    if cfg.model_type in ("qwen2", "qwen2_moe"):
         first = cfg.get("max_window_layers", default=n_layers)
         return tuple(window if l >= first else 0 for l in range(n_layers))
     if cfg.model_type in ("gemma2", "gemma3_text"):  # configs from before layer_types: every n-th layer is global
         pattern = 2 if cfg.model_type == "gemma2" else cfg.get("sliding_window_pattern", default=6)
         return tuple(window if (l + 1) % max(pattern, 1) else 0 for l in range(n_layers))
-    return (window,) * n_layers if cfg.model_type in ("mistral", "phi3") and window else ()
+    return (window,) * n_layers if cfg.model_type in ("mistral", "phi3", "mixtral") and window else ()
 
 
 def _family_fields(cfg: HFConfig, dim: int, head_dim: int, context: int) -> dict:
@@ -175,7 +177,10 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     family = FAMILIES[cfg.model_type]
     fields = _family_fields(cfg, dim, head_dim, context)
     names = GEMMA_NAMES if family.get("gemma_norms") else HF_NAMES
-    attn_bias = cfg.model_type == "qwen2" or bool(cfg.data.get("attention_bias"))
+    moe = HFMoe(cfg, dim, n_layers) if cfg.model_type in MOE_FAMILIES else None
+    if moe:
+        names = {**names, **HF_MOE_NAMES}
+    attn_bias = cfg.model_type in ("qwen2", "qwen2_moe") or bool(cfg.data.get("attention_bias"))
     shapes = {"embed": (vocab, dim), "output_norm": (dim,)}
     if not cfg.data.get("tie_word_embeddings", cfg.model_type in TIED_BY_DEFAULT):
         shapes["output"] = (vocab, dim)
@@ -193,6 +198,8 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
     layer_shapes["down"] = (dim, ffn)
     if family.get("qk_norm"):
         layer_shapes.update(q_norm=(head_dim,), k_norm=(head_dim,))
+    if family.get("qk_norm_full"):
+        layer_shapes.update(q_norm=(q_rows,), k_norm=(kv_rows,))
     if family.get("post_norms"):
         layer_shapes.update(post_attn_norm=(dim,), post_ffn_norm=(dim,))
     if attn_bias:
@@ -212,11 +219,15 @@ def from_hf(cfg: HFConfig, ckpt: HFCheckpoint) -> Imported:
         take(key, shape, None)
     for l in range(n_layers):
         for key, shape in layer_shapes.items():
+            if moe and moe.is_moe_layer(l) and key.split("_")[0] in ("gate", "up", "down"):
+                continue  # an MoE layer: its experts instead of the dense FFN
             take(key, shape, l)
+        if moe and moe.is_moe_layer(l):
+            weights.update(moe.take(ckpt, l))
     config = LlamaConfig(
         n_layers=n_layers, dim=dim, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, ffn_dim=ffn,
         vocab_size=vocab, norm_eps=cfg.get("rms_norm_eps", default=1e-6, kind=float), rope_style="half",
         context_length=context, layer_windows=layer_windows(cfg, n_layers), **fields)
     weights.update(constants(config))
-    graph = build_llama_graph(config, names, specs_of(weights))
+    graph = build_llama_graph(config, names, specs_of(weights), moe.config.ffn if moe else None)
     return Imported(graph, {n: weights[n] for n in graph.weights}, {"task": "generate", "dims": vars(ModelDims.of(config))}, cfg.path)

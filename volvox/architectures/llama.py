@@ -17,6 +17,7 @@ RoPE base on the local ones); Phi-3 stores Q/K/V and gate/up fused
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -38,6 +39,7 @@ class LlamaConfig(TransformerShape):
     layer_windows: tuple = ()         # per-layer sliding window (0 = full causal); () = all full
     local_rope_theta: float = 0.0     # RoPE base of the sliding-window layers (Gemma 3); 0 = rope_theta
     qk_norm: bool = False             # RMSNorm over each query / key head before RoPE (Qwen3, Gemma 3)
+    qk_norm_full: bool = False        # RMSNorm over the whole query / key projection before RoPE (OLMoE)
     post_norms: bool = False          # RMSNorm of the attention and FFN outputs before each residual (Gemma)
     embed_scale: float = 0.0          # embeddings multiplied by this (Gemma: sqrt(dim)); 0 = not scaled
     ffn_act: str = "silu"             # gate activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU) or
@@ -104,11 +106,40 @@ def _head_norm(b: GraphBuilder, cfg: LlamaConfig, p: str, x: str, key: str, laye
     return b.add("reshape", p + key + "_rows", {"x": normed}, out, shape=[0, -1])  # (seq, heads*head_dim)
 
 
-def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str, TensorSpec]) -> Graph:
+def gated_ffn(b: GraphBuilder, cfg: LlamaConfig, p: str, l: int, x: str) -> str:
+    """The dense feed-forward block: W_down (act(W_gate x) * W_up x) (+ Gemma's post norm); returns its
+    output (seq, dim)."""
+    if cfg.fused_gate_up:
+        gu = b.linear(p + "gate_up_proj", x, "gate_up", l, p + "gate_up")  # (seq, 2*ffn_dim)
+        g = _columns(b, p + "gate_part", gu, 0, cfg.ffn_dim, p + "gate")
+        u = _columns(b, p + "up_part", gu, cfg.ffn_dim, 2 * cfg.ffn_dim, p + "up")
+    else:
+        g = b.linear(p + "gate_proj", x, "gate", l, p + "gate")  # (seq, ffn_dim)
+        u = b.linear(p + "up_proj", x, "up", l, p + "up")        # (seq, ffn_dim)
+    if cfg.ffn_act == "gelu_tanh":
+        g = b.add("gelu", p + "gate_act", {"x": g}, p + "gate_gelu", approximate="tanh")
+    elif cfg.ffn_act == "gelu_f16_table":
+        g = b.add("gelu_f16_table", p + "gate_act", {"x": g}, p + "gate_gelu")
+    else:
+        g = b.add("silu", p + "gate_act", {"x": g}, p + "gate_silu")
+    m = b.add("mul", p + "swiglu", {"a": g, "b": u}, p + "swiglu")
+    d = b.linear(p + "down_proj", m, "down", l, p + "down")  # (seq, dim)
+    if cfg.post_norms:
+        d = b.rms_norm(p + "post_ffn_norm", d, "post_ffn_norm", l, p + "down_norm", cfg.norm_eps)
+    return d
+
+
+# a layer's feed-forward block: (builder, config, node prefix, layer, x) -> its output's name
+FeedForward = Callable[[GraphBuilder, LlamaConfig, str, int, str], str]
+
+
+def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str, TensorSpec],
+                      ffn: FeedForward | None = None) -> Graph:
     """The decoder graph: inputs tokens/positions (seq,), output logits (out_seq, vocab).
 
     ``weights`` are the specs of the tensors in the file and of ``constants(cfg)``; a missing
-    output projection means the embedding is tied.
+    output projection means the embedding is tied. ``ffn`` builds each layer's feed-forward block
+    (architectures/moe.py's for mixture-of-experts models); None: gated_ffn.
     """
     b = GraphBuilder("LLaMA", names, weights)
     q_cols, kv_cols = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
@@ -136,6 +167,9 @@ def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str
         if cfg.qk_norm:
             q = _head_norm(b, cfg, p, q, "q_norm", l, p + "q_n")
             k = _head_norm(b, cfg, p, k, "k_norm", l, p + "k_n")
+        elif cfg.qk_norm_full:
+            q = b.rms_norm(p + "q_norm", q, "q_norm", l, p + "q_n", cfg.norm_eps)  # (seq, n_heads*head_dim)
+            k = b.rms_norm(p + "k_norm", k, "k_norm", l, p + "k_n", cfg.norm_eps)  # (seq, n_kv_heads*head_dim)
         rope = _rope_params(cfg, l)
         q = b.add("rope", p + "q_rope", {"x": q, "positions": "positions"}, p + "q_rot", **rope)
         k = b.add("rope", p + "k_rope", {"x": k, "positions": "positions"}, p + "k_rot", **rope)
@@ -148,25 +182,9 @@ def build_llama_graph(cfg: LlamaConfig, names: dict[str, str], weights: dict[str
             h = b.add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
         else:
             h = b.attention_residual(p, l, h, q, k, v, attn, window)
-        # feed-forward block: h += W_down (act(W_gate x) * W_up x), x = rmsnorm(h)
+        # feed-forward block: h += ffn(x), x = rmsnorm(h)
         x = b.rms_norm(p + "ffn_norm", h, "ffn_norm", l, p + "x_ffn", cfg.norm_eps)
-        if cfg.fused_gate_up:
-            gu = b.linear(p + "gate_up_proj", x, "gate_up", l, p + "gate_up")  # (seq, 2*ffn_dim)
-            g = _columns(b, p + "gate_part", gu, 0, cfg.ffn_dim, p + "gate")
-            u = _columns(b, p + "up_part", gu, cfg.ffn_dim, 2 * cfg.ffn_dim, p + "up")
-        else:
-            g = b.linear(p + "gate_proj", x, "gate", l, p + "gate")  # (seq, ffn_dim)
-            u = b.linear(p + "up_proj", x, "up", l, p + "up")        # (seq, ffn_dim)
-        if cfg.ffn_act == "gelu_tanh":
-            g = b.add("gelu", p + "gate_act", {"x": g}, p + "gate_gelu", approximate="tanh")
-        elif cfg.ffn_act == "gelu_f16_table":
-            g = b.add("gelu_f16_table", p + "gate_act", {"x": g}, p + "gate_gelu")
-        else:
-            g = b.add("silu", p + "gate_act", {"x": g}, p + "gate_silu")
-        m = b.add("mul", p + "swiglu", {"a": g, "b": u}, p + "swiglu")
-        d = b.linear(p + "down_proj", m, "down", l, p + "down")  # (seq, dim)
-        if cfg.post_norms:
-            d = b.rms_norm(p + "post_ffn_norm", d, "post_ffn_norm", l, p + "down_norm", cfg.norm_eps)
+        d = (ffn or gated_ffn)(b, cfg, p, l, x)  # (seq, dim)
         h = b.add("add", p + "ffn_residual", {"a": h, "b": d}, f"h.{l + 1}")
     h = b.add("output_rows", "output_rows", {"x": h}, "h.out")  # (out_seq, dim)
     h = b.rms_norm("output_norm", h, "output_norm", None, "h.norm", cfg.norm_eps)

@@ -121,11 +121,12 @@ cdef class StepPlan:
         s.a.norm.bias, s.a.norm.y = <const float *> ptr(bias), <float *> ptr(y)
         s.a.norm.dim, s.a.norm.rows, s.a.norm.eps = dim, rows, eps
 
-    def quantize_act(self, *, uintptr_t x, uintptr_t act, int64_t K, int wtype):
-        """act = the 8-bit activation row of x (K,) for weights of type wtype (act_row_bytes(wtype, K))."""
+    def quantize_act(self, *, uintptr_t x, uintptr_t act, int64_t K, int wtype, int64_t rows=1):
+        """act (rows, act_row_bytes(wtype, K)) = the 8-bit activation rows of x (rows, K) for weights of
+        type wtype."""
         cdef Step *s = self._next(STEP_QUANTIZE_ACT)
         s.a.quantize_act.x, s.a.quantize_act.act = <const float *> ptr(x), <uint8_t *> ptr(act)
-        s.a.quantize_act.K, s.a.quantize_act.rows, s.a.quantize_act.wtype = K, 1, wtype
+        s.a.quantize_act.K, s.a.quantize_act.rows, s.a.quantize_act.wtype = K, rows, wtype
         s.a.quantize_act.act_stride = vx_act_row_bytes(wtype, K)
 
     def linear(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, int64_t K, int64_t N,
@@ -143,6 +144,25 @@ cdef class StepPlan:
         s.a.linear.K, s.a.linear.N, s.a.linear.row_bytes, s.a.linear.rows = K, N, row_bytes, rows
         s.a.linear.x_stride = act if act else K * <int64_t>sizeof(float)
         s.a.linear.wtype = wtype
+
+    def moe_route(self, *, uintptr_t logits, uintptr_t ids, uintptr_t weights, int64_t n_experts, int64_t top_k,
+                  bint sigmoid=False, bint norm=False, bint shared=False, uintptr_t shared_logit=0):
+        """ids (top_k,) int64, weights (top_k [+ 1 shared],) float32 = a token's chosen experts (engine/moe.pxi)."""
+        set_moe_route(self._next(STEP_MOE_ROUTE), logits, shared_logit, ids, weights, n_experts, top_k, sigmoid,
+                      norm, shared)
+
+    def moe_linear(self, *, uintptr_t x, uintptr_t ids, uintptr_t experts, uintptr_t y, int64_t K, int64_t N,
+                   int64_t row_bytes, int wtype, int64_t slots, int64_t x_stride, int64_t y_stride,
+                   int64_t n_experts, int64_t parts=1, int64_t group_bytes=0):
+        """y[slot, part N ..] (N,) = x[slot] @ W_part[ids[slot]].T, W the experts' weights by address
+        (engine/moe.pxi)."""
+        set_moe_linear(self._next(STEP_MOE_LINEAR), x, ids, experts, y, K, N, row_bytes, group_bytes, x_stride,
+                       y_stride, slots, parts, n_experts, wtype)
+
+    def moe_combine(self, *, uintptr_t x, uintptr_t weights, uintptr_t y, int64_t dim, int64_t top_k,
+                    uintptr_t shared=0):
+        """y (dim,) = the weighted sum of x's top_k rows (+ the shared expert's row; 0: none) (engine/moe.pxi)."""
+        set_moe_combine(self._next(STEP_MOE_COMBINE), x, weights, shared, y, dim, top_k)
 
     def rope(self, *, uintptr_t x, uintptr_t y, int64_t n_heads, int64_t head_dim, int64_t rope_dim, float base,
              float freq_scale, bint interleaved):

@@ -212,6 +212,34 @@ cdef struct GlobalAvgArgs:
     int64_t N, HW, C
 
 
+cdef struct MoeRouteArgs:        # a token's router logits -> its top_k experts and their weights (engine/moe.pxi)
+    const float *logits          # (n_experts,)
+    const float *shared_logit    # (1,) the shared expert's gate logit, or NULL
+    const void *unused
+    int64_t *ids                 # (top_k,) the chosen experts, best first
+    float *weights               # (top_k,) their weights [+ the shared expert's: sigmoid(shared_logit), or 1]
+    int64_t n_experts, top_k
+    bint sigmoid, norm, shared
+
+
+cdef struct MoeLinearArgs:       # y[slot, part N ..] = x[slot] @ W_part[ids[slot]].T for each chosen expert
+    const void *x                # (slots, x_stride bytes): act rows, or float32 rows (f32 / f16 weights)
+    const int64_t *ids           # (slots,) each slot's expert: a MOE_ROUTE step's output
+    const uint8_t *const *experts  # (parts, n_experts) each expert's weight rows, or its interleaved groups
+    float *y                     # (slots, y_stride floats)
+    int64_t K, N, row_bytes, group_bytes, x_stride, y_stride, slots
+    int64_t parts, n_experts     # parts: 2 runs gate and up in one step, into [gate | up] rows
+    int32_t wtype
+
+
+cdef struct MoeCombineArgs:      # y = sum over slots of weights[slot] * x[slot] (+ weights[top_k] * shared)
+    const float *x               # (top_k, dim)
+    const float *weights         # (top_k,) [+ 1]
+    const float *shared          # (dim,) the shared expert's output, or NULL
+    float *y                     # (dim,)
+    int64_t dim, top_k
+
+
 cdef union StepArgs:
     Operands ops
     EmbedArgs embed
@@ -230,6 +258,9 @@ cdef union StepArgs:
     WindowArgs win
     SoftmaxI8Args softmax_i8
     GlobalAvgArgs global_avg
+    MoeRouteArgs moe_route
+    MoeLinearArgs moe_linear
+    MoeCombineArgs moe_combine
 
 
 cdef struct Step:
@@ -268,6 +299,9 @@ cpdef enum StepKind:
     STEP_AVG_POOL
     STEP_QSOFTMAX
     STEP_GLOBAL_AVG
+    STEP_MOE_ROUTE
+    STEP_MOE_LINEAR
+    STEP_MOE_COMBINE
     STEP_NKINDS
 
 
@@ -767,3 +801,5 @@ register(STEP_MAX_POOL, "max_pool", rows_of_window, run_max_pool)
 register(STEP_AVG_POOL, "avg_pool", rows_of_window, run_avg_pool)
 register(STEP_QSOFTMAX, "qsoftmax", one_item, run_qsoftmax)
 register(STEP_GLOBAL_AVG, "global_avg", runs_of_global_avg, run_global_avg)
+
+include "moe.pxi"
