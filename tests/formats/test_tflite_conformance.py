@@ -1,0 +1,306 @@
+"""TFLite conformance: single-operator models written by tools/tflite_writer.py, run by LiteRT's
+builtin kernels (no XNNPACK delegate) and by volvox on the same inputs.
+
+int8 / int32 results must be bit-exact, float32 results equal within 1e-5. Every case runs through
+volvox's numpy references (``reference=True``) and through its production path (fast kernels and
+step plans). Shapes are deliberately awkward: odd sizes, broadcasting, SAME / VALID padding,
+strides, every fused activation. The cases are listed by ``conformance_cases()`` so that
+tools/gen_tflite_conformance.py can report them per op.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from volvox.errors import UnsupportedError
+from volvox.formats.tflite import read_tflite
+from volvox.model import Model
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("tflite_writer", ROOT / "tools" / "tflite_writer.py")
+writer = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(writer)
+
+ACTS = {"none": 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
+Q_IN = dict(scale=0.05, zero_point=3)       # int8 activations: scale 0.05, zero point 3
+Q_OUT = dict(scale=0.07, zero_point=-5)
+
+
+class Case:
+    """One single-op model: its op (for the report), a name, the .tflite bytes and the inputs."""
+
+    def __init__(self, op: str, name: str, model: bytes, feeds: list[np.ndarray]):
+        self.op, self.name, self.model, self.feeds = op, name, model, feeds
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def rand(rng, shape, dtype="float32") -> np.ndarray:
+    """Test inputs: int8 over the whole range, float32 standard normal (scaled to 3)."""
+    if dtype == "int8":
+        return rng.integers(-128, 128, size=shape, dtype=np.int8)
+    return (rng.standard_normal(shape) * 3).astype(np.float32)
+
+
+def single_op(op: str, in_shapes, out_shapes, dtype="float32", options=None, fields=(), consts=(), version=1,
+              q_in=None, q_out=None, out_dtype=None, in_dtype=None) -> bytes:
+    """A model of one ``op``: runtime inputs ``in_shapes``, then constant inputs ``consts`` (arrays, or
+    (array, dtype, quant) triples; None for an absent optional input), outputs ``out_shapes``."""
+    m = writer.ModelBuilder()
+    q_in = q_in if q_in is not None else (Q_IN if dtype == "int8" else {})
+    q_out = q_out if q_out is not None else (Q_OUT if (out_dtype or dtype) == "int8" else {})
+    ins = [m.input(s, in_dtype or dtype, **q_in) for s in in_shapes]
+    for c in consts:
+        if c is None:
+            ins.append(-1)
+        elif isinstance(c, tuple):
+            ins.append(m.tensor(c[0].shape, c[1], data=c[0], **c[2]))
+        else:
+            ins.append(m.tensor(c.shape, c.dtype.name, data=c))
+    outs = [m.output(s, out_dtype or dtype, **q_out) for s in out_shapes]
+    m.op(op, ins, outs, options, fields, version)
+    return m.build()
+
+
+def conformance_cases() -> list[Case]:
+    """Every conformance case, in a fixed order (seeded inputs)."""
+    rng = np.random.default_rng(19)
+    cases: list[Case] = []
+
+    def add(op, name, model, *shapes_or_arrays, dtype="float32"):
+        feeds = [s if isinstance(s, np.ndarray) else rand(rng, s, dtype) for s in shapes_or_arrays]
+        cases.append(Case(op, f"{op}-{name}", model, feeds))
+
+    # ---------------------------------------------------------------- binary elementwise
+    shapes = {"same": ((2, 5, 7, 3), (2, 5, 7, 3)), "bcast": ((2, 5, 7, 3), (1, 1, 7, 1)), "rank": ((3,), (2, 3))}
+    for op, opt in (("ADD", "AddOptions"), ("SUB", "SubOptions"), ("MUL", "MulOptions"), ("DIV", "DivOptions")):
+        for (sname, (sa, sb)), act in itertools.product(shapes.items(), ACTS):
+            out = np.broadcast_shapes(sa, sb)
+            add(op, f"f32-{sname}-{act}", single_op(op, [sa, sb], [out], options=opt, fields=[("b", ACTS[act])]), sa, sb)
+            if op == "DIV":
+                continue
+            for qname, qb in (("", dict(scale=0.11, zero_point=-20)), ("-smallb", dict(scale=0.013, zero_point=0))):
+                m = writer.ModelBuilder()
+                a, b = m.input(sa, "int8", **Q_IN), m.input(sb, "int8", **qb)
+                y = m.output(out, "int8", **(Q_OUT if op != "MUL" else dict(scale=0.3, zero_point=1)))
+                m.op(op, [a, b], [y], opt, [("b", ACTS[act])], version=2)
+                add(op, f"int8-{sname}-{act}{qname}", m.build(), sa, sb, dtype="int8")
+    const_b = rand(rng, (1, 1, 3))
+    add("ADD", "f32-const", single_op("ADD", [(2, 4, 3)], [(2, 4, 3)], options="AddOptions", fields=[("b", 0)],
+                                      consts=[const_b]), (2, 4, 3))
+    add("SQUARED_DIFFERENCE", "f32-bcast", single_op("SQUARED_DIFFERENCE", [(2, 5, 3), (5, 1)], [(2, 5, 3)]),
+        (2, 5, 3), (5, 1))
+
+    # ---------------------------------------------------------------- pooling
+    geometries = [((3, 3), (2, 2), 0), ((3, 3), (2, 2), 1), ((2, 2), (1, 1), 0), ((2, 3), (1, 2), 1)]
+    for op in ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D"):
+        for (kernel, strides, padding), act in itertools.product(geometries, ACTS):
+            x = (2, 7, 9, 3)
+            oh = [-(-x[1 + a] // strides[a]) if padding == 0 else (x[1 + a] - kernel[a]) // strides[a] + 1 for a in (0, 1)]
+            fields = [("b", padding), ("i", strides[1]), ("i", strides[0]), ("i", kernel[1]), ("i", kernel[0]),
+                      ("b", ACTS[act])]
+            pad = "same" if padding == 0 else "valid"
+            name = f"k{kernel[0]}x{kernel[1]}-s{strides[0]}x{strides[1]}-{pad}-{act}"
+            out = (2, oh[0], oh[1], 3)
+            add(op, f"f32-{name}", single_op(op, [x], [out], options="Pool2DOptions", fields=fields), x)
+            if op != "L2_POOL_2D":
+                add(op, f"int8-{name}", single_op(op, [x], [out], "int8", "Pool2DOptions", fields, q_out=Q_IN,
+                                                   version=2), x, dtype="int8")
+
+    # ---------------------------------------------------------------- fully connected / batch matmul
+    for (xs, keep, units), act in itertools.product([((3, 10), 0, 4), ((2, 5, 2), 0, 5), ((2, 3, 10), 1, 4)], ACTS):
+        out = (*xs[:-1], units) if keep else (int(np.prod(xs)) // 10, units)
+        fields = [("b", ACTS[act]), ("b", 0), ("b", keep)]
+        w, bias = rand(rng, (units, 10)), rand(rng, (units,))
+        name = f"{'x'.join(map(str, xs))}{'-keep' if keep else ''}-{act}"
+        add("FULLY_CONNECTED", f"f32-{name}", single_op("FULLY_CONNECTED", [xs], [out], options="FullyConnectedOptions",
+                                                         fields=fields, consts=[w, bias], version=5), xs)
+        wq = (rng.integers(-127, 128, (units, 10)).astype(np.int8), "int8", dict(scale=0.02, zero_point=0))
+        bq = (rng.integers(-3000, 3000, units).astype(np.int32), "int32", dict(scale=0.05 * 0.02, zero_point=0))
+        add("FULLY_CONNECTED", f"int8-{name}", single_op("FULLY_CONNECTED", [xs], [out], "int8", "FullyConnectedOptions",
+                                                          fields, consts=[wq, bq], version=5), xs, dtype="int8")
+    add("FULLY_CONNECTED", "f32-nobias", single_op("FULLY_CONNECTED", [(3, 10)], [(3, 4)], options="FullyConnectedOptions",
+                                                    fields=[("b", 0)], consts=[rand(rng, (4, 10)), None]), (3, 10))
+    for adj_x, adj_y in itertools.product((0, 1), (0, 1)):
+        a = (2, 5, 3) if adj_x else (2, 3, 5)
+        b = (2, 4, 5) if adj_y else (2, 5, 4)
+        add("BATCH_MATMUL", f"f32-adj{adj_x}{adj_y}", single_op("BATCH_MATMUL", [a, b], [(2, 3, 4)],
+                                                               options="BatchMatMulOptions",
+                                                               fields=[("b", adj_x), ("b", adj_y)]), a, b)
+
+    # ---------------------------------------------------------------- convolution fused activations
+    for act in ACTS:
+        w = rand(rng, (4, 3, 3, 3))
+        add("CONV_2D", f"f32-{act}", single_op("CONV_2D", [(1, 7, 6, 3)], [(1, 4, 3, 4)], options="Conv2DOptions",
+                                               fields=[("b", 0), ("i", 2), ("i", 2), ("b", ACTS[act])],
+                                               consts=[w, rand(rng, (4,))]), (1, 7, 6, 3))
+
+    # ---------------------------------------------------------------- activations and unary math
+    for op, fields in (("RELU", ()), ("RELU6", ()), ("RELU_N1_TO_1", ()), ("LOGISTIC", ()), ("HARD_SWISH", ()),
+                       ("LEAKY_RELU", [("f", 0.15)]), ("TANH", ())):
+        options = "LeakyReluOptions" if op == "LEAKY_RELU" else None
+        if op != "TANH":
+            add(op, "f32", single_op(op, [(2, 5, 7)], [(2, 5, 7)], options=options, fields=fields), (2, 5, 7))
+        if op in ("RELU", "RELU6", "RELU_N1_TO_1"):
+            add(op, "int8", single_op(op, [(2, 5, 7)], [(2, 5, 7)], "int8", version=1 if op == "RELU_N1_TO_1" else 2),
+                (2, 5, 7), dtype="int8")
+        if op in ("LOGISTIC", "TANH"):
+            q = dict(scale=1 / 256, zero_point=-128) if op == "LOGISTIC" else dict(scale=1 / 128, zero_point=0)
+            add(op, "int8", single_op(op, [(2, 128)], [(2, 128)], "int8", q_out=q, version=2),
+                np.arange(-128, 128, dtype=np.int8).reshape(2, 128))
+    positive = np.abs(rand(rng, (3, 7))) + np.float32(0.01)
+    for op in ("SQRT", "RSQRT"):
+        add(op, "f32", single_op(op, [(3, 7)], [(3, 7)]), positive)
+    add("PRELU", "f32-channel", single_op("PRELU", [(2, 4, 5, 3)], [(2, 4, 5, 3)], consts=[rand(rng, (1, 1, 3))]),
+        (2, 4, 5, 3))
+    for beta in (1.0, 0.4):
+        add("SOFTMAX", f"f32-beta{beta}", single_op("SOFTMAX", [(3, 11)], [(3, 11)], options="SoftmaxOptions",
+                                                    fields=[("f", beta)]), (3, 11))
+        add("SOFTMAX", f"int8-beta{beta}", single_op("SOFTMAX", [(3, 11)], [(3, 11)], "int8", "SoftmaxOptions",
+                                                     [("f", beta)], q_out=dict(scale=1 / 256, zero_point=-128),
+                                                     version=2), (3, 11), dtype="int8")
+
+    # ---------------------------------------------------------------- quantize / dequantize
+    add("QUANTIZE", "f32-int8", single_op("QUANTIZE", [(4, 9)], [(4, 9)], out_dtype="int8"), (4, 9))
+    add("QUANTIZE", "int8-int8", single_op("QUANTIZE", [(4, 9)], [(4, 9)], "int8", version=2), (4, 9), dtype="int8")
+    add("DEQUANTIZE", "int8-f32", single_op("DEQUANTIZE", [(4, 9)], [(4, 9)], "int8", out_dtype="float32", q_out={},
+                                            version=2), (4, 9), dtype="int8")
+
+    # ---------------------------------------------------------------- data movement (float32 and int8, one quantization)
+    for dtype in ("float32", "int8"):
+        t = "f32" if dtype == "float32" else "int8"
+        same = dict(q_out=Q_IN) if dtype == "int8" else {}
+        v = 2 if dtype == "int8" else 1
+
+        def move(op, name, ins, outs, *feeds, **kw):
+            add(op, f"{t}-{name}", single_op(op, ins, outs, dtype, version=v, **same, **kw), *feeds, dtype=dtype)
+
+        add("RESHAPE", f"{t}-3d-2d", single_op("RESHAPE", [(2, 3, 5)], [(6, 5)], dtype, consts=[np.array([6, 5], np.int32)],
+                                              **same), (2, 3, 5), dtype=dtype)
+        move("SQUEEZE", "axis1", [(2, 1, 5)], [(2, 5)], (2, 1, 5), options="SqueezeOptions",
+             fields=[writer.fb_vec("i", [1])])
+        add("EXPAND_DIMS", f"{t}-axis-1", single_op("EXPAND_DIMS", [(2, 5)], [(2, 5, 1)], dtype,
+                                                    consts=[np.array([-1], np.int32)], **same), (2, 5), dtype=dtype)
+        move("TRANSPOSE", "0312", [(2, 3, 4, 5)], [(2, 5, 3, 4)], (2, 3, 4, 5), consts=[np.array([0, 3, 1, 2], np.int32)])
+        move("CONCATENATION", "axis-1", [(2, 3, 4), (2, 3, 1), (2, 3, 2)], [(2, 3, 7)], (2, 3, 4), (2, 3, 1),
+             (2, 3, 2), options="ConcatenationOptions", fields=[("i", -1), ("b", 0)])
+        move("CONCATENATION", "axis0", [(1, 3), (2, 3)], [(3, 3)], (1, 3), (2, 3), options="ConcatenationOptions",
+             fields=[("i", 0), ("b", 0)])
+        move("PACK", "axis1", [(3, 4), (3, 4)], [(3, 2, 4)], (3, 4), (3, 4), options="PackOptions",
+             fields=[("i", 2), ("i", 1)])
+        move("UNPACK", "axis2", [(3, 4, 2)], [(3, 4), (3, 4)], (3, 4, 2), options="UnpackOptions",
+             fields=[("i", 2), ("i", 2)])
+        move("PAD", "hw", [(1, 3, 5, 2)], [(1, 6, 6, 2)], (1, 3, 5, 2), consts=[np.array([[0, 0], [1, 2], [0, 1], [0, 0]], np.int32)])
+        fill = np.array([1.5], np.float32) if dtype == "float32" else (np.array([-9], np.int8), "int8", Q_IN)
+        move("PADV2", "value", [(1, 3, 5, 2)], [(1, 4, 8, 2)], (1, 3, 5, 2),
+             consts=[np.array([[0, 0], [0, 1], [2, 1], [0, 0]], np.int32), fill])
+        move("SLICE", "size-1", [(3, 7, 5)], [(2, 4, 5)], (3, 7, 5),
+             consts=[np.array([1, 2, 0], np.int32), np.array([2, 4, -1], np.int32)])
+        for name, begin, end, strides, masks, out in (
+                ("basic", [0, 1, 0], [3, 7, 5], [1, 2, 2], (0, 0, 0), (3, 3, 3)),
+                ("masks", [1, -3, 2], [3, 0, 4], [1, 1, 1], (1, 2, 0), (3, 3, 2)),
+                ("negative", [2, -1, 0], [0, 0, 5], [-1, -2, 1], (0, 2, 0), (2, 4, 5)),
+                ("shrink", [1, 0, 3], [2, 7, 4], [1, 1, 1], (0, 0, 5), (7,))):
+            begin_mask, end_mask, shrink = masks
+            move("STRIDED_SLICE", name, [(3, 7, 5)], [out], (3, 7, 5), options="StridedSliceOptions",
+                 fields=[("i", begin_mask), ("i", end_mask), ("i", 0), ("i", 0), ("i", shrink)],
+                 consts=[np.array(begin, np.int32), np.array(end, np.int32), np.array(strides, np.int32)])
+        m = writer.ModelBuilder()
+        axis = m.tensor((), "int32", data=np.array(1, np.int32))
+        x = m.input((2, 6, 3), dtype, **(Q_IN if dtype == "int8" else {}))
+        outs = [m.output((2, 2, 3), dtype, **(Q_IN if dtype == "int8" else {})) for _ in range(3)]
+        m.op("SPLIT", [axis, x], outs, "SplitOptions", [("i", 3)], version=v)
+        add("SPLIT", f"{t}-axis1", m.build(), (2, 6, 3), dtype=dtype)
+        move("SPLIT_V", "sizes", [(2, 6, 3)], [(2, 1, 3), (2, 5, 3)], (2, 6, 3), options="SplitVOptions",
+             fields=[("i", 2)], consts=[np.array([1, 5], np.int32), np.array(1, np.int32)])
+        move("SPACE_TO_DEPTH", "b2", [(1, 4, 6, 3)], [(1, 2, 3, 12)], (1, 4, 6, 3), options="SpaceToDepthOptions",
+             fields=[("i", 2)])
+        move("DEPTH_TO_SPACE", "b2", [(1, 2, 3, 8)], [(1, 4, 6, 2)], (1, 2, 3, 8), options="DepthToSpaceOptions",
+             fields=[("i", 2)])
+        move("RESIZE_NEAREST_NEIGHBOR", "up", [(1, 3, 5, 2)], [(1, 7, 9, 2)], (1, 3, 5, 2),
+             consts=[np.array([7, 9], np.int32)])
+
+    # ---------------------------------------------------------------- reductions
+    for keep in (0, 1):
+        add("MEAN", f"f32-hw-keep{keep}", single_op("MEAN", [(2, 5, 7, 3)], [(2, 1, 1, 3) if keep else (2, 3)],
+                                                   options="ReducerOptions", fields=[("b", keep)],
+                                                   consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
+    return cases
+
+
+CASES = conformance_cases()
+
+
+def litert_outputs(model: bytes, feeds: list[np.ndarray]) -> list[np.ndarray]:
+    """The outputs of LiteRT's builtin kernels (no delegate) on ``feeds``, in the model's order."""
+    it = litert.Interpreter(model_content=model,
+                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it.allocate_tensors()
+    for detail, x in zip(it.get_input_details(), feeds):
+        it.set_tensor(detail["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def volvox_outputs(path, feeds: list[np.ndarray], reference: bool) -> list[np.ndarray]:
+    """volvox's outputs on ``feeds`` (numpy references, or the production path)."""
+    graph, weights, meta = read_tflite(path)
+    out = Model(graph, weights, meta, str(path), reference=reference).run(
+        {spec.name: x for spec, x in zip(graph.inputs, feeds)})
+    return [out[name] for name in graph.outputs]
+
+
+def compare(ours: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Bit-exact for integers, within 1e-5 (relative to the output's magnitude) for float32."""
+    assert ours.shape == want.shape and ours.dtype == want.dtype, f"{what}: {ours.dtype}{ours.shape} vs {want.dtype}{want.shape}"
+    if want.dtype.kind in "iub":
+        np.testing.assert_array_equal(ours, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), err_msg=what)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_single_op_equals_litert(case, tmp_path):
+    path = tmp_path / f"{case.name}.tflite"
+    path.write_bytes(case.model)
+    want = litert_outputs(case.model, case.feeds)
+    for reference in (True, False):
+        for k, (ours, expected) in enumerate(zip(volvox_outputs(path, case.feeds, reference), want)):
+            compare(ours, expected, f"{case.name} output {k} ({'reference' if reference else 'production'})")
+
+
+def _refused(tmp_path, model: bytes, match: str) -> None:
+    path = tmp_path / "refused.tflite"
+    path.write_bytes(model)
+    with pytest.raises(UnsupportedError, match=match):
+        read_tflite(path)
+
+
+def test_unknown_version_is_refused_naming_op_version_and_index(tmp_path):
+    m = writer.ModelBuilder()
+    x = m.input((2, 3))
+    y = m.tensor((2, 3))
+    z = m.output((2, 3))
+    m.op("RELU", [x], [y])
+    m.op("ADD", [x, y], [z], "AddOptions", [("b", 0)], version=9)
+    _refused(tmp_path, m.build(), r"operator 1 \(ADD v9\): version 9 of ADD is not supported")
+
+
+def test_unsupported_fused_activation_and_types_are_refused(tmp_path):
+    tanh = single_op("ADD", [(2, 3), (2, 3)], [(2, 3)], options="AddOptions", fields=[("b", 4)])
+    _refused(tmp_path, tanh, r"operator 0 \(ADD v1\): fused activation 4")
+    int16 = single_op("ADD", [(2, 3), (2, 3)], [(2, 3)], "int16", "AddOptions", [("b", 0)], version=3,
+                      q_in=dict(scale=0.1, zero_point=0), q_out=dict(scale=0.1, zero_point=0))
+    _refused(tmp_path, int16, "type int16")
+    div = single_op("DIV", [(2, 3), (2, 3)], [(2, 3)], "int8", "DivOptions", [("b", 0)], version=2)
+    _refused(tmp_path, div, r"operator 0 \(DIV v2\): int8 DIV is not supported")
+    concat_relu = single_op("CONCATENATION", [(2, 3), (2, 3)], [(2, 6)], options="ConcatenationOptions",
+                            fields=[("i", 1), ("b", 1)])
+    _refused(tmp_path, concat_relu, r"operator 0 \(CONCATENATION v1\): fused relu")

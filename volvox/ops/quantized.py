@@ -1,0 +1,157 @@
+"""int8 elementwise, pooling and lookup ops, bit-exact to TFLite's builtin kernels.
+
+Each op keeps the float scales and zero points of its tensors as params and derives TFLite's
+(int32 multiplier, shift) pairs from them exactly as TFLite's Prepare does, so a blueprint says
+what it computes rather than how:
+
+- ``qadd`` (also subtraction): both inputs rescaled to 2 * max(input scales) with 20 bits of
+  headroom, summed, rescaled to the output (reference_integer_ops/add.h);
+- ``qmul``: (a - zp_a) (b - zp_b) rescaled by s_a s_b / s_y (reference_integer_ops/mul.h);
+- ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
+- ``qrescale``: (x - zp_in) rescaled by a multiplier, + zp_out, clamped (int8 QUANTIZE, RELU, RELU6);
+- ``qlookup``: y = table[x + 128], a 256-entry table the importer computes as TFLite's LUTPopulate
+  does (LOGISTIC, TANH, ...).
+
+Broadcasting follows numpy. Every int32 intermediate is exact in int64 numpy arithmetic. The per-op
+executor runs the references; step plans run qadd, qmul and qmax_pool2d natively
+(_kernels/engine/quantized_ops.pxi, the same integer arithmetic).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from volvox import cpu
+from volvox.ir.graph import expect
+from volvox.ops.elementwise import broadcast_plan, broadcast_shape
+from volvox.ops.int8 import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier
+from volvox.ops.pool import plan_window, pool_out_shape, pool_taps
+from volvox.ops.registry import OpDef, register
+
+ADD_LEFT_SHIFT = 20  # TFLite's headroom for int8 ADD / SUB
+
+
+def _f32(v) -> float:
+    """A scale param as the float32 TFLite stores, widened to double exactly."""
+    return float(np.float32(v))
+
+
+def _clamp(y: np.ndarray, p: dict) -> np.ndarray:
+    return np.clip(y, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))).astype(np.int8)
+
+
+def _check_int8(specs, *ports) -> None:
+    for port in ports:
+        expect(specs[port].dtype == "int8", f"{port} must be int8, got {specs[port].describe()}")
+
+
+def _binary_infer(specs, params):
+    _check_int8(specs, "a", "b")
+    for key in ("a_scale", "b_scale", "y_scale"):
+        expect(_f32(params[key]) > 0, f"{key} must be positive, got {params[key]}")
+    return {"y": (broadcast_shape(specs["a"].shape, specs["b"].shape), "int8")}
+
+
+# ----------------------------------------------------------------------------- add / sub / mul
+def qadd_multipliers(p: dict) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """TFLite's (multiplier, shift) for input a, input b (negated for subtraction) and the output."""
+    sa, sb, sy = _f32(p["a_scale"]), _f32(p["b_scale"]), _f32(p["y_scale"])
+    twice_max = 2 * max(sa, sb)
+    ma, sha = quantize_multiplier(sa / twice_max)
+    mb, shb = quantize_multiplier(sb / twice_max)
+    my, shy = quantize_multiplier(twice_max / ((1 << ADD_LEFT_SHIFT) * sy))
+    return (ma, sha), (-mb if p.get("subtract") else mb, shb), (my, shy)
+
+
+def qadd_ref(ctx, p, a, b):
+    """int8 a + b (a - b when ``subtract``) through TFLite's fixed-point rescaling."""
+    (ma, sha), (mb, shb), (my, shy) = qadd_multipliers(p)
+    xa = (a.astype(np.int64) - int(p["a_zero_point"])) << ADD_LEFT_SHIFT    # a's shape
+    xb = (b.astype(np.int64) - int(p["b_zero_point"])) << ADD_LEFT_SHIFT    # b's shape
+    total = multiply_by_quantized_multiplier(xa, ma, sha) + multiply_by_quantized_multiplier(xb, mb, shb)  # broadcast
+    return _clamp(multiply_by_quantized_multiplier(total, my, shy) + int(p["y_zero_point"]), p)
+
+
+def qmul_multiplier(p: dict) -> tuple[int, int]:
+    """TFLite's (multiplier, shift) of s_a * s_b / s_y (the product and quotient in float32, as TFLite)."""
+    real = np.float32(p["a_scale"]) * np.float32(p["b_scale"]) / np.float32(p["y_scale"])
+    return quantize_multiplier(float(real))
+
+
+def qmul_ref(ctx, p, a, b):
+    """int8 a * b: the exact integer product of the zero-point-shifted inputs, rescaled."""
+    m, shift = qmul_multiplier(p)
+    prod = (a.astype(np.int64) - int(p["a_zero_point"])) * (b.astype(np.int64) - int(p["b_zero_point"]))
+    return _clamp(multiply_by_quantized_multiplier(prod, m, shift) + int(p["y_zero_point"]), p)
+
+
+# ----------------------------------------------------------------------------- pooling
+def _qmax_pool_infer(specs, params):
+    _check_int8(specs, "x")
+    return {"y": (pool_out_shape(specs["x"], params), "int8")}
+
+
+def qmax_pool2d_ref(ctx, p, x):
+    """int8 max over each window's in-image pixels (padding never wins), clamped."""
+    return _clamp(pool_taps(x, p, INT8_MIN, np.maximum), p)
+
+
+# ----------------------------------------------------------------------------- rescale / lookup
+def _unary_infer(specs, params):
+    _check_int8(specs, "x")
+    return {"y": (specs["x"].shape, "int8")}
+
+
+def qrescale_ref(ctx, p, x):
+    """int8 zp_out + MultiplyByQuantizedMultiplier(x - zp_in, multiplier, shift), clamped."""
+    shifted = x.astype(np.int64) - int(p["input_zero_point"])
+    y = multiply_by_quantized_multiplier(shifted, int(p["multiplier"]), int(p["shift"])) + int(p["output_zero_point"])
+    return _clamp(y, p)
+
+
+def _lookup_infer(specs, params):
+    _check_int8(specs, "x")
+    t = specs["table"]
+    expect(t.dtype == "int8" and t.shape == (256,), f"table must be int8[256], got {t.describe()}")
+    return {"y": (specs["x"].shape, "int8")}
+
+
+def qlookup_ref(ctx, p, x, table):
+    """int8 table[x + 128]: a function of one int8 value tabulated at import."""
+    return table[x.astype(np.int64) + 128]
+
+
+# ------------------------------------------------------------------- CPU plan lowering
+def qbinary_cpu(plan, node) -> None:
+    """qadd / qmul as one native step (engine/quantized_ops.pxi); a broadcast first operand swaps
+    with the second, its zero point and multiplier with it (the integer sum and product commute)."""
+    p = node.params
+    a, b, y = plan.input(node, "a"), plan.input(node, "b"), plan.output(node)
+    zps = [int(p["a_zero_point"]), int(p["b_zero_point"])]
+    if node.op == "qmul":
+        requant = qmul_multiplier(p)
+    else:
+        ra, rb, ry = qadd_multipliers(p)
+        requant = ra + rb + ry
+    if a.shape != y.shape:
+        a, b, zps = b, a, zps[::-1]
+        if node.op == "qadd":
+            requant = rb + ra + ry
+    plan.need(node, a.shape == y.shape, "a broadcast of both operands")
+    b_count, b_div = broadcast_plan(plan, node, b.shape, y.shape)
+    plan.add("qbinary", a=cpu.address(a), b=cpu.address(b), y=cpu.address(y), count=y.size, mul=node.op == "qmul",
+             zero_points=(zps[0], zps[1], int(p["y_zero_point"])), requant=tuple(int(v) for v in requant),
+             lo=int(p.get("act_min", INT8_MIN)), hi=int(p.get("act_max", INT8_MAX)), b_count=b_count, b_div=b_div)
+
+
+def qmax_pool2d_cpu(plan, node) -> None:
+    p, x, y = node.params, plan.input(node, "x"), plan.output(node)
+    plan.add("qmax_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y),
+             lo=int(p.get("act_min", INT8_MIN)), hi=int(p.get("act_max", INT8_MAX)))
+
+
+register(OpDef("qadd", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_ref, cpu=qbinary_cpu))
+register(OpDef("qmul", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_ref, cpu=qbinary_cpu))
+register(OpDef("qmax_pool2d", "quantized", ("x",), ("y",), _qmax_pool_infer, qmax_pool2d_ref, cpu=qmax_pool2d_cpu))
+register(OpDef("qrescale", "quantized", ("x",), ("y",), _unary_infer, qrescale_ref))
+register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref))
