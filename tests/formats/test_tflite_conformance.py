@@ -142,6 +142,28 @@ def conformance_cases() -> list[Case]:
                                                fields=[("b", 0), ("i", 2), ("i", 2), ("b", ACTS[act])],
                                                consts=[w, rand(rng, (4,))]), (1, 7, 6, 3))
 
+    for dtype, (out, strides, kernel, padding), act in itertools.product(
+            ("float32", "int8"), [((1, 8, 10, 2), 2, 3, 0), ((1, 7, 9, 2), 2, 3, 0), ((1, 9, 11, 2), 2, 3, 1),
+                                  ((1, 4, 5, 2), 1, 2, 0), ((1, 12, 15, 2), 3, 3, 0)], ("none", "relu6")):
+        m = writer.ModelBuilder()
+        x_shape = (1, 4, 5, 3)
+        shape = m.tensor((4,), "int32", data=np.array(out, np.int32))
+        if dtype == "float32":
+            w = m.tensor((2, kernel, kernel, 3), data=rand(rng, (2, kernel, kernel, 3)))
+            b = m.tensor((2,), data=rand(rng, (2,)))
+            x, y = m.input(x_shape), m.output(out)
+        else:
+            w = m.tensor((2, kernel, kernel, 3), "int8", data=rng.integers(-127, 128, (2, kernel, kernel, 3)),
+                         scale=[0.02, 0.03], zero_point=[0, 0])
+            b = m.tensor((2,), "int32", data=rng.integers(-900, 900, 2), scale=[0.05 * 0.02, 0.05 * 0.03],
+                         zero_point=[0, 0])
+            x, y = m.input(x_shape, "int8", **Q_IN), m.output(out, "int8", **Q_OUT)
+        m.op("TRANSPOSE_CONV", [shape, w, x, b], [y], "TransposeConvOptions",
+             [("b", padding), ("i", strides), ("i", strides), ("b", ACTS[act])], version=4 if dtype == "int8" else 4)
+        t = "f32" if dtype == "float32" else "int8"
+        name = f"{t}-{'x'.join(map(str, out[1:3]))}-s{strides}-k{kernel}-{'same' if padding == 0 else 'valid'}-{act}"
+        add("TRANSPOSE_CONV", name, m.build(), x_shape, dtype=dtype)
+
     # ---------------------------------------------------------------- activations and unary math
     for op, fields in (("RELU", ()), ("RELU6", ()), ("RELU_N1_TO_1", ()), ("LOGISTIC", ()), ("HARD_SWISH", ()),
                        ("LEAKY_RELU", [("f", 0.15)]), ("TANH", ())):

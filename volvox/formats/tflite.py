@@ -251,6 +251,65 @@ class _Importer:
         else:
             raise UnsupportedError(f"{where}: input type {x.dtype} is not supported (float32, int8)")
 
+    def transpose_conv(self, k, op, opts, ins, outs, where) -> None:
+        """TRANSPOSE_CONV (output_shape, weights, input[, bias]) as a stride-1 conv over the input with
+        stride - 1 zeros (int8: the input zero point) between pixels, padded so that output pixel o reads
+        input pixel i through tap o - i * stride + pad_top, with the filter flipped: TFLite's reference
+        loop, the same products and (int8) the same integer sums."""
+        if opts is None or len(ins) < 3:
+            raise TFLiteError(f"{where}: missing options or inputs")
+        x, out = self.tensors[ins[2]], self.tensors[outs[0]]
+        w = self.const(ins[1], where, "the filter")
+        strides = (opts.scalar(2, "<i", 1), opts.scalar(1, "<i", 1))
+        act = self.act(opts.scalar(3, "<b"), where)
+        if len(x.shape) != 4 or w.ndim != 4 or w.shape[3] != x.shape[3] or min(strides) < 1:
+            raise UnsupportedError(f"{where}: needs NHWC input, (out, kh, kw, in) filter and strides >= 1")
+        n, h, wd, c = x.shape
+        sh, sw = strides
+        out_hw = out.shape[1:3]
+        pads = []
+        for a, (size, stride) in enumerate(((h, sh), (wd, sw))):
+            kernel = w.shape[1 + a]
+            if opts.scalar(0, "<b") == PADDING_VALID:
+                before = 0
+            else:  # TFLite's ComputePaddingWithOffset of the conv this one transposes
+                total = max(0, ((out_hw[a] + stride - 1) // stride - 1) * stride + kernel - out_hw[a])
+                before = total // 2
+            if before > kernel - 1:
+                raise UnsupportedError(f"{where}: padding {before} past the filter")
+            lead = kernel - 1 - before                             # zeros before the dilated input
+            span = out_hw[a] + kernel - 1                          # rows / columns the conv reads
+            pads.append((lead, span - lead - size * stride))       # after: may be negative (cropped)
+        node_id = f"transpose_conv_{k}"
+        fill = x.qparams()[1] if x.dtype == "int8" else 0
+        steps = [("reshape", {"x": self.runtime(ins[2], where)}, {"shape": [n, h, 1, wd, 1, c]}),
+                 ("pad", {}, dict(pads=[[0, 0], [0, 0], [0, sh - 1], [0, 0], [0, sw - 1], [0, 0]],
+                                  **({"value": fill} if fill else {}))),
+                 ("reshape", {}, {"shape": [n, h * sh, wd * sw, c]}),
+                 ("pad", {}, dict(pads=[[0, 0], [pads[0][0], max(pads[0][1], 0)], [pads[1][0], max(pads[1][1], 0)],
+                                        [0, 0]], **({"value": fill} if fill else {})))]
+        if min(pads[0][1], pads[1][1]) < 0:
+            steps.append(("slice", {}, dict(axes=[1, 2], starts=[0, 0],
+                                             ends=[out_hw[0] + w.shape[1] - 1, out_hw[1] + w.shape[2] - 1])))
+        self.chain(f"{node_id}.dilate", steps, f"{node_id}.x")
+        flipped = np.ascontiguousarray(w[:, ::-1, ::-1, :])        # (out, kh, kw, in)
+        inputs = {"x": f"{node_id}.x", "weight": self.weight(f"{node_id}.weight", flipped)}
+        bias = self.consts.get(ins[3]) if len(ins) > 3 and ins[3] >= 0 else None
+        geometry = dict(strides=[1, 1], dilations=[1, 1], pads=[0, 0, 0, 0], groups=1)
+        if x.dtype == "float32" and w.dtype == np.float32:
+            if bias is not None:
+                inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
+            if act in ("none", "relu", "relu6"):
+                self.add("conv2d", node_id, inputs, outs[0], activation=act, **geometry)
+            else:
+                self.float_result("conv2d", node_id, inputs, outs[0], act, activation="none", **geometry)
+        elif x.dtype == "int8":
+            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where, fc=False)
+            self.add("qconv2d", node_id, inputs, outs[0], input_zero_point=x.qparams()[1],
+                     output_zero_point=out.qparams()[1], **self.act_range(act, out), **geometry)
+        else:
+            raise UnsupportedError(f"{where}: input / filter types {x.dtype} / {w.dtype} are not supported")
+
     def quantized_weights(self, inputs: dict, node_id: str, x: _Tensor, w: _Tensor, out: _Tensor,
                           bias, where: str, fc: bool) -> None:
         """int32 bias and per-channel (multiplier, shift) weights of an int8 conv / FC node."""
@@ -633,7 +692,7 @@ class _Importer:
 
     # ------------------------------------------------------------------ dispatch
     HANDLERS = {
-        "CONV_2D": conv, "DEPTHWISE_CONV_2D": conv, "FULLY_CONNECTED": fully_connected, "BATCH_MATMUL": batch_matmul,
+        "CONV_2D": conv, "DEPTHWISE_CONV_2D": conv, "TRANSPOSE_CONV": transpose_conv, "FULLY_CONNECTED": fully_connected, "BATCH_MATMUL": batch_matmul,
         "AVERAGE_POOL_2D": pool, "MAX_POOL_2D": pool, "L2_POOL_2D": pool,
         "RESIZE_BILINEAR": resize, "RESIZE_NEAREST_NEIGHBOR": resize,
         "ADD": binary, "SUB": binary, "MUL": binary, "DIV": binary, "SQUARED_DIFFERENCE": binary,
