@@ -135,6 +135,20 @@ def conformance_cases() -> list[Case]:
                                                                options="BatchMatMulOptions",
                                                                fields=[("b", adj_x), ("b", adj_y)]), a, b)
 
+    for op, w_shape, x_shape, out, options, fields in (
+            ("FULLY_CONNECTED", (4, 10), (3, 10), (3, 4), "FullyConnectedOptions", [("b", 1)]),
+            ("CONV_2D", (4, 3, 3, 3), (1, 7, 6, 3), (1, 4, 3, 4), "Conv2DOptions", [("b", 0), ("i", 2), ("i", 2), ("b", 3)])):
+        m = writer.ModelBuilder()   # float16 weights behind DEQUANTIZE (TFLite's float16 quantization)
+        w16 = m.tensor(w_shape, "float16", data=rand(rng, w_shape).astype(np.float16))
+        w32 = m.tensor(w_shape)
+        b16 = m.tensor(w_shape[:1], "float16", data=rand(rng, w_shape[:1]).astype(np.float16))
+        b32 = m.tensor(w_shape[:1])
+        x, y = m.input(x_shape), m.output(out)
+        m.op("DEQUANTIZE", [w16], [w32], version=3)
+        m.op("DEQUANTIZE", [b16], [b32], version=3)
+        m.op(op, [x, w32, b32], [y], options, fields)
+        add(op, "f16-weights", m.build(), x_shape)
+
     # ---------------------------------------------------------------- convolution fused activations
     for act in ACTS:
         w = rand(rng, (4, 3, 3, 3))
@@ -170,9 +184,9 @@ def conformance_cases() -> list[Case]:
         options = "LeakyReluOptions" if op == "LEAKY_RELU" else None
         if op != "TANH":
             add(op, "f32", single_op(op, [(2, 5, 7)], [(2, 5, 7)], options=options, fields=fields), (2, 5, 7))
-        if op in ("RELU", "RELU6", "RELU_N1_TO_1"):
-            add(op, "int8", single_op(op, [(2, 5, 7)], [(2, 5, 7)], "int8", version=1 if op == "RELU_N1_TO_1" else 2),
-                (2, 5, 7), dtype="int8")
+        if op in ("RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU"):
+            add(op, "int8", single_op(op, [(2, 5, 7)], [(2, 5, 7)], "int8", options=options, fields=fields,
+                                      version=1 if op == "RELU_N1_TO_1" else 2), (2, 5, 7), dtype="int8")
         if op in ("LOGISTIC", "TANH"):
             q = dict(scale=1 / 256, zero_point=-128) if op == "LOGISTIC" else dict(scale=1 / 128, zero_point=0)
             add(op, "int8", single_op(op, [(2, 128)], [(2, 128)], "int8", q_out=q, version=2),

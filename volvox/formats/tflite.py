@@ -463,7 +463,7 @@ class _Importer:
         xname = self.runtime(ins[0], where)
         dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
         if dtype == "int8":
-            return self.int8_unary(node_id, op, x, out, xname, outs[0], where)
+            return self.int8_unary(node_id, op, opts, x, out, xname, outs[0], where)
         if op == "RELU":
             self.add("relu", node_id, {"x": xname}, outs[0])
         elif op in ("RELU6", "RELU_N1_TO_1"):
@@ -485,19 +485,27 @@ class _Importer:
         else:
             raise UnsupportedError(f"{where}: float32 {op} is not supported")
 
-    def int8_unary(self, node_id, op, x, out, xname, out_idx, where) -> None:
+    def int8_unary(self, node_id, op, opts, x, out, xname, out_idx, where) -> None:
         (sx, zx), (sy, zy) = x.qparams(), out.qparams()
         if op in ("RELU", "RELU6", "RELU_N1_TO_1"):
             m, shift = quantize_multiplier(sx / sy)  # TFLite: double(input scale) / double(output scale)
             act = {"RELU": "relu", "RELU6": "relu6", "RELU_N1_TO_1": "relu_n1_to_1"}[op]
             self.add("qrescale", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
                      multiplier=m, shift=shift, **self.act_range(act, out))
+        elif op == "LEAKY_RELU":
+            # TFLite: the alpha multiplier's real value is float32 arithmetic, the identity's double
+            alpha = np.float32(opts.scalar(0, "<f") if opts else 0.0)
+            m, shift = quantize_multiplier(sx / sy)
+            m_neg, shift_neg = quantize_multiplier(float(np.float32(sx) * alpha / np.float32(sy)))
+            self.add("qrescale", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
+                     multiplier=m, shift=shift, negative_multiplier=m_neg, negative_shift=shift_neg)
         elif op in ("LOGISTIC", "TANH"):
             fn = (lambda v: np.float32(1) / (np.float32(1) + float32_exp(-v))) if op == "LOGISTIC" else float32_tanh
             table = lut_int8(sx, zx, sy, zy, fn)
             self.add("qlookup", node_id, {"x": xname, "table": self.weight(f"{node_id}.table", table)}, out_idx)
         else:
-            raise UnsupportedError(f"{where}: int8 {op} is not supported (int8 RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH)")
+            raise UnsupportedError(f"{where}: int8 {op} is not supported "
+                                   "(int8 RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, LOGISTIC, TANH)")
 
     def prelu(self, k, op, opts, ins, outs, where) -> None:
         """PRELU (float32): relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite."""

@@ -8,7 +8,8 @@ what it computes rather than how:
   headroom, summed, rescaled to the output (reference_integer_ops/add.h);
 - ``qmul``: (a - zp_a) (b - zp_b) rescaled by s_a s_b / s_y (reference_integer_ops/mul.h);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
-- ``qrescale``: (x - zp_in) rescaled by a multiplier, + zp_out, clamped (int8 QUANTIZE, RELU, RELU6);
+- ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8
+  QUANTIZE, RELU, RELU6, LEAKY_RELU);
 - ``qlookup``: y = table[x + 128], a 256-entry table the importer computes as TFLite's LUTPopulate
   does (LOGISTIC, TANH, ...).
 
@@ -103,9 +104,15 @@ def _unary_infer(specs, params):
 
 
 def qrescale_ref(ctx, p, x):
-    """int8 zp_out + MultiplyByQuantizedMultiplier(x - zp_in, multiplier, shift), clamped."""
+    """int8 zp_out + MultiplyByQuantizedMultiplier(x - zp_in, multiplier, shift), clamped; values below
+    the input zero point use (negative_multiplier, negative_shift) when given (LEAKY_RELU's alpha)."""
     shifted = x.astype(np.int64) - int(p["input_zero_point"])
-    y = multiply_by_quantized_multiplier(shifted, int(p["multiplier"]), int(p["shift"])) + int(p["output_zero_point"])
+    m, shift = int(p["multiplier"]), int(p["shift"])
+    if "negative_multiplier" in p:
+        negative = shifted < 0
+        m = np.where(negative, int(p["negative_multiplier"]), m)
+        shift = np.where(negative, int(p["negative_shift"]), shift)
+    y = multiply_by_quantized_multiplier(shifted, m, shift) + int(p["output_zero_point"])
     return _clamp(y, p)
 
 
