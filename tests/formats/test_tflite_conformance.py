@@ -187,6 +187,13 @@ def conformance_cases() -> list[Case]:
         if op in ("RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU"):
             add(op, "int8", single_op(op, [(2, 5, 7)], [(2, 5, 7)], "int8", options=options, fields=fields,
                                       version=1 if op == "RELU_N1_TO_1" else 2), (2, 5, 7), dtype="int8")
+        if op == "HARD_SWISH":
+            for qname, q in (("", Q_OUT), ("-wide", dict(scale=0.5, zero_point=-100)), ("-fine", dict(scale=0.004, zero_point=7))):
+                add(op, f"int8{qname}", single_op(op, [(2, 128)], [(2, 128)], "int8", q_out=q),
+                    np.arange(-128, 128, dtype=np.int8).reshape(2, 128))
+            add(op, "int8-fine-input", single_op(op, [(2, 128)], [(2, 128)], "int8", q_in=dict(scale=0.003, zero_point=-9),
+                                                 q_out=dict(scale=0.002, zero_point=-20)),
+                np.arange(-128, 128, dtype=np.int8).reshape(2, 128))
         if op in ("LOGISTIC", "TANH"):
             q = dict(scale=1 / 256, zero_point=-128) if op == "LOGISTIC" else dict(scale=1 / 128, zero_point=0)
             add(op, "int8", single_op(op, [(2, 128)], [(2, 128)], "int8", q_out=q, version=2),
