@@ -185,8 +185,9 @@ def conformance_cases() -> list[Case]:
         if op != "TANH":
             add(op, "f32", single_op(op, [(2, 5, 7)], [(2, 5, 7)], options=options, fields=fields), (2, 5, 7))
         if op in ("RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU"):
-            add(op, "int8", single_op(op, [(2, 5, 7)], [(2, 5, 7)], "int8", options=options, fields=fields,
-                                      version=1 if op == "RELU_N1_TO_1" else 2), (2, 5, 7), dtype="int8")
+            add(op, "int8", single_op(op, [(2, 128)], [(2, 128)], "int8", options=options, fields=fields,
+                                      version=1 if op == "RELU_N1_TO_1" else 2),
+                np.arange(-128, 128, dtype=np.int8).reshape(2, 128))
         if op == "HARD_SWISH":
             for qname, q in (("", Q_OUT), ("-wide", dict(scale=0.5, zero_point=-100)), ("-fine", dict(scale=0.004, zero_point=7))):
                 add(op, f"int8{qname}", single_op(op, [(2, 128)], [(2, 128)], "int8", q_out=q),
@@ -201,6 +202,11 @@ def conformance_cases() -> list[Case]:
     positive = np.abs(rand(rng, (3, 7))) + np.float32(0.01)
     for op in ("SQRT", "RSQRT"):
         add(op, "f32", single_op(op, [(3, 7)], [(3, 7)]), positive)
+    for qname, qa in (("", dict(scale=0.01, zero_point=5)), ("-big", dict(scale=0.2, zero_point=-30))):
+        alpha = (rng.integers(-128, 128, (1, 1, 3)).astype(np.int8), "int8", qa)
+        add("PRELU", f"int8-channel{qname}", single_op("PRELU", [(2, 4, 32, 3)], [(2, 4, 32, 3)], "int8", consts=[alpha],
+                                                       version=1), np.arange(-128, 128, dtype=np.int8).reshape(1, 4, 64, 1)
+            .repeat(3, axis=3).reshape(2, 4, 32, 3))
     add("PRELU", "f32-channel", single_op("PRELU", [(2, 4, 5, 3)], [(2, 4, 5, 3)], consts=[rand(rng, (1, 1, 3))]),
         (2, 4, 5, 3))
     for beta in (1.0, 0.4):

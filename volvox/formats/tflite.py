@@ -511,10 +511,18 @@ class _Importer:
                                    "(int8 RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH)")
 
     def prelu(self, k, op, opts, ins, outs, where) -> None:
-        """PRELU (float32): relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite."""
-        self.types(where, ins[:2] + outs, ("float32",))
+        """PRELU: float32 as relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite; int8 as
+        TFLite's two rescalings (``qprelu``)."""
+        dtype = self.types(where, ins[:2] + outs, ("float32", "int8"))
         node_id = f"prelu_{k}"
         x, alpha = self.runtime(ins[0], where), self.value(ins[1], where)
+        if dtype == "int8":
+            (sx, zx), (sa, za), (sy, zy) = (self.tensors[i].qparams() for i in (ins[0], ins[1], outs[0]))
+            m, shift = quantize_multiplier(sx / sy)
+            m_alpha, shift_alpha = quantize_multiplier(sx * sa / sy)
+            return self.add("qprelu", node_id, {"x": x, "alpha": alpha}, outs[0], input_zero_point=zx,
+                            alpha_zero_point=za, output_zero_point=zy, multiplier=m, shift=shift,
+                            alpha_multiplier=m_alpha, alpha_shift=shift_alpha)
         self.nodes.append(Node(f"{node_id}.pos", "relu", {"x": x}, {"y": f"{node_id}.p"}, {}))
         self.nodes.append(Node(f"{node_id}.neg", "sub", {"a": x, "b": f"{node_id}.p"}, {"y": f"{node_id}.n"}, {}))
         self.nodes.append(Node(f"{node_id}.scale", "mul", {"a": alpha, "b": f"{node_id}.n"}, {"y": f"{node_id}.an"}, {}))

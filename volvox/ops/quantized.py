@@ -7,6 +7,7 @@ what it computes rather than how:
 - ``qadd`` (also subtraction): both inputs rescaled to 2 * max(input scales) with 20 bits of
   headroom, summed, rescaled to the output (reference_integer_ops/add.h);
 - ``qmul``: (a - zp_a) (b - zp_b) rescaled by s_a s_b / s_y (reference_integer_ops/mul.h);
+- ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8
   QUANTIZE, RELU, RELU6, LEAKY_RELU);
@@ -86,6 +87,23 @@ def qmul_ref(ctx, p, a, b):
     return _clamp(multiply_by_quantized_multiplier(prod, m, shift) + int(p["y_zero_point"]), p)
 
 
+def _prelu_infer(specs, params):
+    _check_int8(specs, "x", "alpha")
+    expect(broadcast_shape(specs["x"].shape, specs["alpha"].shape) == specs["x"].shape,
+           f"alpha {specs['alpha'].describe()} must broadcast to x {specs['x'].describe()}")
+    return {"y": (specs["x"].shape, "int8")}
+
+
+def qprelu_ref(ctx, p, x, alpha):
+    """int8 PReLU: (x - zp) rescaled by (multiplier, shift) where x >= zp, else (x - zp)(alpha - zp_alpha)
+    rescaled by (alpha_multiplier, alpha_shift); + zp_out, saturated."""
+    xs = x.astype(np.int64) - int(p["input_zero_point"])                      # x's shape
+    al = np.broadcast_to(alpha.astype(np.int64) - int(p["alpha_zero_point"]), xs.shape)
+    positive = multiply_by_quantized_multiplier(xs, int(p["multiplier"]), int(p["shift"]))
+    negative = multiply_by_quantized_multiplier(xs * al, int(p["alpha_multiplier"]), int(p["alpha_shift"]))
+    return _clamp(np.where(xs >= 0, positive, negative) + int(p["output_zero_point"]), p)
+
+
 # ----------------------------------------------------------------------------- pooling
 def _qmax_pool_infer(specs, params):
     _check_int8(specs, "x")
@@ -160,5 +178,6 @@ def qmax_pool2d_cpu(plan, node) -> None:
 register(OpDef("qadd", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_ref, cpu=qbinary_cpu))
 register(OpDef("qmul", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_ref, cpu=qbinary_cpu))
 register(OpDef("qmax_pool2d", "quantized", ("x",), ("y",), _qmax_pool_infer, qmax_pool2d_ref, cpu=qmax_pool2d_cpu))
+register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qprelu_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _unary_infer, qrescale_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref))
