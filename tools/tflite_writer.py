@@ -97,8 +97,9 @@ def tfl_quantization(scale, zero_point, axis: int = 0) -> FB:
 
 
 def tfl_tensor(name: str, shape, type_code: int, buffer: int, quantization: FB | None = None) -> FB:
-    """A TFLite Tensor: shape, type, buffer, name, quantization."""
-    return fb_table(fb_vec("i", shape), ("b", type_code), ("I", buffer), FB("string", name), quantization)
+    """A TFLite Tensor: shape, type, buffer, name, quantization (the field only when given)."""
+    fields = [fb_vec("i", shape), ("b", type_code), ("I", buffer), FB("string", name)]
+    return fb_table(*fields, *([quantization] if quantization is not None else []))
 
 
 def tfl_op(opcode: int, ins, outs, options_type: int = 0, options: FB | None = None) -> FB:

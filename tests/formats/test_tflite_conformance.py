@@ -33,10 +33,11 @@ Q_OUT = dict(scale=0.07, zero_point=-5)
 
 
 class Case:
-    """One single-op model: its op (for the report), a name, the .tflite bytes and the inputs."""
+    """One single-op model: its op (for the report), a name, the .tflite bytes and the inputs; a
+    ``refused`` case is one LiteRT runs and volvox knowingly refuses (UnsupportedError at import)."""
 
-    def __init__(self, op: str, name: str, model: bytes, feeds: list[np.ndarray]):
-        self.op, self.name, self.model, self.feeds = op, name, model, feeds
+    def __init__(self, op: str, name: str, model: bytes, feeds: list[np.ndarray], refused: bool = False):
+        self.op, self.name, self.model, self.feeds, self.refused = op, name, model, feeds, refused
 
     def __repr__(self) -> str:
         return self.name
@@ -74,9 +75,9 @@ def conformance_cases() -> list[Case]:
     rng = np.random.default_rng(19)
     cases: list[Case] = []
 
-    def add(op, name, model, *shapes_or_arrays, dtype="float32"):
+    def add(op, name, model, *shapes_or_arrays, dtype="float32", refused=False):
         feeds = [s if isinstance(s, np.ndarray) else rand(rng, s, dtype) for s in shapes_or_arrays]
-        cases.append(Case(op, f"{op}-{name}", model, feeds))
+        cases.append(Case(op, f"{op}-{name}", model, feeds, refused))
 
     # ---------------------------------------------------------------- binary elementwise
     shapes = {"same": ((2, 5, 7, 3), (2, 5, 7, 3)), "bcast": ((2, 5, 7, 3), (1, 1, 7, 1)), "rank": ((3,), (2, 3))}
@@ -281,6 +282,19 @@ def conformance_cases() -> list[Case]:
         add("MEAN", f"f32-hw-keep{keep}", single_op("MEAN", [(2, 5, 7, 3)], [(2, 1, 1, 3) if keep else (2, 3)],
                                                    options="ReducerOptions", fields=[("b", keep)],
                                                    consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
+
+    # ---------------------------------------------------------------- int8 kernels volvox refuses (LiteRT runs them)
+    add("MEAN", "int8-hw", single_op("MEAN", [(2, 5, 7, 3)], [(2, 1, 1, 3)], "int8", "ReducerOptions", [("b", 1)],
+                                     consts=[np.array([1, 2], np.int32)], version=2), (2, 5, 7, 3), dtype="int8",
+        refused=True)
+    add("SQUARED_DIFFERENCE", "int8", single_op("SQUARED_DIFFERENCE", [(2, 5), (2, 5)], [(2, 5)], "int8", version=2),
+        (2, 5), (2, 5), dtype="int8", refused=True)
+    add("BATCH_MATMUL", "int8", single_op("BATCH_MATMUL", [(2, 3, 5), (2, 5, 4)], [(2, 3, 4)], "int8",
+                                          "BatchMatMulOptions", [("b", 0), ("b", 0)], version=2),
+        (2, 3, 5), (2, 5, 4), dtype="int8", refused=True)
+    add("RESIZE_BILINEAR", "int8", single_op("RESIZE_BILINEAR", [(1, 3, 5, 2)], [(1, 6, 9, 2)], "int8",
+                                             consts=[np.array([6, 9], np.int32)], q_out=Q_IN, version=2),
+        (1, 3, 5, 2), dtype="int8", refused=True)
     return cases
 
 
@@ -320,6 +334,10 @@ def test_single_op_equals_litert(case, tmp_path):
     path = tmp_path / f"{case.name}.tflite"
     path.write_bytes(case.model)
     want = litert_outputs(case.model, case.feeds)
+    if case.refused:
+        with pytest.raises(UnsupportedError, match=rf"operator 0 \({case.op} v\d+\)"):
+            read_tflite(path)
+        return
     for reference in (True, False):
         for k, (ours, expected) in enumerate(zip(volvox_outputs(path, case.feeds, reference), want)):
             compare(ours, expected, f"{case.name} output {k} ({'reference' if reference else 'production'})")
