@@ -278,15 +278,20 @@ def conformance_cases() -> list[Case]:
              consts=[np.array([7, 9], np.int32)])
 
     # ---------------------------------------------------------------- reductions
+    for (name, x, axes, keep, out), (qname, q) in itertools.product(
+            [("hw-keep", (2, 5, 7, 9), [1, 2], 1, (2, 1, 1, 9)), ("hw", (2, 5, 7, 9), [1, 2], 0, (2, 9)),
+             ("last", (3, 4, 11), [-1], 0, (3, 4)), ("c-keep", (2, 5, 7, 9), [3], 1, (2, 5, 7, 1)),
+             ("big-hw-keep", (1, 17, 19, 4), [2, 1], 1, (1, 1, 1, 4))],
+            [("same", Q_IN), ("rescale", Q_OUT), ("fine", dict(scale=0.011, zero_point=-60))]):
+        add("MEAN", f"int8-{name}-{qname}", single_op("MEAN", [x], [out], "int8", "ReducerOptions", [("b", keep)],
+                                                       consts=[np.array(axes, np.int32)], q_out=q, version=2),
+            x, dtype="int8")
     for keep in (0, 1):
         add("MEAN", f"f32-hw-keep{keep}", single_op("MEAN", [(2, 5, 7, 3)], [(2, 1, 1, 3) if keep else (2, 3)],
                                                    options="ReducerOptions", fields=[("b", keep)],
                                                    consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
 
     # ---------------------------------------------------------------- int8 kernels volvox refuses (LiteRT runs them)
-    add("MEAN", "int8-hw", single_op("MEAN", [(2, 5, 7, 3)], [(2, 1, 1, 3)], "int8", "ReducerOptions", [("b", 1)],
-                                     consts=[np.array([1, 2], np.int32)], version=2), (2, 5, 7, 3), dtype="int8",
-        refused=True)
     add("SQUARED_DIFFERENCE", "int8", single_op("SQUARED_DIFFERENCE", [(2, 5), (2, 5)], [(2, 5)], "int8", version=2),
         (2, 5), (2, 5), dtype="int8", refused=True)
     add("BATCH_MATMUL", "int8", single_op("BATCH_MATMUL", [(2, 3, 5), (2, 5, 4)], [(2, 3, 4)], "int8",

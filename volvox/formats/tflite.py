@@ -700,14 +700,23 @@ class _Importer:
             raise TFLiteError(f"{where}: outputs cover {start} of {x.shape[axis]} entries on axis {axis}")
 
     def reduce(self, k, op, opts, ins, outs, where) -> None:
-        """MEAN (float32) over constant axes."""
-        self.types(where, ins[:1] + outs, ("float32",))
-        axes = sorted({int(a) % len(self.tensors[ins[0]].shape)
-                       for a in self.const(ins[1], where, "the axes").reshape(-1)})
+        """MEAN over constant axes: float32, or int8 as LiteRT computes it (its float kernel for H and W
+        of a 4-D tensor with keep_dims, its integer reference otherwise)."""
+        dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
+        x = self.tensors[ins[0]]
+        axes = sorted({int(a) % len(x.shape) for a in self.const(ins[1], where, "the axes").reshape(-1)})
         keep = bool(opts.scalar(0, "<b")) if opts else False
         if op != "MEAN":
             raise UnsupportedError(f"{where}: op {op} is not supported")
-        self.add("reduce_mean", f"mean_{k}", {"x": self.runtime(ins[0], where)}, outs[0], axes=axes, keepdims=keep)
+        xname = self.runtime(ins[0], where)
+        if dtype == "float32":
+            return self.add("reduce_mean", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep)
+        if not axes:
+            raise UnsupportedError(f"{where}: int8 MEAN over no axis is not supported")
+        (sx, zx), (sy, zy) = x.qparams(), self.tensors[outs[0]].qparams()
+        path = "hw" if keep and len(x.shape) == 4 and axes == [1, 2] else "integer"
+        self.add("qmean", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep, path=path,
+                 input_scale=sx, input_zero_point=zx, output_scale=sy, output_zero_point=zy)
 
     # ------------------------------------------------------------------ dispatch
     HANDLERS = {

@@ -8,6 +8,7 @@ what it computes rather than how:
   headroom, summed, rescaled to the output (reference_integer_ops/add.h);
 - ``qmul``: (a - zp_a) (b - zp_b) rescaled by s_a s_b / s_y (reference_integer_ops/mul.h);
 - ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
+- ``qmean``: TFLite's int8 MEAN, its integer reference or LiteRT's H, W kernel (float32 multipliers);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8
   QUANTIZE, RELU, RELU6, LEAKY_RELU);
@@ -104,6 +105,46 @@ def qprelu_ref(ctx, p, x, alpha):
     return _clamp(np.where(xs >= 0, positive, negative) + int(p["output_zero_point"]), p)
 
 
+def _qmean_infer(specs, params):
+    _check_int8(specs, "x")
+    x = specs["x"]
+    axes = sorted({int(a) % len(x.shape) for a in params["axes"]})
+    expect(len(axes) > 0, "qmean needs at least one axis")
+    keep = bool(params.get("keepdims", False))
+    expect(params.get("path", "integer") == "integer" or (len(x.shape) == 4 and axes == [1, 2] and keep),
+           f"the hw path reduces H and W of a 4-D x with keepdims, got axes {axes} of {x.describe()}")
+    return {"y": (tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes), "int8")}
+
+
+def qmean_multiplier(p: dict, count: int) -> tuple[int, int]:
+    """TFLite's QuantizedMeanOrSum rescaling: s_in / s_out (double) folded with 1 / count."""
+    m, shift = quantize_multiplier(_f32(p["input_scale"]) / _f32(p["output_scale"]))
+    up = min(count.bit_length() - 1, 32, 31 + shift)
+    return int((m << up) // count), shift - up
+
+
+def qmean_ref(ctx, p, x):
+    """int8 mean over ``axes`` as TFLite computes it. ``path`` "integer" (reference_ops::QuantizedMeanOrSum):
+    the int32 sum minus count * zp_in, rescaled by one multiplier with 1 / count folded in, + zp_out,
+    saturated. ``path`` "hw" (LiteRT's optimized 4-D H, W kernel with keepdims): the raw int32 sum
+    rescaled by s_in / (count s_out) (float32), + zp_out - trunc(zp_in s_in / s_out rounded away), saturated."""
+    axes = tuple(sorted({int(a) % x.ndim for a in p["axes"]}))
+    keep = bool(p.get("keepdims", False))
+    count = int(np.prod([x.shape[a] for a in axes]))
+    total = x.astype(np.int64).sum(axis=axes, keepdims=keep)                   # exact int sums
+    zp_in, zp_out = int(p["input_zero_point"]), int(p["output_zero_point"])
+    if p.get("path", "integer") == "integer":
+        m, shift = qmean_multiplier(p, count)
+        y = multiply_by_quantized_multiplier(total - zp_in * count, m, shift) + zp_out
+        return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
+    s_in, s_out = np.float32(p["input_scale"]), np.float32(p["output_scale"])
+    shifted_zp = np.float32(zp_in) * s_in / s_out                                  # float32, as LiteRT
+    bias = zp_out - int(shifted_zp + np.float32(0.5) if shifted_zp > 0 else shifted_zp - np.float32(0.5))
+    m, shift = quantize_multiplier(float(s_in / (np.float32(count) * s_out)))
+    y = multiply_by_quantized_multiplier(total, m, shift) + bias                   # raw sums, zp in the bias
+    return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
 # ----------------------------------------------------------------------------- pooling
 def _qmax_pool_infer(specs, params):
     _check_int8(specs, "x")
@@ -179,5 +220,6 @@ register(OpDef("qadd", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_ref,
 register(OpDef("qmul", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_ref, cpu=qbinary_cpu))
 register(OpDef("qmax_pool2d", "quantized", ("x",), ("y",), _qmax_pool_infer, qmax_pool2d_ref, cpu=qmax_pool2d_cpu))
 register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qprelu_ref))
+register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _unary_infer, qrescale_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref))
