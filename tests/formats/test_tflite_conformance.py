@@ -135,6 +135,14 @@ def conformance_cases() -> list[Case]:
         add("BATCH_MATMUL", f"f32-adj{adj_x}{adj_y}", single_op("BATCH_MATMUL", [a, b], [(2, 3, 4)],
                                                                options="BatchMatMulOptions",
                                                                fields=[("b", adj_x), ("b", adj_y)]), a, b)
+        add("BATCH_MATMUL", f"int8-adj{adj_x}{adj_y}", single_op("BATCH_MATMUL", [a, b], [(2, 3, 4)], "int8",
+                                                                "BatchMatMulOptions", [("b", adj_x), ("b", adj_y)],
+                                                                q_out=dict(scale=0.9, zero_point=-3), version=2),
+            a, b, dtype="int8")
+    add("BATCH_MATMUL", "int8-const-rhs", single_op("BATCH_MATMUL", [(1, 4, 7)], [(1, 4, 5)], "int8", "BatchMatMulOptions",
+                                                    [("b", 0), ("b", 0)], q_out=dict(scale=0.6, zero_point=2), version=2,
+                                                    consts=[(rng.integers(-128, 128, (1, 7, 5)).astype(np.int8), "int8",
+                                                             dict(scale=0.02, zero_point=0))]), (1, 4, 7), dtype="int8")
 
     for op, w_shape, x_shape, out, options, fields in (
             ("FULLY_CONNECTED", (4, 10), (3, 10), (3, 4), "FullyConnectedOptions", [("b", 1)]),
@@ -294,9 +302,6 @@ def conformance_cases() -> list[Case]:
     # ---------------------------------------------------------------- int8 kernels volvox refuses (LiteRT runs them)
     add("SQUARED_DIFFERENCE", "int8", single_op("SQUARED_DIFFERENCE", [(2, 5), (2, 5)], [(2, 5)], "int8", version=2),
         (2, 5), (2, 5), dtype="int8", refused=True)
-    add("BATCH_MATMUL", "int8", single_op("BATCH_MATMUL", [(2, 3, 5), (2, 5, 4)], [(2, 3, 4)], "int8",
-                                          "BatchMatMulOptions", [("b", 0), ("b", 0)], version=2),
-        (2, 3, 5), (2, 5, 4), dtype="int8", refused=True)
     add("RESIZE_BILINEAR", "int8", single_op("RESIZE_BILINEAR", [(1, 3, 5, 2)], [(1, 6, 9, 2)], "int8",
                                              consts=[np.array([6, 9], np.int32)], q_out=Q_IN, version=2),
         (1, 3, 5, 2), dtype="int8", refused=True)

@@ -362,8 +362,8 @@ class _Importer:
                                    "(float32 / float32, int8 / int8)")
 
     def batch_matmul(self, k, op, opts, ins, outs, where) -> None:
-        """BATCH_MATMUL (float32): adj_x / adj_y as transposes of the last two axes."""
-        self.types(where, ins[:2] + outs, ("float32",))
+        """BATCH_MATMUL (float32, int8): adj_x / adj_y as transposes of the last two axes."""
+        dtype = self.types(where, ins[:2] + outs, ("float32", "int8"))
         node_id = f"batch_matmul_{k}"
         inputs = {}
         for port, idx, adj in (("a", ins[0], opts.scalar(0, "<b") if opts else 0),
@@ -376,7 +376,13 @@ class _Importer:
                                        {"perm": perm}))
                 name = f"{node_id}.{port}T"
             inputs[port] = name
-        self.add("matmul", node_id, inputs, outs[0])
+        if dtype == "float32":
+            return self.add("matmul", node_id, inputs, outs[0])
+        (sa, za), (sb, zb), (sy, zy) = (self.tensors[i].qparams() for i in (ins[0], ins[1], outs[0]))
+        # TFLite's GetQuantizedConvolutionMultipler: the scale product in float32, the quotient in double
+        m, shift = quantize_multiplier(float(np.float32(sa) * np.float32(sb)) / sy)
+        self.add("qmatmul", node_id, inputs, outs[0], a_zero_point=za, b_zero_point=zb, y_zero_point=zy,
+                 multiplier=m, shift=shift)
 
     # ------------------------------------------------------------------ pooling / resize
     def pool(self, k, op, opts, ins, outs, where) -> None:

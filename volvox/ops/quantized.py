@@ -8,6 +8,7 @@ what it computes rather than how:
   headroom, summed, rescaled to the output (reference_integer_ops/add.h);
 - ``qmul``: (a - zp_a) (b - zp_b) rescaled by s_a s_b / s_y (reference_integer_ops/mul.h);
 - ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
+- ``qmatmul``: batched (a - zp_a) @ (b - zp_b), rescaled (BATCH_MATMUL);
 - ``qmean``: TFLite's int8 MEAN, its integer reference or LiteRT's H, W kernel (float32 multipliers);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8
@@ -145,6 +146,22 @@ def qmean_ref(ctx, p, x):
     return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
+def _qmatmul_infer(specs, params):
+    _check_int8(specs, "a", "b")
+    a, b = specs["a"], specs["b"]
+    expect(len(a.shape) >= 2 and len(b.shape) >= 2 and a.shape[-1] == b.shape[-2],
+           f"inner dims differ: {a.describe()} @ {b.describe()}")
+    return {"y": (broadcast_shape(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), "int8")}
+
+
+def qmatmul_ref(ctx, p, a, b):
+    """int8 batched (a - zp_a) @ (b - zp_b) in exact integers, rescaled by (multiplier, shift), + zp_y,
+    saturated (TFLite's int8 BATCH_MATMUL)."""
+    acc = (a.astype(np.int64) - int(p["a_zero_point"])) @ (b.astype(np.int64) - int(p["b_zero_point"]))
+    y = multiply_by_quantized_multiplier(acc, int(p["multiplier"]), int(p["shift"])) + int(p["y_zero_point"])
+    return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
 # ----------------------------------------------------------------------------- pooling
 def _qmax_pool_infer(specs, params):
     _check_int8(specs, "x")
@@ -221,5 +238,6 @@ register(OpDef("qmul", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_ref,
 register(OpDef("qmax_pool2d", "quantized", ("x",), ("y",), _qmax_pool_infer, qmax_pool2d_ref, cpu=qmax_pool2d_cpu))
 register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qprelu_ref))
 register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
+register(OpDef("qmatmul", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _unary_infer, qrescale_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref))
