@@ -96,6 +96,12 @@ def conformance_cases() -> list[Case]:
     const_b = rand(rng, (1, 1, 3))
     add("ADD", "f32-const", single_op("ADD", [(2, 4, 3)], [(2, 4, 3)], options="AddOptions", fields=[("b", 0)],
                                       consts=[const_b]), (2, 4, 3))
+    for qname, (qa, qb, qy) in (("", (Q_IN, dict(scale=0.11, zero_point=-20), dict(scale=0.9, zero_point=-128))),
+                                ("fine", (dict(scale=0.01, zero_point=0), Q_IN, dict(scale=0.05, zero_point=-100)))):
+        m = writer.ModelBuilder()
+        a, b = m.input((2, 5, 3), "int8", **qa), m.input((5, 1), "int8", **qb)
+        m.op("SQUARED_DIFFERENCE", [a, b], [m.output((2, 5, 3), "int8", **qy)], version=2)
+        add("SQUARED_DIFFERENCE", f"int8-bcast{qname}", m.build(), (2, 5, 3), (5, 1), dtype="int8")
     add("SQUARED_DIFFERENCE", "f32-bcast", single_op("SQUARED_DIFFERENCE", [(2, 5, 3), (5, 1)], [(2, 5, 3)]),
         (2, 5, 3), (5, 1))
 
@@ -300,8 +306,6 @@ def conformance_cases() -> list[Case]:
                                                    consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
 
     # ---------------------------------------------------------------- int8 kernels volvox refuses (LiteRT runs them)
-    add("SQUARED_DIFFERENCE", "int8", single_op("SQUARED_DIFFERENCE", [(2, 5), (2, 5)], [(2, 5)], "int8", version=2),
-        (2, 5), (2, 5), dtype="int8", refused=True)
     add("RESIZE_BILINEAR", "int8", single_op("RESIZE_BILINEAR", [(1, 3, 5, 2)], [(1, 6, 9, 2)], "int8",
                                              consts=[np.array([6, 9], np.int32)], q_out=Q_IN, version=2),
         (1, 3, 5, 2), dtype="int8", refused=True)

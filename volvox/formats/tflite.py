@@ -452,14 +452,15 @@ class _Importer:
                 self.nodes.append(Node(f"{node_id}.diff", "sub", {"a": a, "b": b}, {"y": f"{node_id}.d"}, {}))
                 return self.add("mul", node_id, {"a": f"{node_id}.d", "b": f"{node_id}.d"}, outs[0])
             return self.float_result(op.lower(), node_id, {"a": a, "b": b}, outs[0], act)
-        if op not in ("ADD", "SUB", "MUL"):
-            raise UnsupportedError(f"{where}: int8 {op} is not supported (int8 ADD, SUB, MUL)")
+        if op not in ("ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"):
+            raise UnsupportedError(f"{where}: int8 {op} is not supported (int8 ADD, SUB, MUL, SQUARED_DIFFERENCE)")
         ta, tb, ty = (self.tensors[i] for i in (ins[0], ins[1], outs[0]))
         q = dict(a_scale=ta.qparams()[0], a_zero_point=ta.qparams()[1], b_scale=tb.qparams()[0],
                  b_zero_point=tb.qparams()[1], y_scale=ty.qparams()[0], y_zero_point=ty.qparams()[1])
         if op == "SUB":
             q["subtract"] = True
-        self.add("qmul" if op == "MUL" else "qadd", node_id, {"a": a, "b": b}, outs[0], **q, **self.act_range(act, ty))
+        kind = {"MUL": "qmul", "SQUARED_DIFFERENCE": "qsquared_difference"}.get(op, "qadd")
+        self.add(kind, node_id, {"a": a, "b": b}, outs[0], **q, **self.act_range(act, ty))
 
     def unary(self, k, op, opts, ins, outs, where) -> None:
         """Activations and unary math: float32 onto volvox's ops; int8 as TFLite computes them (a

@@ -7,6 +7,7 @@ what it computes rather than how:
 - ``qadd`` (also subtraction): both inputs rescaled to 2 * max(input scales) with 20 bits of
   headroom, summed, rescaled to the output (reference_integer_ops/add.h);
 - ``qmul``: (a - zp_a) (b - zp_b) rescaled by s_a s_b / s_y (reference_integer_ops/mul.h);
+- ``qsquared_difference``: like ``qadd`` with 7 bits of headroom, the difference squared;
 - ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
 - ``qmatmul``: batched (a - zp_a) @ (b - zp_b), rescaled (BATCH_MATMUL);
 - ``qmean``: TFLite's int8 MEAN, its integer reference or LiteRT's H, W kernel (float32 multipliers);
@@ -74,6 +75,23 @@ def qadd_ref(ctx, p, a, b):
     xb = (b.astype(np.int64) - int(p["b_zero_point"])) << ADD_LEFT_SHIFT    # b's shape
     total = multiply_by_quantized_multiplier(xa, ma, sha) + multiply_by_quantized_multiplier(xb, mb, shb)  # broadcast
     return _clamp(multiply_by_quantized_multiplier(total, my, shy) + int(p["y_zero_point"]), p)
+
+
+SQUARED_DIFFERENCE_LEFT_SHIFT = 7  # TFLite's headroom for int8 SQUARED_DIFFERENCE
+
+
+def qsquared_difference_ref(ctx, p, a, b):
+    """int8 (a - b)^2: both inputs rescaled to 2 * max(input scales) with 7 bits of headroom, the
+    difference squared in int32, rescaled to the output (TFLite's squared_difference.cc)."""
+    sa, sb, sy = _f32(p["a_scale"]), _f32(p["b_scale"]), _f32(p["y_scale"])
+    twice_max = 2 * max(sa, sb)
+    ma, sha = quantize_multiplier(sa / twice_max)
+    mb, shb = quantize_multiplier(sb / twice_max)
+    my, shy = quantize_multiplier(twice_max * twice_max / ((1 << 2 * SQUARED_DIFFERENCE_LEFT_SHIFT) * sy))
+    xa = (a.astype(np.int64) - int(p["a_zero_point"])) << SQUARED_DIFFERENCE_LEFT_SHIFT    # a's shape
+    xb = (b.astype(np.int64) - int(p["b_zero_point"])) << SQUARED_DIFFERENCE_LEFT_SHIFT    # b's shape
+    diff = multiply_by_quantized_multiplier(xa, ma, sha) - multiply_by_quantized_multiplier(xb, mb, shb)
+    return _clamp(multiply_by_quantized_multiplier(diff * diff, my, shy) + int(p["y_zero_point"]), p)
 
 
 def qmul_multiplier(p: dict) -> tuple[int, int]:
@@ -235,6 +253,7 @@ def qmax_pool2d_cpu(plan, node) -> None:
 
 register(OpDef("qadd", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_ref, cpu=qbinary_cpu))
 register(OpDef("qmul", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_ref, cpu=qbinary_cpu))
+register(OpDef("qsquared_difference", "quantized", ("a", "b"), ("y",), _binary_infer, qsquared_difference_ref))
 register(OpDef("qmax_pool2d", "quantized", ("x",), ("y",), _qmax_pool_infer, qmax_pool2d_ref, cpu=qmax_pool2d_cpu))
 register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qprelu_ref))
 register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
