@@ -245,7 +245,7 @@ class _Importer:
             else:
                 self.float_result("conv2d", node_id, inputs, outs[0], act, activation="none", **geometry)
         elif x.dtype == "int8":
-            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where, fc=False)
+            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where)
             self.add("qconv2d", node_id, inputs, outs[0], input_zero_point=x.qparams()[1],
                      output_zero_point=out.qparams()[1], **self.act_range(act, out), **geometry)
         else:
@@ -304,25 +304,21 @@ class _Importer:
             else:
                 self.float_result("conv2d", node_id, inputs, outs[0], act, activation="none", **geometry)
         elif x.dtype == "int8":
-            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where, fc=False)
+            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where)
             self.add("qconv2d", node_id, inputs, outs[0], input_zero_point=x.qparams()[1],
                      output_zero_point=out.qparams()[1], **self.act_range(act, out), **geometry)
         else:
             raise UnsupportedError(f"{where}: input / filter types {x.dtype} / {w.dtype} are not supported")
 
     def quantized_weights(self, inputs: dict, node_id: str, x: _Tensor, w: _Tensor, out: _Tensor,
-                          bias, where: str, fc: bool) -> None:
+                          bias, where: str) -> None:
         """int32 bias and per-channel (multiplier, shift) weights of an int8 conv / FC node."""
         if w.dtype != "int8" or out.dtype != "int8":
             raise UnsupportedError(f"{where}: int8 input needs int8 filter and output, got {w.dtype} / {out.dtype}")
         if np.any(w.zero_point != 0):
             raise UnsupportedError(f"{where}: filter zero points must be 0 (symmetric int8)")
         in_scale, out_scale = x.qparams()[0], out.qparams()[0]
-        pairs = []
-        for fs in w.scale:
-            # TFLite: conv multiplies scales in double; fully connected multiplies in float first.
-            prod = float(np.float32(in_scale) * np.float32(fs)) if fc else in_scale * float(fs)
-            pairs.append(quantize_multiplier(prod / out_scale))
+        pairs = [quantize_multiplier(in_scale * float(fs) / out_scale) for fs in w.scale]  # in double, as TFLite
         if bias is not None:
             inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.int32))
         inputs["multiplier"] = self.weight(f"{node_id}.multiplier", np.array([m for m, _ in pairs], np.int32))
@@ -354,9 +350,10 @@ class _Importer:
                 inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
             self.float_result("linear", node_id, inputs, outs[0], act)
         elif x.dtype == "int8":
-            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where, fc=True)
+            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where)
+            # TFLite's reference FULLY_CONNECTED rescales with one rounding (its convs with two)
             self.add("qlinear", node_id, inputs, outs[0], input_zero_point=x.qparams()[1],
-                     output_zero_point=out.qparams()[1], **self.act_range(act, out))
+                     output_zero_point=out.qparams()[1], rounding="single", **self.act_range(act, out))
         else:
             raise UnsupportedError(f"{where}: input / weight types {x.dtype} / {w.dtype} are not supported "
                                    "(float32 / float32, int8 / int8)")
@@ -707,8 +704,7 @@ class _Importer:
             raise TFLiteError(f"{where}: outputs cover {start} of {x.shape[axis]} entries on axis {axis}")
 
     def reduce(self, k, op, opts, ins, outs, where) -> None:
-        """MEAN over constant axes: float32, or int8 as LiteRT computes it (its float kernel for H and W
-        of a 4-D tensor with keep_dims, its integer reference otherwise)."""
+        """MEAN over constant axes: float32, or int8 as TFLite's reference kernel."""
         dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
         x = self.tensors[ins[0]]
         axes = sorted({int(a) % len(x.shape) for a in self.const(ins[1], where, "the axes").reshape(-1)})
@@ -721,8 +717,7 @@ class _Importer:
         if not axes:
             raise UnsupportedError(f"{where}: int8 MEAN over no axis is not supported")
         (sx, zx), (sy, zy) = x.qparams(), self.tensors[outs[0]].qparams()
-        path = "hw" if keep and len(x.shape) == 4 and axes == [1, 2] else "integer"
-        self.add("qmean", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep, path=path,
+        self.add("qmean", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep,
                  input_scale=sx, input_zero_point=zx, output_scale=sy, output_zero_point=zy)
 
     # ------------------------------------------------------------------ dispatch

@@ -10,7 +10,7 @@ what it computes rather than how:
 - ``qsquared_difference``: like ``qadd`` with 7 bits of headroom, the difference squared;
 - ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
 - ``qmatmul``: batched (a - zp_a) @ (b - zp_b), rescaled (BATCH_MATMUL);
-- ``qmean``: TFLite's int8 MEAN, its integer reference or LiteRT's H, W kernel (float32 multipliers);
+- ``qmean``: TFLite's int8 MEAN (reference_ops::QuantizedMeanOrSum);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8
   QUANTIZE, RELU, RELU6, LEAKY_RELU);
@@ -130,8 +130,6 @@ def _qmean_infer(specs, params):
     axes = sorted({int(a) % len(x.shape) for a in params["axes"]})
     expect(len(axes) > 0, "qmean needs at least one axis")
     keep = bool(params.get("keepdims", False))
-    expect(params.get("path", "integer") == "integer" or (len(x.shape) == 4 and axes == [1, 2] and keep),
-           f"the hw path reduces H and W of a 4-D x with keepdims, got axes {axes} of {x.describe()}")
     return {"y": (tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes), "int8")}
 
 
@@ -143,25 +141,14 @@ def qmean_multiplier(p: dict, count: int) -> tuple[int, int]:
 
 
 def qmean_ref(ctx, p, x):
-    """int8 mean over ``axes`` as TFLite computes it. ``path`` "integer" (reference_ops::QuantizedMeanOrSum):
-    the int32 sum minus count * zp_in, rescaled by one multiplier with 1 / count folded in, + zp_out,
-    saturated. ``path`` "hw" (LiteRT's optimized 4-D H, W kernel with keepdims): the raw int32 sum
-    rescaled by s_in / (count s_out) (float32), + zp_out - trunc(zp_in s_in / s_out rounded away), saturated."""
+    """int8 mean over ``axes`` as TFLite's reference_ops::QuantizedMeanOrSum: the int32 sum minus
+    count * zp_in, rescaled by one multiplier with 1 / count folded in, + zp_out, saturated."""
     axes = tuple(sorted({int(a) % x.ndim for a in p["axes"]}))
-    keep = bool(p.get("keepdims", False))
     count = int(np.prod([x.shape[a] for a in axes]))
-    total = x.astype(np.int64).sum(axis=axes, keepdims=keep)                   # exact int sums
-    zp_in, zp_out = int(p["input_zero_point"]), int(p["output_zero_point"])
-    if p.get("path", "integer") == "integer":
-        m, shift = qmean_multiplier(p, count)
-        y = multiply_by_quantized_multiplier(total - zp_in * count, m, shift) + zp_out
-        return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
-    s_in, s_out = np.float32(p["input_scale"]), np.float32(p["output_scale"])
-    shifted_zp = np.float32(zp_in) * s_in / s_out                                  # float32, as LiteRT
-    bias = zp_out - int(shifted_zp + np.float32(0.5) if shifted_zp > 0 else shifted_zp - np.float32(0.5))
-    m, shift = quantize_multiplier(float(s_in / (np.float32(count) * s_out)))
-    y = multiply_by_quantized_multiplier(total, m, shift) + bias                   # raw sums, zp in the bias
-    return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
+    total = x.astype(np.int64).sum(axis=axes, keepdims=bool(p.get("keepdims", False)))    # exact int sums
+    m, shift = qmean_multiplier(p, count)
+    y = multiply_by_quantized_multiplier(total - int(p["input_zero_point"]) * count, m, shift)
+    return np.clip(y + int(p["output_zero_point"]), INT8_MIN, INT8_MAX).astype(np.int8)
 
 
 def _qmatmul_infer(specs, params):
