@@ -305,6 +305,15 @@ def conformance_cases() -> list[Case]:
         move("RESIZE_NEAREST_NEIGHBOR", "up", [(1, 3, 5, 2)], [(1, 7, 9, 2)], (1, 3, 5, 2),
              consts=[np.array([7, 9], np.int32)])
 
+    for (name, x, size), (align, half) in itertools.product(
+            [("up", (1, 3, 5, 2), (6, 9)), ("down", (2, 7, 9, 3), (3, 4)), ("odd", (1, 4, 4, 1), (7, 5))],
+            [(0, 0), (1, 0), (0, 1)]):
+        mode = "align" if align else "half" if half else "asym"
+        add("RESIZE_BILINEAR", f"int8-{name}-{mode}", single_op("RESIZE_BILINEAR", [x], [(x[0], *size, x[3])], "int8",
+                                                                "ResizeBilinearOptions", [None, None, ("b", align), ("b", half)],
+                                                                consts=[np.array(size, np.int32)], q_out=Q_IN, version=3),
+            x, dtype="int8")
+
     # ---------------------------------------------------------------- reductions
     for (name, x, axes, keep, out), (qname, q) in itertools.product(
             [("hw-keep", (2, 5, 7, 9), [1, 2], 1, (2, 1, 1, 9)), ("hw", (2, 5, 7, 9), [1, 2], 0, (2, 9)),
@@ -320,9 +329,13 @@ def conformance_cases() -> list[Case]:
                                                    consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
 
     # ---------------------------------------------------------------- int8 kernels volvox refuses (LiteRT runs them)
-    add("RESIZE_BILINEAR", "int8", single_op("RESIZE_BILINEAR", [(1, 3, 5, 2)], [(1, 6, 9, 2)], "int8",
-                                             consts=[np.array([6, 9], np.int32)], q_out=Q_IN, version=2),
-        (1, 3, 5, 2), dtype="int8", refused=True)
+    add("RSQRT", "int8", single_op("RSQRT", [(3, 7)], [(3, 7)], "int8", version=2, q_in=dict(scale=0.05, zero_point=-128)),
+        (3, 7), dtype="int8", refused=True)
+    add("LOG_SOFTMAX", "int8", single_op("LOG_SOFTMAX", [(3, 7)], [(3, 7)], "int8", q_out=dict(scale=16 / 256, zero_point=127),
+                                         version=2), (3, 7), dtype="int8", refused=True)
+    add("L2_NORMALIZATION", "int8", single_op("L2_NORMALIZATION", [(3, 7)], [(3, 7)], "int8", "L2NormOptions", [("b", 0)],
+                                              q_out=dict(scale=1 / 128, zero_point=0), version=2), (3, 7), dtype="int8",
+        refused=True)
     return cases
 
 

@@ -423,9 +423,12 @@ class _Importer:
         if align and half:
             raise UnsupportedError(f"{where}: align_corners and half_pixel_centers together are not supported")
         if x.dtype not in ("float32", "int8") or out.dtype != x.dtype:
-            raise UnsupportedError(f"{where}: {x.dtype} -> {out.dtype} is not supported (float32, int8 nearest)")
-        if x.dtype == "int8" and (not nearest or x.qparams() != out.qparams()):
-            raise UnsupportedError(f"{where}: int8 resize must be nearest and keep scale and zero point")
+            raise UnsupportedError(f"{where}: {x.dtype} -> {out.dtype} is not supported (float32, int8)")
+        if x.dtype == "int8" and x.qparams() != out.qparams():
+            raise UnsupportedError(f"{where}: int8 resize must keep scale and zero point")
+        if x.dtype == "int8" and not nearest:
+            return self.add("qresize_bilinear", f"{op.lower()}_{k}", {"x": self.runtime(ins[0], where)}, outs[0],
+                            size=[int(v) for v in size], align_corners=bool(align), half_pixel_centers=bool(half))
         if align:
             coordinate = "tflite_align_corners"
         elif half:

@@ -11,6 +11,7 @@ what it computes rather than how:
 - ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
 - ``qmatmul``: batched (a - zp_a) @ (b - zp_b), rescaled (BATCH_MATMUL);
 - ``qmean``: TFLite's int8 MEAN (reference_ops::QuantizedMeanOrSum);
+- ``qresize_bilinear``: TFLite's 10-bit fixed-point bilinear resize (ResizeBilinearInteger);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8
   QUANTIZE, RELU, RELU6, LEAKY_RELU);
@@ -178,6 +179,47 @@ def qmax_pool2d_ref(ctx, p, x):
     return _clamp(pool_taps(x, p, INT8_MIN, np.maximum), p)
 
 
+# ----------------------------------------------------------------------------- resize
+def _qresize_infer(specs, params):
+    _check_int8(specs, "x")
+    x = specs["x"]
+    expect(len(x.shape) == 4, f"x must be NHWC, got {x.describe()}")
+    oh, ow = (int(v) for v in params["size"])
+    expect(oh >= 1 and ow >= 1, f"bad size {params['size']}")
+    return {"y": ((x.shape[0], oh, ow, x.shape[3]), "int8")}
+
+
+def _bilinear_taps(out: int, size: int, align: bool, half: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TFLite's ComputeInterpolationValuesInteger along one axis: the 10-bit source coordinate of
+    each output index and its lower and upper source pixels, (out,) each."""
+    if align and out > 1:
+        scale = ((1 << 10) * (size - 1) + (out - 1) // 2) // (out - 1)
+    else:
+        scale = ((1 << 10) * size + out // 2) // out
+    v = np.arange(out, dtype=np.int64) * scale + ((scale // 2 - (1 << 9)) if half else 0)
+    lower = np.maximum(np.trunc(v / (1 << 10)).astype(np.int64), 0)            # C division of int32
+    upper = np.minimum(np.trunc((v + (1 << 10) - 1) / (1 << 10)).astype(np.int64), size - 1)
+    return v, lower, upper
+
+
+def qresize_bilinear_ref(ctx, p, x):
+    """int8 bilinear resize as TFLite's ResizeBilinearInteger: 10-bit fixed-point source coordinates,
+    the four products summed in 20 bits, rounded half away from zero."""
+    _, h, w, _ = x.shape
+    oh, ow = (int(v) for v in p["size"])
+    align, half = bool(p.get("align_corners")), bool(p.get("half_pixel_centers"))
+    vy, y0, y1 = _bilinear_taps(oh, h, align, half)                           # (oh,)
+    vx, x0, x1 = _bilinear_taps(ow, w, align, half)                           # (ow,)
+    fy = (vy - (y0 << 10))[None, :, None, None]                               # (1, oh, 1, 1) in [0, 1024]
+    fx = (vx - (x0 << 10))[None, None, :, None]                               # (1, 1, ow, 1)
+    xs = x.astype(np.int64)
+    corner = lambda ys, xs_: xs[:, ys][:, :, xs_]                             # noqa: E731  (N, oh, ow, C)
+    total = (corner(y0, x0) * ((1 << 10) - fy) * ((1 << 10) - fx) + corner(y1, x0) * fy * ((1 << 10) - fx)
+             + corner(y0, x1) * ((1 << 10) - fy) * fx + corner(y1, x1) * fy * fx)
+    rounded = np.where(total > 0, total + (1 << 19), total - (1 << 19))
+    return (np.sign(rounded) * (np.abs(rounded) >> 20)).astype(np.int8)        # C division by 2^20
+
+
 # ----------------------------------------------------------------------------- rescale / lookup
 def _unary_infer(specs, params):
     _check_int8(specs, "x")
@@ -245,5 +287,6 @@ register(OpDef("qmax_pool2d", "quantized", ("x",), ("y",), _qmax_pool_infer, qma
 register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qprelu_ref))
 register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
 register(OpDef("qmatmul", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_ref))
+register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, qresize_bilinear_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _unary_infer, qrescale_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref))
