@@ -4,9 +4,11 @@ TFLite is already NHWC with OHWI conv weights, so only depthwise weights
 (1, kh, kw, C*mult) are permuted, once, to (C*mult, kh, kw, 1). float16 weights
 behind DEQUANTIZE ops are widened to float32 at import (exactly). int8 convs and
 fully connected layers become ``qconv2d`` / ``qlinear`` with per-channel
-(multiplier, shift) pairs computed here exactly as TFLite's Prepare does, so the
-int8 island is bit-exact to TFLite's builtin kernels. Any op, type or option
-volvox does not implement raises UnsupportedError naming the op and node.
+(multiplier, shift) pairs computed here exactly as TFLite's Prepare does; the other int8
+operators become ops/quantized.py's ops, which keep the scales and derive the rest, so the int8
+island is bit-exact to TFLite's reference kernels. Every operator is translated by one method of
+``_Importer`` (``HANDLERS``). Any op, version, type or option volvox does not implement raises
+UnsupportedError naming the op, its version and the operator index.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from volvox.errors import UnsupportedError, WeightsError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier, tflite_round
+from volvox.ops.quantized import float32_exp, float32_tanh, hard_swish_table_int8, lut_int8
 from volvox.ops.shape import MAX_CONCAT_INPUTS
 from volvox.formats.flatbuffers import Table, root
 from volvox.ops import validate_file
@@ -579,9 +582,9 @@ class _Importer:
     # ------------------------------------------------------------------ data movement
     def movement(self, k, op, opts, ins, outs, where) -> None:
         """Ops that move values without computing on them: any dtype, int8 with one (scale, zero point)."""
-        x = self.tensors[ins[0]] if op != "SPLIT" else self.tensors[ins[1]]
+        data_in = ins if op in ("CONCATENATION", "PACK") else ins[1:2] if op == "SPLIT" else ins[:1]  # value inputs
+        x = self.tensors[data_in[0]]
         node_id = f"{op.lower()}_{k}"
-        data_in = [i for i in (ins if op in ("CONCATENATION", "PACK") else ins[1:2] if op == "SPLIT" else ins[:1])]
         self.types(where, data_in + outs, ("float32", "int8", "int32"))
         if x.dtype == "int8":
             self.same_quantization(where, *data_in, *outs)
@@ -750,84 +753,6 @@ class _Importer:
         if len(outs) != 1 and op not in ("SPLIT", "SPLIT_V", "UNPACK"):
             raise TFLiteError(f"{where}: {len(outs)} outputs, expected 1")
         handler(self, k, op, opts, ins, outs, where)
-
-
-def lut_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int, fn) -> np.ndarray:
-    """TFLite's LUTPopulate<int8_t>: fn over every dequantized int8 value (float32), requantized with
-    std::round, saturated: the (256,) table indexed by x + 128."""
-    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)                                # (256,)
-    x = (np.float32(in_scale) * (q - in_zp).astype(np.float32)).astype(np.float32)      # float32 product
-    y = np.asarray(fn(x), np.float32)
-    inv = np.float32(1) / np.float32(out_scale)
-    r = tflite_round(y * inv) + out_zp                                                   # float32 product, then round
-    return np.clip(r, INT8_MIN, INT8_MAX).astype(np.int8)
-
-
-def _c_div(a: int, b: int) -> int:
-    """C integer division (truncates toward zero)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def _int16_rounding_doubling_high_mul(a: int, b: int) -> int:
-    """gemmlowp's SaturatingRoundingDoublingHighMul on int16."""
-    if a == b == -(1 << 15):
-        return (1 << 15) - 1
-    ab = a * b
-    return _c_div(ab + ((1 << 14) if ab >= 0 else 1 - (1 << 14)), 1 << 15)
-
-
-def _int16_doubling_high_mul(a: int, b: int) -> int:
-    """TFLite's SaturatingDoublingHighMul on int16 (no rounding nudge)."""
-    return (1 << 15) - 1 if a == b == -(1 << 15) else _c_div(a * b, 1 << 15)
-
-
-def _rounding_divide_by_pot(x: int, exponent: int) -> int:
-    mask = (1 << exponent) - 1
-    return (x >> exponent) + ((x & mask) > (mask >> 1) + (x < 0))
-
-
-def _int16_multiplier(real: float) -> tuple[int, int]:
-    """QuantizeMultiplier, then DownScaleInt32ToInt16Multiplier: (int16 multiplier, exponent)."""
-    m, exponent = quantize_multiplier(real)
-    return ((1 << 15) - 1 if m >= (1 << 31) - 1 - (1 << 15) else (m + (1 << 15)) >> 16), exponent
-
-
-def hard_swish_table_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
-    """TFLite's int8 HARD_SWISH (reference_ops::HardSwish, its Prepare's float32 multipliers) over every
-    int8 input: the (256,) table indexed by x + 128."""
-    hires_scale = np.float32(1.0 / 128.0) * np.float32(in_scale)
-    out_m, out_exp = _int16_multiplier(float(hires_scale / np.float32(out_scale)))
-    relu_m, relu_exp = _int16_multiplier(float(hires_scale / np.float32(3.0 / 32768.0)))
-    if out_exp > 0:
-        raise UnsupportedError(f"int8 HARD_SWISH: output multiplier exponent {out_exp} > 0 (TFLite refuses it too)")
-    saturate = lambda v: max(-(1 << 15), min((1 << 15) - 1, v))  # noqa: E731  (SaturatingLeftShift's clamp)
-    table = []
-    for q in range(INT8_MIN, INT8_MAX + 1):
-        hires = (q - in_zp) * (1 << 7)
-        preshift = _int16_rounding_doubling_high_mul(hires, out_m)
-        relu = hires
-        if relu_exp > 0:
-            relu = saturate(relu * (1 << (relu_exp - 1)))
-        relu = _int16_rounding_doubling_high_mul(relu, relu_m)
-        if relu_exp > 0:
-            relu = saturate(relu * 2)
-        if relu_exp < 0:
-            relu = _rounding_divide_by_pot(relu, -relu_exp)
-        relu = (relu + (1 << 15)) >> 1
-        y = _rounding_divide_by_pot(_int16_doubling_high_mul(relu, preshift), -out_exp) + out_zp
-        table.append(max(INT8_MIN, min(INT8_MAX, y)))
-    return np.array(table, np.int8)
-
-
-def float32_exp(x: np.ndarray) -> np.ndarray:
-    """std::exp of float32 values: the float64 result rounded once to float32 (as glibc's expf)."""
-    return np.exp(x.astype(np.float64)).astype(np.float32)
-
-
-def float32_tanh(x: np.ndarray) -> np.ndarray:
-    """std::tanh of float32 values: the float64 result rounded once to float32 (as glibc's tanhf)."""
-    return np.tanh(x.astype(np.float64)).astype(np.float32)
 
 
 def read_tflite(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:

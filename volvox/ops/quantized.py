@@ -28,9 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
 from volvox.ops.elementwise import broadcast_plan, broadcast_shape
-from volvox.ops.int8 import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier
+from volvox.ops.int8 import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
 from volvox.ops.pool import plan_window, pool_out_shape, pool_taps
 from volvox.ops.registry import OpDef, register
 
@@ -56,6 +57,85 @@ def _binary_infer(specs, params):
     for key in ("a_scale", "b_scale", "y_scale"):
         expect(_f32(params[key]) > 0, f"{key} must be positive, got {params[key]}")
     return {"y": (broadcast_shape(specs["a"].shape, specs["b"].shape), "int8")}
+
+
+# ----------------------------------------------------------------------------- tables (qlookup)
+def lut_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int, fn) -> np.ndarray:
+    """TFLite's LUTPopulate<int8_t>: fn over every dequantized int8 value (float32), requantized with
+    std::round, saturated: the (256,) table indexed by x + 128."""
+    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)                                # (256,)
+    x = (np.float32(in_scale) * (q - in_zp).astype(np.float32)).astype(np.float32)      # float32 product
+    y = np.asarray(fn(x), np.float32)
+    inv = np.float32(1) / np.float32(out_scale)
+    r = tflite_round(y * inv) + out_zp                                                   # float32 product, then round
+    return np.clip(r, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def _c_div(a: int, b: int) -> int:
+    """C integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _int16_rounding_doubling_high_mul(a: int, b: int) -> int:
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int16."""
+    if a == b == -(1 << 15):
+        return (1 << 15) - 1
+    ab = a * b
+    return _c_div(ab + ((1 << 14) if ab >= 0 else 1 - (1 << 14)), 1 << 15)
+
+
+def _int16_doubling_high_mul(a: int, b: int) -> int:
+    """TFLite's SaturatingDoublingHighMul on int16 (no rounding nudge)."""
+    return (1 << 15) - 1 if a == b == -(1 << 15) else _c_div(a * b, 1 << 15)
+
+
+def _rounding_divide_by_pot(x: int, exponent: int) -> int:
+    mask = (1 << exponent) - 1
+    return (x >> exponent) + ((x & mask) > (mask >> 1) + (x < 0))
+
+
+def _int16_multiplier(real: float) -> tuple[int, int]:
+    """QuantizeMultiplier, then DownScaleInt32ToInt16Multiplier: (int16 multiplier, exponent)."""
+    m, exponent = quantize_multiplier(real)
+    return ((1 << 15) - 1 if m >= (1 << 31) - 1 - (1 << 15) else (m + (1 << 15)) >> 16), exponent
+
+
+def hard_swish_table_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """TFLite's int8 HARD_SWISH (reference_ops::HardSwish, its Prepare's float32 multipliers) over every
+    int8 input: the (256,) table indexed by x + 128."""
+    hires_scale = np.float32(1.0 / 128.0) * np.float32(in_scale)
+    out_m, out_exp = _int16_multiplier(float(hires_scale / np.float32(out_scale)))
+    relu_m, relu_exp = _int16_multiplier(float(hires_scale / np.float32(3.0 / 32768.0)))
+    if out_exp > 0:
+        raise UnsupportedError(f"int8 HARD_SWISH: output multiplier exponent {out_exp} > 0 (TFLite refuses it too)")
+    saturate = lambda v: max(-(1 << 15), min((1 << 15) - 1, v))  # noqa: E731  (SaturatingLeftShift's clamp)
+    table = []
+    for q in range(INT8_MIN, INT8_MAX + 1):
+        hires = (q - in_zp) * (1 << 7)
+        preshift = _int16_rounding_doubling_high_mul(hires, out_m)
+        relu = hires
+        if relu_exp > 0:
+            relu = saturate(relu * (1 << (relu_exp - 1)))
+        relu = _int16_rounding_doubling_high_mul(relu, relu_m)
+        if relu_exp > 0:
+            relu = saturate(relu * 2)
+        if relu_exp < 0:
+            relu = _rounding_divide_by_pot(relu, -relu_exp)
+        relu = (relu + (1 << 15)) >> 1
+        y = _rounding_divide_by_pot(_int16_doubling_high_mul(relu, preshift), -out_exp) + out_zp
+        table.append(max(INT8_MIN, min(INT8_MAX, y)))
+    return np.array(table, np.int8)
+
+
+def float32_exp(x: np.ndarray) -> np.ndarray:
+    """std::exp of float32 values: the float64 result rounded once to float32 (as glibc's expf)."""
+    return np.exp(x.astype(np.float64)).astype(np.float32)
+
+
+def float32_tanh(x: np.ndarray) -> np.ndarray:
+    """std::tanh of float32 values: the float64 result rounded once to float32 (as glibc's tanhf)."""
+    return np.tanh(x.astype(np.float64)).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- add / sub / mul
