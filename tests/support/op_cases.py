@@ -352,6 +352,7 @@ CASES += [  # the int8 island (ops/int8.py): TFLite's arithmetic, bit for bit
                      subtract=True), **INT8),
     Case("qmul", "qmul", dict(a=i8(3, 7), b=i8(3, 7)),
          params=dict(a_scale=0.05, a_zero_point=3, b_scale=0.11, b_zero_point=-20, y_scale=0.3, y_zero_point=1), **INT8),
+    Case("qlookup", "qlookup", dict(x=i8(3, 5, 7)), dict(table=i8(256)), **INT8),
     Case("qmax_pool2d", "qmax_pool2d", dict(x=i8(2, 7, 6, 3)),
          params=dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], act_min=-100, act_max=90), **INT8),
     Case("qdwpw_conv2d", "qdwpw_conv2d", **qdwpw(i8(1, 6, 6, 8), 8, 12), **INT8),

@@ -19,7 +19,7 @@ what it computes rather than how:
   does (LOGISTIC, TANH, ...).
 
 Broadcasting follows numpy. Every int32 intermediate is exact in int64 numpy arithmetic. The per-op
-executor runs the references; step plans run qadd, qmul and qmax_pool2d natively
+executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup natively
 (_kernels/engine/quantized_ops.pxi, the same integer arithmetic).
 """
 
@@ -360,6 +360,12 @@ def qmax_pool2d_cpu(plan, node) -> None:
              lo=int(p.get("act_min", INT8_MIN)), hi=int(p.get("act_max", INT8_MAX)))
 
 
+def qlookup_cpu(plan, node) -> None:
+    x, table, y = plan.input(node, "x"), plan.input(node, "table"), plan.output(node)
+    plan.need(node, table.dtype == np.int8 and table.shape == (256,), "table")
+    plan.add("qlookup", x=cpu.address(x), table=cpu.address(table), y=cpu.address(y), count=y.size)
+
+
 register(OpDef("qadd", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_ref, cpu=qbinary_cpu))
 register(OpDef("qmul", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_ref, cpu=qbinary_cpu))
 register(OpDef("qsquared_difference", "quantized", ("a", "b"), ("y",), _binary_infer, qsquared_difference_ref))
@@ -369,4 +375,4 @@ register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
 register(OpDef("qmatmul", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_ref))
 register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, qresize_bilinear_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _unary_infer, qrescale_ref))
-register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref))
+register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))

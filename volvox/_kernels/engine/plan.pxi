@@ -316,6 +316,12 @@ cdef class StepPlan:
             s.a.qbinary.rq[k] = requant[k] if k < len(requant) else 0
         s.a.qbinary.lo, s.a.qbinary.hi = lo, hi
 
+    def qlookup(self, *, uintptr_t x, uintptr_t table, uintptr_t y, int64_t count):
+        """int8 y = table[x + 128] over count elements (table (256,))."""
+        cdef Step *s = self._next(STEP_QLOOKUP)
+        s.a.qlookup.x, s.a.qlookup.table = <const int8_t *> ptr(x), <const int8_t *> ptr(table)
+        s.a.qlookup.y, s.a.qlookup.count = <int8_t *> ptr(y), count
+
     def max_pool(self, *, uintptr_t x, uintptr_t y, tuple window):
         """f32 y = max pool of x (padding never wins); items: output rows."""
         cdef Step *s = self._next(STEP_MAX_POOL)

@@ -65,3 +65,10 @@ cdef void qmax_pool_row(const vx_conv_shape *s, int32_t lo, int32_t hi, const in
                     yo[c] = xr[c] if xr[c] > yo[c] else yo[c]
         for c in range(C):
             yo[c] = clamp_q8(yo[c], lo, hi)
+
+
+cdef void qlookup_run(int64_t i0, int64_t i1, const int8_t *x, const int8_t *table, int8_t *y) noexcept nogil:
+    """Elements [i0, i1) of int8 y = table[x + 128] (a (256,) table)."""
+    cdef int64_t i
+    for i in range(i0, i1):
+        y[i] = table[<int32_t>x[i] + 128]

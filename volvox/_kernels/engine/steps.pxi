@@ -216,6 +216,14 @@ cdef struct QBinaryArgs:          # qadd, qmul (engine/quantized_ops.pxi)
     int32_t lo, hi               # the fused activation's clamp
 
 
+cdef struct QLookupArgs:          # qlookup (engine/quantized_ops.pxi)
+    const int8_t *x              # (count,)
+    const int8_t *table          # (256,)
+    const void *unused
+    int8_t *y                    # (count,)
+    int64_t count
+
+
 cdef struct GlobalAvgArgs:
     const float *x               # (N, HW, C)
     const void *unused1
@@ -242,6 +250,7 @@ cdef union StepArgs:
     WindowArgs win
     SoftmaxI8Args softmax_i8
     QBinaryArgs qbinary
+    QLookupArgs qlookup
     GlobalAvgArgs global_avg
 
 
@@ -283,6 +292,7 @@ cpdef enum StepKind:
     STEP_GLOBAL_AVG
     STEP_QBINARY
     STEP_QMAX_POOL
+    STEP_QLOOKUP
     STEP_NKINDS
 
 
@@ -743,6 +753,17 @@ cdef int64_t chunks_of_qbinary(const Step *s, int team) noexcept nogil:
     return element_chunks(s.a.qbinary.count)
 
 
+cdef void run_qlookup(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
+    cdef const QLookupArgs *a = &s.a.qlookup
+    cdef int64_t i0, i1
+    chunk(item, a.count, &i0, &i1)
+    qlookup_run(i0, i1, a.x, a.table, a.y)
+
+
+cdef int64_t chunks_of_qlookup(const Step *s, int team) noexcept nogil:
+    return element_chunks(s.a.qlookup.count)
+
+
 cdef void run_qmax_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     qmax_pool_row(&s.w.s, s.w.rq.lo, s.w.rq.hi, <const int8_t *> s.a.win.x, item, <int8_t *> s.a.win.y)
 
@@ -799,3 +820,4 @@ register(STEP_QSOFTMAX, "qsoftmax", one_item, run_qsoftmax)
 register(STEP_GLOBAL_AVG, "global_avg", runs_of_global_avg, run_global_avg)
 register(STEP_QBINARY, "qbinary", chunks_of_qbinary, run_qbinary)
 register(STEP_QMAX_POOL, "qmax_pool", rows_of_window, run_qmax_pool)
+register(STEP_QLOOKUP, "qlookup", chunks_of_qlookup, run_qlookup)
