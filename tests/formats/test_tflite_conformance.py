@@ -248,6 +248,12 @@ def conformance_cases() -> list[Case]:
     # ---------------------------------------------------------------- quantize / dequantize
     add("QUANTIZE", "f32-int8", single_op("QUANTIZE", [(4, 9)], [(4, 9)], out_dtype="int8"), (4, 9))
     add("QUANTIZE", "int8-int8", single_op("QUANTIZE", [(4, 9)], [(4, 9)], "int8", version=2), (4, 9), dtype="int8")
+    for src, dst, q_in, q_out in (("uint8", "int8", dict(scale=0.05, zero_point=128), dict(scale=0.05, zero_point=0)),
+                                  ("uint8", "int8", dict(scale=0.05, zero_point=131), Q_OUT),
+                                  ("int8", "uint8", Q_IN, dict(scale=0.07, zero_point=120))):
+        add("QUANTIZE", f"{src}-{dst}-{q_in['zero_point']}",
+            single_op("QUANTIZE", [(4, 64)], [(4, 64)], src, q_in=q_in, q_out=q_out, out_dtype=dst, version=2),
+            np.arange(256).reshape(4, 64).astype(src) if src == "uint8" else np.arange(-128, 128).reshape(4, 64).astype(np.int8))
     add("DEQUANTIZE", "int8-f32", single_op("DEQUANTIZE", [(4, 9)], [(4, 9)], "int8", out_dtype="float32", q_out={},
                                             version=2), (4, 9), dtype="int8")
 

@@ -569,15 +569,15 @@ class _Importer:
         elif x.dtype == "float32" and out.dtype == "int8":
             scale, zp = out.qparams()
             self.add("quantize", node_id, {"x": self.runtime(ins[0], where)}, outs[0], scale=scale, zero_point=zp)
-        elif x.dtype == "int8" and out.dtype == "int8":
+        elif x.dtype in ("int8", "uint8") and out.dtype in ("int8", "uint8"):
             # TFLite's Requantize: (x - zp_in) * (s_in / s_out) + zp_out, the ratio in double
             (sx, zx), (sy, zy) = x.qparams(), out.qparams()
             m, shift = quantize_multiplier(sx / sy)
             self.add("qrescale", node_id, {"x": self.runtime(ins[0], where)}, outs[0], input_zero_point=zx,
-                     output_zero_point=zy, multiplier=m, shift=shift)
+                     output_zero_point=zy, multiplier=m, shift=shift, output_dtype=out.dtype)
         else:
             raise UnsupportedError(f"{where}: quantization {x.dtype} -> {out.dtype} is not supported "
-                                   "(float32 -> int8, int8 -> int8)")
+                                   "(float32 -> int8, int8 / uint8 -> int8 / uint8)")
 
     # ------------------------------------------------------------------ data movement
     def movement(self, k, op, opts, ins, outs, where) -> None:

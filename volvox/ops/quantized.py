@@ -301,14 +301,17 @@ def qresize_bilinear_ref(ctx, p, x):
 
 
 # ----------------------------------------------------------------------------- rescale / lookup
-def _unary_infer(specs, params):
-    _check_int8(specs, "x")
-    return {"y": (specs["x"].shape, "int8")}
+def _rescale_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype in ("int8", "uint8"), f"x must be int8 or uint8, got {x.describe()}")
+    expect(params.get("output_dtype", "int8") in ("int8", "uint8"), f"bad output_dtype {params.get('output_dtype')!r}")
+    return {"y": (x.shape, params.get("output_dtype", "int8"))}
 
 
 def qrescale_ref(ctx, p, x):
-    """int8 zp_out + MultiplyByQuantizedMultiplier(x - zp_in, multiplier, shift), clamped; values below
-    the input zero point use (negative_multiplier, negative_shift) when given (LEAKY_RELU's alpha)."""
+    """zp_out + MultiplyByQuantizedMultiplier(x - zp_in, multiplier, shift), clamped (int8 or uint8 in,
+    ``output_dtype`` int8 or uint8 out); values below the input zero point use (negative_multiplier,
+    negative_shift) when given (LEAKY_RELU's alpha)."""
     shifted = x.astype(np.int64) - int(p["input_zero_point"])
     m, shift = int(p["multiplier"]), int(p["shift"])
     if "negative_multiplier" in p:
@@ -316,6 +319,8 @@ def qrescale_ref(ctx, p, x):
         m = np.where(negative, int(p["negative_multiplier"]), m)
         shift = np.where(negative, int(p["negative_shift"]), shift)
     y = multiply_by_quantized_multiplier(shifted, m, shift) + int(p["output_zero_point"])
+    if p.get("output_dtype", "int8") == "uint8":
+        return np.clip(y, 0, 255).astype(np.uint8)
     return _clamp(y, p)
 
 
@@ -374,5 +379,5 @@ register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qpre
 register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
 register(OpDef("qmatmul", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_ref))
 register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, qresize_bilinear_ref))
-register(OpDef("qrescale", "quantized", ("x",), ("y",), _unary_infer, qrescale_ref))
+register(OpDef("qrescale", "quantized", ("x",), ("y",), _rescale_infer, qrescale_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))
