@@ -1,4 +1,4 @@
-"""int8 elementwise, pooling and lookup ops, bit-exact to TFLite's builtin kernels.
+"""int8 elementwise, pooling, reduction and lookup ops, bit-exact to TFLite's reference kernels.
 
 Each op keeps the float scales and zero points of its tensors as params and derives TFLite's
 (int32 multiplier, shift) pairs from them exactly as TFLite's Prepare does, so a blueprint says
@@ -13,10 +13,10 @@ what it computes rather than how:
 - ``qmean``: TFLite's int8 MEAN (reference_ops::QuantizedMeanOrSum);
 - ``qresize_bilinear``: TFLite's 10-bit fixed-point bilinear resize (ResizeBilinearInteger);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
-- ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8
-  QUANTIZE, RELU, RELU6, LEAKY_RELU);
-- ``qlookup``: y = table[x + 128], a 256-entry table the importer computes as TFLite's LUTPopulate
-  does (LOGISTIC, TANH, ...).
+- ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8 /
+  uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
+- ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
+  (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point).
 
 Broadcasting follows numpy. Every int32 intermediate is exact in int64 numpy arithmetic. The per-op
 executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup natively
