@@ -419,3 +419,60 @@ def test_unsupported_fused_activation_and_types_are_refused(tmp_path):
     concat_relu = single_op("CONCATENATION", [(2, 3), (2, 3)], [(2, 6)], options="ConcatenationOptions",
                             fields=[("i", 1), ("b", 1)])
     _refused(tmp_path, concat_relu, r"operator 0 \(CONCATENATION v1\): fused relu")
+
+
+def test_int8_residual_block_equals_litert(tmp_path):
+    """A small int8 network (conv -> conv + skip ADD with ReLU -> MAX_POOL -> MEAN -> FULLY_CONNECTED ->
+    SOFTMAX): volvox's step plan (native qconv / qbinary / qmax_pool steps between the islands) equals
+    LiteRT's reference kernels in every output bit."""
+    rng = np.random.default_rng(5)
+    m = writer.ModelBuilder()
+    q = dict(scale=0.06, zero_point=-4)
+
+    def conv(x, cin, cout, act):
+        ws = rng.uniform(0.005, 0.02, cout).astype(np.float32)
+        w = m.tensor((cout, 3, 3, cin), "int8", data=rng.integers(-127, 128, (cout, 3, 3, cin)), scale=list(ws),
+                     zero_point=[0] * cout)
+        b = m.tensor((cout,), "int32", data=rng.integers(-500, 500, cout), scale=list(np.float32(0.06) * ws),
+                     zero_point=[0] * cout)
+        y = m.tensor((1, 9, 11, cout), "int8", **q)
+        m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", [("b", 0), ("i", 1), ("i", 1), ("b", ACTS[act])], version=3)
+        return y
+
+    x = m.input((1, 9, 11, 8), "int8", **q)
+    h = conv(x, 8, 8, "relu")
+    h = conv(h, 8, 8, "none")
+    res = m.tensor((1, 9, 11, 8), "int8", scale=0.08, zero_point=-20)
+    m.op("ADD", [x, h], [res], "AddOptions", [("b", ACTS["relu"])], version=2)
+    pooled = m.tensor((1, 5, 6, 8), "int8", scale=0.08, zero_point=-20)
+    m.op("MAX_POOL_2D", [res], [pooled], "Pool2DOptions", [("b", 0), ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("b", 0)],
+         version=2)
+    mean = m.tensor((1, 8), "int8", scale=0.05, zero_point=-30)
+    m.op("MEAN", [pooled, m.tensor((2,), "int32", data=np.array([1, 2], np.int32))], [mean], "ReducerOptions", [("b", 0)],
+         version=2)
+    logits = m.tensor((1, 5), "int8", scale=0.1, zero_point=3)
+    ws = np.float32(0.01)
+    m.op("FULLY_CONNECTED", [mean, m.tensor((5, 8), "int8", data=rng.integers(-127, 128, (5, 8)), scale=ws, zero_point=0),
+                             m.tensor((5,), "int32", data=rng.integers(-900, 900, 5), scale=np.float32(0.05) * ws,
+                                      zero_point=0)],
+         [logits], "FullyConnectedOptions", [("b", 0)], version=5)
+    probs = m.output((1, 5), "int8", scale=1 / 256, zero_point=-128)
+    m.op("SOFTMAX", [logits], [probs], "SoftmaxOptions", [("f", 1.0)], version=2)
+    model = m.build()
+    path = tmp_path / "residual.tflite"
+    path.write_bytes(model)
+    graph, weights, meta = read_tflite(path)
+    graph.outputs = [o for n in graph.nodes for o in n.outputs.values() if o.startswith("t")]  # the file's tensors
+    assert len(graph.outputs) == 7
+    for _ in range(3):
+        feed = rng.integers(-128, 128, (1, 9, 11, 8)).astype(np.int8)
+        it = litert.Interpreter(model_content=model, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
+                                experimental_preserve_all_tensors=True)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], feed)
+        it.invoke()
+        want = {d["name"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
+        for reference in (True, False):
+            ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
+            for name in graph.outputs:
+                compare(ours[name], want[name], f"residual block tensor {name} ({'reference' if reference else 'production'})")
