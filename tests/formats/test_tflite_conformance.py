@@ -207,6 +207,19 @@ def conformance_cases() -> list[Case]:
         name = f"{t}-{'x'.join(map(str, out[1:3]))}-s{strides}-k{kernel}-{'same' if padding == 0 else 'valid'}-{act}"
         add("TRANSPOSE_CONV", name, m.build(), x_shape, dtype=dtype)
 
+    for dtype in ("float32", "int8"):  # a depthwise conv with depth multiplier 2
+        if dtype == "float32":
+            w, b, kw = rand(rng, (1, 3, 3, 8)), rand(rng, (8,)), {}
+        else:
+            ws = rng.uniform(0.005, 0.03, 8).astype(np.float32)
+            w = (rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8), "int8", dict(scale=list(ws), zero_point=[0] * 8, axis=3))
+            b = (rng.integers(-3000, 3000, 8).astype(np.int32), "int32", dict(scale=list(np.float32(0.05) * ws), zero_point=[0] * 8))
+            kw = dict(q_out=dict(scale=0.15, zero_point=-3))
+        add("DEPTHWISE_CONV_2D", f"{'f32' if dtype == 'float32' else 'int8'}-multiplier2",
+            single_op("DEPTHWISE_CONV_2D", [(1, 7, 6, 4)], [(1, 4, 3, 8)], dtype, "DepthwiseConv2DOptions",
+                      [("b", 0), ("i", 2), ("i", 2), ("i", 2), ("b", 0)], consts=[w, b], version=3, **kw),
+            (1, 7, 6, 4), dtype=dtype)
+
     # ---------------------------------------------------------------- activations and unary math
     for op, fields in (("RELU", ()), ("RELU6", ()), ("RELU_N1_TO_1", ()), ("LOGISTIC", ()), ("HARD_SWISH", ()),
                        ("LEAKY_RELU", [("f", 0.15)]), ("TANH", ())):
