@@ -202,7 +202,7 @@ def conformance_cases() -> list[Case]:
                          zero_point=[0, 0])
             x, y = m.input(x_shape, "int8", **Q_IN), m.output(out, "int8", **Q_OUT)
         m.op("TRANSPOSE_CONV", [shape, w, x, b], [y], "TransposeConvOptions",
-             [("b", padding), ("i", strides), ("i", strides), ("b", ACTS[act])], version=4 if dtype == "int8" else 4)
+             [("b", padding), ("i", strides), ("i", strides), ("b", ACTS[act])], version=4)
         t = "f32" if dtype == "float32" else "int8"
         name = f"{t}-{'x'.join(map(str, out[1:3]))}-s{strides}-k{kernel}-{'same' if padding == 0 else 'valid'}-{act}"
         add("TRANSPOSE_CONV", name, m.build(), x_shape, dtype=dtype)
