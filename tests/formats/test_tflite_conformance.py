@@ -51,13 +51,13 @@ def rand(rng, shape, dtype="float32") -> np.ndarray:
 
 
 def single_op(op: str, in_shapes, out_shapes, dtype="float32", options=None, fields=(), consts=(), version=1,
-              q_in=None, q_out=None, out_dtype=None, in_dtype=None) -> bytes:
+              q_in=None, q_out=None, out_dtype=None) -> bytes:
     """A model of one ``op``: runtime inputs ``in_shapes``, then constant inputs ``consts`` (arrays, or
     (array, dtype, quant) triples; None for an absent optional input), outputs ``out_shapes``."""
     m = writer.ModelBuilder()
     q_in = q_in if q_in is not None else (Q_IN if dtype == "int8" else {})
     q_out = q_out if q_out is not None else (Q_OUT if (out_dtype or dtype) == "int8" else {})
-    ins = [m.input(s, in_dtype or dtype, **q_in) for s in in_shapes]
+    ins = [m.input(s, dtype, **q_in) for s in in_shapes]
     for c in consts:
         if c is None:
             ins.append(-1)
