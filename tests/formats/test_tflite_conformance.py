@@ -164,6 +164,15 @@ def conformance_cases() -> list[Case]:
         m.op(op, [x, w32, b32], [y], options, fields)
         add(op, "f16-weights", m.build(), x_shape)
 
+    for name, scale, zps, axis in (("per-tensor", [0.02], [3], 0), ("per-channel", [0.02, 0.05, 0.01, 0.03], [0, 0, 0, 0], 0)):
+        m = writer.ModelBuilder()   # int8 weights behind DEQUANTIZE (weight-only quantization)
+        w8 = m.tensor((4, 10), "int8", data=rng.integers(-127, 128, (4, 10)), scale=scale, zero_point=zps, axis=axis)
+        w32 = m.tensor((4, 10))
+        x, y = m.input((3, 10)), m.output((3, 4))
+        m.op("DEQUANTIZE", [w8], [w32], version=2)
+        m.op("FULLY_CONNECTED", [x, w32, -1], [y], "FullyConnectedOptions", [("b", 0)])
+        add("FULLY_CONNECTED", f"int8-weights-dequantized-{name}", m.build(), (3, 10))
+
     # ---------------------------------------------------------------- convolutions: fused activations, int8
     for act in ACTS:
         w = rand(rng, (4, 3, 3, 3))

@@ -558,9 +558,18 @@ class _Importer:
         node_id = f"{op.lower()}_{k}"
         if op == "DEQUANTIZE" and ins[0] in self.consts:
             c = self.consts[ins[0]]
-            if c.dtype != np.float16:
-                raise UnsupportedError(f"{where}: only float16 constants can be dequantized at import")
-            self.consts[outs[0]] = c.astype(np.float32)  # exact widening
+            if c.dtype == np.float16:
+                self.consts[outs[0]] = c.astype(np.float32)  # exact widening
+            elif c.dtype in (np.int8, np.uint8) and x.scale.size >= 1 and x.scale.size == x.zero_point.size:
+                # weight-only quantization: float32 (q - zero_point) * scale per channel, as TFLite's Dequantize
+                shape = [1] * c.ndim
+                if x.scale.size > 1:
+                    shape[x.q_axis] = x.scale.size
+                zp, scale = x.zero_point.reshape(shape), x.scale.astype(np.float32).reshape(shape)
+                self.consts[outs[0]] = ((c.astype(np.int64) - zp).astype(np.float32) * scale).astype(np.float32)
+            else:
+                raise UnsupportedError(f"{where}: constants of type {c.dtype} cannot be dequantized at import "
+                                       "(float16, int8, uint8)")
         elif op == "DEQUANTIZE":
             if x.dtype != "int8" or out.dtype != "float32":
                 raise UnsupportedError(f"{where}: only int8 -> float32 is supported, got {x.dtype} -> {out.dtype}")
