@@ -173,6 +173,19 @@ def conformance_cases() -> list[Case]:
         m.op("FULLY_CONNECTED", [x, w32, -1], [y], "FullyConnectedOptions", [("b", 0)])
         add("FULLY_CONNECTED", f"int8-weights-dequantized-{name}", m.build(), (3, 10))
 
+    for name, ws, act in (("per-tensor", [0.02], "none"), ("per-channel", [0.02, 0.05, 0.01, 0.03], "relu")):
+        w = (rng.integers(-127, 128, (4, 10)).astype(np.int8), "int8", dict(scale=ws, zero_point=[0] * len(ws)))
+        add("FULLY_CONNECTED", f"hybrid-{name}-{act}",
+            single_op("FULLY_CONNECTED", [(3, 10)], [(3, 4)], options="FullyConnectedOptions",
+                      fields=[("b", ACTS[act]), ("b", 0), ("b", 0), ("b", 0)], consts=[w, rand(rng, (4,))], version=9),
+            (3, 10))
+    wide = rand(rng, (5, 64))
+    wide[2] = 0  # a zero row (TFLite's scale-1 case)
+    add("FULLY_CONNECTED", "hybrid-wide-nobias",
+        single_op("FULLY_CONNECTED", [(5, 64)], [(5, 7)], options="FullyConnectedOptions", fields=[("b", 0)],
+                  consts=[(rng.integers(-127, 128, (7, 64)).astype(np.int8), "int8", dict(scale=0.004, zero_point=0)), None],
+                  version=9), wide)
+
     # ---------------------------------------------------------------- convolutions: fused activations, int8
     for act in ACTS:
         w = rand(rng, (4, 3, 3, 3))

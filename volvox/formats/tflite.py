@@ -352,6 +352,15 @@ class _Importer:
             if bias is not None:
                 inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
             self.float_result("linear", node_id, inputs, outs[0], act)
+        elif x.dtype == "float32" and w.dtype == np.int8 and out.dtype == "float32":
+            # dynamic-range quantization: float activations quantized per row at run time
+            wt = self.tensors[ins[1]]
+            if np.any(wt.zero_point != 0) or (opts is not None and opts.scalar(3, "<b")):
+                raise UnsupportedError(f"{where}: hybrid fully connected with asymmetric inputs or weights is not supported")
+            if bias is not None:
+                inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
+            inputs["weight_scale"] = self.weight(f"{node_id}.weight_scale", wt.scale.astype(np.float32))
+            self.float_result("hybrid_linear", node_id, inputs, outs[0], act)
         elif x.dtype == "int8":
             self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where)
             # TFLite's reference FULLY_CONNECTED rescales with one rounding (its convs with two)

@@ -15,6 +15,7 @@ what it computes rather than how:
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8 /
   uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
+- ``hybrid_linear``: TFLite's dynamic-range fully connected (float rows quantized at run time);
 - ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
   (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point).
 
@@ -248,6 +249,35 @@ def qmatmul_ref(ctx, p, a, b):
     return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
+# ----------------------------------------------------------------------------- hybrid (float activations, int8 weights)
+def _hybrid_linear_infer(specs, params):
+    x, w, ws = specs["x"], specs["weight"], specs["weight_scale"]
+    expect(x.dtype == "float32" and w.dtype == "int8" and len(w.shape) == 2 and x.shape[-1] == w.shape[1],
+           f"x must be float32 (..., K) and weight int8 (N, K): {x.describe()}, {w.describe()}")
+    expect(ws.dtype == "float32" and ws.shape in ((1,), (w.shape[0],)), f"weight_scale must be float32[1 or N], got {ws.describe()}")
+    if "bias" in specs:
+        expect(specs["bias"].dtype == "float32" and specs["bias"].shape == (w.shape[0],), f"bias must be float32[{w.shape[0]}]")
+    return {"y": (x.shape[:-1] + (w.shape[0],), "float32")}
+
+
+def hybrid_linear_ref(ctx, p, x, weight, bias, weight_scale):
+    """TFLite's hybrid FULLY_CONNECTED: each row of x quantized symmetrically to int8 (scale max|x| / 127,
+    round half away), the exact int32 dot products with the int8 weights, then bias + dot * (row scale *
+    weight scale) in float32."""
+    rows = x.reshape(-1, x.shape[-1])                                                          # (M, K)
+    rng = np.abs(rows).max(axis=1, keepdims=True)                                             # (M, 1) float32
+    safe = np.where(rng == 0, np.float32(1), rng)
+    q = np.clip(tflite_round(rows * (np.float32(127) / safe)), -127, 127).astype(np.int64)   # (M, K)
+    q[(rng == 0)[:, 0]] = 0
+    row_scale = np.where(rng == 0, np.float32(1), (rng / np.float32(127)).astype(np.float32))  # (M, 1)
+    dot = (q @ weight.astype(np.int64).T).astype(np.float32)                                   # (M, N) exact below 2^24
+    scale = (row_scale * weight_scale.reshape(1, -1)).astype(np.float32)                      # (M, N or 1)
+    y = dot * scale
+    if bias is not None:
+        y = bias.astype(np.float32) + y
+    return y.astype(np.float32).reshape(x.shape[:-1] + (weight.shape[0],))
+
+
 # ----------------------------------------------------------------------------- pooling
 def _qmax_pool_infer(specs, params):
     _check_int8(specs, "x")
@@ -379,5 +409,7 @@ register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qpre
 register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
 register(OpDef("qmatmul", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_ref))
 register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, qresize_bilinear_ref))
+register(OpDef("hybrid_linear", "quantized", ("x", "weight", "bias?", "weight_scale"), ("y",), _hybrid_linear_infer,
+               hybrid_linear_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _rescale_infer, qrescale_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))
