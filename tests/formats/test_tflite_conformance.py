@@ -370,6 +370,10 @@ def conformance_cases() -> list[Case]:
                                                    consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
 
     # ---------------------------------------------------------------- int8 kernels volvox refuses (LiteRT runs them)
+    hybrid_w = (rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8), "int8", dict(scale=[0.02] * 4, zero_point=[0] * 4))
+    add("CONV_2D", "hybrid", single_op("CONV_2D", [(1, 7, 6, 3)], [(1, 4, 3, 4)], options="Conv2DOptions",
+                                       fields=[("b", 0), ("i", 2), ("i", 2), ("b", 0)], consts=[hybrid_w, rand(rng, (4,))],
+                                       version=5), (1, 7, 6, 3), refused=True)
     add("RSQRT", "int8", single_op("RSQRT", [(3, 7)], [(3, 7)], "int8", version=2, q_in=dict(scale=0.05, zero_point=-128)),
         (3, 7), dtype="int8", refused=True)
     add("LOG_SOFTMAX", "int8", single_op("LOG_SOFTMAX", [(3, 7)], [(3, 7)], "int8", q_out=dict(scale=16 / 256, zero_point=127),

@@ -240,6 +240,9 @@ class _Importer:
         inputs = {"x": self.runtime(ins[0], where), "weight": self.weight(f"{node_id}.weight", w)}
         geometry = dict(strides=list(strides), dilations=list(dil), pads=pads, groups=groups)
         bias = self.consts.get(ins[2]) if len(ins) > 2 and ins[2] >= 0 else None
+        if x.dtype == "float32" and w.dtype != np.float32:
+            raise UnsupportedError(f"{where}: {w.dtype} filters on float32 input (dynamic-range quantization) are "
+                                   "not supported for convolutions")
         if x.dtype == "float32":
             if bias is not None:
                 inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
