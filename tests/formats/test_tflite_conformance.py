@@ -326,10 +326,13 @@ def conformance_cases() -> list[Case]:
                 ("basic", [0, 1, 0], [3, 7, 5], [1, 2, 2], (0, 0, 0), (3, 3, 3)),
                 ("masks", [1, -3, 2], [3, 0, 4], [1, 1, 1], (1, 2, 0), (3, 3, 2)),
                 ("negative", [2, -1, 0], [0, 0, 5], [-1, -2, 1], (0, 2, 0), (2, 4, 5)),
-                ("shrink", [1, 0, 3], [2, 7, 4], [1, 1, 1], (0, 0, 5), (7,))):
-            begin_mask, end_mask, shrink = masks
+                ("shrink", [1, 0, 3], [2, 7, 4], [1, 1, 1], (0, 0, 5), (7,)),
+                ("new-axis", [0, 0, 1], [0, 3, 6], [1, 1, 2], (0, 0, 0, 1, 0), (1, 3, 3, 5)),
+                ("ellipsis", [0, 1], [0, 4], [1, 1], (0, 0, 0, 0, 1), (3, 7, 3)),
+                ("ellipsis-shrink-new-axis", [0, 2, 0], [0, 3, 0], [1, 1, 1], (0, 0, 2, 4, 1), (3, 7, 1))):
+            begin_mask, end_mask, shrink, new_axis, ellipsis = masks + (0,) * (5 - len(masks))  # (begin, end, shrink, new axis, ellipsis)
             move("STRIDED_SLICE", name, [(3, 7, 5)], [out], (3, 7, 5), options="StridedSliceOptions",
-                 fields=[("i", begin_mask), ("i", end_mask), ("i", 0), ("i", 0), ("i", shrink)],
+                 fields=[("i", begin_mask), ("i", end_mask), ("i", ellipsis), ("i", new_axis), ("i", shrink)],
                  consts=[np.array(begin, np.int32), np.array(end, np.int32), np.array(strides, np.int32)])
         m = writer.ModelBuilder()
         axis = m.tensor((), "int32", data=np.array(1, np.int32))

@@ -674,37 +674,45 @@ class _Importer:
         self.add("concat", node_id, {f"x{j}": self.value(i, where) for j, i in enumerate(ins)}, outs[0], axis=axis)
 
     def strided_slice(self, k, opts, ins, outs, where, node_id) -> None:
-        """STRIDED_SLICE with begin / end masks and shrink_axis_mask (a slice, then a reshape)."""
+        """STRIDED_SLICE with every mask: the spec entries walk the input's axes (an ellipsis spans the
+        axes the others leave, a new axis consumes none), each sliced axis becomes one ``slice`` axis, and
+        a reshape to the file's output shape adds the new axes and drops the shrunk ones."""
         x = self.tensors[ins[0]]
-        begin, end, strides = (self.const(i, where, what).astype(np.int64).tolist()
+        begin, end, strides = (self.const(i, where, what).astype(np.int64).reshape(-1).tolist()
                                for i, what in zip(ins[1:4], ("begin", "end", "strides")))
         begin_mask, end_mask, ellipsis, new_axis, shrink = (opts.scalar(f, "<i") if opts else 0 for f in range(5))
-        if ellipsis or new_axis or (opts and opts.scalar(5, "<b")):
-            raise UnsupportedError(f"{where}: ellipsis_mask, new_axis_mask and offset are not supported")
-        if not len(begin) == len(end) == len(strides) <= len(x.shape) or 0 in strides:
-            raise UnsupportedError(f"{where}: begin / end / strides must have one nonzero entry per sliced axis")
-        starts, ends = [], []
-        for a, (b, e, s) in enumerate(zip(begin, end, strides)):
+        if opts is not None and opts.scalar(5, "<b"):
+            raise UnsupportedError(f"{where}: offset (end relative to begin) is not supported")
+        if not len(begin) == len(end) == len(strides) or 0 in strides or bin(ellipsis).count("1") > 1:
+            raise UnsupportedError(f"{where}: begin / end / strides must have one nonzero entry per spec axis, "
+                                   "and at most one ellipsis")
+        consumed = sum(1 for i in range(len(begin)) if not (new_axis >> i & 1) and not (ellipsis >> i & 1))
+        axes, starts, ends, steps, a = [], [], [], [], 0
+        for i, (b, e, st) in enumerate(zip(begin, end, strides)):
+            if ellipsis >> i & 1:
+                a += len(x.shape) - consumed
+                continue
+            if new_axis >> i & 1:
+                continue
+            if a >= len(x.shape):
+                raise TFLiteError(f"{where}: the slice spec has more axes than the input {list(x.shape)}")
             n = x.shape[a]
-            if shrink >> a & 1:
+            if shrink >> i & 1:
                 b = b + n if b < 0 else b
-                b, e, s = b, b + 1, 1
+                e, st = b + 1, 1
             else:
-                if begin_mask >> a & 1:
-                    b = 0 if s > 0 else n - 1
-                if end_mask >> a & 1:
-                    e = n if s > 0 else -n - 1
-            strides[a] = s
+                if begin_mask >> i & 1:
+                    b = 0 if st > 0 else n - 1
+                if end_mask >> i & 1:
+                    e = n if st > 0 else -n - 1
+            axes.append(a)
             starts.append(b)
             ends.append(e)
-        xname = self.runtime(ins[0], where)
-        out_shape = list(self.tensors[outs[0]].shape)
-        if shrink:
-            self.nodes.append(Node(f"{node_id}.slice", "slice", {"x": xname}, {"y": f"{node_id}.s"},
-                                   dict(axes=list(range(len(starts))), starts=starts, ends=ends, steps=strides)))
-            return self.add("reshape", node_id, {"x": f"{node_id}.s"}, outs[0], shape=out_shape)
-        self.add("slice", node_id, {"x": xname}, outs[0], axes=list(range(len(starts))), starts=starts, ends=ends,
-                 steps=strides)
+            steps.append(st)
+            a += 1
+        self.chain(node_id, [("slice", {"x": self.runtime(ins[0], where)}, dict(axes=axes, starts=starts, ends=ends,
+                                                                                  steps=steps)),
+                             ("reshape", {}, {"shape": list(self.tensors[outs[0]].shape)})], self.names[outs[0]])
 
     def split(self, k, op, opts, ins, outs, where, node_id) -> None:
         """SPLIT (axis, x), SPLIT_V (x, sizes, axis) and UNPACK: one slice per output."""
