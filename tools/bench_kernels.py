@@ -21,6 +21,8 @@ Each thread count runs in its own child process so numpy's BLAS can be pinned to
     python tools/bench_kernels.py                 # 1 and 2 threads, best ISA
     python tools/bench_kernels.py --threads 2 --isa avx2 --quick
     python tools/bench_kernels.py --vision --threads 1
+    python tools/bench_kernels.py --types                  # GEMV of every weight type, bytes/s vs q4_1
+    python tools/bench_kernels.py --types q4_1 q2_k q5_k --threads 1
 """
 
 from __future__ import annotations
@@ -67,7 +69,39 @@ def timeit(fn, min_time: float) -> float:
     return float(np.min(samples))
 
 
-def child(threads: int, isa: str | None, quick: bool, vision: bool) -> None:
+# --types: decode GEMVs (M=1) of SmolLM2-sized matrices whose K is whole k-quant super-blocks.
+TYPE_GEMV = [("ffn_down", 576, 1536), ("wide", 4096, 1536)]
+
+
+def bench_types(threads: int, min_time: float, qtypes: list[str]) -> None:
+    """M=1 linear for each weight type: weight bytes streamed per second, and that against q4_1's
+    (the yardstick: each k-quant within 10% of q4_1's bytes/s). The weights are 64 rows quantized
+    by quantize_ref and tiled to N rows (valid blocks; the speed does not depend on them), read-only
+    as a model's mapped weights are, so that every type takes the path it takes in a decode step
+    (q4_0 / q4_1 / q8_0: the tier's interleaved layout, packed once and cached)."""
+    from volvox import cpu as K
+    from volvox.ir.quant_blocks import QuantTensor, quantize_ref
+
+    rng = np.random.default_rng(0)
+    print(f"\n== weight types, threads={threads} isa={K.isa()}")
+    print(f"{'case':10s} {'type':7s} {'N':>6s} {'K':>5s} | {'us':>9s} {'GB/s':>6s} | {'vs q4_1':>7s}")
+    for label, n, k in TYPE_GEMV:
+        x = rng.standard_normal(k).astype(np.float32)
+        out = np.empty(n, np.float32)
+        base = None
+        for qtype in ["q4_1"] + [q for q in qtypes if q != "q4_1"]:
+            seed = quantize_ref(rng.standard_normal((64, k)).astype(np.float32), qtype)
+            data = np.tile(seed.data, (n // 64, 1))                                # (N, row bytes)
+            data.flags.writeable = False
+            qt = QuantTensor(data, qtype, (n, k))
+            tv = timeit(lambda: K.linear(x, qt, out=out), min_time)
+            rate = qt.nbytes / tv / 1e9
+            base = rate if base is None else base
+            print(f"{label:10s} {qtype:7s} {n:6d} {k:5d} | {tv * 1e6:9.1f} {rate:6.1f} | {rate / base:6.2f}x",
+                  flush=True)
+
+
+def child(threads: int, isa: str | None, quick: bool, vision: bool, types: list[str] | None = None) -> None:
     from volvox import cpu as K
     from volvox.ir.quant_blocks import quantize_ref
 
@@ -77,6 +111,9 @@ def child(threads: int, isa: str | None, quick: bool, vision: bool) -> None:
     min_time = 0.1 if quick else 0.4
     if vision:
         bench_vision(threads, min_time)
+        return
+    if types is not None:
+        bench_types(threads, min_time, types)
         return
     rng = np.random.default_rng(0)
     print(f"\n== threads={threads} isa={K.isa()} (numpy peer: float32 x @ W.T, BLAS pinned to "
@@ -300,10 +337,16 @@ def main() -> None:
     ap.add_argument("--isa", default=None, help="force an ISA tier (default: best available)")
     ap.add_argument("--quick", action="store_true", help="shorter timing (noisier)")
     ap.add_argument("--vision", action="store_true", help="only the vision kernels (f32 GEMM, convs)")
+    ap.add_argument("--types", nargs="*", default=None, metavar="QTYPE",
+                    help="only the GEMV of each weight type (default: every supported type), bytes/s vs q4_1")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.types == []:
+        from volvox.ir.quant_blocks import SUPPORTED_QTYPES
+
+        args.types = list(SUPPORTED_QTYPES)
     if args.child is not None:
-        child(args.child, args.isa, args.quick, args.vision)
+        child(args.child, args.isa, args.quick, args.vision, args.types)
         return
     for t in args.threads:
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t),
@@ -315,6 +358,8 @@ def main() -> None:
             cmd.append("--quick")
         if args.vision:
             cmd.append("--vision")
+        if args.types is not None:
+            cmd += ["--types", *args.types]
         subprocess.run(cmd, env=env, check=True)
 
 

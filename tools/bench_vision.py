@@ -1,13 +1,15 @@
 """volvox vs the TFLite interpreter (XNNPACK), onnxruntime and PyTorch on the same vision models and inputs.
 
     python tools/bench_vision.py [--runs 50] [--threads 1 2] [--models mltk-person-detection ...]
+    python tools/bench_vision.py --models path/to/resnet.onnx other.onnx   # any .onnx file vs onnxruntime
 
 Each thread count runs in a fresh process with OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set
 (numpy's BLAS reads them at import). Median wall time of --runs calls after 5 warm-up calls;
 ratio = volvox / peer (lower is better for volvox). "per-op ms" is the per-op executor on
 the same model (what Model.run does when the graph has no vision plan), "plan" whether
 Model.run ran a native step plan (runtime/plan.py). Inputs: scikit-image's astronaut photo,
-a rendered text line for the OCR model.
+a rendered text line for the OCR model; an .onnx path without a preprocessing recipe gets seeded
+random inputs of its graph inputs' shapes and dtypes (symbolic dims as 1: pass a static model).
 
 Peers that do not ship as .tflite are exported from the graph volvox loads (tools/export_tflite.py):
 EfficientNet-Lite0 is timed against torch and against TFLite (XNNPACK) on that file, the same
@@ -97,6 +99,20 @@ def prune(folder: Path, prefix: str, key: str) -> None:
                 old.unlink()
 
 
+def random_feeds(inputs) -> dict:
+    """Seeded random arrays for graph inputs (symbolic dims as 1): floats in [-1, 1), integers in [0, 4)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in inputs:
+        shape = [d if isinstance(d, int) else 1 for d in spec.shape]
+        dtype = np.dtype(spec.dtype)
+        feeds[spec.name] = (rng.uniform(-1, 1, shape).astype(dtype) if dtype.kind == "f"
+                            else rng.integers(0, 4, shape).astype(dtype))
+    return feeds
+
+
 def tflite_peer(path: str, threads: int, x):
     """A call running the TFLite interpreter (default resolver: XNNPACK) on ``x``."""
     from ai_edge_litert.interpreter import Interpreter
@@ -122,12 +138,16 @@ def bench_one(name: str, threads: int, runs: int) -> dict:
     sys.path.insert(0, str(TOOLS.parent / "tests" / "support"))
     from vision_helpers import sample_image, text_line
 
-    path = str(resolve_model_file(name.removesuffix(TWIN)))
+    path = name if name.endswith(".onnx") and Path(name).is_file() else str(resolve_model_file(name.removesuffix(TWIN)))
     target, export = exported(name) if name.endswith(TWIN) or path.endswith(".pth") else (name, None)
     model = volvox.load(target, threads=threads)
-    image = text_line("The quick brown fox 2026") if name == "pp-ocrv4-rec" else sample_image("astronaut")
-    x = preprocess(image, model.metadata["preprocess"]).tensor
-    feeds = {model.graph.inputs[0].name: x}
+    if "preprocess" in model.metadata:
+        image = text_line("The quick brown fox 2026") if name == "pp-ocrv4-rec" else sample_image("astronaut")
+        x = preprocess(image, model.metadata["preprocess"]).tensor
+        feeds = {model.graph.inputs[0].name: x}
+    else:
+        feeds = random_feeds(model.graph.inputs)
+        x = next(iter(feeds.values()))
     peers = []
     if path.endswith(".onnx"):
         import onnxruntime as ort

@@ -36,7 +36,7 @@ U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 _SCALAR_CODES = {U8: "B", I8: "b", U16: "H", I16: "h", U32: "I", I32: "i", F32: "f",
                  BOOL: "?", U64: "Q", I64: "q", F64: "d"}
 # ggml type ids used below.
-GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q4_1, GGML_Q8_0, GGML_Q5_K, GGML_BF16 = 0, 1, 2, 3, 8, 13, 30
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q4_1, GGML_Q8_0, GGML_Q8_K, GGML_BF16 = 0, 1, 2, 3, 8, 15, 30
 
 
 def _rng_bytes(n: int, seed: int) -> bytes:
@@ -257,10 +257,10 @@ def bad_gguf_files() -> dict[str, tuple[bytes, str, str]]:
         "gguf_overlapping_tensors.gguf": (build_gguf(offsets={t1: 128})[0], "GGUFError", "overlap"),
         "gguf_duplicate_tensor.gguf": (build_gguf(tensors=TINY_TENSORS + [TINY_TENSORS[1]])[0],
                                        "GGUFError", "duplicate tensor name 'output_norm.weight'"),
-        "gguf_unsupported_q5_k.gguf": (
-            build_gguf(tensors=_with_tensor(t1, ne=(256, 1), type_id=GGML_Q5_K,
-                                            data=_rng_bytes(176, 4)))[0],
-            "UnsupportedError", f"tensor '{t1}' has type q5_k"),
+        "gguf_unsupported_q8_k.gguf": (
+            build_gguf(tensors=_with_tensor(t1, ne=(256, 1), type_id=GGML_Q8_K,
+                                            data=_rng_bytes(292, 4)))[0],
+            "UnsupportedError", f"tensor '{t1}' has type q8_k"),
     }
 
 
@@ -495,7 +495,7 @@ def bad_onnx_files() -> dict[str, tuple[bytes, str, str]]:
         "onnx_truncated.onnx": (good[:len(good) // 2], "ONNXError", "truncated"),
         "onnx_garbage.onnx": (_rng_bytes(300, 6), "ONNXError", "not an ONNX file"),
         "onnx_empty.onnx": (b"", "ONNXError", "no graph"),
-        "onnx_opset_7.onnx": (build_onnx(opset=7), "UnsupportedError", "opset 7"),
+        "onnx_opset_6.onnx": (build_onnx(opset=6), "UnsupportedError", "opset 6"),
         "onnx_unknown_op.onnx": (build_onnx(extra_nodes=(_onnx_node("Frobnicate", ["probs"], ["z"], "frob"),)),
                                  "UnsupportedError", "node 'frob' (Frobnicate): op Frobnicate is not supported"),
         # producer_name (field 2 at byte 2, its 1-byte length at byte 3) announces 2**40 bytes

@@ -8,6 +8,7 @@ Input rows (JSON objects) by task:
   generate   {"prompt": "..."} or {"messages": [{"role", "content"}, ...]}  -> adds "text"
   embed      {"text": "..."}                                              -> adds "embedding"
   classify   {"image": "path/to/file"}                                    -> adds "labels"
+  transcribe {"audio": "path/to/file.wav"}                                -> adds "text"
 Other fields (an "id", say) pass through unchanged.
 """
 
@@ -33,7 +34,7 @@ class BatchOptions:
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] | None = None
-    normalize: bool = False     # embed: unit-length rows
+    normalize: bool | None = None  # embed: unit-length rows (None: as the model says)
     top_k_labels: int = 5       # classify: labels per image
 
 
@@ -73,11 +74,9 @@ class Predictor:
         self.options = options
         self.model = load(model_name, threads=threads)
         self.task = options.task or self.model.metadata.get("task")
-        if self.task == "transcribe":
-            raise UnsupportedError("batch transcription waits on speech support: volvox has no speech model yet")
         if self.task not in TASKS or not hasattr(self.model, self.task):
             raise UnsupportedError(f"{model_name}: task {self.task!r} cannot run on this model "
-                                   f"(its task is {self.model.metadata.get('task')!r}; batch runs {', '.join(TASKS[:3])})")
+                                   f"(its task is {self.model.metadata.get('task')!r}; batch runs {', '.join(TASKS)})")
 
     def predict(self, rows: list[dict]) -> list[dict]:
         """Each row with its result added, in the same order."""
@@ -111,6 +110,14 @@ class Predictor:
             labels = self.model.classify(row["image"], top_k=self.options.top_k_labels)
             out.append({**row, "labels": [asdict(label) for label in labels]})
         return out
+
+
+    def _transcribe(self, rows: list[dict]) -> list[dict]:
+        if not all(isinstance(row.get("audio"), str) for row in rows):
+            raise VolvoxError("a transcribe row needs an 'audio' file path")
+        texts = self.model.transcribe([row["audio"] for row in rows], temperature=self.options.temperature,
+                                      seed=self.options.seed)  # every row's windows in one batched decode
+        return [{**row, "text": text} for row, text in zip(rows, texts)]
 
 
 def run_local(model_name: str, input_path: str | Path, output_path: str | Path, options: BatchOptions,

@@ -1,4 +1,4 @@
-"""The ``volvox`` command line: generate, chat, run, info, serve, batch."""
+"""The ``volvox`` command line: generate, chat, transcribe, seq2seq, run, info, serve, batch."""
 
 from __future__ import annotations
 
@@ -126,6 +126,40 @@ def cmd_chat(a) -> int:
         _finish(a, lm, lm.last_stats)
 
 
+def cmd_transcribe(a) -> int:
+    model = _load(a)
+    if not hasattr(model, "transcribe"):
+        from volvox.errors import UnsupportedError
+
+        raise UnsupportedError(f"{a.model} is not a speech-to-text model (its task is {model.metadata.get('task')!r})")
+    for audio in a.audio:
+        result = model.transcribe(audio, language=a.language, temperature=a.temperature, seed=a.seed,
+                                  timestamps=a.timestamps)
+        if a.timestamps:
+            for segment in result:
+                print(f"[{segment.start:.2f} --> {segment.end:.2f}] {segment.text}")
+        else:
+            print(result)
+    _finish(a, model, model.last_stats)
+    return 0
+
+
+def cmd_seq2seq(a) -> int:
+    model = _load(a)
+    if not hasattr(model, "seq2seq") or model.spec.get("source") != "text":
+        from volvox.errors import UnsupportedError
+
+        raise UnsupportedError(f"{a.model} is not a text-to-text encoder-decoder model "
+                               f"(its task is {model.metadata.get('task')!r}; speech models: volvox transcribe)")
+    for piece in model.seq2seq(a.text, a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
+                               repetition_penalty=a.repetition_penalty, seed=a.seed, stream=True):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    _finish(a, model, model.last_stats)
+    return 0
+
+
 def cmd_run(a) -> int:
     model = _load(a)
     feeds = {}
@@ -183,7 +217,7 @@ def cmd_embed(a) -> int:
     if not hasattr(model, "embed"):
         from volvox.errors import UnsupportedError
         raise UnsupportedError(f"{a.model}: task {model.metadata.get('task')!r} has no embed()")
-    for row in model.embed(a.text, normalize=a.normalize):
+    for row in model.embed(a.text, normalize=a.normalize, prompt_name=a.prompt_name):
         print(json.dumps([round(float(v), 7) for v in row]))
     return 0
 
@@ -290,21 +324,34 @@ def _add_batch_parser(sub) -> None:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     g = p.add_argument_group("embed / classify")
-    g.add_argument("--normalize", action="store_true", help="embed: unit-length embeddings")
+    g.add_argument("--normalize", action="store_true", default=None,
+                   help="embed: unit-length embeddings (default: as the model says)")
     g.add_argument("--top-k-labels", type=int, default=5, help="classify: labels per image")
     p.set_defaults(func=cmd_batch)
 
 
 def cmd_info(a) -> int:
     from volvox import cpu
+    from volvox.errors import VolvoxError
     from volvox.hub import recipe_names
 
     info = {"volvox": __import__("volvox").__version__, "python": platform.python_version(),
             "machine": platform.machine(), "isa": cpu.isa(), "isas_available": cpu.available_isas(),
             "isas_built": list(cpu.engine.compiled_isas()), "openmp": bool(cpu.engine.openmp_enabled()),
             "threads": cpu.get_num_threads(), "gpu_backends": _gpu_backends(), "known_models": recipe_names()}
+    if a.model and str(a.model).endswith(".onnx"):
+        from volvox.formats.onnx import op_report
+
+        info["model_ops"] = op_report(a.model)   # before loading, which stops at the first op it lacks
     if a.model:
-        model = _load(a)
+        try:
+            model = _load(a)
+        except VolvoxError as e:
+            if "model_ops" not in info:
+                raise
+            info["load_error"] = str(e)
+            print(json.dumps(info, indent=2, default=str))
+            return 1
         g = model.graph
         info["model"] = {"source": model.source, "task": model.metadata.get("task"), "metadata": model.metadata,
                          "inputs": [s.describe() for s in g.inputs], "outputs": [g.specs[o].describe() for o in g.outputs],
@@ -381,6 +428,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message", default=None, help="send one message, print the reply and exit")
     _add_sampling_args(p)
     p.set_defaults(func=cmd_chat)
+    p = sub.add_parser("transcribe", help="the text spoken in audio files (Whisper)")
+    _add_load_args(p, model="required")
+    p.add_argument("audio", nargs="+", help="WAV / FLAC file(s); one line of text each")
+    p.add_argument("--language", default=None, help="language code of a multilingual model (default: en)")
+    p.add_argument("--timestamps", action="store_true", help="one line per segment: [start --> end] text")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=cmd_transcribe)
+    p = sub.add_parser("seq2seq", help="an encoder-decoder model's output text for an input text")
+    _add_load_args(p, model="required")
+    p.add_argument("--text", required=True, help="input text")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=cmd_seq2seq)
     p = sub.add_parser("run", help="run a blueprint graph on .npy inputs")
     _add_load_args(p, model="required")
     p.add_argument("--input", action="append", default=[], help="NAME=FILE.npy (repeatable)")
@@ -402,10 +467,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it shows only on a terminal anyway)")
     p.set_defaults(func=cmd_convert)
-    p = sub.add_parser("embed", help="sentence embeddings (mean-pooled) of texts, one JSON list per line")
+    p = sub.add_parser("embed", help="sentence embeddings of texts (pooled as the model says, mean by default), one JSON list per line")
     _add_load_args(p, model="required")
     p.add_argument("--text", action="append", required=True, help="text to embed (repeatable)")
-    p.add_argument("--normalize", action="store_true", help="scale each embedding to unit L2 norm")
+    p.add_argument("--normalize", action="store_true", default=None,
+                   help="scale each embedding to unit L2 norm (default: as the model says; sentence-transformers Normalize)")
+    p.add_argument("--prompt-name", default=None,
+                   help="prepend the model's named prompt (sentence-transformers prompts, e.g. query)")
     p.set_defaults(func=cmd_embed)
     p = sub.add_parser("info", help="machine, kernels and (optionally) a model's graph and weights")
     _add_load_args(p, model="optional")

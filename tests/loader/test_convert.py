@@ -8,7 +8,7 @@ import pytest
 import volvox
 from tiny_gguf import write_tiny_llama
 from volvox import convert as convert_module
-from volvox.convert import convert, quantizable, source_weights
+from volvox.convert import convert, quantizable, source_weights, storage_type
 from volvox.errors import BlueprintError
 from volvox.model import Model
 from volvox.ir.quant_blocks import quantize_ref
@@ -77,6 +77,30 @@ def test_quantize_equals_quantizing_in_memory(tmp_path, hf_gpt2, qtype):
         feeds = {"tokens": np.arange(1, 17, dtype=np.int32), "positions": np.arange(16, dtype=np.int32)}
         np.testing.assert_array_equal(bp.run(feeds)["logits"], in_memory.run(feeds)["logits"])
         assert set(json.loads((tmp_path / "bp" / "config.json").read_text())["weights"]["quantized"]) == set(names)
+
+
+@pytest.mark.parametrize("qtype", ["q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"])
+def test_quantize_to_each_type_with_llama_cpp_s_fallback(tmp_path, qtype):
+    """Every matrix becomes `qtype` (ggml's reference quantizer), except that a k-quant request
+    stores the 288-wide ffn_down as llama.cpp's fallback type; the blueprint computes exactly what
+    the same weights quantized in memory compute."""
+    src = tmp_path / "tiny.gguf"
+    write_tiny_llama(src, dim=256, ffn=288, qtype="f32", embed_qtype="f32", tied=False)
+    convert(src, tmp_path / "bp", quantize=qtype)
+    stored = json.loads((tmp_path / "bp" / "config.json").read_text())["weights"]["quantized"]
+    with volvox.load(src, optimize=False) as m, volvox.load(tmp_path / "bp") as bp:
+        weights = source_weights(m)
+        names = quantizable(m.graph, weights)
+        want = {n: storage_type(qtype, weights[n].shape[1]) for n in names}
+        assert {n: v["qtype"] for n, v in stored.items()} == want
+        assert qtype in want.values()
+        if qtype.endswith("_k"):
+            assert len(set(want.values())) == 2          # ffn_down (288 wide) took the fallback
+        for name in names:
+            weights[name] = quantize_ref(np.asarray(weights[name]), want[name])
+        in_memory = Model(m.graph, weights, {}, "in-memory")
+        feeds = {"tokens": np.arange(1, 9, dtype=np.int32), "positions": np.arange(8, dtype=np.int32)}
+        np.testing.assert_array_equal(bp.run(feeds)["logits"], in_memory.run(feeds)["logits"])
 
 
 def test_f16_stores_half_matrices_equal_to_casting_in_memory(tmp_path, hf_gpt2):

@@ -27,6 +27,24 @@ def train_bpe_tokenizer(path, vocab_size=400):
     return tok.get_vocab_size()
 
 
+def train_unigram_tokenizer(path, corpus=CORPUS, vocab_size=200):
+    """A T5-style Unigram tokenizer.json trained on ``corpus`` with the `tokenizers` library (NFKC and
+    space squeezing, WhitespaceSplit + Metaspace, "</s>" appended; ids 0-2: <pad>, </s>, <unk>);
+    returns the `tokenizers` Tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"],
+                                      unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(list(corpus) * 8, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tok.save(str(path))
+    return tok
+
+
 def hf_config(kind, vocab, **kw):
     """A transformers config of architecture ``kind`` with small defaults overridden by ``kw``."""
     import transformers as tf

@@ -386,6 +386,20 @@ CASES += [  # elementwise functions of the engine's unary step and the unary sha
     Case("leaky_relu", "leaky_relu", dict(x=f32(70, lo=-5, hi=5))),
     Case("leaky_relu_alpha", "leaky_relu", dict(x=f32(3, 45, lo=-5, hi=5)), params=dict(alpha=0.2)),
 ]
+SSM = "has no native step"  # the SSM ops (ops/ssm.py) carry state; a plan does not lower them yet
+CASES += [  # state-space model ops (ops/ssm.py), from zero state (a run context without a state cache)
+    Case("causal_conv1d", "causal_conv1d", dict(x=f32(9, 20)), dict(weight=f32(20, 4), bias=f32(20)),
+         dict(layer=0), gpu=False, plan=SSM),
+    Case("causal_conv1d_nobias", "causal_conv1d", dict(x=f32(3, 7)), dict(weight=f32(7, 2)), gpu=False, plan=SSM),
+    Case("selective_scan", "selective_scan",
+         dict(x=f32(6, 12), dt=f32(6, 12), B=f32(6, 5), C=f32(6, 5), z=f32(6, 12)),
+         dict(A=f32(12, 5, lo=-3, hi=-0.1), D=f32(12)), gpu=False, plan=SSM),
+    Case("ssd_scan", "ssd_scan", dict(x=f32(5, 24), dt=f32(5, 4), B=f32(5, 6), C=f32(5, 6)),
+         dict(dt_bias=f32(4), A=f32(4, lo=-3, hi=-0.1), D=f32(4)),
+         dict(n_heads=4, head_dim=6, n_groups=2, state_size=3), gpu=False, plan=SSM),
+    Case("gated_rms_norm", "gated_rms_norm", dict(x=f32(4, 16), z=f32(4, 16)), dict(weight=f32(16)),
+         dict(eps=1e-5, group_size=8), gpu=False),
+]
 
 
 def build_graph(case: Case) -> tuple[Graph, dict]:

@@ -30,6 +30,8 @@ def cached(name: str):
 def _present(name: str) -> bool:
     src = hub.load_recipe(name)["source"]
     target = hub.cache_dir() / name / Path(src.get("member") or src["file"]).name
+    if src.get("folder_files"):  # a model folder: every one of its files
+        return hub._installed_file(src) is not None or all((target / f).is_file() for f in src["folder_files"])
     return hub._installed_file(src) is not None or target.is_file()
 
 

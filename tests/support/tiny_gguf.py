@@ -6,7 +6,7 @@ from gguf import GGUFWriter
 from gguf.quants import quantize
 
 QTYPES = {"f32": T.F32, "f16": T.F16, "q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1, "q4_k": T.Q4_K,
-          "q6_k": T.Q6_K, "q5_k": T.Q5_K}
+          "q6_k": T.Q6_K, "q5_k": T.Q5_K, "q8_k": T.Q8_K}
 
 
 def _byte_vocab():
@@ -27,7 +27,7 @@ def _byte_vocab():
 
 
 # (bytes per 256-value block, byte offsets of the f16 scale fields)
-K_LAYOUT = {"q4_k": (144, (0, 2)), "q5_k": (176, (0, 2)), "q6_k": (210, (208,))}
+K_LAYOUT = {"q4_k": (144, (0, 2)), "q5_k": (176, (0, 2)), "q6_k": (210, (208,)), "q8_k": (292, ())}
 
 
 def random_k_blocks(rng, shape, q):

@@ -16,9 +16,15 @@ cdef enum:
     VX_Q6_K = 4
     VX_F32 = 5
     VX_F16 = 6
-    VX_NTYPES = 7
-    VX_QK = 32          # values per block of q4_0 / q4_1 / q8_0
-    VX_QK_K = 256       # values per super-block of q4_K / q6_K
+    VX_Q5_0 = 7
+    VX_Q5_1 = 8
+    VX_IQ4_NL = 9
+    VX_Q2_K = 10
+    VX_Q3_K = 11
+    VX_Q5_K = 12
+    VX_NTYPES = 13
+    VX_QK = 32          # values per block of q4_0 / q4_1 / q5_0 / q5_1 / q8_0 / iq4_nl
+    VX_QK_K = 256       # values per super-block of the k-quants (q2_K .. q6_K)
 
 ctypedef uint16_t vx_f16
 ctypedef struct vx_block_q4_0:      # 18 B
@@ -41,6 +47,34 @@ ctypedef struct vx_block_q6_K:      # 210 B
     uint8_t qh[64]                  # [VX_QK_K / 4] high 2 bits
     int8_t scales[16]               # [VX_QK_K / 16] 8-bit scale per 16 values
     vx_f16 d
+ctypedef struct vx_block_q5_0:      # 22 B
+    vx_f16 d
+    uint8_t qh[4]                   # bit j: the 5th bit of value j
+    uint8_t qs[16]                  # [VX_QK / 2] low nibbles: values 0..15, high: 16..31
+ctypedef struct vx_block_q5_1:      # 24 B
+    vx_f16 d
+    vx_f16 m
+    uint8_t qh[4]                   # bit j: the 5th bit of value j
+    uint8_t qs[16]                  # [VX_QK / 2]
+ctypedef struct vx_block_iq4_nl:    # 18 B
+    vx_f16 d
+    uint8_t qs[16]                  # [VX_QK / 2] indices into the 16 levels (ggml's kvalues_iq4nl)
+ctypedef struct vx_block_q2_K:      # 84 B
+    uint8_t scales[16]              # [VX_QK_K / 16] per 16 values: scale (low 4 bits), min (high 4)
+    uint8_t qs[64]                  # [VX_QK_K / 4] 2 bits per value
+    vx_f16 d                        # super-block scale for the scales
+    vx_f16 dmin                     # super-block scale for the mins
+ctypedef struct vx_block_q3_K:      # 110 B
+    uint8_t hmask[32]               # [VX_QK_K / 8] bit j of byte l: value l of sub-block j is >= 0
+    uint8_t qs[64]                  # [VX_QK_K / 4] low 2 bits per value
+    uint8_t scales[12]              # 16 scales of 6 bits (stored + 32)
+    vx_f16 d
+ctypedef struct vx_block_q5_K:      # 176 B
+    vx_f16 d                        # super-block scale for the 6-bit scales
+    vx_f16 dmin                     # super-block scale for the 6-bit mins
+    uint8_t scales[12]              # as q4_K's
+    uint8_t qh[32]                  # [VX_QK_K / 8] bit j of byte l: 5th bit of value l of sub-block j
+    uint8_t qs[128]                 # [VX_QK_K / 2]
 
 
 cdef inline size_t VX_ALIGN(size_t n) noexcept nogil:
@@ -52,13 +86,13 @@ cdef inline size_t VX_ALIGN(size_t n) noexcept nogil:
 # Quantized activation rows ("act"), one per activation row, in caller scratch. The quantization is
 # bit-identical to ggml's x86 build (the activation format ggml pairs with each weight type), so
 # volvox and llama.cpp see the same integers and scales:
-#   32-block weights (q4_0 / q8_0: ggml's q8_0; q4_1: ggml's q8_1):
+#   32-block weights (q4_0 / q5_0 / q8_0 / iq4_nl: ggml's q8_0; q4_1 / q5_1: ggml's q8_1):
 #     int8  qs[K]              at 0
 #     float ds[K/32][2]        at VX_ALIGN(K): d and s per block, held in f32 but with ggml's
 #                              values: d = fp16(amax / 127); s = fp16(d * sum(qs)) (q8_1, q4_1
 #                              weights) or the exact d16 * sum(qs) (q8_0)
 #     q = round-half-even(x * (127 / amax)), so |q| <= 127.
-#   k-quant weights (q4_K / q6_K), ggml's q8_K (quantize_row_q8_K_ref):
+#   k-quant weights (q2_K .. q6_K), ggml's q8_K (quantize_row_q8_K_ref):
 #     int8  qs[K]              at 0: min(127, round-half-even(x * (-127 / max))), max the first
 #                              value of largest |x| in the 256
 #     float d[K/256]           at VX_ALIGN(K): 1 / (-127 / max) (negative when max > 0)
@@ -68,9 +102,15 @@ cdef inline size_t VX_ALIGN(size_t n) noexcept nogil:
 # block, then a horizontal sum), so avx2 and avx512 agree bit for bit with each other and with
 # ggml's AVX2 kernels; the portable tier sums one float per block (ggml's generic order).
 # ------------------------------------------------------------------------------------------------
+cdef inline bint vx_is_kquant(int wtype) noexcept nogil:
+    """Whether wtype is a 256-value super-block type (q8_K activations)."""
+    return (wtype == VX_Q2_K or wtype == VX_Q3_K or wtype == VX_Q4_K or wtype == VX_Q5_K
+            or wtype == VX_Q6_K)
+
+
 cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
     """Bytes of one act row for weights of type wtype and K columns (0: f32 / f16 take floats)."""
-    if wtype == VX_Q4_K or wtype == VX_Q6_K:
+    if vx_is_kquant(wtype):
         return VX_ALIGN(K) + VX_ALIGN(4 * (K // VX_QK_K)) + VX_ALIGN(4 * (K // 16))
     if wtype == VX_F32 or wtype == VX_F16:
         return 0
@@ -221,12 +261,12 @@ ctypedef struct vx_conv_table:
 # ------------------------------------------------------------------------------------------------
 ctypedef struct vx_table:
     const char *name
-    vx_quantize_fn quantize[7]   # [VX_NTYPES]; NULL for f32 / f16
-    vx_gemm_fn gemm[7]           # [VX_NTYPES]
+    vx_quantize_fn quantize[13]  # [VX_NTYPES]; NULL for f32 / f16
+    vx_gemm_fn gemm[13]          # [VX_NTYPES]
     int il_rows                  # rows per interleaved group (0: the tier has no interleaved kernels)
-    vx_gemm_fn gemm_il[7]        # [VX_NTYPES] interleaved weights (w: group 0, w_stride: bytes per
+    vx_gemm_fn gemm_il[13]       # [VX_NTYPES] interleaved weights (w: group 0, w_stride: bytes per
                                  # group, n: rows); NULL: the type is not interleaved on this tier
-    vx_dequant_fn dequant[7]     # [VX_NTYPES]
+    vx_dequant_fn dequant[13]    # [VX_NTYPES]
     vx_rms_norm_fn rms_norm
     vx_attn_fn attention
     vx_swiglu_fn swiglu

@@ -12,6 +12,7 @@ from volvox.ir.quant_blocks import SUPPORTED_QTYPES, QuantTensor
 from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.formats.gguf import GGUFFile
 from volvox.formats.imported import Deferred, Imported, ModelDims
+from volvox.architectures import mamba
 from volvox.architectures.llama import GGUF_NAMES, LlamaConfig, build_llama_graph
 
 LLAMA_ARCHITECTURES = ("llama", "mistral")
@@ -22,7 +23,7 @@ def llama_config_from_gguf(md: dict, path: str) -> LlamaConfig:
     arch = md.get("general.architecture")
     if arch not in LLAMA_ARCHITECTURES:
         raise UnsupportedError(f"{path}: architecture {arch!r} is not supported "
-                               f"(supported: {', '.join(LLAMA_ARCHITECTURES)})")
+                               f"(supported: {', '.join(LLAMA_ARCHITECTURES + mamba.GGUF_ARCHITECTURES)})")
 
     def get(key, default=None):
         value = md.get(f"{arch}.{key}", default)
@@ -59,6 +60,8 @@ def import_gguf(path: str) -> Imported:
     model closes)."""
     gguf = GGUFFile(path)
     try:
+        if gguf.metadata.get("general.architecture") in mamba.GGUF_ARCHITECTURES:
+            return mamba.import_gguf(gguf, str(path))
         cfg = llama_config_from_gguf(gguf.metadata, str(path))
         specs: dict[str, TensorSpec] = {}
         for name, info in gguf.tensors.items():

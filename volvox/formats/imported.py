@@ -36,6 +36,9 @@ class Deferred:
     make: Callable[[], Any]
 
 
+ATTENTION_FREE_DIMS = ("n_kv_heads", "head_dim")  # 0 in a model without attention layers (Mamba)
+
+
 @dataclass(frozen=True)
 class ModelDims:
     """What a generate / embed task needs to know of a model beyond its graph (``metadata["dims"]``)."""
@@ -58,6 +61,7 @@ class ModelDims:
         if not isinstance(md, dict) or set(md) != set(names):
             raise BlueprintError(f"{where}: metadata.dims must be an object with exactly {names}")
         for k in names:
-            if not isinstance(md[k], int) or isinstance(md[k], bool) or md[k] <= 0:
-                raise BlueprintError(f"{where}: metadata.dims.{k} must be a positive integer, got {md[k]!r}")
+            least = 0 if k in ATTENTION_FREE_DIMS else 1
+            if not isinstance(md[k], int) or isinstance(md[k], bool) or md[k] < least:
+                raise BlueprintError(f"{where}: metadata.dims.{k} must be an integer >= {least}, got {md[k]!r}")
         return cls(**md)

@@ -13,9 +13,9 @@ from typing import Any
 from volvox.errors import BlueprintError, ShapeError, UnsupportedError, VolvoxError
 
 Dim = int | str
-FLOAT_DTYPES = ("float32", "float16")
-INT_DTYPES = ("int32", "int64", "int8", "uint8")
-DTYPES = FLOAT_DTYPES + INT_DTYPES
+FLOAT_DTYPES = ("float32", "float16", "float64")
+INT_DTYPES = ("int32", "int64", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,11 @@ def leaky_relu_ref(ctx, p, x):
     return np.where(x64 >= 0, x64, np.float32(p.get("alpha", 0.01)) * x64).astype(np.float32)
 
 
+def tanh_ref(ctx, p, x):
+    """tanh(x) in float64."""
+    return np.tanh(x.astype(np.float64)).astype(np.float32)
+
+
 def unary_into(write):
     """The op-level ``into(ctx, p, out, x)`` of an activation computed by ``write(x, out)``."""
     def into(ctx, p, out, x):
@@ -133,6 +138,7 @@ register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_re
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
                into=unary_into(sigmoid_into),
                gpu=unary_lowering("sigmoid")))
+register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref,
                **unary_kernels("hard_sigmoid")))
 register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref,

@@ -18,9 +18,10 @@ import numpy as np
 
 @dataclass
 class RunContext:
-    """State that stateful ops read: the KV cache, tokens already cached, which output rows to keep."""
+    """State that stateful ops read: the KV and state caches, tokens already cached, which output rows to keep."""
 
-    kv: Any = None          # KVCache or None
+    kv: Any = None          # KVCache or None (a model without attention layers has none)
+    state: Any = None       # StateCache of the SSM layers (runtime/state_cache.py) or None
     pos: int = 0
     output_rows: str = "all"
 

@@ -164,7 +164,7 @@ class Executor:
                     raise ShapeError(f"input {spec.describe()}: got shape {a.shape}")
                 if isinstance(dim, str) and bound.setdefault(dim, n) != n:
                     raise ShapeError(f"input {spec.describe()}: dim {dim!r} is {bound[dim]} elsewhere, {n} here")
-            a = np.ascontiguousarray(a)
+            a = np.require(a, requirements="C")  # (ascontiguousarray would make a 0-d input 1-d)
             arrays.append(a if a.flags.aligned else a.copy())  # the kernels read whole elements
         return arrays
 

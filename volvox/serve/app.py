@@ -7,7 +7,8 @@ the scheduler's thread, which alone touches the model.
 
 Routes: ``GET /`` (the chat page), ``/health``, ``/metrics``, ``/v1/models``;
 ``POST /v1/completions``, ``/v1/chat/completions`` (language models), ``/v1/embeddings``
-(encoders), ``/v1/classify``, ``/v1/detect`` (vision models; the image as base64).
+(encoders), ``/v1/classify``, ``/v1/detect`` (vision models; the image as base64),
+``/v1/audio/transcriptions`` (speech models; the audio file as a multipart upload, as OpenAI's).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def create_app(model, model_id: str, *, api_key: str | None = None, max_batch: i
         routes += [Route("/v1/completions", api.completions, methods=["POST"]),
                    Route("/v1/chat/completions", api.chat_completions, methods=["POST"])]
     for method, path, handler in (("embed", "/v1/embeddings", api.embeddings),
-                                  ("classify", "/v1/classify", api.classify), ("detect", "/v1/detect", api.detect)):
+                                  ("classify", "/v1/classify", api.classify), ("detect", "/v1/detect", api.detect),
+                                  ("transcribe", "/v1/audio/transcriptions", api.transcriptions)):
         if hasattr(model, method):
             routes.append(Route(path, handler, methods=["POST"]))
     app = Starlette(routes=routes, lifespan=lifespan,
@@ -334,3 +336,28 @@ class _Routes:
         image = self._image(body)
         found = await self._run(lambda: self.model.detect(image))
         return JSONResponse({"model": self.model_id, "detections": [vars(d) for d in found]})
+
+    async def transcriptions(self, request: Request) -> Response:
+        """OpenAI's audio transcription: a multipart form with the audio ``file`` (WAV, FLAC ...),
+        optional ``model``, ``language``, ``temperature`` and ``response_format`` (json or text)."""
+        try:
+            form = await request.form()
+        except Exception as e:  # a malformed multipart body (python-multipart's errors have no common base)
+            raise APIError(400, f"the body must be a multipart form with an audio 'file': {e}") from None
+        self._check_model(form)
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise invalid("file", "'file' must be an uploaded audio file (WAV, FLAC, ...)")
+        fmt = form.get("response_format", "json")
+        if fmt not in ("json", "text"):
+            raise invalid("response_format", f"'response_format' must be json or text, got {fmt!r}")
+        try:
+            temperature = float(form.get("temperature") or 0.0)
+        except ValueError:
+            raise invalid("temperature", "'temperature' must be a number") from None
+        if not 0.0 <= temperature <= 2.0:
+            raise invalid("temperature", f"'temperature' must be in [0, 2], got {temperature}")
+        data = await upload.read()
+        language = form.get("language") or None
+        text = await self._run(lambda: self.model.transcribe(data, language=language, temperature=temperature))
+        return PlainTextResponse(text) if fmt == "text" else JSONResponse({"text": text})

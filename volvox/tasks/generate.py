@@ -1,4 +1,4 @@
-"""Text generation: sessions with a KV cache, prefill then decode, sampling, streaming, chat.
+"""Text generation: sessions with their caches (KV, SSM state), prefill then decode, sampling, streaming, chat.
 
 Batched generation: many prompts decoded together, each exactly as if generated alone.
 
@@ -22,6 +22,7 @@ from volvox.errors import GenerationError
 from volvox.ops.context import BatchContext, RunContext
 from volvox.runtime.executor import Executor
 from volvox.runtime.kv_cache import KVCache
+from volvox.runtime.state_cache import StateCache, StateShape
 from volvox.runtime.plan import Plan, Unsupported
 from volvox.tasks.sampling import Sampler, SamplingParams
 from volvox.tasks.text import TextModel
@@ -53,13 +54,21 @@ class GenerationStats:
 
 
 class Session:
-    """One conversation's state: a KV cache and the number of tokens in it."""
+    """One conversation's state: the caches its model declares (a KV cache for attention layers, a
+    state cache for SSM layers) and the number of tokens in them."""
 
     def __init__(self, lm: "LanguageModel"):
         cfg = lm.config
         self.lm = lm
-        self.ctx = RunContext(kv=KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.context_length))
+        kv = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.context_length) if cfg.n_kv_heads else None
+        self.ctx = RunContext(kv=kv, state=StateCache(lm.state_shape) if lm.state_shape else None)
         self.tokens: list[int] = []
+
+    def reserve(self, n_tokens: int) -> None:
+        """Check that ``n_tokens`` fit the context; GenerationError past the context limit."""
+        if n_tokens > self.lm.config.context_length:
+            raise GenerationError(f"sequence of {n_tokens} tokens exceeds the context length of "
+                                  f"{self.lm.config.context_length}")
 
     def forward(self, ids: list[int] | np.ndarray, all_logits: bool = False) -> np.ndarray:
         """Append ``ids`` to the context; logits (len(ids) or 1, vocab) for all or only the last position."""
@@ -68,7 +77,7 @@ class Session:
             raise GenerationError("forward() needs at least one token")
         if ids.min() < 0 or ids.max() >= self.lm.config.vocab_size:
             raise GenerationError(f"token ids must be in [0, {self.lm.config.vocab_size}), got {ids.min()}..{ids.max()}")
-        self.ctx.kv.reserve(self.ctx.pos + ids.size)
+        self.reserve(self.ctx.pos + ids.size)
         self.ctx.output_rows = "all" if all_logits else "last"
         chunks = []
         for start in range(0, ids.size, PREFILL_CHUNK):
@@ -88,6 +97,8 @@ class LanguageModel(TextModel):
     def __init__(self, graph, weights, metadata, source, config, tokenizer, **kw):
         super().__init__(graph, weights, metadata, source, config, tokenizer, **kw)
         self.last_stats = GenerationStats()
+        state = metadata.get("state")  # SSM layers' state shapes (runtime/state_cache.py), if it has any
+        self.state_shape = StateShape.from_metadata(state, source) if state is not None else None
         self._decode_plan: Plan | None | bool = None  # built on the first decode step; False: not lowerable
         self._closers.insert(0, self._drop_decode_plan)
 
@@ -256,7 +267,7 @@ class _Sequence:
 def decode_step(lm, sessions: list, tokens: list[int]) -> np.ndarray:
     """Append one token to each session in one packed forward pass; logits (len(sessions), vocab)."""
     for s in sessions:
-        s.ctx.kv.reserve(s.ctx.pos + 1)
+        s.reserve(s.ctx.pos + 1)
         s.ctx.output_rows = "last"
     positions = np.array([s.ctx.pos for s in sessions], dtype=np.int32)  # (batch,)
     logits = lm._forward(BatchContext([(s.ctx, 1) for s in sessions]), np.array(tokens, dtype=np.int32), positions)

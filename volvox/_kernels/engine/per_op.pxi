@@ -2,6 +2,7 @@
 # or two steps built on the stack and run by the same runner, so a kernel's work split is written
 # once, in its step kind. A call too small to be worth a second thread runs on one, without an
 # OpenMP region.
+from cython.parallel cimport prange
 from volvox._kernels.vx cimport (
     VX_NTYPES, VX_Q4_1, VX_Q8_0, VX_QK, vx_attn_scratch_floats, vx_il_block_bytes, vx_qgemm_packed_bytes,
     vx_sgemm_packed_floats)
@@ -459,3 +460,52 @@ def qsoftmax(const int8_t[:, ::1] x, const float[::1] table, float out_scale, in
     s.a.softmax_i8.zp_out, s.a.softmax_i8.out_scale = zp_out, out_scale
     with nogil:
         run_local(&s, 1, 1)
+
+
+# ---------------------------------------------------------------- state-space models (kernels/ssm.pxi)
+def causal_conv1d(const float[:, ::1] x, const float[:, ::1] weight, bias, float[:, ::1] state, float[:, ::1] y):
+    """y (seq, C) = the depthwise causal conv of x (seq, C) with weight (C, K) (+ bias: None or float32
+    (C,)) over the history rows state (K-1, C), which then holds x's window's last K-1 rows."""
+    cdef int64_t seq = x.shape[0], channels = x.shape[1], kernel = weight.shape[1], c
+    cdef const float[::1] b
+    cdef const float *bp = NULL
+    cdef float *sp = &state[0, 0] if kernel > 1 else NULL
+    if bias is not None:
+        b = bias
+        bp = &b[0]
+    if seq == 0 or channels == 0:
+        return
+    for c in prange(channels, nogil=True, schedule="static", num_threads=threads_for(seq * channels * kernel * 8)):
+        causal_conv1d_f32(seq, channels, kernel, c, &x[0, 0], &weight[0, 0], bp, sp, &y[0, 0])
+
+
+def selective_scan(const float[:, ::1] x, const float[:, ::1] dt, const float[:, ::1] A, const float[:, ::1] B,
+                   const float[:, ::1] C, const float[::1] D, z, float[:, ::1] state, float[:, ::1] y):
+    """Mamba's selective scan, one channel per work item: x, dt, y (seq, d_inner), A, state
+    (d_inner, N), B, C (seq, N), D (d_inner,), z None or float32 (seq, d_inner)."""
+    cdef int64_t seq = x.shape[0], d_inner = x.shape[1], n_state = A.shape[1], d
+    cdef const float[:, ::1] zv
+    cdef const float *zp = NULL
+    if z is not None:
+        zv = z
+        zp = &zv[0, 0]
+    if seq == 0 or d_inner == 0:
+        return
+    for d in prange(d_inner, nogil=True, schedule="static", num_threads=threads_for(seq * d_inner * n_state * 16)):
+        selective_scan_f32(seq, d_inner, n_state, d, &x[0, 0], &dt[0, 0], &A[0, 0], &B[0, 0], &C[0, 0], &D[0],
+                           zp, &state[0, 0], &y[0, 0])
+
+
+def ssd_scan(const float[:, ::1] x, const float[:, ::1] dt, const float[::1] dt_bias, const float[::1] A,
+             const float[:, ::1] B, const float[:, ::1] C, const float[::1] D, int64_t n_groups,
+             float[:, :, ::1] state, float[:, ::1] y):
+    """Mamba-2's SSD scan, one row of a head's state per work item: x, y (seq, H*P), dt (seq, H),
+    dt_bias, A, D (H,), B, C (seq, n_groups*N), state (H, P, N)."""
+    cdef int64_t seq = x.shape[0], n_heads = state.shape[0], head_dim = state.shape[1], n_state = state.shape[2]
+    cdef int64_t item
+    if seq == 0 or n_heads * head_dim == 0:
+        return
+    for item in prange(n_heads * head_dim, nogil=True, schedule="static",
+                       num_threads=threads_for(seq * n_heads * head_dim * n_state * 8)):
+        ssd_scan_f32(seq, n_heads, head_dim, n_groups, n_state, item, &x[0, 0], &dt[0, 0], &dt_bias[0], &A[0],
+                     &B[0, 0], &C[0, 0], &D[0], &state[0, 0, 0], &y[0, 0])

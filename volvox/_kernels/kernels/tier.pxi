@@ -4,18 +4,23 @@
 from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memset
 from volvox._kernels.vx cimport (
-    VX_F16, VX_F32, VX_NTYPES, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K, vx_block_q6_K,
+    VX_F16, VX_F32, VX_NTYPES, vx_block_iq4_nl, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0,
+    vx_block_q4_1, vx_block_q4_K, vx_block_q5_0, vx_block_q5_1, vx_block_q5_K, vx_block_q6_K,
     vx_block_q8_0, vx_conv_table, vx_table)
 
 include "rows.pxi"
 include "gemv.pxi"
+include "gemv_q5_iq4.pxi"
+include "gemv_kquants.pxi"
 include "conv.pxi"
 include "qconv.pxi"
 include "attention.pxi"
 
 # The kernels read GGUF blocks in place: their structs must have ggml's sizes.
 if (sizeof(vx_block_q4_0), sizeof(vx_block_q4_1), sizeof(vx_block_q8_0), sizeof(vx_block_q4_K),
-        sizeof(vx_block_q6_K)) != (18, 20, 34, 144, 210):
+        sizeof(vx_block_q6_K), sizeof(vx_block_q5_0), sizeof(vx_block_q5_1), sizeof(vx_block_iq4_nl),
+        sizeof(vx_block_q2_K), sizeof(vx_block_q3_K), sizeof(vx_block_q5_K)) != (
+        18, 20, 34, 144, 210, 22, 24, 18, 84, 110, 176):
     raise ImportError(f"{__name__}: the compiler laid out ggml's blocks with other sizes")
 
 cdef vx_table _table
@@ -26,6 +31,8 @@ _table.name = TIER_NAME
 _table.conv = &_conv
 fill_rows(&_table)
 fill_gemv(&_table)
+fill_gemv_q5_iq4(&_table)
+fill_gemv_kquants(&_table)
 fill_conv(&_table)
 fill_qconv(&_table)
 fill_attention(&_table)

@@ -5,8 +5,8 @@ from libc.math cimport fmaf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
-    vx_block_q6_K, vx_block_q8_0, vx_f16)
+    VX_ALIGN, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0,
+    vx_block_q4_1, vx_block_q4_K, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_f16)
 
 include "../gemv_counts.pxi"
 
@@ -184,7 +184,8 @@ cdef inline void b32_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t
 
 
 # ------------------------------------------------------------------------------------------------
-# k-quants: the integer block dots (dot_u8s8_scaled: maddubs on avx2, VNNI on avx512).
+# k-quants: the integer block dots (dot_u8s8_scaled: maddubs on avx2, VNNI on avx512). Every weight is
+# unsigned (q3_K's taken + 4: kernels/gemv_kquants.pxi subtracts 4 sc bsum), so u8 x s8 products do.
 # ------------------------------------------------------------------------------------------------
 cdef inline int32_t q4k_block_dot(const vx_block_q4_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
     """Integer part of one q4_K super-block against 256 act values (before d, dmin)."""
@@ -231,6 +232,209 @@ cdef inline int32_t q6k_block_dot(const vx_block_q6_K *blk, const int8_t *q8) no
         acc = _mm256_add_epi32(acc, dot_u8s8_scaled(q3, _mm256_loadu_si256(<const void *>(x + 64)), sc[4], sc[5]))
         acc = _mm256_add_epi32(acc, dot_u8s8_scaled(q4, _mm256_loadu_si256(<const void *>(x + 96)), sc[6], sc[7]))
     return hsum_epi32_256(acc)
+
+
+cdef inline __m256i two_bits(__m256i q, int s) noexcept nogil:
+    """Bits 2s .. 2s+1 of each byte of q (s a constant once the callers' loops are unrolled)."""
+    cdef __m256i m3 = _mm256_set1_epi8(3)
+    if s == 0:
+        return _mm256_and_si256(q, m3)
+    if s == 1:
+        return _mm256_and_si256(_mm256_srli_epi16(q, 2), m3)
+    if s == 2:
+        return _mm256_and_si256(_mm256_srli_epi16(q, 4), m3)
+    return _mm256_and_si256(_mm256_srli_epi16(q, 6), m3)
+
+
+cdef inline __m256i bit_as(__m256i bits, int j, char value) noexcept nogil:
+    """value in each byte whose bit j is set in bits, else 0."""
+    cdef __m256i m = _mm256_set1_epi8(<char>(1 << j))
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bits, m), m), _mm256_set1_epi8(value))
+
+
+cdef inline __m256i q2k_block_lanes(const vx_block_q2_K *blk, const int8_t *q8) noexcept nogil:
+    """8 int32 lanes summing to: over the 16 groups of 16, (4-bit scale) * dot(q2 (0..3), q8)."""
+    cdef __m256i acc = _mm256_setzero_si256()
+    cdef __m256i q
+    cdef int h, s, g
+    for h in range(2):
+        q = _mm256_loadu_si256(<const void *>(blk.qs + 32 * h))
+        for s in range(4):
+            g = 8 * h + 2 * s
+            acc = _mm256_add_epi32(acc, dot_u8s8_scaled(
+                two_bits(q, s), _mm256_loadu_si256(<const void *>(q8 + 16 * g)),
+                blk.scales[g] & 0x0F, blk.scales[g + 1] & 0x0F))
+    return acc
+
+
+cdef inline __m256i q3k_block_lanes(const vx_block_q3_K *blk, const int8_t *sc, const int8_t *q8) noexcept nogil:
+    """8 int32 lanes summing to: over the 16 groups of 16, sc * dot(q3 + 4 (0..7), q8)."""
+    cdef __m256i hm = _mm256_loadu_si256(<const void *>blk.hmask)
+    cdef __m256i acc = _mm256_setzero_si256()
+    cdef __m256i q
+    cdef int h, s, j
+    for h in range(2):
+        q = _mm256_loadu_si256(<const void *>(blk.qs + 32 * h))
+        for s in range(4):
+            j = 4 * h + s
+            acc = _mm256_add_epi32(acc, dot_u8s8_scaled(
+                _mm256_or_si256(two_bits(q, s), bit_as(hm, j, 4)),
+                _mm256_loadu_si256(<const void *>(q8 + 32 * j)), sc[2 * j], sc[2 * j + 1]))
+    return acc
+
+
+cdef inline __m256i q5k_block_lanes(const vx_block_q5_K *blk, const uint8_t *sc, const int8_t *q8) noexcept nogil:
+    """8 int32 lanes summing to: over the 8 sub-blocks of 32, sc * dot(q5 (0..31), q8)."""
+    cdef __m256i m4 = _mm256_set1_epi8(0x0F)
+    cdef __m256i hm = _mm256_loadu_si256(<const void *>blk.qh)
+    cdef __m256i acc = _mm256_setzero_si256()
+    cdef __m256i q, lo, hi
+    cdef int p
+    for p in range(4):
+        q = _mm256_loadu_si256(<const void *>(blk.qs + 32 * p))
+        lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit_as(hm, 2 * p, 16))
+        hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_as(hm, 2 * p + 1, 16))
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(lo, _mm256_loadu_si256(<const void *>(q8 + 64 * p)),
+                                                    sc[2 * p], sc[2 * p]))
+        acc = _mm256_add_epi32(acc, dot_u8s8_scaled(hi, _mm256_loadu_si256(<const void *>(q8 + 64 * p + 32)),
+                                                    sc[2 * p + 1], sc[2 * p + 1]))
+    return acc
+
+
+cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const vx_actK *x,
+                        float *out) noexcept nogil:
+    """out[i] = dot(the q2_K / q3_K / q5_K weight row, act row i) for i < MR, as ggml's AVX2 kernels: per
+    super-block the integer lanes times xd * d into 8 float lanes, the mins' part (q3_K: its - 4 sc bsum)
+    summed aside; then the lanes summed (hsum_ps256) less that part."""
+    cdef int MR = sizeof(act_rows)
+    cdef int64_t nb = K // VX_QK_K
+    cdef int bsz = kq_block_bytes(fmt)
+    cdef __m256 acc[4]           # (MR,) 8 float lanes
+    cdef float accm[4]           # (MR,) the subtracted part
+    cdef int8_t sc3[16]          # (16,) q3_K scales
+    cdef uint8_t sc[8]           # (8,) q5_K scales
+    cdef uint8_t mn[8]           # (8,) q5_K mins
+    cdef const uint8_t *blk
+    cdef const vx_block_q2_K *b2
+    cdef const vx_block_q3_K *b3
+    cdef const vx_block_q5_K *b5
+    cdef const int32_t *bs
+    cdef __m256i lanes
+    cdef float d, dmin, xd
+    cdef int32_t summ
+    cdef int64_t b
+    cdef int i, g
+    for i in range(MR):
+        acc[i] = _mm256_setzero_ps()
+        accm[i] = 0.0
+    for b in range(nb):
+        blk = row + b * bsz
+        if fmt == VX_Q2_K:
+            b2 = <const vx_block_q2_K *>blk
+            d = vx_f16_to_f32(b2.d)
+            dmin = vx_f16_to_f32(b2.dmin)
+        elif fmt == VX_Q3_K:
+            b3 = <const vx_block_q3_K *>blk
+            q3k_scales(b3.scales, sc3)
+            d = vx_f16_to_f32(b3.d)
+        else:
+            b5 = <const vx_block_q5_K *>blk
+            q4k_scales(b5.scales, sc, mn)
+            d = vx_f16_to_f32(b5.d)
+            dmin = vx_f16_to_f32(b5.dmin)
+        for i in range(MR):
+            xd = x[i].d[b]
+            bs = x[i].bsums + 16 * b
+            summ = 0
+            if fmt == VX_Q2_K:
+                lanes = q2k_block_lanes(b2, x[i].qs + VX_QK_K * b)
+                for g in range(16):
+                    summ += (b2.scales[g] >> 4) * bs[g]
+                accm[i] += xd * dmin * <float>summ
+            elif fmt == VX_Q3_K:
+                lanes = q3k_block_lanes(b3, sc3, x[i].qs + VX_QK_K * b)
+                for g in range(16):
+                    summ += sc3[g] * bs[g]
+                accm[i] += xd * d * <float>(4 * summ)
+            else:
+                lanes = q5k_block_lanes(b5, sc, x[i].qs + VX_QK_K * b)
+                for g in range(8):
+                    summ += mn[g] * (bs[2 * g] + bs[2 * g + 1])
+                accm[i] += xd * dmin * <float>summ
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(lanes), acc[i])
+    for i in range(MR):
+        out[i] = hsum_ps256(acc[i]) - accm[i]
+
+
+# ------------------------------------------------------------------------------------------------
+# q5_0, q5_1, iq4_nl: a block's 32 weights as int8 lanes (ggml's AVX2 unpacking), then u8 x s8 dots
+# with each act row (the sign trick for signed weights).
+# ------------------------------------------------------------------------------------------------
+cdef inline __m256i nibbles_32(const uint8_t *qs) noexcept nogil:
+    """The 16 bytes at qs as 32 nibbles: low nibbles in bytes 0..15, high nibbles in 16..31."""
+    cdef __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(<const void *>qs))
+    cdef __m256i m4 = _mm256_set1_epi8(0x0F)
+    # lanes 0..15 keep v, lanes 16..31 take v >> 4: shift the upper 128 bits only
+    v = _mm256_inserti128_si256(v, _mm_srli_epi16(_mm256_extracti128_si256(v, 1), 4), 1)
+    return _mm256_and_si256(v, m4)
+
+
+cdef inline __m256i bits_32(const uint8_t *qh) noexcept nogil:
+    """0xFF in byte j where bit j of the 4 bytes at qh is set, else 0 (ggml's bytes_from_bits_32)."""
+    cdef int32_t x32
+    memcpy(&x32, qh, 4)
+    cdef __m256i spread = _mm256_setr_epi32(0, 0, 0x01010101, 0x01010101, 0x02020202, 0x02020202,
+                                            0x03030303, 0x03030303)
+    cdef __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(x32), spread)
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE))
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1))
+
+
+cdef inline __m256i b32x_weights(int fmt, const uint8_t *blk) noexcept nogil:
+    """The block's 32 weights as int8 lanes: q5_0: q - 16, q5_1: q, iq4_nl: its level."""
+    if fmt == VX_IQ4_NL:
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS)),
+                                   nibbles_32(blk + 2))
+    if fmt == VX_Q5_0:      # nibble | 0xF0 (= nibble - 16) where the fifth bit is clear
+        return _mm256_or_si256(nibbles_32(blk + 6),
+                               _mm256_andnot_si256(bits_32(blk + 2), _mm256_set1_epi8(<char>0xF0)))
+    return _mm256_or_si256(nibbles_32(blk + 8), _mm256_and_si256(bits_32(blk + 4), _mm256_set1_epi8(0x10)))
+
+
+cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
+                          const float **ds, float *out) noexcept nogil:
+    """out[i] = dot(the q5_0 / q5_1 / iq4_nl weight row, act row i) for i < MR, as ggml's AVX2 kernels:
+    per block the 32 products in 8 int32 lanes (u8 x s8, signed weights through the sign trick) times
+    wd * dx into 8 float lanes, q5_1's wm * sx summed aside; then the lanes summed (hsum_ps256)."""
+    cdef int MR = sizeof(act_rows)
+    cdef int64_t nb = K // VX_QK
+    cdef int bsz = b32x_block_bytes(fmt)
+    cdef __m256 acc[4]           # (MR,) 8 float lanes
+    cdef float summ[4]           # (MR,) q5_1's m terms
+    cdef const uint8_t *blk
+    cdef __m256i w, u
+    cdef float wd, wm
+    cdef int64_t b
+    cdef int i
+    for i in range(MR):
+        acc[i] = _mm256_setzero_ps()
+        summ[i] = 0.0
+    for b in range(nb):
+        blk = row + b * bsz
+        w = b32x_weights(fmt, blk)
+        b32x_scales(fmt, blk, &wd, &wm)
+        if fmt == VX_Q5_1:  # unsigned weights: u8 x s8 as they are
+            for i in range(MR):
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), _mm256_cvtepi32_ps(
+                    dot_u8s8_256(w, _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))), acc[i])
+                summ[i] += wm * ds[i][2 * b + 1]
+        else:
+            u = _mm256_sign_epi8(w, w)  # |w|, and x takes w's sign
+            for i in range(MR):
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), _mm256_cvtepi32_ps(dot_u8s8_256(
+                    u, _mm256_sign_epi8(_mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)), w))), acc[i])
+    for i in range(MR):
+        out[i] = hsum_ps256(acc[i]) + summ[i]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -46,6 +46,18 @@ cdef inline int32_t q6k_block_dot(const vx_block_q6_K *blk, const int8_t *q8) no
     return q6k_block_dot_ref(blk, q8)
 
 
+cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const vx_actK *x,
+                        float *out) noexcept nogil:
+    """q2_K / q3_K / q5_K weight row against MR act rows (portable)."""
+    kq_row_ref(MR_, fmt, K, row, x, out)
+
+
+cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
+                          const float **ds, float *out) noexcept nogil:
+    """q5_0 / q5_1 / iq4_nl weight row against MR act rows (portable)."""
+    b32x_row_ref(MR_, fmt, K, row, xq, ds, out)
+
+
 cdef inline void gemm_float(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                             const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
     """f32 / f16 GEMM, portable."""

@@ -1,0 +1,179 @@
+"""Import an ONNX model (opset 7 and later) into a volvox graph, NHWC inside for convolutions.
+
+``reader`` decodes the protobuf (external data memory-mapped), ``importer`` holds the translation
+state (layout, constants, folding), ``vision`` maps the CNN ops onto the fast NHWC kernels and
+``generic`` the rest of the standard operators. ``TRANSLATIONS`` is the one list of the ONNX ops
+volvox reads; anything else raises UnsupportedError naming the op, the opset and the node.
+
+Graph inputs keep ONNX's layout and dtype. Symbolic dims (batch, sequence, image size) stay symbols
+the executor binds at each run (re-planning when they change); where a model's shape arithmetic
+mixes the batch with another unknown dim, the batch is bound to 1 (metadata "batch_bound_to_1"). Shape subgraphs
+(Shape, Gather, Concat, Slice, arithmetic on constants ...) are evaluated at import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import Graph, TensorSpec
+from volvox.ops import validate_file
+from volvox.formats.onnx import generic, vision
+from volvox.formats.onnx.importer import ConstantRequired, Importer
+from volvox.formats.onnx.reader import ONNX_DTYPES, ONNXError, OnnxModel, OnnxNode, read_model, type_name
+
+__all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "op_report"]
+
+MIN_OPSET = 7
+
+
+def _float32_or(fast, other):
+    """Translate through ``fast`` when the node's first input is float32, else through ``other``."""
+    def translate(imp: Importer, n: OnnxNode, where: str) -> None:
+        operands = [i for i in n.inputs[:2] if i]
+        dtypes = {np.asarray(imp.consts[i]).dtype if i in imp.consts else np.dtype(imp.specs[i].dtype) for i in operands
+                  if i in imp.consts or i in imp.specs}
+        runtime = [i for i in operands if i not in imp.consts]
+        if dtypes == {np.dtype(np.float32)} and runtime:
+            fast(imp, n, where)
+        else:
+            other(imp, n, where)
+    return translate
+
+
+def _arithmetic(imp: Importer, n: OnnxNode, where: str) -> None:
+    vision.float_binary(imp, vision.ARITHMETIC[n.op], n, where)
+
+
+def _resize(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Resize / Upsample on the NHWC kernel where it applies (4-D float32 over H and W, its modes), else
+    the numpy resize_nd over any axes and modes."""
+    try:
+        vision.resize(imp, n, where)
+    except ConstantRequired:
+        raise
+    except UnsupportedError:
+        generic.resize_nd(imp, n, where)
+
+
+def _refuse(why: str):
+    def translate(imp: Importer, n: OnnxNode, where: str) -> None:
+        raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {imp.opset}: {why}")
+    return translate
+
+
+TRANSLATIONS = {
+    "Constant": generic.constant, "Shape": generic.shape, "Size": generic.size,
+    "ConstantOfShape": generic.constant_of_shape, "Range": generic.range_, "EyeLike": generic.eye_like,
+    "Identity": generic.identity, "Dropout": generic.dropout, "Cast": generic.cast, "CastLike": generic.cast_like,
+    "Reshape": generic.reshape, "Flatten": generic.flatten, "Squeeze": generic.squeeze, "Unsqueeze": generic.unsqueeze,
+    "Transpose": generic.transpose, "Slice": generic.slice_, "Split": generic.split, "Pad": generic.pad,
+    "Concat": vision.concat,
+    **{op: generic.unary for op in generic.UNARY},
+    **{op: generic.binary for op in generic.BINARY},
+    **{op: _float32_or(_arithmetic, generic.binary) for op in vision.ARITHMETIC},
+    **{op: generic.variadic for op in generic.VARIADIC},
+    "Where": generic.where_,
+    **{op: _float32_or(vision.activation, generic.relu_any if op == "Relu" else _refuse("float32 only"))
+       for op in vision.ACTIVATIONS},
+    "Clip": _float32_or(vision.activation, generic.clip),
+    "Softmax": generic.softmax, "LogSoftmax": generic.softmax, "Hardmax": generic.softmax,
+    **{op: generic.reduce for op in generic.REDUCE},
+    "ArgMax": generic.arg_reduce, "ArgMin": generic.arg_reduce,
+    "Gather": generic.gather, "GatherElements": generic.gather_elements, "GatherND": generic.gather_nd,
+    "CumProd": generic.cumsum, "MatMulInteger": generic.matmul_integer,
+    "QLinearMatMul": generic.qlinear_matmul, "InstanceNormalization": generic.instance_norm,
+    "GroupNormalization": generic.group_norm, "RMSNormalization": generic.rms_norm, "Swish": generic.swish,
+    "ScatterElements": generic.scatter_elements, "Scatter": generic.scatter_elements, "ScatterND": generic.scatter_nd,
+    "Expand": generic.expand, "Tile": generic.tile, "TopK": generic.topk, "CumSum": generic.cumsum,
+    "OneHot": generic.one_hot, "Trilu": generic.trilu, "DepthToSpace": generic.depth_space,
+    "SpaceToDepth": generic.depth_space,
+    "Conv": vision.one_dimensional(vision.conv), "BatchNormalization": vision.batch_norm,
+    "MaxPool": vision.one_dimensional(vision.pool), "AveragePool": vision.one_dimensional(vision.pool),
+    "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool,
+    "MatMul": _float32_or(vision.matmul, generic.matmul_general),
+    "Gemm": vision.gemm, "Resize": _resize, "Upsample": _resize,
+    "LayerNormalization": _float32_or(generic.layer_norm, generic.layer_norm_parts),
+    "ConvTranspose": vision.one_dimensional(vision.conv_transpose), "ConvInteger": vision.one_dimensional(vision.conv_integer),
+    "QLinearConv": lambda imp, n, where: generic.qlinear_conv(imp, n, where, vision.conv_integer), "LRN": generic.lrn,
+    "Einsum": generic.einsum, "LpNormalization": generic.lp_normalization, "ReverseSequence": generic.reverse_sequence,
+    "GridSample": generic.grid_sample, "DynamicQuantizeLinear": generic.dynamic_quantize_linear,
+    "MeanVarianceNormalization": generic.mean_variance_normalization, "RNN": generic.recurrent, "GRU": generic.recurrent, "LSTM": generic.recurrent,
+    "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
+}
+
+
+def op_report(path: str | Path) -> dict:
+    """What ``volvox info`` says of an .onnx file before importing it: its opset, {op type: node count},
+    and the ops volvox has no translation for (an op it has may still refuse some attribute or dtype)."""
+    model = read_model(str(path))
+    counts: dict[str, int] = {}
+    for n in model.nodes:
+        key = n.op if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op}"
+        counts[key] = counts.get(key, 0) + 1
+    return {"opset": model.opset, "ops": dict(sorted(counts.items())),
+            "missing": sorted(op for op in counts if op not in TRANSLATIONS)}
+
+
+def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    """(validated graph, weights, metadata incl. the model's metadata_props) of an .onnx file."""
+    path = str(path)
+    model = read_model(path)
+    try:
+        return _import(model, path)
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as e:
+        # a required attribute or input missing: the reader is schema-less, so these surface as
+        # Python lookups failing; report them as the malformed model they are
+        raise ONNXError(f"{path}: malformed ONNX model ({type(e).__name__}: {e})") from None
+
+
+def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    """The graph with every symbolic input dim kept; when the model's shape arithmetic cannot be planned
+    with a symbolic batch (a reshape whose target mixes it with another unknown), the batch bound to 1."""
+    if model.opset < MIN_OPSET:
+        raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
+    try:
+        return _translate(model, path, bind_batch=False)
+    except ConstantRequired:
+        raise
+    except UnsupportedError:
+        if not any(dims and isinstance(dims[0], str) for _, _, dims in model.inputs):
+            raise
+        return _translate(model, path, bind_batch=True)
+
+
+def _translate(model: OnnxModel, path: str, bind_batch: bool) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    imp = Importer(path, model.opset)
+    imp.consts.update(model.initializers)
+    for n in model.nodes:
+        for i in n.inputs:
+            imp.readers[i] = imp.readers.get(i, 0) + 1
+    for name in model.outputs:
+        imp.readers[name] = imp.readers.get(name, 0) + 1
+    inputs = []
+    for name, elem, dims in model.inputs:
+        if elem not in ONNX_DTYPES:
+            raise UnsupportedError(f"{path}: input {name!r} has ONNX type {type_name(elem)}, which volvox does not take")
+        dims = [1 if bind_batch and i == 0 and isinstance(d, str) else d for i, d in enumerate(dims)]
+        spec = TensorSpec(name, tuple(dims), np.dtype(ONNX_DTYPES[elem]).name)
+        inputs.append(spec)
+        imp.specs[name], imp.shapes[name] = spec, spec.shape
+    for n in model.nodes:
+        imp.node(n, TRANSLATIONS)
+    outputs = []
+    for name in model.outputs:
+        if name in imp.consts and name not in imp.shapes:
+            value = np.asarray(imp.consts[name])
+            if value.dtype == object:
+                raise UnsupportedError(f"{path}: output {name!r} is a shape holding symbolic dims")
+            # an output computed from constants only: a weight the graph hands back through a view
+            imp.emit("reshape", f"{name}.constant", {"x": imp.const_operand(name)}, name, shape=[0] * value.ndim)
+        outputs.append(imp.logical(name, f"{path}: output {name!r}"))
+    used = {n for node in imp.nodes for n in node.inputs.values()}
+    graph = Graph(inputs, {n: imp.specs[n] for n in imp.weights if n in used}, imp.nodes, outputs)
+    validate_file(graph, path)
+    weights = {n: imp.weights[n] for n in graph.weights}
+    return graph, weights, {"format": "onnx", "opset": model.opset, "onnx_metadata": model.metadata,
+                            "batch_bound_to_1": bind_batch}

@@ -1,0 +1,910 @@
+"""Translations of the ONNX standard ops that run in ONNX's own (logical) layout, in every dtype:
+shape manipulation, gathers / scatters, math, comparisons, logic, reductions, quantize /
+dequantize. Where an operand moved from an attribute to an input between opsets, both are read
+here, per opset. Operands that fix an output's shape (a Reshape's shape, Slice bounds, TopK's k,
+Tile's repeats, ...) must be constants: volvox plans shapes at import.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from volvox.errors import UnsupportedError
+from volvox.ops.shape import reshape_target
+from volvox.ops.tensor import RESIZE_COORDINATES, RESIZE_NEAREST_MODES
+from volvox.formats.onnx.importer import CLAMP, Importer, arg, is_symbolic, output_used
+from volvox.formats.onnx.reader import ONNX_DTYPES, OnnxNode, type_name
+
+UNARY = {"Abs": "abs", "Neg": "neg", "Sign": "sign", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sin": "sin",
+         "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh",
+         "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+         "Reciprocal": "reciprocal", "Erf": "erf", "Softplus": "softplus", "Softsign": "softsign", "Mish": "mish",
+         "Elu": "elu", "Selu": "selu", "Celu": "celu", "Gelu": "gelu_onnx", "ThresholdedRelu": "thresholded_relu",
+         "Shrink": "shrink", "Not": "logical_not", "BitwiseNot": "bitwise_not", "IsNaN": "is_nan", "IsInf": "is_inf",
+         "Sqrt": "sqrt"}
+BINARY = {"Mod": "mod", "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+          "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+          "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor", "BitShift": "bit_shift",
+          "PRelu": "prelu", "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}
+REDUCE = {"ReduceSum": "reduce_sum", "ReduceMax": "reduce_max", "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod",
+          "ReduceL1": "reduce_l1", "ReduceL2": "reduce_l2", "ReduceSumSquare": "reduce_sum_square",
+          "ReduceLogSum": "reduce_log_sum", "ReduceLogSumExp": "reduce_log_sum_exp", "ReduceMean": "reduce_mean"}
+# since which opset a reduction reads its axes from an input rather than an attribute
+AXES_INPUT_SINCE = {**{op: 18 for op in REDUCE}, "ReduceSum": 13}
+
+
+def dtype_of(imp: Importer, name: str) -> np.dtype:
+    """The element type of a constant or run-time tensor."""
+    return np.asarray(imp.consts[name]).dtype if name in imp.consts else np.dtype(imp.specs[name].dtype)
+
+
+def rank_of(imp: Importer, name: str) -> int:
+    """The rank of a constant or run-time tensor."""
+    return np.ndim(imp.consts[name]) if name in imp.consts else len(imp.shapes[name])
+
+
+def shape_of(imp: Importer, name: str) -> tuple:
+    """The (logical) shape of a constant or run-time tensor."""
+    return np.shape(imp.consts[name]) if name in imp.consts else imp.shapes[name]
+
+
+def int_list(imp: Importer, n: OnnxNode, i: int, where: str, what: str) -> list[int] | None:
+    """Input ``i`` (a constant) as a list of ints, None when absent."""
+    name = arg(n, i)
+    if name is None:
+        return None
+    value = imp.const(name, where, what)
+    if is_symbolic(value):
+        raise UnsupportedError(f"{where}: {what} {value.tolist()} holds symbolic dims")
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def attr_or_input(imp: Importer, n: OnnxNode, attr: str, i: int, since: int, where: str) -> list[int] | None:
+    """An operand read from attribute ``attr`` before opset ``since`` and from input ``i`` from it on."""
+    if imp.opset < since:
+        value = n.attrs.get(attr)
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+    return int_list(imp, n, i, where, attr)
+
+
+# ------------------------------------------------------------------ constants and shapes
+def constant(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Constant: its value (tensor, float(s) or int(s)) becomes a folded constant."""
+    attrs = n.attrs
+    for key, make in (("value", np.asarray), ("value_float", lambda v: np.array(v, np.float32)),
+                      ("value_floats", lambda v: np.array(v, np.float32)), ("value_int", lambda v: np.array(v, np.int64)),
+                      ("value_ints", lambda v: np.array(v, np.int64))):
+        if key in attrs:
+            imp.consts[n.outputs[0]] = make(attrs[key])
+            return
+    raise UnsupportedError(f"{where}: Constant {', '.join(attrs)} is not supported (opset {imp.opset})")
+
+
+def shape(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Shape (``start`` / ``end`` from opset 15): a constant vector, symbols kept for symbolic dims."""
+    dims = list(shape_of(imp, n.inputs[0]))
+    start, end = n.attrs.get("start", 0), n.attrs.get("end", len(dims))
+    dims = dims[slice(start, end)]
+    imp.consts[n.outputs[0]] = np.array(dims, np.int64) if all(isinstance(d, int) for d in dims) else np.array(dims, object)
+
+
+def size(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Size of a static shape, as a constant."""
+    dims = shape_of(imp, n.inputs[0])
+    if not all(isinstance(d, int) for d in dims):
+        raise UnsupportedError(f"{where}: Size of a tensor of symbolic shape {dims} is not supported")
+    imp.consts[n.outputs[0]] = np.array(math.prod(dims), np.int64)
+
+
+def constant_of_shape(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ConstantOfShape of a constant shape: a folded constant filled with ``value``."""
+    dims = int_list(imp, n, 0, where, "the shape")
+    value = np.asarray(n.attrs.get("value", np.zeros(1, np.float32))).reshape(-1)
+    imp.consts[n.outputs[0]] = np.full(dims, value[0], value.dtype)
+
+
+def range_(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Range of constant bounds, folded at import (a run-time Range has a data-dependent shape)."""
+    start, limit, delta = (np.asarray(imp.const(i, where, "Range bounds")) for i in n.inputs[:3])
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    imp.consts[n.outputs[0]] = (start + np.arange(count) * delta).astype(start.dtype)
+
+
+def eye_like(imp: Importer, n: OnnxNode, where: str) -> None:
+    """EyeLike of a static 2-D shape, folded at import."""
+    dims = shape_of(imp, n.inputs[0])
+    if len(dims) != 2 or not all(isinstance(d, int) for d in dims):
+        raise UnsupportedError(f"{where}: EyeLike of shape {dims} (volvox: static 2-D)")
+    dtype = ONNX_DTYPES.get(n.attrs["dtype"]) if "dtype" in n.attrs else dtype_of(imp, n.inputs[0])
+    if dtype is None:
+        raise UnsupportedError(f"{where}: EyeLike to {type_name(n.attrs['dtype'])}")
+    imp.consts[n.outputs[0]] = np.eye(dims[0], dims[1], k=n.attrs.get("k", 0), dtype=dtype)
+
+
+def identity(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Identity: the input under a second name."""
+    imp.alias(n.inputs[0], n.outputs[0])
+
+
+def dropout(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Inference Dropout: the input unchanged, its mask all true."""
+    if arg(n, 2) and bool(np.asarray(imp.const(n.inputs[2], where, "training_mode"))):
+        raise UnsupportedError(f"{where}: training-mode Dropout is not supported")
+    imp.alias(n.inputs[0], n.outputs[0])
+    if output_used(imp, n, 1):
+        dims = shape_of(imp, n.inputs[0])
+        if not all(isinstance(d, int) for d in dims):
+            raise UnsupportedError(f"{where}: Dropout's mask of symbolic shape {dims}")
+        imp.consts[n.outputs[1]] = np.ones(dims, np.bool_)
+
+
+def cast(imp: Importer, n: OnnxNode, where: str, to: np.dtype | None = None) -> None:
+    """Cast to ``to`` (default: the ``to`` attribute); a shape vector with symbols passes unchanged."""
+    if to is None:
+        code = n.attrs["to"]
+        if code not in ONNX_DTYPES:
+            raise UnsupportedError(f"{where}: Cast to {type_name(code)} is not supported (opset {imp.opset})")
+        to = np.dtype(ONNX_DTYPES[code])
+    src = n.inputs[0]
+    if src in imp.consts and is_symbolic(imp.consts[src]):
+        imp.consts[n.outputs[0]] = imp.consts[src]   # a shape vector with symbols stays one
+        return
+    if dtype_of(imp, src) == to:
+        imp.alias(src, n.outputs[0])
+        return
+    imp.apply("cast", n.name, {"x": src}, n.outputs[0], where, to=to.name)
+
+
+def cast_like(imp: Importer, n: OnnxNode, where: str) -> None:
+    """CastLike: Cast to the second input's dtype."""
+    cast(imp, n, where, dtype_of(imp, n.inputs[1]))
+
+
+def reshape_like(imp: Importer, n: OnnxNode, where: str, dims: list) -> None:
+    """Reshape ``n``'s input to ``dims`` (ints or symbols): symbols become 0 (copy) where they sit at the
+    same position of the input's shape, else -1 (inferred)."""
+    src = n.inputs[0]
+    in_shape = shape_of(imp, src)
+    target = []
+    for i, d in enumerate(dims):
+        if isinstance(d, (int, np.integer)):
+            target.append(int(d))
+        elif i < len(in_shape) and in_shape[i] == d:
+            target.append(0)
+        else:
+            target.append(-1)
+    if target.count(-1) > 1:
+        raise UnsupportedError(f"{where}: reshape to {list(dims)} has more than one unknown dim")
+    if src in imp.consts:
+        imp.consts[n.outputs[0]] = np.asarray(imp.consts[src]).reshape(reshape_target(np.shape(imp.consts[src]), target))
+        return
+    imp.emit("reshape", n.name, {"x": imp.logical(src, where)}, n.outputs[0], shape=target)
+
+
+def reshape(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Reshape to a constant shape (0 copies an input dim, -1 is inferred; allowzero with a 0 refused)."""
+    dims = list(imp.const(n.inputs[1], where, "the shape").reshape(-1))
+    if n.attrs.get("allowzero", 0) and 0 in dims:
+        raise UnsupportedError(f"{where}: Reshape allowzero=1 with a 0 dim is not supported")
+    reshape_like(imp, n, where, dims)
+
+
+def flatten(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Flatten to 2-D at ``axis`` (negative counts from the end)."""
+    dims = shape_of(imp, n.inputs[0])
+    axis = n.attrs.get("axis", 1)
+    axis = axis + len(dims) if axis < 0 else axis
+    lead, rest = dims[:axis], dims[axis:]
+    if all(isinstance(d, int) for d in dims):
+        reshape_like(imp, n, where, [math.prod(lead), math.prod(rest)])
+    elif all(isinstance(d, int) for d in rest):
+        reshape_like(imp, n, where, [-1, math.prod(rest)])
+    elif all(isinstance(d, int) for d in lead):
+        reshape_like(imp, n, where, [math.prod(lead), -1])
+    else:
+        raise UnsupportedError(f"{where}: Flatten of {dims} at axis {axis} mixes symbolic dims on both sides")
+
+
+def squeeze(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Squeeze ``axes`` (attribute before opset 13, input from it; all size-1 dims when absent)."""
+    dims = list(shape_of(imp, n.inputs[0]))
+    axes = attr_or_input(imp, n, "axes", 1, 13, where)
+    if axes is None:
+        if not all(isinstance(d, int) for d in dims):
+            raise UnsupportedError(f"{where}: Squeeze without axes of symbolic shape {dims}")
+        axes = [i for i, d in enumerate(dims) if d == 1]
+    axes = [a % len(dims) for a in axes]
+    reshape_like(imp, n, where, [d for i, d in enumerate(dims) if i not in axes])
+
+
+def unsqueeze(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Unsqueeze at ``axes`` (attribute before opset 13, input from it)."""
+    dims = list(shape_of(imp, n.inputs[0]))
+    axes = attr_or_input(imp, n, "axes", 1, 13, where)
+    for a in sorted(a % (len(dims) + len(axes)) for a in axes):
+        dims.insert(a, 1)
+    reshape_like(imp, n, where, dims)
+
+
+def transpose(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Transpose by ``perm`` (reversed axes when absent)."""
+    perm = n.attrs.get("perm", list(range(rank_of(imp, n.inputs[0])))[::-1])
+    imp.apply("transpose", n.name, {"x": n.inputs[0]}, n.outputs[0], where, perm=list(perm))
+
+
+def slice_(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Slice (attributes before opset 10, inputs from it; INT64 bounds clamp to the ends)."""
+    if imp.opset < 10:
+        starts, ends, axes, steps = n.attrs["starts"], n.attrs["ends"], n.attrs.get("axes"), None
+    else:
+        starts, ends = int_list(imp, n, 1, where, "starts"), int_list(imp, n, 2, where, "ends")
+        axes, steps = int_list(imp, n, 3, where, "axes"), int_list(imp, n, 4, where, "steps")
+    rank = rank_of(imp, n.inputs[0])
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    if 0 in steps:
+        raise UnsupportedError(f"{where}: Slice step 0")
+    clamp = lambda v: int(max(min(v, CLAMP), -CLAMP))  # noqa: E731
+    imp.apply("slice", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=[a % rank for a in axes],
+              starts=[clamp(s) for s in starts], ends=[clamp(e) for e in ends], steps=steps)
+
+
+def split(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Split into slices along ``axis``: sizes from the attribute (opset < 13), the input, or equal parts."""
+    dims = shape_of(imp, n.inputs[0])
+    axis = n.attrs.get("axis", 0) % len(dims)
+    sizes = attr_or_input(imp, n, "split", 1, 13, where)
+    d = dims[axis]
+    if sizes is None:
+        if not isinstance(d, int):
+            raise UnsupportedError(f"{where}: Split of symbolic dim {d!r} into equal parts")
+        parts = n.attrs.get("num_outputs", len(n.outputs))
+        chunk = -(-d // parts)
+        sizes = [min(chunk, d - k * chunk) for k in range(parts)]
+    start = 0
+    for k, (out, length) in enumerate(zip(n.outputs, sizes)):
+        if out:
+            imp.apply("slice", f"{n.name}.{k}", {"x": n.inputs[0]}, out, where, axes=[axis], starts=[start],
+                      ends=[start + length], steps=[1])
+        start += length
+
+
+def pad(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Pad (pads an attribute before opset 11, inputs from it; ``axes`` from opset 18): constant, reflect, edge, wrap."""
+    mode = n.attrs.get("mode", "constant")
+    rank = rank_of(imp, n.inputs[0])
+    if imp.opset < 11:
+        pads, value = list(n.attrs["pads"]), float(n.attrs.get("value", 0.0))
+    else:
+        pads = int_list(imp, n, 1, where, "pads")
+        value = np.asarray(imp.const(n.inputs[2], where, "constant_value")).reshape(-1)[0] if arg(n, 2) else 0
+    axes = int_list(imp, n, 3, where, "axes") if imp.opset >= 18 else None
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    per_axis = [[0, 0] for _ in range(rank)]
+    for k, a in enumerate(axes):
+        per_axis[a] = [pads[k], pads[k + len(axes)]]
+    if mode == "constant":
+        if any(v < 0 for pa in per_axis for v in pa):
+            raise UnsupportedError(f"{where}: negative constant pads {pads} are not supported")
+        imp.apply("pad", n.name, {"x": n.inputs[0]}, n.outputs[0], where, pads=per_axis, value=value.item()
+                  if isinstance(value, np.generic) else value)
+    elif mode in ("reflect", "edge", "wrap"):
+        imp.apply("mirror_pad", n.name, {"x": n.inputs[0]}, n.outputs[0], where, pads=per_axis, mode=mode)
+    else:
+        raise UnsupportedError(f"{where}: Pad mode {mode!r} is not supported")
+
+
+# ------------------------------------------------------------------ elementwise
+def unary(imp: Importer, n: OnnxNode, where: str) -> None:
+    """An elementwise function of ops/math.py (its attributes as params)."""
+    params = {k: v for k, v in n.attrs.items() if k in ("alpha", "gamma", "lambd", "bias", "approximate",
+                                                         "detect_positive", "detect_negative")}
+    imp.apply(UNARY[n.op], n.name, {"x": n.inputs[0]}, n.outputs[0], where, **params)
+
+
+def clip(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Clip of a non-float32 tensor: max then min with the bounds in its dtype."""
+    x, kind = n.inputs[0], dtype_of(imp, n.inputs[0])
+    bounds = [n.attrs.get("min"), n.attrs.get("max")] if imp.opset < 11 else \
+        [np.asarray(imp.const(i, where, "a bound")) if i else None for i in (arg(n, 1), arg(n, 2))]
+    steps = [(op, b) for op, b in (("maximum", bounds[0]), ("minimum", bounds[1])) if b is not None]
+    if not steps:
+        imp.alias(x, n.outputs[0])
+    for k, (op, bound) in enumerate(steps):
+        imp.consts[f"{n.name}.{op}.bound"] = np.asarray(bound).astype(kind)
+        out = n.outputs[0] if k == len(steps) - 1 else f"{n.name}.{op}.out"
+        imp.apply(op, n.name if out == n.outputs[0] else f"{n.name}.{op}", {"a": x, "b": f"{n.name}.{op}.bound"}, out, where)
+        x = out
+
+
+def relu_any(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Relu of a non-float32 tensor: max(x, 0) in its own dtype."""
+    zero = f"{n.name}.zero"
+    imp.consts[zero] = np.zeros((), dtype_of(imp, n.inputs[0]))
+    imp.apply("maximum", n.name, {"a": n.inputs[0], "b": zero}, n.outputs[0], where)
+
+
+def binary(imp: Importer, n: OnnxNode, where: str) -> None:
+    """A broadcasting binary op in any dtype: integer Div truncates, Pow casts its exponent to the base's type."""
+    a, b = n.inputs[:2]
+    op = BINARY[n.op]
+    kind = dtype_of(imp, a)
+    if op == "div" and kind.kind in "iu":
+        op = "int_div"
+    if op == "pow" and dtype_of(imp, b) != kind:   # the exponent may have another type: cast it to the base's
+        imp.apply("cast", f"{n.name}.exponent", {"x": b}, f"{n.name}.exponent", where, to=kind.name)
+        b = f"{n.name}.exponent"
+    params = {k: v for k, v in n.attrs.items() if k in ("fmod", "direction")}
+    imp.apply(op, n.name, {"a": a, "b": b}, n.outputs[0], where, **params)
+
+
+def variadic(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Max / Min / Sum / Mean of any number of broadcasting operands, left to right."""
+    ins = [i for i in n.inputs if i]
+    op = VARIADIC[n.op]
+    acc = ins[0]
+    for k, other in enumerate(ins[1:]):
+        last = k == len(ins) - 2 and n.op != "Mean"
+        out = n.outputs[0] if last else f"{n.name}.acc{k}"
+        imp.apply(op, f"{n.name}.{k}" if not last else n.name, {"a": acc, "b": other}, out, where)
+        acc = out
+    if n.op == "Mean":
+        count = f"{n.name}.count"
+        imp.consts[count] = np.array(len(ins), dtype_of(imp, ins[0]))
+        imp.apply("div", n.name, {"a": acc, "b": count}, n.outputs[0], where)
+    elif len(ins) == 1:
+        imp.alias(acc, n.outputs[0])
+
+
+def where_(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Where(condition, a, b), broadcast."""
+    imp.apply("where", n.name, {"condition": n.inputs[0], "a": n.inputs[1], "b": n.inputs[2]}, n.outputs[0], where)
+
+
+def softmax(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Softmax / LogSoftmax / Hardmax: over ``axis`` (opset 13+), over the flattened axes from ``axis`` on before."""
+    op = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}[n.op]
+    dims = shape_of(imp, n.inputs[0])
+    rank = len(dims)
+    axis = n.attrs.get("axis", -1 if imp.opset >= 13 else 1) % max(rank, 1)
+    if imp.opset >= 13 or axis == rank - 1:
+        imp.apply(op, n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=axis)
+        return
+    tail = dims[axis:]
+    if not all(isinstance(d, int) for d in tail):
+        raise UnsupportedError(f"{where}: opset-{imp.opset} {n.op} over symbolic dims {tail}")
+    flat = f"{n.name}.flat"
+    imp.apply("reshape", f"{n.name}.flatten", {"x": n.inputs[0]}, flat, where, shape=[0] * axis + [math.prod(tail)])
+    imp.apply(op, f"{n.name}.{op}", {"x": flat}, f"{n.name}.out", where, axis=axis)
+    imp.apply("reshape", n.name, {"x": f"{n.name}.out"}, n.outputs[0], where, shape=[0] * axis + list(tail))
+
+
+# ------------------------------------------------------------------ reductions
+def reduce(imp: Importer, n: OnnxNode, where: str) -> None:
+    """A Reduce op: axes from the attribute or (opset 13 / 18 on) the input; empty axes reduce all unless noop_with_empty_axes."""
+    rank = rank_of(imp, n.inputs[0])
+    axes = attr_or_input(imp, n, "axes", 1, AXES_INPUT_SINCE[n.op], where)
+    keep = int(n.attrs.get("keepdims", 1))
+    if not axes:
+        if n.attrs.get("noop_with_empty_axes", 0):
+            imp.alias(n.inputs[0], n.outputs[0])
+            return
+        axes = list(range(rank))
+    imp.apply(REDUCE[n.op], n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=[a % max(rank, 1) for a in axes],
+              keepdims=keep)
+
+
+def arg_reduce(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ArgMax / ArgMin along ``axis``."""
+    imp.apply("argmax" if n.op == "ArgMax" else "argmin", n.name, {"x": n.inputs[0]}, n.outputs[0], where,
+              axis=n.attrs.get("axis", 0), keepdims=n.attrs.get("keepdims", 1),
+              select_last_index=n.attrs.get("select_last_index", 0))
+
+
+def global_max_pool(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GlobalMaxPool: the maximum over every spatial axis, kept as size 1."""
+    rank = rank_of(imp, n.inputs[0])
+    imp.apply("reduce_max", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=list(range(2, rank)), keepdims=1)
+
+
+# ------------------------------------------------------------------ gathers, scatters and friends
+def gather(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Gather along ``axis``."""
+    imp.apply("gather", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where, axis=n.attrs.get("axis", 0))
+
+
+def gather_elements(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GatherElements along ``axis``."""
+    imp.apply("gather_elements", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where,
+              axis=n.attrs.get("axis", 0))
+
+
+def gather_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GatherND with ``batch_dims``."""
+    imp.apply("gather_nd", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where,
+              batch_dims=n.attrs.get("batch_dims", 0))
+
+
+def scatter_elements(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ScatterElements (and opset 9-10 Scatter) along ``axis`` with ``reduction``."""
+    imp.apply("scatter_elements", n.name, {"x": n.inputs[0], "indices": n.inputs[1], "updates": n.inputs[2]},
+              n.outputs[0], where, axis=n.attrs.get("axis", 0), reduction=n.attrs.get("reduction", "none"))
+
+
+def scatter_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ScatterND with ``reduction``."""
+    imp.apply("scatter_nd", n.name, {"x": n.inputs[0], "indices": n.inputs[1], "updates": n.inputs[2]},
+              n.outputs[0], where, reduction=n.attrs.get("reduction", "none"))
+
+
+def expand(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Expand to a constant shape."""
+    imp.apply("expand", n.name, {"x": n.inputs[0]}, n.outputs[0], where, shape=int_list(imp, n, 1, where, "the shape"))
+
+
+def tile(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Tile by constant repeats."""
+    imp.apply("tile", n.name, {"x": n.inputs[0]}, n.outputs[0], where, repeats=int_list(imp, n, 1, where, "repeats"))
+
+
+def topk(imp: Importer, n: OnnxNode, where: str) -> None:
+    """TopK (k an attribute before opset 10, an input from it): values and int64 indices."""
+    k = n.attrs["k"] if imp.opset < 10 else int_list(imp, n, 1, where, "K")[0]
+    imp.apply("topk", n.name, {"x": n.inputs[0]}, {"values": n.outputs[0], "indices": n.outputs[1]}, where,
+              k=k, axis=n.attrs.get("axis", -1), largest=n.attrs.get("largest", 1))
+
+
+def cumsum(imp: Importer, n: OnnxNode, where: str) -> None:
+    """CumSum / CumProd along a constant axis, ``exclusive`` and ``reverse``."""
+    imp.apply("cumsum", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=int_list(imp, n, 1, where, "axis")[0],
+              product=int(n.op == "CumProd"),
+              exclusive=n.attrs.get("exclusive", 0), reverse=n.attrs.get("reverse", 0))
+
+
+def one_hot(imp: Importer, n: OnnxNode, where: str) -> None:
+    """OneHot with a constant depth, along ``axis``."""
+    depth = np.asarray(imp.const(n.inputs[1], where, "depth")).reshape(-1)[0]
+    imp.apply("one_hot", n.name, {"indices": n.inputs[0], "values": n.inputs[2]}, n.outputs[0], where,
+              depth=int(depth), axis=n.attrs.get("axis", -1))
+
+
+def trilu(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Trilu: the upper or lower triangle from diagonal k."""
+    k = int_list(imp, n, 1, where, "k")
+    imp.apply("trilu", n.name, {"x": n.inputs[0]}, n.outputs[0], where, upper=n.attrs.get("upper", 1), k=k[0] if k else 0)
+
+
+def depth_space(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DepthToSpace (DCR / CRD) and SpaceToDepth."""
+    direction = "to_space" if n.op == "DepthToSpace" else "to_depth"
+    imp.apply("depth_space", n.name, {"x": n.inputs[0]}, n.outputs[0], where, blocksize=n.attrs["blocksize"],
+              direction=direction, mode=n.attrs.get("mode", "DCR"))
+
+
+# ------------------------------------------------------------------ quantization as float arithmetic
+def dequantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
+    """(x - zero_point) * scale in float32, the scale / zero point per tensor or per ``axis``."""
+    x = n.inputs[0]
+    rank = rank_of(imp, x)
+    scale = np.asarray(imp.const(n.inputs[1], where, "the scale"))
+    zero = np.asarray(imp.const(n.inputs[2], where, "the zero point")) if arg(n, 2) else np.zeros((), dtype_of(imp, x))
+    if n.attrs.get("block_size", 0):
+        raise UnsupportedError(f"{where}: blocked DequantizeLinear (block_size) is not supported")
+    if scale.dtype != np.float32:
+        raise UnsupportedError(f"{where}: DequantizeLinear to {scale.dtype} is not supported")
+    if scale.ndim == 1 and rank > 1:
+        axis = n.attrs.get("axis", 1) % rank
+        scale = scale.reshape((-1,) + (1,) * (rank - 1 - axis))
+        zero = zero.reshape((-1,) + (1,) * (rank - 1 - axis))
+    names = {key: f"{n.name}.{key}" for key in ("xf", "zero", "shifted", "scale")}
+    imp.consts[names["zero"]], imp.consts[names["scale"]] = zero.astype(np.float32), scale
+    imp.apply("cast", f"{n.name}.cast", {"x": x}, names["xf"], where, to="float32")
+    imp.apply("sub", f"{n.name}.sub", {"a": names["xf"], "b": names["zero"]}, names["shifted"], where)
+    imp.apply("mul", n.name, {"a": names["shifted"], "b": names["scale"]}, n.outputs[0], where)
+
+
+def quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
+    """saturate(round_half_even(x / scale) + zero_point) to the zero point's (u)int8 / (u)int16 type."""
+    x = n.inputs[0]
+    rank = rank_of(imp, x)
+    scale = np.asarray(imp.const(n.inputs[1], where, "the scale"))
+    zero = np.asarray(imp.const(n.inputs[2], where, "the zero point")) if arg(n, 2) else np.zeros((), np.uint8)
+    if zero.dtype not in (np.int8, np.uint8, np.int16, np.uint16) or scale.dtype != np.float32 or \
+            dtype_of(imp, x) != np.float32:
+        raise UnsupportedError(f"{where}: QuantizeLinear of {dtype_of(imp, x)} by a {scale.dtype} scale to "
+                               f"{zero.dtype} is not supported")
+    if n.attrs.get("block_size", 0) or "output_dtype" in n.attrs and n.attrs["output_dtype"] not in (2, 3, 4, 5):
+        raise UnsupportedError(f"{where}: QuantizeLinear block_size / output_dtype is not supported")
+    if scale.ndim == 1 and rank > 1:
+        axis = n.attrs.get("axis", 1) % rank
+        scale = scale.reshape((-1,) + (1,) * (rank - 1 - axis))
+        zero = zero.reshape((-1,) + (1,) * (rank - 1 - axis))
+    info = np.iinfo(zero.dtype)
+    names = {key: f"{n.name}.{key}" for key in ("scale", "zero", "lo", "hi", "scaled", "rounded", "shifted", "low",
+                                                "clamped")}
+    imp.consts.update({names["scale"]: scale, names["zero"]: zero.astype(np.float32),
+                       names["lo"]: np.array(info.min, np.float32), names["hi"]: np.array(info.max, np.float32)})
+    imp.apply("div", f"{n.name}.div", {"a": x, "b": names["scale"]}, names["scaled"], where)
+    imp.apply("round", f"{n.name}.round", {"x": names["scaled"]}, names["rounded"], where)
+    imp.apply("add", f"{n.name}.add", {"a": names["rounded"], "b": names["zero"]}, names["shifted"], where)
+    imp.apply("maximum", f"{n.name}.max", {"a": names["shifted"], "b": names["lo"]}, names["low"], where)
+    imp.apply("minimum", f"{n.name}.min", {"a": names["low"], "b": names["hi"]}, names["clamped"], where)
+    imp.apply("cast", n.name, {"x": names["clamped"]}, n.outputs[0], where, to=zero.dtype.name)
+
+
+def lrn(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LRN across channels."""
+    imp.apply("lrn", n.name, {"x": n.inputs[0]}, n.outputs[0], where, size=n.attrs["size"],
+              alpha=float(n.attrs.get("alpha", 1e-4)), beta=float(n.attrs.get("beta", 0.75)), bias=float(n.attrs.get("bias", 1.0)))
+
+
+def layer_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LayerNormalization over the axes from ``axis`` on, as volvox's layer_norm over the last axis of x
+    flattened to (rows, normalized size) with a constant scale (and bias) flattened to match."""
+    dims = shape_of(imp, n.inputs[0])
+    axis = n.attrs.get("axis", -1) % len(dims)
+    tail = dims[axis:]
+    if output_used(imp, n, 1) or output_used(imp, n, 2):
+        layer_norm_parts(imp, n, where)
+        return
+    if not all(isinstance(d, int) for d in tail):
+        raise UnsupportedError(f"{where}: LayerNormalization over symbolic dims {tail}")
+    width = math.prod(tail)
+    params = {}
+    for port, i in (("weight", 1), ("bias", 2)):
+        if arg(n, i):
+            value = np.asarray(imp.const(n.inputs[i], where, f"the {port}"))
+            params[port] = imp.weight(f"{n.name}.{port}", np.broadcast_to(value, tail).reshape(width).astype(np.float32))
+    x = imp.operand(n.inputs[0], where)
+    flat = x if axis == len(dims) - 1 else imp.emit("reshape", f"{n.name}.flatten", {"x": x}, f"{n.name}.flat",
+                                                     shape=[0] * axis + [width])
+    if axis == len(dims) - 1:
+        imp.emit("layer_norm", n.name, {"x": flat, **params}, n.outputs[0], eps=float(n.attrs.get("epsilon", 1e-5)))
+        return
+    y = imp.emit("layer_norm", f"{n.name}.norm", {"x": flat, **params}, f"{n.name}.norm",
+                 eps=float(n.attrs.get("epsilon", 1e-5)))
+    imp.emit("reshape", n.name, {"x": y}, n.outputs[0], shape=[0] * axis + list(tail))
+
+
+# ------------------------------------------------------------------ matmuls of other dtypes, integer and quantized
+def matmul_general(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MatMul of float16 / float64 / integers (numpy semantics; floats accumulate in float64)."""
+    imp.apply("matmul_general", n.name, {"a": n.inputs[0], "b": n.inputs[1]}, n.outputs[0], where)
+
+
+def _shifted(imp: Importer, n: OnnxNode, i: int, zero_at: int | None, where: str) -> str:
+    """Input ``i`` as int32 minus its zero point (input ``zero_at``; absent: 0)."""
+    x = n.inputs[i]
+    wide = f"{n.name}.in{i}.i32"
+    imp.apply("cast", f"{n.name}.cast{i}", {"x": x}, wide, where, to="int32")
+    if zero_at is None or not arg(n, zero_at):
+        return wide
+    if n.inputs[zero_at] not in imp.consts and shape_of(imp, n.inputs[zero_at]) in ((), (1,)):
+        # a run-time zero point (DynamicQuantizeLinear's), one for the whole tensor
+        imp.apply("cast", f"{n.name}.zero_cast{i}", {"x": n.inputs[zero_at]}, f"{n.name}.zero{i}", where, to="int32")
+        imp.apply("sub", f"{n.name}.shift{i}", {"a": wide, "b": f"{n.name}.zero{i}"}, f"{n.name}.in{i}.shifted", where)
+        return f"{n.name}.in{i}.shifted"
+    zero = np.asarray(imp.const(n.inputs[zero_at], where, "a zero point")).astype(np.int32)
+    rank = rank_of(imp, x)
+    if zero.ndim == 1 and zero.size > 1:   # per row of A (axis -2) or per column of B (axis -1)
+        zero = zero.reshape(-1, 1) if i == 0 else zero.reshape(1, -1) if rank > 1 else zero
+    imp.consts[f"{n.name}.zero{i}"] = zero
+    imp.apply("sub", f"{n.name}.shift{i}", {"a": wide, "b": f"{n.name}.zero{i}"}, f"{n.name}.in{i}.shifted", where)
+    return f"{n.name}.in{i}.shifted"
+
+
+def matmul_integer(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MatMulInteger: (A - a_zero_point) @ (B - b_zero_point) exactly, in int32."""
+    a, b = _shifted(imp, n, 0, 2, where), _shifted(imp, n, 1, 3, where)
+    imp.apply("matmul_general", n.name, {"a": a, "b": b}, n.outputs[0], where)
+
+
+def _requantize(imp: Importer, n: OnnxNode, acc: str, multiplier: np.ndarray, zero: np.ndarray, where: str) -> None:
+    """saturate(round_half_even(float32(acc) * multiplier) + zero) into the zero point's (u)int8 type."""
+    info = np.iinfo(zero.dtype)
+    names = {k: f"{n.name}.{k}" for k in ("accf", "mult", "scaled", "rounded", "zero", "shifted", "lo", "hi", "low", "clamped")}
+    imp.consts.update({names["mult"]: multiplier.astype(np.float32), names["zero"]: zero.astype(np.float32),
+                       names["lo"]: np.array(info.min, np.float32), names["hi"]: np.array(info.max, np.float32)})
+    imp.apply("cast", f"{n.name}.float", {"x": acc}, names["accf"], where, to="float32")
+    imp.apply("mul", f"{n.name}.requant", {"a": names["accf"], "b": names["mult"]}, names["scaled"], where)
+    imp.apply("round", f"{n.name}.round", {"x": names["scaled"]}, names["rounded"], where)
+    imp.apply("add", f"{n.name}.add_zero", {"a": names["rounded"], "b": names["zero"]}, names["shifted"], where)
+    imp.apply("maximum", f"{n.name}.max", {"a": names["shifted"], "b": names["lo"]}, names["low"], where)
+    imp.apply("minimum", f"{n.name}.min", {"a": names["low"], "b": names["hi"]}, names["clamped"], where)
+    imp.apply("cast", n.name, {"x": names["clamped"]}, n.outputs[0], where, to=zero.dtype.name)
+
+
+def qlinear_conv(imp: Importer, n: OnnxNode, where: str, conv_integer) -> None:
+    """QLinearConv: the exact int32 convolution of the zero-point-shifted operands plus the int32 bias,
+    requantized per output channel with x_scale * w_scale / y_scale (float32), rounded half to even, saturated."""
+    x_scale, w_scale, y_scale = (np.asarray(imp.const(n.inputs[i], where, "a scale")) for i in (1, 4, 6))
+    if any(s.dtype != np.float32 for s in (x_scale, w_scale, y_scale)):
+        raise UnsupportedError(f"{where}: QLinearConv with {w_scale.dtype} scales is not supported")
+    conv = OnnxNode("ConvInteger", [n.inputs[0], n.inputs[3], n.inputs[2], n.inputs[5]], [f"{n.name}.acc"], n.attrs,
+                    n.name, n.domain)
+    acc = conv_integer(imp, conv, where, out=f"{n.name}.acc")
+    if arg(n, 8):
+        imp.consts[f"{n.name}.bias"] = np.asarray(imp.const(n.inputs[8], where, "the bias"), np.int32).reshape(-1, 1, 1)
+        imp.apply("add", f"{n.name}.add_bias", {"a": acc, "b": f"{n.name}.bias"}, f"{n.name}.biased", where)
+        acc = f"{n.name}.biased"
+    multiplier = (np.float32(x_scale.reshape(())) * w_scale.astype(np.float32).reshape(-1) / np.float32(y_scale.reshape(())))
+    zero = np.asarray(imp.const(n.inputs[7], where, "y_zero_point"))
+    _requantize(imp, n, acc, multiplier.astype(np.float32).reshape(-1, 1, 1), zero.reshape(()), where)
+
+
+def qlinear_matmul(imp: Importer, n: OnnxNode, where: str) -> None:
+    """QLinearMatMul: the exact int32 product of the zero-point-shifted operands, requantized with
+    a_scale * b_scale / y_scale (float32), rounded half to even, saturated."""
+    scales = [np.asarray(imp.const(n.inputs[i], where, "a scale")) for i in (1, 4, 6)]
+    if any(s.dtype != np.float32 or s.size != 1 for s in scales):
+        raise UnsupportedError(f"{where}: QLinearMatMul with {scales[0].dtype} or per-channel scales is not supported")
+    zero = np.asarray(imp.const(n.inputs[7], where, "y_zero_point"))
+    a, b = _shifted(imp, n, 0, 2, where), _shifted(imp, n, 3, 5, where)
+    acc = f"{n.name}.acc"
+    imp.apply("matmul_general", f"{n.name}.matmul", {"a": a, "b": b}, acc, where)
+    multiplier = np.float32(scales[0].reshape(())) * np.float32(scales[1].reshape(())) / np.float32(scales[2].reshape(()))
+    _requantize(imp, n, acc, np.asarray(multiplier, np.float32), zero.reshape(()), where)
+
+
+# ------------------------------------------------------------------ normalizations as composites
+def _normalize(imp: Importer, n: OnnxNode, x: str, axes: list[int], eps: float, where: str, centre: bool = True) -> str:
+    """(x - mean) / sqrt(var + eps) over ``axes`` (``centre`` False: x / sqrt(mean(x^2) + eps)), float32."""
+    names = {k: f"{n.name}.{k}" for k in ("mean", "centred", "square", "var", "eps", "var_eps", "deviation", "normalized")}
+    imp.consts[names["eps"]] = np.array(eps, np.float32)
+    centred = x
+    if centre:
+        imp.apply("reduce_mean", f"{n.name}.mean", {"x": x}, names["mean"], where, axes=axes, keepdims=True)
+        imp.apply("sub", f"{n.name}.centre", {"a": x, "b": names["mean"]}, names["centred"], where)
+        centred = names["centred"]
+    imp.apply("mul", f"{n.name}.square", {"a": centred, "b": centred}, names["square"], where)
+    imp.apply("reduce_mean", f"{n.name}.var", {"x": names["square"]}, names["var"], where, axes=axes, keepdims=True)
+    imp.apply("add", f"{n.name}.add_eps", {"a": names["var"], "b": names["eps"]}, names["var_eps"], where)
+    imp.apply("sqrt", f"{n.name}.sqrt", {"x": names["var_eps"]}, names["deviation"], where)
+    imp.apply("div", f"{n.name}.normalize", {"a": centred, "b": names["deviation"]}, names["normalized"], where)
+    return names["normalized"]
+
+
+def _affine(imp: Importer, n: OnnxNode, y: str, scale: np.ndarray | None, bias: np.ndarray | None, where: str) -> None:
+    """y * scale + bias into the node's output (either may be None)."""
+    steps = [(op, value) for op, value in (("mul", scale), ("add", bias)) if value is not None]
+    if not steps:
+        imp.alias(y, n.outputs[0])
+    for k, (op, value) in enumerate(steps):
+        imp.consts[f"{n.name}.{op}.value"] = value.astype(np.float32)
+        out = n.outputs[0] if k == len(steps) - 1 else f"{n.name}.{op}.out"
+        imp.apply(op, n.name if out == n.outputs[0] else f"{n.name}.{op}", {"a": y, "b": f"{n.name}.{op}.value"}, out, where)
+        y = out
+
+
+def _float32_input(imp: Importer, n: OnnxNode, where: str) -> str:
+    if dtype_of(imp, n.inputs[0]) != np.float32:
+        raise UnsupportedError(f"{where}: {n.op} of {dtype_of(imp, n.inputs[0])} is not supported (volvox: float32)")
+    return n.inputs[0]
+
+
+def instance_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """InstanceNormalization: each (sample, channel) normalized over its spatial axes, then per-channel scale / bias."""
+    x = _float32_input(imp, n, where)
+    rank = rank_of(imp, x)
+    per_channel = (-1,) + (1,) * (rank - 2)
+    scale, bias = (np.asarray(imp.const(i, where, "scale / bias")).reshape(per_channel) for i in n.inputs[1:3])
+    y = _normalize(imp, n, x, list(range(2, rank)), float(n.attrs.get("epsilon", 1e-5)), where)
+    _affine(imp, n, y, scale, bias, where)
+
+
+def group_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GroupNormalization (opset 21: per-channel scale / bias): channels in ``num_groups`` groups, each
+    normalized over its channels and spatial axes."""
+    if imp.opset < 21:
+        raise UnsupportedError(f"{where}: GroupNormalization before opset 21 (per-group scale) is not supported")
+    x = _float32_input(imp, n, where)
+    dims = shape_of(imp, x)
+    groups = n.attrs["num_groups"]
+    if not all(isinstance(d, int) for d in dims[1:]) or dims[1] % groups:
+        raise UnsupportedError(f"{where}: GroupNormalization of shape {dims} into {groups} groups")
+    grouped = f"{n.name}.grouped"
+    imp.apply("reshape", f"{n.name}.group", {"x": x}, grouped, where, shape=[0, groups, -1])
+    y = _normalize(imp, n, grouped, [2], float(n.attrs.get("epsilon", 1e-5)), where)
+    imp.apply("reshape", f"{n.name}.ungroup", {"x": y}, f"{n.name}.ungrouped", where, shape=[0] + list(dims[1:]))
+    per_channel = (-1,) + (1,) * (len(dims) - 2)
+    scale, bias = (np.asarray(imp.const(i, where, "scale / bias")).reshape(per_channel) for i in n.inputs[1:3])
+    _affine(imp, n, f"{n.name}.ungrouped", scale, bias, where)
+
+
+def rms_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """RMSNormalization: x / sqrt(mean(x^2) + eps) over the axes from ``axis`` on, times scale."""
+    x = _float32_input(imp, n, where)
+    rank = rank_of(imp, x)
+    axis = n.attrs.get("axis", -1) % rank
+    if n.attrs.get("stash_type", 1) != 1:
+        raise UnsupportedError(f"{where}: RMSNormalization stash_type {n.attrs['stash_type']} is not supported")
+    y = _normalize(imp, n, x, list(range(axis, rank)), float(n.attrs.get("epsilon", 1e-5)), where, centre=False)
+    _affine(imp, n, y, np.asarray(imp.const(n.inputs[1], where, "the scale")), None, where)
+
+
+def swish(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Swish: x * sigmoid(alpha * x)."""
+    x = _float32_input(imp, n, where)
+    alpha = float(n.attrs.get("alpha", 1.0))
+    scaled = x
+    if alpha != 1.0:
+        imp.consts[f"{n.name}.alpha"] = np.array(alpha, np.float32)
+        imp.apply("mul", f"{n.name}.scale", {"a": x, "b": f"{n.name}.alpha"}, f"{n.name}.scaled", where)
+        scaled = f"{n.name}.scaled"
+    imp.apply("sigmoid", f"{n.name}.sigmoid", {"x": scaled}, f"{n.name}.gate", where)
+    imp.apply("mul", n.name, {"a": x, "b": f"{n.name}.gate"}, n.outputs[0], where)
+
+
+def layer_norm_parts(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LayerNormalization step by step (float32, float16, float64), with its Mean and InvStdDev outputs:
+    the statistics in float32 (``stash_type`` 1) or the input's type (0), as ONNX defines them."""
+    x = n.inputs[0]
+    kind = dtype_of(imp, x)
+    rank = rank_of(imp, x)
+    axes = list(range(n.attrs.get("axis", -1) % rank, rank))
+    stash = np.float32 if n.attrs.get("stash_type", 1) == 1 else kind
+    if kind.kind != "f":
+        raise UnsupportedError(f"{where}: LayerNormalization of {kind}")
+    wide = x
+    if kind != stash:
+        wide = f"{n.name}.stash"
+        imp.apply("cast", f"{n.name}.to_stash", {"x": x}, wide, where, to=np.dtype(stash).name)
+    names = {k: f"{n.name}.{k}" for k in ("mean", "centred", "square", "var", "eps", "var_eps", "deviation", "inv",
+                                          "one", "normalized", "narrow", "scaled")}
+    imp.consts[names["eps"]] = np.array(n.attrs.get("epsilon", 1e-5), stash)
+    imp.consts[names["one"]] = np.array(1, stash)
+    imp.apply("reduce_mean", f"{n.name}.mean", {"x": wide}, names["mean"], where, axes=axes, keepdims=True)
+    imp.apply("sub", f"{n.name}.centre", {"a": wide, "b": names["mean"]}, names["centred"], where)
+    imp.apply("mul", f"{n.name}.square", {"a": names["centred"], "b": names["centred"]}, names["square"], where)
+    imp.apply("reduce_mean", f"{n.name}.var", {"x": names["square"]}, names["var"], where, axes=axes, keepdims=True)
+    imp.apply("add", f"{n.name}.add_eps", {"a": names["var"], "b": names["eps"]}, names["var_eps"], where)
+    imp.apply("sqrt", f"{n.name}.sqrt", {"x": names["var_eps"]}, names["deviation"], where)
+    imp.apply("div", f"{n.name}.inv", {"a": names["one"], "b": names["deviation"]}, names["inv"], where)
+    imp.apply("mul", f"{n.name}.normalize", {"a": names["centred"], "b": names["inv"]}, names["normalized"], where)
+    y = names["normalized"]
+    if kind != stash:
+        imp.apply("cast", f"{n.name}.from_stash", {"x": y}, names["narrow"], where, to=kind.name)
+        y = names["narrow"]
+    scaled = names["scaled"] if arg(n, 2) else n.outputs[0]
+    imp.apply("mul", f"{n.name}.scale", {"a": y, "b": n.inputs[1]}, scaled, where)
+    if arg(n, 2):
+        imp.apply("add", f"{n.name}.bias", {"a": scaled, "b": n.inputs[2]}, n.outputs[0], where)
+    for i, name in ((1, names["mean"]), (2, names["inv"])):
+        if output_used(imp, n, i):
+            imp.alias(name, n.outputs[i])
+
+
+def einsum(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Einsum of its operands by ``equation``."""
+    ins = [i for i in n.inputs if i]
+    imp.apply("einsum", n.name, {f"x{k}": i for k, i in enumerate(ins)}, n.outputs[0], where,
+              equation=n.attrs["equation"].replace(" ", ""))
+
+
+def lp_normalization(imp: Importer, n: OnnxNode, where: str) -> None:
+    """LpNormalization: x / ||x||_p along ``axis`` (p 1 or 2); a zero norm gives 0, as onnxruntime."""
+    p, axis = n.attrs.get("p", 2), n.attrs.get("axis", -1)
+    if p not in (1, 2):
+        raise UnsupportedError(f"{where}: LpNormalization p={p}")
+    norm = f"{n.name}.norm"
+    imp.apply("reduce_l1" if p == 1 else "reduce_l2", f"{n.name}.lp", {"x": n.inputs[0]}, norm, where,
+              axes=[axis % rank_of(imp, n.inputs[0])], keepdims=True)
+    imp.consts[f"{n.name}.zero"] = np.zeros((), dtype_of(imp, n.inputs[0]))
+    imp.consts[f"{n.name}.one"] = np.ones((), dtype_of(imp, n.inputs[0]))
+    imp.apply("equal", f"{n.name}.is_zero", {"a": norm, "b": f"{n.name}.zero"}, f"{n.name}.zero_norm", where)
+    imp.apply("where", f"{n.name}.safe", {"condition": f"{n.name}.zero_norm", "a": f"{n.name}.one", "b": norm},
+              f"{n.name}.divisor", where)
+    imp.apply("div", n.name, {"a": n.inputs[0], "b": f"{n.name}.divisor"}, n.outputs[0], where)
+
+
+def reverse_sequence(imp: Importer, n: OnnxNode, where: str) -> None:
+    """ReverseSequence along ``time_axis`` per entry of ``batch_axis``."""
+    imp.apply("reverse_sequence", n.name, {"x": n.inputs[0], "lengths": n.inputs[1]}, n.outputs[0], where,
+              batch_axis=n.attrs.get("batch_axis", 1), time_axis=n.attrs.get("time_axis", 0))
+
+
+def recurrent(imp: Importer, n: OnnxNode, where: str) -> None:
+    """RNN / GRU / LSTM over the whole sequence (volvox's recurrent op); every sequence must run its full
+    length (sequence_lens absent or all equal to it)."""
+    cell = n.op.lower()
+    x = n.inputs[0]
+    if n.attrs.get("input_forget", 0):
+        raise UnsupportedError(f"{where}: LSTM input_forget=1 is not supported")
+    if arg(n, 4):
+        lengths = np.asarray(imp.const(n.inputs[4], where, "sequence_lens"))
+        seq = shape_of(imp, x)[1 if n.attrs.get("layout", 0) else 0]
+        if not isinstance(seq, int) or np.any(lengths != seq):
+            raise UnsupportedError(f"{where}: sequence_lens {lengths.tolist()} shorter than the sequence")
+    ports = {"x": x, "w": n.inputs[1], "r": n.inputs[2]}
+    for port, i in (("b", 3), ("initial_h", 5), ("initial_c", 6), ("peepholes", 7)):
+        if arg(n, i):
+            ports[port] = n.inputs[i]
+    outputs = {"y": n.outputs[0] if arg_out(n, 0) else f"{n.name}.y", "y_h": n.outputs[1] if arg_out(n, 1) else f"{n.name}.y_h"}
+    if cell == "lstm":
+        outputs["y_c"] = n.outputs[2] if arg_out(n, 2) else f"{n.name}.y_c"
+    params = {key: n.attrs[key] for key in ("activations", "activation_alpha", "activation_beta", "clip", "direction",
+                                            "linear_before_reset", "layout") if key in n.attrs}
+    imp.apply("recurrent", n.name, ports, outputs, where, cell=cell, hidden_size=n.attrs["hidden_size"], **params)
+
+
+def arg_out(n: OnnxNode, i: int) -> bool:
+    """Whether ``n`` names output ``i``."""
+    return len(n.outputs) > i and bool(n.outputs[i])
+
+
+def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Resize / Upsample in full (any axes, cubic, tf_crop_and_resize, keep_aspect_ratio_policy) with
+    volvox's numpy resize_nd, from constant scales / sizes / roi; antialias is refused."""
+    attrs, x = n.attrs, n.inputs[0]
+    dims = list(shape_of(imp, x))
+    if not all(isinstance(d, int) for d in dims):
+        raise UnsupportedError(f"{where}: Resize of symbolic shape {dims} outside the NHWC kernel")
+    if attrs.get("antialias", 0):
+        raise UnsupportedError(f"{where}: antialiased Resize is not supported")
+    for attr, known in (("coordinate_transformation_mode", RESIZE_COORDINATES), ("nearest_mode", RESIZE_NEAREST_MODES),
+                        ("mode", ("nearest", "linear", "cubic"))):
+        if attr in attrs and attrs[attr] not in known:
+            raise UnsupportedError(f"{where}: attribute {attr}={attrs[attr]!r} is not supported (volvox: {', '.join(known)})")
+    rank = len(dims)
+    params = {"mode": attrs.get("mode", "nearest"), "cubic_coeff_a": float(attrs.get("cubic_coeff_a", -0.75)),
+              "exclude_outside": int(attrs.get("exclude_outside", 0)),
+              "extrapolation_value": float(attrs.get("extrapolation_value", 0.0))}
+    roi = None
+    if n.op == "Upsample" or imp.opset < 11:
+        scales = np.asarray(attrs["scales"] if n.op == "Upsample" and imp.opset < 9 else imp.const(n.inputs[1], where, "scales"))
+        sizes = np.zeros(0)
+        params.update(coordinate="asymmetric", nearest_mode="floor", mode="linear" if params["mode"] == "bilinear" else params["mode"])
+    else:
+        params.update(coordinate=attrs.get("coordinate_transformation_mode", "half_pixel"),
+                      nearest_mode=attrs.get("nearest_mode", "round_prefer_floor"))
+        scales = np.asarray(imp.const(n.inputs[2], where, "scales")) if arg(n, 2) else np.zeros(0)
+        sizes = np.asarray(imp.const(n.inputs[3], where, "sizes")) if arg(n, 3) else np.zeros(0)
+        roi = np.asarray(imp.const(n.inputs[1], where, "roi"), np.float64) if arg(n, 1) else None
+    axes = [a % rank for a in attrs.get("axes", range(rank))]
+    full_scales, full_sizes = [1.0] * rank, list(dims)
+    if sizes.size:
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        ratios = [float(s) / dims[a] for a, s in zip(axes, sizes.tolist())]
+        if policy != "stretch":
+            ratio = min(ratios) if policy == "not_larger" else max(ratios)
+            ratios = [ratio] * len(axes)
+        for a, s, ratio in zip(axes, sizes.tolist(), ratios):
+            full_scales[a] = ratio
+            full_sizes[a] = int(s) if policy == "stretch" else int(np.floor(dims[a] * ratio + 0.5))
+    elif scales.size:
+        for a, s in zip(axes, scales.astype(np.float64).tolist()):
+            full_scales[a], full_sizes[a] = float(np.float32(s)), int(np.floor(dims[a] * np.float32(s)))
+    else:
+        raise UnsupportedError(f"{where}: Resize needs constant scales or sizes")
+    if roi is not None and roi.size and params["coordinate"] == "tf_crop_and_resize":
+        full_roi = [0.0] * rank + [1.0] * rank
+        for k, a in enumerate(axes):
+            full_roi[a], full_roi[a + rank] = float(roi[k]), float(roi[k + len(axes)])
+        params["roi"] = full_roi
+    imp.apply("resize_nd", n.name, {"x": x}, n.outputs[0], where, sizes=full_sizes, scales=full_scales, **params)
+
+
+def grid_sample(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GridSample of a 4-D input (opset 16 names bilinear / bicubic, opset 20 linear / cubic)."""
+    if rank_of(imp, n.inputs[0]) != 4:
+        raise UnsupportedError(f"{where}: GridSample of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 4-D)")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.attrs.get("mode", "linear"), n.attrs.get("mode", "linear"))
+    imp.apply("grid_sample", n.name, {"x": n.inputs[0], "grid": n.inputs[1]}, n.outputs[0], where, mode=mode,
+              padding_mode=n.attrs.get("padding_mode", "zeros"), align_corners=n.attrs.get("align_corners", 0))
+
+
+def dynamic_quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DynamicQuantizeLinear: uint8 values, their scale and zero point from the tensor's own range."""
+    outputs = {port: (n.outputs[k] if arg_out(n, k) else f"{n.name}.{port}") for k, port in enumerate(("y", "scale", "zero_point"))}
+    imp.apply("dynamic_quantize", n.name, {"x": n.inputs[0]}, outputs, where)
+
+
+def mean_variance_normalization(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MeanVarianceNormalization: (x - mean) / sqrt(var) over ``axes`` (default N, H, W), with ONNX's 1e-9."""
+    x = _float32_input(imp, n, where)
+    rank = rank_of(imp, x)
+    axes = [a % rank for a in n.attrs.get("axes", [0, 2, 3])]
+    imp.alias(_normalize(imp, n, x, axes, 1e-9, where), n.outputs[0])

@@ -1,0 +1,206 @@
+"""The importer's state and its building blocks: emitting volvox nodes, the NHWC layout of conv
+activations, constants and their folding.
+
+Every tensor keeps its ONNX (logical) shape; 4-D activations coming out of convs and pools are
+*laid out* NHWC (``nhwc``). An op that does not care about layout keeps it; any other op reads the
+tensor through ``logical``, which transposes it back to NCHW once. Constants (initializers, Constant
+nodes, and whatever is computed from constants only, shape values included) are folded at import
+by the very op references the runtime would use, so shape subgraphs disappear.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from volvox.errors import BlueprintError, ShapeError, UnsupportedError
+from volvox.ir.graph import DTYPES, Node, TensorSpec
+from volvox.ops import get_op
+from volvox.formats.onnx.reader import ONNXError, OnnxNode
+
+TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+CLAMP = 2 ** 62   # ONNX's INT64_MAX / INT64_MIN slice bounds mean "to the end"
+# ops that only move values: folding them keeps a shape vector's symbolic dims as they are
+MOVES_VALUES = ("slice", "concat", "gather", "reshape", "transpose", "expand", "tile")
+
+
+class ConstantRequired(UnsupportedError):
+    """An operand volvox needs at import (a shape, axes, a count) is computed at run time.
+
+    ``tensor`` names it; ``tools/onnx_conformance.py`` turns such a graph input into an initializer."""
+
+    def __init__(self, message: str, tensor: str):
+        super().__init__(message)
+        self.tensor = tensor
+
+
+def is_symbolic(value: np.ndarray) -> bool:
+    """True for a folded shape vector holding a symbolic dim (a str in an object array)."""
+    return value.dtype == object and any(isinstance(v, str) for v in value.ravel())
+
+
+class Importer:
+    """Translates ONNX nodes in order, tracking logical shapes, NHWC layout and folded constants."""
+
+    def __init__(self, path: str, opset: int):
+        self.path, self.opset = path, opset
+        self.consts: dict[str, np.ndarray] = {}   # initializers, Constant outputs, folded values
+        self.shapes: dict[str, tuple] = {}        # run-time tensor -> logical (ONNX) shape
+        self.nhwc: set[str] = set()               # run-time tensors laid out NHWC
+        self.weights: dict[str, np.ndarray] = {}
+        self.nodes: list[Node] = []
+        self.specs: dict[str, TensorSpec] = {}
+        self.nchw_copies: dict[str, str] = {}     # NHWC-laid tensor -> its NCHW transpose
+        self.nhwc_copies: dict[str, str] = {}     # NCHW tensor -> its NHWC transpose
+        self.conv_of: dict[str, Node] = {}        # conv output -> its node (BatchNormalization folding)
+        self.readers: dict[str, int] = {}
+        self.const_weights: dict[tuple, str] = {}  # (const name, dtype) -> its weight
+
+    # ------------------------------------------------------------------ emitting
+    def emit(self, op: str, node_id: str, inputs: dict, outputs: str | dict, logical: tuple | None = None,
+             nhwc: bool = False, **params) -> str:
+        """Add a node, infer its outputs' specs, record their logical shapes and layout; the first output's name."""
+        outputs = {"y": outputs} if isinstance(outputs, str) else {p: n for p, n in outputs.items() if n}
+        node = Node(node_id, op, inputs, outputs, params)
+        try:
+            in_specs = {p: self.specs[n] for p, n in inputs.items()}
+        except KeyError as e:
+            raise ONNXError(f"{self.path}: node {node_id!r}: missing input {e}") from None
+        try:
+            specs = get_op(op, node_id).infer(in_specs, params)
+        except (ShapeError, BlueprintError) as e:
+            dtypes = {s.dtype for s in in_specs.values()}
+            if dtypes - {"float32"} and isinstance(e, ShapeError):
+                raise UnsupportedError(f"{self.path}: node {node_id!r}: volvox's {op} does not take "
+                                       f"{', '.join(sorted(dtypes))} operands ({e})") from None
+            raise type(e)(f"{self.path}: node {node_id!r} ({op}): {e}") from None
+        self.nodes.append(node)
+        for port, name in outputs.items():
+            shape, dtype = specs[port]
+            self.specs[name] = TensorSpec(name, tuple(shape), dtype)
+            physical = tuple(shape)
+            self.shapes[name] = logical if logical is not None else (
+                tuple(physical[i] for i in TO_NCHW) if nhwc else physical)
+            if nhwc:
+                self.nhwc.add(name)
+        return next(iter(outputs.values()))
+
+    def weight(self, name: str, value: np.ndarray) -> str:
+        """Register ``value`` as the weight ``name``."""
+        value = np.ascontiguousarray(value)
+        if value.dtype.name not in DTYPES:
+            raise UnsupportedError(f"{self.path}: weight {name!r} is {value.dtype}, which volvox does not run")
+        self.weights[name] = value
+        self.specs[name] = TensorSpec(name, value.shape, value.dtype.name)
+        return name
+
+    def const_operand(self, name: str, dtype=None) -> str:
+        """The weight holding constant ``name`` (in ``dtype`` if given), registered once."""
+        value = self.consts[name]
+        if is_symbolic(value):
+            raise UnsupportedError(f"{self.path}: tensor {name!r} holds symbolic dims {value.tolist()} where "
+                                   "a run-time value is needed")
+        value = np.asarray(value if dtype is None else value.astype(dtype))
+        key = (name, value.dtype.name)
+        if key not in self.const_weights:
+            self.const_weights[key] = self.weight(f"{name}.const" + ("" if dtype is None else f".{value.dtype.name}"), value)
+        return self.const_weights[key]
+
+    def operand(self, name: str, where: str, dtype=None) -> str:
+        """A node input in logical layout: a run-time tensor (transposed back to NCHW if laid NHWC) or a constant's weight."""
+        if name in self.consts:
+            return self.const_operand(name, dtype)
+        return self.logical(name, where)
+
+    def logical(self, name: str, where: str) -> str:
+        """The run-time tensor in ONNX (NCHW) layout, transposing an NHWC-laid one once."""
+        self.runtime(name, where)
+        if name not in self.nhwc:
+            return name
+        if name not in self.nchw_copies:
+            self.nchw_copies[name] = self.emit("transpose", f"{name}.to_nchw", {"x": name}, f"{name}.nchw",
+                                               logical=self.shapes[name], perm=TO_NCHW)
+        return self.nchw_copies[name]
+
+    def laid_nhwc(self, name: str, where: str) -> str:
+        """The 4-D float32 tensor laid out NHWC (transposing an NCHW one)."""
+        self.float32(name, where)
+        if name in self.nhwc:
+            return name
+        if len(self.shapes[name]) != 4:
+            raise UnsupportedError(f"{where}: needs a 4-D NCHW input, got {self.shapes[name]}")
+        if name not in self.nhwc_copies:
+            self.nhwc_copies[name] = self.emit("transpose", f"{name}.to_nhwc", {"x": name}, f"{name}.nhwc",
+                                               logical=self.shapes[name], perm=TO_NHWC)
+            self.nhwc.add(self.nhwc_copies[name])
+        return self.nhwc_copies[name]
+
+    def runtime(self, name: str, where: str) -> None:
+        """Check ``name`` is a tensor computed at run time."""
+        if name not in self.shapes:
+            raise UnsupportedError(f"{where}: input {name!r} is a constant or unknown where an activation is expected")
+
+    def float32(self, name: str, where: str) -> None:
+        """Check ``name`` is a float32 run-time tensor (what the vision kernels take)."""
+        self.runtime(name, where)
+        if self.specs[name].dtype != "float32":
+            raise UnsupportedError(f"{where}: {name!r} is {self.specs[name].dtype}; this op runs float32 tensors")
+
+    def const(self, name: str, where: str, what: str) -> np.ndarray:
+        """The value of constant ``name``; ConstantRequired when it is computed at run time."""
+        if name not in self.consts:
+            raise ConstantRequired(f"{where}: {what} ({name!r}) must be a constant; volvox fixes it at import", name)
+        return self.consts[name]
+
+    def alias(self, src: str, dst: str) -> None:
+        """``dst`` is ``src`` (Identity): a constant stays one, a run-time tensor gets a view."""
+        if src in self.consts:
+            self.consts[dst] = self.consts[src]
+            return
+        self.emit("reshape", f"{dst}.identity", {"x": src}, dst, logical=self.shapes[src],
+                  nhwc=src in self.nhwc, shape=[0] * len(self.shapes[src]))
+
+    def apply(self, op: str, node_id: str, inputs: dict, outputs: str | dict, where: str, **params) -> None:
+        """Volvox op ``op`` in logical layout on ``inputs`` (port -> ONNX tensor name): folded at import
+        when every input is a constant, else emitted."""
+        outputs = {"y": outputs} if isinstance(outputs, str) else outputs
+        if all(name in self.consts for name in inputs.values()):
+            definition = get_op(op, node_id)
+            values = [self.consts[inputs[p]] if p in inputs else None for p in definition.input_names]
+            if op not in MOVES_VALUES and any(v is not None and is_symbolic(v) for v in values):
+                raise UnsupportedError(f"{where}: {op} of a symbolic shape is not supported")
+            try:
+                result = definition.ref(None, params, *values)
+            except (ValueError, IndexError, TypeError) as e:
+                raise ShapeError(f"{where}: folding {op} at import: {e}") from None
+            result = result if isinstance(result, tuple) else (result,)
+            for port, value in zip(definition.output_names, result):
+                if outputs.get(port):
+                    value = np.asarray(value)   # a symbolic dim taken out of a shape vector stays an object
+                    self.consts[outputs[port]] = value.astype(object) if value.dtype.kind == "U" else value
+            return
+        self.emit(op, node_id, {p: self.operand(n, where) for p, n in inputs.items()}, outputs, **params)
+
+    def node(self, n: OnnxNode, translations: dict) -> None:
+        """Translate one ONNX node through ``translations`` (op type -> function(importer, node, where))."""
+        where = f"{self.path}: node {n.name!r} ({n.op})"
+        if n.domain not in ("", "ai.onnx"):
+            raise UnsupportedError(f"{where}: domain {n.domain!r} is not supported (opset {self.opset})")
+        fn = translations.get(n.op)
+        if fn is None:
+            raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {self.opset}")
+        try:
+            fn(self, n, where)
+        except UnsupportedError as e:   # every refusal names the opset (the node and op are in ``where``)
+            if f"opset {self.opset}" not in str(e):
+                e.args = (f"{e} (opset {self.opset})",)
+            raise
+
+
+def arg(n: OnnxNode, i: int) -> str | None:
+    """The name of input ``i`` of ``n``, None when absent."""
+    return n.inputs[i] if len(n.inputs) > i and n.inputs[i] else None
+
+
+def output_used(imp: Importer, n: OnnxNode, i: int) -> bool:
+    """Whether output ``i`` of ``n`` exists and is read by a node or the graph."""
+    return len(n.outputs) > i and bool(n.outputs[i]) and imp.readers.get(n.outputs[i], 0) > 0
