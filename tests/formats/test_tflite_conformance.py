@@ -372,6 +372,49 @@ def conformance_cases() -> list[Case]:
                                                    options="ReducerOptions", fields=[("b", keep)],
                                                    consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
 
+    # ---------------------------------------------------------------- generic ops (ops/math.py, reduce.py, tensor.py)
+    add("TANH", "f32", single_op("TANH", [(2, 5, 7)], [(2, 5, 7)]), (2, 5, 7))
+    add("LOG_SOFTMAX", "f32", single_op("LOG_SOFTMAX", [(3, 11)], [(3, 11)]), (3, 11))
+    add("L2_NORMALIZATION", "f32", single_op("L2_NORMALIZATION", [(2, 3, 9)], [(2, 3, 9)], options="L2NormOptions",
+                                             fields=[("b", 0)]), (2, 3, 9))
+    for op in ("MAXIMUM", "MINIMUM"):
+        add(op, "f32-bcast", single_op(op, [(2, 5, 3), (5, 1)], [(2, 5, 3)]), (2, 5, 3), (5, 1))
+        add(op, "int8-bcast", single_op(op, [(2, 5, 3), (5, 1)], [(2, 5, 3)], "int8", q_out=Q_IN, version=2),
+            (2, 5, 3), (5, 1), dtype="int8")
+    for op in ("SUM", "REDUCE_MAX"):
+        for keep in (0, 1):
+            out = (2, 1, 1, 3) if keep else (2, 3)
+            add(op, f"f32-hw-keep{keep}", single_op(op, [(2, 5, 7, 3)], [out], options="ReducerOptions",
+                                                   fields=[("b", keep)], consts=[np.array([1, 2], np.int32)]), (2, 5, 7, 3))
+    add("REDUCE_MAX", "int8-last", single_op("REDUCE_MAX", [(3, 4, 11)], [(3, 4)], "int8", "ReducerOptions", [("b", 0)],
+                                             consts=[np.array([-1], np.int32)], q_out=Q_IN, version=2), (3, 4, 11), dtype="int8")
+    for dtype, out_type in (("float32", "int32"), ("float32", "int64"), ("int8", "int32")):
+        m = writer.ModelBuilder()
+        x = m.input((3, 7, 5), dtype, **(Q_IN if dtype == "int8" else {}))
+        axis = m.tensor((1,), "int32", data=np.array([1], np.int32))
+        m.op("ARG_MAX", [x, axis], [m.output((3, 5), out_type)], "ArgMaxOptions", [("b", writer.TYPE_CODES[out_type])],
+             version=2 if dtype == "int8" else 1)
+        add("ARG_MAX", f"{'f32' if dtype == 'float32' else 'int8'}-{out_type}", m.build(), (3, 7, 5), dtype=dtype)
+    for src, dst in (("float32", "int32"), ("int32", "float32")):
+        m = writer.ModelBuilder()
+        m.op("CAST", [m.input((4, 6), src)], [m.output((4, 6), dst)], version=1)
+        feed = rand(rng, (4, 6)) if src == "float32" else rng.integers(-1000, 1000, (4, 6)).astype(np.int32)
+        add("CAST", f"{src}-{dst}", m.build(), feed)
+    for dtype in ("float32", "int8"):
+        q = Q_IN if dtype == "int8" else {}
+        m = writer.ModelBuilder()
+        x = m.input((3, 7, 4), dtype, **q)
+        idx = m.tensor((2, 3), "int32", data=np.array([[6, 0, 2], [1, 1, -1 + 7]], np.int32))
+        m.op("GATHER", [x, idx], [m.output((3, 2, 3, 4), dtype, **q)], "GatherOptions", [("i", 1)],
+             version=2 if dtype == "int8" else 1)
+        add("GATHER", f"{'f32' if dtype == 'float32' else 'int8'}-axis1", m.build(), (3, 7, 4), dtype=dtype)
+        for mode, name in ((0, "reflect"), (1, "symmetric")):
+            pads = np.array([[0, 0], [2, 1], [1, 3], [0, 0]], np.int32)
+            add("MIRROR_PAD", f"{'f32' if dtype == 'float32' else 'int8'}-{name}",
+                single_op("MIRROR_PAD", [(1, 4, 5, 2)], [(1, 7, 9, 2)], dtype, "MirrorPadOptions", [("b", mode)],
+                          consts=[pads], version=2 if dtype == "int8" else 1, **({"q_out": Q_IN} if dtype == "int8" else {})),
+                (1, 4, 5, 2), dtype=dtype)
+
     # ---------------------------------------------------------------- int8 kernels volvox refuses (LiteRT runs them)
     hybrid_w = (rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8), "int8", dict(scale=[0.02] * 4, zero_point=[0] * 4))
     add("CONV_2D", "hybrid", single_op("CONV_2D", [(1, 7, 6, 3)], [(1, 4, 3, 4)], options="Conv2DOptions",

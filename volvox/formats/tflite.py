@@ -32,8 +32,8 @@ class TFLiteError(WeightsError):
 
 
 # tensorflow/lite/schema/schema.fbs
-TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8"}
-OTHER_TYPES = {5: "string", 6: "bool", 7: "int16", 8: "complex64", 10: "float64", 11: "complex128", 12: "uint64",
+TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 9: "int8"}
+OTHER_TYPES = {5: "string", 7: "int16", 8: "complex64", 10: "float64", 11: "complex128", 12: "uint64",
                15: "uint32", 16: "uint16", 17: "int4"}  # named in refusals
 BUILTIN_NAMES = {0: "ADD", 1: "AVERAGE_POOL_2D", 2: "CONCATENATION", 3: "CONV_2D", 4: "DEPTHWISE_CONV_2D",
                  5: "DEPTH_TO_SPACE", 6: "DEQUANTIZE", 9: "FULLY_CONNECTED", 11: "L2_NORMALIZATION", 12: "L2_POOL_2D",
@@ -464,8 +464,7 @@ class _Importer:
         a, b = self.value(ins[0], where), self.value(ins[1], where)
         if dtype == "float32":
             if op == "SQUARED_DIFFERENCE":
-                self.nodes.append(Node(f"{node_id}.diff", "sub", {"a": a, "b": b}, {"y": f"{node_id}.d"}, {}))
-                return self.add("mul", node_id, {"a": f"{node_id}.d", "b": f"{node_id}.d"}, outs[0])
+                return self.add("squared_difference", node_id, {"a": a, "b": b}, outs[0])
             return self.float_result(op.lower(), node_id, {"a": a, "b": b}, outs[0], act)
         if op not in ("ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"):
             raise UnsupportedError(f"{where}: int8 {op} is not supported (int8 ADD, SUB, MUL, SQUARED_DIFFERENCE)")
@@ -497,13 +496,8 @@ class _Importer:
             self.add("hard_swish", node_id, {"x": xname}, outs[0])
         elif op == "LEAKY_RELU":
             self.add("leaky_relu", node_id, {"x": xname}, outs[0], alpha=float(opts.scalar(0, "<f") if opts else 0.0))
-        elif op == "SQRT":
-            self.add("sqrt", node_id, {"x": xname}, outs[0])
-        elif op == "RSQRT":
-            # TFLite: 1.f / std::sqrt(x), two float32 roundings, as here
-            one = self.weight(f"{node_id}.one", np.ones((), np.float32))
-            self.nodes.append(Node(f"{node_id}.sqrt", "sqrt", {"x": xname}, {"y": f"{node_id}.s"}, {}))
-            self.add("div", node_id, {"a": one, "b": f"{node_id}.s"}, outs[0])
+        elif op in ("SQRT", "RSQRT", "TANH"):
+            self.add(op.lower(), node_id, {"x": xname}, outs[0])
         else:
             raise UnsupportedError(f"{where}: float32 {op} is not supported")
 
@@ -554,8 +548,6 @@ class _Importer:
         x, out = self.tensors[ins[0]], self.tensors[outs[0]]
         node_id = f"{op.lower()}_{k}"
         xname = self.runtime(ins[0], where)
-        if op == "LOG_SOFTMAX":
-            raise UnsupportedError(f"{where}: {op} is not supported")
         beta = opts.scalar(0, "<f", 1.0) if opts else 1.0
         if x.dtype == "float32" and out.dtype == "float32":
             self.add("softmax", node_id, {"x": xname}, outs[0], beta=beta)
@@ -755,6 +747,110 @@ class _Importer:
         self.add("qmean", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep,
                  input_scale=sx, input_zero_point=zx, output_scale=sy, output_zero_point=zy)
 
+    def generic(self, k, op, opts, ins, outs, where) -> None:
+        """Ops volvox's generic families compute (ops/math.py, reduce.py, tensor.py), in float32 and int32;
+        int8 where TFLite moves or compares values without rescaling (one scale and zero point)."""
+        node_id = f"{op.lower()}_{k}"
+        x, out = self.tensors[ins[0]], self.tensors[outs[0]]
+        if op in ("MAXIMUM", "MINIMUM"):
+            dtype = self.types(where, ins[:2] + outs, ("float32", "int8", "int32"))
+            if dtype == "int8":
+                self.same_quantization(where, ins[0], ins[1], outs[0])
+            return self.add(op.lower(), node_id, {"a": self.value(ins[0], where), "b": self.value(ins[1], where)},
+                            outs[0])
+        if op in ("SUM", "REDUCE_MAX"):
+            dtype = self.types(where, ins[:1] + outs, ("float32", "int32") + (("int8",) if op == "REDUCE_MAX" else ()))
+            if dtype == "int8":
+                self.same_quantization(where, ins[0], outs[0])
+            axes = sorted({int(a) % len(x.shape) for a in self.const(ins[1], where, "the axes").reshape(-1)})
+            if not axes:
+                raise UnsupportedError(f"{where}: a reduction over no axis is not supported")
+            return self.add("reduce_sum" if op == "SUM" else "reduce_max", node_id, {"x": self.runtime(ins[0], where)},
+                            outs[0], axes=axes, keepdims=bool(opts.scalar(0, "<b")) if opts else False)
+        if op == "ARG_MAX":
+            self.types(where, ins[:1], ("float32", "int8", "int32"))
+            axis = int(self.const(ins[1], where, "the axis").reshape(-1)[0])
+            if out.dtype not in ("int32", "int64"):
+                raise UnsupportedError(f"{where}: output type {out.dtype} is not supported (int32, int64)")
+            inputs = {"x": self.runtime(ins[0], where)}
+            if out.dtype == "int64":
+                return self.add("argmax", node_id, inputs, outs[0], axis=axis, keepdims=False)
+            self.nodes.append(Node(f"{node_id}.argmax", "argmax", inputs, {"y": f"{node_id}.i64"},
+                                   {"axis": axis, "keepdims": False}))
+            return self.add("cast", node_id, {"x": f"{node_id}.i64"}, outs[0], to="int32")
+        if op == "CAST":
+            if x.dtype == "int8" or out.dtype == "int8":
+                raise UnsupportedError(f"{where}: CAST of quantized int8 values is not supported")
+            return self.add("cast", node_id, {"x": self.value(ins[0], where)}, outs[0], to=out.dtype)
+        if op == "GATHER":
+            self.types(where, ins[:1] + outs, ("float32", "int8", "int32"))
+            if x.dtype == "int8":
+                self.same_quantization(where, ins[0], outs[0])
+            if opts is not None and opts.scalar(1, "<i"):
+                raise UnsupportedError(f"{where}: batch_dims {opts.scalar(1, '<i')} is not supported")
+            return self.add("gather", node_id, {"x": self.value(ins[0], where), "indices": self.value(ins[1], where)},
+                            outs[0], axis=opts.scalar(0, "<i") if opts else 0)
+        if op == "LOG_SOFTMAX":
+            self.types(where, ins[:1] + outs, ("float32",))
+            return self.add("log_softmax", node_id, {"x": self.runtime(ins[0], where)}, outs[0], axis=-1)
+        if op == "L2_NORMALIZATION":
+            # TFLite: x / max(sqrt(sum(x * x)), 1e-6) over the last axis
+            self.types(where, ins[:1] + outs, ("float32",))
+            xname = self.runtime(ins[0], where)
+            eps = self.weight(f"{node_id}.epsilon", np.array(1e-6, np.float32))
+            self.nodes.append(Node(f"{node_id}.square", "mul", {"a": xname, "b": xname}, {"y": f"{node_id}.sq"}, {}))
+            self.nodes.append(Node(f"{node_id}.sum", "reduce_sum", {"x": f"{node_id}.sq"}, {"y": f"{node_id}.ss"},
+                                   {"axes": [len(x.shape) - 1], "keepdims": True}))
+            self.nodes.append(Node(f"{node_id}.sqrt", "sqrt", {"x": f"{node_id}.ss"}, {"y": f"{node_id}.norm"}, {}))
+            self.nodes.append(Node(f"{node_id}.floor", "maximum", {"a": f"{node_id}.norm", "b": eps},
+                                   {"y": f"{node_id}.safe"}, {}))
+            return self.add("div", node_id, {"a": xname, "b": f"{node_id}.safe"}, outs[0])
+        if op == "MIRROR_PAD":
+            return self.mirror_pad(k, opts, ins, outs, where, node_id)
+        raise UnsupportedError(f"{where}: op {op} is not supported")
+
+    def mirror_pad(self, k, opts, ins, outs, where, node_id) -> None:
+        """MIRROR_PAD: REFLECT onto mirror_pad; SYMMETRIC (the border repeated) as reversed slices
+        concatenated around the input, axis by axis."""
+        x = self.tensors[ins[0]]
+        self.types(where, ins[:1] + outs, ("float32", "int8", "int32"))
+        if x.dtype == "int8":
+            self.same_quantization(where, ins[0], outs[0])
+        pads = self.const(ins[1], where, "paddings").astype(np.int64)
+        if pads.shape != (len(x.shape), 2) or pads.min() < 0:
+            raise UnsupportedError(f"{where}: paddings must be non-negative int[{len(x.shape)}, 2], got {pads.tolist()}")
+        symmetric = bool(opts.scalar(0, "<b")) if opts else False
+        xname = self.runtime(ins[0], where)
+        if not symmetric:
+            return self.add("mirror_pad", node_id, {"x": xname}, outs[0], pads=pads.tolist(), mode="reflect")
+        if any(max(a, b) > n for n, (a, b) in zip(x.shape, pads.tolist())):
+            raise UnsupportedError(f"{where}: SYMMETRIC paddings {pads.tolist()} exceed the input {list(x.shape)}")
+        shape = list(x.shape)
+        axes = [ax for ax, (a, b) in enumerate(pads.tolist()) if a or b]
+        if not axes:
+            return self.add("reshape", node_id, {"x": xname}, outs[0], shape=shape)
+        for j, ax in enumerate(axes):
+            n, (a, b) = shape[ax], pads[ax].tolist()
+            parts = {}
+            if a:  # x[a-1::-1] along ax
+                parts["before"] = dict(axes=[ax], starts=[a - 1], ends=[-n - 1], steps=[-1])
+            if b:  # x[n-1:n-b-1:-1] along ax
+                parts["after"] = dict(axes=[ax], starts=[n - 1], ends=[n - b - 1 if n - b - 1 >= 0 else -n - 1], steps=[-1])
+            inputs = {}
+            for part in ("before", "after"):
+                if part in parts:
+                    self.nodes.append(Node(f"{node_id}.{ax}.{part}", "slice", {"x": xname}, {"y": f"{node_id}.{ax}.{part}"},
+                                           parts[part]))
+            names = ([f"{node_id}.{ax}.before"] if a else []) + [xname] + ([f"{node_id}.{ax}.after"] if b else [])
+            inputs = {f"x{i}": name for i, name in enumerate(names)}
+            last = j == len(axes) - 1
+            if last:
+                self.add("concat", node_id, inputs, outs[0], axis=ax)
+            else:
+                self.nodes.append(Node(f"{node_id}.{ax}", "concat", inputs, {"y": f"{node_id}.{ax}.y"}, {"axis": ax}))
+                xname = f"{node_id}.{ax}.y"
+            shape[ax] = n + a + b
+
     # ------------------------------------------------------------------ dispatch
     HANDLERS = {
         "CONV_2D": conv, "DEPTHWISE_CONV_2D": conv, "TRANSPOSE_CONV": transpose_conv, "FULLY_CONNECTED": fully_connected, "BATCH_MATMUL": batch_matmul,
@@ -763,11 +859,13 @@ class _Importer:
         "ADD": binary, "SUB": binary, "MUL": binary, "DIV": binary, "SQUARED_DIFFERENCE": binary,
         "RELU": unary, "RELU6": unary, "RELU_N1_TO_1": unary, "LOGISTIC": unary, "TANH": unary, "HARD_SWISH": unary,
         "LEAKY_RELU": unary, "SQRT": unary, "RSQRT": unary, "PRELU": prelu,
-        "SOFTMAX": softmax, "LOG_SOFTMAX": softmax, "QUANTIZE": quantize, "DEQUANTIZE": quantize,
+        "SOFTMAX": softmax, "QUANTIZE": quantize, "DEQUANTIZE": quantize,
         "RESHAPE": movement, "SQUEEZE": movement, "EXPAND_DIMS": movement, "TRANSPOSE": movement,
         "CONCATENATION": movement, "PACK": movement, "UNPACK": movement, "PAD": movement, "PADV2": movement,
         "SLICE": movement, "STRIDED_SLICE": movement, "SPLIT": movement, "SPLIT_V": movement,
         "SPACE_TO_DEPTH": movement, "DEPTH_TO_SPACE": movement, "MEAN": reduce,
+        "MAXIMUM": generic, "MINIMUM": generic, "SUM": generic, "REDUCE_MAX": generic, "ARG_MAX": generic,
+        "CAST": generic, "GATHER": generic, "LOG_SOFTMAX": generic, "L2_NORMALIZATION": generic, "MIRROR_PAD": generic,
     }
 
     def translate(self, k: int, op: str, version: int, opts: Table | None, ins: list[int], outs: list[int]) -> None:
