@@ -19,7 +19,7 @@ applied), and packed weight panels never reach the file.
     linear           FULLY_CONNECTED (keep_num_dims when x is not 2-D)
     softmax          SOFTMAX over the last axis, with beta
 
-These are ops volvox's TFLite importer reads (all but FULLY_CONNECTED's keep_num_dims), so the file
+These are ops volvox's TFLite importer reads, so the file
 loads back into volvox too. Anything else (another op, grouped convs, float16 or quantized weights, symbolic shapes) raises
 UnsupportedError naming the node.
 """

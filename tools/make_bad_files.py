@@ -407,8 +407,8 @@ def bad_tflite_files() -> dict[str, tuple[bytes, str, str]]:
         "tfl_no_identifier.tflite": (good[:4] + b"XXXX" + good[8:], "UnsupportedError", "not a model file"),
         "tfl_root_offset_huge.tflite": (patch(good, 0, "I", 2**32 - 8), "TFLiteError", "outside"),
         "tfl_vector_length_huge.tflite": (patch(good, root_len, "I", 2**31), "TFLiteError", "outside"),
-        "tfl_unknown_op.tflite": (build_tflite(TFL_OPS | {"SOFTMAX": 99})[0],
-                                  "UnsupportedError", "op builtin op 99 is not supported"),
+        "tfl_unknown_op.tflite": (build_tflite(TFL_OPS | {"SOFTMAX": 125})[0],
+                                  "UnsupportedError", "op builtin op 125 is not supported"),
     }
 
 

@@ -114,9 +114,9 @@ def test_unknown_op_names_op_and_node(vww, tmp_path):
         for field in (0, 3):  # deprecated_builtin_code (int8), builtin_code (int32)
             at = code._field(field)
             if at:
-                struct.pack_into("<b" if field == 0 else "<i", d, at, 99 if field == 0 else 99)
+                struct.pack_into("<b" if field == 0 else "<i", d, at, 113)
     path = _patched(vww, tmp_path, "unknown.tflite", edit)
-    with pytest.raises(volvox.UnsupportedError, match=r"node \d+ \(builtin op 99\): op builtin op 99 is not supported"):
+    with pytest.raises(volvox.UnsupportedError, match=r"operator \d+ \(builtin op 113 v\d+\): op builtin op 113 is not supported"):
         read_tflite(path)
 
 

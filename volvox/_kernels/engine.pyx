@@ -18,6 +18,7 @@ and addresses once at the Python boundary.
 
 include "engine/tiers.pxi"
 include "engine/small_ops.pxi"
+include "engine/quantized_ops.pxi"
 include "engine/steps.pxi"
 include "engine/runner.pxi"
 include "engine/plan.pxi"

@@ -119,7 +119,7 @@ def plan_activation(plan, node) -> int:
     return FN[act]
 
 
-def _broadcast(plan, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
+def broadcast_plan(plan, node, bshape: tuple, yshape: tuple) -> tuple[int, int]:
     """(b_count, b_div) of a binary step: element i of y reads b[(i // b_div) % b_count] (b_count 0: b[i])."""
     full = (1,) * (len(yshape) - len(bshape)) + tuple(bshape)
     plan.need(node, len(full) == len(yshape), "operand rank")
@@ -144,7 +144,7 @@ def binary_cpu(plan, node) -> None:
     if a.shape != y.shape and node.op in ("add", "mul"):
         a, b = b, a
     plan.need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
-    b_count, b_div = _broadcast(plan, node, b.shape, y.shape)
+    b_count, b_div = broadcast_plan(plan, node, b.shape, y.shape)
     act = plan_activation(plan, node)
     plan.add("binary", a=cpu.address(a), b=cpu.address(b), y=cpu.address(y), count=y.size, op=BIN.get(node.op, BIN["add"]),
              b_count=b_count, b_div=b_div, act=0 if xs[2:] else act)

@@ -65,11 +65,22 @@ def multiply_by_quantized_multiplier(x: np.ndarray, m: np.ndarray, shift: np.nda
     return (high >> right) + ((high & mask) > threshold)
 
 
+def multiply_by_quantized_multiplier_single_round(x: np.ndarray, m: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """TFLite's single-rounding MultiplyByQuantizedMultiplier (its reference FULLY_CONNECTED):
+    (x * m + 2^(30 - shift)) >> (31 - shift), over int64 arrays holding int32 values."""
+    x, m, shift = (np.asarray(v, np.int64) for v in (x, m, shift))
+    total = 31 - shift
+    return (x * m + (np.int64(1) << (total - 1))) >> total
+
+
 def requantize(acc: np.ndarray, bias, m, shift, p: dict) -> np.ndarray:
-    """int64 accumulators (+ int32 bias) -> int8 output: rescale, add the zero point, clamp."""
+    """int64 accumulators (+ int32 bias) -> int8 output: rescale (``rounding`` "double", the default,
+    or "single"), add the zero point, clamp."""
     if bias is not None:
         acc = acc + bias
-    y = multiply_by_quantized_multiplier(acc, m, shift) + int(p["output_zero_point"])
+    rescale = multiply_by_quantized_multiplier_single_round if p.get("rounding") == "single" else \
+        multiply_by_quantized_multiplier
+    y = rescale(acc, m, shift) + int(p["output_zero_point"])
     return np.clip(y, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))).astype(np.int8)
 
 
@@ -154,7 +165,8 @@ def _qlinear_infer(specs, params):
 
 
 def qlinear_ref(ctx, p, x, weight, bias, multiplier, shift):
-    """int8 fully connected: int64 (x - zp_in) @ w.T, then requantize."""
+    """int8 fully connected: int64 (x - zp_in) @ w.T, then requantize (``rounding`` "single" as TFLite's
+    reference FULLY_CONNECTED, else double as its convolutions)."""
     acc = (x.astype(np.int64) - int(p["input_zero_point"])) @ weight.astype(np.int64).T
     return requantize(acc, bias, multiplier, shift, p)
 
@@ -228,7 +240,10 @@ def quantize_cpu(plan, node) -> None:
 
 
 def qlinear_cpu(plan, node) -> None:
-    """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path)."""
+    """int8 fully connected as a 1x1 qconv over (M, 1, 1, K) (exact integers, as qlinear's fast path);
+    single rounding (TFLite's FULLY_CONNECTED) runs its numpy path as an island."""
+    if node.params.get("rounding") == "single":
+        return plan.island(node)
     x, w, y = plan.input(node, "x"), plan.input(node, "weight"), plan.output(node)
     plan.need(node, w.ndim == 2 and x.shape[-1] == w.shape[1] and w.dtype == np.int8, "weight shape")
     n, k = w.shape

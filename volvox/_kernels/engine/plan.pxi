@@ -315,6 +315,33 @@ cdef class StepPlan:
         self._window(s, window, window[3], (0, 0, 0, 0, 0, lo, hi))
         self._operands(s, x, 0, 0, y, 0)
 
+    def qmax_pool(self, *, uintptr_t x, uintptr_t y, tuple window, int lo, int hi):
+        """int8 y = max pool of x over in-image taps, clamped to [lo, hi]; items: output rows."""
+        cdef Step *s = self._next(STEP_QMAX_POOL)
+        self._window(s, window, window[3], (0, 0, 0, 0, 0, lo, hi))
+        self._operands(s, x, 0, 0, y, 0)
+
+    def qbinary(self, *, uintptr_t a, uintptr_t b, uintptr_t y, int64_t count, bint mul, tuple zero_points,
+                tuple requant, int lo, int hi, int64_t b_count=0, int64_t b_div=1):
+        """int8 y = a + b (TFLite's ADD / SUB rescaling, requant = (m_a, shift_a, m_b, shift_b, m_y, shift_y))
+        or a * b (``mul``, requant = (m, shift)); zero_points = (a, b, y); b broadcast as the binary step's."""
+        cdef Step *s = self._next(STEP_QBINARY)
+        cdef int k
+        s.a.qbinary.a, s.a.qbinary.b, s.a.qbinary.y = <const int8_t *> ptr(a), <const int8_t *> ptr(b), <int8_t *> ptr(y)
+        s.a.qbinary.count, s.a.qbinary.b_count, s.a.qbinary.b_div = count, b_count, b_div
+        s.a.qbinary.op = QBIN_MUL if mul else QBIN_ADD
+        for k in range(3):
+            s.a.qbinary.zp[k] = zero_points[k]
+        for k in range(6):
+            s.a.qbinary.rq[k] = requant[k] if k < len(requant) else 0
+        s.a.qbinary.lo, s.a.qbinary.hi = lo, hi
+
+    def qlookup(self, *, uintptr_t x, uintptr_t table, uintptr_t y, int64_t count):
+        """int8 y = table[x + 128] over count elements (table (256,))."""
+        cdef Step *s = self._next(STEP_QLOOKUP)
+        s.a.qlookup.x, s.a.qlookup.table = <const int8_t *> ptr(x), <const int8_t *> ptr(table)
+        s.a.qlookup.y, s.a.qlookup.count = <int8_t *> ptr(y), count
+
     def max_pool(self, *, uintptr_t x, uintptr_t y, tuple window):
         """f32 y = max pool of x (padding never wins); items: output rows."""
         cdef Step *s = self._next(STEP_MAX_POOL)

@@ -204,6 +204,26 @@ cdef struct SoftmaxI8Args:
     float out_scale
 
 
+cdef struct QBinaryArgs:          # qadd, qmul (engine/quantized_ops.pxi)
+    const int8_t *a              # (count,)
+    const int8_t *b              # (count,), or broadcast: b[(i / b_div) % b_count]
+    const void *unused
+    int8_t *y                    # (count,)
+    int64_t count, b_count, b_div
+    int32_t op                   # QBIN_ADD or QBIN_MUL
+    int32_t zp[3]                # zero points of a, b, y
+    int32_t rq[6]                # (multiplier, shift) of a, b, y (QBIN_ADD); of the product (QBIN_MUL)
+    int32_t lo, hi               # the fused activation's clamp
+
+
+cdef struct QLookupArgs:          # qlookup (engine/quantized_ops.pxi)
+    const int8_t *x              # (count,)
+    const int8_t *table          # (256,)
+    const void *unused
+    int8_t *y                    # (count,)
+    int64_t count
+
+
 cdef struct GlobalAvgArgs:
     const float *x               # (N, HW, C)
     const void *unused1
@@ -257,6 +277,8 @@ cdef union StepArgs:
     GatherArgs gather
     WindowArgs win
     SoftmaxI8Args softmax_i8
+    QBinaryArgs qbinary
+    QLookupArgs qlookup
     GlobalAvgArgs global_avg
     MoeRouteArgs moe_route
     MoeLinearArgs moe_linear
@@ -302,6 +324,9 @@ cpdef enum StepKind:
     STEP_MOE_ROUTE
     STEP_MOE_LINEAR
     STEP_MOE_COMBINE
+    STEP_QBINARY
+    STEP_QMAX_POOL
+    STEP_QLOOKUP
     STEP_NKINDS
 
 
@@ -751,6 +776,32 @@ cdef void run_qsoftmax(const Step *s, const RunInput *inp, int me, int team, int
         qsoftmax_row(a.n, a.x + r * a.n, a.table, a.out_scale, a.zp_out, a.y + r * a.n)
 
 
+cdef void run_qbinary(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
+    cdef const QBinaryArgs *a = &s.a.qbinary
+    cdef int64_t i0, i1
+    chunk(item, a.count, &i0, &i1)
+    qbinary_run(a.op, i0, i1, a.a, a.b, a.b_count, a.b_div, a.zp, a.rq, a.lo, a.hi, a.y)
+
+
+cdef int64_t chunks_of_qbinary(const Step *s, int team) noexcept nogil:
+    return element_chunks(s.a.qbinary.count)
+
+
+cdef void run_qlookup(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
+    cdef const QLookupArgs *a = &s.a.qlookup
+    cdef int64_t i0, i1
+    chunk(item, a.count, &i0, &i1)
+    qlookup_run(i0, i1, a.x, a.table, a.y)
+
+
+cdef int64_t chunks_of_qlookup(const Step *s, int team) noexcept nogil:
+    return element_chunks(s.a.qlookup.count)
+
+
+cdef void run_qmax_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
+    qmax_pool_row(&s.w.s, s.w.rq.lo, s.w.rq.hi, <const int8_t *> s.a.win.x, item, <int8_t *> s.a.win.y)
+
+
 cdef void run_global_avg(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """An image's run of GLOBAL_AVG_CHANNELS channels."""
     cdef const GlobalAvgArgs *a = &s.a.global_avg
@@ -801,5 +852,8 @@ register(STEP_MAX_POOL, "max_pool", rows_of_window, run_max_pool)
 register(STEP_AVG_POOL, "avg_pool", rows_of_window, run_avg_pool)
 register(STEP_QSOFTMAX, "qsoftmax", one_item, run_qsoftmax)
 register(STEP_GLOBAL_AVG, "global_avg", runs_of_global_avg, run_global_avg)
+register(STEP_QBINARY, "qbinary", chunks_of_qbinary, run_qbinary)
+register(STEP_QMAX_POOL, "qmax_pool", rows_of_window, run_qmax_pool)
+register(STEP_QLOOKUP, "qlookup", chunks_of_qlookup, run_qlookup)
 
 include "moe.pxi"

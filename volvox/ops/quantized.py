@@ -1,0 +1,415 @@
+"""int8 elementwise, pooling, reduction and lookup ops, bit-exact to TFLite's reference kernels.
+
+Each op keeps the float scales and zero points of its tensors as params and derives TFLite's
+(int32 multiplier, shift) pairs from them exactly as TFLite's Prepare does, so a blueprint says
+what it computes rather than how:
+
+- ``qadd`` (also subtraction): both inputs rescaled to 2 * max(input scales) with 20 bits of
+  headroom, summed, rescaled to the output (reference_integer_ops/add.h);
+- ``qmul``: (a - zp_a) (b - zp_b) rescaled by s_a s_b / s_y (reference_integer_ops/mul.h);
+- ``qsquared_difference``: like ``qadd`` with 7 bits of headroom, the difference squared;
+- ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
+- ``qmatmul``: batched (a - zp_a) @ (b - zp_b), rescaled (BATCH_MATMUL);
+- ``qmean``: TFLite's int8 MEAN (reference_ops::QuantizedMeanOrSum);
+- ``qresize_bilinear``: TFLite's 10-bit fixed-point bilinear resize (ResizeBilinearInteger);
+- ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
+- ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8 /
+  uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
+- ``hybrid_linear``: TFLite's dynamic-range fully connected (float rows quantized at run time);
+- ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
+  (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point).
+
+Broadcasting follows numpy. Every int32 intermediate is exact in int64 numpy arithmetic. The per-op
+executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup natively
+(_kernels/engine/quantized_ops.pxi, the same integer arithmetic).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from volvox import cpu
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import expect
+from volvox.ops.elementwise import broadcast_plan, broadcast_shape
+from volvox.ops.int8 import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
+from volvox.ops.pool import plan_window, pool_out_shape, pool_taps
+from volvox.ops.registry import OpDef, register
+
+ADD_LEFT_SHIFT = 20  # TFLite's headroom for int8 ADD / SUB
+
+
+def _f32(v) -> float:
+    """A scale param as the float32 TFLite stores, widened to double exactly."""
+    return float(np.float32(v))
+
+
+def _clamp(y: np.ndarray, p: dict) -> np.ndarray:
+    return np.clip(y, int(p.get("act_min", INT8_MIN)), int(p.get("act_max", INT8_MAX))).astype(np.int8)
+
+
+def _check_int8(specs, *ports) -> None:
+    for port in ports:
+        expect(specs[port].dtype == "int8", f"{port} must be int8, got {specs[port].describe()}")
+
+
+def _binary_infer(specs, params):
+    _check_int8(specs, "a", "b")
+    for key in ("a_scale", "b_scale", "y_scale"):
+        expect(_f32(params[key]) > 0, f"{key} must be positive, got {params[key]}")
+    return {"y": (broadcast_shape(specs["a"].shape, specs["b"].shape), "int8")}
+
+
+# ----------------------------------------------------------------------------- tables (qlookup)
+def lut_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int, fn) -> np.ndarray:
+    """TFLite's LUTPopulate<int8_t>: fn over every dequantized int8 value (float32), requantized with
+    std::round, saturated: the (256,) table indexed by x + 128."""
+    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)                                # (256,)
+    x = (np.float32(in_scale) * (q - in_zp).astype(np.float32)).astype(np.float32)      # float32 product
+    y = np.asarray(fn(x), np.float32)
+    inv = np.float32(1) / np.float32(out_scale)
+    r = tflite_round(y * inv) + out_zp                                                   # float32 product, then round
+    return np.clip(r, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def _c_div(a: int, b: int) -> int:
+    """C integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _int16_rounding_doubling_high_mul(a: int, b: int) -> int:
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int16."""
+    if a == b == -(1 << 15):
+        return (1 << 15) - 1
+    ab = a * b
+    return _c_div(ab + ((1 << 14) if ab >= 0 else 1 - (1 << 14)), 1 << 15)
+
+
+def _int16_doubling_high_mul(a: int, b: int) -> int:
+    """TFLite's SaturatingDoublingHighMul on int16 (no rounding nudge)."""
+    return (1 << 15) - 1 if a == b == -(1 << 15) else _c_div(a * b, 1 << 15)
+
+
+def _rounding_divide_by_pot(x: int, exponent: int) -> int:
+    mask = (1 << exponent) - 1
+    return (x >> exponent) + ((x & mask) > (mask >> 1) + (x < 0))
+
+
+def _int16_multiplier(real: float) -> tuple[int, int]:
+    """QuantizeMultiplier, then DownScaleInt32ToInt16Multiplier: (int16 multiplier, exponent)."""
+    m, exponent = quantize_multiplier(real)
+    return ((1 << 15) - 1 if m >= (1 << 31) - 1 - (1 << 15) else (m + (1 << 15)) >> 16), exponent
+
+
+def hard_swish_table_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """TFLite's int8 HARD_SWISH (reference_ops::HardSwish, its Prepare's float32 multipliers) over every
+    int8 input: the (256,) table indexed by x + 128."""
+    hires_scale = np.float32(1.0 / 128.0) * np.float32(in_scale)
+    out_m, out_exp = _int16_multiplier(float(hires_scale / np.float32(out_scale)))
+    relu_m, relu_exp = _int16_multiplier(float(hires_scale / np.float32(3.0 / 32768.0)))
+    if out_exp > 0:
+        raise UnsupportedError(f"int8 HARD_SWISH: output multiplier exponent {out_exp} > 0 (TFLite refuses it too)")
+    saturate = lambda v: max(-(1 << 15), min((1 << 15) - 1, v))  # noqa: E731  (SaturatingLeftShift's clamp)
+    table = []
+    for q in range(INT8_MIN, INT8_MAX + 1):
+        hires = (q - in_zp) * (1 << 7)
+        preshift = _int16_rounding_doubling_high_mul(hires, out_m)
+        relu = hires
+        if relu_exp > 0:
+            relu = saturate(relu * (1 << (relu_exp - 1)))
+        relu = _int16_rounding_doubling_high_mul(relu, relu_m)
+        if relu_exp > 0:
+            relu = saturate(relu * 2)
+        if relu_exp < 0:
+            relu = _rounding_divide_by_pot(relu, -relu_exp)
+        relu = (relu + (1 << 15)) >> 1
+        y = _rounding_divide_by_pot(_int16_doubling_high_mul(relu, preshift), -out_exp) + out_zp
+        table.append(max(INT8_MIN, min(INT8_MAX, y)))
+    return np.array(table, np.int8)
+
+
+def float32_exp(x: np.ndarray) -> np.ndarray:
+    """std::exp of float32 values: the float64 result rounded once to float32 (as glibc's expf)."""
+    return np.exp(x.astype(np.float64)).astype(np.float32)
+
+
+def float32_tanh(x: np.ndarray) -> np.ndarray:
+    """std::tanh of float32 values: the float64 result rounded once to float32 (as glibc's tanhf)."""
+    return np.tanh(x.astype(np.float64)).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- add / sub / mul
+def qadd_multipliers(p: dict) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """TFLite's (multiplier, shift) for input a, input b (negated for subtraction) and the output."""
+    sa, sb, sy = _f32(p["a_scale"]), _f32(p["b_scale"]), _f32(p["y_scale"])
+    twice_max = 2 * max(sa, sb)
+    ma, sha = quantize_multiplier(sa / twice_max)
+    mb, shb = quantize_multiplier(sb / twice_max)
+    my, shy = quantize_multiplier(twice_max / ((1 << ADD_LEFT_SHIFT) * sy))
+    return (ma, sha), (-mb if p.get("subtract") else mb, shb), (my, shy)
+
+
+def qadd_ref(ctx, p, a, b):
+    """int8 a + b (a - b when ``subtract``) through TFLite's fixed-point rescaling."""
+    (ma, sha), (mb, shb), (my, shy) = qadd_multipliers(p)
+    xa = (a.astype(np.int64) - int(p["a_zero_point"])) << ADD_LEFT_SHIFT    # a's shape
+    xb = (b.astype(np.int64) - int(p["b_zero_point"])) << ADD_LEFT_SHIFT    # b's shape
+    total = multiply_by_quantized_multiplier(xa, ma, sha) + multiply_by_quantized_multiplier(xb, mb, shb)  # broadcast
+    return _clamp(multiply_by_quantized_multiplier(total, my, shy) + int(p["y_zero_point"]), p)
+
+
+SQUARED_DIFFERENCE_LEFT_SHIFT = 7  # TFLite's headroom for int8 SQUARED_DIFFERENCE
+
+
+def qsquared_difference_ref(ctx, p, a, b):
+    """int8 (a - b)^2: both inputs rescaled to 2 * max(input scales) with 7 bits of headroom, the
+    difference squared in int32, rescaled to the output (TFLite's squared_difference.cc)."""
+    sa, sb, sy = _f32(p["a_scale"]), _f32(p["b_scale"]), _f32(p["y_scale"])
+    twice_max = 2 * max(sa, sb)
+    ma, sha = quantize_multiplier(sa / twice_max)
+    mb, shb = quantize_multiplier(sb / twice_max)
+    my, shy = quantize_multiplier(twice_max * twice_max / ((1 << 2 * SQUARED_DIFFERENCE_LEFT_SHIFT) * sy))
+    xa = (a.astype(np.int64) - int(p["a_zero_point"])) << SQUARED_DIFFERENCE_LEFT_SHIFT    # a's shape
+    xb = (b.astype(np.int64) - int(p["b_zero_point"])) << SQUARED_DIFFERENCE_LEFT_SHIFT    # b's shape
+    diff = multiply_by_quantized_multiplier(xa, ma, sha) - multiply_by_quantized_multiplier(xb, mb, shb)
+    return _clamp(multiply_by_quantized_multiplier(diff * diff, my, shy) + int(p["y_zero_point"]), p)
+
+
+def qmul_multiplier(p: dict) -> tuple[int, int]:
+    """TFLite's (multiplier, shift) of s_a * s_b / s_y (the product and quotient in float32, as TFLite)."""
+    real = np.float32(p["a_scale"]) * np.float32(p["b_scale"]) / np.float32(p["y_scale"])
+    return quantize_multiplier(float(real))
+
+
+def qmul_ref(ctx, p, a, b):
+    """int8 a * b: the exact integer product of the zero-point-shifted inputs, rescaled."""
+    m, shift = qmul_multiplier(p)
+    prod = (a.astype(np.int64) - int(p["a_zero_point"])) * (b.astype(np.int64) - int(p["b_zero_point"]))
+    return _clamp(multiply_by_quantized_multiplier(prod, m, shift) + int(p["y_zero_point"]), p)
+
+
+def _prelu_infer(specs, params):
+    _check_int8(specs, "x", "alpha")
+    expect(broadcast_shape(specs["x"].shape, specs["alpha"].shape) == specs["x"].shape,
+           f"alpha {specs['alpha'].describe()} must broadcast to x {specs['x'].describe()}")
+    return {"y": (specs["x"].shape, "int8")}
+
+
+def qprelu_ref(ctx, p, x, alpha):
+    """int8 PReLU: (x - zp) rescaled by (multiplier, shift) where x >= zp, else (x - zp)(alpha - zp_alpha)
+    rescaled by (alpha_multiplier, alpha_shift); + zp_out, saturated."""
+    xs = x.astype(np.int64) - int(p["input_zero_point"])                      # x's shape
+    al = np.broadcast_to(alpha.astype(np.int64) - int(p["alpha_zero_point"]), xs.shape)
+    positive = multiply_by_quantized_multiplier(xs, int(p["multiplier"]), int(p["shift"]))
+    negative = multiply_by_quantized_multiplier(xs * al, int(p["alpha_multiplier"]), int(p["alpha_shift"]))
+    return _clamp(np.where(xs >= 0, positive, negative) + int(p["output_zero_point"]), p)
+
+
+def _qmean_infer(specs, params):
+    _check_int8(specs, "x")
+    x = specs["x"]
+    axes = sorted({int(a) % len(x.shape) for a in params["axes"]})
+    expect(len(axes) > 0, "qmean needs at least one axis")
+    keep = bool(params.get("keepdims", False))
+    return {"y": (tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes), "int8")}
+
+
+def qmean_multiplier(p: dict, count: int) -> tuple[int, int]:
+    """TFLite's QuantizedMeanOrSum rescaling: s_in / s_out (double) folded with 1 / count."""
+    m, shift = quantize_multiplier(_f32(p["input_scale"]) / _f32(p["output_scale"]))
+    up = min(count.bit_length() - 1, 32, 31 + shift)
+    return int((m << up) // count), shift - up
+
+
+def qmean_ref(ctx, p, x):
+    """int8 mean over ``axes`` as TFLite's reference_ops::QuantizedMeanOrSum: the int32 sum minus
+    count * zp_in, rescaled by one multiplier with 1 / count folded in, + zp_out, saturated."""
+    axes = tuple(sorted({int(a) % x.ndim for a in p["axes"]}))
+    count = int(np.prod([x.shape[a] for a in axes]))
+    total = x.astype(np.int64).sum(axis=axes, keepdims=bool(p.get("keepdims", False)))    # exact int sums
+    m, shift = qmean_multiplier(p, count)
+    y = multiply_by_quantized_multiplier(total - int(p["input_zero_point"]) * count, m, shift)
+    return np.clip(y + int(p["output_zero_point"]), INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def _qmatmul_infer(specs, params):
+    _check_int8(specs, "a", "b")
+    a, b = specs["a"], specs["b"]
+    expect(len(a.shape) >= 2 and len(b.shape) >= 2 and a.shape[-1] == b.shape[-2],
+           f"inner dims differ: {a.describe()} @ {b.describe()}")
+    return {"y": (broadcast_shape(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), "int8")}
+
+
+def qmatmul_ref(ctx, p, a, b):
+    """int8 batched (a - zp_a) @ (b - zp_b) in exact integers, rescaled by (multiplier, shift), + zp_y,
+    saturated (TFLite's int8 BATCH_MATMUL)."""
+    acc = (a.astype(np.int64) - int(p["a_zero_point"])) @ (b.astype(np.int64) - int(p["b_zero_point"]))
+    y = multiply_by_quantized_multiplier(acc, int(p["multiplier"]), int(p["shift"])) + int(p["y_zero_point"])
+    return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+# ----------------------------------------------------------------------------- hybrid (float activations, int8 weights)
+def _hybrid_linear_infer(specs, params):
+    x, w, ws = specs["x"], specs["weight"], specs["weight_scale"]
+    expect(x.dtype == "float32" and w.dtype == "int8" and len(w.shape) == 2 and x.shape[-1] == w.shape[1],
+           f"x must be float32 (..., K) and weight int8 (N, K): {x.describe()}, {w.describe()}")
+    expect(ws.dtype == "float32" and ws.shape in ((1,), (w.shape[0],)), f"weight_scale must be float32[1 or N], got {ws.describe()}")
+    if "bias" in specs:
+        expect(specs["bias"].dtype == "float32" and specs["bias"].shape == (w.shape[0],), f"bias must be float32[{w.shape[0]}]")
+    return {"y": (x.shape[:-1] + (w.shape[0],), "float32")}
+
+
+def hybrid_linear_ref(ctx, p, x, weight, bias, weight_scale):
+    """TFLite's hybrid FULLY_CONNECTED: each row of x quantized symmetrically to int8 (scale max|x| / 127,
+    round half away), the exact int32 dot products with the int8 weights, then bias + dot * (row scale *
+    weight scale) in float32."""
+    rows = x.reshape(-1, x.shape[-1])                                                          # (M, K)
+    rng = np.abs(rows).max(axis=1, keepdims=True)                                             # (M, 1) float32
+    safe = np.where(rng == 0, np.float32(1), rng)
+    q = np.clip(tflite_round(rows * (np.float32(127) / safe)), -127, 127).astype(np.int64)   # (M, K)
+    q[(rng == 0)[:, 0]] = 0
+    row_scale = np.where(rng == 0, np.float32(1), (rng / np.float32(127)).astype(np.float32))  # (M, 1)
+    dot = (q @ weight.astype(np.int64).T).astype(np.float32)                                   # (M, N) exact below 2^24
+    scale = (row_scale * weight_scale.reshape(1, -1)).astype(np.float32)                      # (M, N or 1)
+    y = dot * scale
+    if bias is not None:
+        y = bias.astype(np.float32) + y
+    return y.astype(np.float32).reshape(x.shape[:-1] + (weight.shape[0],))
+
+
+# ----------------------------------------------------------------------------- pooling
+def _qmax_pool_infer(specs, params):
+    _check_int8(specs, "x")
+    return {"y": (pool_out_shape(specs["x"], params), "int8")}
+
+
+def qmax_pool2d_ref(ctx, p, x):
+    """int8 max over each window's in-image pixels (padding never wins), clamped."""
+    return _clamp(pool_taps(x, p, INT8_MIN, np.maximum), p)
+
+
+# ----------------------------------------------------------------------------- resize
+def _qresize_infer(specs, params):
+    _check_int8(specs, "x")
+    x = specs["x"]
+    expect(len(x.shape) == 4, f"x must be NHWC, got {x.describe()}")
+    oh, ow = (int(v) for v in params["size"])
+    expect(oh >= 1 and ow >= 1, f"bad size {params['size']}")
+    return {"y": ((x.shape[0], oh, ow, x.shape[3]), "int8")}
+
+
+def _bilinear_taps(out: int, size: int, align: bool, half: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TFLite's ComputeInterpolationValuesInteger along one axis: the 10-bit source coordinate of
+    each output index and its lower and upper source pixels, (out,) each."""
+    if align and out > 1:
+        scale = ((1 << 10) * (size - 1) + (out - 1) // 2) // (out - 1)
+    else:
+        scale = ((1 << 10) * size + out // 2) // out
+    v = np.arange(out, dtype=np.int64) * scale + ((scale // 2 - (1 << 9)) if half else 0)
+    lower = np.maximum(np.trunc(v / (1 << 10)).astype(np.int64), 0)            # C division of int32
+    upper = np.minimum(np.trunc((v + (1 << 10) - 1) / (1 << 10)).astype(np.int64), size - 1)
+    return v, lower, upper
+
+
+def qresize_bilinear_ref(ctx, p, x):
+    """int8 bilinear resize as TFLite's ResizeBilinearInteger: 10-bit fixed-point source coordinates,
+    the four products summed in 20 bits, rounded half away from zero."""
+    _, h, w, _ = x.shape
+    oh, ow = (int(v) for v in p["size"])
+    align, half = bool(p.get("align_corners")), bool(p.get("half_pixel_centers"))
+    vy, y0, y1 = _bilinear_taps(oh, h, align, half)                           # (oh,)
+    vx, x0, x1 = _bilinear_taps(ow, w, align, half)                           # (ow,)
+    fy = (vy - (y0 << 10))[None, :, None, None]                               # (1, oh, 1, 1) in [0, 1024]
+    fx = (vx - (x0 << 10))[None, None, :, None]                               # (1, 1, ow, 1)
+    xs = x.astype(np.int64)
+    corner = lambda ys, xs_: xs[:, ys][:, :, xs_]                             # noqa: E731  (N, oh, ow, C)
+    total = (corner(y0, x0) * ((1 << 10) - fy) * ((1 << 10) - fx) + corner(y1, x0) * fy * ((1 << 10) - fx)
+             + corner(y0, x1) * ((1 << 10) - fy) * fx + corner(y1, x1) * fy * fx)
+    rounded = np.where(total > 0, total + (1 << 19), total - (1 << 19))
+    return (np.sign(rounded) * (np.abs(rounded) >> 20)).astype(np.int8)        # C division by 2^20
+
+
+# ----------------------------------------------------------------------------- rescale / lookup
+def _rescale_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype in ("int8", "uint8"), f"x must be int8 or uint8, got {x.describe()}")
+    expect(params.get("output_dtype", "int8") in ("int8", "uint8"), f"bad output_dtype {params.get('output_dtype')!r}")
+    return {"y": (x.shape, params.get("output_dtype", "int8"))}
+
+
+def qrescale_ref(ctx, p, x):
+    """zp_out + MultiplyByQuantizedMultiplier(x - zp_in, multiplier, shift), clamped (int8 or uint8 in,
+    ``output_dtype`` int8 or uint8 out); values below the input zero point use (negative_multiplier,
+    negative_shift) when given (LEAKY_RELU's alpha)."""
+    shifted = x.astype(np.int64) - int(p["input_zero_point"])
+    m, shift = int(p["multiplier"]), int(p["shift"])
+    if "negative_multiplier" in p:
+        negative = shifted < 0
+        m = np.where(negative, int(p["negative_multiplier"]), m)
+        shift = np.where(negative, int(p["negative_shift"]), shift)
+    y = multiply_by_quantized_multiplier(shifted, m, shift) + int(p["output_zero_point"])
+    if p.get("output_dtype", "int8") == "uint8":
+        return np.clip(y, 0, 255).astype(np.uint8)
+    return _clamp(y, p)
+
+
+def _lookup_infer(specs, params):
+    _check_int8(specs, "x")
+    t = specs["table"]
+    expect(t.dtype == "int8" and t.shape == (256,), f"table must be int8[256], got {t.describe()}")
+    return {"y": (specs["x"].shape, "int8")}
+
+
+def qlookup_ref(ctx, p, x, table):
+    """int8 table[x + 128]: a function of one int8 value tabulated at import."""
+    return table[x.astype(np.int64) + 128]
+
+
+# ------------------------------------------------------------------- CPU plan lowering
+def qbinary_cpu(plan, node) -> None:
+    """qadd / qmul as one native step (engine/quantized_ops.pxi); a broadcast first operand swaps
+    with the second, its zero point and multiplier with it (the integer sum and product commute)."""
+    p = node.params
+    a, b, y = plan.input(node, "a"), plan.input(node, "b"), plan.output(node)
+    zps = [int(p["a_zero_point"]), int(p["b_zero_point"])]
+    if node.op == "qmul":
+        requant = qmul_multiplier(p)
+    else:
+        ra, rb, ry = qadd_multipliers(p)
+        requant = ra + rb + ry
+    if a.shape != y.shape:
+        a, b, zps = b, a, zps[::-1]
+        if node.op == "qadd":
+            requant = rb + ra + ry
+    plan.need(node, a.shape == y.shape, "a broadcast of both operands")
+    b_count, b_div = broadcast_plan(plan, node, b.shape, y.shape)
+    plan.add("qbinary", a=cpu.address(a), b=cpu.address(b), y=cpu.address(y), count=y.size, mul=node.op == "qmul",
+             zero_points=(zps[0], zps[1], int(p["y_zero_point"])), requant=tuple(int(v) for v in requant),
+             lo=int(p.get("act_min", INT8_MIN)), hi=int(p.get("act_max", INT8_MAX)), b_count=b_count, b_div=b_div)
+
+
+def qmax_pool2d_cpu(plan, node) -> None:
+    p, x, y = node.params, plan.input(node, "x"), plan.output(node)
+    plan.add("qmax_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y),
+             lo=int(p.get("act_min", INT8_MIN)), hi=int(p.get("act_max", INT8_MAX)))
+
+
+def qlookup_cpu(plan, node) -> None:
+    x, table, y = plan.input(node, "x"), plan.input(node, "table"), plan.output(node)
+    plan.need(node, table.dtype == np.int8 and table.shape == (256,), "table")
+    plan.add("qlookup", x=cpu.address(x), table=cpu.address(table), y=cpu.address(y), count=y.size)
+
+
+register(OpDef("qadd", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_ref, cpu=qbinary_cpu))
+register(OpDef("qmul", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_ref, cpu=qbinary_cpu))
+register(OpDef("qsquared_difference", "quantized", ("a", "b"), ("y",), _binary_infer, qsquared_difference_ref))
+register(OpDef("qmax_pool2d", "quantized", ("x",), ("y",), _qmax_pool_infer, qmax_pool2d_ref, cpu=qmax_pool2d_cpu))
+register(OpDef("qprelu", "quantized", ("x", "alpha"), ("y",), _prelu_infer, qprelu_ref))
+register(OpDef("qmean", "quantized", ("x",), ("y",), _qmean_infer, qmean_ref))
+register(OpDef("qmatmul", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_ref))
+register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, qresize_bilinear_ref))
+register(OpDef("hybrid_linear", "quantized", ("x", "weight", "bias?", "weight_scale"), ("y",), _hybrid_linear_infer,
+               hybrid_linear_ref))
+register(OpDef("qrescale", "quantized", ("x",), ("y",), _rescale_infer, qrescale_ref))
+register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))
