@@ -66,7 +66,7 @@ POSITIONS = "positions other than the run's"          # a token step's rope
 KV = "no KV cache layer for it"                         # a token step's attention
 STATIC = "not a static float32 / int8 / int32 shape"    # int64 tensors, run-time row counts (output_rows)
 FIRST = "a broadcast first operand"                     # binary steps broadcast their second operand only
-PLAN_ACTIVATIONS = {"linear_act": ("relu", "silu", "gelu", "gelu_tanh"), "concat_act": ("relu",)}
+PLAN_ACTIVATIONS = {"linear_act": ("relu", "hard_swish", "silu", "gelu", "gelu_tanh"), "concat_act": ("relu",)}
 GROUPED = "a grouped conv (not dense or depthwise) runs its numpy fast path"
 POW = "pow by an exponent other than a constant 2 runs its numpy fast path"
 

@@ -133,9 +133,9 @@ def linear_cpu(plan, node) -> None:
                  row_bytes=wb.shape[1], wtype=code, rows=m)
     if node.op == "linear_act":  # the activation in place on the output
         act = node.params["activation"]
-        plan.need(node, act in ("relu", "silu", "gelu", "gelu_tanh"), f"activation {act!r}")
-        if act == "relu":
-            plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=FN["relu"])
+        plan.need(node, act in ("relu", "hard_swish", "silu", "gelu", "gelu_tanh"), f"activation {act!r}")
+        if act in ("relu", "hard_swish"):  # the engine's unary step, as linear_act_fast applies them
+            plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=FN[act])
         elif act == "silu":
             plan.add("glu", x=cpu.address(y), y=cpu.address(y), F=n, gated=False, rows=m)
         else:
