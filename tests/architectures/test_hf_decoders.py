@@ -11,8 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import volvox  # noqa: E402
-from hf_models import CORPUS, build_causal_lm, rel_err, torch_greedy, torch_logits, train_bpe_tokenizer  # noqa: E402
+from hf_models import CORPUS, build_causal_lm, load_pair, rel_err, torch_greedy, torch_logits  # noqa: E402
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
@@ -33,20 +32,9 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    return path, train_bpe_tokenizer(path)
-
-
 @pytest.fixture(scope="module", params=sorted(CASES))
 def pair(request, tmp_path_factory, tokenizer_json):
-    kind, kw = CASES[request.param]
-    directory = tmp_path_factory.mktemp(request.param)
-    model = build_causal_lm(directory, kind, tokenizer_json[0], tokenizer_json[1], **kw)
-    lm = volvox.load(directory)
-    yield model, lm
-    lm.close()
+    yield from load_pair(request, tmp_path_factory, tokenizer_json, CASES, build_causal_lm)
 
 
 def test_logits_match_transformers(pair):

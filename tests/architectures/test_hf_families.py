@@ -18,8 +18,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import volvox  # noqa: E402
-from hf_models import CORPUS, rel_err, torch_logits, train_bpe_tokenizer  # noqa: E402
+from hf_models import CORPUS, load_pair, rel_err, torch_logits  # noqa: E402
 
 BASE = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=80, max_position_embeddings=256)
@@ -94,20 +93,9 @@ def torch_greedy_steps(model, ids, n):
     return got
 
 
-@pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    return path, train_bpe_tokenizer(path)
-
-
 @pytest.fixture(scope="module", params=sorted(CASES))
 def pair(request, tmp_path_factory, tokenizer_json):
-    model_type, kw = CASES[request.param]
-    directory = tmp_path_factory.mktemp(request.param)
-    model = build_model(directory, model_type, tokenizer_json[0], tokenizer_json[1], **kw)
-    lm = volvox.load(directory)
-    yield model, lm
-    lm.close()
+    yield from load_pair(request, tmp_path_factory, tokenizer_json, CASES, build_model)
 
 
 def test_prefill_logits_match_transformers(pair):

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
 from volvox.tasks import generate as generate_task  # noqa: E402
-from hf_models import CORPUS, rel_err, torch_greedy, torch_logits, train_bpe_tokenizer  # noqa: E402
+from hf_models import CORPUS, load_pair, rel_err, torch_greedy, torch_logits  # noqa: E402
 
 CASES = {
     "mamba": ("mamba", dict(hidden_size=32, intermediate_size=64, state_size=8, time_step_rank=4)),
@@ -53,20 +53,9 @@ def build_ssm_lm(directory, kind, tokenizer_json, vocab, seed=0, **kw):
     return model
 
 
-@pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    return path, train_bpe_tokenizer(path)
-
-
 @pytest.fixture(scope="module", params=sorted(CASES))
 def pair(request, tmp_path_factory, tokenizer_json):
-    kind, kw = CASES[request.param]
-    directory = tmp_path_factory.mktemp(request.param)
-    model = build_ssm_lm(directory, kind, tokenizer_json[0], tokenizer_json[1], **kw)
-    lm = volvox.load(directory)
-    yield model, lm
-    lm.close()
+    yield from load_pair(request, tmp_path_factory, tokenizer_json, CASES, build_ssm_lm)
 
 
 def test_logits_match_transformers(pair):

@@ -14,8 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import volvox  # noqa: E402
-from hf_models import CORPUS, rel_err, torch_greedy, torch_logits, train_bpe_tokenizer  # noqa: E402
+from hf_models import CORPUS, load_pair, rel_err, torch_greedy, torch_logits  # noqa: E402
 
 BASE = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
             max_position_embeddings=256, bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -53,20 +52,9 @@ def build_moe_lm(directory, config_class, tokenizer_json, vocab, seed=0, **kw):
     return model
 
 
-@pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    return path, train_bpe_tokenizer(path)
-
-
 @pytest.fixture(scope="module", params=sorted(CASES))
 def pair(request, tmp_path_factory, tokenizer_json):
-    config_class, kw = CASES[request.param]
-    directory = tmp_path_factory.mktemp(request.param)
-    model = build_moe_lm(directory, config_class, tokenizer_json[0], tokenizer_json[1], **kw)
-    lm = volvox.load(directory)
-    yield model, lm
-    lm.close()
+    yield from load_pair(request, tmp_path_factory, tokenizer_json, CASES, build_moe_lm)
 
 
 def test_logits_match_transformers(pair):

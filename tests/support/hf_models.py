@@ -4,6 +4,8 @@ import shutil
 
 import numpy as np
 
+import volvox
+
 CORPUS = [
     "Once upon a time there was a little robot who loved to read books about the sea.",
     "The quick brown fox jumps over the lazy dog; 12345 + 678 = 13023!",
@@ -129,3 +131,14 @@ def with_specials(hf, template: bool):
     cls, sep = hf.token_to_id("[CLS]"), hf.token_to_id("[SEP]")
     hf.post_processor = (tk_processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
                          if template else tk_processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls)))
+
+
+def load_pair(request, tmp_path_factory, tokenizer_json, cases: dict, build):
+    """Yield (transformers model, volvox model) of case ``request.param``: ``build(directory, *cases[case],
+    tokenizer path, vocab size)`` writes the folder and returns the transformers model."""
+    kind, kw = cases[request.param]
+    directory = tmp_path_factory.mktemp(request.param)
+    model = build(directory, kind, tokenizer_json[0], tokenizer_json[1], **kw)
+    lm = volvox.load(directory)
+    yield model, lm
+    lm.close()
