@@ -30,14 +30,15 @@ def _add_load_args(p: argparse.ArgumentParser, model: str = "default") -> None:
     p.add_argument("--quiet", action="store_true", help="no download progress bars (they show only on a terminal anyway)")
 
 
-def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+def _add_sampling_args(p: argparse.ArgumentParser, stop: bool = True) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    if stop:
+        p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
 
 
 def _sampling_kwargs(a) -> dict:
@@ -439,12 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("seq2seq", help="an encoder-decoder model's output text for an input text")
     _add_load_args(p, model="required")
     p.add_argument("--text", required=True, help="input text")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    _add_sampling_args(p, stop=False)
     p.set_defaults(func=cmd_seq2seq)
     p = sub.add_parser("run", help="run a blueprint graph on .npy inputs")
     _add_load_args(p, model="required")

@@ -15,7 +15,7 @@ gguf = pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
 
 import volvox  # noqa: E402
-from tiny_gguf import _byte_vocab  # noqa: E402
+from tiny_gguf import _byte_vocab, add_byte_tokenizer  # noqa: E402
 
 CONFIGS = {
     "mamba": dict(hidden_size=32, intermediate_size=64, state_size=8, time_step_rank=4),
@@ -58,7 +58,7 @@ def write_ssm_gguf(model, kind, path, qtype, dt_b_c_rms=False):
     cfg = model.config
     arch = {"mamba": gguf.MODEL_ARCH.MAMBA, "mamba2": gguf.MODEL_ARCH.MAMBA2}[kind]
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
-    tokens, merges, types = _byte_vocab()
+    tokens = _byte_vocab()[0]
     w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
     d_inner = cfg.intermediate_size if kind == "mamba" else cfg.num_heads * cfg.head_dim
     w.add_context_length(1 << 20)
@@ -76,14 +76,7 @@ def write_ssm_gguf(model, kind, path, qtype, dt_b_c_rms=False):
         w.add_ssm_group_count(cfg.n_groups)
     w.add_layer_norm_rms_eps(cfg.layer_norm_epsilon)
     w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
+    add_byte_tokenizer(w)
     for hf_name, t in model.state_dict().items():
         if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue

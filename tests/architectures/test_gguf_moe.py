@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
-from tiny_gguf import QTYPES, _byte_vocab  # noqa: E402
+from tiny_gguf import QTYPES, _byte_vocab, add_byte_tokenizer  # noqa: E402
 
 DIM, HEADS, KV_HEADS, LAYERS = 64, 4, 2, 2
 IDS = [5, 17, 99, 3, 42, 7, 200, 11, 64, 130, 9, 250]
@@ -76,7 +76,6 @@ def write_moe_gguf(path, model, arch, qtype):
     E = cfg.num_local_experts if mixtral else cfg.num_experts
     F = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
     hd = getattr(cfg, "head_dim", None) or DIM // HEADS
-    tokens, merges, types = _byte_vocab()
     rope = getattr(cfg, "rope_parameters", None) or {}
     theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
     w = gguf.GGUFWriter(str(path), arch)
@@ -97,13 +96,7 @@ def write_moe_gguf(path, model, arch, qtype):
         w.add_expert_feed_forward_length(F)
     if arch == "qwen2moe":
         w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_token_types(types)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
+    add_byte_tokenizer(w, bos_id=None)
 
     def tensor(name, data, q=qtype):
         if q == "f32" or data.ndim == 1:

@@ -5,13 +5,12 @@ saves it with save_pretrained, loads the folder with volvox and compares logits,
 32 greedy tokens (KV cache on both sides) and batched vs one-by-one generation.
 """
 
-import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hf_models import CORPUS, build_causal_lm, load_pair, rel_err, torch_greedy, torch_logits  # noqa: E402
+from hf_models import CORPUS, build_causal_lm, load_pair, rel_err, session_greedy, torch_greedy, torch_logits  # noqa: E402
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
@@ -47,12 +46,7 @@ def test_logits_match_transformers(pair):
 def test_greedy_tokens_match_transformers(pair):
     model, lm = pair
     ids = lm.tokenizer.encode("Once upon a time")
-    session = lm.new_session()
-    logits, got = session.forward(ids)[-1], []
-    for _ in range(32):
-        got.append(int(np.argmax(logits)))
-        logits = session.forward([got[-1]])[-1]
-    assert got == torch_greedy(model, ids, 32)
+    assert session_greedy(lm.new_session(), ids, 32) == torch_greedy(model, ids, 32)
 
 
 def test_batch_equals_one_by_one(pair):

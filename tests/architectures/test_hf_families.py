@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hf_models import CORPUS, load_pair, rel_err, torch_logits  # noqa: E402
+from hf_models import CORPUS, load_pair, rel_err, session_greedy, torch_logits  # noqa: E402
 
 BASE = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=80, max_position_embeddings=256)
@@ -117,12 +117,7 @@ def test_decode_step_logits_match_transformers(pair):
 def test_greedy_tokens_match_transformers(pair):
     model, lm = pair
     ids = lm.tokenizer.encode("Once upon a time")
-    session = lm.new_session()
-    logits, got = session.forward(ids)[-1], []
-    for _ in range(32):
-        got.append(int(np.argmax(logits)))
-        logits = session.forward([got[-1]])[-1]
-    assert got == torch_greedy_steps(model, ids, 32)
+    assert session_greedy(lm.new_session(), ids, 32) == torch_greedy_steps(model, ids, 32)
 
 
 def test_family_switches_are_in_the_graph(pair):

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
 from volvox.tasks import generate as generate_task  # noqa: E402
-from hf_models import CORPUS, load_pair, rel_err, torch_greedy, torch_logits  # noqa: E402
+from hf_models import CORPUS, load_pair, rel_err, session_greedy, torch_greedy, torch_logits  # noqa: E402
 
 CASES = {
     "mamba": ("mamba", dict(hidden_size=32, intermediate_size=64, state_size=8, time_step_rank=4)),
@@ -68,12 +68,7 @@ def test_logits_match_transformers(pair):
 def test_greedy_tokens_match_transformers(pair):
     model, lm = pair
     ids = lm.tokenizer.encode("Once upon a time")
-    session = lm.new_session()
-    logits, got = session.forward(ids)[-1], []
-    for _ in range(32):
-        got.append(int(np.argmax(logits)))
-        logits = session.forward([got[-1]])[-1]
-    assert got == torch_greedy(model, ids, 32)
+    assert session_greedy(lm.new_session(), ids, 32) == torch_greedy(model, ids, 32)
 
 
 def test_recurrence_after_prefill_equals_full_forward(pair, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hf_models import CORPUS, load_pair, rel_err, torch_greedy, torch_logits  # noqa: E402
+from hf_models import CORPUS, load_pair, rel_err, session_greedy, torch_greedy, torch_logits  # noqa: E402
 
 BASE = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
             max_position_embeddings=256, bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -75,12 +75,7 @@ def test_decode_steps_match_transformers(pair):
 def test_greedy_tokens_match_transformers(pair):
     model, lm = pair
     ids = lm.tokenizer.encode("Once upon a time")
-    session = lm.new_session()
-    logits, got = session.forward(ids)[-1], []
-    for _ in range(32):
-        got.append(int(np.argmax(logits)))
-        logits = session.forward([got[-1]])[-1]
-    assert got == torch_greedy(model, ids, 32)
+    assert session_greedy(lm.new_session(), ids, 32) == torch_greedy(model, ids, 32)
 
 
 def test_batch_equals_one_by_one(pair):

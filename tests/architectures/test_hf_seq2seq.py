@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
-from hf_models import CORPUS, rel_err, train_bpe_tokenizer, train_unigram_tokenizer  # noqa: E402
+from hf_models import CORPUS, rel_err, session_greedy, train_bpe_tokenizer, train_unigram_tokenizer  # noqa: E402
 from volvox.errors import GenerationError, UnsupportedError  # noqa: E402
 from volvox.ops.cross_attention import cross_attention_ref  # noqa: E402
 from volvox.ops.context import RunContext  # noqa: E402
@@ -108,13 +108,7 @@ def test_whisper_greedy_matches_transformers_generate(whisper):
     for seed in (4, 5):
         feats = features(seed)
         ref = torch_greedy(model, feats, start, 20)
-        ours = []
-        session = vm.new_session(vm.encode(feats))
-        logits = session.forward(start)[-1]
-        for _ in range(20):
-            ours.append(int(np.argmax(logits)))
-            logits = session.forward([ours[-1]])[-1]
-        assert ours == ref
+        assert session_greedy(vm.new_session(vm.encode(feats)), start, 20) == ref
 
 
 def test_seq2seq_text_stream_batch_and_sampling(whisper):

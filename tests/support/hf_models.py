@@ -99,6 +99,15 @@ def torch_greedy(model, ids, n):
     return out[0, len(ids):].tolist()
 
 
+def session_greedy(session, ids, n):
+    """n greedy tokens from a volvox session (a model's new_session()): ``ids`` prefilled, then one token a step."""
+    logits, got = session.forward(ids)[-1], []
+    for _ in range(n):
+        got.append(int(np.argmax(logits)))
+        logits = session.forward([got[-1]])[-1]
+    return got
+
+
 def rel_err(a, b):
     """max |a - b| relative to max |b|."""
     return float(np.abs(a - b).max() / np.abs(b).max())

@@ -26,6 +26,20 @@ def _byte_vocab():
     return tokens, merges, types
 
 
+def add_byte_tokenizer(w, bos_id: int | None = 1) -> None:
+    """Write _byte_vocab() as ``w``'s (a GGUFWriter's) GPT-2 tokenizer: eos 2, bos ``bos_id`` (None: none), no BOS added."""
+    tokens, merges, types = _byte_vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_types(types)
+    if bos_id is not None:
+        w.add_bos_token_id(bos_id)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+
+
 # (bytes per 256-value block, byte offsets of the f16 scale fields)
 K_LAYOUT = {"q4_k": (144, (0, 2)), "q5_k": (176, (0, 2)), "q6_k": (210, (208,)), "q8_k": (292, ())}
 
@@ -45,8 +59,7 @@ def write_tiny_llama(path, *, arch="llama", n_layers=2, dim=64, n_heads=4, n_kv_
                      qtype="f32", embed_qtype="f32", tied=True, context=128, seed=0):
     """Write a random LLaMA-style GGUF to ``path``; weights stored as ``qtype``."""
     rng = np.random.default_rng(seed)
-    tokens, merges, types = _byte_vocab()
-    vocab = len(tokens)
+    vocab = len(_byte_vocab()[0])
     w = GGUFWriter(str(path), arch)
     w.add_block_count(n_layers)
     w.add_context_length(context)
@@ -58,14 +71,7 @@ def write_tiny_llama(path, *, arch="llama", n_layers=2, dim=64, n_heads=4, n_kv_
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
     w.add_rope_dimension_count(dim // n_heads)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
+    add_byte_tokenizer(w)
     hd = dim // n_heads
 
     def tensor(name, shape, q):

@@ -69,12 +69,13 @@ class GraphBuilder:
         return self.add("rms_norm", node_id, {"x": x, "weight": self.weight(key, layer)}, out, eps=eps)
 
     def attention_residual(self, p: str, layer: int, h: str, q: str, k: str, v: str, attn: dict,
-                           window: int = 0) -> str:
-        """h + W_o attention(q, k, v) (+ bias): causal attention over the KV cache, sliding over
-        ``window`` positions when it is not 0; returns the residual sum's name (seq, dim)."""
+                           window: int = 0, o_key: str = "o") -> str:
+        """h + W_o attention(q, k, v) (+ bias), W_o the weight ``o_key``: attention as ``attn`` says (causal
+        over the KV cache by default), sliding over ``window`` positions when it is not 0; returns the
+        residual sum's name (seq, dim)."""
         a = self.add("attention", p + "attn", {"q": q, "k": k, "v": v}, p + "attn", layer=layer, **attn,
                      **({"window": window} if window else {}))
-        o = self.linear(p + "o_proj", a, "o", layer, p + "o")  # (seq, dim)
+        o = self.linear(p + "o_proj", a, o_key, layer, p + "o")  # (seq, dim)
         return self.add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
 
     def graph(self, inputs: list[TensorSpec], outputs: list[str]) -> Graph:

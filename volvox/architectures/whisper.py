@@ -101,9 +101,7 @@ def build_encoder_graph(cfg: WhisperConfig, names: dict[str, str], weights: dict
         q = b.linear(p + "q_proj", x, "enc_q", l, p + "q")  # (n_audio_ctx, dim)
         k = b.linear(p + "k_proj", x, "enc_k", l, p + "k")  # (n_audio_ctx, dim)
         v = b.linear(p + "v_proj", x, "enc_v", l, p + "v")  # (n_audio_ctx, dim)
-        a = b.add("attention", p + "attn", {"q": q, "k": k, "v": v}, p + "attn", layer=l, **attn)
-        o = b.linear(p + "o_proj", a, "enc_o", l, p + "o")  # (n_audio_ctx, dim)
-        h = b.add("add", p + "attn_residual", {"a": h, "b": o}, p + "h_attn")
+        h = b.attention_residual(p, l, h, q, k, v, attn, o_key="enc_o")  # (n_audio_ctx, dim)
         h = _pre_ln_mlp(b, p, l, h, "enc_", cfg, f"enc_h.{l + 1}")
     h = b.layer_norm("enc_ln", h, "enc_ln", None, "hidden", cfg.norm_eps)  # (n_audio_ctx, dim)
     outputs = ["hidden"]

@@ -243,19 +243,27 @@ class _Importer:
         if x.dtype == "float32" and w.dtype != np.float32:
             raise UnsupportedError(f"{where}: {w.dtype} filters on float32 input (dynamic-range quantization) are "
                                    "not supported for convolutions")
+        if not self.conv_node(node_id, inputs, outs[0], x, self.tensors[ins[1]], out, bias, act, geometry, where):
+            raise UnsupportedError(f"{where}: input type {x.dtype} is not supported (float32, int8)")
+
+    def conv_node(self, node_id: str, inputs: dict, y: str, x: _Tensor, w: _Tensor, out: _Tensor, bias, act: str,
+                  geometry: dict, where: str) -> bool:
+        """A conv2d (float32 input) or qconv2d (int8 input) node over ``inputs`` (x and weight) with ``bias`` and
+        the fused activation ``act``; False (nothing added) for any other input type."""
         if x.dtype == "float32":
             if bias is not None:
                 inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
             if act in ("none", "relu", "relu6"):
-                self.add("conv2d", node_id, inputs, outs[0], activation=act, **geometry)
+                self.add("conv2d", node_id, inputs, y, activation=act, **geometry)
             else:
-                self.float_result("conv2d", node_id, inputs, outs[0], act, activation="none", **geometry)
+                self.float_result("conv2d", node_id, inputs, y, act, activation="none", **geometry)
         elif x.dtype == "int8":
-            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where)
-            self.add("qconv2d", node_id, inputs, outs[0], input_zero_point=x.qparams()[1],
+            self.quantized_weights(inputs, node_id, x, w, out, bias, where)
+            self.add("qconv2d", node_id, inputs, y, input_zero_point=x.qparams()[1],
                      output_zero_point=out.qparams()[1], **self.act_range(act, out), **geometry)
         else:
-            raise UnsupportedError(f"{where}: input type {x.dtype} is not supported (float32, int8)")
+            return False
+        return True
 
     def transpose_conv(self, k, op, opts, ins, outs, where) -> None:
         """TRANSPOSE_CONV (output_shape, weights, input[, bias]) as a stride-1 conv over the input with
@@ -302,18 +310,8 @@ class _Importer:
         inputs = {"x": f"{node_id}.x", "weight": self.weight(f"{node_id}.weight", flipped)}
         bias = self.consts.get(ins[3]) if len(ins) > 3 and ins[3] >= 0 else None
         geometry = dict(strides=[1, 1], dilations=[1, 1], pads=[0, 0, 0, 0], groups=1)
-        if x.dtype == "float32" and w.dtype == np.float32:
-            if bias is not None:
-                inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
-            if act in ("none", "relu", "relu6"):
-                self.add("conv2d", node_id, inputs, outs[0], activation=act, **geometry)
-            else:
-                self.float_result("conv2d", node_id, inputs, outs[0], act, activation="none", **geometry)
-        elif x.dtype == "int8":
-            self.quantized_weights(inputs, node_id, x, self.tensors[ins[1]], out, bias, where)
-            self.add("qconv2d", node_id, inputs, outs[0], input_zero_point=x.qparams()[1],
-                     output_zero_point=out.qparams()[1], **self.act_range(act, out), **geometry)
-        else:
+        if (x.dtype == "float32" and w.dtype != np.float32) or \
+                not self.conv_node(node_id, inputs, outs[0], x, self.tensors[ins[1]], out, bias, act, geometry, where):
             raise UnsupportedError(f"{where}: input / filter types {x.dtype} / {w.dtype} are not supported")
 
     def quantized_weights(self, inputs: dict, node_id: str, x: _Tensor, w: _Tensor, out: _Tensor,

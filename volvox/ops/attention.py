@@ -151,6 +151,18 @@ def _attention_infer(specs, params):
     return {"y": (q.shape, "float32")}
 
 
+def cached_keys_values(ctx, p, k, v, n_kv: int, hd: int):
+    """(start, keys, values): the first new position, and layer ``p["layer"]``'s keys and values
+    (n_kv, start + seq, hd) each once k, v (seq, n_kv * hd) are appended to the run's KV cache; without a
+    cache (ctx.kv is None), start 0 and the given k, v alone."""
+    seq = k.shape[0]
+    k_new = k.reshape(seq, n_kv, hd).transpose(1, 0, 2)  # (n_kv, seq, hd)
+    v_new = v.reshape(seq, n_kv, hd).transpose(1, 0, 2)  # (n_kv, seq, hd)
+    if ctx.kv is None:
+        return 0, k_new, v_new
+    return (ctx.pos, *ctx.kv.append(int(p.get("layer", 0)), ctx.pos, k_new, v_new))
+
+
 def attention_ref(ctx, p, q, k, v):
     """Scaled dot-product attention of the new queries over all cached keys/values (GQA).
 
@@ -164,13 +176,7 @@ def attention_ref(ctx, p, q, k, v):
         return ctx.map_rows(attention_ref, p, q, k, v)
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
     group, seq = nh // nkv, q.shape[0]
-    k_new = k.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
-    v_new = v.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
-    start = ctx.pos if ctx.kv is not None else 0
-    if ctx.kv is not None:
-        keys, values = ctx.kv.append(int(p.get("layer", 0)), start, k_new, v_new)  # (nkv, start+seq, hd) each
-    else:
-        keys, values = k_new, v_new
+    start, keys, values = cached_keys_values(ctx, p, k, v, nkv, hd)  # (nkv, start+seq, hd) each
     qh = q.reshape(seq, nkv, group, hd).transpose(1, 2, 0, 3)  # (nkv, group, seq, hd)
     scores = (qh @ keys.transpose(0, 2, 1)[:, None]) * np.float32(p.get("scale", hd ** -0.5))  # (nkv, group, seq, total)
     if float(p.get("softcap", 0.0)) > 0:

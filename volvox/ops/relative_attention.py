@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from volvox.ir.graph import expect, same_dim
+from volvox.ops.attention import cached_keys_values
 from volvox.ops.context import BatchContext
 from volvox.ops.registry import OpDef, register
 
@@ -59,13 +60,7 @@ def relative_attention_ref(ctx, p, q, k, v, table):
         return ctx.map_rows(lambda c, prm, *a: relative_attention_ref(c, prm, *a, table), p, q, k, v)
     nh, hd = int(p["n_heads"]), int(p["head_dim"])
     seq = q.shape[0]
-    k_new = k.reshape(seq, nh, hd).transpose(1, 0, 2)  # (nh, seq, hd)
-    v_new = v.reshape(seq, nh, hd).transpose(1, 0, 2)  # (nh, seq, hd)
-    start = ctx.pos if ctx.kv is not None else 0
-    if ctx.kv is not None:
-        keys, values = ctx.kv.append(int(p.get("layer", 0)), start, k_new, v_new)  # (nh, start+seq, hd) each
-    else:
-        keys, values = k_new, v_new
+    start, keys, values = cached_keys_values(ctx, p, k, v, nh, hd)  # (nh, start+seq, hd) each
     total = keys.shape[1]
     q_pos = start + np.arange(seq)[:, None]  # (seq, 1)
     k_pos = np.arange(total)[None, :]  # (1, total)
