@@ -207,7 +207,8 @@ def cmd_convert(a) -> int:
     """GGUF file / HF folder / blueprint -> blueprint directory."""
     from volvox.convert import convert
 
-    out = convert(a.src, a.out_dir, quantize=a.quantize, overwrite=a.force, progress=False if a.quiet else None)
+    out = convert(a.src, a.out_dir, quantize=a.quantize, overwrite=a.force, progress=False if a.quiet else None,
+                  merge_adapter=a.merge_adapter)
     print(f"wrote {out}")
     return 0
 
@@ -460,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", help="blueprint directory to create")
     p.add_argument("--quantize", choices=list(CONVERT_TYPES), default=None,
                    help="store float linear/embedding matrices in this block format (or f16: IEEE half)")
+    p.add_argument("--merge-adapter", default=None, metavar="ADAPTER",
+                   help="a LoRA adapter folder (PEFT format) baked into the weights it adapts")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it shows only on a terminal anyway)")
     p.set_defaults(func=cmd_convert)

@@ -90,8 +90,11 @@ def storage_type(qtype: str, cols: int) -> str:
 
 
 def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | None = None,
-            overwrite: bool = False, progress: bool | None = False) -> Path:
-    """Write the blueprint of ``src`` (GGUF file, HF folder or blueprint) to ``out_dir``; returns its path."""
+            overwrite: bool = False, progress: bool | None = False,
+            merge_adapter: str | os.PathLike | None = None) -> Path:
+    """Write the blueprint of ``src`` (GGUF file, HF folder or blueprint) to ``out_dir``; returns its path.
+    ``merge_adapter``: a LoRA adapter folder baked into the projections it adapts (W + alpha/r B A, those
+    matrices stored float32 unless ``quantize`` packs them again)."""
     from volvox.loader import load
 
     src, out_dir = Path(src), Path(out_dir)
@@ -99,13 +102,18 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
         raise UnsupportedError(f"--quantize {quantize!r}: choose from {', '.join(CONVERT_TYPES)}")
     if out_dir.exists() and not overwrite:
         raise BlueprintError(f"{out_dir} already exists (pass overwrite=True / --force to replace it)")
-    model = load(src, optimize=False)
+    model = load(src, optimize=False, adapter=merge_adapter)
     if getattr(model, "encoder", None) is not None:  # a blueprint holds one graph
         model.close()
         raise UnsupportedError(f"{src}: converting an encoder-decoder model ({model.metadata.get('architecture')}) "
                                "to a blueprint is not supported; load its folder directly")
     try:
         graph, weights = model.graph, source_weights(model)
+        if merge_adapter is not None:
+            from volvox.train.lora import merge_lora
+
+            merged = merge_lora(graph, weights)
+            graph, weights = merged.graph, merged.weights
         targets = set(quantizable(graph, weights)) if quantize else set()
         show = show_progress() if progress is None else progress
         bar = tqdm(total=len(graph.weights) + 1, desc=f"convert {src.name}", unit="tensor", disable=not show,
@@ -123,7 +131,8 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
             tensors[name] = np.asarray(w)
             bar.set_postfix_str(name[:40], refresh=False)
             bar.update()
-        metadata = {k: v for k, v in model.metadata.items() if k not in ("format", "quantized", "dims", "tokenizer")}
+        metadata = {k: v for k, v in model.metadata.items()
+                    if k not in ("format", "quantized", "dims", "tokenizer", "adapter")}
         metadata["source_format"] = model.metadata.get("source_format", model.metadata.get("format"))
         if metadata.get("task") in ("generate", "embed"):
             metadata["dims"] = vars(ModelDims.of(model.config))

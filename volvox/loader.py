@@ -47,7 +47,8 @@ def _select_backend(backend: str):
 
 
 def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
-         profile: bool = False, reference: bool = False, optimize: bool | list[str] = True) -> Model:
+         profile: bool = False, reference: bool = False, optimize: bool | list[str] = True,
+         adapter: str | Path | None = None) -> Model:
     """Load a blueprint directory, a ``.gguf`` file, a known model name or a Hugging Face Hub repo
     (``org/repo`` or ``hf://org/repo[/file.gguf][@revision]``, through huggingface_hub's cache).
 
@@ -56,6 +57,8 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     optimize: run the graph compiler's passes (True: all; a list: those; False: none).
     backend: "cpu", or a GPU backend ("vulkan", "opengl", "gles", "webgpu", "auto": the first hardware
     GPU) that runs the nodes it supports (docs/backends.md); an unavailable one falls back to the CPU.
+    adapter: a LoRA adapter folder (PEFT's adapter_config.json + adapter_model.safetensors) applied
+    beside the model's projections (docs/training.md).
     """
     t0 = time.perf_counter()
     device = _select_backend(backend)
@@ -64,13 +67,13 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     path = Path(model)
     kw = dict(reference=reference, profile=profile, optimize=optimize, device=device)
     try:
-        result = _load_any(model, path, kw)
+        result = _load_any(model, path, kw, adapter)
     except DeviceError as e:  # e.g. the weights do not fit the GPU's memory: the CPU runs the model
         if device is None:
             raise
         device.close()
         print(f"Backend: CPU ({' '.join(str(e).split())[:200]})", file=sys.stderr)
-        result = _load_any(model, path, {**kw, "device": None})
+        result = _load_any(model, path, {**kw, "device": None}, adapter)
     except BaseException:
         if device is not None:
             device.close()
@@ -79,7 +82,7 @@ def load(model: str | Path, *, threads: int | None = None, backend: str = "cpu",
     return result
 
 
-def _load_any(model: str | Path, path: Path, kw: dict) -> Model:
+def _load_any(model: str | Path, path: Path, kw: dict, adapter: str | Path | None = None) -> Model:
     recipe_metadata = None
     if not path.exists() and parse_hub_name(str(model)) is not None:  # org/repo or hf://org/repo[/file][@rev]
         path = resolve_hub_model(str(model))
@@ -90,6 +93,11 @@ def _load_any(model: str | Path, path: Path, kw: dict) -> Model:
         path, recipe_metadata = resolve_model_file(recipe["name"]), recipe.get("metadata")
     imported = import_model(path, recipe_metadata)
     try:
+        if adapter is not None:
+            from volvox.train.lora import apply_adapter
+
+            imported.graph, imported.weights = apply_adapter(imported.graph, imported.weights, adapter)
+            imported.metadata = {**imported.metadata, "adapter": str(adapter)}
         return task_class(imported.metadata.get("task")).from_imported(imported, **kw)
     except BaseException:
         imported.close()

@@ -1,0 +1,1 @@
+"""Training: losses' drivers, optimisers, schedules, LoRA adapters, data and the finetune loop."""
