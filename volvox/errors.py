@@ -46,6 +46,11 @@ class AudioError(VolvoxError):
     """An audio file or array that cannot be heard: missing, unreadable, empty, wrong sample type, NaNs."""
 
 
+class DataError(VolvoxError):
+    """Training data that cannot be used: a missing file, a malformed JSON line, a conversation without
+    an assistant turn, an empty corpus; the message names the file and line."""
+
+
 class KernelError(VolvoxError):
     """A kernel was handed arrays it cannot process (dtype, layout, shape)."""
 
