@@ -1,4 +1,5 @@
-"""Elementwise ops with numpy broadcasting: add, mul, silu, gelu (and ggml's fp16-table GELU)."""
+"""Elementwise ops with numpy broadcasting: add, mul, silu, gelu (and ggml's fp16-table GELU), fill_like;
+their backward."""
 
 from __future__ import annotations
 
@@ -191,11 +192,39 @@ def gelu_cpu(plan, node) -> None:
     plan.add("gelu", x=cpu.address(x), y=cpu.address(y), count=x.size, tanh=node.params.get("approximate", "none") == "tanh")
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _fill_like_infer(specs, params):
+    return {"y": (specs["x"].shape, specs["x"].dtype)}
+
+
+def fill_like_ref(ctx, p, x):
+    """An array of x's shape and dtype filled with ``value`` (a gradient seed, or a zero gradient)."""
+    return np.full(x.shape, p["value"], x.dtype)
+
+
+def add_backward(g, node) -> None:
+    """d(a + b): dy to each operand, summed over the axes it was broadcast along."""
+    dy = g.grad(node, "y")
+    for port in ("a", "b"):
+        if g.needs(node, port):
+            g.accumulate(node, port, g.reduce_to(dy, g.shape(node.inputs[port])))
+
+
+def mul_backward(g, node) -> None:
+    """d(a * b): da = dy * b, db = dy * a, each summed over its broadcast axes."""
+    dy = g.grad(node, "y")
+    for port, other in (("a", "b"), ("b", "a")):
+        if g.needs(node, port):
+            prod = g.emit("mul", {"a": dy, "b": node.inputs[other]})[0]
+            g.accumulate(node, port, g.reduce_to(prod, g.shape(node.inputs[port])))
+
+
+register(OpDef("fill_like", "elementwise", ("x",), ("y",), _fill_like_infer, fill_like_ref))
 register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add), cpu=binary_cpu,
-               gpu=binary_lowering("add")))
+               gpu=binary_lowering("add"), backward=add_backward))
 register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply),
                cpu=binary_cpu,
-               gpu=binary_lowering("mul")))
+               gpu=binary_lowering("mul"), backward=mul_backward))
 register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into, cpu=silu_cpu,
                gpu=unary_lowering("silu")))
 def gelu_fast(ctx, p, x):
