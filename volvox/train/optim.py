@@ -110,7 +110,7 @@ class Optimizer:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore a state_dict() taken from an optimiser of the same kind over the same parameters."""
-        self.t = int(state["t"])
+        self.t = int(np.asarray(state["t"]).reshape(-1)[0])
         for name, buf in self._buffers().items():
             if name not in state or state[name].shape != buf.shape:
                 raise VolvoxError(f"optimiser state lacks {name!r} of shape {buf.shape}")
