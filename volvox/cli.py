@@ -1,4 +1,4 @@
-"""The ``volvox`` command line: generate, chat, transcribe, seq2seq, run, info, serve, batch."""
+"""The ``volvox`` command line: generate, chat, transcribe, seq2seq, run, info, finetune, serve, batch."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def _load(a):
 
     if a.quiet:
         set_progress(False)
-    return volvox.load(a.model, threads=a.threads, backend=a.backend, profile=a.debug or bool(a.trace))
+    return volvox.load(a.model, threads=a.threads, backend=a.backend, profile=a.debug or bool(a.trace),
+                       adapter=getattr(a, "adapter", None))
 
 
 def _finish(a, model, stats=None) -> None:
@@ -211,6 +212,73 @@ def cmd_convert(a) -> int:
                   merge_adapter=a.merge_adapter)
     print(f"wrote {out}")
     return 0
+
+
+def cmd_finetune(a) -> int:
+    """Train a LoRA adapter (or, with --full, every float weight) on a text / JSONL file."""
+    from volvox.train.data import read_records
+    from volvox.train.finetune import finetune
+    from volvox.train.lora import DEFAULT_TARGETS, LoraConfig
+
+    from volvox.errors import DataError
+
+    records = read_records(a.data)  # bad data fails here, before the model loads
+    if not records:
+        raise DataError(f"{a.data}: empty corpus (no text, no records)")
+    targets = tuple(t.strip() for t in a.lora_targets.split(",") if t.strip()) if a.lora_targets else DEFAULT_TARGETS
+    lora = None if a.full else LoraConfig(r=a.lora_r, alpha=a.lora_alpha, targets=targets)
+    lm = _load(a)
+    result = finetune(lm, records, lora=lora, trainable="all" if a.full else None, steps=a.steps, epochs=a.epochs,
+                      lr=a.lr, batch=a.batch, grad_accum=a.grad_accum, context=a.ctx, schedule=a.schedule,
+                      warmup=a.warmup, clip=a.clip or None, weight_decay=a.weight_decay, val_split=a.val_split,
+                      val_every=a.val_every, save_every=a.save_every, out_dir=a.out, resume=a.resume, seed=a.seed,
+                      progress=False if a.quiet else None)
+    line = f"trained {result.steps} steps, {result.tokens} tokens in {result.seconds:.1f} s"
+    if result.train_losses:
+        line += f"; last training loss {result.train_losses[-1]:.4f}"
+    if result.val_losses:
+        line += f"; validation loss {result.val_losses[-1][1]:.4f} (perplexity {result.val_perplexity:.2f})"
+    print(line)
+    print(f"wrote {result.output}")
+    return 0
+
+
+def _add_finetune_parser(sub) -> None:
+    """``volvox finetune``: options grouped as llama.cpp's tools group theirs, every default shown."""
+    p = sub.add_parser("finetune", help="train a LoRA adapter (or a small float model) on text / chat data",
+                       formatter_class=_DefaultsShown,
+                       description="Fine-tune MODEL on --data and write a PEFT-format LoRA adapter to --out "
+                                   "(use it with `volvox generate MODEL --adapter OUT` or bake it in with "
+                                   "`volvox convert MODEL DIR --merge-adapter OUT`).")
+    _add_load_args(p, model="required")
+    data = p.add_argument_group("data")
+    data.add_argument("--data", required=True, metavar="FILE",
+                      help=".txt (one document) or .jsonl ({\"text\": ...} or {\"messages\": [...]} per line)")
+    data.add_argument("--ctx", type=int, default=256, help="context length of a training sequence (tokens)")
+    data.add_argument("--val-split", type=float, default=0.1, help="fraction of examples held out for validation")
+    lora = p.add_argument_group("LoRA")
+    lora.add_argument("--lora-r", type=int, default=8, help="adapter rank")
+    lora.add_argument("--lora-alpha", type=float, default=16.0, help="adapter alpha (scale = alpha / r)")
+    lora.add_argument("--lora-targets", default="q,k,v,o,gate,up,down", help="projections to adapt (comma-separated)")
+    lora.add_argument("--full", action="store_true", help="train every float weight instead (small float models)")
+    opt = p.add_argument_group("optimisation")
+    opt.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (AdamW)")
+    opt.add_argument("--steps", type=int, default=None, help="optimiser steps (default: --epochs over the data)")
+    opt.add_argument("--epochs", type=float, default=1.0, help="passes over the training examples")
+    opt.add_argument("--batch", type=int, default=4, help="sequences per micro-batch")
+    opt.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimiser step")
+    opt.add_argument("--schedule", choices=["cosine", "linear", "constant"], default="cosine", help="learning-rate decay")
+    opt.add_argument("--warmup", type=int, default=0, help="linear warmup steps")
+    opt.add_argument("--clip", type=float, default=1.0, help="gradient global-norm cap (0: none)")
+    opt.add_argument("--weight-decay", type=float, default=0.0, help="AdamW decoupled weight decay")
+    opt.add_argument("--seed", type=int, default=0, help="seed of the adapter init, split and batch order")
+    run = p.add_argument_group("output and checkpoints")
+    run.add_argument("--out", required=True, metavar="DIR", help="adapter folder (checkpoints are kept there too)")
+    run.add_argument("--val-every", type=int, default=0, help="validation loss every N steps (0: at the end only)")
+    run.add_argument("--save-every", type=int, default=50, help="checkpoint every N steps")
+    run.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                     help="continue from the checkpoint in --out when there is one")
+    p.set_defaults(func=cmd_finetune)
 
 
 def cmd_embed(a) -> int:
@@ -421,11 +489,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("generate", help="continue a prompt")
     _add_load_args(p)
+    p.add_argument("--adapter", default=None, metavar="DIR", help="apply a LoRA adapter folder (PEFT format)")
     p.add_argument("--prompt", required=True)
     _add_sampling_args(p)
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("chat", help="chat with an instruct model (interactive, or one --message)")
     _add_load_args(p)
+    p.add_argument("--adapter", default=None, metavar="DIR", help="apply a LoRA adapter folder (PEFT format)")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--message", default=None, help="send one message, print the reply and exit")
     _add_sampling_args(p)
@@ -479,6 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true", help="compiler passes, node counts and activation memory")
     p.add_argument("--dims", action="append", default=[], metavar="SYMBOL=N", help="bind a symbolic dim for --plan (default seq=1)")
     p.set_defaults(func=cmd_info)
+    _add_finetune_parser(sub)
     _add_serve_parser(sub)
     _add_batch_parser(sub)
     return parser

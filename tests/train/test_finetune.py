@@ -3,6 +3,7 @@ AdamW, clipping, warmup + cosine, gradient accumulation) ends where torch ends f
 the same batches; a run killed mid-way resumes from its last checkpoint to the very same result."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -135,3 +136,35 @@ def test_total_steps_from_epochs():
     assert total_steps(TrainSettings(epochs=1, batch=2, grad_accum=2), 5) == 2
     with pytest.raises(VolvoxError, match="steps"):
         total_steps(TrainSettings(steps=0), 5)
+
+
+def _volvox_cli(cwd, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "volvox", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def test_cli_help_lists_every_group(tmp_path):
+    r = _volvox_cli(tmp_path, "finetune", "--help")
+    assert r.returncode == 0, r.stderr
+    for needle in ("data:", "LoRA:", "optimisation:", "--lora-r", "--lora-alpha", "--val-split", "--resume",
+                   "(default: 256)"):
+        assert needle in r.stdout
+
+
+@pytest.mark.parametrize("content,match", [
+    (None, "no such data file"),
+    ('{"text": "fine"}\n{"text": broken\n', r"data\.jsonl:2: not valid JSON"),
+    ('{"messages": [{"role": "user", "content": "hi"}]}\n', "no assistant turn"),
+    ("", "empty corpus"),
+])
+def test_cli_bad_data_is_a_named_error(tmp_path, content, match):
+    data = tmp_path / "data.jsonl"
+    if content is not None:
+        data.write_text(content)
+    r = _volvox_cli(tmp_path, "finetune", tmp_path / "no-model.gguf", "--data", data, "--out", tmp_path / "out")
+    assert r.returncode == 1 and r.stderr.startswith("volvox: error:"), r.stderr
+    assert re.search(match, r.stderr), r.stderr
+    assert "Traceback" not in r.stderr
