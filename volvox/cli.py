@@ -218,7 +218,7 @@ def cmd_finetune(a) -> int:
     """Train a LoRA adapter (or, with --full, every float weight) on a text / JSONL file."""
     from volvox.train.data import read_records
     from volvox.train.finetune import finetune
-    from volvox.train.lora import DEFAULT_TARGETS, LoraConfig
+    from volvox.architectures.lora import DEFAULT_TARGETS, LoraConfig
 
     from volvox.errors import DataError
 

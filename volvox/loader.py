@@ -94,7 +94,7 @@ def _load_any(model: str | Path, path: Path, kw: dict, adapter: str | Path | Non
     imported = import_model(path, recipe_metadata)
     try:
         if adapter is not None:
-            from volvox.train.lora import apply_adapter
+            from volvox.architectures.lora import apply_adapter
 
             imported.graph, imported.weights = apply_adapter(imported.graph, imported.weights, adapter)
             imported.metadata = {**imported.metadata, "adapter": str(adapter)}

@@ -10,8 +10,9 @@ import pytest
 
 import volvox
 from volvox.errors import BlueprintError, UnsupportedError, WeightsError
-from volvox.train.lora import (CONFIG_FILE, WEIGHTS_FILE, LoraConfig, add_lora, find_sites, init_adapters,
-                               read_adapter_config, save_adapter)
+from volvox.architectures.lora import (CONFIG_FILE, WEIGHTS_FILE, LoraConfig, add_lora, find_sites, read_adapter,
+                                       read_adapter_config)
+from volvox.train.lora import init_adapters, save_adapter
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -197,8 +198,6 @@ def test_peft_adapter_on_a_gguf_llama(byte_vocab_llama, tmp_path):
         assert {s.interleaved_heads for s in sites if s.target in "qk"} == {4, 2}
     # a volvox round trip through the GGUF model's layout gives back PEFT's file
     with volvox.load(gguf_path) as lm:
-        from volvox.train.lora import read_adapter
-
         sites = find_sites(lm.source_graph, config)
         save_adapter(tmp_path / "again", sites, read_adapter(tmp_path / "peft", sites), config)
     from safetensors.numpy import load_file

@@ -29,7 +29,8 @@ from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
 from volvox.train.checkpoint import RunState, check_resumable, load_checkpoint, save_checkpoint
 from volvox.train.data import IGNORE, Example, collate, load_dataset, split
-from volvox.train.lora import LoraConfig, add_lora, find_sites, init_adapters, save_adapter
+from volvox.architectures.lora import LoraConfig, add_lora, find_sites
+from volvox.train.lora import init_adapters, save_adapter
 from volvox.train.optim import GradAccumulator, Parameters, clip_grad_norm, make_optimizer
 from volvox.train.schedule import make_schedule
 
