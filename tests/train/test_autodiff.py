@@ -199,3 +199,105 @@ def test_unreached_input_gets_zero_gradient_and_off_path_ops_are_skipped():
     out = run(differentiate(g, "loss", ["x", "u"]), dict(x=x, t=np.abs(t), u=u))
     np.testing.assert_allclose(out["grad/x"], 2 * (x - np.sqrt(np.abs(t))) / 4, rtol=1e-12)
     assert not out["grad/u"].any() and out["grad/u"].shape == (4,)
+
+
+# ------------------------------------------------------------------------------ the LLM ops' backward
+def _mse_graph(inputs, nodes, out="y"):
+    """``nodes`` then mse(out, target t): a scalar loss over every element of ``out``."""
+    return graph(inputs, nodes + [("l", "mse", {"x": out, "target": "t"}, {"loss": "loss"}, {})], ["loss"])
+
+
+def mse(y, t):
+    return torch.nn.functional.mse_loss(y, t)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_norms(op):
+    x = rng.standard_normal((2, 3, 7)).astype(np.float32) * 2 + 0.5
+    w, b = rng.standard_normal(7).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    t = rng.standard_normal((2, 3, 7)).astype(np.float32)
+    ins = {"x": "x", "weight": "w"} | ({"bias": "b"} if op == "layer_norm" else {})
+    g = _mse_graph([spec("x", x.shape), spec("w", (7,)), spec("b", (7,)), spec("t", t.shape)],
+                   [("n", op, ins, {"y": "y"}, {"eps": 1e-5})])
+
+    def reference(x, w, b, t):
+        if op == "layer_norm":
+            return mse(torch.nn.functional.layer_norm(x, (7,), w, b, 1e-5), t)
+        return mse(x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-5) * w, t)
+    wrt = ["x", "w", "b"] if op == "layer_norm" else ["x", "w"]
+    check(g, dict(x=x, w=w, b=b, t=t), "loss", wrt, reference, 1e-5, 1e-2, 5e-3)
+
+
+def _rope_torch(x, positions, head_dim, theta, style):
+    inv = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    ang = positions.double()[:, None] * inv[None, :]                       # (seq, hd/2)
+    cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
+    h = x.reshape(*x.shape[:-1], -1, head_dim)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    if style == "half":
+        x0, x1 = h[..., :head_dim // 2], h[..., head_dim // 2:]
+        out = torch.cat([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1)
+    else:
+        x0, x1 = h[..., 0::2], h[..., 1::2]
+        out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).reshape(h.shape)
+    return out.reshape(x.shape)
+
+
+@pytest.mark.parametrize("style", ["half", "interleaved"])
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_rope(style, batch):
+    x = rng.standard_normal(batch + (5, 3 * 6)).astype(np.float32)
+    positions = np.array([0, 3, 4, 9, 17], np.int32)
+    t = rng.standard_normal(x.shape).astype(np.float32)
+    params = {"head_dim": 6, "theta": 500.0, "style": style}
+    g = _mse_graph([spec("x", x.shape), spec("positions", (5,), "int32"), spec("t", t.shape)],
+                   [("r", "rope", {"x": "x", "positions": "positions"}, {"y": "y"}, params)])
+    check(g, dict(x=x, positions=positions, t=t), "loss", ["x"],
+          lambda x, positions, t: mse(_rope_torch(x, positions, 6, 500.0, style), t), 1e-5, 1e-2, 5e-3)
+
+
+def _attention_torch(q, k, v, nh, nkv, hd, window):
+    b, seq = q.shape[0], q.shape[1]
+    qh = q.reshape(b, seq, nh, hd).transpose(1, 2)
+    kh = k.reshape(b, seq, nkv, hd).transpose(1, 2).repeat_interleave(nh // nkv, 1)
+    vh = v.reshape(b, seq, nkv, hd).transpose(1, 2).repeat_interleave(nh // nkv, 1)
+    i, j = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
+    visible = (j <= i) & ((j > i - window) if window else True)
+    scores = (qh @ kh.transpose(-1, -2)) * hd ** -0.5
+    probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1)
+    return (probs @ vh).transpose(1, 2).reshape(b, seq, nh * hd)
+
+
+@pytest.mark.parametrize("nh, nkv, window", [(4, 2, 0), (3, 3, 0), (6, 2, 3)])
+def test_causal_attention_gqa_window(nh, nkv, window):
+    hd, seq, b = 5, 7, 2
+    q = rng.standard_normal((b, seq, nh * hd)).astype(np.float32)
+    k = rng.standard_normal((b, seq, nkv * hd)).astype(np.float32)
+    v = rng.standard_normal((b, seq, nkv * hd)).astype(np.float32)
+    t = rng.standard_normal(q.shape).astype(np.float32)
+    params = dict(n_heads=nh, n_kv_heads=nkv, head_dim=hd, window=window)
+    g = _mse_graph([spec("q", q.shape), spec("k", k.shape), spec("v", v.shape), spec("t", t.shape)],
+                   [("a", "causal_attention", {"q": "q", "k": "k", "v": "v"}, {"y": "y", "lse": "lse"}, params)])
+    check(g, dict(q=q, k=k, v=v, t=t), "loss", ["q", "k", "v"],
+          lambda q, k, v, t: mse(_attention_torch(q, k, v, nh, nkv, hd, window), t), 1e-5, 1e-2, 5e-3)
+
+
+def test_embedding_scatter_adds_repeated_ids():
+    table = rng.standard_normal((9, 4)).astype(np.float32)
+    ids = np.array([[1, 8, 1], [0, 1, 3]], np.int32)
+    t = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    g = _mse_graph([spec("table", table.shape), spec("ids", ids.shape, "int32"), spec("t", t.shape)],
+                   [("e", "embedding", {"table": "table", "ids": "ids"}, {"y": "y"}, {})])
+    check(g, dict(table=table, ids=ids, t=t), "loss", ["table"],
+          lambda table, ids, t: mse(table[ids.long()], t), 1e-6, 1e-2, 2e-3)
+
+
+@pytest.mark.parametrize("op, params", [("silu", {}), ("gelu", {}), ("gelu", {"approximate": "tanh"})])
+def test_activations(op, params):
+    x = rng.standard_normal((3, 11)) * 3
+    t = rng.standard_normal((3, 11))
+    g = _mse_graph([spec("x", x.shape, "float64"), spec("t", t.shape, "float64")],
+                   [("a", op, {"x": "x"}, {"y": "y"}, params)])
+    fn = {"silu": torch.nn.functional.silu}.get(op) or (
+        lambda x: torch.nn.functional.gelu(x, approximate=params.get("approximate", "none")))
+    check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(fn(x), t), 1e-6, 1e-6, 1e-6)

@@ -239,6 +239,29 @@ def linear_backward(g, node) -> None:
         g.accumulate(node, "bias", g.reduce_to(dy, g.shape(node.inputs["bias"])))
 
 
+def _embedding_grad_infer(specs, params):
+    t, ids, dy = specs["table"], specs["ids"], specs["dy"]
+    expect(dy.dtype == "float32" and dy.shape == ids.shape + (t.shape[1],),
+           f"dy must be float32 (ids' shape, row length): {dy.describe()} for {ids.describe()}, {t.describe()}")
+    return {"dtable": (t.shape, "float32")}
+
+
+def embedding_grad_ref(ctx, p, table, ids, dy):
+    """dtable: each row of dy added into the table row its id names (a scatter-add; rows no id names are
+    0), float64 sums. Ports: table (for its shape), ids, dy (ids' shape, row length)."""
+    out = np.zeros(table.shape, np.float64)                             # (vocab, dim)
+    np.add.at(out, ids.reshape(-1), dy.reshape(-1, table.shape[1]))
+    return out.astype(np.float32)
+
+
+def embedding_backward(g, node) -> None:
+    """d(embedding) / d table through embedding_grad (ids get none)."""
+    if g.needs(node, "table"):
+        g.accumulate(node, "table", g.emit("embedding_grad", {"table": node.inputs["table"], "ids": node.inputs["ids"],
+                                                              "dy": g.grad(node, "y")}, outputs=("dtable",))[0])
+
+
+register(OpDef("embedding_grad", "gather", ("table", "ids", "dy"), ("dtable",), _embedding_grad_infer, embedding_grad_ref))
 register(OpDef("linear_grad_input", "matmul", ("dy", "weight"), ("dx",), _linear_grad_input_infer, linear_grad_input_ref,
                linear_grad_input_fast))
 register(OpDef("linear_grad_weight", "matmul", ("x", "dy"), ("dw",), _linear_grad_weight_infer, linear_grad_weight_ref,
@@ -249,4 +272,4 @@ register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_inf
 register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast,
                cpu=embedding_cpu,
                into=embedding_into,
-               gpu=Lowering(("embedding",), _lower_embedding, _check_embedding)))
+               gpu=Lowering(("embedding",), _lower_embedding, _check_embedding), backward=embedding_backward))
