@@ -301,3 +301,25 @@ def test_activations(op, params):
     fn = {"silu": torch.nn.functional.silu}.get(op) or (
         lambda x: torch.nn.functional.gelu(x, approximate=params.get("approximate", "none")))
     check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(fn(x), t), 1e-6, 1e-6, 1e-6)
+
+
+@pytest.mark.parametrize("op, params, fn", [
+    ("relu", {}, torch.relu), ("sigmoid", {}, torch.sigmoid), ("tanh", {}, torch.tanh),
+    ("softmax", {"axis": 0, "beta": 1.5}, lambda x: torch.softmax(1.5 * x, 0)),
+    ("softmax", {}, lambda x: torch.softmax(x, -1))])
+def test_vision_activations(op, params, fn):
+    x = (rng.standard_normal((4, 7)) * 2).astype(np.float32)
+    t = rng.standard_normal((4, 7)).astype(np.float32)
+    g = _mse_graph([spec("x", x.shape), spec("t", t.shape)], [("a", op, {"x": "x"}, {"y": "y"}, params)])
+    check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(fn(x), t), 1e-5, 1e-3, 5e-3)
+
+
+def test_slice_and_concat():
+    x = rng.standard_normal((3, 10))
+    u = rng.standard_normal((3, 2))
+    t = rng.standard_normal((3, 5))
+    g = _mse_graph([spec("x", x.shape, "float64"), spec("u", u.shape, "float64"), spec("t", t.shape, "float64")],
+                   [("s", "slice", {"x": "x"}, {"y": "xs"}, {"axes": [1], "starts": [1], "ends": [9], "steps": [3]}),
+                    ("c", "concat", {"x0": "u", "x1": "xs"}, {"y": "y"}, {"axis": -1})])
+    check(g, dict(x=x, u=u, t=t), "loss", ["x", "u"],
+          lambda x, u, t: mse(torch.cat([u, x[:, 1:9:3]], -1), t), 1e-12, 1e-6, 1e-7)
