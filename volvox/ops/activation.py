@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, get_op, register
@@ -163,16 +164,25 @@ def softmax_grad_ref(ctx, p, y, dy):
     return (p.get("beta", 1.0) * y64 * (dy - inner)).astype(dy.dtype)
 
 
-def from_input_backward(g, node) -> None:
-    """d(relu) through relu_grad(x, dy)."""
-    g.accumulate(node, "x", g.emit(node.op + "_grad", {"x": node.inputs["x"], "dy": g.grad(node, "y")}, node.params,
-                                   outputs=("dx",))[0])
+GRAD_FROM_INPUT = ("relu", "silu", "gelu")           # <op>_grad(x, dy)
+GRAD_FROM_OUTPUT = ("sigmoid", "tanh", "softmax")    # <op>_grad(y, dy)
 
 
-def from_output_backward(g, node) -> None:
-    """d(sigmoid / tanh / softmax) through ``<op>_grad(y, dy)``: their gradient is a function of their output."""
-    g.accumulate(node, "x", g.emit(node.op + "_grad", {"y": node.outputs["y"], "dy": g.grad(node, "y")}, node.params,
-                                   outputs=("dx",))[0])
+def activation_grad(g, op: str, params: dict, x: str | None, y: str, dy: str, where: str) -> str:
+    """Emit the gradient of activation ``op`` (its node's ``params``) with respect to its input ``x``, given
+    its output ``y`` and dy; returns dx's name. UnsupportedError names ``where`` for an activation without one."""
+    if op in GRAD_FROM_INPUT:
+        return g.emit(op + "_grad", {"x": x, "dy": dy}, params, outputs=("dx",))[0]
+    if op in GRAD_FROM_OUTPUT:
+        return g.emit(op + "_grad", {"y": y, "dy": dy}, params, outputs=("dx",))[0]
+    raise UnsupportedError(f"{where}: activation {op!r} has no backward")
+
+
+def activation_backward(g, node) -> None:
+    """d(activation) through its grad op: ``<op>_grad(x, dy)`` (relu, silu, gelu) or ``<op>_grad(y, dy)`` (sigmoid,
+    tanh, softmax: their gradient is a function of their output)."""
+    g.accumulate(node, "x", activation_grad(g, node.op, node.params, node.inputs["x"], node.outputs["y"],
+                                            g.grad(node, "y"), f"node {node.id!r}"))
 
 
 register(OpDef("relu_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, relu_grad_ref))
@@ -181,13 +191,13 @@ register(OpDef("tanh_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, tan
 register(OpDef("softmax_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, softmax_grad_ref))
 register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into),
                cpu=unary_cpu("relu"),
-               gpu=unary_lowering("relu"), backward=from_input_backward))
+               gpu=unary_lowering("relu"), backward=activation_backward))
 register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref,
                gpu=unary_lowering("clip")))
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
                into=unary_into(sigmoid_into),
-               gpu=unary_lowering("sigmoid"), backward=from_output_backward))
-register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref, backward=from_output_backward))
+               gpu=unary_lowering("sigmoid"), backward=activation_backward))
+register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref, backward=activation_backward))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref,
                **unary_kernels("hard_sigmoid")))
 register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref,
@@ -195,7 +205,7 @@ register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, h
 register(OpDef("leaky_relu", "activation", ("x",), ("y",), _float_unary_infer, leaky_relu_ref,
                **unary_kernels("leaky_relu")))
 register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast,
-               gpu=Lowering(("softmax",), _lower_softmax, _check_softmax), backward=from_output_backward))
+               gpu=Lowering(("softmax",), _lower_softmax, _check_softmax), backward=activation_backward))
 
 
 # ------------------------------------------------------------------------------ fused activations
