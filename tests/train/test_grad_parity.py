@@ -97,3 +97,38 @@ def test_frozen_model_and_refusals(tokenizer_json, tmp_path):
     image = Graph([TensorSpec("x", (1, 4), "float32")], {}, [Node("r", "relu", {"x": "x"}, {"y": "y"})], ["y"])
     with pytest.raises(UnsupportedError, match="not a decoder-only text model graph"):
         causal_lm_graph(image)
+
+
+def test_forward_is_the_inference_graph_and_compiles(tokenizer_json, batch, tmp_path):
+    """The training graph's loss is the cross entropy of the inference model's own logits (row by row, the
+    KV-cache path); compiled (frozen Q/K/V merged into linear_split, gate/up into swiglu) it gives the
+    uncompiled gradients."""
+    import volvox
+    from volvox.compile import compile_graph
+    from volvox.compile.autodiff import differentiate
+
+    path, vocab = tokenizer_json
+    build_causal_lm(tmp_path, "llama", path, vocab)
+    tokens, labels = batch
+    lm = volvox.load(tmp_path)
+    rows = []
+    for b in range(len(tokens)):
+        logits = lm.logits(tokens[b].tolist()).astype(np.float64)              # (seq, vocab)
+        lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+        rows += [lse[t] - logits[t, labels[b, t]] for t in range(tokens.shape[1]) if labels[b, t] != -100]
+    lm.close()
+    trainable = ["model.norm.weight", "model.layers.0.input_layernorm.weight", "lm_head.weight"]
+    tg = training_graph(tmp_path, trainable=trainable)
+    try:
+        feeds = {"tokens": tokens, "labels": labels, **tg.params}
+        plain = Executor(tg.joint(), tg.weights).run(RunContext(), feeds)
+        compiled, weights, _ = compile_graph(tg.graph, dict(tg.weights))
+        assert {"linear_split", "swiglu"} <= {n.op for n in compiled.nodes}
+        fused = Executor(differentiate(compiled, "loss", trainable), weights).run(RunContext(), feeds)
+    finally:
+        tg.close()
+    assert abs(float(plain["loss"]) - np.mean(rows)) <= 1e-5 * np.mean(rows)
+    assert float(fused["loss"]) == float(plain["loss"])
+    for name in trainable:
+        want = plain[grad_name(name)]
+        assert np.linalg.norm(fused[grad_name(name)] - want) / np.linalg.norm(want) < 1e-5, name
