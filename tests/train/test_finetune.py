@@ -168,3 +168,103 @@ def test_cli_bad_data_is_a_named_error(tmp_path, content, match):
     assert r.returncode == 1 and r.stderr.startswith("volvox: error:"), r.stderr
     assert re.search(match, r.stderr), r.stderr
     assert "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- finetune() on a random tiny LLaMA
+
+QA = [f"Q: what comes after {i}? A: {i + 1}." for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    """(HF folder, transformers model, volvox model) of a random 2-layer LLaMA."""
+    import volvox
+    from hf_models import build_causal_lm, train_bpe_tokenizer
+
+    tok = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    vocab = train_bpe_tokenizer(tok)
+    folder = tmp_path_factory.mktemp("llama")
+    model = build_causal_lm(folder, "llama", tok, vocab)
+    lm = volvox.load(folder)
+    yield folder, model, lm
+    lm.close()
+
+
+def _torch_train(model, params, examples, steps, batch, lr, clip):
+    """AdamW over ``params`` (torch tensors of ``model``) on volvox's batch order, constant lr, clipped."""
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    losses = []
+    for step in range(steps):
+        tokens, labels = collate(_batch(examples, batch, step, 0))
+        logits = model(torch.tensor(tokens).long()).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 torch.tensor(labels).long().reshape(-1), ignore_index=IGNORE)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_lora_finetune_equals_peft_training(tiny_llama, tmp_path):
+    """The same adapter init, batches and AdamW steps in volvox and in transformers + peft: the same
+    losses and the same adapter file."""
+    import copy
+
+    import peft
+    from safetensors.numpy import load_file
+
+    from volvox.architectures.lora import LoraConfig, find_sites
+    from volvox.train.data import load_dataset, split
+    from volvox.train.finetune import finetune
+    from volvox.train.lora import init_adapters
+
+    folder, base, lm = tiny_llama
+    config = LoraConfig(r=4, alpha=8.0)
+    got = finetune(lm, QA, lora=config, steps=4, lr=1e-2, batch=3, context=16, schedule="constant", clip=1.0,
+                   val_split=0.0, out_dir=tmp_path, progress=False, log=lambda line: None)
+    train, _ = split(load_dataset(QA, lm.tokenizer, 16), 0.0, 0)
+    model = peft.get_peft_model(copy.deepcopy(base), peft.LoraConfig(r=4, lora_alpha=8.0, lora_dropout=0.0,
+                                                                     target_modules=[m.split(".")[1] for m in
+                                                                                     ("a.q_proj", "a.k_proj", "a.v_proj",
+                                                                                      "a.o_proj", "a.gate_proj",
+                                                                                      "a.up_proj", "a.down_proj")]))
+    start = init_adapters(find_sites(lm.source_graph, config), config, seed=0)
+    named = dict(model.named_parameters())
+    with torch.no_grad():
+        for s in find_sites(lm.source_graph, config):
+            named[f"base_model.model.model.layers.{s.layer}.{s.peft_prefix.split('.', 5)[5]}.lora_A.default.weight"
+                  ].copy_(torch.tensor(start[s.a_name]))
+    lora_params = [p for n, p in model.named_parameters() if "lora_" in n]
+    want_losses = _torch_train(model, lora_params, train, 4, 3, 1e-2, 1.0)
+    np.testing.assert_allclose(got.train_losses, want_losses, rtol=1e-4)
+    model.save_pretrained(tmp_path / "peft")
+    ours, theirs = load_file(tmp_path / "adapter_model.safetensors"), load_file(tmp_path / "peft" / "adapter_model.safetensors")
+    assert ours.keys() == theirs.keys()
+    for k in ours:
+        np.testing.assert_allclose(ours[k], theirs[k], atol=2e-5, err_msg=k)
+    assert got.train_losses[-1] < got.train_losses[0]
+
+
+def test_full_parameter_finetune_equals_torch(tiny_llama, tmp_path):
+    """trainable="all": every float weight of the tiny LLaMA trained by volvox and by torch alike."""
+    import copy
+
+    from safetensors.numpy import load_file
+
+    from volvox.train.data import load_dataset, split
+    from volvox.train.finetune import finetune
+
+    folder, base, lm = tiny_llama
+    got = finetune(lm, QA, trainable="all", steps=3, lr=3e-3, batch=4, context=16, schedule="constant", clip=1.0,
+                   val_split=0.0, out_dir=tmp_path, progress=False, log=lambda line: None)
+    train, _ = split(load_dataset(QA, lm.tokenizer, 16), 0.0, 0)
+    model = copy.deepcopy(base).train()
+    want_losses = _torch_train(model, list(model.parameters()), train, 3, 4, 3e-3, 1.0)
+    np.testing.assert_allclose(got.train_losses, want_losses, rtol=1e-4)
+    trained = load_file(got.output)
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    assert set(trained) <= set(state) and len(trained) == len(list(model.parameters()))
+    for k, v in trained.items():
+        np.testing.assert_allclose(v, state[k], atol=5e-5, err_msg=k)

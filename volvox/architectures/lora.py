@@ -90,7 +90,7 @@ def find_sites(graph: Graph, config: LoraConfig) -> list[Site]:
     (not a LLaMA-family decoder, or fused q/k/v) or a target is missing."""
     if not graph.specs:
         validate(graph)
-    attention = {n.params.get("layer"): n.params for n in graph.nodes if n.op == "attention"}
+    attention = {n.id.split(".")[0]: n.params for n in graph.nodes if n.op in ("attention", "causal_attention")}
     rope_style = {n.id.split(".")[0]: n.params.get("style", "half") for n in graph.nodes if n.op == "rope"}
     sites, seen = [], set()
     for node in graph.nodes:
@@ -103,7 +103,7 @@ def find_sites(graph: Graph, config: LoraConfig) -> list[Site]:
         out_features, in_features = graph.specs[node.inputs["weight"]].shape
         heads = 0
         if target in ("q", "k") and rope_style.get(f"l{layer}") == "interleaved":
-            heads = attention[layer]["n_heads" if target == "q" else "n_kv_heads"]
+            heads = attention[f"l{layer}"]["n_heads" if target == "q" else "n_kv_heads"]
         sites.append(Site(node.id, layer, target, int(in_features), int(out_features), heads))
         seen.add(target)
     missing = set(config.targets) - seen

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from volvox.compile.autodiff import differentiate, grad_name
 from volvox.errors import UnsupportedError, VolvoxError
+from volvox.formats.safetensors import save_safetensors
 from volvox.ir.graph import Graph
 from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
@@ -31,6 +32,7 @@ from volvox.train.checkpoint import RunState, check_resumable, load_checkpoint, 
 from volvox.train.data import IGNORE, Example, collate, load_dataset, split
 from volvox.architectures.lora import LoraConfig, add_lora, find_sites
 from volvox.train.lora import init_adapters, save_adapter
+from volvox.train.graph import trainable_graph, training_graph
 from volvox.train.optim import GradAccumulator, Parameters, clip_grad_norm, make_optimizer
 from volvox.train.schedule import make_schedule
 
@@ -141,8 +143,7 @@ def fit(trainer: Trainer, train: list[Example], val: list[Example], settings: Tr
         raise VolvoxError("no training examples")
     steps = total_steps(settings, len(train))
     params = trainer.params
-    kw = {"weight_decay": settings.weight_decay} if settings.weight_decay else {}
-    opt = make_optimizer(settings.optimizer, params, settings.lr, **kw)
+    opt = make_optimizer(settings.optimizer, params, settings.lr, weight_decay=settings.weight_decay)
     schedule = make_schedule(settings.schedule, steps, settings.warmup,
                              settings.min_lr_ratio if settings.schedule != "constant" else 0.0)
     acc = GradAccumulator(params, settings.grad_accum)
@@ -218,11 +219,17 @@ def _fingerprint(model, examples: list[Example], settings: TrainSettings, what: 
     return h.hexdigest()[:16]
 
 
-def _training_graph(model) -> tuple[Graph, dict[str, Any]]:
-    """The model's full-sequence causal training graph (tokens, labels -> loss), every weight frozen."""
-    from volvox.train.graph import training_graph
+def _run(model, examples, train, val, settings, trainer, what, *, log, **kw) -> TrainResult:
+    """fit() with the text model's feeds (tokens, labels), after one line saying what trains on what."""
+    log = log or (lambda line: print(line, file=sys.stderr))
+    log(f"finetune: {trainer.params.flat.size:,} trainable values ({what[:60]}), {len(train)} training and "
+        f"{len(val)} validation examples, {total_steps(settings, len(train))} steps")
 
-    return training_graph(model, trainable=None)
+    def feeds_of(tokens, labels):
+        return {"tokens": tokens, "labels": labels}
+
+    return fit(trainer, train, val, settings, feeds_of=feeds_of, log=log,
+               fingerprint=_fingerprint(model, examples, settings, what), **kw)
 
 
 def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable: str | list[str] | None = None,
@@ -247,42 +254,27 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
                              weight_decay, seed)
     examples = load_dataset(dataset, model.tokenizer, context)
     train, val = split(examples, val_split, seed)
-    graph, weights = _training_graph(model)
-    if trainable is None:
-        config = lora if isinstance(lora, LoraConfig) else LoraConfig(**(lora or {}))
-        sites = find_sites(graph, config)
-        adapters = init_adapters(sites, config, seed)
-        graph, weights = add_lora(graph, weights, sites, adapters, config.scale)
-        names, what = list(adapters), f"lora {vars(config)}"
-    else:
-        sites = config = None
-        floats = [n for n, s in graph.weights.items() if s.dtype == "float32" and len(s.shape) >= 1]
-        names = floats if trainable == "all" else list(trainable)
-        missing = [n for n in names if n not in graph.weights or graph.weights[n].dtype != "float32"]
-        if missing or not names:
-            raise UnsupportedError(f"cannot train {missing or 'nothing'}: trainable weights must be float32 "
-                                   "(quantized models train LoRA adapters)")
-        what = f"weights {sorted(names)}"
-    from volvox.train.graph import trainable_graph
-
-    graph, frozen = trainable_graph(graph, weights, names)
-    params = Parameters({n: np.asarray(weights[n], np.float32) for n in names})
-    trainer = Trainer(graph, frozen, params)
-    log = log or (lambda line: print(line, file=sys.stderr))
-    log(f"finetune: {params.flat.size:,} trainable values ({what[:60]}), {len(train)} training and "
-        f"{len(val)} validation examples, {total_steps(settings, len(train))} steps")
-
-    def feeds_of(tokens, labels):
-        return {"tokens": tokens, "labels": labels}
-
-    result = fit(trainer, train, val, settings, feeds_of=feeds_of, out_dir=out_dir, val_every=val_every,
-                 save_every=save_every, resume=resume, fingerprint=_fingerprint(model, examples, settings, what),
-                 progress=progress, log=log, callback=callback)
+    tg = training_graph(model, trainable=None if trainable is None else trainable)
+    try:
+        if trainable is None:
+            config = lora if isinstance(lora, LoraConfig) else LoraConfig(**(lora or {}))
+            sites = find_sites(tg.graph, config)
+            adapters = init_adapters(sites, config, seed)
+            graph, weights = add_lora(tg.graph, tg.weights, sites, adapters, config.scale)
+            graph, frozen = trainable_graph(graph, weights, list(adapters))
+            params, what = Parameters(adapters), f"lora {vars(config)}"
+        else:
+            sites = config = None
+            graph, frozen, params = tg.graph, tg.weights, Parameters(tg.params)
+            what = f"weights {sorted(tg.params)}"
+        result = _run(model, examples, train, val, settings, Trainer(graph, frozen, params), what, out_dir=out_dir,
+                      val_every=val_every, save_every=save_every, resume=resume, progress=progress, log=log,
+                      callback=callback)
+    finally:
+        tg.close()
     if out_dir is not None and sites is not None:
         result.output = save_adapter(out_dir, sites, result.params, config, base_model=str(model.source))
     elif out_dir is not None:
-        from volvox.formats.safetensors import save_safetensors
-
         result.output = Path(out_dir) / "trained.safetensors"
         save_safetensors(result.output, result.params)
     return result
