@@ -2,6 +2,7 @@
 AdamW, clipping, warmup + cosine, gradient accumulation) ends where torch ends from the same start on
 the same batches; a run killed mid-way resumes from its last checkpoint to the very same result."""
 
+import json
 import math
 import re
 
@@ -268,3 +269,17 @@ def test_full_parameter_finetune_equals_torch(tiny_llama, tmp_path):
     assert set(trained) <= set(state) and len(trained) == len(list(model.parameters()))
     for k, v in trained.items():
         np.testing.assert_allclose(v, state[k], atol=5e-5, err_msg=k)
+
+
+def test_cli_finetune_then_generate_with_the_adapter(tiny_llama, tmp_path):
+    folder = tiny_llama[0]
+    data = tmp_path / "qa.jsonl"
+    data.write_text("\n".join(json.dumps({"text": t}) for t in QA))
+    r = _volvox_cli(tmp_path, "finetune", folder, "--data", data, "--out", tmp_path / "adapter", "--steps", "3",
+                    "--ctx", "16", "--lora-r", "2", "--lora-targets", "q,v", "--lr", "0.01", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "validation loss" in r.stderr and "perplexity" in r.stdout and "wrote" in r.stdout
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 2 and config["target_modules"] == ["q_proj", "v_proj"]
+    r = _volvox_cli(tmp_path, "generate", folder, "--adapter", tmp_path / "adapter", "--prompt", "Q:", "--max-new-tokens", "3")
+    assert r.returncode == 0, r.stderr
