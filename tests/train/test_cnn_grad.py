@@ -1,0 +1,185 @@
+"""CNN backward: the conv / pool grad ops against torch autograd and finite differences on awkward
+shapes (odd sizes, stride 2 with asymmetric padding, dilation 2, groups 2, depthwise with a multiplier)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from volvox.ops import OPS
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# (name, x (N, H, W, C), weight (cout, kh, kw, cin/g), params)
+CONV_CASES = [
+    ("3x3_s2_pad", (2, 7, 9, 3), (4, 3, 3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 2])),
+    ("dilated", (1, 9, 8, 2), (3, 3, 3, 2), dict(dilations=[2, 2], pads=[2, 1, 2, 1])),
+    ("groups2", (2, 6, 7, 4), (6, 3, 2, 2), dict(groups=2, strides=[1, 2], pads=[1, 1, 0, 0])),
+    ("depthwise", (2, 7, 7, 5), (5, 3, 3, 1), dict(groups=5, strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("depthwise_mult2", (1, 6, 5, 3), (6, 3, 3, 1), dict(groups=3, pads=[0, 1, 1, 0])),
+    ("pointwise", (2, 5, 3, 6), (4, 1, 1, 6), {}),
+    ("pointwise_s2", (1, 5, 5, 3), (2, 1, 1, 3), dict(strides=[2, 2])),
+]
+
+
+def torch_conv(x_nhwc, w_ohwi, b, p):
+    """torch's conv of NHWC x by OHWI w with volvox's params (asymmetric pads through F.pad); NHWC out."""
+    pt, pl, pb, pr = p.get("pads", (0, 0, 0, 0))
+    x = F.pad(x_nhwc.permute(0, 3, 1, 2), (pl, pr, pt, pb))
+    y = F.conv2d(x, w_ohwi.permute(0, 3, 1, 2), b, stride=tuple(p.get("strides", (1, 1))),
+                 dilation=tuple(p.get("dilations", (1, 1))), groups=p.get("groups", 1))
+    return y.permute(0, 2, 3, 1)
+
+
+def rel(a, b) -> float:
+    """Relative error |a - b| / |b| in float64."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def conv_case(x_shape, w_shape, p, seed=0):
+    """(x, w, b, dy, torch's dx, dw, db) for a conv case, torch in float64."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    tx, tw, tb = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
+    y = torch_conv(tx, tw, tb, p)
+    dy = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    y.backward(torch.tensor(dy, dtype=torch.float64))
+    return x, w, b, dy, tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy()
+
+
+def grad_params(p, x_shape, w_shape) -> dict:
+    return dict(p, input_size=list(x_shape[1:3]), kernel=list(w_shape[1:3]))
+
+
+@pytest.mark.parametrize("impl", ["ref", "fast"])
+@pytest.mark.parametrize("name,x_shape,w_shape,p", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv2d_grads_match_torch(name, x_shape, w_shape, p, impl):
+    x, w, b, dy, dx_t, dw_t, db_t = conv_case(x_shape, w_shape, p)
+    gp = grad_params(p, x_shape, w_shape)
+
+    def run(op, *args):
+        fn = getattr(OPS[op], impl) or OPS[op].ref
+        return fn(None, gp, *args)
+
+    dx = run("conv2d_grad_input", dy, w)
+    dw = run("conv2d_grad_weight", x, dy)
+    db = run("conv2d_grad_bias", dy)
+    assert dx.dtype == dw.dtype == db.dtype == np.float32
+    assert dx.shape == x.shape and dw.shape == w.shape and db.shape == b.shape
+    assert rel(dx, dx_t) < 1e-6 and rel(dw, dw_t) < 1e-6 and rel(db, db_t) < 1e-6
+
+
+@pytest.mark.parametrize("name,x_shape,w_shape,p", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv2d_grads_are_adjoint_of_forward(name, x_shape, w_shape, p):
+    """Finite differences of volvox's own forward (exact for a linear map): <conv(x + v) - conv(x), dy> =
+    <v, dx> and the same along a weight direction."""
+    rng = np.random.default_rng(1)
+    conv = OPS["conv2d"].ref
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    y = conv(None, p, x, w)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    gp = grad_params(p, x_shape, w_shape)
+    vx = rng.standard_normal(x_shape).astype(np.float32)
+    vw = rng.standard_normal(w_shape).astype(np.float32)
+    along_x = np.vdot(conv(None, p, x + vx, w).astype(np.float64) - y, dy)
+    along_w = np.vdot(conv(None, p, x, w + vw).astype(np.float64) - y, dy)
+    assert along_x == pytest.approx(np.vdot(OPS["conv2d_grad_input"].ref(None, gp, dy, w).astype(np.float64), vx),
+                                    rel=1e-4)
+    assert along_w == pytest.approx(np.vdot(OPS["conv2d_grad_weight"].ref(None, gp, x, dy).astype(np.float64), vw),
+                                    rel=1e-4)
+
+
+@pytest.mark.parametrize("activation", ["relu", "relu6"])
+def test_fused_activation_grad_matches_torch(activation):
+    rng = np.random.default_rng(2)
+    z = (rng.standard_normal((2, 5, 3, 4)) * 5).astype(np.float32)
+    z[0, 0, 0, :2] = (0.0, 6.0)  # the clamp edges pass no gradient, as torch's
+    tz = torch.tensor(z, dtype=torch.float64, requires_grad=True)
+    ty = F.relu(tz) if activation == "relu" else F.relu6(tz)
+    dy = rng.standard_normal(z.shape).astype(np.float32)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    got = OPS["fused_activation_grad"].ref(None, {"activation": activation}, dy, ty.detach().numpy().astype(np.float32))
+    np.testing.assert_array_equal(got, tz.grad.numpy().astype(np.float32))
+
+
+# (name, x (N, H, W, C), params)
+POOL_CASES = [
+    ("2x2_s2_odd", (2, 7, 9, 3), dict(kernel=[2, 2], strides=[2, 2])),
+    ("3x3_s2_pad", (1, 9, 7, 2), dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("3x2_overlap", (2, 6, 5, 3), dict(kernel=[3, 2], strides=[1, 1], pads=[1, 0, 1, 0])),
+]
+
+
+def torch_pool(kind, x_nhwc, p, include_pad=False):
+    pt, pl, _, _ = p.get("pads", (0, 0, 0, 0))
+    x = x_nhwc.permute(0, 3, 1, 2)
+    args = dict(kernel_size=tuple(p["kernel"]), stride=tuple(p.get("strides", (1, 1))), padding=(pt, pl))
+    y = F.max_pool2d(x, **args) if kind == "max" else F.avg_pool2d(x, count_include_pad=include_pad, **args)
+    return y.permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("impl", ["ref", "fast"])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("name,x_shape,p", POOL_CASES, ids=[c[0] for c in POOL_CASES])
+def test_max_pool2d_grad_matches_torch(name, x_shape, p, ties, impl):
+    """Distinct values, and ties (values from {0, 1}, as after a ReLU): torch's first maximum gets dy."""
+    rng = np.random.default_rng(3)
+    x = (rng.integers(0, 2, x_shape) if ties else rng.standard_normal(x_shape)).astype(np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch_pool("max", tx, p)
+    dy = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+    ty.backward(torch.tensor(dy))
+    gp = dict(p, input_size=list(x_shape[1:3]))
+    dx = (getattr(OPS["max_pool2d_grad"], impl))(None, gp, x, dy)
+    assert dx.dtype == np.float32
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool2d_grad_finite_differences():
+    rng = np.random.default_rng(4)
+    p = dict(POOL_CASES[1][2], input_size=[9, 7])
+    x = rng.standard_normal((1, 9, 7, 2))
+    pool = OPS["max_pool2d"].ref
+    dy = rng.standard_normal(pool(None, p, x.astype(np.float32)).shape)
+    dx = OPS["max_pool2d_grad"].ref(None, p, x.astype(np.float32), dy.astype(np.float32))
+    eps = 1e-3
+    for idx in [(0, 0, 0, 0), (0, 4, 3, 1), (0, 8, 6, 0), (0, 5, 2, 1)]:
+        up, down = x.copy(), x.copy()
+        up[idx] += eps
+        down[idx] -= eps
+        fd = np.vdot(pool(None, p, up) - pool(None, p, down).astype(np.float64), dy) / (2 * eps)
+        assert fd == pytest.approx(dx[idx], rel=1e-2, abs=1e-3)
+
+
+@pytest.mark.parametrize("include_pad", [False, True])
+@pytest.mark.parametrize("name,x_shape,p", POOL_CASES, ids=[c[0] for c in POOL_CASES])
+def test_avg_pool2d_grad_matches_torch(name, x_shape, p, include_pad):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    ty = torch_pool("avg", tx, p, include_pad)
+    dy = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    gp = dict(p, input_size=list(x_shape[1:3]), count_include_pad=include_pad)
+    dx = OPS["avg_pool2d_grad"].ref(None, gp, dy)
+    assert dx.dtype == np.float32 and rel(dx, tx.grad.numpy()) < 1e-6
+    # adjoint of volvox's own forward
+    v = rng.standard_normal(x_shape).astype(np.float32)
+    assert np.vdot(OPS["avg_pool2d"].ref(None, gp, v).astype(np.float64), dy) == pytest.approx(
+        np.vdot(dx.astype(np.float64), v), rel=1e-5)
+
+
+def test_global_avg_pool_grad_matches_torch():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 5, 7, 3))
+    tx = torch.tensor(x, requires_grad=True)
+    ty = tx.mean(dim=(1, 2), keepdim=True)
+    dy = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    dx = OPS["global_avg_pool_grad"].ref(None, {"input_size": [5, 7]}, dy)
+    assert dx.shape == x.shape and rel(dx, tx.grad.numpy()) < 1e-6
