@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import TensorSpec, expect, same_dim
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
@@ -532,3 +533,36 @@ register(OpDef("conv2d_grad_input", "conv", ("dy", "weight"), ("dx",), _grad_inp
 register(OpDef("conv2d_grad_weight", "conv", ("x", "dy"), ("dweight",), _grad_weight_infer, conv2d_grad_weight_ref,
                conv2d_grad_weight_fast))
 register(OpDef("conv2d_grad_bias", "conv", ("dy",), ("dbias",), _grad_bias_infer, conv2d_grad_bias_ref))
+
+
+def conv_gradients(g, inputs: dict[str, str], y: str, params: dict, dy: str, wanted: set[str]) -> dict[str, str]:
+    """Emit the grad ops of one conv2d application (``inputs``: port -> tensor, ``y``: its output, read
+    only to undo a fused activation) for the ``wanted`` input ports; returns port -> gradient tensor."""
+    act = params.get("activation", "none")
+    if act != "none":
+        (dy,) = g.emit("fused_activation_grad", {"dy": dy, "y": y}, {"activation": act}, ("dx",))
+    geometry = {k: params[k] for k in ("strides", "dilations", "pads", "groups") if k in params}
+    x_shape, w_shape = g.shape(inputs["x"]), g.shape(inputs["weight"])
+    grads = {}
+    if "x" in wanted:
+        size = list(x_shape[1:3])
+        if not all(isinstance(d, int) for d in size):
+            raise UnsupportedError(f"conv2d backward: the input's spatial size {size} must be static")
+        (grads["x"],) = g.emit("conv2d_grad_input", {"dy": dy, "weight": inputs["weight"]},
+                               dict(geometry, input_size=size), ("dx",))
+    if "weight" in wanted:
+        (grads["weight"],) = g.emit("conv2d_grad_weight", {"x": inputs["x"], "dy": dy},
+                                    dict(geometry, kernel=list(w_shape[1:3])), ("dweight",))
+    if "bias" in wanted:
+        (grads["bias"],) = g.emit("conv2d_grad_bias", {"dy": dy}, {}, ("dbias",))
+    return grads
+
+
+def conv2d_backward(g, node) -> None:
+    """conv2d's backward: dx, dweight and dbias for the ports that need one."""
+    dy = g.grad(node, "y")
+    if dy is None:
+        return
+    wanted = {port for port in node.inputs if g.needs(node, port)}
+    for port, grad in conv_gradients(g, node.inputs, node.outputs["y"], node.params, dy, wanted).items():
+        g.accumulate(node, port, grad)

@@ -7,6 +7,7 @@ import numpy as np
 
 from volvox import cpu
 from volvox.ir.graph import TensorSpec, expect, same_dim
+from volvox.errors import UnsupportedError
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
@@ -234,3 +235,33 @@ def global_avg_pool_grad_ref(ctx, p, dy):
 register(OpDef("max_pool2d_grad", "pool", ("x", "dy"), ("dx",), _grad_infer, max_pool2d_grad_ref, max_pool2d_grad_fast))
 register(OpDef("avg_pool2d_grad", "pool", ("dy",), ("dx",), _grad_infer, avg_pool2d_grad_ref))
 register(OpDef("global_avg_pool_grad", "pool", ("dy",), ("dx",), _grad_infer, global_avg_pool_grad_ref))
+
+
+def static_size(g, x: str, op: str) -> list[int]:
+    """[H, W] of the NHWC tensor ``x``; UnsupportedError when symbolic (its grad op's shape needs them)."""
+    size = list(g.shape(x)[1:3])
+    if not all(isinstance(d, int) for d in size):
+        raise UnsupportedError(f"{op} backward: the input's spatial size {size} must be static")
+    return size
+
+
+def undo_activation(g, node, dy: str) -> str:
+    """dy at the pool's pre-activation output: through conv.py's fused_activation_grad when one is fused."""
+    act = node.params.get("activation", "none")
+    if act == "none":
+        return dy
+    return g.emit("fused_activation_grad", {"dy": dy, "y": node.outputs["y"]}, {"activation": act}, ("dx",))[0]
+
+
+def pool_backward(g, node) -> None:
+    """Backward of max_pool2d, avg_pool2d and global_avg_pool: their grad op, the forward params plus the
+    input's [H, W]."""
+    dy = g.grad(node, "y")
+    if dy is None or not g.needs(node, "x"):
+        return
+    x = node.inputs["x"]
+    params = dict(node.params, input_size=static_size(g, x, node.op))
+    params.pop("activation", None)
+    inputs = {"x": x} if node.op == "max_pool2d" else {}
+    (dx,) = g.emit(node.op + "_grad", {**inputs, "dy": undo_activation(g, node, dy)}, params, ("dx",))
+    g.accumulate(node, "x", dx)
