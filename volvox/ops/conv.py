@@ -338,11 +338,6 @@ def _lower_conv(c: Call) -> list[Dispatch]:
                           act=FN[c.params.get("activation", "none")]))]
 
 
-register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast, cpu=conv_cpu,
-               into=conv2d_into,
-               gpu=Lowering(("conv2d",), _lower_conv, float_only("x", "weight"))))
-
-
 # ------------------------------------------------------------------ backward (training)
 # conv2d's gradients are three grad ops, each reading only what it needs: conv2d_grad_input (dy and the
 # weight), conv2d_grad_weight (the forward input and dy), conv2d_grad_bias (dy); a fused ReLU / ReLU6 is
@@ -566,3 +561,8 @@ def conv2d_backward(g, node) -> None:
     wanted = {port for port in node.inputs if g.needs(node, port)}
     for port, grad in conv_gradients(g, node.inputs, node.outputs["y"], node.params, dy, wanted).items():
         g.accumulate(node, port, grad)
+
+
+register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast, cpu=conv_cpu,
+               into=conv2d_into, backward=conv2d_backward,
+               gpu=Lowering(("conv2d",), _lower_conv, float_only("x", "weight"))))

@@ -194,14 +194,6 @@ def expand_dwpw_cpu(plan, node) -> None:
              expand=(cpu.address(packed_ex), cpu.address(bias_ex), c, plan_activation(plan, ex)), **window)
 
 
-register(OpDef("dwpw_conv2d", "conv", ports("dwpw_conv2d"), ("y",), _infer("dwpw_conv2d", _conv_infer),
-               _pair(conv2d_ref, 2), _pair(conv2d_fast, 2), cpu=dwpw_cpu))
-register(OpDef("qdwpw_conv2d", "quantized", ports("qdwpw_conv2d"), ("y",), _infer("qdwpw_conv2d", _qconv_infer),
-               _pair(qconv2d_ref, 4), _pair(qconv2d_fast, 4), cpu=dwpw_cpu))
-register(OpDef(EXPANDED, "conv", ("x",) + EXPAND_PORTS + ports("dwpw_conv2d")[1:], ("y",), _expanded_infer,
-               _expanded(conv2d_ref), _expanded(conv2d_fast), cpu=expand_dwpw_cpu))
-
-
 # ------------------------------------------------------------------ backward (training)
 def _wanted(g, node, prefix: str, names) -> set[str]:
     """The conv ports (named as the conv2d's) of one half whose fused-node port needs a gradient."""
@@ -256,3 +248,13 @@ def expand_dwpw_backward(g, node) -> None:
         _accumulate(g, node, prefix, grads)
     if "x" in grads:
         g.accumulate(node, "x", grads["x"])
+
+
+register(OpDef("dwpw_conv2d", "conv", ports("dwpw_conv2d"), ("y",), _infer("dwpw_conv2d", _conv_infer),
+               _pair(conv2d_ref, 2), _pair(conv2d_fast, 2), cpu=dwpw_cpu,
+               backward=dwpw_backward))
+register(OpDef("qdwpw_conv2d", "quantized", ports("qdwpw_conv2d"), ("y",), _infer("qdwpw_conv2d", _qconv_infer),
+               _pair(qconv2d_ref, 4), _pair(qconv2d_fast, 4), cpu=dwpw_cpu))
+register(OpDef(EXPANDED, "conv", ("x",) + EXPAND_PORTS + ports("dwpw_conv2d")[1:], ("y",), _expanded_infer,
+               _expanded(conv2d_ref), _expanded(conv2d_fast), cpu=expand_dwpw_cpu,
+               backward=expand_dwpw_backward))

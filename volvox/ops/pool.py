@@ -144,14 +144,6 @@ def _lower_pool(mode: str):
     return lower
 
 
-register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast, cpu=max_pool2d_cpu,
-               gpu=Lowering(("pool2d",), _lower_pool("max"), float_only("x"))))
-register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast, cpu=avg_pool2d_cpu,
-               gpu=Lowering(("pool2d",), _lower_pool("avg"), float_only("x"))))
-register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref, cpu=global_avg_pool_cpu,
-               gpu=Lowering(("pool2d",), _lower_pool("global"), float_only("x"))))
-
-
 # ------------------------------------------------------------------ backward (training)
 # Pool gradients carry the forward node's params plus "input_size" [H, W] where dy's shape leaves it
 # ambiguous. A fused ReLU / ReLU6 is undone first by conv.py's fused_activation_grad.
@@ -265,3 +257,11 @@ def pool_backward(g, node) -> None:
     inputs = {"x": x} if node.op == "max_pool2d" else {}
     (dx,) = g.emit(node.op + "_grad", {**inputs, "dy": undo_activation(g, node, dy)}, params, ("dx",))
     g.accumulate(node, "x", dx)
+
+
+register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast, cpu=max_pool2d_cpu,
+               backward=pool_backward, gpu=Lowering(("pool2d",), _lower_pool("max"), float_only("x"))))
+register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast, cpu=avg_pool2d_cpu,
+               backward=pool_backward, gpu=Lowering(("pool2d",), _lower_pool("avg"), float_only("x"))))
+register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref, cpu=global_avg_pool_cpu,
+               backward=pool_backward, gpu=Lowering(("pool2d",), _lower_pool("global"), float_only("x"))))
