@@ -453,8 +453,8 @@ def conv2d_grad_bias_ref(ctx, p, dy):
 
 
 def conv2d_grad_input_fast(ctx, p, dy, weight):
-    """dL/dx in float32: dy @ W (one BLAS matmul per group; a tap loop for depthwise convs), then col2im
-    (each tap's columns added where it read)."""
+    """dL/dx in float32: dy @ W (one BLAS matmul per group), then col2im (each tap's columns added where it
+    read); depthwise convs: volvox's kernel (multiplier 1) or a tap loop."""
     cout, kh, kw, cin_g = weight.shape
     groups = int(p.get("groups", 1))
     n, oh, ow, _ = dy.shape
@@ -465,6 +465,8 @@ def conv2d_grad_input_fast(ctx, p, dy, weight):
     weight = np.ascontiguousarray(weight, np.float32)
     if groups == 1 and kh == kw == 1 and strides == (1, 1) and not any(pads):
         return (dy.reshape(-1, cout) @ weight.reshape(cout, c)).reshape(x_shape)
+    if cin_g == 1 and groups == c == cout:
+        return cpu.depthwise_conv2d_grad_input(dy, weight, x_shape[1:3], strides, dil, pads)
     dxp = padded_zeros(x_shape, pads, np.float32)  # (N, Hp, Wp, C)
     if cin_g == 1 and groups == c:
         mult = cout // c
@@ -489,8 +491,8 @@ def conv2d_grad_input_fast(ctx, p, dy, weight):
 
 
 def conv2d_grad_weight_fast(ctx, p, x, dy):
-    """dL/dW in float32: im2col of x, then dyᵀ @ columns (one BLAS matmul per group; a tap loop of
-    multiply-sums for depthwise convs)."""
+    """dL/dW in float32: im2col of x, then dyᵀ @ columns (one BLAS matmul per group); depthwise convs:
+    volvox's kernel (multiplier 1) or a tap loop of multiply-sums."""
     kh, kw = (int(v) for v in p["kernel"])
     groups = int(p.get("groups", 1))
     n, _, _, c = x.shape
@@ -500,6 +502,8 @@ def conv2d_grad_weight_fast(ctx, p, x, dy):
     dy = np.ascontiguousarray(dy, np.float32)
     if groups == 1 and kh == kw == 1 and strides == (1, 1) and not any(pads):
         return (dy.reshape(-1, cout).T @ x.reshape(-1, c)).reshape(cout, 1, 1, c)
+    if cin_g == 1 and groups == c == cout:
+        return cpu.depthwise_conv2d_grad_weight(x, dy, (kh, kw), strides, dil, pads)
     xp = pad_nhwc(x, pads)
     if cin_g == 1 and groups == c:
         mult = cout // c
