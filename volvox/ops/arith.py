@@ -1,4 +1,5 @@
-"""More arithmetic for imported graphs: sub, div, pow, sqrt, reduce_mean, matmul (two activations)."""
+"""More arithmetic for imported graphs: sub, div, pow, sqrt, reduce_mean, matmul (two activations); sum_to
+and scale (gradients), and backward of sub and matmul."""
 
 from __future__ import annotations
 
@@ -129,8 +130,63 @@ def pow_cpu(plan, node) -> None:
         plan.island(node)
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _sum_to_infer(specs, params):
+    x = specs["x"]
+    lead, axes = int(params["lead"]), [int(a) for a in params["axes"]]
+    rest = x.shape[lead:]
+    expect(0 <= lead <= len(x.shape) and all(0 <= a < len(rest) for a in axes),
+           f"lead {lead} / axes {axes} do not fit {x.describe()}")
+    return {"y": (tuple(1 if i in axes else d for i, d in enumerate(rest)), x.dtype)}
+
+
+def sum_to_ref(ctx, p, x):
+    """x summed over its ``lead`` leading axes (dropped) and over ``axes`` of the rest (kept as 1): the
+    gradient of an operand numpy broadcast to x's shape. float64 sums."""
+    lead = int(p["lead"])
+    y = x.sum(axis=tuple(range(lead)), dtype=np.float64) if lead else x.astype(np.float64)
+    if p["axes"]:
+        y = y.sum(axis=tuple(int(a) for a in p["axes"]), keepdims=True)
+    return np.asarray(y, dtype=x.dtype)
+
+
+def scale_ref(ctx, p, x):
+    """x * ``factor`` (a constant)."""
+    return (x * np.asarray(p["factor"], x.dtype)).astype(x.dtype)
+
+
+def sub_backward(g, node) -> None:
+    """d(a - b): da = dy, db = -dy, each summed over its broadcast axes."""
+    dy = g.grad(node, "y")
+    if g.needs(node, "a"):
+        g.accumulate(node, "a", g.reduce_to(dy, g.shape(node.inputs["a"])))
+    if g.needs(node, "b"):
+        neg = g.emit("scale", {"x": dy}, {"factor": -1.0})[0]
+        g.accumulate(node, "b", g.reduce_to(neg, g.shape(node.inputs["b"])))
+
+
+def swap_last_two(g, name: str) -> str:
+    """A transpose node swapping ``name``'s last two axes."""
+    n = len(g.shape(name))
+    return g.emit("transpose", {"x": name}, {"perm": list(range(n - 2)) + [n - 1, n - 2]})[0]
+
+
+def matmul_backward(g, node) -> None:
+    """d(a @ b): da = dy @ b^T, db = a^T @ dy, each summed over the batch axes it was broadcast along."""
+    dy = g.grad(node, "y")
+    a, b = node.inputs["a"], node.inputs["b"]
+    if g.needs(node, "a"):
+        da = g.emit("matmul", {"a": dy, "b": swap_last_two(g, b)})[0]
+        g.accumulate(node, "a", g.reduce_to(da, g.shape(a)))
+    if g.needs(node, "b"):
+        db = g.emit("matmul", {"a": swap_last_two(g, a), "b": dy})[0]
+        g.accumulate(node, "b", g.reduce_to(db, g.shape(b)))
+
+
+register(OpDef("sum_to", "reduce", ("x",), ("y",), _sum_to_infer, sum_to_ref))
+register(OpDef("scale", "elementwise", ("x",), ("y",), _unary_infer, scale_ref))
 register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref, into=binary_into(np.subtract), cpu=binary_cpu,
-               gpu=binary_lowering("sub")))
+               gpu=binary_lowering("sub"), backward=sub_backward))
 register(OpDef("div", "elementwise", ("a", "b"), ("y",), _binary_infer, div_ref, div_fast, cpu=binary_cpu,
                gpu=binary_lowering("div")))
 register(OpDef("pow", "elementwise", ("a", "b"), ("y",), _binary_infer, pow_ref, pow_fast, cpu=pow_cpu,
@@ -140,4 +196,5 @@ register(OpDef("sqrt", "elementwise", ("x",), ("y",), _unary_infer, sqrt_ref, cp
 register(OpDef("reduce_mean", "reduce", ("x",), ("y",), _reduce_infer, reduce_mean_ref, reduce_mean_fast,
                gpu=Lowering(("reduce_mean",), _lower_reduce_mean, _check_reduce_mean)))
 register(OpDef("matmul", "matmul", ("a", "b"), ("y",), _matmul_infer, matmul_ref, matmul_fast,
-               gpu=Lowering(("matmul",), _lower_matmul, lambda specs, params: float_only("a", "b")(specs, params) or _check_matmul(specs, params))))
+               gpu=Lowering(("matmul",), _lower_matmul, lambda specs, params: float_only("a", "b")(specs, params) or _check_matmul(specs, params)),
+               backward=matmul_backward))

@@ -1,4 +1,5 @@
-"""Data movement: reshape, transpose, concat, pad, slice. numpy is already the fast path."""
+"""Data movement: reshape, transpose, concat, pad, slice (and reshape_like); their backward. numpy is already
+the fast path."""
 
 from __future__ import annotations
 
@@ -211,10 +212,34 @@ def concat_cpu(plan, node) -> None:
         plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=FN["relu"])
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _reshape_like_infer(specs, params):
+    x, like = specs["x"], specs["like"]
+    return {"y": (like.shape, x.dtype)}
+
+
+def reshape_like_ref(ctx, p, x, like):
+    """x viewed with ``like``'s shape (a reshape's gradient back to its input's shape, symbolic dims included)."""
+    return x.reshape(like.shape)
+
+
+def reshape_backward(g, node) -> None:
+    """d(reshape): dy viewed with the input's shape."""
+    g.accumulate(node, "x", g.emit("reshape_like", {"x": g.grad(node, "y"), "like": node.inputs["x"]})[0])
+
+
+def transpose_backward(g, node) -> None:
+    """d(transpose): dy transposed by the inverse permutation."""
+    perm = [int(i) for i in node.params["perm"]]
+    inverse = [perm.index(i) for i in range(len(perm))]
+    g.accumulate(node, "x", g.emit("transpose", {"x": g.grad(node, "y")}, {"perm": inverse})[0])
+
+
+register(OpDef("reshape_like", "shape", ("x", "like"), ("y",), _reshape_like_infer, reshape_like_ref))
 register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref, cpu=reshape_cpu, view=True,
-               gpu=Lowering((), lambda c: [], alias=True)))
+               gpu=Lowering((), lambda c: [], alias=True), backward=reshape_backward))
 register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref, cpu=gather_cpu,
-               gpu=Lowering(("gather",), _lower_transpose, check_gather)))
+               gpu=Lowering(("gather",), _lower_transpose, check_gather), backward=transpose_backward))
 register(OpDef("concat", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
                _concat_infer, concat_ref, cpu=concat_cpu,
                gpu=Lowering(("copy",), _lower_concat, _check_concat)))
