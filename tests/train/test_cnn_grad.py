@@ -183,3 +183,122 @@ def test_global_avg_pool_grad_matches_torch():
     ty.backward(torch.tensor(dy, dtype=torch.float64))
     dx = OPS["global_avg_pool_grad"].ref(None, {"input_size": [5, 7]}, dy)
     assert dx.shape == x.shape and rel(dx, tx.grad.numpy()) < 1e-6
+
+
+# ------------------------------------------------------------------ a small CNN, end to end
+class SmallCNN(torch.nn.Module):
+    """Every conv / pool the CNN backward covers: a 3x3 stride-2 conv, a depthwise 3x3 and a 1x1 conv
+    (fused into one dwpw_conv2d by the compiler), a dilated grouped conv, max and average pooling, a
+    global average pool, and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = nn.Conv2d(8, 12, 1)
+        self.grouped = nn.Conv2d(12, 12, 3, padding=2, dilation=2, groups=2)
+        self.pool = nn.MaxPool2d(2)
+        self.avg = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(12, 5)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.pw(F.relu(self.dw(x))))
+        x = self.pool(F.relu(self.grouped(x)))
+        x = self.gap(self.avg(x))
+        return self.fc(torch.flatten(x, 1))
+
+
+BATCH, IMAGE = 4, (15, 13)  # odd sizes: stride 2 and the 2x2 pool each drop an edge
+
+
+def volvox_name(param: str) -> str:
+    """The ONNX importer's name of a torch parameter (``conv1.weight`` -> ``/conv1/Conv.weight``)."""
+    module, kind = param.split(".")
+    return f"/{module}/{'Gemm' if module == 'fc' else 'Conv'}.{kind}"
+
+
+def to_volvox_layout(name: str, grad: np.ndarray) -> np.ndarray:
+    """A torch conv weight's (out, in, kh, kw) as volvox's (out, kh, kw, in); others as they are."""
+    return grad.transpose(0, 2, 3, 1) if grad.ndim == 4 else grad
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    """(torch net, its ONNX file, a batch (x, labels, regression target))."""
+    torch.manual_seed(0)
+    net = SmallCNN().eval()
+    path = tmp_path_factory.mktemp("cnn") / "small_cnn.onnx"
+    torch.onnx.export(net, (torch.zeros(BATCH, 3, *IMAGE),), str(path), opset_version=17, input_names=["x"],
+                      output_names=["logits"], dynamo=False)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((BATCH, 3, *IMAGE)).astype(np.float32)
+    labels = np.array([1, 4, 0, 2], np.int64)
+    target = rng.standard_normal((BATCH, 5)).astype(np.float32)
+    return net, path, (x, labels, target)
+
+
+def torch_grads(net, batch, loss: str) -> tuple[float, dict[str, np.ndarray]]:
+    """torch's loss and every parameter's gradient (float64 copies of the net) in volvox's names and layouts."""
+    x, labels, target = batch
+    net64 = type(net)().double()
+    net64.load_state_dict(net.state_dict())
+    logits = net64(torch.tensor(x, dtype=torch.float64))
+    value = F.cross_entropy(logits, torch.tensor(labels)) if loss == "cross_entropy" else \
+        F.mse_loss(logits, torch.tensor(target, dtype=torch.float64))
+    value.backward()
+    return float(value), {volvox_name(n): to_volvox_layout(n, p.grad.numpy()) for n, p in net64.named_parameters()}
+
+
+def with_loss(graph, loss: str):
+    """``graph`` (output ``logits``) with the loss appended: a ``loss`` output over a new ``labels`` (int64
+    (batch,)) or ``target`` (float32 (batch, 5)) input."""
+    from volvox.ir.graph import Graph, Node, TensorSpec
+    from volvox.ops import validate
+    if loss == "cross_entropy":
+        extra = TensorSpec("labels", (BATCH,), "int64")
+        node = Node("loss", "cross_entropy", {"logits": "logits", "labels": "labels"}, {"loss": "loss", "lse": "loss/lse"})
+    else:
+        extra = TensorSpec("target", (BATCH, 5), "float32")
+        node = Node("loss", "mse", {"x": "logits", "target": "target"}, {"loss": "loss"})
+    out = Graph(list(graph.inputs) + [extra], dict(graph.weights), list(graph.nodes) + [node], ["loss"])
+    validate(out)
+    return out
+
+
+def volvox_grads(path, batch, loss: str, optimize: bool, plan: bool) -> tuple[float, dict[str, np.ndarray], set]:
+    """volvox's loss, every parameter's gradient, and the ops of the forward graph it differentiated."""
+    import volvox
+    from volvox.compile.autodiff import differentiate, grad_name
+    from volvox.ops.context import RunContext
+    from volvox.runtime.executor import Executor
+    from volvox.runtime.plan import PlanHook
+    x, labels, target = batch
+    model = volvox.load(path, optimize=optimize)
+    weights = {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
+    names = list(weights)
+    train = differentiate(with_loss(model.graph, loss), "loss", names)
+    feeds = {"x": x, **({"labels": labels} if loss == "cross_entropy" else {"target": target})}
+    executor = Executor(train, weights)
+    out = PlanHook(executor).run(feeds) if plan else None
+    if out is None:
+        out = executor.run(RunContext(), feeds)
+    return float(out["loss"]), {n: out[grad_name(n)] for n in names}, {node.op for node in model.graph.nodes}
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "mse"])
+@pytest.mark.parametrize("optimize", [False, True], ids=["as_imported", "compiled"])
+def test_small_cnn_gradients_match_torch(cnn, loss, optimize):
+    """Every parameter's gradient within 1e-4 relative of torch's, for the graph as imported (separate ReLU
+    nodes) and as compiled (ReLU fused into the convs, depthwise + 1x1 fused into one dwpw_conv2d)."""
+    net, path, batch = cnn
+    want_loss, want = torch_grads(net, batch, loss)
+    got_loss, got, ops = volvox_grads(path, batch, loss, optimize, plan=False)
+    assert ("dwpw_conv2d" in ops) == optimize and ("relu" in ops) != optimize
+    assert got_loss == pytest.approx(want_loss, rel=1e-5)
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name].shape == want[name].shape, name
+        assert rel(got[name], want[name]) < 1e-4, f"{name}: relative error {rel(got[name], want[name]):.2e}"

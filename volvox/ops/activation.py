@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, get_op, register
@@ -130,10 +131,24 @@ def _lower_softmax(c: Call) -> list[Dispatch]:
     return [Dispatch("softmax", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n, beta=float(c.params.get("beta", 1.0))))]
 
 
+# ------------------------------------------------------------------ backward (compile/autodiff.py)
+def clamp_backward(g, node) -> None:
+    """d relu, and d clip as ReLU (min 0) or ReLU6 (min 0, max 6): dy where the output lies strictly inside
+    the range (torch's relu / relu6 rule), through ops/conv.py's fused_activation_grad; other clips are
+    refused."""
+    act = "relu" if node.op == "relu" else {None: "relu", 6: "relu6"}.get(node.params.get("max")) \
+        if node.params.get("min") == 0 else None
+    if act is None:
+        raise UnsupportedError(f"node {node.id!r}: clip {node.params} has no backward (only ReLU / ReLU6 clips)")
+    (dx,) = g.emit("fused_activation_grad", {"dy": g.grad(node, "y"), "y": node.outputs["y"]}, {"activation": act},
+                   ("dx",))
+    g.accumulate(node, "x", dx)
+
+
 register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into),
-               cpu=unary_cpu("relu"),
+               cpu=unary_cpu("relu"), backward=clamp_backward,
                gpu=unary_lowering("relu")))
-register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref,
+register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref, backward=clamp_backward,
                gpu=unary_lowering("clip")))
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
                into=unary_into(sigmoid_into),
