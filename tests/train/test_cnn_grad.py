@@ -188,8 +188,8 @@ def test_global_avg_pool_grad_matches_torch():
 # ------------------------------------------------------------------ a small CNN, end to end
 class SmallCNN(torch.nn.Module):
     """Every conv / pool the CNN backward covers: a 3x3 stride-2 conv, a depthwise 3x3 and a 1x1 conv
-    (fused into one dwpw_conv2d by the compiler), a dilated grouped conv, max and average pooling, a
-    global average pool, and a linear head."""
+    (fused into one dwpw_conv2d by the compiler), a dilated grouped conv, max pooling (ceil mode: a
+    partial window), average pooling, a global average pool, and a linear head."""
 
     def __init__(self):
         super().__init__()
@@ -198,7 +198,7 @@ class SmallCNN(torch.nn.Module):
         self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
         self.pw = nn.Conv2d(8, 12, 1)
         self.grouped = nn.Conv2d(12, 12, 3, padding=2, dilation=2, groups=2)
-        self.pool = nn.MaxPool2d(2)
+        self.pool = nn.MaxPool2d(2, ceil_mode=True)
         self.avg = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
         self.gap = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(12, 5)
@@ -211,7 +211,7 @@ class SmallCNN(torch.nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
-BATCH, IMAGE = 4, (15, 13)  # odd sizes: stride 2 and the 2x2 pool each drop an edge
+BATCH, IMAGE = 4, (15, 13)  # odd sizes: stride 2 drops an edge, the 2x2 pool keeps a partial window
 
 
 def volvox_name(param: str) -> str:
@@ -268,23 +268,19 @@ def with_loss(graph, loss: str):
     return out
 
 
-def volvox_grads(path, batch, loss: str, optimize: bool, plan: bool) -> tuple[float, dict[str, np.ndarray], set]:
+def volvox_grads(path, batch, loss: str, optimize: bool) -> tuple[float, dict[str, np.ndarray], set]:
     """volvox's loss, every parameter's gradient, and the ops of the forward graph it differentiated."""
     import volvox
     from volvox.compile.autodiff import differentiate, grad_name
     from volvox.ops.context import RunContext
     from volvox.runtime.executor import Executor
-    from volvox.runtime.plan import PlanHook
     x, labels, target = batch
     model = volvox.load(path, optimize=optimize)
     weights = {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
     names = list(weights)
     train = differentiate(with_loss(model.graph, loss), "loss", names)
     feeds = {"x": x, **({"labels": labels} if loss == "cross_entropy" else {"target": target})}
-    executor = Executor(train, weights)
-    out = PlanHook(executor).run(feeds) if plan else None
-    if out is None:
-        out = executor.run(RunContext(), feeds)
+    out = Executor(train, weights).run(RunContext(), feeds)
     return float(out["loss"]), {n: out[grad_name(n)] for n in names}, {node.op for node in model.graph.nodes}
 
 
@@ -295,10 +291,94 @@ def test_small_cnn_gradients_match_torch(cnn, loss, optimize):
     nodes) and as compiled (ReLU fused into the convs, depthwise + 1x1 fused into one dwpw_conv2d)."""
     net, path, batch = cnn
     want_loss, want = torch_grads(net, batch, loss)
-    got_loss, got, ops = volvox_grads(path, batch, loss, optimize, plan=False)
+    got_loss, got, ops = volvox_grads(path, batch, loss, optimize)
     assert ("dwpw_conv2d" in ops) == optimize and ("relu" in ops) != optimize
     assert got_loss == pytest.approx(want_loss, rel=1e-5)
     assert set(got) == set(want)
     for name in want:
         assert got[name].shape == want[name].shape, name
         assert rel(got[name], want[name]) < 1e-4, f"{name}: relative error {rel(got[name], want[name]):.2e}"
+
+
+# ------------------------------------------------------------------ fused nodes through differentiate
+def act(t, name):
+    return {"none": lambda v: v, "relu": F.relu, "relu6": F.relu6}[name](t)
+
+
+def differentiate_one(op: str, inputs: dict[str, np.ndarray], params: dict) -> tuple[dict, np.ndarray]:
+    """Every input's gradient of mse(node(inputs), target) through differentiate + the executor, and the
+    target used (a fixed random one)."""
+    from volvox.compile.autodiff import differentiate, grad_name
+    from volvox.ir.graph import Graph, Node, TensorSpec
+    from volvox.ops import validate
+    from volvox.ops.context import RunContext
+    from volvox.runtime.executor import Executor
+    specs = [TensorSpec(k, v.shape, "float32") for k, v in inputs.items()]
+    probe = Graph(specs, {}, [Node("n", op, {k: k for k in inputs}, {"y": "y"}, params)], ["y"])
+    validate(probe)
+    y_shape = probe.specs["y"].shape
+    target = np.random.default_rng(9).standard_normal(y_shape).astype(np.float32)
+    graph = Graph(specs + [TensorSpec("target", y_shape, "float32")], {}, probe.nodes + [
+        Node("loss", "mse", {"x": "y", "target": "target"}, {"loss": "loss"})], ["loss"])
+    validate(graph)
+    out = Executor(differentiate(graph, "loss", list(inputs)), {}).run(RunContext(), {**inputs, "target": target})
+    return {k: out[grad_name(k)] for k in inputs}, target
+
+
+def torch_inputs(inputs):
+    return {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in inputs.items()}
+
+
+def test_dwpw_and_expand_dwpw_backward_match_torch():
+    """The compiler's fused depthwise -> 1x1 pair and expand -> depthwise -> 1x1 triple (ReLU6 fused in each
+    conv): their backward recomputes the middle tensors and matches torch on the unfused convs."""
+    rng = np.random.default_rng(10)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    expand = dict(activation="relu6")
+    depthwise = dict(groups=8, strides=[2, 2], pads=[1, 1, 1, 0], activation="relu6")
+    pointwise = dict(activation="relu")
+    cases = [
+        ("dwpw_conv2d", dict(x=r(2, 7, 6, 8), dw_weight=r(8, 3, 3, 1), dw_bias=r(8), weight=r(5, 1, 1, 8), bias=r(5)),
+         dict(pointwise, depthwise=depthwise)),
+        ("expand_dwpw_conv2d", dict(x=r(2, 7, 6, 3), ex_weight=r(8, 1, 1, 3), ex_bias=r(8), dw_weight=r(8, 3, 3, 1),
+                                    dw_bias=r(8), weight=r(5, 1, 1, 8), bias=r(5)),
+         dict(pointwise, depthwise=depthwise, expand=expand)),
+    ]
+    for op, inputs, params in cases:
+        got, target = differentiate_one(op, inputs, params)
+        t = torch_inputs(inputs)
+        x = t["x"]
+        if op == "expand_dwpw_conv2d":
+            x = act(torch_conv(x, t["ex_weight"], t["ex_bias"], expand), "relu6")
+        mid = act(torch_conv(x, t["dw_weight"], t["dw_bias"], depthwise), "relu6")
+        y = act(torch_conv(mid, t["weight"], t["bias"], pointwise), "relu")
+        F.mse_loss(y, torch.tensor(target, dtype=torch.float64)).backward()
+        for k in inputs:
+            assert rel(got[k], t[k].grad.numpy()) < 1e-5, f"{op} {k}: {rel(got[k], t[k].grad.numpy()):.2e}"
+
+
+@pytest.mark.parametrize("op, params", [
+    ("max_pool2d", dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], activation="relu")),
+    ("avg_pool2d", dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], activation="relu6", count_include_pad=True)),
+    ("global_avg_pool", {}),
+    ("clip", dict(min=0.0, max=6.0)),
+])
+def test_pool_and_clip_backward_match_torch(op, params):
+    x = (np.random.default_rng(11).standard_normal((2, 7, 9, 3)) * 4).astype(np.float32)
+    got, target = differentiate_one(op, {"x": x}, params)
+    t = torch_inputs({"x": x})["x"]
+    if op == "global_avg_pool":
+        y = t.mean(dim=(1, 2), keepdim=True)
+    elif op == "clip":
+        y = F.relu6(t)
+    else:
+        y = act(torch_pool(op[:3], t, params, params.get("count_include_pad", False)), params["activation"])
+    F.mse_loss(y, torch.tensor(target, dtype=torch.float64)).backward()
+    assert rel(got["x"], t.grad.numpy()) < 1e-5
+
+
+def test_conv_backward_refuses_what_it_cannot_differentiate():
+    """A clip other than ReLU / ReLU6 is refused by name, never differentiated wrongly."""
+    from volvox.errors import UnsupportedError
+    with pytest.raises(UnsupportedError, match="clip"):
+        differentiate_one("clip", {"x": np.ones((1, 2, 2, 1), np.float32)}, dict(min=-1.0, max=1.0))
