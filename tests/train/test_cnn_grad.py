@@ -382,3 +382,34 @@ def test_conv_backward_refuses_what_it_cannot_differentiate():
     from volvox.errors import UnsupportedError
     with pytest.raises(UnsupportedError, match="clip"):
         differentiate_one("clip", {"x": np.ones((1, 2, 2, 1), np.float32)}, dict(min=-1.0, max=1.0))
+
+
+def test_small_cnn_sgd_steps_follow_torch(cnn):
+    """Full-parameter training: every weight of the compiled CNN made a graph input (trainable_graph), three
+    SGD steps that change only the feeds; the losses and the final parameters follow torch's."""
+    import volvox
+    from volvox.compile.autodiff import differentiate, grad_name
+    from volvox.ops.context import RunContext
+    from volvox.runtime.executor import Executor
+    from volvox.train.graph import trainable_graph
+    net, path, (x, labels, _) = cnn
+    model = volvox.load(path)
+    weights = {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
+    names = list(weights)
+    graph, frozen = trainable_graph(model.graph, weights, names)
+    executor = Executor(differentiate(with_loss(graph, "cross_entropy"), "loss", names), frozen)
+    params = {n: np.array(weights[n], np.float32) for n in names}
+    net64 = type(net)().double()
+    net64.load_state_dict(net.state_dict())
+    sgd = torch.optim.SGD(net64.parameters(), lr=0.5)
+    lr = np.float32(0.5)
+    for _ in range(3):
+        out = executor.run(RunContext(), {"x": x, "labels": labels, **params})
+        sgd.zero_grad()
+        want = F.cross_entropy(net64(torch.tensor(x, dtype=torch.float64)), torch.tensor(labels))
+        want.backward()
+        sgd.step()
+        assert float(out["loss"]) == pytest.approx(float(want), rel=1e-5)
+        params = {n: p - lr * out[grad_name(n)] for n, p in params.items()}
+    for n, p in net64.named_parameters():
+        assert rel(params[volvox_name(n)], to_volvox_layout(n, p.detach().numpy())) < 1e-5, n
