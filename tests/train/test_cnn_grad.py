@@ -188,8 +188,9 @@ def test_global_avg_pool_grad_matches_torch():
 # ------------------------------------------------------------------ a small CNN, end to end
 class SmallCNN(torch.nn.Module):
     """Every conv / pool the CNN backward covers: a 3x3 stride-2 conv, a depthwise 3x3 and a 1x1 conv
-    (fused into one dwpw_conv2d by the compiler), a dilated grouped conv, max pooling (ceil mode: a
-    partial window), average pooling, a global average pool, and a linear head."""
+    (fused into one dwpw_conv2d by the compiler), a dilated grouped conv in a residual (its add and ReLU
+    fused into add_n), max pooling (ceil mode: a partial window), average pooling, a global average pool,
+    and a two-layer head (linear + ReLU fused into linear_act)."""
 
     def __init__(self):
         super().__init__()
@@ -201,14 +202,15 @@ class SmallCNN(torch.nn.Module):
         self.pool = nn.MaxPool2d(2, ceil_mode=True)
         self.avg = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
         self.gap = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(12, 5)
+        self.hidden = nn.Linear(12, 10)
+        self.fc = nn.Linear(10, 5)
 
     def forward(self, x):
         x = F.relu(self.conv1(x))
         x = F.relu(self.pw(F.relu(self.dw(x))))
-        x = self.pool(F.relu(self.grouped(x)))
+        x = self.pool(F.relu(self.grouped(x) + x))
         x = self.gap(self.avg(x))
-        return self.fc(torch.flatten(x, 1))
+        return self.fc(F.relu(self.hidden(torch.flatten(x, 1))))
 
 
 BATCH, IMAGE = 4, (15, 13)  # odd sizes: stride 2 drops an edge, the 2x2 pool keeps a partial window
@@ -217,7 +219,7 @@ BATCH, IMAGE = 4, (15, 13)  # odd sizes: stride 2 drops an edge, the 2x2 pool ke
 def volvox_name(param: str) -> str:
     """The ONNX importer's name of a torch parameter (``conv1.weight`` -> ``/conv1/Conv.weight``)."""
     module, kind = param.split(".")
-    return f"/{module}/{'Gemm' if module == 'fc' else 'Conv'}.{kind}"
+    return f"/{module}/{'Gemm' if module in ('hidden', 'fc') else 'Conv'}.{kind}"
 
 
 def to_volvox_layout(name: str, grad: np.ndarray) -> np.ndarray:
@@ -292,7 +294,8 @@ def test_small_cnn_gradients_match_torch(cnn, loss, optimize):
     net, path, batch = cnn
     want_loss, want = torch_grads(net, batch, loss)
     got_loss, got, ops = volvox_grads(path, batch, loss, optimize)
-    assert ("dwpw_conv2d" in ops) == optimize and ("relu" in ops) != optimize
+    assert {"dwpw_conv2d", "add_n", "linear_act"} <= ops if optimize else "relu" in ops
+    assert ("relu" in ops) != optimize
     assert got_loss == pytest.approx(want_loss, rel=1e-5)
     assert set(got) == set(want)
     for name in want:
@@ -378,10 +381,14 @@ def test_pool_and_clip_backward_match_torch(op, params):
 
 
 def test_conv_backward_refuses_what_it_cannot_differentiate():
-    """A clip other than ReLU / ReLU6 is refused by name, never differentiated wrongly."""
+    """A clip other than ReLU / ReLU6 and a fused activation without a backward are refused by name, never
+    differentiated wrongly."""
     from volvox.errors import UnsupportedError
     with pytest.raises(UnsupportedError, match="clip"):
         differentiate_one("clip", {"x": np.ones((1, 2, 2, 1), np.float32)}, dict(min=-1.0, max=1.0))
+    with pytest.raises(UnsupportedError, match="linear_act with a fused hard_swish"):
+        differentiate_one("linear_act", {"x": np.ones((2, 3), np.float32), "weight": np.ones((4, 3), np.float32)},
+                          {"activation": "hard_swish"})
 
 
 def test_small_cnn_sgd_steps_follow_torch(cnn):
@@ -413,3 +420,21 @@ def test_small_cnn_sgd_steps_follow_torch(cnn):
         params = {n: p - lr * out[grad_name(n)] for n, p in params.items()}
     for n, p in net64.named_parameters():
         assert rel(params[volvox_name(n)], to_volvox_layout(n, p.detach().numpy())) < 1e-5, n
+
+
+@pytest.mark.parametrize("activation", ["relu", "relu6", "gelu", "gelu_tanh", "silu"])
+def test_add_n_and_linear_act_backward_match_torch(activation):
+    """The compiler's add_n (a residual's add and ReLU; broadcast inputs) and linear_act: ReLU / ReLU6 taken
+    back from the output, SiLU / GELU from the recomputed pre-activation."""
+    torch_act = {"relu": F.relu, "relu6": F.relu6, "gelu": F.gelu, "silu": F.silu,
+                 "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[activation]
+    rng = np.random.default_rng(12)
+    r = lambda *s: (rng.standard_normal(s) * 3).astype(np.float32)  # noqa: E731
+    for op, inputs in [("add_n", dict(x0=r(2, 5, 3, 4), x1=r(2, 5, 3, 4), x2=r(4))),
+                       ("linear_act", dict(x=r(6, 7), weight=r(5, 7), bias=r(5)))]:
+        got, target = differentiate_one(op, inputs, {"activation": activation})
+        t = torch_inputs(inputs)
+        z = t["x0"] + t["x1"] + t["x2"] if op == "add_n" else F.linear(t["x"], t["weight"], t["bias"])
+        F.mse_loss(torch_act(z), torch.tensor(target, dtype=torch.float64)).backward()
+        for k in inputs:
+            assert rel(got[k], t[k].grad.numpy()) < 1e-5, f"{op} {activation} {k}: {rel(got[k], t[k].grad.numpy()):.2e}"

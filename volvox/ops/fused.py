@@ -9,9 +9,9 @@ from functools import reduce
 import numpy as np
 
 from volvox import cpu
-from volvox.errors import ShapeError
-from volvox.ir.graph import expect, same_dim
-from volvox.ops.registry import OpDef, register
+from volvox.errors import ShapeError, UnsupportedError
+from volvox.ir.graph import Node, expect, same_dim
+from volvox.ops.registry import OpDef, get_op, register
 from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
 from volvox.ops.elementwise import add_ref, binary_cpu, broadcast_shape
 from volvox.ops.linear import _linear_infer, linear_cpu, linear_fast, linear_into, linear_ref
@@ -218,17 +218,70 @@ def swiglu_cpu(plan, node) -> None:
     plan.add("glu", x=cpu.address(x), y=cpu.address(y), F=y.shape[1], gated=True, rows=x.shape[0])
 
 
+# ------------------------------------------------------------------ backward (compile/autodiff.py)
+# A fused node's activation is taken back first: ReLU / ReLU6 from the node's output (conv.py's
+# fused_activation_grad), SiLU / GELU from the pre-activation output, recomputed by one node of the unfused
+# op (their grad ops read x); sigmoid and hard_swish are refused. The rest is the unfused op's backward.
+RECOMPUTED_GRADS = {"silu": ("silu_grad", {}), "gelu": ("gelu_grad", {}), "gelu_tanh": ("gelu_grad", {"approximate": "tanh"})}
+
+
+def pre_activation_grad(g, node, unfused: str) -> str | None:
+    """dL/d(``node``'s output before its fused activation), ``node`` read as ``unfused`` plus that activation."""
+    dy = g.grad(node, "y")
+    act = node.params.get("activation", "none")
+    if dy is None or act == "none":
+        return dy
+    if act in ("relu", "relu6"):
+        return g.emit("fused_activation_grad", {"dy": dy, "y": node.outputs["y"]}, {"activation": act}, ("dx",))[0]
+    if act not in RECOMPUTED_GRADS:
+        raise UnsupportedError(f"node {node.id!r}: {node.op} with a fused {act} has no backward")
+    (pre,) = g.emit(unfused, dict(node.inputs), without_activation(node.params))
+    grad_op, params = RECOMPUTED_GRADS[act]
+    return g.emit(grad_op, {"x": pre, "dy": dy}, params, ("dx",))[0]
+
+
+def without_activation(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k != "activation"}
+
+
+def unfused_backward(unfused: str):
+    """The backward of a node fusing ``unfused`` (linear, concat) with an activation: the activation taken
+    back, then ``unfused``'s own backward on the node as that op."""
+    def backward(g, node) -> None:
+        dz = pre_activation_grad(g, node, unfused)
+        if dz is None:
+            return
+        base = get_op(unfused, node.id)
+        if base.backward is None:
+            raise UnsupportedError(f"node {node.id!r}: {node.op} has no backward ({unfused} has none)")
+        pre = f"{node.id}/pre_activation"
+        g.add_gradient(pre, dz)
+        base.backward(g, Node(node.id, unfused, dict(node.inputs), {"y": pre}, without_activation(node.params)))
+    return backward
+
+
+def add_n_backward(g, node) -> None:
+    """d(x0 + x1 + ... then a fused activation): the activation taken back, then to every input, summed over
+    the axes it was broadcast along."""
+    dz = pre_activation_grad(g, node, "add_n")
+    if dz is None:
+        return
+    for port, name in node.inputs.items():
+        if g.needs(node, port):
+            g.accumulate(node, port, g.reduce_to(dz, g.shape(name)))
+
+
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
                _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into, cpu=linear_cpu,
                gpu=Lowering(("matmul",), _lower_linear_split, _check_linear)))
 register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into, cpu=swiglu_cpu,
                gpu=Lowering(("swiglu",), _lower_swiglu, float_only("x"))))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
-               linear_act_fast, into=linear_act_into, cpu=linear_cpu,
+               linear_act_fast, into=linear_act_into, cpu=linear_cpu, backward=unfused_backward("linear"),
                gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
-               _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu,
+               _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu, backward=unfused_backward("concat"),
                gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))
 register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
-               _add_n_infer, add_n_ref, add_n_fast, into=add_n_into, cpu=binary_cpu,
+               _add_n_infer, add_n_ref, add_n_fast, into=add_n_into, cpu=binary_cpu, backward=add_n_backward,
                gpu=Lowering(("binary", "unary"), _lower_add_n, _check_add_n)))
