@@ -20,8 +20,8 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import Node, TensorSpec
 from volvox.ops.registry import OpDef, register
-from volvox.ops.conv import (CONV_PIXELS, _conv_infer, conv2d_fast, conv2d_ref, conv_gradients, direct_conv, plan_blocks,
-                             plan_conv_operands, plan_cparts, plan_fold_zero_point, plan_requant)
+from volvox.ops.conv import (CONV_PIXELS, _conv_infer, conv2d_fast, conv2d_ref, conv_gradients, direct_conv,
+                             plan_blocks, plan_conv_operands, plan_cparts, plan_fold_zero_point, plan_requant)
 from volvox.ops.elementwise import plan_activation
 from volvox.ops.int8 import _qconv_infer, qconv2d_fast, qconv2d_ref
 

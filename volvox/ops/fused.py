@@ -222,7 +222,8 @@ def swiglu_cpu(plan, node) -> None:
 # A fused node's activation is taken back first: ReLU / ReLU6 from the node's output (conv.py's
 # fused_activation_grad), SiLU / GELU from the pre-activation output, recomputed by one node of the unfused
 # op (their grad ops read x); sigmoid and hard_swish are refused. The rest is the unfused op's backward.
-RECOMPUTED_GRADS = {"silu": ("silu_grad", {}), "gelu": ("gelu_grad", {}), "gelu_tanh": ("gelu_grad", {"approximate": "tanh"})}
+RECOMPUTED_GRADS = {"silu": ("silu_grad", {}), "gelu": ("gelu_grad", {}),
+                    "gelu_tanh": ("gelu_grad", {"approximate": "tanh"})}
 
 
 def pre_activation_grad(g, node, unfused: str) -> str | None:
@@ -241,6 +242,7 @@ def pre_activation_grad(g, node, unfused: str) -> str | None:
 
 
 def without_activation(params: dict) -> dict:
+    """A fused node's params less its activation: the unfused op's."""
     return {k: v for k, v in params.items() if k != "activation"}
 
 
@@ -248,12 +250,12 @@ def unfused_backward(unfused: str):
     """The backward of a node fusing ``unfused`` (linear, concat) with an activation: the activation taken
     back, then ``unfused``'s own backward on the node as that op."""
     def backward(g, node) -> None:
-        dz = pre_activation_grad(g, node, unfused)
-        if dz is None:
-            return
         base = get_op(unfused, node.id)
         if base.backward is None:
             raise UnsupportedError(f"node {node.id!r}: {node.op} has no backward ({unfused} has none)")
+        dz = pre_activation_grad(g, node, unfused)
+        if dz is None:
+            return
         pre = f"{node.id}/pre_activation"
         g.add_gradient(pre, dz)
         base.backward(g, Node(node.id, unfused, dict(node.inputs), {"y": pre}, without_activation(node.params)))
@@ -277,11 +279,11 @@ register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2
 register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into, cpu=swiglu_cpu,
                gpu=Lowering(("swiglu",), _lower_swiglu, float_only("x"))))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
-               linear_act_fast, into=linear_act_into, cpu=linear_cpu, backward=unfused_backward("linear"),
-               gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
+               linear_act_fast, into=linear_act_into, cpu=linear_cpu,
+               backward=unfused_backward("linear"), gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
-               _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu, backward=unfused_backward("concat"),
-               gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))
+               _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu,
+               backward=unfused_backward("concat"), gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))
 register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
                _add_n_infer, add_n_ref, add_n_fast, into=add_n_into, cpu=binary_cpu, backward=add_n_backward,
                gpu=Lowering(("binary", "unary"), _lower_add_n, _check_add_n)))
