@@ -301,3 +301,66 @@ def test_activations(op, params):
     fn = {"silu": torch.nn.functional.silu}.get(op) or (
         lambda x: torch.nn.functional.gelu(x, approximate=params.get("approximate", "none")))
     check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(fn(x), t), 1e-6, 1e-6, 1e-6)
+
+
+@pytest.mark.parametrize("op, params, fn", [
+    ("relu", {}, torch.relu), ("sigmoid", {}, torch.sigmoid), ("tanh", {}, torch.tanh),
+    ("softmax", {"axis": 0, "beta": 1.5}, lambda x: torch.softmax(1.5 * x, 0)),
+    ("softmax", {}, lambda x: torch.softmax(x, -1))])
+def test_vision_activations(op, params, fn):
+    x = (rng.standard_normal((4, 7)) * 2).astype(np.float32)
+    t = rng.standard_normal((4, 7)).astype(np.float32)
+    g = _mse_graph([spec("x", x.shape), spec("t", t.shape)], [("a", op, {"x": "x"}, {"y": "y"}, params)])
+    check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(fn(x), t), 1e-5, 1e-3, 5e-3)
+
+
+def test_slice_and_concat():
+    x = rng.standard_normal((3, 10))
+    u = rng.standard_normal((3, 2))
+    t = rng.standard_normal((3, 5))
+    g = _mse_graph([spec("x", x.shape, "float64"), spec("u", u.shape, "float64"), spec("t", t.shape, "float64")],
+                   [("s", "slice", {"x": "x"}, {"y": "xs"}, {"axes": [1], "starts": [1], "ends": [9], "steps": [3]}),
+                    ("c", "concat", {"x0": "u", "x1": "xs"}, {"y": "y"}, {"axis": -1})])
+    check(g, dict(x=x, u=u, t=t), "loss", ["x", "u"],
+          lambda x, u, t: mse(torch.cat([u, x[:, 1:9:3]], -1), t), 1e-12, 1e-6, 1e-7)
+
+
+# ------------------------------------------------------------------------------ the compiler's fused ops
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh", "relu", "sigmoid"])
+def test_linear_act(activation):
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    w, b = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    t = rng.standard_normal((2, 3, 6)).astype(np.float32)
+    g = _mse_graph([spec("x", x.shape), spec("w", w.shape), spec("b", b.shape), spec("t", t.shape)],
+                   [("f", "linear_act", {"x": "x", "weight": "w", "bias": "b"}, {"y": "y"}, {"activation": activation})])
+    fn = {"silu": torch.nn.functional.silu, "relu": torch.relu, "sigmoid": torch.sigmoid,
+          "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh")}[activation]
+    check(g, dict(x=x, w=w, b=b, t=t), "loss", ["x", "w", "b"], lambda x, w, b, t: mse(fn(x @ w.T + b), t),
+          1e-5, 1e-2, 5e-3)
+
+
+def test_swiglu_linear_split_add_n():
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    w = rng.standard_normal((3 + 8, 6)).astype(np.float32)   # frozen: a merged weight
+    u = rng.standard_normal((1, 4)).astype(np.float32)
+    t = rng.standard_normal((4, 4)).astype(np.float32)
+    g = graph([spec("x", x.shape), spec("u", u.shape), spec("t", t.shape)],
+              [("s", "linear_split", {"x": "x", "weight": "w"}, {"y0": "unused", "y1": "gu"}, {"sizes": [3, 8]}),
+               ("g", "swiglu", {"x": "gu"}, {"y": "h"}, {}),
+               ("n", "add_n", {"x0": "h", "x1": "u", "x2": "h"}, {"y": "y"}, {"activation": "silu"}),
+               ("l", "mse", {"x": "y", "target": "t"}, {"loss": "loss"}, {})], ["loss"],
+              weights=[spec("w", w.shape)])
+    wt = torch.tensor(w)
+
+    def reference(x, u, t):
+        gate, up = (x @ wt[3:].T).split(4, -1)
+        h = torch.nn.functional.silu(gate) * up
+        return mse(torch.nn.functional.silu(h + u + h), t)
+    check(g, dict(x=x, u=u, t=t), "loss", ["x", "u"], reference, 1e-5, 1e-2, 5e-3, weights={"w": w})
+
+
+def test_softcap():
+    x = (rng.standard_normal((3, 8)) * 20).astype(np.float32)
+    t = rng.standard_normal((3, 8)).astype(np.float32)
+    g = _mse_graph([spec("x", x.shape), spec("t", t.shape)], [("c", "softcap", {"x": "x"}, {"y": "y"}, {"cap": 15.0})])
+    check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(torch.tanh(x / 15.0) * 15.0, t), 1e-5, 1e-2, 5e-3)

@@ -9,7 +9,7 @@ import torch
 
 from hf_models import build_causal_lm, train_bpe_tokenizer
 from volvox.compile.autodiff import grad_name
-from volvox.errors import BlueprintError, UnsupportedError
+from volvox.errors import BlueprintError, ShapeError, UnsupportedError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
@@ -90,6 +90,12 @@ def test_frozen_model_and_refusals(tokenizer_json, tmp_path):
         assert joint.outputs == ["loss", "grad/model.layers.0.mlp.down_proj.weight"]
         # frozen weights get no gradient nodes: no weight gradient of any other linear
         assert sum(n.op == "linear_grad_weight" for n in joint.nodes) == 1
+        run = Executor(joint, tg.weights).run
+        tokens = np.zeros((2, 5), np.int32)
+        with pytest.raises(ShapeError, match="dim 'seq' is 5 elsewhere, 4 here"):
+            run(RunContext(), {"tokens": tokens, "labels": np.zeros((2, 4), np.int32), **tg.params})
+        with pytest.raises(ShapeError, match=f"label {vocab} is outside"):
+            run(RunContext(), {"tokens": tokens, "labels": np.full((2, 5), vocab, np.int32), **tg.params})
     finally:
         tg.close()
     with pytest.raises(BlueprintError, match="not a weight of the graph"):
@@ -97,3 +103,81 @@ def test_frozen_model_and_refusals(tokenizer_json, tmp_path):
     image = Graph([TensorSpec("x", (1, 4), "float32")], {}, [Node("r", "relu", {"x": "x"}, {"y": "y"})], ["y"])
     with pytest.raises(UnsupportedError, match="not a decoder-only text model graph"):
         causal_lm_graph(image)
+
+
+def test_forward_is_the_inference_graph_and_compiles(tokenizer_json, batch, tmp_path):
+    """The training graph's loss is the cross entropy of the inference model's own logits (row by row, the
+    KV-cache path); compiled (frozen Q/K/V merged into linear_split, gate/up into swiglu) it gives the
+    uncompiled gradients."""
+    import volvox
+    from volvox.compile import compile_graph
+    from volvox.compile.autodiff import differentiate
+
+    path, vocab = tokenizer_json
+    build_causal_lm(tmp_path, "llama", path, vocab)
+    tokens, labels = batch
+    lm = volvox.load(tmp_path)
+    rows = []
+    for b in range(len(tokens)):
+        logits = lm.logits(tokens[b].tolist()).astype(np.float64)              # (seq, vocab)
+        lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+        rows += [lse[t] - logits[t, labels[b, t]] for t in range(tokens.shape[1]) if labels[b, t] != -100]
+    lm.close()
+    trainable = ["model.norm.weight", "model.layers.0.input_layernorm.weight", "lm_head.weight"]
+    tg = training_graph(tmp_path, trainable=trainable)
+    try:
+        feeds = {"tokens": tokens, "labels": labels, **tg.params}
+        plain = Executor(tg.joint(), tg.weights).run(RunContext(), feeds)
+        compiled, weights, _ = compile_graph(tg.graph, dict(tg.weights))
+        assert {"linear_split", "swiglu"} <= {n.op for n in compiled.nodes}
+        fused = Executor(differentiate(compiled, "loss", trainable), weights).run(RunContext(), feeds)
+    finally:
+        tg.close()
+    assert abs(float(plain["loss"]) - np.mean(rows)) <= 1e-5 * np.mean(rows)
+    assert float(fused["loss"]) == float(plain["loss"])
+    for name in trainable:
+        want = plain[grad_name(name)]
+        assert np.linalg.norm(fused[grad_name(name)] - want) / np.linalg.norm(want) < 1e-5, name
+
+
+def test_quantized_gguf_model_trains_its_norms(batch, tmp_path):
+    """A q8_0 GGUF LLaMA (interleaved RoPE, tied quantized embedding): frozen quantized weights, the float
+    norms trainable. Its loss is the inference logits' cross entropy; through the numpy references
+    (dequantized products) the gradients equal central differences of the loss."""
+    import volvox
+    from tiny_gguf import write_tiny_llama
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_llama(path, qtype="q8_0", embed_qtype="q8_0")
+    tokens, labels = batch
+    tokens = tokens % 200                                                      # (batch, seq) within the byte vocab
+    labels = np.where(labels == -100, -100, labels % 200).astype(np.int32)
+    tg = training_graph(path, trainable="all")
+    try:
+        assert set(tg.params) == {"output_norm.weight"} | {f"blk.{i}.{n}_norm.weight" for i in (0, 1) for n in ("attn", "ffn")}
+        assert {n.params["style"] for n in tg.graph.nodes if n.op == "rope"} == {"interleaved"}
+        feeds = {"tokens": tokens, "labels": labels, **tg.params}
+        kernel_loss = float(Executor(tg.graph, tg.weights).run(RunContext(), feeds)["loss"])
+        out = Executor(tg.joint(), tg.weights, reference=True).run(RunContext(), feeds)
+        forward = Executor(tg.graph, tg.weights, reference=True)
+        for name in ("output_norm.weight", "blk.0.attn_norm.weight"):
+            picks, fd = [0, 5, 17, 40], []
+            for i in picks:
+                losses = []
+                for sign in (1, -1):
+                    moved = dict(tg.params, **{name: tg.params[name].copy()})
+                    moved[name][i] += sign * 1e-2
+                    losses.append(float(forward.run(RunContext(), {**feeds, **moved})["loss"]))
+                fd.append((losses[0] - losses[1]) / 2e-2)
+            got = out[grad_name(name)][picks]
+            assert np.linalg.norm(got - fd) / np.linalg.norm(fd) < 2e-3, name
+    finally:
+        tg.close()
+    lm = volvox.load(path)
+    rows = []
+    for b in range(len(tokens)):
+        logits = lm.logits(tokens[b].tolist()).astype(np.float64)              # (seq, vocab)
+        lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+        rows += [lse[t] - logits[t, labels[b, t]] for t in range(tokens.shape[1]) if labels[b, t] != -100]
+    lm.close()
+    assert abs(kernel_loss - np.mean(rows)) <= 1e-5 * np.mean(rows)

@@ -1,5 +1,6 @@
 """Activations for vision graphs: relu, clip, sigmoid, hard_sigmoid, hard_swish, leaky_relu, softmax;
-and the activations the graph compiler folds into the op before them (``FUSED_ACTIVATIONS``).
+and the activations the graph compiler folds into the op before them (``FUSED_ACTIVATIONS``); the grad
+ops of relu, sigmoid, tanh and softmax.
 
 References compute in float64; numpy float32 is the fast path where it differs.
 """
@@ -131,29 +132,89 @@ def _lower_softmax(c: Call) -> list[Dispatch]:
     return [Dispatch("softmax", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n, beta=float(c.params.get("beta", 1.0))))]
 
 
-# ------------------------------------------------------------------ backward (compile/autodiff.py)
-def clamp_backward(g, node) -> None:
-    """d relu, and d clip as ReLU (min 0) or ReLU6 (min 0, max 6): dy where the output lies strictly inside
-    the range (torch's relu / relu6 rule), through ops/conv.py's fused_activation_grad; other clips are
-    refused."""
-    act = "relu" if node.op == "relu" else {None: "relu", 6: "relu6"}.get(node.params.get("max")) \
-        if node.params.get("min") == 0 else None
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _grad_infer(specs, params):
+    a, dy = specs.get("x") or specs["y"], specs["dy"]
+    expect(a.dtype == dy.dtype and a.shape == dy.shape, f"dy must be shaped like {a.name}: {dy.describe()} vs {a.describe()}")
+    return {"dx": (a.shape, a.dtype)}
+
+
+def relu_grad_ref(ctx, p, x, dy):
+    """dx = dy where x > 0, else 0. Ports: x (relu's input), dy."""
+    return np.where(x > 0, dy, 0).astype(dy.dtype)
+
+
+def sigmoid_grad_ref(ctx, p, y, dy):
+    """dx = dy * y * (1 - y) from sigmoid's output y, in float64. Ports: y, dy."""
+    y64 = y.astype(np.float64)
+    return (dy * y64 * (1.0 - y64)).astype(dy.dtype)
+
+
+def tanh_grad_ref(ctx, p, y, dy):
+    """dx = dy * (1 - y^2) from tanh's output y, in float64. Ports: y, dy."""
+    y64 = y.astype(np.float64)
+    return (dy * (1.0 - y64 * y64)).astype(dy.dtype)
+
+
+def softmax_grad_ref(ctx, p, y, dy):
+    """dx = beta * y * (dy - sum(dy * y)) over softmax's ``axis``, from its output y, in float64. Ports: y, dy."""
+    axis = int(p.get("axis", -1))
+    y64 = y.astype(np.float64)
+    inner = (dy * y64).sum(axis=axis, keepdims=True)
+    return (p.get("beta", 1.0) * y64 * (dy - inner)).astype(dy.dtype)
+
+
+GRAD_FROM_INPUT = ("relu", "silu", "gelu")           # <op>_grad(x, dy)
+GRAD_FROM_OUTPUT = ("sigmoid", "tanh", "softmax")    # <op>_grad(y, dy)
+
+
+def activation_grad(g, op: str, params: dict, x: str | None, y: str, dy: str, where: str) -> str:
+    """Emit the gradient of activation ``op`` (its node's ``params``) with respect to its input ``x``, given
+    its output ``y`` and dy; returns dx's name. UnsupportedError names ``where`` for an activation without one."""
+    if op in GRAD_FROM_INPUT:
+        return g.emit(op + "_grad", {"x": x, "dy": dy}, params, outputs=("dx",))[0]
+    if op in GRAD_FROM_OUTPUT:
+        return g.emit(op + "_grad", {"y": y, "dy": dy}, params, outputs=("dx",))[0]
+    if op == "clip":
+        return clip_grad(g, params, y, dy, where)
+    raise UnsupportedError(f"{where}: activation {op!r} has no backward")
+
+
+def activation_backward(g, node) -> None:
+    """d(activation) through its grad op: ``<op>_grad(x, dy)`` (relu, silu, gelu) or ``<op>_grad(y, dy)`` (sigmoid,
+    tanh, softmax: their gradient is a function of their output)."""
+    g.accumulate(node, "x", activation_grad(g, node.op, node.params, node.inputs["x"], node.outputs["y"],
+                                            g.grad(node, "y"), f"node {node.id!r}"))
+
+
+def clip_grad(g, params: dict, y: str, dy: str, where: str) -> str:
+    """Emit d clip as ReLU (min 0) or ReLU6 (min 0, max 6), what ONNX exports of relu / relu6 become: dy where
+    the output ``y`` lies strictly inside the range (torch's relu6 rule), through ops/conv.py's
+    fused_activation_grad; returns dx's name. Other clips are refused, naming ``where``."""
+    act = {None: "relu", 6: "relu6"}.get(params.get("max")) if params.get("min") == 0 else None
     if act is None:
-        raise UnsupportedError(f"node {node.id!r}: clip {node.params} has no backward (only ReLU / ReLU6 clips)")
-    (dx,) = g.emit("fused_activation_grad", {"dy": g.grad(node, "y"), "y": node.outputs["y"]}, {"activation": act},
-                   ("dx",))
-    g.accumulate(node, "x", dx)
+        raise UnsupportedError(f"{where}: clip {params} has no backward (only ReLU / ReLU6 clips)")
+    return g.emit("fused_activation_grad", {"dy": dy, "y": y}, {"activation": act}, ("dx",))[0]
 
 
+def clip_backward(g, node) -> None:
+    """d clip through clip_grad."""
+    g.accumulate(node, "x", clip_grad(g, node.params, node.outputs["y"], g.grad(node, "y"), f"node {node.id!r}"))
+
+
+register(OpDef("relu_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, relu_grad_ref))
+register(OpDef("sigmoid_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, sigmoid_grad_ref))
+register(OpDef("tanh_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, tanh_grad_ref))
+register(OpDef("softmax_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, softmax_grad_ref))
 register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into),
-               cpu=unary_cpu("relu"), backward=clamp_backward,
-               gpu=unary_lowering("relu")))
-register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref, backward=clamp_backward,
+               cpu=unary_cpu("relu"),
+               gpu=unary_lowering("relu"), backward=activation_backward))
+register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref, backward=clip_backward,
                gpu=unary_lowering("clip")))
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
                into=unary_into(sigmoid_into),
-               gpu=unary_lowering("sigmoid")))
-register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref))
+               gpu=unary_lowering("sigmoid"), backward=activation_backward))
+register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref, backward=activation_backward))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref,
                **unary_kernels("hard_sigmoid")))
 register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref,
@@ -161,7 +222,7 @@ register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, h
 register(OpDef("leaky_relu", "activation", ("x",), ("y",), _float_unary_infer, leaky_relu_ref,
                **unary_kernels("leaky_relu")))
 register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast,
-               gpu=Lowering(("softmax",), _lower_softmax, _check_softmax)))
+               gpu=Lowering(("softmax",), _lower_softmax, _check_softmax), backward=activation_backward))
 
 
 # ------------------------------------------------------------------------------ fused activations

@@ -490,6 +490,22 @@ def causal_attention_backward(g, node) -> None:
         g.accumulate(node, port, grad)
 
 
+def softcap_grad_ref(ctx, p, y, dy):
+    """dx = dy * (1 - (y / cap)^2) from softcap's output y, in float64. Ports: y, dy; params: softcap's."""
+    t = y.astype(np.float64) / float(p["cap"])
+    return (dy * (1.0 - t * t)).astype(np.float32)
+
+
+def _softcap_grad_infer(specs, params):
+    return {"dx": (specs["y"].shape, "float32")}
+
+
+def softcap_backward(g, node) -> None:
+    """d(softcap) through softcap_grad (a function of the output)."""
+    g.accumulate(node, "x", g.emit("softcap_grad", {"y": node.outputs["y"], "dy": g.grad(node, "y")}, node.params,
+                                   outputs=("dx",))[0])
+
+
 register(OpDef("sequence_positions", "position", ("ids",), ("y",), _sequence_positions_infer, sequence_positions_ref))
 register(OpDef("rope_grad", "position", ("dy", "positions"), ("dx",), _rope_grad_infer, rope_grad_ref))
 register(OpDef("causal_attention", "attention", ("q", "k", "v"), ("y", "lse"), _causal_attention_infer,
@@ -502,6 +518,7 @@ register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope
 register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
                stateful=True, into=attention_into, cpu=attention_cpu,
                gpu=Lowering(("copy", "attention"), _lower_attention, _check_attention)))
-register(OpDef("softcap", "attention", ("x",), ("y",), _softcap_infer, softcap_ref))
+register(OpDef("softcap", "attention", ("x",), ("y",), _softcap_infer, softcap_ref, backward=softcap_backward))
+register(OpDef("softcap_grad", "attention", ("y", "dy"), ("dx",), _softcap_grad_infer, softcap_grad_ref))
 register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True, view=True,
                gpu=Lowering(("copy",), _lower_output_rows)))

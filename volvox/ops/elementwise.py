@@ -246,7 +246,7 @@ def gelu_grad_ref(ctx, p, x, dy):
     return (dy * d).astype(x.dtype)
 
 
-def activation_backward(g, node) -> None:
+def unary_backward(g, node) -> None:
     """d(silu / gelu) through its grad op (``<op>_grad``: x, dy -> dx)."""
     g.accumulate(node, "x", g.emit(node.op + "_grad", {"x": node.inputs["x"], "dy": g.grad(node, "y")}, node.params,
                                    outputs=("dx",))[0])
@@ -261,7 +261,7 @@ register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref,
                cpu=binary_cpu,
                gpu=binary_lowering("mul"), backward=mul_backward))
 register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into, cpu=silu_cpu,
-               gpu=unary_lowering("silu"), backward=activation_backward))
+               gpu=unary_lowering("silu"), backward=unary_backward))
 def gelu_fast(ctx, p, x):
     """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
     if x.dtype != np.float32:
@@ -278,5 +278,5 @@ def gelu_into(ctx, p, out, x):
 
 
 register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into, cpu=gelu_cpu,
-               gpu=unary_lowering("gelu"), backward=activation_backward))
+               gpu=unary_lowering("gelu"), backward=unary_backward))
 register(OpDef("gelu_f16_table", "activation", ("x",), ("y",), _unary_infer, gelu_f16_table_ref))

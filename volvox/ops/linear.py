@@ -227,9 +227,14 @@ def linear_grad_weight_fast(ctx, p, x, dy):
 
 
 def linear_backward(g, node) -> None:
-    """d(x @ W^T + b): dx = dy @ W (W of any stored type: a frozen weight gives only dx), dW = dy^T x,
+    """d(x @ W^T + b) through linear_grads."""
+    linear_grads(g, node, g.grad(node, "y"))
+
+
+def linear_grads(g, node, dy: str) -> None:
+    """The gradients of a linear-like node's x, weight and bias given dy, the gradient of its product
+    x @ W^T + b: dx = dy @ W (W of any stored type: a frozen weight gives only dx), dW = dy^T x,
     db = dy summed over every leading axis."""
-    dy = g.grad(node, "y")
     if g.needs(node, "x"):
         g.accumulate(node, "x", g.emit("linear_grad_input", {"dy": dy, "weight": node.inputs["weight"]},
                                        outputs=("dx",))[0])

@@ -1,4 +1,4 @@
-"""Data movement: reshape, transpose, concat, pad, slice (and reshape_like); their backward. numpy is already
+"""Data movement: reshape, transpose, concat, pad, slice (and reshape_like, slice_grad); their backward. numpy is already
 the fast path."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
@@ -235,15 +236,53 @@ def transpose_backward(g, node) -> None:
     g.accumulate(node, "x", g.emit("transpose", {"x": g.grad(node, "y")}, {"perm": inverse})[0])
 
 
+def _slice_grad_infer(specs, params):
+    x = specs["x"]
+    expect(specs["dy"].dtype == x.dtype, f"dy must be {x.dtype}, got {specs['dy'].describe()}")
+    return {"dx": (x.shape, x.dtype)}
+
+
+def slice_grad_ref(ctx, p, dy, x):
+    """dx: zeros of x's shape with dy written where slice (same params) read x. Ports: dy, x (for its shape)."""
+    dx = np.zeros(x.shape, dy.dtype)
+    index = [slice(None)] * x.ndim
+    for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p.get("steps", [1] * len(p["axes"]))):
+        index[axis] = slice(start, end, step)
+    dx[tuple(index)] = dy
+    return dx
+
+
+def slice_backward(g, node) -> None:
+    """d(slice): dy scattered back into zeros of the input's shape (slice_grad)."""
+    g.accumulate(node, "x", g.emit("slice_grad", {"dy": g.grad(node, "y"), "x": node.inputs["x"]}, node.params,
+                                   outputs=("dx",))[0])
+
+
+def concat_backward(g, node) -> None:
+    """d(concat): each input's columns of dy, sliced out (sizes along the axis must be known)."""
+    dy = g.grad(node, "y")
+    axis = int(node.params["axis"]) % len(g.shape(dy))
+    offset = 0
+    for port in sorted(node.inputs, key=lambda p: int(p[1:])):
+        size = g.shape(node.inputs[port])[axis]
+        if not isinstance(size, int):
+            raise UnsupportedError(f"node {node.id!r} (concat): cannot differentiate a concat of symbolic size {size!r}")
+        if g.needs(node, port):
+            g.accumulate(node, port, g.emit("slice", {"x": dy}, {"axes": [axis], "starts": [offset],
+                                                                 "ends": [offset + size]})[0])
+        offset += size
+
+
 register(OpDef("reshape_like", "shape", ("x", "like"), ("y",), _reshape_like_infer, reshape_like_ref))
+register(OpDef("slice_grad", "shape", ("dy", "x"), ("dx",), _slice_grad_infer, slice_grad_ref))
 register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref, cpu=reshape_cpu, view=True,
                gpu=Lowering((), lambda c: [], alias=True), backward=reshape_backward))
 register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref, cpu=gather_cpu,
                gpu=Lowering(("gather",), _lower_transpose, check_gather), backward=transpose_backward))
 register(OpDef("concat", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
                _concat_infer, concat_ref, cpu=concat_cpu,
-               gpu=Lowering(("copy",), _lower_concat, _check_concat)))
+               gpu=Lowering(("copy",), _lower_concat, _check_concat), backward=concat_backward))
 register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref, cpu=pad_cpu,
                gpu=Lowering(("gather",), _lower_pad, check_gather)))
 register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref, cpu=gather_cpu,
-               gpu=Lowering(("gather",), _lower_slice, check_gather)))
+               gpu=Lowering(("gather",), _lower_slice, check_gather), backward=slice_backward))
