@@ -681,6 +681,55 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     return y
 
 
+def _depthwise_grad_operands(a, b, names: tuple[str, str], op: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two float32 4-D arrays, C-contiguous, of one channel count; KernelError / ShapeError otherwise."""
+    out = []
+    for name, arr in zip(names, (a, b)):
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.float32:
+            raise KernelError(f"{op}: {name} must be a float32 numpy array")
+        if arr.ndim != 4:
+            raise ShapeError(f"{op}: {name} must be 4-D, got shape {arr.shape}")
+        out.append(np.ascontiguousarray(arr))
+    if out[0].shape[3] != out[1].shape[3] or out[0].shape[0] != out[1].shape[0]:
+        raise ShapeError(f"{op}: {names[0]} {out[0].shape} and {names[1]} {out[1].shape} differ in batch or channels")
+    return out[0], out[1]
+
+
+def depthwise_conv2d_grad_input(dy, w, input_size, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:
+    """dL/dx (N, H, W, C) of a depthwise multiplier-1 conv: dy float32 (N, OH, OW, C), w float32 (C, kh, kw, 1),
+    ``input_size`` the forward input's (H, W)."""
+    h, wd = (int(v) for v in input_size)
+    if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 4 or w.shape[3] != 1:
+        raise KernelError("depthwise_conv2d_grad_input: weight must be float32 (C, kh, kw, 1)")
+    dy, _ = _depthwise_grad_operands(dy, dy, ("dy", "dy"), "depthwise_conv2d_grad_input")
+    n, _, _, c = dy.shape
+    if w.shape[0] != c:
+        raise ShapeError(f"depthwise_conv2d_grad_input: weight {w.shape} for dy with {c} channels")
+    geo = _conv_geometry(np.empty((n, h, wd, c), np.uint8), w, strides, dilations, pads, "depthwise_conv2d_grad_input")
+    if geo[:2] != dy.shape[1:3]:
+        raise ShapeError(f"depthwise_conv2d_grad_input: dy {dy.shape} is not this conv's output (OH, OW) = {geo[:2]}")
+    dx = np.empty((n, h, wd, c), np.float32)  # (N, H, W, C)
+    engine.dwconv_grad_input_f32(dy, np.ascontiguousarray(w.reshape(c, -1).T), geo, dx)
+    return dx
+
+
+def depthwise_conv2d_grad_weight(x, dy, kernel, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:
+    """dL/dW (C, kh, kw, 1) of a depthwise multiplier-1 conv: x float32 (N, H, W, C), dy float32
+    (N, OH, OW, C), ``kernel`` (kh, kw). The output rows are split in one band per thread, each summed
+    on its own, then the bands added in order."""
+    x, dy = _depthwise_grad_operands(x, dy, ("x", "dy"), "depthwise_conv2d_grad_weight")
+    n, _, _, c = x.shape
+    kh, kw = (int(v) for v in kernel)
+    geo = _conv_geometry(x, np.empty((c, kh, kw, 1), np.uint8), strides, dilations, pads, "depthwise_conv2d_grad_weight")
+    if geo[:2] != dy.shape[1:3]:
+        raise ShapeError(f"depthwise_conv2d_grad_weight: dy {dy.shape} is not this conv's output (OH, OW) = {geo[:2]}")
+    rows = n * geo[0]
+    bands = min(get_num_threads(), rows) if dy.size * kh * kw >= 1 << 16 else 1
+    partials = np.empty((bands, kh * kw * c), np.float32)  # (bands, kh*kw * C)
+    engine.dwconv_grad_weight_f32(x, dy, geo, partials)
+    return np.ascontiguousarray(partials.sum(axis=0, dtype=np.float32).reshape(kh, kw, c).transpose(2, 0, 1)[..., None])
+
+
 def conv_weights(w: np.ndarray, depthwise: bool):
     """What the conv kernels read for OHWI weight ``w`` (cached while a read-only ``w`` lives):
     depthwise (kh*kw, C) taps (int16 for int8 w); dense sgemm panels (float32 w) or
