@@ -23,9 +23,9 @@ import numpy as np
 from tqdm import tqdm
 
 from volvox.compile.autodiff import differentiate, grad_name
-from volvox.errors import UnsupportedError, VolvoxError
+from volvox.errors import ShapeError, UnsupportedError, VolvoxError
 from volvox.formats.safetensors import save_safetensors
-from volvox.ir.graph import Graph
+from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
 from volvox.train.checkpoint import RunState, check_resumable, load_checkpoint, save_checkpoint
@@ -116,28 +116,37 @@ def _batch(examples: list[Example], size: int, index: int, seed: int) -> list[Ex
     return [examples[i] for i in order[within * size:(within + 1) * size]]
 
 
-def validation_loss(trainer: Trainer, examples: list[Example], batch: int,
-                    feeds_of: Callable[[np.ndarray, np.ndarray], dict]) -> float:
-    """Mean loss over every learnt token of ``examples`` (each batch's mean weighted by its tokens)."""
+# a list of examples -> (the graph's data feeds, items it holds (tokens, images), items its loss averages)
+BatchFeeds = Callable[[list], tuple[dict[str, np.ndarray], int, int]]
+
+
+def text_feeds(examples: list[Example]) -> tuple[dict[str, np.ndarray], int, int]:
+    """A text batch: tokens and labels (batch, T) padded (data.collate), its tokens, its learnt labels."""
+    tokens, labels = collate(examples)
+    return {"tokens": tokens, "labels": labels}, int(tokens.size), int((labels != IGNORE).sum())
+
+
+def validation_loss(trainer: Trainer, examples: list, batch: int, batch_feeds: BatchFeeds = text_feeds) -> float:
+    """Mean loss over every learnt item of ``examples`` (each batch's mean weighted by its count)."""
     total, count = 0.0, 0
     for start in range(0, len(examples), batch):
-        tokens, labels = collate(examples[start:start + batch])
-        n = int((labels != IGNORE).sum())
+        feeds, _, n = batch_feeds(examples[start:start + batch])
         if n:
-            total += trainer.loss(feeds_of(tokens, labels)) * n
+            total += trainer.loss(feeds) * n
             count += n
     return total / max(count, 1)
 
 
-def fit(trainer: Trainer, train: list[Example], val: list[Example], settings: TrainSettings, *,
-        feeds_of: Callable[[np.ndarray, np.ndarray], dict], out_dir: str | Path | None = None,
+def fit(trainer: Trainer, train: list, val: list, settings: TrainSettings, *,
+        batch_feeds: BatchFeeds = text_feeds, out_dir: str | Path | None = None,
         val_every: int = 0, save_every: int = 0, resume: bool = True, fingerprint: str = "",
         progress: bool | None = None, log: Callable[[str], None] | None = None,
         callback: Callable[[int, float], None] | None = None) -> TrainResult:
     """Train ``trainer.params`` on ``train``: AdamW / SGD steps over ``grad_accum`` micro-batches each,
     clipped and scheduled as ``settings`` says; the validation loss every ``val_every`` steps and at the
     end; a checkpoint in ``out_dir`` every ``save_every`` steps and at the end, from which a later call
-    with ``resume`` continues exactly. ``callback(step, loss)`` runs after every optimiser step."""
+    with ``resume`` continues exactly. ``batch_feeds`` makes a batch's feeds (text: tokens and labels).
+    ``callback(step, loss)`` runs after every optimiser step."""
     log = log or (lambda line: print(line, file=sys.stderr))
     if not train:
         raise VolvoxError("no training examples")
@@ -168,7 +177,7 @@ def fit(trainer: Trainer, train: list[Example], val: list[Example], settings: Tr
 
     def validate():
         if val:
-            loss = validation_loss(trainer, val, settings.batch, feeds_of)
+            loss = validation_loss(trainer, val, settings.batch, batch_feeds)
             state.val_losses.append([state.step, loss])
             log(f"step {state.step}: validation loss {loss:.4f}, perplexity {math.exp(min(loss, 700)):.2f}")
 
@@ -177,14 +186,14 @@ def fit(trainer: Trainer, train: list[Example], val: list[Example], settings: Tr
     while state.step < steps:
         losses = []
         for _ in range(settings.grad_accum):
-            tokens, labels = collate(_batch(train, settings.batch, state.batch, settings.seed))
-            loss, grads = trainer.loss_and_grads(feeds_of(tokens, labels))
+            feeds, items, _ = batch_feeds(_batch(train, settings.batch, state.batch, settings.seed))
+            loss, grads = trainer.loss_and_grads(feeds)
             if not math.isfinite(loss):
                 raise VolvoxError(f"step {state.step}: the loss is {loss} (lower the learning rate?)")
             acc.add(grads)
             losses.append(loss)
             state.batch += 1
-            tokens_seen += tokens.size
+            tokens_seen += items
         grad = acc.mean()
         if settings.clip:
             clip_grad_norm(grad, settings.clip)
@@ -220,15 +229,11 @@ def _fingerprint(model, examples: list[Example], settings: TrainSettings, what: 
 
 
 def _run(model, examples, train, val, settings, trainer, what, *, log, **kw) -> TrainResult:
-    """fit() with the text model's feeds (tokens, labels), after one line saying what trains on what."""
+    """fit() after one line saying what trains on what."""
     log = log or (lambda line: print(line, file=sys.stderr))
     log(f"finetune: {trainer.params.flat.size:,} trainable values ({what[:60]}), {len(train)} training and "
         f"{len(val)} validation examples, {total_steps(settings, len(train))} steps")
-
-    def feeds_of(tokens, labels):
-        return {"tokens": tokens, "labels": labels}
-
-    return fit(trainer, train, val, settings, feeds_of=feeds_of, log=log,
+    return fit(trainer, train, val, settings, log=log,
                fingerprint=_fingerprint(model, examples, settings, what), **kw)
 
 
@@ -275,6 +280,76 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
     if out_dir is not None and sites is not None:
         result.output = save_adapter(out_dir, sites, result.params, config, base_model=str(model.source))
     elif out_dir is not None:
+        result.output = Path(out_dir) / "trained.safetensors"
+        save_safetensors(result.output, result.params)
+    return result
+
+
+def classifier_graph(graph: Graph) -> Graph:
+    """A classifier's graph (one output: logits (batch, classes)) with its mean cross entropy against an
+    int64 ``labels`` (batch,) input as the output ``loss``."""
+    from volvox.ops import validate
+
+    if len(graph.outputs) != 1 or len(graph.specs[graph.outputs[0]].shape) != 2:
+        raise UnsupportedError(f"a classifier graph has one output of shape (batch, classes); this one has "
+                               f"{[graph.specs[o].describe() for o in graph.outputs]}")
+    logits = graph.specs[graph.outputs[0]]
+    inputs = list(graph.inputs) + [TensorSpec("labels", logits.shape[:1], "int64")]
+    nodes = list(graph.nodes) + [Node(LOSS, "cross_entropy", {"logits": logits.name, "labels": "labels"},
+                                      {"loss": LOSS, "lse": LOSS + ".lse"})]
+    out = Graph(inputs, dict(graph.weights), nodes, [LOSS])
+    validate(out)
+    return out
+
+
+def train_classifier(model, inputs: np.ndarray, labels: np.ndarray, *, steps: int | None = None, epochs: float = 1.0,
+                     lr: float = 1e-3, batch: int = 16, grad_accum: int = 1, schedule: str = "constant", warmup: int = 0,
+                     min_lr_ratio: float = 0.1, clip: float | None = None, optimizer: str = "adamw",
+                     weight_decay: float = 0.0, val_split: float = 0.0, val_every: int = 0, save_every: int = 0,
+                     out_dir: str | Path | None = None, resume: bool = True, seed: int = 0,
+                     progress: bool | None = None, log: Callable[[str], None] | None = None,
+                     callback: Callable[[int, float], None] | None = None) -> TrainResult:
+    """Train every float weight of a loaded single-input classifier (a small CNN from ONNX, say) on
+    ``inputs`` (N, ...) and class ``labels`` (N,) with the mean cross entropy, through the same loop
+    as finetune(); its files are read again, uncompiled. A full run's tensors go to
+    ``out_dir/trained.safetensors``. Returns the TrainResult."""
+    from volvox.loader import import_model
+
+    inputs, labels = np.asarray(inputs, np.float32), np.asarray(labels, np.int64)
+    if inputs.shape[:1] != labels.shape or labels.ndim != 1 or not len(labels):
+        raise ShapeError(f"inputs {inputs.shape} and labels {labels.shape}: one label per input row needed")
+    imported = import_model(Path(model.source))
+    try:
+        from volvox.ops import validate
+
+        validate(imported.graph)
+        if len(imported.graph.inputs) != 1:
+            raise UnsupportedError(f"{model.source}: a classifier takes one input, this graph takes "
+                                   f"{[s.name for s in imported.graph.inputs]}")
+        x_name = imported.graph.inputs[0].name
+        graph = classifier_graph(imported.graph)
+        names = [n for n, s in graph.weights.items() if s.dtype == "float32"]
+        graph, frozen = trainable_graph(graph, imported.weights, names)
+        params = Parameters({n: np.asarray(imported.weights[n], np.float32) for n in names})
+        settings = TrainSettings(steps, epochs, lr, batch, grad_accum, schedule, warmup, min_lr_ratio, clip,
+                                 optimizer, weight_decay, seed)
+        rows = list(range(len(labels)))
+        train, val = split(rows, val_split, seed)
+
+        def batch_feeds(picked: list[int]):
+            return {x_name: inputs[picked], "labels": labels[picked]}, len(picked), len(picked)
+
+        h = hashlib.sha256(json.dumps([str(model.source), vars(settings)], default=str).encode())
+        h.update(inputs.tobytes())
+        h.update(labels.tobytes())
+        log = log or (lambda line: print(line, file=sys.stderr))
+        log(f"train: {params.flat.size:,} trainable values, {len(train)} training and {len(val)} validation rows")
+        result = fit(Trainer(graph, frozen, params), train, val, settings, batch_feeds=batch_feeds, out_dir=out_dir,
+                     val_every=val_every, save_every=save_every, resume=resume, fingerprint=h.hexdigest()[:16],
+                     progress=progress, log=log, callback=callback)
+    finally:
+        imported.close()
+    if out_dir is not None:
         result.output = Path(out_dir) / "trained.safetensors"
         save_safetensors(result.output, result.params)
     return result
