@@ -942,7 +942,7 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
          quantized ``w`` is read in the tier's interleaved layout (``linear``'s cached packing)
     out: optional float32 (M, K), C-contiguous, not overlapping dy
     W is never widened: each work item dequantizes one strip of 32 input columns (256 for the
-    k-quants) block by block into per-thread scratch of N strips.
+    k-quants) block by block, 256 of W's rows at a time, into per-thread scratch.
     """
     dy2 = _f32_rows(dy, "matmul_t: dy")
     code, n, k = _weight_meta(w, "w")
@@ -960,8 +960,8 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
     else:
         wb = _weight_bytes(w, "w")[1]
         data, row_bytes, group_bytes, rows = wb.reshape(-1), wb.shape[1], 0, 0
-    strip = engine.matmul_t_strip_floats(code)
-    panels = np.empty(get_num_threads() * n * strip, np.float32)  # (threads, N, strip) dequantized columns
+    per = engine.matmul_t_panel_floats(code, n)
+    panels = np.empty(get_num_threads() * max(per, 1), np.float32)  # (threads, rows, strip) dequantized W
     engine.matmul_t(code, data, row_bytes, group_bytes, rows, k, dy2, out, panels)
     return out
 

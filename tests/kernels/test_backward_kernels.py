@@ -52,6 +52,7 @@ def assert_close(got, want, rtol=1e-4):
 # ------------------------------------------------------------------ the transposed product
 @pytest.mark.parametrize("qtype,n,k", [
     ("q4_1", 45, 96), ("q4_0", 45, 96), ("q8_0", 45, 96),   # N not a multiple of an interleaved group
+    ("q4_1", 300, 64),                                       # W's rows in two panels
     ("q5_0", 13, 64), ("q5_1", 13, 64), ("iq4_nl", 13, 64),
     ("q4_k", 11, 512), ("q6_k", 11, 256), ("q2_k", 5, 256), ("q3_k", 5, 256), ("q5_k", 5, 256),
 ])
@@ -68,7 +69,7 @@ def test_matmul_t_quantized_matches_torch(tier, qtype, n, k, read_only):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("m,n,k", [(5, 17, 37), (9, 64, 100), (1, 3, 1)])   # K no multiple of 32 or of a vector
+@pytest.mark.parametrize("m,n,k", [(5, 17, 37), (9, 64, 100), (1, 3, 1), (3, 600, 37)])   # K no multiple of 32 or of a vector
 def test_matmul_t_float_matches_torch(tier, dtype, m, n, k):
     rng = np.random.default_rng(m * n * k)
     w = rng.standard_normal((n, k)).astype(dtype)

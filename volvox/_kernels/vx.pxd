@@ -259,9 +259,18 @@ ctypedef struct vx_conv_table:
 # ------------------------------------------------------------------------------------------------
 # Training kernels (kernels/backward.pxi): the backward passes of the LLM path's heavy ops.
 # ------------------------------------------------------------------------------------------------
+cdef enum:
+    VX_MATMUL_T_ROWS = 256   # weight rows per panel of matmul_t_strip
+
+
 cdef inline int64_t vx_matmul_t_strip(int wtype) noexcept nogil:
     """Input columns per work item of matmul_t_strip: one block (256 for the k-quants, 32 else)."""
     return VX_QK_K if vx_is_kquant(wtype) else VX_QK
+
+
+cdef inline int64_t vx_matmul_t_panel_floats(int wtype, int64_t N) noexcept nogil:
+    """Floats of scratch matmul_t_strip needs (one per thread) for a weight of N rows."""
+    return (N if N < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS) * vx_matmul_t_strip(wtype)
 
 
 # Causal grouped-query self-attention over a whole sequence (no KV cache): q, out (seq, n_heads *

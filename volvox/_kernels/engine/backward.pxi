@@ -3,30 +3,31 @@
 # scratch indexed by the thread's number. Items never write the same output: every result is
 # deterministic and independent of the thread count.
 from cython.parallel cimport prange, threadid
-from volvox._kernels.vx cimport vx_attn_bwd_kv_items, vx_attn_train_shape, vx_matmul_t_strip
+from volvox._kernels.vx cimport vx_attn_bwd_kv_items, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_strip
 
 cdef enum:
     SCATTER_COLS = 64       # embedding_backward: columns per work item
 
 
-def matmul_t_strip_floats(int wtype):
-    """Input columns per work item of matmul_t (its panel holds N times as many floats per thread)."""
-    return vx_matmul_t_strip(wtype)
+def matmul_t_panel_floats(int wtype, int64_t N):
+    """Floats of scratch matmul_t needs per thread for a weight of type wtype with N rows."""
+    return vx_matmul_t_panel_floats(wtype, N)
 
 
 def matmul_t(int wtype, const uint8_t[::1] w, int64_t row_bytes, int64_t group_bytes, int il_rows, int64_t K,
              const float[:, ::1] dy, float[:, ::1] dx, float[::1] panels):
     """dx (M, K) = dy (M, N) @ W (N, K), W of type wtype as inference holds it: rows row_bytes apart, or
     interleaved groups of il_rows rows group_bytes apart (group_bytes > 0). One work item per strip of
-    matmul_t_strip_floats(wtype) input columns; panels: threads * N * strip floats."""
+    vx_matmul_t_strip(wtype) input columns; panels: threads * matmul_t_panel_floats(wtype, N) floats."""
     cdef int64_t M = dy.shape[0], N = dy.shape[1], S = vx_matmul_t_strip(wtype)
+    cdef int64_t per = vx_matmul_t_panel_floats(wtype, N)
     cdef int64_t strips = (K + S - 1) // S, strip
     cdef int team = threads_for(M * N * K)
     if M == 0 or K == 0:
         return
     for strip in prange(strips, nogil=True, schedule="static", num_threads=team):
         _tbl.train.matmul_t_strip(wtype, _tbl.dequant[wtype], K, &w[0], row_bytes, group_bytes, il_rows, N,
-                                  strip, &dy[0, 0], M, &dx[0, 0], &panels[threadid() * N * S])
+                                  strip, &dy[0, 0], M, &dx[0, 0], &panels[threadid() * per])
 
 
 cdef vx_attn_train_shape attn_shape(int64_t seq, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,

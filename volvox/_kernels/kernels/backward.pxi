@@ -3,9 +3,9 @@
 # dot_vec_f32 and exp8 (kernels/<tier>/attention.pxi) and its dequantizers (the table's dequant).
 #   matmul_t_strip       dx = dy @ W on a frozen weight as inference holds it (any weight type, rows as
 #                        stored or interleaved): one strip of W's input columns (32; 256 for k-quants)
-#                        is dequantized block by block into an (N, strip) panel in thread scratch, then
-#                        multiplied in register tiles of 4 dy rows x 32 columns. The hot spot of LoRA
-#                        over a quantized base.
+#                        is dequantized block by block, 256 of W's rows at a time, into a panel in
+#                        thread scratch, then multiplied in register tiles of 4 dy rows x 32 columns.
+#                        The hot spot of LoRA over a quantized base.
 #   attention_fwd_row    one query row of one head of causal GQA attention over the whole sequence,
 #                        with the row's logsumexp (what the backward recomputes probabilities from)
 #   attention_bwd_kv     flash-attention-2's backward for one kv head and one tile of keys: the
@@ -24,7 +24,7 @@ from volvox._kernels.vx cimport (
     VX_F16, VX_F32, VX_Q2_K, VX_Q3_K, VX_Q4_1, VX_Q4_K, VX_Q5_0, VX_Q5_1, VX_Q5_K, VX_Q6_K, VX_Q8_0,
     vx_attn_train_shape, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
     vx_block_q5_0, vx_block_q5_1, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_dequant_fn, vx_f16,
-    vx_il_block_bytes, vx_matmul_t_strip, vx_train_table)
+    vx_il_block_bytes, vx_matmul_t_strip, vx_train_table, VX_MATMUL_T_ROWS)
 
 cdef enum:
     BW_MR = 4           # dy rows per register tile of the transposed product
@@ -80,12 +80,13 @@ cdef inline void bw_il_decode(int wtype, int R, const uint8_t *group, int64_t b,
         out[j + 16] = d * <float>(byte >> 4) + m
 
 
-cdef inline void bw_tile(int64_t N, const float *dy, int64_t rows, const float *panel, int64_t S,
-                         int64_t cols, float *dx, int64_t ldx) noexcept nogil:
-    """dx[r * ldx + c] = sum_o dy[r * N + o] * panel[o * S + c] for r < rows (<= BW_MR), c < cols
-    (<= BW_NC); the panel's BW_NC columns are all readable (zero padded)."""
-    cdef vf acc[BW_MR * BW_NV]         # (rows, vectors of the 32 columns)
-    cdef vf wv[BW_NV]                    # panel row o's 32 columns
+cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, const float *panel, int64_t S,
+                         int64_t cols, bint accumulate, float *dx, int64_t ldx) noexcept nogil:
+    """dx[r * ldx + c] (+)= sum_{o < N} dy[r * ldy + o] * panel[o * S + c] for r < rows (<= BW_MR),
+    c < cols (<= BW_NC), added to dx's values when accumulate; the panel's BW_NC columns are all
+    readable (zero padded)."""
+    cdef vf acc[BW_MR * BW_NV]                 # (rows, vectors of the 32 columns)
+    cdef vf wv[BW_NV]                          # panel row o's 32 columns
     cdef float out[BW_MR * BW_NC]              # (rows, 32)
     cdef vf a
     cdef int64_t o, c
@@ -97,7 +98,7 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t rows, const float *
             for v in range(BW_NV):
                 wv[v] = vf_load(panel + o * S + v * VL)
             for r in range(BW_MR):
-                a = vf_set1(dy[r * N + o])
+                a = vf_set1(dy[r * ldy + o])
                 for v in range(BW_NV):
                     acc[r * BW_NV + v] = vf_fma(a, wv[v], acc[r * BW_NV + v])
     else:
@@ -105,39 +106,53 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t rows, const float *
             for v in range(BW_NV):
                 wv[v] = vf_load(panel + o * S + v * VL)
             for r in range(rows):
-                a = vf_set1(dy[r * N + o])
+                a = vf_set1(dy[r * ldy + o])
                 for v in range(BW_NV):
                     acc[r * BW_NV + v] = vf_fma(a, wv[v], acc[r * BW_NV + v])
     for r in range(rows):
         for v in range(BW_NV):
             vf_store(out + r * BW_NC + v * VL, acc[r * BW_NV + v])
-        for c in range(cols):
-            dx[r * ldx + c] = out[r * BW_NC + c]
+        if accumulate:
+            for c in range(cols):
+                dx[r * ldx + c] = dx[r * ldx + c] + out[r * BW_NC + c]
+        else:
+            for c in range(cols):
+                dx[r * ldx + c] = out[r * BW_NC + c]
 
 
 cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
                          int64_t group_bytes, int il_rows, int64_t N, int64_t strip, const float *dy,
                          int64_t M, float *dx, float *panel) noexcept nogil:
     """Columns strip * S .. strip * S + S - 1 (fewer in the last strip of float weights) of dx (M, K) =
-    dy (M, N) @ W (N, K); W's rows row_bytes apart, or interleaved groups of il_rows rows
-    group_bytes apart when group_bytes > 0. panel: N * S floats of scratch."""
+    dy (M, N) @ W (N, K); W's rows row_bytes apart, or interleaved groups of il_rows rows group_bytes
+    apart when group_bytes > 0. W's rows are taken VX_MATMUL_T_ROWS at a time (a panel that stays in
+    cache however large N is), their products summed into dx. panel: vx_matmul_t_panel_floats floats."""
     cdef int64_t S = vx_matmul_t_strip(wtype), c0 = strip * S
-    cdef int64_t cols = K - c0 if K - c0 < S else S, sb = bw_strip_bytes(wtype, S), o, c, i
-    for o in range(N):  # the strip's (N, S) panel, one block at a time
-        if group_bytes > 0:
-            bw_il_decode(wtype, il_rows, w + (o // il_rows) * group_bytes, strip, o % il_rows, panel + o * S)
-        else:
-            dq(cols, w + o * row_bytes + strip * sb, panel + o * S)
-            if cols < S:
-                memset(panel + o * S + cols, 0, <size_t>(S - cols) * sizeof(float))
-    c = 0
-    while c < cols:
-        i = 0
-        while i < M:
-            bw_tile(N, dy + i * N, M - i if M - i < BW_MR else BW_MR, panel + c, S,
-                    cols - c if cols - c < BW_NC else BW_NC, dx + i * K + c0 + c, K)
-            i += BW_MR
-        c += BW_NC
+    cdef int64_t cols = K - c0 if K - c0 < S else S, sb = bw_strip_bytes(wtype, S)
+    cdef int64_t o0, n, o, c, i
+    o0 = 0
+    while o0 < N:
+        n = N - o0 if N - o0 < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS
+        for o in range(n):  # the (n, S) panel of W's rows o0 .., one block at a time
+            if group_bytes > 0:
+                bw_il_decode(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip, (o0 + o) % il_rows,
+                             panel + o * S)
+            else:
+                dq(cols, w + (o0 + o) * row_bytes + strip * sb, panel + o * S)
+                if cols < S:
+                    memset(panel + o * S + cols, 0, <size_t>(S - cols) * sizeof(float))
+        c = 0
+        while c < cols:
+            i = 0
+            while i < M:
+                bw_tile(n, dy + i * N + o0, N, M - i if M - i < BW_MR else BW_MR, panel + c, S,
+                        cols - c if cols - c < BW_NC else BW_NC, o0 > 0, dx + i * K + c0 + c, K)
+                i += BW_MR
+            c += BW_NC
+        o0 += n
+    if N == 0:  # dy has no columns: dx is zero
+        for i in range(M):
+            memset(dx + i * K + c0, 0, <size_t>cols * sizeof(float))
 
 
 cdef inline void bw_axpy(int64_t n, float alpha, const float *x, float *y) noexcept nogil:
