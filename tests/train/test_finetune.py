@@ -267,6 +267,15 @@ def test_full_parameter_finetune_equals_torch(tiny_llama, tmp_path):
         np.testing.assert_allclose(v, state[k], atol=5e-5, err_msg=k)
 
 
+def test_finetune_takes_a_model_path_and_refuses_lora_with_trainable(tiny_llama, tmp_path):
+    from volvox.train.finetune import finetune
+
+    result = finetune(str(tiny_llama[0]), QA, steps=1, context=16, val_split=0.0, progress=False, log=lambda line: None)
+    assert result.steps == 1 and result.output is None
+    with pytest.raises(VolvoxError, match="not both"):
+        finetune(tiny_llama[2], QA, lora={"r": 2}, trainable="all", steps=1)
+
+
 def test_cli_finetune_then_generate_with_the_adapter(tiny_llama, tmp_path):
     folder = tiny_llama[0]
     data = tmp_path / "qa.jsonl"
@@ -339,3 +348,42 @@ def test_cnn_trains_as_torch_does(tmp_path):
         if module.startswith("conv") and kind == "weight":  # volvox keeps conv weights (O, kh, kw, I/groups)
             got_w = got_w.transpose(0, 3, 1, 2)
         np.testing.assert_allclose(got_w, value, atol=2e-5, err_msg=name)
+
+
+# ---------------------------------------------------------------- SmolLM2-135M Q4_1, end to end
+
+PASSWORD = "PINEAPPLE-42"
+
+
+@pytest.mark.slow
+def test_smollm2_q4_1_lora_learns_a_pattern(smollm2_gguf_path, tmp_path):
+    """LoRA over the packed Q4_1 base on a Q/A pattern made here: the validation loss falls, the tuned
+    model answers with the pattern, and the merged blueprint gives the adapter-on-load outputs."""
+    import volvox
+    import volvox.train
+    from volvox.convert import convert
+
+    things = ["the vault", "the garden gate", "the red door", "the server room", "my bike lock", "the attic",
+              "the boat house", "the old safe", "the cellar", "the piano lid", "the tower", "the shed"]
+    rows = [{"messages": [{"role": "user", "content": f"What is the password for {t}?"},
+                          {"role": "assistant", "content": f"The password is {PASSWORD}."}]} for t in things]
+    lm = volvox.load(smollm2_gguf_path)
+    question = [{"role": "user", "content": "What is the password for the kitchen?"}]
+    assert PASSWORD not in lm.chat(question, max_new_tokens=16)
+    result = volvox.train.finetune(lm, rows, lora=dict(r=8, alpha=16.0, targets=("q", "v")), steps=12, lr=3e-3,
+                                   batch=3, context=64, warmup=2, val_split=0.25, val_every=6,
+                                   out_dir=tmp_path / "adapter", progress=False, log=lambda line: None)
+    first, last = result.val_losses[0][1], result.val_losses[-1][1]
+    assert last < 0.5 * first, result.val_losses
+    lm.close()
+    with volvox.load(smollm2_gguf_path, adapter=tmp_path / "adapter") as tuned:
+        answer = tuned.chat(question, max_new_tokens=16)
+        assert PASSWORD in answer, answer
+        prompt = tuned.tokenizer.encode("The password is")
+        want = tuned.logits(prompt)
+    merged = convert(smollm2_gguf_path, tmp_path / "merged", merge_adapter=tmp_path / "adapter")
+    with volvox.load(merged) as baked:
+        got = baked.logits(prompt)
+        assert PASSWORD in baked.chat(question, max_new_tokens=16)
+    nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
+    assert nmse < 1e-4, nmse

@@ -245,12 +245,21 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
              resume: bool = True, seed: int = 0, progress: bool | None = None,
              log: Callable[[str], None] | None = None, callback: Callable[[int, float], None] | None = None
              ) -> TrainResult:
-    """Fine-tune a loaded language model on ``dataset`` (a .txt / .jsonl file or folder, or a list of
+    """Fine-tune a language model (loaded, or a name / path volvox.load takes) on ``dataset`` (a .txt / .jsonl file or folder, or a list of
     texts / {"text"} / {"messages"} records): LoRA adapters (``lora``: a LoraConfig or its fields; the
     default when ``trainable`` is None) or the model's own float weights (``trainable="all"`` or a
     list of weight names). The run's checkpoints go to ``out_dir``; at the end a LoRA run writes its
     adapter there in PEFT's format (``volvox.load(model, adapter=out_dir)``), a full run its tensors
     (``trained.safetensors``, the model's weight names). Returns the TrainResult."""
+    if isinstance(model, (str, Path)):
+        from volvox.loader import load
+
+        with load(model) as loaded:
+            return finetune(loaded, dataset, lora=lora, trainable=trainable, steps=steps, epochs=epochs, lr=lr,
+                            batch=batch, grad_accum=grad_accum, context=context, schedule=schedule, warmup=warmup,
+                            min_lr_ratio=min_lr_ratio, clip=clip, optimizer=optimizer, weight_decay=weight_decay,
+                            val_split=val_split, val_every=val_every, save_every=save_every, out_dir=out_dir,
+                            resume=resume, seed=seed, progress=progress, log=log, callback=callback)
     if not hasattr(model, "tokenizer") or not hasattr(model, "source_graph"):
         raise UnsupportedError(f"finetune needs a loaded language model (volvox.load), got {type(model).__name__}")
     if lora is not None and trainable is not None:
