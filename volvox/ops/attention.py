@@ -14,6 +14,7 @@ from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.context import BatchContext
 from volvox.ops.registry import OpDef, register
+from volvox.ops.shape import reshape_target
 from volvox.ops.gpu import MAX_HEAD_DIM, Call, Dispatch, Lowering, copy_dispatch, grid_of
 
 
@@ -361,13 +362,14 @@ def _lower_output_rows(c: Call) -> list[Dispatch]:
 def _sequence_positions_infer(specs, params):
     ids = specs["ids"]
     expect(len(ids.shape) >= 1, f"ids must be ([batch,] seq), got {ids.describe()}")
-    return {"y": ((ids.shape[-1],), "int32")}
+    return {"y": (reshape_target(ids.shape, [-1]), "int32")}
 
 
 def sequence_positions_ref(ctx, p, ids):
-    """0 .. seq-1 (int32) for ids ([batch,] seq): the positions of a full sequence, as a training graph
-    runs it (no KV cache, every sequence from position 0)."""
-    return np.arange(ids.shape[-1], dtype=np.int32)
+    """The position of every token of ids ([batch,] seq) in its row, 0 .. seq-1, flattened to (batch * seq,)
+    int32: a training graph's positions (no KV cache, every sequence from position 0), one per row of
+    its (batch * seq, dim) activations."""
+    return np.ascontiguousarray(np.broadcast_to(np.arange(ids.shape[-1], dtype=np.int32), ids.shape).reshape(-1))
 
 
 def rope_backward(g, node) -> None:
