@@ -34,6 +34,7 @@ Training (the backward kernels of the LLM path):
     weight_grad(dy, x)              dW = dy.T @ x (f32)
     attention_train(q, k, v, ...) -> (out, lse); attention_backward(q, k, v, out, lse, dout, ...) -> dq, dk, dv
     cross_entropy(logits, labels, ignore_index, grad, in_place) -> (loss, dlogits, lse)
+    cross_entropy_grad(logits, labels, lse, dloss, ignore_index, out) -> dlogits (from the saved lse)
     rms_norm_backward(x, weight, dy, eps) -> (dx, dweight); embedding_backward(ids, dy, vocab, out)
 """
 
@@ -75,7 +76,8 @@ __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention",
            "qconv2d",
            "quantize_i8", "dequantize_i8", "qavg_pool2d", "qsoftmax", "isa",
            "available_isas", "set_num_threads", "get_num_threads",
-           "matmul_t", "weight_grad", "attention_train", "attention_backward", "cross_entropy", "rms_norm_backward",
+           "matmul_t", "weight_grad", "attention_train", "attention_backward", "cross_entropy", "cross_entropy_grad",
+           "rms_norm_backward",
            "embedding_backward"]
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
@@ -1089,7 +1091,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, grad: bool = True, i
 
     Rows whose label is ``ignore_index`` count for nothing; the mean is over the others (0.0, and a
     zero gradient, when every row is ignored). Returns (loss float, dlogits (rows, V) or None, lse
-    (rows,) float32): one pass per row for the logsumexp, one for the gradient
+    (rows,) float32, every row's): one pass per row for the logsumexp, one for the gradient
     (softmax - onehot) / counted rows, written over ``logits`` when ``in_place`` (logits must then be a
     writeable C-contiguous float32 array). A label outside [0, V) that is not ignore_index raises
     KernelError.
@@ -1101,20 +1103,46 @@ def cross_entropy(logits, labels, ignore_index: int = -100, grad: bool = True, i
     else:
         x = _f32_rows(logits, "cross_entropy: logits")
     rows, vocab = x.shape
-    if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iu" or labels.shape != (rows,):
-        raise ShapeError(f"cross_entropy: labels must be an integer array of shape ({rows},)")
-    lab = np.ascontiguousarray(labels, dtype=np.int64)
-    counted = lab != ignore_index
-    bad = counted & ((lab < 0) | (lab >= vocab))
-    if bad.any():
-        at = int(np.argmax(bad))
-        raise KernelError(f"cross_entropy: label {int(lab[at])} at row {at} is outside the {vocab} classes")
-    n = int(counted.sum())
+    lab, n = _counted_labels(labels, rows, vocab, ignore_index, "cross_entropy")
     dlogits = (x if in_place else np.empty_like(x)) if grad else None  # (rows, V)
     loss = np.empty(rows, np.float32)  # (rows,) each row's loss (0: ignored)
     lse = np.empty(rows, np.float32)  # (rows,)
     engine.cross_entropy(x, lab, int(ignore_index), float(1.0 / n) if n else 0.0, dlogits, loss, lse)
     return (float(loss.sum(dtype=np.float64) / n) if n else 0.0), dlogits, lse
+
+
+def cross_entropy_grad(logits, labels, lse, dloss: float = 1.0, ignore_index: int = -100, out=None) -> np.ndarray:
+    """dlogits = dloss (softmax(logits) - onehot(labels)) / counted rows, the softmax recomputed in one pass
+    from the forward's logsumexp ``lse`` (rows,) (cross_entropy's third result): cross_entropy's gradient
+    when the loss and its gradient run as separate steps. float32 logits (rows, V), integer labels
+    (rows,); ignored rows get 0. ``out`` (rows, V) float32 may be ``logits`` itself."""
+    x = _f32_rows(logits, "cross_entropy_grad: logits")
+    rows, vocab = x.shape
+    lab, n = _counted_labels(labels, rows, vocab, ignore_index, "cross_entropy_grad")
+    lse1 = _c_array(lse, np.float32, 1, "cross_entropy_grad: lse")
+    if lse1.shape != (rows,):
+        raise ShapeError(f"cross_entropy_grad: lse must have shape ({rows},), got {lse1.shape}")
+    if out is None:
+        out = np.empty_like(x)  # (rows, V)
+    else:
+        _check_out(out, (rows, vocab))
+        if np.may_share_memory(out, x) and out.ctypes.data != x.ctypes.data:
+            raise KernelError("cross_entropy_grad: out must be logits itself or not overlap it")
+    engine.cross_entropy_grad(x, lab, lse1, int(ignore_index), float(dloss) / n if n else 0.0, out)
+    return out
+
+
+def _counted_labels(labels, rows: int, vocab: int, ignore_index: int, op: str) -> tuple[np.ndarray, int]:
+    """(labels as int64 (rows,), rows not ignored); KernelError naming a counted label outside [0, vocab)."""
+    if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iu" or labels.shape != (rows,):
+        raise ShapeError(f"{op}: labels must be an integer array of shape ({rows},)")
+    lab = np.ascontiguousarray(labels, dtype=np.int64)
+    counted = lab != ignore_index
+    bad = counted & ((lab < 0) | (lab >= vocab))
+    if bad.any():
+        at = int(np.argmax(bad))
+        raise KernelError(f"{op}: label {int(lab[at])} at row {at} is outside the {vocab} classes")
+    return lab, int(counted.sum())
 
 
 def rms_norm_backward(x, weight, dy, eps) -> tuple:

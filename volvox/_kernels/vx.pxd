@@ -309,6 +309,9 @@ ctypedef struct vx_train_table:
     # one row of V logits: loss, logsumexp and (dx not NULL) dx = scale (softmax - onehot(label))
     void (*cross_entropy_row)(int64_t V, const float *x, int64_t label, float scale, float *dx,
                               float *loss, float *lse) noexcept nogil
+    # the same row's dx = scale (exp(x - lse) - onehot(label)) from its saved logsumexp (dx may be x)
+    void (*cross_entropy_grad_row)(int64_t V, const float *x, int64_t label, float lse, float scale,
+                                   float *dx) noexcept nogil
     # dx (D,) of one RMSNorm row given dL/dy g; returns the row's 1 / rms
     float (*rms_norm_bwd_row)(int64_t D, const float *x, const float *weight, const float *g,
                               float eps, float *dx) noexcept nogil

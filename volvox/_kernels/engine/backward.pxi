@@ -82,22 +82,36 @@ def attention_backward(const float[:, ::1] q, const float[:, ::1] k, const float
 
 def cross_entropy(const float[:, ::1] logits, const int64_t[::1] labels, int64_t ignore_index, float scale,
                   float[:, ::1] dlogits, float[::1] loss, float[::1] lse):
-    """Per row of logits (rows, V): loss[r] = logsumexp - logit of labels[r] and lse[r], and, when dlogits
-    (rows, V; may be logits itself) is given, its row = scale (softmax - onehot). Rows whose label is
-    ignore_index: loss 0, lse 0, gradient 0."""
+    """Per row of logits (rows, V): lse[r] = its logsumexp, loss[r] = lse[r] - logit of labels[r] and, when
+    dlogits (rows, V; may be logits itself) is given, its row = scale (softmax - onehot). Rows whose label
+    is ignore_index: loss 0, gradient 0 (their lse is still computed)."""
     cdef int64_t rows = logits.shape[0], V = logits.shape[1], r
     cdef bint grad = dlogits is not None
     if rows == 0:
         return
     for r in prange(rows, nogil=True, schedule="static", num_threads=threads_for(rows * V * 8)):
         if labels[r] == ignore_index:
+            _tbl.train.cross_entropy_row(V, &logits[r, 0], 0, scale, NULL, &loss[r], &lse[r])
             loss[r] = 0.0
-            lse[r] = 0.0
             if grad:
                 memset(&dlogits[r, 0], 0, V * sizeof(float))
         else:
             _tbl.train.cross_entropy_row(V, &logits[r, 0], labels[r], scale, &dlogits[r, 0] if grad else NULL,
                                          &loss[r], &lse[r])
+
+
+def cross_entropy_grad(const float[:, ::1] logits, const int64_t[::1] labels, const float[::1] lse,
+                       int64_t ignore_index, float scale, float[:, ::1] dlogits):
+    """dlogits (rows, V; may be logits itself) = scale (exp(logits - lse) - onehot(labels)) per row from the
+    forward's logsumexp lse (rows,); rows whose label is ignore_index: 0."""
+    cdef int64_t rows = logits.shape[0], V = logits.shape[1], r
+    if rows == 0:
+        return
+    for r in prange(rows, nogil=True, schedule="static", num_threads=threads_for(rows * V * 4)):
+        if labels[r] == ignore_index:
+            memset(&dlogits[r, 0], 0, V * sizeof(float))
+        else:
+            _tbl.train.cross_entropy_grad_row(V, &logits[r, 0], labels[r], lse[r], scale, &dlogits[r, 0])
 
 
 def rms_norm_backward(const float[:, ::1] x, const float[::1] weight, const float[:, ::1] g, float eps,

@@ -14,6 +14,7 @@
 #   attention_bwd_q      the same recomputation for one query row of one head: dq
 #   cross_entropy_row    one row's loss, logsumexp and dlogits in three passes over the logits, the
 #                        gradient written over the logits when the caller allows it
+#   cross_entropy_grad_row   dlogits alone from the forward's saved logsumexp: one pass
 #   rms_norm_bwd_row     dx of one RMSNorm row (the weight's gradient is summed by the engine)
 # No kernel here holds a (seq, seq) matrix: attention keeps one row of scores per thread (forward)
 # or none (backward).
@@ -255,7 +256,7 @@ cdef void cross_entropy_row(int64_t V, const float *x, int64_t label, float scal
     """One row of logits x (V,) with its label (0 <= label < V): loss[0] = logsumexp(x) - x[label],
     lse[0] = logsumexp(x), and, unless dx is NULL, dx (V,) = scale (softmax(x) - onehot(label)). dx may
     be x itself: every logit is read before its gradient is written."""
-    cdef float mx = -INFINITY, x_label = x[label], l
+    cdef float mx = -INFINITY, l
     cdef float lanes[8]
     cdef double total = 0.0
     cdef int64_t j = 0
@@ -270,17 +271,24 @@ cdef void cross_entropy_row(int64_t V, const float *x, int64_t label, float scal
         total += <double>expf(x[j] - mx)
         j += 1
     l = mx + <float>log(total)
-    loss[0] = l - x_label
+    loss[0] = l - x[label]
     lse[0] = l
-    if dx == NULL:
-        return
-    j = 0
+    if dx != NULL:
+        cross_entropy_grad_row(V, x, label, l, scale, dx)
+
+
+cdef void cross_entropy_grad_row(int64_t V, const float *x, int64_t label, float lse, float scale,
+                                 float *dx) noexcept nogil:
+    """dx (V,) = scale (exp(x - lse) - onehot(label)) for one row of logits x (V,) whose logsumexp is
+    lse (the forward's): one pass. dx may be x itself."""
+    cdef float lanes[8]
+    cdef int64_t j = 0
     while j + 8 <= V:
-        exp8(x + j, l, lanes)
+        exp8(x + j, lse, lanes)
         bw_scale8(lanes, scale, dx + j)
         j += 8
     while j < V:
-        dx[j] = expf(x[j] - l) * scale
+        dx[j] = expf(x[j] - lse) * scale
         j += 1
     dx[label] = dx[label] - scale
 
@@ -316,4 +324,5 @@ cdef void fill_backward(vx_train_table *t) noexcept:
     t.attention_bwd_kv = attention_bwd_kv
     t.attention_bwd_q = attention_bwd_q
     t.cross_entropy_row = cross_entropy_row
+    t.cross_entropy_grad_row = cross_entropy_grad_row
     t.rms_norm_bwd_row = rms_norm_bwd_row

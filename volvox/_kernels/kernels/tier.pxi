@@ -62,6 +62,7 @@ cdef list _missing_kernels():
                      ("attention_bwd_kv", <size_t>_train.attention_bwd_kv),
                      ("attention_bwd_q", <size_t>_train.attention_bwd_q),
                      ("cross_entropy_row", <size_t>_train.cross_entropy_row),
+                     ("cross_entropy_grad_row", <size_t>_train.cross_entropy_grad_row),
                      ("rms_norm_bwd_row", <size_t>_train.rms_norm_bwd_row)):
         if fn == 0:
             missing.append(name)
