@@ -379,11 +379,13 @@ def test_smollm2_q4_1_lora_learns_a_pattern(smollm2_gguf_path, tmp_path):
     with volvox.load(smollm2_gguf_path, adapter=tmp_path / "adapter") as tuned:
         answer = tuned.chat(question, max_new_tokens=16)
         assert PASSWORD in answer, answer
-        prompt = tuned.tokenizer.encode("The password is")
-        want = tuned.logits(prompt)
     merged = convert(smollm2_gguf_path, tmp_path / "merged", merge_adapter=tmp_path / "adapter")
     with volvox.load(merged) as baked:
-        got = baked.logits(prompt)
         assert PASSWORD in baked.chat(question, max_new_tokens=16)
+    # in the numpy oracles' float64 arithmetic (the Q4_1 kernels round activations to 8 bits, f32 ones do not)
+    with volvox.load(smollm2_gguf_path, adapter=tmp_path / "adapter", reference=True) as tuned, \
+            volvox.load(merged, reference=True) as baked:
+        prompt = tuned.tokenizer.encode("The password is")
+        want, got = tuned.logits(prompt), baked.logits(prompt)
     nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
-    assert nmse < 1e-4, nmse
+    assert nmse < 1e-9, nmse
