@@ -200,8 +200,6 @@ def activation_grad(g, op: str, params: dict, x: str | None, y: str, dy: str, wh
         return g.emit(op + "_grad", {"x": x, "dy": dy}, params, outputs=("dx",))[0]
     if op in GRAD_FROM_OUTPUT:
         return g.emit(op + "_grad", {"y": y, "dy": dy}, params, outputs=("dx",))[0]
-    if op == "clip":
-        return clip_grad(g, params, y, dy, where)
     raise UnsupportedError(f"{where}: activation {op!r} has no backward")
 
 
@@ -210,21 +208,6 @@ def activation_backward(g, node) -> None:
     tanh, softmax: their gradient is a function of their output)."""
     g.accumulate(node, "x", activation_grad(g, node.op, node.params, node.inputs["x"], node.outputs["y"],
                                             g.grad(node, "y"), f"node {node.id!r}"))
-
-
-def clip_grad(g, params: dict, y: str, dy: str, where: str) -> str:
-    """Emit d clip as ReLU (min 0) or ReLU6 (min 0, max 6), what ONNX exports of relu / relu6 become: dy where
-    the output ``y`` lies strictly inside the range (torch's relu6 rule), through ops/conv.py's
-    fused_activation_grad; returns dx's name. Other clips are refused, naming ``where``."""
-    act = {None: "relu", 6: "relu6"}.get(params.get("max")) if params.get("min") == 0 else None
-    if act is None:
-        raise UnsupportedError(f"{where}: clip {params} has no backward (only ReLU / ReLU6 clips)")
-    return g.emit("fused_activation_grad", {"dy": dy, "y": y}, {"activation": act}, ("dx",))[0]
-
-
-def clip_backward(g, node) -> None:
-    """d clip through clip_grad."""
-    g.accumulate(node, "x", clip_grad(g, node.params, node.outputs["y"], g.grad(node, "y"), f"node {node.id!r}"))
 
 
 register(OpDef("relu_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, relu_grad_ref))
