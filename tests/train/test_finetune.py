@@ -267,6 +267,31 @@ def test_full_parameter_finetune_equals_torch(tiny_llama, tmp_path):
         np.testing.assert_allclose(v, state[k], atol=5e-5, err_msg=k)
 
 
+def test_full_parameter_gpt2_trains_as_torch_does(tiny_llama, tmp_path):
+    """A tiny GPT-2 (fused c_attn, LayerNorm, GELU, learnt positions) trained with every weight: the same
+    losses step for step as torch, and its LoRA request refused by name."""
+    import volvox
+    from hf_models import build_causal_lm
+
+    from volvox.architectures.lora import LoraConfig
+    from volvox.errors import UnsupportedError
+    from volvox.train.data import load_dataset, split
+    from volvox.train.finetune import finetune
+
+    tok = tmp_path / "tokenizer.json"
+    tok.write_bytes((tiny_llama[0] / "tokenizer.json").read_bytes())
+    model = build_causal_lm(tmp_path / "gpt2", "gpt2", tok, tiny_llama[2].config.vocab_size)
+    with volvox.load(tmp_path / "gpt2") as lm:
+        got = finetune(lm, QA, trainable="all", steps=3, lr=3e-3, batch=4, context=16, schedule="constant",
+                       val_split=0.0, progress=False, log=lambda line: None)
+        train, _ = split(load_dataset(QA, lm.tokenizer, 16), 0.0, 0)
+        with pytest.raises(UnsupportedError, match="LoRA"):
+            finetune(lm, QA, lora=LoraConfig(r=2), steps=1, context=16, log=lambda line: None)
+    want = _torch_train(model.eval(), list(model.parameters()), train, 3, 4, 3e-3, 1.0)  # eval: no dropout
+    np.testing.assert_allclose(got.train_losses, want, rtol=1e-4)
+    assert want[-1] < want[0]
+
+
 def test_finetune_takes_a_model_path_and_refuses_lora_with_trainable(tiny_llama, tmp_path):
     from volvox.train.finetune import finetune
 
