@@ -62,8 +62,8 @@ def _volvox_run(tmp=None, **kw):
     graph, weights, start = _two_layer_lm()
     trainer = Trainer(graph, weights, Parameters(start))
     examples = _examples()
-    return fit(trainer, examples[:5], examples[5:], SETTINGS, out_dir=tmp, progress=False,
-               log=lambda line: None, **kw)
+    kw = {"progress": False, "log": lambda line: None, **kw}
+    return fit(trainer, examples[:5], examples[5:], SETTINGS, out_dir=tmp, **kw)
 
 
 def test_fit_equals_torch_training():
@@ -99,6 +99,12 @@ def test_fit_equals_torch_training():
     assert got.steps == 6 and got.tokens == seen
     assert got.val_losses and got.val_losses[-1][0] == 6
     assert math.isclose(got.val_perplexity, math.exp(got.val_losses[-1][1]))
+
+
+def test_progress_bar_shows_loss_and_tokens_per_second(capsys):
+    _volvox_run(progress=True)
+    err = capsys.readouterr().err
+    assert "finetune" in err and "loss=" in err and "tok_s=" in err and "6/6" in err
 
 
 def test_killed_run_resumes_exactly(tmp_path):
@@ -313,6 +319,13 @@ def test_cli_finetune_then_generate_with_the_adapter(tiny_llama, tmp_path):
     assert config["r"] == 2 and config["target_modules"] == ["q_proj", "v_proj"]
     r = _volvox_cli(tmp_path, "generate", folder, "--adapter", tmp_path / "adapter", "--prompt", "Q:", "--max-new-tokens", "3")
     assert r.returncode == 0, r.stderr
+    r = _volvox_cli(tmp_path, "convert", folder, tmp_path / "merged", "--merge-adapter", tmp_path / "adapter", "--quiet")
+    assert r.returncode == 0, r.stderr
+    import volvox
+
+    ids = tiny_llama[2].tokenizer.encode("Q: what comes after 3?")
+    with volvox.load(folder, adapter=tmp_path / "adapter") as tuned, volvox.load(tmp_path / "merged") as merged:
+        np.testing.assert_allclose(merged.logits(ids), tuned.logits(ids), atol=1e-4)
 
 
 # ---------------------------------------------------------------- a CNN through the same loop
