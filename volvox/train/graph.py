@@ -54,8 +54,9 @@ class TrainingGraph:
 
 def trainable_graph(graph: Graph, weights: dict[str, Any], names: list[str]) -> tuple[Graph, dict[str, Any]]:
     """``graph`` with the weights ``names`` turned into float32 graph inputs (after the existing inputs,
-    in ``names`` order), and the weights that stay (frozen). UnsupportedError for a block-quantized
-    weight (only float weights train; an adapter trains beside a quantized one)."""
+    in ``names`` order; their values, from ``weights``, are fed at each run), and the weights that stay
+    (frozen). UnsupportedError for a block-quantized weight (only float weights train; an adapter
+    trains beside a quantized one)."""
     for name in names:
         if name not in graph.weights:
             raise BlueprintError(f"cannot train {name!r}: not a weight of the graph")
