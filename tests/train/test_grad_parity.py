@@ -9,6 +9,7 @@ import torch
 
 from hf_models import build_causal_lm, train_bpe_tokenizer
 from volvox.compile.autodiff import grad_name
+from volvox.compile.memory import bind_dims, lifetimes
 from volvox.errors import BlueprintError, ShapeError, UnsupportedError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.context import RunContext
@@ -122,6 +123,10 @@ def test_frozen_model_and_refusals(tokenizer_json, tmp_path):
         assert joint.outputs == ["loss", "grad/model.layers.0.mlp.down_proj.weight"]
         # frozen weights get no gradient nodes: no weight gradient of any other linear
         assert sum(n.op == "linear_grad_weight" for n in joint.nodes) == 1
+        # the memory planner sees the joint graph's lifetimes: the logits die at the first backward node
+        buffers, _ = lifetimes(bind_dims(joint, {"batch": 2, "seq": 5}), {"batch": 2, "seq": 5})
+        logits = next(b for b in buffers if b.name == "logits")
+        assert joint.nodes[logits.last].op == "cross_entropy_grad"
         run = Executor(joint, tg.weights).run
         tokens = np.zeros((2, 5), np.int32)
         with pytest.raises(ShapeError, match="dim 'seq' is 5 elsewhere, 4 here"):
