@@ -110,7 +110,8 @@ def test_linear_bias_cross_entropy_with_ignored_rows():
               ["loss"])
 
     def reference(x, w, bias, labels):
-        return torch.nn.functional.cross_entropy((x @ w.T + bias).reshape(-1, 11), labels.reshape(-1), ignore_index=-100)
+        logits = (x @ w.T + bias).reshape(-1, 11)
+        return torch.nn.functional.cross_entropy(logits, labels.reshape(-1), ignore_index=-100)
     check(g, dict(x=x, w=w, bias=bias, labels=labels), "loss", ["x", "w", "bias"], reference, 1e-5, 1e-2, 2e-3)
 
 
@@ -340,7 +341,8 @@ def test_linear_act(activation):
     w, b = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
     t = rng.standard_normal((2, 3, 6)).astype(np.float32)
     g = _mse_graph([spec("x", x.shape), spec("w", w.shape), spec("b", b.shape), spec("t", t.shape)],
-                   [("f", "linear_act", {"x": "x", "weight": "w", "bias": "b"}, {"y": "y"}, {"activation": activation})])
+                   [("f", "linear_act", {"x": "x", "weight": "w", "bias": "b"}, {"y": "y"},
+                     {"activation": activation})])
     fn = {"silu": torch.nn.functional.silu, "relu": torch.relu, "sigmoid": torch.sigmoid,
           "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh")}[activation]
     check(g, dict(x=x, w=w, b=b, t=t), "loss", ["x", "w", "b"], lambda x, w, b, t: mse(fn(x @ w.T + b), t),
