@@ -221,3 +221,36 @@ def test_quantized_gguf_model_trains_its_norms(batch, tmp_path):
         rows += [lse[t] - logits[t, labels[b, t]] for t in range(tokens.shape[1]) if labels[b, t] != -100]
     lm.close()
     assert abs(kernel_loss - np.mean(rows)) <= 1e-5 * np.mean(rows)
+
+
+def test_block_checkpointing_gives_the_same_gradients_in_less_memory(tokenizer_json, tmp_path):
+    """joint(checkpoint_blocks=True): the residual stream is kept, each block's activations are recomputed
+    for its backward (the same kernels: the same bits), and the planner's peak drops."""
+    path, vocab = tokenizer_json
+    build_causal_lm(tmp_path, "llama", path, vocab)
+    tokens = np.random.default_rng(5).integers(0, vocab, (2, 48)).astype(np.int32)  # (batch, seq)
+    labels = np.roll(tokens, -1, axis=1)
+    labels[:, -1] = -100
+    probe = training_graph(tmp_path)
+    norms = [n for n in probe.graph.weights if "norm" in n]
+    probe.close()
+    tg = training_graph(tmp_path, trainable=norms)
+    dims = {"batch": 2, "seq": 48}
+    try:
+        feeds = {"tokens": tokens, "labels": labels, **tg.params}
+        outs, peaks = [], []
+        for checkpoint in (False, True):
+            joint = tg.joint(checkpoint_blocks=checkpoint)
+            outs.append(Executor(joint, tg.weights).run(RunContext(), feeds))
+            buffers, _ = lifetimes(bind_dims(joint, dims), dims)
+            peaks.append(max(sum(b.size for b in buffers if b.first <= i <= b.last) for i in range(len(joint.nodes))))
+        recomputed = [n for n in joint.nodes if n.id.startswith("recompute.")]
+        assert {n.op for n in recomputed} >= {"linear", "causal_attention", "rope"}
+        # a block's forward activation now dies in the forward
+        first_backward = next(i for i, n in enumerate(joint.nodes) if n.id.startswith(("bw", "recompute.")))
+        assert next(b for b in buffers if b.name == "l0.q").last < first_backward
+    finally:
+        tg.close()
+    for name in outs[0]:
+        np.testing.assert_array_equal(outs[1][name], outs[0][name])
+    assert peaks[1] < 0.75 * peaks[0], peaks

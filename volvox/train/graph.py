@@ -41,15 +41,24 @@ class TrainingGraph:
     loss: str = LOSS
     closers: list[Callable[[], None]] = field(default_factory=list)
 
-    def joint(self) -> Graph:
-        """The forward + backward graph: outputs the loss and grad/<name> for every trainable tensor."""
-        return differentiate(self.graph, self.loss, list(self.params))
+    def joint(self, checkpoint_blocks: bool = False) -> Graph:
+        """The forward + backward graph: outputs the loss and grad/<name> for every trainable tensor. With
+        ``checkpoint_blocks``, only the residual stream (block_checkpoints) is kept from the forward and
+        each block's activations are recomputed for its backward: less memory, about one more forward."""
+        checkpoints = block_checkpoints(self.graph) if checkpoint_blocks else None
+        return differentiate(self.graph, self.loss, list(self.params), checkpoints)
 
     def close(self) -> None:
         """Release the weight files this graph's import opened."""
         for close in self.closers:
             close()
         self.closers = []
+
+
+def block_checkpoints(graph: Graph) -> list[str]:
+    """The tensors a transformer's blocks start from: every input of a norm node (the residual stream
+    before each attention and feed-forward half, and before the final norm)."""
+    return sorted({n.inputs["x"] for n in graph.nodes if n.op in ("rms_norm", "layer_norm")})
 
 
 def trainable_graph(graph: Graph, weights: dict[str, Any], names: list[str]) -> tuple[Graph, dict[str, Any]]:
