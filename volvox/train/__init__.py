@@ -10,8 +10,8 @@ lives in volvox.compile.autodiff, losses and grad ops in volvox.ops.
 """
 
 from volvox.architectures.lora import LoraConfig
-from volvox.train.graph import TrainingGraph, causal_lm_graph, trainable_graph, training_graph
+from volvox.train.graph import TrainingGraph, block_checkpoints, causal_lm_graph, trainable_graph, training_graph
 from volvox.train.finetune import TrainResult, finetune
 
-__all__ = ["TrainingGraph", "causal_lm_graph", "trainable_graph", "training_graph", "LoraConfig", "TrainResult",
-           "finetune"]
+__all__ = ["TrainingGraph", "block_checkpoints", "causal_lm_graph", "trainable_graph", "training_graph",
+           "LoraConfig", "TrainResult", "finetune"]
