@@ -163,6 +163,22 @@ def test_attention_forward_and_backward_match_torch(tier, T, n_heads, n_kv, D, w
         assert_close(g, w)
 
 
+def test_attention_backward_same_bits_on_any_thread_count(tier):
+    rng = np.random.default_rng(8)
+    q, k, v, dout = (rng.standard_normal((45, w)).astype(np.float32) for w in (48, 16, 16, 48))
+    before = K.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 2):
+            K.set_num_threads(threads)
+            out, lse = K.attention_train(q, k, v, 6, 2, 0.25, 20)
+            runs.append((out, lse) + K.attention_backward(q, k, v, out, lse, dout, 6, 2, 0.25, 20))
+    finally:
+        K.set_num_threads(before)
+    for one, two in zip(*runs):
+        np.testing.assert_array_equal(one, two)
+
+
 def test_attention_backward_refuses_mismatched_shapes():
     q = np.zeros((4, 8), np.float32)
     kv = np.zeros((4, 4), np.float32)
