@@ -9,7 +9,7 @@ import pytest
 
 from volvox import cpu as K
 from volvox.errors import KernelError, ShapeError
-from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor
+from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, StackedQuantTensor
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
@@ -66,6 +66,17 @@ def test_matmul_t_quantized_matches_torch(tier, qtype, n, k, read_only):
     _, (dx_want,) = torch_grads(lambda x: (x @ torch.tensor(w_float, dtype=torch.float64).T
                                            * torch.tensor(dy, dtype=torch.float64)).sum(), x)
     assert_close(K.matmul_t(dy, w), dx_want, 1e-5)
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["interleaved", "rows"])
+def test_matmul_t_stacked_weight_matches_torch(tier, read_only):
+    """A fused Q/K/V weight (parts whose rows end inside an interleaved group), as linear_split holds it."""
+    rng = np.random.default_rng(11)
+    parts = [random_blocks(rng, "q8_0", n, 64, read_only) for n in (20, 7, 7)]
+    w = StackedQuantTensor(parts)
+    w_float = np.concatenate([gguf_dequantize(p.data, GT.Q8_0).reshape(p.shape) for p in parts])
+    dy = rng.standard_normal((6, 34)).astype(np.float32)
+    assert_close(K.matmul_t(dy, w), dy.astype(np.float64) @ w_float, 1e-5)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -150,6 +161,22 @@ def test_attention_forward_and_backward_match_torch(tier, T, n_heads, n_kv, D, w
     for g, w in zip(got, want):
         assert g.shape == w.shape
         assert_close(g, w)
+
+
+def test_attention_backward_same_bits_on_any_thread_count(tier):
+    rng = np.random.default_rng(8)
+    q, k, v, dout = (rng.standard_normal((45, w)).astype(np.float32) for w in (48, 16, 16, 48))
+    before = K.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 2):
+            K.set_num_threads(threads)
+            out, lse = K.attention_train(q, k, v, 6, 2, 0.25, 20)
+            runs.append((out, lse) + K.attention_backward(q, k, v, out, lse, dout, 6, 2, 0.25, 20))
+    finally:
+        K.set_num_threads(before)
+    for one, two in zip(*runs):
+        np.testing.assert_array_equal(one, two)
 
 
 def test_attention_backward_refuses_mismatched_shapes():
