@@ -440,3 +440,21 @@ def test_fused_activation_nodes_backward_match_torch(activation):
         F.mse_loss(torch_act(z), torch.tensor(target, dtype=torch.float64)).backward()
         for k in inputs:
             assert rel(got[k], t[k].grad.numpy()) < 1e-5, f"{op} {activation} {k}: {rel(got[k], t[k].grad.numpy()):.2e}"
+
+
+@pytest.mark.parametrize("op, inputs, params", [
+    ("conv2d_grad_input", dict(dy=(1, 4, 4, 6), weight=(6, 3, 3, 5)), dict(strides=[2, 2], input_size=[11, 11])),
+    ("conv2d_grad_weight", dict(x=(1, 7, 7, 5), dy=(1, 4, 4, 6)), dict(kernel=[3, 3])),
+    ("max_pool2d_grad", dict(x=(1, 7, 7, 2), dy=(1, 3, 3, 2)), dict(kernel=[2, 2], strides=[2, 2], input_size=[6, 6])),
+    ("avg_pool2d_grad", dict(dy=(1, 3, 3, 2)), dict(kernel=[2, 2], strides=[2, 2], input_size=[8, 8])),
+])
+def test_grad_ops_refuse_inconsistent_shapes(op, inputs, params):
+    """A grad op whose dy is not the forward output of the recorded geometry is a ShapeError naming the node."""
+    from volvox.errors import ShapeError
+    from volvox.ir.graph import Graph, Node, TensorSpec
+    from volvox.ops import validate
+    outputs = {"conv2d_grad_weight": "dweight"}.get(op, "dx")
+    graph = Graph([TensorSpec(k, s, "float32") for k, s in inputs.items()], {},
+                  [Node("bad", op, {k: k for k in inputs}, {outputs: "out"}, params)], ["out"])
+    with pytest.raises(ShapeError, match="bad"):
+        validate(graph)
