@@ -1,5 +1,6 @@
 """Pooling in NHWC: max_pool2d, avg_pool2d (padding excluded from the count, as TFLite and
-ONNX count_include_pad=0 do), global_avg_pool (keeps H = W = 1)."""
+ONNX count_include_pad=0 do), global_avg_pool (keeps H = W = 1), and their backward for training
+graphs (max_pool2d_grad, avg_pool2d_grad, global_avg_pool_grad)."""
 
 from __future__ import annotations
 
