@@ -454,8 +454,6 @@ CASES += [  # gradient ops (training graphs, compile/autodiff.py): f32 BLAS agai
     Case("causal_attention_gqa_window", "causal_attention", dict(q=f32(2, 9, 4 * 8), k=f32(2, 9, 2 * 8), v=f32(2, 9, 2 * 8)),
          params=dict(n_heads=4, n_kv_heads=2, head_dim=8, window=4), outputs=("y", "lse"), bound=1e-10, gpu=False,
          plan="no native step"),
-    Case("rope_batch_rows", "rope", dict(x=f32(2, 5, 3 * 8), positions=np.arange(5, dtype=np.int32)),
-         params=dict(head_dim=8, theta=10000.0, style="half"), bound=1e-10, gpu=False, plan="positions other than the run"),
 ]
 
 def build_graph(case: Case) -> tuple[Graph, dict]:

@@ -244,9 +244,8 @@ def _rope_torch(x, positions, head_dim, theta, style):
 
 
 @pytest.mark.parametrize("style", ["half", "interleaved"])
-@pytest.mark.parametrize("batch", [(), (2,)])
-def test_rope(style, batch):
-    x = rng.standard_normal(batch + (5, 3 * 6)).astype(np.float32)
+def test_rope(style):
+    x = rng.standard_normal((5, 3 * 6)).astype(np.float32)
     positions = np.array([0, 3, 4, 9, 17], np.int32)
     t = rng.standard_normal(x.shape).astype(np.float32)
     params = {"head_dim": 6, "theta": 500.0, "style": style}
@@ -306,9 +305,16 @@ def test_activations(op, params):
 @pytest.mark.parametrize("op, params, fn", [
     ("relu", {}, torch.relu), ("sigmoid", {}, torch.sigmoid), ("tanh", {}, torch.tanh),
     ("softmax", {"axis": 0, "beta": 1.5}, lambda x: torch.softmax(1.5 * x, 0)),
-    ("softmax", {}, lambda x: torch.softmax(x, -1))])
+    ("softmax", {}, lambda x: torch.softmax(x, -1)),
+    ("clip", {"min": 0.0, "max": 6.0}, lambda x: torch.nn.functional.hardtanh(x, 0.0, 6.0)),
+    ("clip", {"min": -1.0}, lambda x: torch.clamp(x, min=-1.0)),
+    ("hard_sigmoid", {"alpha": 1 / 6, "beta": 0.5}, torch.nn.functional.hardsigmoid),
+    ("hard_swish", {}, torch.nn.functional.hardswish),
+    ("leaky_relu", {"alpha": 0.1}, lambda x: torch.nn.functional.leaky_relu(x, 0.1))])
 def test_vision_activations(op, params, fn):
-    x = (rng.standard_normal((4, 7)) * 2).astype(np.float32)
+    x = (rng.standard_normal((4, 7)) * 4).astype(np.float32)
+    for kink in (-3, 3, 6, -1, 0):  # a finite difference across a kink is meaningless: move values off them
+        x[np.abs(x - kink) < 0.01] += 0.05
     t = rng.standard_normal((4, 7)).astype(np.float32)
     g = _mse_graph([spec("x", x.shape), spec("t", t.shape)], [("a", op, {"x": "x"}, {"y": "y"}, params)])
     check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(fn(x), t), 1e-5, 1e-3, 5e-3)

@@ -16,6 +16,34 @@ from volvox.runtime.executor import Executor
 from volvox.train import causal_lm_graph, training_graph
 
 MODELS = {"llama": {}, "qwen2": {}, "mistral": dict(sliding_window=3), "gpt2": {}}
+BASE = dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2, intermediate_size=80,
+            max_position_embeddings=256)
+GEMMA = dict(BASE, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, sliding_window=6,
+             layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+FAMILIES = {"qwen3": dict(BASE, head_dim=16),                # QK-norm: a reshape to heads, rms_norm, back
+            "phi3": dict(BASE, sliding_window=7),            # fused qkv / gate_up sliced apart
+            "gemma3_text": GEMMA}                            # embed scale, (1 + w) norms, GeGLU, post norms
+
+
+def build_family(directory, model_type, tokenizer_json, vocab, **kw):
+    """A random ``model_type`` causal LM (fp32, weights widened, norms randomised) saved with the tokenizer."""
+    import shutil
+
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.AutoConfig.for_model(model_type, vocab_size=vocab, bos_token_id=None, eos_token_id=None,
+                                     pad_token_id=None, **kw)
+    model = tf.AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2 or "bias" in name:
+                p.mul_(4.0)
+            elif "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    model.save_pretrained(directory)
+    shutil.copy(tokenizer_json, directory / "tokenizer.json")
+    return model
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +79,13 @@ def gpt2_grads(grads: dict, layers: int) -> dict:
     return out
 
 
-@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("kind", list(MODELS) + list(FAMILIES))
 def test_every_gradient_matches_torch(kind, tokenizer_json, batch, tmp_path):
     path, vocab = tokenizer_json
-    model = build_causal_lm(tmp_path, kind, path, vocab, **MODELS[kind])
+    if kind in MODELS:
+        model = build_causal_lm(tmp_path, kind, path, vocab, **MODELS[kind])
+    else:
+        model = build_family(tmp_path, kind, path, vocab, **FAMILIES[kind])
     tokens, labels = batch
     logits = model(input_ids=torch.tensor(tokens, dtype=torch.long)).logits            # (batch, seq, vocab)
     want_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
@@ -65,7 +96,8 @@ def test_every_gradient_matches_torch(kind, tokenizer_json, batch, tmp_path):
     tg = training_graph(tmp_path, trainable="all")
     try:
         attention = [n for n in tg.graph.nodes if n.op == "causal_attention"]
-        assert attention and all(n.params.get("window", 0) == MODELS[kind].get("sliding_window", 0) for n in attention)
+        if kind in MODELS:
+            assert attention and all(n.params.get("window", 0) == MODELS[kind].get("sliding_window", 0) for n in attention)
         out = Executor(tg.joint(), tg.weights).run(RunContext(), {"tokens": tokens, "labels": labels, **tg.params})
     finally:
         tg.close()
@@ -100,6 +132,9 @@ def test_frozen_model_and_refusals(tokenizer_json, tmp_path):
         tg.close()
     with pytest.raises(BlueprintError, match="not a weight of the graph"):
         training_graph(tmp_path, trainable=["nope"])
+    build_family(tmp_path / "gemma2", "gemma2", path, vocab, **dict(GEMMA, attn_logit_softcapping=8.0))
+    with pytest.raises(UnsupportedError, match="node 'l0.attn': soft-capped or non-causal attention"):
+        training_graph(tmp_path / "gemma2")
     image = Graph([TensorSpec("x", (1, 4), "float32")], {}, [Node("r", "relu", {"x": "x"}, {"y": "y"})], ["y"])
     with pytest.raises(UnsupportedError, match="not a decoder-only text model graph"):
         causal_lm_graph(image)

@@ -33,13 +33,12 @@ class GradBuilder:
     add backward nodes, and where to put its inputs' gradients."""
 
     def __init__(self, graph: Graph, loss: str, wrt: list[str]):
-        self.forward = graph
         self.specs: dict[str, TensorSpec] = dict(graph.specs)
         self.nodes: list[Node] = []
         self._contributions: dict[str, list[str]] = {}  # tensor -> gradient tensors to sum
         self._summed: dict[str, str] = {}               # tensor -> its summed gradient, once emitted
         self._count = 0
-        self._current = "seed"
+        self._current = "seed"                          # the forward node whose backward is being built
         self.active = _active_tensors(graph, loss, wrt)
 
     # ---------------------------------------------------------------- what a backward calls
@@ -90,6 +89,24 @@ class GradBuilder:
         return self.specs[name].shape
 
     # ---------------------------------------------------------------- bookkeeping
+    def backward_of(self, node: Node) -> None:
+        """Run ``node``'s backward when a gradient reaches one of its outputs; UnsupportedError names the
+        node and op when its op has none."""
+        if not any(t in self.active and self.grad_of(t) is not None for t in node.outputs.values()):
+            return
+        op = get_op(node.op, node.id)
+        if op.backward is None:
+            raise UnsupportedError(f"node {node.id!r}: op {node.op!r} has no backward (cannot differentiate through it)")
+        self._current = node.id
+        op.backward(self, node)
+
+    def gradient_output(self, w: str) -> str:
+        """dL/d``w`` under grad_name(w) (a graph output); zeros when no path leads from w to the loss."""
+        name = grad_name(w)
+        if self.grad_of(w, name) is None:
+            self.nodes.append(Node(f"bw.zero.{w}", "fill_like", {"x": w}, {"y": name}, {"value": 0.0}))
+        return name
+
     def add_gradient(self, tensor: str, grad: str) -> None:
         """Record ``grad`` as one contribution to dL/d``tensor``."""
         if tensor in self._summed:
@@ -160,6 +177,8 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> Graph:
     if graph.specs[loss].dtype not in FLOAT_DTYPES:
         raise BlueprintError(f"loss tensor {loss!r} is {graph.specs[loss].dtype}, not a float")
     sources = {s.name for s in graph.inputs} | set(graph.weights)
+    if len(set(wrt)) != len(wrt):
+        raise BlueprintError(f"wrt names a tensor twice: {wrt}")
     for w in wrt:
         if w not in sources:
             raise BlueprintError(f"cannot differentiate with respect to {w!r}: not a graph input or weight")
@@ -169,23 +188,8 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> Graph:
     if loss in g.active:
         g.add_gradient(loss, g.emit("fill_like", {"x": loss}, {"value": 1.0})[0])
     for node in reversed(graph.nodes):
-        if not any(t in g.active for t in node.outputs.values()):
-            continue
-        if not any(g.grad_of(t) is not None for t in node.outputs.values()):
-            continue
-        op = get_op(node.op, node.id)
-        if op.backward is None:
-            raise UnsupportedError(f"node {node.id!r}: op {node.op!r} has no backward (cannot differentiate through it)")
-        g._current = node.id
-        op.backward(g, node)
-    g._current = "grad"
-    outputs = [loss]
-    for w in wrt:
-        name = grad_name(w)
-        if g.grad_of(w, name) is None:  # no path from w to the loss: its gradient is zero
-            g._current = w
-            g.nodes.append(Node(f"bw.zero.{w}", "fill_like", {"x": w}, {"y": name}, {"value": 0.0}))
-        outputs.append(name)
+        g.backward_of(node)
+    outputs = [loss] + [g.gradient_output(w) for w in wrt]
     joint = Graph(list(graph.inputs), dict(graph.weights), [copy.copy(n) for n in graph.nodes] + g.nodes, outputs)
     validate(joint)
     return joint

@@ -14,6 +14,7 @@ from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.context import BatchContext
 from volvox.ops.registry import OpDef, register
+from volvox.ops.shape import reshape_target
 from volvox.ops.gpu import MAX_HEAD_DIM, Call, Dispatch, Lowering, copy_dispatch, grid_of
 
 
@@ -33,9 +34,9 @@ def _rope_infer(specs, params):
     if "longrope_short" in params or "longrope_long" in params:
         expect({"longrope_short", "longrope_long", "longrope_context"} <= set(params),
                "longrope needs longrope_short, longrope_long and longrope_context")
-    expect(len(x.shape) >= 2 and (not isinstance(x.shape[-1], int) or x.shape[-1] % hd == 0),
-           f"x must be ([batch,] seq, heads*{hd}), got {x.describe()}")
-    expect(pos.dtype in ("int32", "int64") and len(pos.shape) == 1 and same_dim(pos.shape[0], x.shape[-2]),
+    expect(len(x.shape) == 2 and (not isinstance(x.shape[1], int) or x.shape[1] % hd == 0),
+           f"x must be (seq, heads*{hd}), got {x.describe()}")
+    expect(pos.dtype in ("int32", "int64") and len(pos.shape) == 1 and same_dim(pos.shape[0], x.shape[0]),
            f"positions must be int (seq,), got {pos.describe()} for {x.describe()}")
     return {"y": (x.shape, "float32")}
 
@@ -99,8 +100,7 @@ def rope_angles(positions: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]
 
 
 def rope_ref(ctx, p, x, positions):
-    """Rotate pairs of each head's first rope_dim dims by position-dependent angles; x is (seq, heads *
-    head_dim), or (batch, seq, heads * head_dim) with the same positions in every batch row.
+    """Rotate pairs of each head's first rope_dim dims by position-dependent angles.
 
     style "interleaved" pairs (2i, 2i+1) (GGUF/ggml LLaMA layout); "half" pairs (i, i + rope_dim/2) (HF/NeoX).
     """
@@ -115,7 +115,7 @@ def rope_rotate(x, positions, p, inverse: bool):
     cos, sin = rope_angles(positions, p)
     if inverse:
         sin = -sin
-    h = x.reshape(x.shape[:-1] + (-1, hd)).copy()  # ([batch,] seq, heads, head_dim)
+    h = x.reshape(x.shape[0], -1, hd).copy()  # (seq, heads, head_dim)
     cos, sin = cos[:, None, :], sin[:, None, :]  # (seq, 1, rd/2)
     if p.get("style", "half") == "interleaved":
         x0, x1 = h[..., 0:rd:2].copy(), h[..., 1:rd:2].copy()
@@ -143,10 +143,6 @@ def rope_into(ctx, p, out, x, positions):
         np.copyto(out, rope_ref(ctx, p, x, positions))
         return out
     hd = int(p["head_dim"])
-    if x.ndim > 2:  # batch rows: one (rows, heads * head_dim) matrix, each row at its position
-        positions = np.ascontiguousarray(np.broadcast_to(positions, x.shape[:-1]).reshape(-1))
-        rope_into(ctx, p, out.reshape(-1, x.shape[-1]), x.reshape(-1, x.shape[-1]), positions)
-        return out
     return cpu.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
                         float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved", out=out)
 
@@ -278,7 +274,7 @@ def rope_cpu(plan, node) -> None:
     hd = int(p["head_dim"])
     plan.need(node, not any(key in p for key in SCALED_ROPE_KEYS) and plan.run_input(node, "positions") == "positions",
               "frequency scaling other than linear, or positions other than the run's")
-    plan.need(node, x.dtype == np.float32 and x.ndim == 2 and x.size % hd == 0 and x.size == y.size, "x is not whole heads")
+    plan.need(node, x.dtype == np.float32 and x.size % hd == 0 and x.size == y.size, "x is not whole heads")
     plan.add("rope", x=cpu.address(x), y=cpu.address(y), n_heads=x.size // hd, head_dim=hd,
              rope_dim=int(p.get("rope_dim", hd)), base=float(p.get("theta", 10000.0)),
              freq_scale=float(np.float32(1.0) / np.float32(p.get("scale", 1.0))),
@@ -308,8 +304,6 @@ def attention_cpu(plan, node) -> None:
 
 # ------------------------------------------------------------------ GPU lowerings
 def _check_rope(specs, params):
-    if len(specs["x"].shape) != 2:
-        return "batch rows (training graphs)"
     if "mscale" in params or "longrope_short" in params:
         return "LongRoPE / YaRN cos-sin scaling"
     return None if specs["positions"].dtype == "int32" else f"positions are {specs['positions'].dtype}"
@@ -361,13 +355,14 @@ def _lower_output_rows(c: Call) -> list[Dispatch]:
 def _sequence_positions_infer(specs, params):
     ids = specs["ids"]
     expect(len(ids.shape) >= 1, f"ids must be ([batch,] seq), got {ids.describe()}")
-    return {"y": ((ids.shape[-1],), "int32")}
+    return {"y": (reshape_target(ids.shape, [-1]), "int32")}
 
 
 def sequence_positions_ref(ctx, p, ids):
-    """0 .. seq-1 (int32) for ids ([batch,] seq): the positions of a full sequence, as a training graph
-    runs it (no KV cache, every sequence from position 0)."""
-    return np.arange(ids.shape[-1], dtype=np.int32)
+    """The position of every token of ids ([batch,] seq) in its row, 0 .. seq-1, flattened to (batch * seq,)
+    int32: a training graph's positions (no KV cache, every sequence from position 0), one per row of
+    its (batch * seq, dim) activations."""
+    return np.ascontiguousarray(np.broadcast_to(np.arange(ids.shape[-1], dtype=np.int32), ids.shape).reshape(-1))
 
 
 def rope_backward(g, node) -> None:

@@ -216,16 +216,21 @@ def concat_cpu(plan, node) -> None:
 # ------------------------------------------------------------------- backward (compile/autodiff.py)
 def _reshape_like_infer(specs, params):
     x, like = specs["x"], specs["like"]
-    return {"y": (like.shape, x.dtype)}
+    keep = int(params.get("keep", 0))
+    expect(0 <= keep <= len(x.shape), f"keep {keep} does not fit {x.describe()}")
+    return {"y": (like.shape + x.shape[len(x.shape) - keep:], x.dtype)}
 
 
 def reshape_like_ref(ctx, p, x, like):
-    """x viewed with ``like``'s shape (a reshape's gradient back to its input's shape, symbolic dims included)."""
-    return x.reshape(like.shape)
+    """x viewed with ``like``'s shape followed by x's last ``keep`` dims (default 0): a reshape's gradient
+    back to its input's shape, or rows split into (batch, seq, ...) like a token batch, symbolic dims
+    included."""
+    keep = int(p.get("keep", 0))
+    return x.reshape(like.shape + x.shape[x.ndim - keep:])
 
 
 def reshape_backward(g, node) -> None:
-    """d(reshape): dy viewed with the input's shape."""
+    """d(reshape / reshape_like): dy viewed with the input's shape."""
     g.accumulate(node, "x", g.emit("reshape_like", {"x": g.grad(node, "y"), "like": node.inputs["x"]})[0])
 
 
@@ -273,7 +278,8 @@ def concat_backward(g, node) -> None:
         offset += size
 
 
-register(OpDef("reshape_like", "shape", ("x", "like"), ("y",), _reshape_like_infer, reshape_like_ref))
+register(OpDef("reshape_like", "shape", ("x", "like"), ("y",), _reshape_like_infer, reshape_like_ref,
+               backward=reshape_backward))
 register(OpDef("slice_grad", "shape", ("dy", "x"), ("dx",), _slice_grad_infer, slice_grad_ref))
 register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref, cpu=reshape_cpu, view=True,
                gpu=Lowering((), lambda c: [], alias=True), backward=reshape_backward))

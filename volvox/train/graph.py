@@ -5,9 +5,10 @@ only changes the feeds) and every other weight stays a frozen weight, prepacked 
 inference. ``training_graph`` does that for a text model, after rewriting its graph from a decode
 graph to the full-sequence causal language-model graph: ``tokens (batch, seq)`` and ``labels
 (batch, seq)`` in, the mean cross entropy over labels != ignore_index out. The forward nodes are the
-inference builder's own (same ops, same kernels); only the stateful ones change: attention over the
-KV cache becomes ``causal_attention`` over the whole sequence, the positions are 0 .. seq-1 for
-every batch row (``sequence_positions``), and ``output_rows`` goes (every row's logits feed the loss).
+inference builder's own (same ops, same kernels, over batch * seq rows); only the stateful ones
+change: attention over the KV cache becomes ``causal_attention`` over each whole sequence, the
+positions are 0 .. seq-1 in every sequence (``sequence_positions``), and ``output_rows`` goes (every
+row's logits feed the loss).
 ``differentiate`` (compile/autodiff.py) then adds the backward nodes.
 """
 
@@ -71,33 +72,50 @@ def trainable_graph(graph: Graph, weights: dict[str, Any], names: list[str]) -> 
 
 def causal_lm_graph(graph: Graph, ignore_index: int = IGNORE_INDEX) -> Graph:
     """A text model's inference graph (inputs tokens, positions (seq,); output logits) as the full-sequence
-    causal LM loss graph: inputs tokens and labels (batch, seq) int32, output ``loss``. UnsupportedError
-    names a node the rewrite cannot train (a stateful op other than attention and output_rows)."""
+    causal LM loss graph: inputs tokens and labels (batch, seq) int32, output ``loss``. The batch runs as
+    the inference graph's rows (batch * seq of them), so every node keeps the shapes its builder gave
+    it; attention alone sees (batch, seq, heads * head_dim). UnsupportedError names a node the rewrite
+    cannot train (a stateful op other than attention and output_rows)."""
     names = [s.name for s in graph.inputs]
     if sorted(names) != ["positions", "tokens"] or graph.outputs != ["logits"]:
         raise UnsupportedError(f"not a decoder-only text model graph (inputs {names}, outputs {graph.outputs}): "
                                "training graphs take tokens and positions in, logits out")
-    rename: dict[str, str] = {}  # output_rows' output -> its input (every row is kept)
-    nodes = [Node("positions", "sequence_positions", {"ids": "tokens"}, {"y": "positions"})]
+    rename = {"tokens": "tokens.rows"}  # tensor -> what the training graph reads instead
+    nodes = [Node("tokens.rows", "reshape", {"x": "tokens"}, {"y": "tokens.rows"}, {"shape": [-1]}),
+             Node("positions", "sequence_positions", {"ids": "tokens"}, {"y": "positions"})]
     for node in graph.nodes:
         inputs = {p: rename.get(t, t) for p, t in node.inputs.items()}
-        if node.op == "output_rows":
+        if node.op == "output_rows":  # every row is kept
             rename[node.outputs["y"]] = inputs["x"]
         elif node.op == "attention":
-            params = {k: v for k, v in node.params.items() if k != "layer"}
-            nodes.append(Node(node.id, "causal_attention", inputs, {"y": node.outputs["y"], "lse": node.id + ".lse"},
-                              params))
+            nodes += _causal_attention(node, inputs)
         elif get_op(node.op, node.id).stateful:
             raise UnsupportedError(f"node {node.id!r}: op {node.op!r} reads a decode state; it has no training form")
         else:
             nodes.append(Node(node.id, node.op, inputs, dict(node.outputs), dict(node.params)))
-    logits = rename.get("logits", "logits")
-    nodes.append(Node(LOSS, "cross_entropy", {"logits": logits, "labels": "labels"}, {"loss": LOSS, "lse": "loss.lse"},
-                      {"ignore_index": int(ignore_index)}))
+    nodes += [Node("labels.rows", "reshape", {"x": "labels"}, {"y": "labels.rows"}, {"shape": [-1]}),
+              Node(LOSS, "cross_entropy", {"logits": rename.get("logits", "logits"), "labels": "labels.rows"},
+                   {"loss": LOSS, "lse": LOSS + ".lse"}, {"ignore_index": int(ignore_index)})]
     inputs = [TensorSpec("tokens", ("batch", "seq"), "int32"), TensorSpec("labels", ("batch", "seq"), "int32")]
     out = Graph(inputs, dict(graph.weights), nodes, [LOSS])
     validate(out)
     return out
+
+
+def _causal_attention(node: Node, inputs: dict[str, str]) -> list[Node]:
+    """An attention node's training form: q, k, v rows split into (batch, seq, ...) like the tokens,
+    causal_attention over each whole sequence (its logsumexp kept for the backward), rows again."""
+    p = node.id
+    if float(node.params.get("softcap", 0.0)) or not node.params.get("causal", True):
+        raise UnsupportedError(f"node {p!r}: soft-capped or non-causal attention has no training form yet")
+    params = {k: v for k, v in node.params.items() if k != "layer"}
+    width = int(node.params["n_heads"]) * int(node.params["head_dim"])
+    split = [Node(f"{p}.{port}_batch", "reshape_like", {"x": inputs[port], "like": "tokens"},
+                  {"y": f"{p}.{port}_batch"}, {"keep": 1}) for port in ("q", "k", "v")]
+    attend = Node(p, "causal_attention", {port: f"{p}.{port}_batch" for port in ("q", "k", "v")},
+                  {"y": p + ".y_batch", "lse": p + ".lse"}, params)
+    rows = Node(p + ".rows", "reshape", {"x": p + ".y_batch"}, {"y": node.outputs["y"]}, {"shape": [-1, width]})
+    return split + [attend, rows]
 
 
 def training_graph(model, trainable: None | str | list[str] = None, ignore_index: int = IGNORE_INDEX) -> TrainingGraph:
@@ -118,8 +136,8 @@ def training_graph(model, trainable: None | str | list[str] = None, ignore_index
         graph = causal_lm_graph(imported.graph, ignore_index)
         if trainable is None:
             names = []
-        elif trainable == "all":
-            names = [n for n, s in graph.weights.items() if s.dtype in TRAINABLE_DTYPES]
+        elif trainable == "all":  # a one-element weight is a constant the importer made (Gemma's embed_scale)
+            names = [n for n, s in graph.weights.items() if s.dtype in TRAINABLE_DTYPES and int(np.prod(s.shape)) > 1]
         else:
             names = list(trainable)
         graph, frozen = trainable_graph(graph, imported.weights, names)
