@@ -185,19 +185,21 @@ def test_cross_entropy_custom_ignore_index_and_bad_label():
 
 
 def test_op_without_backward_is_refused_by_name():
-    g = graph([spec("x", (3,))], [("root", "sqrt", {"x": "x"}, {"y": "y"}, {}),
+    g = graph([spec("x", (3,))], [("table", "gelu_f16_table", {"x": "x"}, {"y": "y"}, {}),
                                    ("l", "mse", {"x": "y", "target": "x"}, {"loss": "loss"}, {})], ["loss"])
-    with pytest.raises(UnsupportedError, match=r"node 'root': op 'sqrt' has no backward"):
+    with pytest.raises(UnsupportedError, match=r"node 'table': op 'gelu_f16_table' has no backward"):
         differentiate(g, "loss", ["x"])
 
 
 def test_unreached_input_gets_zero_gradient_and_off_path_ops_are_skipped():
-    x, t, u = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal(4)
-    g = graph([spec("x", (4,), "float64"), spec("t", (4,), "float64"), spec("u", (4,), "float64")],
-              [("side", "sqrt", {"x": "t"}, {"y": "side"}, {}),      # no backward, but not on a path from wrt
+    from volvox.ops.elementwise import gelu_f16_table_ref
+
+    x, t, u = (rng.standard_normal(4).astype(np.float32) for _ in range(3))
+    g = graph([spec("x", (4,)), spec("t", (4,)), spec("u", (4,))],
+              [("side", "gelu_f16_table", {"x": "t"}, {"y": "side"}, {}),  # no backward, not on a path from wrt
                ("l", "mse", {"x": "x", "target": "side"}, {"loss": "loss"}, {})], ["loss"])
-    out = run(differentiate(g, "loss", ["x", "u"]), dict(x=x, t=np.abs(t), u=u))
-    np.testing.assert_allclose(out["grad/x"], 2 * (x - np.sqrt(np.abs(t))) / 4, rtol=1e-12)
+    out = run(differentiate(g, "loss", ["x", "u"]), dict(x=x, t=t, u=u))
+    np.testing.assert_allclose(out["grad/x"], 2 * (x - gelu_f16_table_ref(None, {}, t)) / 4, rtol=1e-6)
     assert not out["grad/u"].any() and out["grad/u"].shape == (4,)
 
 
@@ -370,3 +372,31 @@ def test_softcap():
     t = rng.standard_normal((3, 8)).astype(np.float32)
     g = _mse_graph([spec("x", x.shape), spec("t", t.shape)], [("c", "softcap", {"x": "x"}, {"y": "y"}, {"cap": 15.0})])
     check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(torch.tanh(x / 15.0) * 15.0, t), 1e-5, 1e-2, 5e-3)
+
+
+# ------------------------------------------------------------------------------ more arithmetic and data movement
+def test_div_sqrt_scale_broadcast():
+    a, b, t = rng.uniform(0.5, 2, (3, 4)), rng.uniform(0.5, 2, (4,)), rng.standard_normal((3, 4))
+    g = _mse_graph([spec("a", a.shape, "float64"), spec("b", b.shape, "float64"), spec("t", t.shape, "float64")],
+                   [("d", "div", {"a": "a", "b": "b"}, {"y": "q"}, {}),
+                    ("r", "sqrt", {"x": "q"}, {"y": "s"}, {}),
+                    ("k", "scale", {"x": "s"}, {"y": "y"}, {"factor": -1.5})])
+    check(g, dict(a=a, b=b, t=t), "loss", ["a", "b"], lambda a, b, t: mse(-1.5 * torch.sqrt(a / b), t),
+          1e-12, 1e-6, 1e-7)
+
+
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_reduce_mean(keepdims):
+    x = rng.standard_normal((3, 5, 2))
+    t = rng.standard_normal((1, 5, 1) if keepdims else (5,))
+    g = _mse_graph([spec("x", x.shape, "float64"), spec("t", t.shape, "float64")],
+                   [("m", "reduce_mean", {"x": "x"}, {"y": "y"}, {"axes": [0, -1], "keepdims": keepdims})])
+    check(g, dict(x=x, t=t), "loss", ["x"], lambda x, t: mse(x.mean((0, 2), keepdim=keepdims), t), 1e-12, 1e-6, 1e-7)
+
+
+def test_pad():
+    x, t = rng.standard_normal((2, 3)), rng.standard_normal((5, 4))
+    g = _mse_graph([spec("x", x.shape, "float64"), spec("t", t.shape, "float64")],
+                   [("p", "pad", {"x": "x"}, {"y": "y"}, {"pads": [[1, 2], [0, 1]], "value": 0.5})])
+    check(g, dict(x=x, t=t), "loss", ["x"],
+          lambda x, t: mse(torch.nn.functional.pad(x, (0, 1, 1, 2), value=0.5), t), 1e-12, 1e-6, 1e-7)

@@ -202,6 +202,10 @@ def fill_like_ref(ctx, p, x):
     return np.full(x.shape, p["value"], x.dtype)
 
 
+def constant_backward(g, node) -> None:
+    """d(fill_like): none; its output does not depend on x's values."""
+
+
 def add_backward(g, node) -> None:
     """d(a + b): dy to each operand, summed over the axes it was broadcast along."""
     dy = g.grad(node, "y")
@@ -254,7 +258,7 @@ def unary_backward(g, node) -> None:
 
 register(OpDef("silu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, silu_grad_ref))
 register(OpDef("gelu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, gelu_grad_ref))
-register(OpDef("fill_like", "elementwise", ("x",), ("y",), _fill_like_infer, fill_like_ref))
+register(OpDef("fill_like", "elementwise", ("x",), ("y",), _fill_like_infer, fill_like_ref, backward=constant_backward))
 register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add), cpu=binary_cpu,
                gpu=binary_lowering("add"), backward=add_backward))
 register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply),

@@ -263,6 +263,15 @@ def slice_backward(g, node) -> None:
                                    outputs=("dx",))[0])
 
 
+def pad_backward(g, node) -> None:
+    """d(constant pad): the unpadded window of dy (a slice)."""
+    pads = node.params["pads"]
+    axes = list(range(len(pads)))
+    ends = [-int(after) if int(after) else np.iinfo(np.int64).max for _, after in pads]
+    g.accumulate(node, "x", g.emit("slice", {"x": g.grad(node, "y")},
+                                   {"axes": axes, "starts": [int(before) for before, _ in pads], "ends": ends})[0])
+
+
 def concat_backward(g, node) -> None:
     """d(concat): each input's columns of dy, sliced out (sizes along the axis must be known)."""
     dy = g.grad(node, "y")
@@ -289,6 +298,6 @@ register(OpDef("concat", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX
                _concat_infer, concat_ref, cpu=concat_cpu,
                gpu=Lowering(("copy",), _lower_concat, _check_concat), backward=concat_backward))
 register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref, cpu=pad_cpu,
-               gpu=Lowering(("gather",), _lower_pad, check_gather)))
+               gpu=Lowering(("gather",), _lower_pad, check_gather), backward=pad_backward))
 register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref, cpu=gather_cpu,
                gpu=Lowering(("gather",), _lower_slice, check_gather), backward=slice_backward))
