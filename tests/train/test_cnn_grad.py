@@ -303,6 +303,73 @@ def test_small_cnn_gradients_match_torch(cnn, loss, optimize):
         assert rel(got[name], want[name]) < 1e-4, f"{name}: relative error {rel(got[name], want[name]):.2e}"
 
 
+def test_small_cnn_sgd_steps_follow_torch(cnn):
+    """Full-parameter training: every weight of the compiled CNN made a graph input (trainable_graph), three
+    SGD steps that change only the feeds; the losses and the final parameters follow torch's."""
+    import volvox
+    from volvox.compile.autodiff import differentiate, grad_name
+    from volvox.ops.context import RunContext
+    from volvox.runtime.executor import Executor
+    from volvox.train.graph import trainable_graph
+    net, path, (x, labels, _) = cnn
+    model = volvox.load(path)
+    weights = {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
+    names = list(weights)
+    graph, frozen = trainable_graph(model.graph, weights, names)
+    executor = Executor(differentiate(with_loss(graph, "cross_entropy"), "loss", names), frozen)
+    params = {n: np.array(weights[n], np.float32) for n in names}
+    net64 = type(net)().double()
+    net64.load_state_dict(net.state_dict())
+    sgd = torch.optim.SGD(net64.parameters(), lr=0.5)
+    lr = np.float32(0.5)
+    for _ in range(3):
+        out = executor.run(RunContext(), {"x": x, "labels": labels, **params})
+        sgd.zero_grad()
+        want = F.cross_entropy(net64(torch.tensor(x, dtype=torch.float64)), torch.tensor(labels))
+        want.backward()
+        sgd.step()
+        assert float(out["loss"]) == pytest.approx(float(want), rel=1e-5)
+        params = {n: p - lr * out[grad_name(n)] for n, p in params.items()}
+    for n, p in net64.named_parameters():
+        assert rel(params[volvox_name(n)], to_volvox_layout(n, p.detach().numpy())) < 1e-5, n
+
+
+class InvertedBottleneck(torch.nn.Module):
+    """MobileNetV2's block: a 1x1 expand conv large enough (2 MB out) for the compiler to fuse it with the
+    depthwise and project convs into one expand_dwpw_conv2d, ReLU6 after the first two, a residual."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.expand = nn.Conv2d(16, 128, 1)
+        self.dw = nn.Conv2d(128, 128, 3, padding=1, groups=128)
+        self.project = nn.Conv2d(128, 16, 1)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x + self.project(F.relu6(self.dw(F.relu6(self.expand(x)))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def test_inverted_bottleneck_gradients_match_torch(tmp_path):
+    """The compiled graph's expand_dwpw_conv2d (middle tensors recomputed) gives torch's gradients."""
+    torch.manual_seed(1)
+    net = InvertedBottleneck().eval()
+    path = tmp_path / "bottleneck.onnx"
+    torch.onnx.export(net, (torch.zeros(4, 3, 32, 32),), str(path), opset_version=13, input_names=["x"],
+                      output_names=["logits"], dynamo=False)
+    rng = np.random.default_rng(3)
+    batch = (rng.standard_normal((4, 3, 32, 32)).astype(np.float32), np.array([0, 3, 1, 4], np.int64), None)
+    want_loss, want = torch_grads(net, batch, "cross_entropy")
+    got_loss, got, ops = volvox_grads(path, batch, "cross_entropy", optimize=True)
+    assert "expand_dwpw_conv2d" in ops
+    assert got_loss == pytest.approx(want_loss, rel=1e-5)
+    for name in want:
+        assert rel(got[name], want[name]) < 1e-4, f"{name}: relative error {rel(got[name], want[name]):.2e}"
+
+
 # ------------------------------------------------------------------ fused nodes through differentiate
 def act(t, name):
     return {"none": lambda v: v, "relu": F.relu, "relu6": F.relu6}[name](t)
