@@ -681,6 +681,9 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     return y
 
 
+DW_GRAD_BAND_ROWS = 8  # output rows a depthwise dW band sums in float32 before the bands are added
+
+
 def _f32_nhwc(a, name: str, op: str) -> np.ndarray:
     """``a`` as a C-contiguous float32 4-D array; KernelError / ShapeError otherwise."""
     if not isinstance(a, np.ndarray) or a.dtype != np.float32:
@@ -718,19 +721,19 @@ def depthwise_conv2d_grad_input(dy, w, input_size, strides=(1, 1), dilations=(1,
 
 def depthwise_conv2d_grad_weight(x, dy, kernel, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:
     """dL/dW (C, kh, kw, 1) of a depthwise multiplier-1 conv: x float32 (N, H, W, C), dy float32
-    (N, OH, OW, C), ``kernel`` (kh, kw). The output rows are split in one band per thread, each summed
-    on its own, then the bands added in order."""
+    (N, OH, OW, C), ``kernel`` (kh, kw). Bands of DW_GRAD_BAND_ROWS output rows are summed on their own
+    (OpenMP over bands), then added in float64: short float32 chains, and the same bits on any thread count."""
     x, dy = _window_grad_operands(x, dy, "depthwise_conv2d_grad_weight")
     n, _, _, c = x.shape
     kh, kw = (int(v) for v in kernel)
     geo = _conv_geometry(x, np.empty((c, kh, kw, 1), np.uint8), strides, dilations, pads, "depthwise_conv2d_grad_weight")
     if geo[:2] != dy.shape[1:3]:
         raise ShapeError(f"depthwise_conv2d_grad_weight: dy {dy.shape} is not this conv's output (OH, OW) = {geo[:2]}")
-    rows = n * geo[0]
-    bands = min(get_num_threads(), rows) if dy.size * kh * kw >= 1 << 16 else 1
+    bands = -(-n * geo[0] // DW_GRAD_BAND_ROWS)
     partials = np.empty((bands, kh * kw * c), np.float32)  # (bands, kh*kw * C)
     engine.dwconv_grad_weight_f32(x, dy, geo, partials)
-    return np.ascontiguousarray(partials.sum(axis=0, dtype=np.float32).reshape(kh, kw, c).transpose(2, 0, 1)[..., None])
+    dw = partials.sum(axis=0, dtype=np.float64).astype(np.float32)  # (kh*kw * C,)
+    return np.ascontiguousarray(dw.reshape(kh, kw, c).transpose(2, 0, 1)[..., None])
 
 
 def max_pool2d_grad(x, dy, kernel, strides=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:

@@ -50,6 +50,21 @@ def test_depthwise_grads_match_reference(x_shape, kernel, p, threads):
     np.testing.assert_allclose(dw, want_dw, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want_dw).max())))
 
 
+def test_depthwise_grad_weight_bits_do_not_depend_on_threads():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 16, 15, 40)).astype(np.float32)
+    dy = rng.standard_normal((4, 8, 8, 40)).astype(np.float32)
+    before = cpu.get_num_threads()
+    try:
+        runs = []
+        for n in (1, 2):
+            cpu.set_num_threads(n)
+            runs.append(cpu.depthwise_conv2d_grad_weight(x, dy, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1)))
+    finally:
+        cpu.set_num_threads(before)
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
 def test_depthwise_grads_refuse_bad_operands():
     dy = np.zeros((1, 3, 3, 4), np.float32)
     w = np.zeros((4, 3, 3, 1), np.float32)

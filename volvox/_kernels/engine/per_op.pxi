@@ -532,7 +532,8 @@ def dwconv_grad_weight_f32(const float[:, :, :, ::1] x, const float[:, :, :, ::1
     cdef int64_t bands = partials.shape[0], rows = s.n * s.oh, t
     if bands == 0 or partials.shape[1] == 0:
         return
-    for t in prange(bands, nogil=True, schedule="static", num_threads=min(bands, _nthreads)):
+    for t in prange(bands, nogil=True, schedule="static",
+                    num_threads=threads_for(s.n * s.oh * s.ow * s.c * s.kh * s.kw)):
         dwconv_dw_rows_f32(&s, &x[0, 0, 0, 0], &dy[0, 0, 0, 0], rows * t // bands, rows * (t + 1) // bands,
                            &partials[t, 0])
 
