@@ -9,6 +9,12 @@ the node producing it is reached, after every reader has contributed.
 
 The result is an ordinary graph: the executor runs it and the memory planner plans it like any
 other; backward nodes read forward tensors directly, which keeps them alive as long as needed.
+
+Checkpointing (``checkpoints``: forward tensors to keep) trades compute for memory: a backward node
+then reads, instead of any other forward activation, a copy recomputed from the nearest checkpoints
+(the producing forward nodes emitted again, once, just before their first backward reader). The
+forward activations die with their last forward reader; during the backward only the recomputed
+activations of the part being differentiated are alive, beside the checkpoints.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ class GradBuilder:
     """What an op's ``backward(g, node)`` works with: the gradients reaching the node's outputs, a way to
     add backward nodes, and where to put its inputs' gradients."""
 
-    def __init__(self, graph: Graph, loss: str, wrt: list[str]):
+    def __init__(self, graph: Graph, loss: str, wrt: list[str], checkpoints: set[str] | None = None):
         self.specs: dict[str, TensorSpec] = dict(graph.specs)
         self.nodes: list[Node] = []
         self._contributions: dict[str, list[str]] = {}  # tensor -> gradient tensors to sum
@@ -40,6 +46,11 @@ class GradBuilder:
         self._count = 0
         self._current = "seed"                          # the forward node whose backward is being built
         self.active = _active_tensors(graph, loss, wrt)
+        # checkpointing: the forward node making each tensor, the tensors backward nodes may read as they
+        # are (None: every forward tensor), and the recomputed copies made so far
+        self._producer = {t: n for n in graph.nodes for t in n.outputs.values()}
+        self._kept = None if checkpoints is None else set(checkpoints) | {s.name for s in graph.inputs} | set(graph.weights)
+        self._recomputed: dict[str, str] = {}
 
     # ---------------------------------------------------------------- what a backward calls
     def grad(self, node: Node, port: str) -> str | None:
@@ -57,10 +68,11 @@ class GradBuilder:
         """Add a backward node running ``op`` on ``inputs`` ({port: tensor}); returns the names of its
         ``outputs`` ports' new tensors, in order. Shapes are inferred at once (ShapeError names the op)."""
         opdef = get_op(op, self._current)
+        inputs = {port: self._readable(t) for port, t in inputs.items()}
         self._count += 1
         node_id = f"bw{self._count}.{self._current}.{op}"
         names = {port: f"bw{self._count}/{self._current}/{port}" for port in outputs}
-        node = Node(node_id, op, dict(inputs), names, dict(params or {}))
+        node = Node(node_id, op, inputs, names, dict(params or {}))
         opdef.check_ports(node)
         out_specs = opdef.infer({p: self.specs[t] for p, t in node.inputs.items()}, node.params)
         for port, name in names.items():
@@ -89,6 +101,21 @@ class GradBuilder:
         return self.specs[name].shape
 
     # ---------------------------------------------------------------- bookkeeping
+    def _readable(self, tensor: str) -> str:
+        """What a backward node reads for ``tensor``: the tensor itself, or (checkpointing) a recomputed copy
+        of a forward activation that is not kept, its producer emitted again over readable inputs."""
+        if self._kept is None or tensor in self._kept or tensor not in self._producer:
+            return tensor
+        if tensor not in self._recomputed:
+            node = self._producer[tensor]
+            inputs = {port: self._readable(t) for port, t in node.inputs.items()}
+            outputs = {port: "recompute/" + t for port, t in node.outputs.items()}
+            for port, t in node.outputs.items():
+                self._recomputed[t] = outputs[port]
+                self.specs[outputs[port]] = TensorSpec(outputs[port], self.specs[t].shape, self.specs[t].dtype)
+            self.nodes.append(Node("recompute." + node.id, node.op, inputs, outputs, dict(node.params)))
+        return self._recomputed[tensor]
+
     def backward_of(self, node: Node) -> None:
         """Run ``node``'s backward when a gradient reaches one of its outputs; UnsupportedError names the
         node and op when its op has none."""
@@ -165,11 +192,13 @@ def _active_tensors(graph: Graph, loss: str, wrt: list[str]) -> set[str]:
     return from_wrt & to_loss
 
 
-def differentiate(graph: Graph, loss: str, wrt: list[str]) -> Graph:
+def differentiate(graph: Graph, loss: str, wrt: list[str], checkpoints: list[str] | None = None) -> Graph:
     """The training graph of ``graph``: its forward nodes, then the backward nodes; outputs ``loss`` and
     ``grad_name(w)`` for each ``w`` in ``wrt`` (graph inputs or weights, float). The gradient is that of
-    the sum of ``loss``'s elements (the loss itself for a scalar). UnsupportedError names the node and
-    op on the path that has no backward."""
+    the sum of ``loss``'s elements (the loss itself for a scalar). ``checkpoints``: the forward tensors
+    backward nodes may read as they are (with the graph's inputs and weights); any other is recomputed
+    from them (None: every forward tensor is kept). UnsupportedError names the node and op on the path
+    that has no backward."""
     if not graph.specs:
         validate(graph)
     if loss not in graph.specs:
@@ -184,7 +213,10 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> Graph:
             raise BlueprintError(f"cannot differentiate with respect to {w!r}: not a graph input or weight")
         if graph.specs[w].dtype not in FLOAT_DTYPES:
             raise BlueprintError(f"cannot differentiate with respect to {w!r}: it is {graph.specs[w].dtype}")
-    g = GradBuilder(graph, loss, wrt)
+    unknown = [t for t in checkpoints or () if t not in graph.specs]
+    if unknown:
+        raise BlueprintError(f"checkpoints {unknown} are not tensors of the graph")
+    g = GradBuilder(graph, loss, wrt, None if checkpoints is None else set(checkpoints) | {loss})
     if loss in g.active:
         g.add_gradient(loss, g.emit("fill_like", {"x": loss}, {"value": 1.0})[0])
     for node in reversed(graph.nodes):

@@ -381,6 +381,16 @@ def rope_grad_ref(ctx, p, dy, positions):
     return rope_rotate(dy, positions, p, inverse=True)
 
 
+def rope_grad_fast(ctx, p, dy, positions):
+    """rope_grad through rope's kernel at the negated positions: the angles negated in ggml's float32
+    arithmetic, the exact transpose of the kernel's forward rotation (scaled frequencies: the reference)."""
+    if any(key in p for key in SCALED_ROPE_KEYS):
+        return rope_grad_ref(ctx, p, dy, positions)
+    hd = int(p["head_dim"])
+    return cpu.rope(dy, -positions.astype(np.int64), hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
+                    float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved")
+
+
 def _causal_attention_infer(specs, params):
     q, k, v = specs["q"], specs["k"], specs["v"]
     nh, nkv, hd = int(params["n_heads"]), int(params["n_kv_heads"]), int(params["head_dim"])
@@ -502,7 +512,7 @@ def softcap_backward(g, node) -> None:
 
 
 register(OpDef("sequence_positions", "position", ("ids",), ("y",), _sequence_positions_infer, sequence_positions_ref))
-register(OpDef("rope_grad", "position", ("dy", "positions"), ("dx",), _rope_grad_infer, rope_grad_ref))
+register(OpDef("rope_grad", "position", ("dy", "positions"), ("dx",), _rope_grad_infer, rope_grad_ref, rope_grad_fast))
 register(OpDef("causal_attention", "attention", ("q", "k", "v"), ("y", "lse"), _causal_attention_infer,
                causal_attention_ref, causal_attention_fast, backward=causal_attention_backward))
 register(OpDef("attention_grad", "attention", ("q", "k", "v", "y", "dy", "lse"), ("dq", "dk", "dv"),

@@ -283,4 +283,12 @@ def gelu_into(ctx, p, out, x):
 
 register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into, cpu=gelu_cpu,
                gpu=unary_lowering("gelu"), backward=unary_backward))
-register(OpDef("gelu_f16_table", "activation", ("x",), ("y",), _unary_infer, gelu_f16_table_ref))
+def gelu_f16_table_backward(g, node) -> None:
+    """d(gelu_f16_table): the gradient of the tanh GELU it tabulates (the table itself is a step function of
+    x's fp16 rounding; its rounding passes gradients straight through)."""
+    g.accumulate(node, "x", g.emit("gelu_grad", {"x": node.inputs["x"], "dy": g.grad(node, "y")},
+                                   {"approximate": "tanh"}, outputs=("dx",))[0])
+
+
+register(OpDef("gelu_f16_table", "activation", ("x",), ("y",), _unary_infer, gelu_f16_table_ref,
+               backward=gelu_f16_table_backward))

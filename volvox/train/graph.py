@@ -41,9 +41,12 @@ class TrainingGraph:
     loss: str = LOSS
     closers: list[Callable[[], None]] = field(default_factory=list)
 
-    def joint(self) -> Graph:
-        """The forward + backward graph: outputs the loss and grad/<name> for every trainable tensor."""
-        return differentiate(self.graph, self.loss, list(self.params))
+    def joint(self, checkpoint_blocks: bool = False) -> Graph:
+        """The forward + backward graph: outputs the loss and grad/<name> for every trainable tensor. With
+        ``checkpoint_blocks``, only the residual stream (block_checkpoints) is kept from the forward and
+        each block's activations are recomputed for its backward: less memory, about one more forward."""
+        checkpoints = block_checkpoints(self.graph) if checkpoint_blocks else None
+        return differentiate(self.graph, self.loss, list(self.params), checkpoints)
 
     def close(self) -> None:
         """Release the weight files this graph's import opened."""
@@ -52,10 +55,17 @@ class TrainingGraph:
         self.closers = []
 
 
+def block_checkpoints(graph: Graph) -> list[str]:
+    """The tensors a transformer's blocks start from: every input of a norm node (the residual stream
+    before each attention and feed-forward half, and before the final norm)."""
+    return sorted({n.inputs["x"] for n in graph.nodes if n.op in ("rms_norm", "layer_norm")})
+
+
 def trainable_graph(graph: Graph, weights: dict[str, Any], names: list[str]) -> tuple[Graph, dict[str, Any]]:
     """``graph`` with the weights ``names`` turned into float32 graph inputs (after the existing inputs,
-    in ``names`` order), and the weights that stay (frozen). UnsupportedError for a block-quantized
-    weight (only float weights train; an adapter trains beside a quantized one)."""
+    in ``names`` order; their values, from ``weights``, are fed at each run), and the weights that stay
+    (frozen). UnsupportedError for a block-quantized weight (only float weights train; an adapter
+    trains beside a quantized one)."""
     for name in names:
         if name not in graph.weights:
             raise BlueprintError(f"cannot train {name!r}: not a weight of the graph")
