@@ -270,8 +270,9 @@ def with_loss(graph, loss: str):
     return out
 
 
-def volvox_grads(path, batch, loss: str, optimize: bool) -> tuple[float, dict[str, np.ndarray], set]:
-    """volvox's loss, every parameter's gradient, and the ops of the forward graph it differentiated."""
+def volvox_grads(path, batch, loss: str, optimize: bool, checkpoints=None) -> tuple[float, dict[str, np.ndarray], set]:
+    """volvox's loss, every parameter's gradient, and the ops of the forward graph it differentiated
+    (``checkpoints``: differentiate's, the forward tensors kept for the backward)."""
     import volvox
     from volvox.compile.autodiff import differentiate, grad_name
     from volvox.ops.context import RunContext
@@ -280,7 +281,7 @@ def volvox_grads(path, batch, loss: str, optimize: bool) -> tuple[float, dict[st
     model = volvox.load(path, optimize=optimize)
     weights = {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
     names = list(weights)
-    train = differentiate(with_loss(model.graph, loss), "loss", names)
+    train = differentiate(with_loss(model.graph, loss), "loss", names, checkpoints)
     feeds = {"x": x, **({"labels": labels} if loss == "cross_entropy" else {"target": target})}
     out = Executor(train, weights).run(RunContext(), feeds)
     return float(out["loss"]), {n: out[grad_name(n)] for n in names}, {node.op for node in model.graph.nodes}
@@ -300,6 +301,85 @@ def test_small_cnn_gradients_match_torch(cnn, loss, optimize):
     assert set(got) == set(want)
     for name in want:
         assert got[name].shape == want[name].shape, name
+        assert rel(got[name], want[name]) < 1e-4, f"{name}: relative error {rel(got[name], want[name]):.2e}"
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["as_imported", "compiled"])
+def test_small_cnn_recomputed_activations_give_the_same_gradients(cnn, optimize):
+    """Checkpointing with no activation kept: every backward read is recomputed from the input and weights,
+    and the gradients keep their bits."""
+    net, path, batch = cnn
+    kept = volvox_grads(path, batch, "cross_entropy", optimize)
+    recomputed = volvox_grads(path, batch, "cross_entropy", optimize, checkpoints=[])
+    assert kept[0] == recomputed[0]
+    for name, grad in kept[1].items():
+        np.testing.assert_array_equal(recomputed[1][name], grad, err_msg=name)
+
+
+def test_small_cnn_sgd_steps_follow_torch(cnn):
+    """Full-parameter training: every weight of the compiled CNN made a graph input (trainable_graph), three
+    SGD steps that change only the feeds; the losses and the final parameters follow torch's."""
+    import volvox
+    from volvox.compile.autodiff import differentiate, grad_name
+    from volvox.ops.context import RunContext
+    from volvox.runtime.executor import Executor
+    from volvox.train.graph import trainable_graph
+    net, path, (x, labels, _) = cnn
+    model = volvox.load(path)
+    weights = {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
+    names = list(weights)
+    graph, frozen = trainable_graph(model.graph, weights, names)
+    executor = Executor(differentiate(with_loss(graph, "cross_entropy"), "loss", names), frozen)
+    params = {n: np.array(weights[n], np.float32) for n in names}
+    net64 = type(net)().double()
+    net64.load_state_dict(net.state_dict())
+    sgd = torch.optim.SGD(net64.parameters(), lr=0.5)
+    lr = np.float32(0.5)
+    for _ in range(3):
+        out = executor.run(RunContext(), {"x": x, "labels": labels, **params})
+        sgd.zero_grad()
+        want = F.cross_entropy(net64(torch.tensor(x, dtype=torch.float64)), torch.tensor(labels))
+        want.backward()
+        sgd.step()
+        assert float(out["loss"]) == pytest.approx(float(want), rel=1e-5)
+        params = {n: p - lr * out[grad_name(n)] for n, p in params.items()}
+    for n, p in net64.named_parameters():
+        assert rel(params[volvox_name(n)], to_volvox_layout(n, p.detach().numpy())) < 1e-5, n
+
+
+class InvertedBottleneck(torch.nn.Module):
+    """MobileNetV2's block: a 1x1 expand conv large enough (2 MB out) for the compiler to fuse it with the
+    depthwise and project convs into one expand_dwpw_conv2d, ReLU6 after the first two, a residual."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.expand = nn.Conv2d(16, 128, 1)
+        self.dw = nn.Conv2d(128, 128, 3, padding=1, groups=128)
+        self.project = nn.Conv2d(128, 16, 1)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x + self.project(F.relu6(self.dw(F.relu6(self.expand(x)))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def test_inverted_bottleneck_gradients_match_torch(tmp_path):
+    """The compiled graph's expand_dwpw_conv2d (middle tensors recomputed) gives torch's gradients."""
+    torch.manual_seed(1)
+    net = InvertedBottleneck().eval()
+    path = tmp_path / "bottleneck.onnx"
+    torch.onnx.export(net, (torch.zeros(4, 3, 32, 32),), str(path), opset_version=13, input_names=["x"],
+                      output_names=["logits"], dynamo=False)
+    rng = np.random.default_rng(3)
+    batch = (rng.standard_normal((4, 3, 32, 32)).astype(np.float32), np.array([0, 3, 1, 4], np.int64), None)
+    want_loss, want = torch_grads(net, batch, "cross_entropy")
+    got_loss, got, ops = volvox_grads(path, batch, "cross_entropy", optimize=True)
+    assert "expand_dwpw_conv2d" in ops
+    assert got_loss == pytest.approx(want_loss, rel=1e-5)
+    for name in want:
         assert rel(got[name], want[name]) < 1e-4, f"{name}: relative error {rel(got[name], want[name]):.2e}"
 
 
@@ -380,35 +460,21 @@ def test_pool_and_clip_backward_match_torch(op, params):
     assert rel(got["x"], t.grad.numpy()) < 1e-5
 
 
-def test_small_cnn_sgd_steps_follow_torch(cnn):
-    """Full-parameter training: every weight of the compiled CNN made a graph input (trainable_graph), three
-    SGD steps that change only the feeds; the losses and the final parameters follow torch's."""
-    import volvox
-    from volvox.compile.autodiff import differentiate, grad_name
-    from volvox.ops.context import RunContext
-    from volvox.runtime.executor import Executor
-    from volvox.train.graph import trainable_graph
-    net, path, (x, labels, _) = cnn
-    model = volvox.load(path)
-    weights = {name: w for (_, w), name in zip(model.executor.weight_slots, model.graph.weights)}
-    names = list(weights)
-    graph, frozen = trainable_graph(model.graph, weights, names)
-    executor = Executor(differentiate(with_loss(graph, "cross_entropy"), "loss", names), frozen)
-    params = {n: np.array(weights[n], np.float32) for n in names}
-    net64 = type(net)().double()
-    net64.load_state_dict(net.state_dict())
-    sgd = torch.optim.SGD(net64.parameters(), lr=0.5)
-    lr = np.float32(0.5)
-    for _ in range(3):
-        out = executor.run(RunContext(), {"x": x, "labels": labels, **params})
-        sgd.zero_grad()
-        want = F.cross_entropy(net64(torch.tensor(x, dtype=torch.float64)), torch.tensor(labels))
-        want.backward()
-        sgd.step()
-        assert float(out["loss"]) == pytest.approx(float(want), rel=1e-5)
-        params = {n: p - lr * out[grad_name(n)] for n, p in params.items()}
-    for n, p in net64.named_parameters():
-        assert rel(params[volvox_name(n)], to_volvox_layout(n, p.detach().numpy())) < 1e-5, n
+def test_conv_and_pool_backward_refuse_a_symbolic_image_size():
+    """The grad ops record the input's height and width; a symbolic one is refused by name, never guessed."""
+    from volvox.compile.autodiff import differentiate
+    from volvox.errors import UnsupportedError
+    from volvox.ir.graph import Graph, Node, TensorSpec
+    from volvox.ops import validate
+    for op, inputs, params in [("conv2d", dict(x=(1, "h", "w", 2), weight=(3, 3, 3, 2)), dict(strides=[2, 2])),
+                               ("max_pool2d", dict(x=(1, "h", "w", 2)), dict(kernel=[2, 2], strides=[2, 2]))]:
+        specs = [TensorSpec(k, s, "float32") for k, s in inputs.items()]
+        graph = Graph(specs + [TensorSpec("target", (1, "oh", "ow", 3 if op == "conv2d" else 2), "float32")], {}, [
+            Node("n", op, {k: k for k in inputs}, {"y": "y"}, params),
+            Node("loss", "mse", {"x": "y", "target": "target"}, {"loss": "loss"})], ["loss"])
+        validate(graph)
+        with pytest.raises(UnsupportedError, match="spatial size"):
+            differentiate(graph, "loss", ["x"])
 
 
 @pytest.mark.parametrize("activation", ["relu", "relu6", "gelu", "gelu_tanh", "silu"])
@@ -429,3 +495,21 @@ def test_fused_activation_nodes_backward_match_torch(activation):
         F.mse_loss(torch_act(z), torch.tensor(target, dtype=torch.float64)).backward()
         for k in inputs:
             assert rel(got[k], t[k].grad.numpy()) < 1e-5, f"{op} {activation} {k}: {rel(got[k], t[k].grad.numpy()):.2e}"
+
+
+@pytest.mark.parametrize("op, inputs, params", [
+    ("conv2d_grad_input", dict(dy=(1, 4, 4, 6), weight=(6, 3, 3, 5)), dict(strides=[2, 2], input_size=[11, 11])),
+    ("conv2d_grad_weight", dict(x=(1, 7, 7, 5), dy=(1, 4, 4, 6)), dict(kernel=[3, 3])),
+    ("max_pool2d_grad", dict(x=(1, 7, 7, 2), dy=(1, 3, 3, 2)), dict(kernel=[2, 2], strides=[2, 2], input_size=[6, 6])),
+    ("avg_pool2d_grad", dict(dy=(1, 3, 3, 2)), dict(kernel=[2, 2], strides=[2, 2], input_size=[8, 8])),
+])
+def test_grad_ops_refuse_inconsistent_shapes(op, inputs, params):
+    """A grad op whose dy is not the forward output of the recorded geometry is a ShapeError naming the node."""
+    from volvox.errors import ShapeError
+    from volvox.ir.graph import Graph, Node, TensorSpec
+    from volvox.ops import validate
+    outputs = {"conv2d_grad_weight": "dweight"}.get(op, "dx")
+    graph = Graph([TensorSpec(k, s, "float32") for k, s in inputs.items()], {},
+                  [Node("bad", op, {k: k for k in inputs}, {outputs: "out"}, params)], ["out"])
+    with pytest.raises(ShapeError, match="bad"):
+        validate(graph)

@@ -8,6 +8,9 @@ The numpy reference accumulates tap by tap in float64. The fast path is im2col +
 a float32 BLAS matmul for dense convs and a tap loop for depthwise ones; both are
 shared with the int8 conv (``ops/quantized.py``), which runs them on exact
 integer-valued float64 data.
+
+Training graphs differentiate conv2d through its grad ops (conv2d_grad_input, conv2d_grad_weight,
+conv2d_grad_bias, fused_activation_grad; the backward section below).
 """
 
 from __future__ import annotations

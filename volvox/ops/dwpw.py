@@ -11,6 +11,9 @@ run the convs in turn, so the node computes exactly what they did.
 Ports: the 1x1 conv's own (``x`` is the first conv's input), the depthwise conv's prefixed
 ``dw_``, the expand conv's ``ex_``. Params: the 1x1 conv's, with the depthwise conv's under
 ``"depthwise"`` and the expand conv's under ``"expand"``.
+
+Their backward recomputes the middle tensors (one conv2d node each) and runs each conv's grad ops
+(ops/conv.py), so a compiled graph trains without unfusing.
 """
 
 from __future__ import annotations

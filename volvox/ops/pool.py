@@ -1,5 +1,6 @@
 """Pooling in NHWC: max_pool2d, avg_pool2d (padding excluded from the count, as TFLite and
-ONNX count_include_pad=0 do), global_avg_pool (keeps H = W = 1)."""
+ONNX count_include_pad=0 do), global_avg_pool (keeps H = W = 1), and their backward for training
+graphs (max_pool2d_grad, avg_pool2d_grad, global_avg_pool_grad)."""
 
 from __future__ import annotations
 
@@ -182,22 +183,9 @@ def max_pool2d_grad_ref(ctx, p, x, dy):
 
 
 def max_pool2d_grad_fast(ctx, p, x, dy):
-    """max_pool2d_grad as a tap loop in float32: each window's maximum recomputed, then each tap in row-major
-    order takes dy where it equals the maximum and no earlier tap did."""
-    kh, kw = (int(k) for k in p["kernel"])
+    """max_pool2d_grad through volvox's kernel (one image per thread, the same first-maximum routing)."""
     strides, _, pads = window_params(p)
-    xp = pad_nhwc(np.asarray(x, np.float32), pads, -np.inf)
-    oh, ow = dy.shape[1:3]
-    peak = pool_taps(x, p, -np.inf, np.maximum)       # (N, OH, OW, C)
-    open_ = np.ones(peak.shape, bool)                 # (N, OH, OW, C) windows not yet routed
-    dxp = np.zeros(xp.shape, np.float32)              # (N, Hp, Wp, C)
-    for i in range(kh):
-        for j in range(kw):
-            hit = open_ & (tap(xp, i, j, oh, ow, strides, (1, 1)) == peak)
-            tap(dxp, i, j, oh, ow, strides, (1, 1))[...] += np.where(hit, dy, np.float32(0))
-            open_ &= ~hit
-    pt, pl, pb, pr = pads
-    return np.ascontiguousarray(dxp[:, pt: dxp.shape[1] - pb, pl: dxp.shape[2] - pr, :])
+    return cpu.max_pool2d_grad(x, dy, p["kernel"], strides, pads)
 
 
 def avg_pool2d_grad_ref(ctx, p, dy):

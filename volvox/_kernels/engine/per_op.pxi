@@ -532,6 +532,19 @@ def dwconv_grad_weight_f32(const float[:, :, :, ::1] x, const float[:, :, :, ::1
     cdef int64_t bands = partials.shape[0], rows = s.n * s.oh, t
     if bands == 0 or partials.shape[1] == 0:
         return
-    for t in prange(bands, nogil=True, schedule="static", num_threads=min(bands, _nthreads)):
+    for t in prange(bands, nogil=True, schedule="static",
+                    num_threads=threads_for(s.n * s.oh * s.ow * s.c * s.kh * s.kw)):
         dwconv_dw_rows_f32(&s, &x[0, 0, 0, 0], &dy[0, 0, 0, 0], rows * t // bands, rows * (t + 1) // bands,
                            &partials[t, 0])
+
+
+def max_pool_grad_f32(const float[:, :, :, ::1] x, const float[:, :, :, ::1] dy, tuple geo, float[:, :, :, ::1] dx,
+                      float[:, ::1] best, int64_t[:, ::1] first):
+    """dx (N, H, W, C) of max pooling from x and dy (N, OH, OW, C), one image per work item; best, first:
+    (N, C) scratch; geo as dwconv_f32's (dilation 1)."""
+    cdef vx_conv_shape s = shape_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]) + geo)
+    cdef int64_t b
+    if s.n == 0 or s.h * s.w * s.c == 0:
+        return
+    for b in prange(s.n, nogil=True, schedule="static", num_threads=threads_for(s.n * s.oh * s.ow * s.c * s.kh * s.kw)):
+        max_pool_dx_image_f32(&s, &x[0, 0, 0, 0], &dy[0, 0, 0, 0], b, &best[b, 0], &first[b, 0], &dx[0, 0, 0, 0])
