@@ -232,7 +232,7 @@ def cmd_finetune(a) -> int:
                       lr=a.lr, batch=a.batch, grad_accum=a.grad_accum, context=a.ctx, schedule=a.schedule,
                       warmup=a.warmup, clip=a.clip or None, weight_decay=a.weight_decay, val_split=a.val_split,
                       val_every=a.val_every, save_every=a.save_every, out_dir=a.out, resume=a.resume, seed=a.seed,
-                      progress=False if a.quiet else None)
+                      recompute=a.recompute, progress=False if a.quiet else None)
     line = f"trained {result.steps} steps, {result.tokens} tokens in {result.seconds:.1f} s"
     if result.train_losses:
         line += f"; last training loss {result.train_losses[-1]:.4f}"
@@ -272,6 +272,8 @@ def _add_finetune_parser(sub) -> None:
     opt.add_argument("--clip", type=float, default=1.0, help="gradient global-norm cap (0: none)")
     opt.add_argument("--weight-decay", type=float, default=0.0, help="AdamW decoupled weight decay")
     opt.add_argument("--seed", type=int, default=0, help="seed of the adapter init, split and batch order")
+    opt.add_argument("--recompute", action="store_true",
+                     help="keep only each block's input for the backward pass (less memory, more time)")
     run = p.add_argument_group("output and checkpoints")
     run.add_argument("--out", required=True, metavar="DIR", help="adapter folder (checkpoints are kept there too)")
     run.add_argument("--val-every", type=int, default=0, help="validation loss every N steps (0: at the end only)")

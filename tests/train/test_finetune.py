@@ -250,6 +250,17 @@ def test_lora_finetune_equals_peft_training(tiny_llama, tmp_path):
     assert got.train_losses[-1] < got.train_losses[0]
 
 
+def test_recompute_gives_the_same_training(tiny_llama):
+    """Block checkpointing (only each block's input kept, the rest recomputed) changes no bit of the run."""
+    from volvox.train.finetune import finetune
+
+    runs = [finetune(tiny_llama[2], QA, lora={"r": 2}, steps=2, context=16, val_split=0.0, recompute=recompute,
+                     progress=False, log=lambda line: None) for recompute in (False, True)]
+    assert runs[0].train_losses == runs[1].train_losses
+    for name in runs[0].params:
+        np.testing.assert_array_equal(runs[0].params[name], runs[1].params[name])
+
+
 def test_full_parameter_finetune_equals_torch(tiny_llama, tmp_path):
     """trainable="all": every float weight of the tiny LLaMA trained by volvox and by torch alike."""
     import copy

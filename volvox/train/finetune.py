@@ -32,7 +32,7 @@ from volvox.train.checkpoint import RunState, check_resumable, load_checkpoint, 
 from volvox.train.data import IGNORE, Example, collate, load_dataset, split
 from volvox.architectures.lora import LoraConfig, add_lora, find_sites
 from volvox.train.lora import init_adapters, save_adapter
-from volvox.train.graph import trainable_graph, training_graph
+from volvox.train.graph import block_checkpoints, trainable_graph, training_graph
 from volvox.train.optim import GradAccumulator, Parameters, clip_grad_norm, make_optimizer
 from volvox.train.schedule import make_schedule
 
@@ -43,9 +43,11 @@ class Trainer:
     """A training graph and its differentiated twin on the executor: the loss of a batch, and the loss
     with the gradient of every trainable tensor (graph inputs whose current values ``params`` holds)."""
 
-    def __init__(self, graph: Graph, weights: dict[str, Any], params: Parameters, loss: str = LOSS):
+    def __init__(self, graph: Graph, weights: dict[str, Any], params: Parameters, loss: str = LOSS,
+                 checkpoints: list[str] | None = None):
         self.loss_name, self.params = loss, params
-        self.joint = differentiate(graph, loss, params.names)
+        # checkpoints: the forward tensors the backward keeps (the rest recomputed); None: all kept
+        self.joint = differentiate(graph, loss, params.names, checkpoints)
         self.forward = Executor(graph, weights)      # validation: the loss only
         self.backward = Executor(self.joint, weights)
 
@@ -242,13 +244,14 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
              context: int = 256, schedule: str = "cosine", warmup: int = 0, min_lr_ratio: float = 0.1,
              clip: float | None = 1.0, optimizer: str = "adamw", weight_decay: float = 0.0,
              val_split: float = 0.1, val_every: int = 0, save_every: int = 0, out_dir: str | Path | None = None,
-             resume: bool = True, seed: int = 0, progress: bool | None = None,
+             resume: bool = True, seed: int = 0, recompute: bool = False, progress: bool | None = None,
              log: Callable[[str], None] | None = None, callback: Callable[[int, float], None] | None = None
              ) -> TrainResult:
     """Fine-tune a language model (loaded, or a name / path volvox.load takes) on ``dataset`` (a .txt / .jsonl file or folder, or a list of
     texts / {"text"} / {"messages"} records): LoRA adapters (``lora``: a LoraConfig or its fields; the
     default when ``trainable`` is None) or the model's own float weights (``trainable="all"`` or a
-    list of weight names). The run's checkpoints go to ``out_dir``; at the end a LoRA run writes its
+    list of weight names). ``recompute``: keep only each block's input for the backward and recompute the
+    rest (lower peak memory, the same gradients, some more time). The run's checkpoints go to ``out_dir``; at the end a LoRA run writes its
     adapter there in PEFT's format (``volvox.load(model, adapter=out_dir)``), a full run its tensors
     (``trained.safetensors``, the model's weight names). Returns the TrainResult."""
     if isinstance(model, (str, Path)):
@@ -259,7 +262,8 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
                             batch=batch, grad_accum=grad_accum, context=context, schedule=schedule, warmup=warmup,
                             min_lr_ratio=min_lr_ratio, clip=clip, optimizer=optimizer, weight_decay=weight_decay,
                             val_split=val_split, val_every=val_every, save_every=save_every, out_dir=out_dir,
-                            resume=resume, seed=seed, progress=progress, log=log, callback=callback)
+                            resume=resume, seed=seed, recompute=recompute, progress=progress, log=log,
+                            callback=callback)
     if not hasattr(model, "tokenizer") or not hasattr(model, "source_graph"):
         raise UnsupportedError(f"finetune needs a loaded language model (volvox.load), got {type(model).__name__}")
     if lora is not None and trainable is not None:
@@ -281,7 +285,8 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
             sites = config = None
             graph, frozen, params = tg.graph, tg.weights, Parameters(tg.params)
             what = f"weights {sorted(tg.params)}"
-        result = _run(model, examples, train, val, settings, Trainer(graph, frozen, params), what, out_dir=out_dir,
+        trainer = Trainer(graph, frozen, params, checkpoints=block_checkpoints(graph) if recompute else None)
+        result = _run(model, examples, train, val, settings, trainer, what, out_dir=out_dir,
                       val_every=val_every, save_every=save_every, resume=resume, progress=progress, log=log,
                       callback=callback)
     finally:
