@@ -1,6 +1,6 @@
 """The finetune loop: a training graph differentiated once, batches, optimiser steps, validation,
 checkpoints and resume; ``finetune(model, dataset, ...)`` is the text-model front end (LoRA or
-every weight).
+every weight), ``train_classifier(model, inputs, labels, ...)`` the one of single-input classifiers.
 
 The training graph (train/graph.py) computes the mean next-token loss of ``tokens`` (batch, T)
 against ``labels`` (batch, T); ``differentiate`` adds the backward nodes whose outputs are the
@@ -28,11 +28,13 @@ from volvox.formats.safetensors import save_safetensors
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.context import RunContext
 from volvox.runtime.executor import Executor
+from volvox.architectures.lora import LoraConfig, add_lora, find_sites
+from volvox.loader import import_model, load
+from volvox.ops import validate
 from volvox.train.checkpoint import RunState, check_resumable, load_checkpoint, save_checkpoint
 from volvox.train.data import IGNORE, Example, collate, load_dataset, split
-from volvox.architectures.lora import LoraConfig, add_lora, find_sites
-from volvox.train.lora import init_adapters, save_adapter
 from volvox.train.graph import block_checkpoints, trainable_graph, training_graph
+from volvox.train.lora import init_adapters, save_adapter
 from volvox.train.optim import GradAccumulator, Parameters, clip_grad_norm, make_optimizer
 from volvox.train.schedule import make_schedule
 
@@ -255,8 +257,6 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
     adapter there in PEFT's format (``volvox.load(model, adapter=out_dir)``), a full run its tensors
     (``trained.safetensors``, the model's weight names). Returns the TrainResult."""
     if isinstance(model, (str, Path)):
-        from volvox.loader import load
-
         with load(model) as loaded:
             return finetune(loaded, dataset, lora=lora, trainable=trainable, steps=steps, epochs=epochs, lr=lr,
                             batch=batch, grad_accum=grad_accum, context=context, schedule=schedule, warmup=warmup,
@@ -302,8 +302,6 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
 def classifier_graph(graph: Graph) -> Graph:
     """A classifier's graph (one output: logits (batch, classes)) with its mean cross entropy against an
     int64 ``labels`` (batch,) input as the output ``loss``."""
-    from volvox.ops import validate
-
     if len(graph.outputs) != 1 or len(graph.specs[graph.outputs[0]].shape) != 2:
         raise UnsupportedError(f"a classifier graph has one output of shape (batch, classes); this one has "
                                f"{[graph.specs[o].describe() for o in graph.outputs]}")
@@ -327,15 +325,11 @@ def train_classifier(model, inputs: np.ndarray, labels: np.ndarray, *, steps: in
     ``inputs`` (N, ...) and class ``labels`` (N,) with the mean cross entropy, through the same loop
     as finetune(); its files are read again, uncompiled. A full run's tensors go to
     ``out_dir/trained.safetensors``. Returns the TrainResult."""
-    from volvox.loader import import_model
-
     inputs, labels = np.asarray(inputs, np.float32), np.asarray(labels, np.int64)
     if inputs.shape[:1] != labels.shape or labels.ndim != 1 or not len(labels):
         raise ShapeError(f"inputs {inputs.shape} and labels {labels.shape}: one label per input row needed")
     imported = import_model(Path(model.source))
     try:
-        from volvox.ops import validate
-
         validate(imported.graph)
         if len(imported.graph.inputs) != 1:
             raise UnsupportedError(f"{model.source}: a classifier takes one input, this graph takes "
