@@ -74,14 +74,17 @@ class Site:
 
     @property
     def a_name(self) -> str:
+        """The graph weight (later input) holding A (r, in)."""
         return f"lora.l{self.layer}.{self.target}.A"
 
     @property
     def b_name(self) -> str:
+        """The graph weight (later input) holding B (out, r)."""
         return f"lora.l{self.layer}.{self.target}.B"
 
     @property
     def peft_prefix(self) -> str:
+        """PEFT's module path of this projection, which its lora_A / lora_B keys extend."""
         return f"base_model.model.model.layers.{self.layer}.{MODULES[self.target]}"
 
 
