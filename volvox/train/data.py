@@ -5,7 +5,8 @@ Formats, by file:
 - ``*.jsonl``: one JSON object per line, ``{"text": ...}`` (a document) or ``{"messages": [{"role",
   "content"}, ...]}`` (a conversation, rendered through the model's chat template).
 
-Documents are packed: their tokens, each followed by the end-of-sequence token, are concatenated
+Documents are packed: their tokens (with a BOS first where the tokenizer adds one to a prompt), each
+followed by the end-of-sequence token, are concatenated
 and cut into windows of ``context + 1`` tokens, every token learnt. A conversation is one example
 of its own (truncated to the context), and only its assistant turns are learnt: the rest of its
 labels are IGNORE. An assistant turn's tokens are found by rendering the conversation up to the
@@ -112,7 +113,8 @@ def build_examples(records: list[dict], tokenizer, context: int, where: str = "d
     examples = []
     for n, record in enumerate(records):
         if "text" in record:
-            stream += tokenizer.encode(record["text"], add_bos=False) + ([eos] if eos is not None else [])
+            # the tokenizer's own BOS policy, as generate() encodes a prompt
+            stream += tokenizer.encode(record["text"]) + ([eos] if eos is not None else [])
             continue
         ids, learn = chat_example(tokenizer, record["messages"], f"{where}: record {n + 1}")
         ids, learn = ids[:context + 1], learn[:context + 1]
