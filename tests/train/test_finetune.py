@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from volvox.errors import VolvoxError
+from volvox.errors import UnsupportedError, VolvoxError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import validate
 from volvox.train.checkpoint import CHECKPOINT_FILE, load_checkpoint
@@ -124,6 +124,14 @@ def test_killed_run_resumes_exactly(tmp_path):
     for n in want.params:
         np.testing.assert_array_equal(got.params[n], want.params[n])
     assert load_checkpoint(tmp_path)[2].step == 6
+
+
+def test_a_torn_checkpoint_is_a_named_error(tmp_path):
+    from volvox.errors import WeightsError
+
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+    with pytest.raises(WeightsError, match=CHECKPOINT_FILE):
+        _volvox_run(tmp_path)
 
 
 def test_resume_refuses_another_runs_checkpoint(tmp_path):
@@ -312,10 +320,16 @@ def test_full_parameter_gpt2_trains_as_torch_does(tiny_llama, tmp_path):
 def test_finetune_takes_a_model_path_and_refuses_lora_with_trainable(tiny_llama, tmp_path):
     from volvox.train.finetune import finetune
 
-    result = finetune(str(tiny_llama[0]), QA, steps=1, context=16, val_split=0.0, progress=False, log=lambda line: None)
-    assert result.steps == 1 and result.output is None
+    result = finetune(str(tiny_llama[0]), QA, steps=1, context=16, val_split=0.0, out_dir=tmp_path, progress=False,
+                      log=lambda line: None)
+    assert result.steps == 1 and result.output == tmp_path
     with pytest.raises(VolvoxError, match="not both"):
         finetune(tiny_llama[2], QA, lora={"r": 2}, trainable="all", steps=1)
+    import volvox
+
+    with volvox.load(tiny_llama[0], adapter=result.output) as adapted:
+        with pytest.raises(UnsupportedError, match="without adapter="):
+            finetune(adapted, QA, steps=1)
 
 
 def test_cli_finetune_then_generate_with_the_adapter(tiny_llama, tmp_path):

@@ -268,6 +268,9 @@ def finetune(model, dataset, *, lora: LoraConfig | dict | None = None, trainable
         raise UnsupportedError(f"finetune needs a loaded language model (volvox.load), got {type(model).__name__}")
     if lora is not None and trainable is not None:
         raise VolvoxError("pass either lora= (adapters) or trainable= (the model's own weights), not both")
+    if model.metadata.get("adapter"):
+        raise UnsupportedError(f"{model.source} was loaded with the adapter {model.metadata['adapter']}: finetune "
+                               "trains from the base model (load it without adapter=)")
     settings = TrainSettings(steps, epochs, lr, batch, grad_accum, schedule, warmup, min_lr_ratio, clip, optimizer,
                              weight_decay, seed)
     examples = load_dataset(dataset, model.tokenizer, context)
