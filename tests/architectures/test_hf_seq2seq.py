@@ -335,3 +335,54 @@ def test_marian_refuses_separate_vocabularies(marian, tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedError, match="separate source and target vocabularies"):
         volvox.load(folder)
+
+
+# ------------------------------------------------------------------ blueprints of encoder-decoders
+def _roundtrip(vm, tmp_path, source, decoder_ids, quantize=None):
+    """Convert ``vm``'s folder to a blueprint, load it: (blueprint model, its logits, the folder's)."""
+    from volvox.convert import convert
+
+    out = convert(vm.source, tmp_path / "bp", quantize=quantize)
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".json")[:2] == ["config.json", "encoder.json"]
+    bp = volvox.load(out)
+    return bp, bp.logits(source, decoder_ids), vm.logits(source, decoder_ids)
+
+
+def test_whisper_blueprint_equals_its_folder(whisper, tmp_path):
+    model, vm, text_vocab = whisper
+    bp, got, want = _roundtrip(vm, tmp_path, features(0), [text_vocab + 1, 5, 17])
+    with bp:
+        np.testing.assert_array_equal(got, want)
+        assert bp.metadata["task"] == "transcribe"
+        assert bp.seq2seq(features(1), 8) == vm.seq2seq(features(1), 8)
+
+
+def _check_text_blueprint(vm, start, tmp_path):
+    src = vm._source_ids(CORPUS[0])
+    bp, got, want = _roundtrip(vm, tmp_path, src, [start] + src[:6])
+    with bp:
+        np.testing.assert_array_equal(got, want)
+        assert bp._source_ids(CORPUS[1]) == vm._source_ids(CORPUS[1])
+        assert bp.seq2seq(CORPUS[1], 12) == vm.seq2seq(CORPUS[1], 12)
+
+
+def test_t5_blueprint_equals_its_folder(t5, tmp_path):
+    _check_text_blueprint(t5[1], 0, tmp_path)
+
+
+def test_bart_blueprint_equals_its_folder(bart, tmp_path):
+    _check_text_blueprint(bart[1], 2, tmp_path)
+
+
+def test_marian_blueprint_equals_its_folder(marian, tmp_path):
+    _check_text_blueprint(marian[1], marian[3], tmp_path)
+
+
+def test_quantized_seq2seq_blueprint_is_close(bart, tmp_path):
+    vm = bart[1]
+    src = vm._source_ids(CORPUS[0])
+    bp, got, want = _roundtrip(vm, tmp_path, src, [2] + src[:6], quantize="q8_0")
+    with bp:
+        assert rel_err(got, want) < 0.05
+        encoder = json.loads((tmp_path / "bp" / "encoder.json").read_text())
+        assert encoder["weights"]["quantized"]  # the encoder's matrices are quantized too
