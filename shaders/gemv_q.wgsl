@@ -122,6 +122,67 @@ fn weight_at(row: u32, k: u32) -> f32 {  // W[row, k] of the chunk, dequantized
         default: { return 0.0; }
     }
 }
+fn nibbles4(word: u32, shift: u32) -> vec4<f32> {  // the 4-bit fields at ``shift`` of the word's 4 bytes
+    return vec4<f32>(f32((word >> shift) & 15u), f32((word >> (shift + 8u)) & 15u),
+                     f32((word >> (shift + 16u)) & 15u), f32((word >> (shift + 24u)) & 15u));
+}
+
+fn weight4_at(row: u32, k: u32) -> vec4<f32> {  // W[row, k..k+3] of the chunk; k and P.K multiples of 4
+    switch P.wtype {
+        case WT_F32: {
+            let e = row * P.K + k;
+            return vec4<f32>(bitcast<f32>(w[e]), bitcast<f32>(w[e + 1u]), bitcast<f32>(w[e + 2u]), bitcast<f32>(w[e + 3u]));
+        }
+        case WT_F16: {
+            let e = (row * P.K + k) >> 1u;
+            return vec4<f32>(unpack2x16float(w[e]), unpack2x16float(w[e + 1u]));
+        }
+        case WT_Q8_0: {
+            let blk = row * (P.K >> 5u) + (k >> 5u);
+            let q = bitcast<vec4<i32>>(vec4<u32>(w[blk * 8u + ((k & 31u) >> 2u)]) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u);
+            return vec4<f32>(q) * head_half(blk);
+        }
+        case WT_Q4_0, WT_Q4_1: {
+            let blk = row * (P.K >> 5u) + (k >> 5u);
+            let j = k & 31u;
+            let q = nibbles4(w[blk * 4u + ((j & 15u) >> 2u)], (j >> 4u) * 4u);
+            if (P.wtype == WT_Q4_0) { return (q - 8.0) * head_half(blk); }
+            return q * head_half(2u * blk) + head_half(2u * blk + 1u);
+        }
+        case WT_Q4_K: {
+            let blk = row * (P.K >> 8u) + (k >> 8u);
+            let j = k & 255u;
+            let sub = j >> 5u;
+            let base = blk * 35u;
+            let q = nibbles4(w[base + 3u + (sub >> 1u) * 8u + ((j & 31u) >> 2u)], (sub & 1u) * 4u);
+            var sc: u32;
+            var mn: u32;
+            if (sub < 4u) {
+                sc = body_byte(base, sub) & 63u;
+                mn = body_byte(base, sub + 4u) & 63u;
+            } else {
+                sc = (body_byte(base, sub + 4u) & 15u) | ((body_byte(base, sub - 4u) >> 6u) << 4u);
+                mn = (body_byte(base, sub + 4u) >> 4u) | ((body_byte(base, sub) >> 6u) << 4u);
+            }
+            return head_half(2u * blk) * f32(sc) * q - head_half(2u * blk + 1u) * f32(mn);
+        }
+        case WT_Q6_K: {
+            let blk = row * (P.K >> 8u) + (k >> 8u);
+            let j = k & 255u;
+            let base = blk * 52u;
+            let upper = j >> 7u;
+            let nibble = (j >> 6u) & 1u;
+            let part = (j >> 5u) & 1u;
+            let l = j & 31u;
+            let lo = vec4<u32>(w[base + (upper * 64u + part * 32u + l) / 4u]) >> vec4<u32>(0u, 8u, 16u, 24u);
+            let hi = vec4<u32>(w[base + (128u + upper * 32u + l) / 4u]) >> vec4<u32>(0u, 8u, 16u, 24u);
+            let q = ((lo >> vec4<u32>(nibble * 4u)) & vec4<u32>(15u)) | (((hi >> vec4<u32>(nibble * 4u + part * 2u)) & vec4<u32>(3u)) << vec4<u32>(4u));
+            let sc = bitcast<i32>(body_byte(base, 192u + (j >> 4u)) << 24u) >> 24u;
+            return head_half(blk) * f32(sc) * (vec4<f32>(q) - 32.0);
+        }
+        default: { return vec4<f32>(0.0); }
+    }
+}
 // END weight_at
 
 fn erf_approx(v: f32) -> f32 {
@@ -152,7 +213,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let lane = li % LANES;
     var acc: array<f32, 8>;  // (MAX_M,)
     for (var m = 0u; m < MAX_M; m = m + 1u) { acc[m] = 0.0; }
-    if (col < P.rows) {
+    if (col < P.rows && (P.K & 3u) == 0u) {  // 4 values a step (every block type; f32 / f16 rows of 4k)
+        for (var k = lane * 4u; k < P.K; k = k + LANES * 4u) {
+            let wv = weight4_at(P.w_row + col, k);
+            for (var m = 0u; m < P.M; m = m + 1u) {
+                let o = m * P.K + k;
+                acc[m] = acc[m] + dot(vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]), wv);
+            }
+        }
+    } else if (col < P.rows) {
         for (var k = lane; k < P.K; k = k + LANES) {
             let wv = weight_at(P.w_row + col, k);
             for (var m = 0u; m < P.M; m = m + 1u) { acc[m] = acc[m] + x[m * P.K + k] * wv; }

@@ -161,6 +161,26 @@ def test_weight_larger_than_a_binding_is_split_into_chunks(backend, dtype, k, n,
 
 
 @BACKENDS
+@pytest.mark.parametrize("dtype, k", [("float32", 40), ("float32", 37), ("float16", 37)])
+@pytest.mark.parametrize("m", [1, 13])
+def test_float_rows_of_any_width(backend, dtype, k, m, monkeypatch):
+    """float16 rows of odd width (a row starts mid-word: the one-value path), and float32 weights past the
+    binding limit (packed as f32 chunks; below it they keep the float matmul)."""
+    device = device_or_skip(backend)
+    monkeypatch.setattr(device, "max_binding", 4096)
+    n = 61
+    w = rng(16).standard_normal((n, k)).astype(dtype)
+    x = rng(17).standard_normal((m, k)).astype(np.float32)
+    ex, got = run_gpu(device, one_node("linear", {"x": x}, {"weight": w}), {"weight": w}, {"x": x})
+    (_, _, chunks), = ex.weight_chunks.values()
+    assert len(chunks) >= 2
+    assert nmse(got["y"], x.astype(np.float64) @ dense(w).T) < BOUND
+    ids = np.array([60, 0, 31], np.int32)
+    ex, got = run_gpu(device, one_node("embedding", {"ids": ids}, {"table": w}), {"table": w}, {"ids": ids})
+    np.testing.assert_array_equal(got["y"], w[ids].astype(np.float32))
+
+
+@BACKENDS
 def test_linear_split_across_chunk_borders(backend, monkeypatch):
     device = device_or_skip(backend)
     monkeypatch.setattr(device, "max_binding", 1024)  # 10 q8_0 rows of 96 a chunk (992 bytes): y1 spans 3 chunks

@@ -193,7 +193,7 @@ def _lower_embedding(c: Call) -> list[Dispatch]:
     if layout is None:
         return [Dispatch("embedding", ["table", "ids", "y"], grid_of(n), dict(n=n, dim=dim, vocab=vocab))]
     dtype, per_chunk = layout
-    return [Dispatch("embedding_q", [f"table.{i}", "ids", "y"], grid_of(n),
+    return [Dispatch("embedding_q", [f"table.{i}", "ids", "y"], grid_of(n // 4 if dim % 4 == 0 else n),
                      dict(n=n, K=dim, r0=r0, rows=r1 - r0, head_off=chunk_words(dtype, r1 - r0, dim)[1],
                           wtype=LAYOUTS[dtype].code))
             for i, (r0, r1) in enumerate(chunk_spans(vocab, per_chunk))]

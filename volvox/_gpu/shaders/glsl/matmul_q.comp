@@ -16,104 +16,184 @@ struct _4
     uint _m9;
 };
 
-layout(binding = 0, std430) readonly buffer _26_25
+layout(binding = 0, std430) readonly buffer _28_27
 {
     float _m0[];
-} _25;
+} _27;
 
-layout(binding = 1, std430) readonly buffer _29_28
+layout(binding = 1, std430) readonly buffer _31_30
 {
     uint _m0[];
-} _28;
+} _30;
 
-layout(binding = 2, std430) readonly buffer _32_31
+layout(binding = 2, std430) readonly buffer _34_33
 {
     float _m0[];
-} _31;
+} _33;
 
-layout(binding = 3, std430) buffer _35_34
+layout(binding = 3, std430) buffer _37_36
 {
     float _m0[];
-} _34;
+} _36;
 
-layout(binding = 4, std430) readonly buffer _38_37
+layout(binding = 4, std430) readonly buffer _40_39
 {
     _4 _m0;
-} _37;
+} _39;
 
-shared float _40[256];
-shared float _43[256];
+shared float _42[256];
+shared float _45[256];
 
-uint _67(uint _65, uint _66)
+float _48(uint _47)
 {
-    return (_28._m0[_65 + (_66 >> 2u)] >> ((_66 & 3u) * 8u)) & 255u;
+    return unpackHalf2x16(_30._m0[_39._m0._m6 + (_47 >> 1u)])[_47 & 1u];
 }
 
-float _46(uint _45)
+vec4 _288(uint _286, uint _287)
 {
-    return unpackHalf2x16(_28._m0[_37._m0._m6 + (_45 >> 1u)])[_45 & 1u];
+    return vec4(float((_286 >> _287) & 15u), float((_286 >> (_287 + 8u)) & 15u), float((_286 >> (_287 + 16u)) & 15u), float((_286 >> (_287 + 24u)) & 15u));
 }
 
-float _83(uint _81, uint _82)
+uint _69(uint _67, uint _68)
 {
-    uint _100 = 0u;
-    uint _103 = 0u;
-    switch (_37._m0._m7)
+    return (_30._m0[_67 + (_68 >> 2u)] >> ((_68 & 3u) * 8u)) & 255u;
+}
+
+uint _307(uint _308, uint _309)
+{
+    return _308 / ((_309 == 0u) ? 1u : _309);
+}
+
+vec4 _317(uint _315, uint _316)
+{
+    uint _329 = 0u;
+    uint _331 = 0u;
+    switch (_39._m0._m7)
     {
         case 0u:
         {
-            return uintBitsToFloat(_28._m0[(_81 * _37._m0._m1) + _82]);
+            uint _347 = (_315 * _39._m0._m1) + _316;
+            return vec4(uintBitsToFloat(_30._m0[_347]), uintBitsToFloat(_30._m0[_347 + 1u]), uintBitsToFloat(_30._m0[_347 + 2u]), uintBitsToFloat(_30._m0[_347 + 3u]));
         }
         case 1u:
         {
-            uint _126 = (_81 * _37._m0._m1) + _82;
-            return unpackHalf2x16(_28._m0[_126 >> 1u])[_126 & 1u];
+            uint _368 = ((_315 * _39._m0._m1) + _316) >> 1u;
+            return vec4(unpackHalf2x16(_30._m0[_368]), unpackHalf2x16(_30._m0[_368 + 1u]));
         }
         case 2u:
         {
-            uint _138 = (_81 * (_37._m0._m1 >> 5u)) + (_82 >> 5u);
-            return float(int(_67(_138 * 8u, _82 & 31u) << 24u) >> int(24u)) * _46(_138);
+            uint _382 = (_315 * (_39._m0._m1 >> 5u)) + (_316 >> 5u);
+            return vec4(ivec4(uvec4(_30._m0[(_382 * 8u) + ((_316 & 31u) >> 2u)]) << uvec4(24u, 16u, 8u, 0u)) >> ivec4(uvec4(24u))) * _48(_382);
         }
         case 3u:
         case 4u:
         {
-            uint _154 = (_81 * (_37._m0._m1 >> 5u)) + (_82 >> 5u);
-            uint _155 = _82 & 31u;
-            float _163 = float((_67(_154 * 4u, _155 & 15u) >> ((_155 >> 4u) * 4u)) & 15u);
-            if (_37._m0._m7 == 3u)
+            uint _402 = (_315 * (_39._m0._m1 >> 5u)) + (_316 >> 5u);
+            uint _403 = _316 & 31u;
+            vec4 _412 = _288(_30._m0[(_402 * 4u) + ((_403 & 15u) >> 2u)], (_403 >> 4u) * 4u);
+            if (_39._m0._m7 == 3u)
             {
-                return (_163 - 8.0) * _46(_154);
+                return (_412 - vec4(8.0)) * _48(_402);
             }
-            return (_163 * _46(2u * _154)) + _46((2u * _154) + 1u);
+            return (_412 * _48(2u * _402)) + vec4(_48((2u * _402) + 1u));
         }
         case 5u:
         {
-            uint _185 = (_81 * (_37._m0._m1 >> 8u)) + (_82 >> 8u);
-            uint _186 = _82 & 255u;
-            uint _187 = _186 >> 5u;
-            uint _188 = _185 * 35u;
-            if (_187 < 4u)
+            uint _434 = (_315 * (_39._m0._m1 >> 8u)) + (_316 >> 8u);
+            uint _435 = _316 & 255u;
+            uint _436 = _435 >> 5u;
+            uint _437 = _434 * 35u;
+            if (_436 < 4u)
             {
-                _100 = _67(_188, _187) & 63u;
-                _103 = _67(_188, _187 + 4u) & 63u;
+                _329 = _69(_437, _436) & 63u;
+                _331 = _69(_437, _436 + 4u) & 63u;
             }
             else
             {
-                _100 = (_67(_188, _187 + 4u) & 15u) | ((_67(_188, _187 - 4u) >> 6u) << 4u);
-                _103 = (_67(_188, _187 + 4u) >> 4u) | ((_67(_188, _187) >> 6u) << 4u);
+                _329 = (_69(_437, _436 + 4u) & 15u) | ((_69(_437, _436 - 4u) >> 6u) << 4u);
+                _331 = (_69(_437, _436 + 4u) >> 4u) | ((_69(_437, _436) >> 6u) << 4u);
             }
-            return ((_46(2u * _185) * float(_100)) * float((_67(_188, (12u + ((_187 >> 1u) * 32u)) + (_186 & 31u)) >> ((_187 & 1u) * 4u)) & 15u)) - (_46((2u * _185) + 1u) * float(_103));
+            return (_288(_30._m0[((_437 + 3u) + ((_436 >> 1u) * 8u)) + ((_435 & 31u) >> 2u)], (_436 & 1u) * 4u) * (_48(2u * _434) * float(_329))) - vec4(_48((2u * _434) + 1u) * float(_331));
         }
         case 6u:
         {
-            uint _242 = (_81 * (_37._m0._m1 >> 8u)) + (_82 >> 8u);
-            uint _243 = _82 & 255u;
-            uint _244 = _242 * 52u;
-            uint _245 = _243 >> 7u;
-            uint _247 = (_243 >> 6u) & 1u;
-            uint _249 = (_243 >> 5u) & 1u;
-            uint _250 = _243 & 31u;
-            return (_46(_242) * float(int(_67(_244, 192u + (_243 >> 4u)) << 24u) >> int(24u))) * (float(((_67(_244, ((_245 * 64u) + (_249 * 32u)) + _250) >> (_247 * 4u)) & 15u) | (((_67(_244, (128u + (_245 * 32u)) + _250) >> ((_247 * 4u) + (_249 * 2u))) & 3u) << 4u)) - 32.0);
+            uint _493 = (_315 * (_39._m0._m1 >> 8u)) + (_316 >> 8u);
+            uint _494 = _316 & 255u;
+            uint _495 = _493 * 52u;
+            uint _496 = _494 >> 7u;
+            uint _498 = (_494 >> 6u) & 1u;
+            uint _500 = (_494 >> 5u) & 1u;
+            uint _501 = _494 & 31u;
+            return (vec4((((uvec4(_30._m0[_495 + _307(((_496 * 64u) + (_500 * 32u)) + _501, 4u)]) >> uvec4(0u, 8u, 16u, 24u)) >> uvec4(_498 * 4u)) & uvec4(15u)) | ((((uvec4(_30._m0[_495 + _307((128u + (_496 * 32u)) + _501, 4u)]) >> uvec4(0u, 8u, 16u, 24u)) >> uvec4((_498 * 4u) + (_500 * 2u))) & uvec4(3u)) << uvec4(4u))) - vec4(32.0)) * (_48(_493) * float(int(_69(_495, 192u + (_494 >> 4u)) << 24u) >> int(24u)));
+        }
+        default:
+        {
+            return vec4(0.0);
+        }
+    }
+    return vec4(0.0);
+}
+
+float _85(uint _83, uint _84)
+{
+    uint _102 = 0u;
+    uint _105 = 0u;
+    switch (_39._m0._m7)
+    {
+        case 0u:
+        {
+            return uintBitsToFloat(_30._m0[(_83 * _39._m0._m1) + _84]);
+        }
+        case 1u:
+        {
+            uint _128 = (_83 * _39._m0._m1) + _84;
+            return unpackHalf2x16(_30._m0[_128 >> 1u])[_128 & 1u];
+        }
+        case 2u:
+        {
+            uint _140 = (_83 * (_39._m0._m1 >> 5u)) + (_84 >> 5u);
+            return float(int(_69(_140 * 8u, _84 & 31u) << 24u) >> int(24u)) * _48(_140);
+        }
+        case 3u:
+        case 4u:
+        {
+            uint _156 = (_83 * (_39._m0._m1 >> 5u)) + (_84 >> 5u);
+            uint _157 = _84 & 31u;
+            float _165 = float((_69(_156 * 4u, _157 & 15u) >> ((_157 >> 4u) * 4u)) & 15u);
+            if (_39._m0._m7 == 3u)
+            {
+                return (_165 - 8.0) * _48(_156);
+            }
+            return (_165 * _48(2u * _156)) + _48((2u * _156) + 1u);
+        }
+        case 5u:
+        {
+            uint _187 = (_83 * (_39._m0._m1 >> 8u)) + (_84 >> 8u);
+            uint _188 = _84 & 255u;
+            uint _189 = _188 >> 5u;
+            uint _190 = _187 * 35u;
+            if (_189 < 4u)
+            {
+                _102 = _69(_190, _189) & 63u;
+                _105 = _69(_190, _189 + 4u) & 63u;
+            }
+            else
+            {
+                _102 = (_69(_190, _189 + 4u) & 15u) | ((_69(_190, _189 - 4u) >> 6u) << 4u);
+                _105 = (_69(_190, _189 + 4u) >> 4u) | ((_69(_190, _189) >> 6u) << 4u);
+            }
+            return ((_48(2u * _187) * float(_102)) * float((_69(_190, (12u + ((_189 >> 1u) * 32u)) + (_188 & 31u)) >> ((_189 & 1u) * 4u)) & 15u)) - (_48((2u * _187) + 1u) * float(_105));
+        }
+        case 6u:
+        {
+            uint _244 = (_83 * (_39._m0._m1 >> 8u)) + (_84 >> 8u);
+            uint _245 = _84 & 255u;
+            uint _246 = _244 * 52u;
+            uint _247 = _245 >> 7u;
+            uint _249 = (_245 >> 6u) & 1u;
+            uint _251 = (_245 >> 5u) & 1u;
+            uint _252 = _245 & 31u;
+            return (_48(_244) * float(int(_69(_246, 192u + (_245 >> 4u)) << 24u) >> int(24u))) * (float(((_69(_246, ((_247 * 64u) + (_251 * 32u)) + _252) >> (_249 * 4u)) & 15u) | (((_69(_246, (128u + (_247 * 32u)) + _252) >> ((_249 * 4u) + (_251 * 2u))) & 3u) << 4u)) - 32.0);
         }
         default:
         {
@@ -123,48 +203,48 @@ float _83(uint _81, uint _82)
     return 0.0;
 }
 
-float _285(float _284)
+float _548(float _547)
 {
-    float _295 = abs(_284);
-    float _298 = 1.0 / (1.0 + (0.3275910913944244384765625 * _295));
-    return sign(_284) * (1.0 - ((_298 * (0.254829585552215576171875 + (_298 * ((-0.284496724605560302734375) + (_298 * (1.42141377925872802734375 + (_298 * ((-1.45315206050872802734375) + (_298 * 1.0614054203033447265625))))))))) * exp((-_295) * _295)));
+    float _558 = abs(_547);
+    float _561 = 1.0 / (1.0 + (0.3275910913944244384765625 * _558));
+    return sign(_547) * (1.0 - ((_561 * (0.254829585552215576171875 + (_561 * ((-0.284496724605560302734375) + (_561 * (1.42141377925872802734375 + (_561 * ((-1.45315206050872802734375) + (_561 * 1.0614054203033447265625))))))))) * exp((-_558) * _558)));
 }
 
-float _318(float _316, uint _317)
+float _581(float _579, uint _580)
 {
-    switch (_317)
+    switch (_580)
     {
         case 1u:
         {
-            return max(_316, 0.0);
+            return max(_579, 0.0);
         }
         case 2u:
         {
-            return clamp(_316, 0.0, 6.0);
+            return clamp(_579, 0.0, 6.0);
         }
         case 4u:
         {
-            return _316 / (1.0 + exp(-_316));
+            return _579 / (1.0 + exp(-_579));
         }
         case 5u:
         {
-            return (0.5 * _316) * (1.0 + _285(_316 * 0.707106769084930419921875));
+            return (0.5 * _579) * (1.0 + _548(_579 * 0.707106769084930419921875));
         }
         case 3u:
         {
-            return 1.0 / (1.0 + exp(-_316));
+            return 1.0 / (1.0 + exp(-_579));
         }
         case 6u:
         {
-            return _316 / (1.0 + exp((-1.5957691669464111328125) * (_316 + (((0.0447149984538555145263671875 * _316) * _316) * _316))));
+            return _579 / (1.0 + exp((-1.5957691669464111328125) * (_579 + (((0.0447149984538555145263671875 * _579) * _579) * _579))));
         }
         case 7u:
         {
-            return (_316 * clamp(_316 + 3.0, 0.0, 6.0)) / 6.0;
+            return (_579 * clamp(_579 + 3.0, 0.0, 6.0)) / 6.0;
         }
         default:
         {
-            return _316;
+            return _579;
         }
     }
     return 0.0;
@@ -172,69 +252,90 @@ float _318(float _316, uint _317)
 
 void main()
 {
-    float _377 = 0.0;
-    uint _379 = 0u;
-    float _380 = 0.0;
-    float _382 = 0.0;
-    float _386 = 0.0;
-    uvec2 _411 = uvec2(4294967295u);
-    uvec2 _480 = uvec2(4294967295u);
-    uint _392 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
-    uint _396 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
-    uint _400 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
+    float _640 = 0.0;
+    uint _642 = 0u;
+    float _643 = 0.0;
+    vec4 _645 = vec4(0.0);
+    float _648 = 0.0;
+    float _652 = 0.0;
+    uvec2 _677 = uvec2(4294967295u);
+    uvec2 _794 = uvec2(4294967295u);
+    uint _658 = (gl_WorkGroupID.y * 16u) + gl_LocalInvocationID.y;
+    uint _662 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.x;
+    uint _666 = (gl_WorkGroupID.x * 16u) + gl_LocalInvocationID.y;
     for (;;)
     {
-        if (all(equal(uvec2(0u), _411)))
+        if (all(equal(uvec2(0u), _677)))
         {
             break;
         }
-        _411 -= uvec2(uint(_411.y == 0u), 1u);
-        if (!(_379 < _37._m0._m1))
+        _677 -= uvec2(uint(_677.y == 0u), 1u);
+        if (!(_642 < _39._m0._m1))
         {
             break;
         }
-        uint _432 = _379 + gl_LocalInvocationID.x;
-        _380 = 0.0;
-        if ((_392 < _37._m0._m0) && (_432 < _37._m0._m1))
+        uint _698 = _642 + gl_LocalInvocationID.x;
+        _643 = 0.0;
+        if ((_658 < _39._m0._m0) && (_698 < _39._m0._m1))
         {
-            _380 = _25._m0[(_392 * _37._m0._m1) + _432];
+            _643 = _27._m0[(_658 * _39._m0._m1) + _698];
         }
-        _40[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _380;
-        _382 = 0.0;
-        if ((_400 < _37._m0._m4) && (_432 < _37._m0._m1))
+        _42[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _643;
+        if ((_39._m0._m1 & 3u) == 0u)
         {
-            _382 = _83(_37._m0._m5 + _400, _432);
+            if (gl_LocalInvocationID.x < 4u)
+            {
+                uint _736 = _642 + (gl_LocalInvocationID.x * 4u);
+                _645 = vec4(0.0);
+                if ((_666 < _39._m0._m4) && (_736 < _39._m0._m1))
+                {
+                    _645 = _317(_39._m0._m5 + _666, _736);
+                }
+                uint _754 = (gl_LocalInvocationID.y * 16u) + (gl_LocalInvocationID.x * 4u);
+                _45[_754] = _645.x;
+                _45[_754 + 1u] = _645.y;
+                _45[_754 + 2u] = _645.z;
+                _45[_754 + 3u] = _645.w;
+            }
         }
-        _43[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _382;
+        else
+        {
+            _648 = 0.0;
+            if ((_666 < _39._m0._m4) && (_698 < _39._m0._m1))
+            {
+                _648 = _85(_39._m0._m5 + _666, _698);
+            }
+            _45[(gl_LocalInvocationID.y * 16u) + gl_LocalInvocationID.x] = _648;
+        }
         barrier();
-        uint _384 = 0u;
+        uint _650 = 0u;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _480)))
+            if (all(equal(uvec2(0u), _794)))
             {
                 break;
             }
-            _480 -= uvec2(uint(_480.y == 0u), 1u);
-            if (!(_384 < 16u))
+            _794 -= uvec2(uint(_794.y == 0u), 1u);
+            if (!(_650 < 16u))
             {
                 break;
             }
-            _377 += (_40[(gl_LocalInvocationID.y * 16u) + _384] * _43[(gl_LocalInvocationID.x * 16u) + _384]);
-            _384++;
+            _640 += (_42[(gl_LocalInvocationID.y * 16u) + _650] * _45[(gl_LocalInvocationID.x * 16u) + _650]);
+            _650++;
             continue;
         }
         barrier();
-        _379 += 16u;
+        _642 += 16u;
         continue;
     }
-    if ((_392 < _37._m0._m0) && (_396 < _37._m0._m4))
+    if ((_658 < _39._m0._m0) && (_662 < _39._m0._m4))
     {
-        _386 = _377;
-        if (_37._m0._m8 != 0u)
+        _652 = _640;
+        if (_39._m0._m8 != 0u)
         {
-            _386 += _31._m0[_37._m0._m3 + _396];
+            _652 += _33._m0[_39._m0._m3 + _662];
         }
-        _34._m0[((_392 * _37._m0._m2) + _37._m0._m3) + _396] = _318(_386, _37._m0._m9);
+        _36._m0[((_658 * _39._m0._m2) + _39._m0._m3) + _662] = _581(_652, _39._m0._m9);
         return;
     }
     else
