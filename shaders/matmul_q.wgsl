@@ -2,7 +2,8 @@
 // read packed from a chunk of its rows and dequantized in registers (weight_at). x (M, K) row-major;
 // this dispatch computes output columns [n0, n0 + rows) of y (M, N) from chunk rows [w_row, w_row + rows).
 // A weight larger than one storage binding is several chunks, one dispatch each (docs/backends.md).
-// 16x16 output tile per workgroup, K walked in 16-wide slices staged in workgroup memory, as matmul.
+// A workgroup of 16x16 threads computes a 16 (rows of x) x 64 (columns) tile, 4 columns a thread, walking K in
+// 16-wide slices staged in workgroup memory; each thread dequantizes 4 weight values a slice.
 // act: an FN_* code (volvox/ops/codes.py), applied in the output write.
 
 // BEGIN generated codes (tools/gen_codes.py from volvox/ops/codes.py): do not edit
@@ -45,9 +46,10 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;  // (M, N)
 @group(0) @binding(4) var<storage, read> P: Params;
 
-const TS: u32 = 16u;
-var<workgroup> xs: array<f32, 256>;  // (TS rows, TS k)
-var<workgroup> ws: array<f32, 256>;  // (TS cols, TS k), dequantized
+const TS: u32 = 16u;   // rows of x and k a slice
+const TN: u32 = 64u;   // columns a workgroup
+var<workgroup> xs: array<f32, 256>;   // (TS rows, TS k)
+var<workgroup> ws: array<f32, 1024>;  // (TN cols, TS k), dequantized
 
 // BEGIN weight_at (the same text in matmul_q, gemv_q and embedding_q: tests/gpu/test_quant_shaders.py checks)
 // A weight chunk `w` holds rows [0, rows) of a (rows, K) matrix in its stored type (docs/backends.md,
@@ -209,39 +211,43 @@ fn activate(v: f32, act: u32) -> f32 {
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let row = wid.y * TS + lid.y;
-    let col = wid.x * TS + lid.x;
-    let wrow = wid.x * TS + lid.y;  // the output column whose weight row this thread stages
-    var acc = 0.0;
+    let col0 = wid.x * TN;
+    let t = lid.y * TS + lid.x;
+    let wrow = col0 + t / 4u;   // the output column whose weight row this thread stages
+    let kpart = (t % 4u) * 4u;  // and the 4 k of the slice it stages
+    var acc = vec4<f32>(0.0);   // columns col0 + lid.x + 16 c
     for (var k0 = 0u; k0 < P.K; k0 = k0 + TS) {
-        let k = k0 + lid.x;
         var xv = 0.0;
-        if (row < P.M && k < P.K) { xv = x[row * P.K + k]; }
-        xs[lid.y * TS + lid.x] = xv;
-        if ((P.K & 3u) == 0u) {  // 4 threads of each row stage its 16 values, 4 each
-            if (lid.x < 4u) {
-                let k4 = k0 + lid.x * 4u;
-                var wv = vec4<f32>(0.0);
-                if (wrow < P.rows && k4 < P.K) { wv = weight4_at(P.w_row + wrow, k4); }
-                let o = lid.y * TS + lid.x * 4u;
-                ws[o] = wv.x;
-                ws[o + 1u] = wv.y;
-                ws[o + 2u] = wv.z;
-                ws[o + 3u] = wv.w;
+        if (row < P.M && k0 + lid.x < P.K) { xv = x[row * P.K + k0 + lid.x]; }
+        xs[t] = xv;
+        let k = k0 + kpart;
+        var wv = vec4<f32>(0.0);
+        if (wrow < P.rows && (P.K & 3u) == 0u && k < P.K) {
+            wv = weight4_at(P.w_row + wrow, k);
+        } else if (wrow < P.rows) {  // rows of a width not a multiple of 4 (f32, f16): one value at a time
+            for (var c = 0u; c < 4u; c = c + 1u) {
+                if (k + c < P.K) { wv[c] = weight_at(P.w_row + wrow, k + c); }
             }
-        } else {
-            var wv = 0.0;
-            if (wrow < P.rows && k < P.K) { wv = weight_at(P.w_row + wrow, k); }
-            ws[lid.y * TS + lid.x] = wv;
         }
+        let o = (t / 4u) * TS + kpart;
+        ws[o] = wv.x;
+        ws[o + 1u] = wv.y;
+        ws[o + 2u] = wv.z;
+        ws[o + 3u] = wv.w;
         workgroupBarrier();
         for (var kk = 0u; kk < TS; kk = kk + 1u) {
-            acc = acc + xs[lid.y * TS + kk] * ws[lid.x * TS + kk];
+            let xk = xs[lid.y * TS + kk];
+            acc = acc + xk * vec4<f32>(ws[lid.x * TS + kk], ws[(lid.x + 16u) * TS + kk],
+                                       ws[(lid.x + 32u) * TS + kk], ws[(lid.x + 48u) * TS + kk]);
         }
         workgroupBarrier();
     }
-    if (row < P.M && col < P.rows) {
-        var v = acc;
-        if (P.has_bias != 0u) { v = v + bias[P.n0 + col]; }
-        y[row * P.N + P.n0 + col] = activate(v, P.act);
+    for (var c = 0u; c < 4u; c = c + 1u) {
+        let col = col0 + lid.x + 16u * c;
+        if (row < P.M && col < P.rows) {
+            var v = acc[c];
+            if (P.has_bias != 0u) { v = v + bias[P.n0 + col]; }
+            y[row * P.N + P.n0 + col] = activate(v, P.act);
+        }
     }
 }

@@ -103,7 +103,7 @@ def packed_matmul_dispatches(x: str, port: str, bias: str | None, y: str, m: int
     out = []
     for chunk, chunk_row, col, count in row_pieces(w_row, n, per_chunk):
         head_off = chunk_words(dtype, min(per_chunk, total_rows - chunk * per_chunk), k)[1]
-        grid = grid_1d(-(-count // 4)) if kernel == "gemv_q" else (-(-count // 16), -(-m // 16), 1)
+        grid = grid_1d(-(-count // 4)) if kernel == "gemv_q" else (-(-count // 64), -(-m // 16), 1)
         out.append(Dispatch(kernel, [x, f"{port}.{chunk}", bias or "@dummy", y], grid,
                             dict(M=m, K=k, N=n, n0=col, rows=count, w_row=chunk_row, head_off=head_off,
                                  wtype=LAYOUTS[dtype].code, has_bias=int(bias is not None), act=FN[act])))
