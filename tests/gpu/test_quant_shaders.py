@@ -21,7 +21,7 @@ from gpu_helpers import BACKENDS, device_or_skip, nmse
 import volvox
 from volvox.errors import ShapeError
 from volvox.ir.graph import Graph, Node, TensorSpec
-from volvox.ir.quant_blocks import QuantTensor, quantize_ref
+from volvox.ir.quant_blocks import QuantTensor, StackedQuantTensor, quantize_ref
 from volvox.ops import validate
 from volvox.ops.activation import FUSED_ACTIVATIONS
 from volvox.ops.context import RunContext
@@ -184,14 +184,17 @@ def test_float_rows_of_any_width(backend, dtype, k, m, monkeypatch):
 @BACKENDS
 def test_linear_split_across_chunk_borders(backend, monkeypatch):
     device = device_or_skip(backend)
+    """A fused weight (a StackedQuantTensor, as the loader makes of Q / K / V) packed from its parts, whose
+    middle output straddles two chunk borders."""
     monkeypatch.setattr(device, "max_binding", 1024)  # 10 q8_0 rows of 96 a chunk (992 bytes): y1 spans 3 chunks
-    w = make_weight("q8_0", 30, 96, seed=11)
+    w = StackedQuantTensor([make_weight("q8_0", rows, 96, seed=11 + rows) for rows in (7, 16, 7)])
     x = rng(12).standard_normal((2, 96)).astype(np.float32)
     graph = one_node("linear_split", {"x": x}, {"weight": w}, {"sizes": [7, 16, 7]}, outputs=("y0", "y1", "y2"))
     ex, got = run_gpu(device, graph, {"weight": w}, {"x": x})
     (dtype, per_chunk, chunks), = ex.weight_chunks.values()
     assert (per_chunk, len(chunks)) == (10, 3)
-    full = x.astype(np.float64) @ dense(w).T
+    assert w._data is None  # no stacked copy of the rows was made on the host
+    full = x.astype(np.float64) @ np.concatenate([dense(p) for p in w.parts]).T
     for name, (a, b) in zip(("y0", "y1", "y2"), ((0, 7), (7, 23), (23, 30))):
         assert nmse(got[name], full[:, a:b]) < BOUND, name
 

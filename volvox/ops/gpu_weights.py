@@ -93,11 +93,26 @@ def pack_rows(weight, dtype: str, r0: int, r1: int) -> np.ndarray:
             halves = np.concatenate([halves, np.zeros(1, np.float16)])
         return halves.view(np.uint32)
     fmt = GGML_FORMATS[dtype]
-    blocks = np.asarray(weight.data)[r0:r1].reshape(-1, fmt.type_size)  # (rows * blocks a row, type_size)
+    blocks = _quant_rows(weight, r0, r1).reshape(-1, fmt.type_size)  # (rows * blocks a row, type_size)
     body = np.ascontiguousarray(blocks[:, lay.body[0]:lay.body[1]]).reshape(-1)
     head = np.ascontiguousarray(blocks[:, lay.head[0]:lay.head[1]]).reshape(-1)
     head = np.concatenate([head, np.zeros(-head.size % 4, np.uint8)])
     return np.concatenate([body, head]).view(np.uint32)
+
+
+def _quant_rows(weight, r0: int, r1: int) -> np.ndarray:
+    """uint8 (r1 - r0, row bytes): rows [r0, r1) of a QuantTensor's blocks; of a StackedQuantTensor, read
+    from its parts (its ``data`` would keep a stacked copy of every row on the host)."""
+    parts = getattr(weight, "parts", None)
+    if parts is None:
+        return np.asarray(weight.data)[r0:r1]
+    pieces, top = [], 0
+    for part in parts:
+        lo, hi = max(r0, top), min(r1, top + part.shape[0])
+        if lo < hi:
+            pieces.append(np.asarray(part.data)[lo - top:hi - top])
+        top += part.shape[0]
+    return np.concatenate(pieces)
 
 
 def chunk_spans(rows: int, per_chunk: int) -> list[tuple[int, int]]:
