@@ -5,8 +5,8 @@ type (f16 halves, GGUF blocks; volvox/ops/gpu_weights.py), against an independen
 weight dequantized by the ``gguf`` package (llama.cpp's Python reader), multiplied in float64 by
 numpy. Odd M (1, 3, 8: gemv_q; 13: matmul_q's tiles) and odd N, K a whole number of blocks but not a
 power of two, bias and each fused activation, a weight split over several chunks by a faked small
-binding limit, and the embedding gather. Then SmolLM2-135M Q4_1 prefill logits on each backend
-against the CPU.
+binding limit, and the embedding gather. Then SmolLM2-135M's prefill logits, its Q4_1 weights on each
+backend and requantized to Q8_0 on one, against the ops' numpy references and the CPU kernels.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gpu_helpers import BACKENDS, device_or_skip, nmse
 import volvox
 from volvox.errors import ShapeError
 from volvox.ir.graph import Graph, Node, TensorSpec
-from volvox.ir.quant_blocks import QuantTensor, StackedQuantTensor, quantize_ref
+from volvox.ir.quant_blocks import QuantTensor, StackedQuantTensor, dequantize_ref, quantize_ref
 from volvox.ops import validate
 from volvox.ops.activation import FUSED_ACTIVATIONS
 from volvox.ops.context import RunContext
@@ -248,24 +248,45 @@ def test_shaders_share_one_weight_reader():
 PROMPT = np.array([1, 504, 2685, 4132, 314, 253, 1345, 28, 216], np.int32)  # (9,): matmul_q's tiles
 
 
+def with_logits(cpu, graph: Graph, weights: dict) -> tuple:
+    """(CPU model, weights, the prompt's logits from the CPU kernels, from the ops' numpy references:
+    float64 products of the dequantized weights)."""
+    model = type(cpu)(graph, weights, cpu.metadata, cpu.source, cpu.config, cpu.tokenizer, optimize=False)
+    ref = type(cpu)(graph, weights, cpu.metadata, cpu.source, cpu.config, cpu.tokenizer, optimize=False)
+    ref.executor = Executor(graph, weights, reference=True)
+    return model, weights, Session(model).forward(PROMPT, all_logits=True), Session(ref).forward(PROMPT, all_logits=True)
+
+
 @pytest.fixture(scope="module")
-def smollm2(smollm2_gguf_path):
-    """The CPU model, its weights, and the prompt's logits from the CPU kernels and from the ops' numpy
-    references (float64 products of the dequantized weights)."""
-    cpu = volvox.load(smollm2_gguf_path)
-    weights = {name: w for (_, w), name in zip(cpu.executor.weight_slots, cpu.graph.weights)}
-    ref = type(cpu)(cpu.graph, weights, cpu.metadata, cpu.source, cpu.config, cpu.tokenizer, optimize=False)
-    ref.executor = Executor(cpu.graph, weights, reference=True)
-    return cpu, weights, Session(cpu).forward(PROMPT, all_logits=True), Session(ref).forward(PROMPT, all_logits=True)
+def smollm2_cpu(smollm2_gguf_path):
+    return volvox.load(smollm2_gguf_path)
 
 
-@pytest.mark.slow
-@BACKENDS
-def test_smollm2_q4_1_prefill_on_the_gpu_matches_cpu(smollm2, backend):
-    """Every node of SmolLM2-135M Q4_1 on the GPU, its weights packed; the prefill's logits equal the
-    numpy references' and the CPU kernels' within the CPU's 8-bit activation rounding (as ggml's)."""
+@pytest.fixture(scope="module")
+def smollm2(smollm2_cpu):
+    """SmolLM2-135M as stored (Q4_1 matrices and table), with its logits."""
+    cpu = smollm2_cpu
+    return with_logits(cpu, cpu.graph, {name: w for (_, w), name in zip(cpu.executor.weight_slots, cpu.graph.weights)})
+
+
+@pytest.fixture(scope="module")
+def smollm2_q8_0(smollm2_cpu):
+    """The same graph with every Q4_1 weight requantized to Q8_0 (ggml's quantizer), with its logits."""
+    cpu = smollm2_cpu
+    weights, specs = {}, {}
+    for (_, w), name in zip(cpu.executor.weight_slots, cpu.graph.weights):
+        if isinstance(w, QuantTensor):
+            w = quantize_ref(dequantize_ref(w), "q8_0")
+        weights[name] = w
+        specs[name] = TensorSpec(name, cpu.graph.weights[name].shape, w.qtype if isinstance(w, QuantTensor) else str(w.dtype))
+    graph = Graph(cpu.graph.inputs, specs, cpu.graph.nodes, cpu.graph.outputs)
+    validate(graph)
+    return with_logits(cpu, graph, weights)
+
+
+def gpu_prefill_matches(model, backend: str):
+    cpu, weights, want_cpu, want_ref = model
     device = device_or_skip(backend)
-    cpu, weights, want_cpu, want_ref = smollm2
     gpu = type(cpu)(cpu.graph, weights, cpu.metadata, cpu.source, cpu.config, cpu.tokenizer, optimize=False,
                     device=device)
     gpu._closers.clear()  # the device is shared by the whole test session
@@ -275,3 +296,17 @@ def test_smollm2_q4_1_prefill_on_the_gpu_matches_cpu(smollm2, backend):
     assert gpu.executor.last_backend == backend
     assert nmse(got, want_ref) < 1e-9, f"NMSE against the references {nmse(got, want_ref):.3g}"
     assert nmse(got, want_cpu) < 3e-3, f"NMSE against the CPU {nmse(got, want_cpu):.3g}"
+
+
+@pytest.mark.slow
+@BACKENDS
+def test_smollm2_q4_1_prefill_on_the_gpu_matches_cpu(smollm2, backend):
+    """Every node of SmolLM2-135M Q4_1 on the GPU, its weights packed; the prefill's logits equal the
+    numpy references' and the CPU kernels' within the CPU's 8-bit activation rounding (as ggml's)."""
+    gpu_prefill_matches(smollm2, backend)
+
+
+@pytest.mark.slow
+def test_smollm2_q8_0_prefill_on_the_gpu_matches_cpu(smollm2_q8_0):
+    """The same with Q8_0 weights, on one backend (the kernels' Q8_0 path is checked on every one above)."""
+    gpu_prefill_matches(smollm2_q8_0, "vulkan")
