@@ -444,6 +444,21 @@ CASES += [
               down=f32(4, 64, 32, lo=-0.2, hi=0.2)), dict(top_k=1), gpu=False, island=PREFILL),
 ]
 
+CASES += [  # gradient ops (training graphs, compile/autodiff.py): f32 BLAS against the float64 references
+    Case("linear_grad_input", "linear_grad_input", dict(dy=f32(2, 3, 7)), dict(weight=f32(7, 13)), outputs=("dx",),
+         bound=1e-10, gpu=False),
+    Case("linear_grad_input_q4_0", "linear_grad_input", dict(dy=f32(3, 9)), dict(weight=quant("q4_0", 9, 64)),
+         outputs=("dx",), bound=1e-10, gpu=False, plan="not a numpy weight"),  # an island reads numpy weights only
+    Case("linear_grad_weight", "linear_grad_weight", dict(x=f32(2, 5, 13), dy=f32(2, 5, 7)), outputs=("dw",),
+         bound=1e-10, gpu=False),
+    *[Case(f"rope_grad_{style}", "rope_grad", dict(dy=f32(5, 3 * 8), positions=np.array([0, 2, 7, 30, 31], np.int32)),
+           params=dict(head_dim=8, theta=10000.0, style=style), outputs=("dx",), bound=1e-10, gpu=False)
+      for style in ("half", "interleaved")],
+    Case("causal_attention_gqa_window", "causal_attention",
+         dict(q=f32(2, 9, 4 * 8), k=f32(2, 9, 2 * 8), v=f32(2, 9, 2 * 8)),
+         params=dict(n_heads=4, n_kv_heads=2, head_dim=8, window=4), outputs=("y", "lse"), bound=1e-10, gpu=False,
+         plan="no native step"),
+]
 
 def build_graph(case: Case) -> tuple[Graph, dict]:
     """The case's graph (validated: specs inferred) and its weights: node "n" reading the graph inputs

@@ -1,5 +1,6 @@
 """Activations for vision graphs: relu, clip, sigmoid, hard_sigmoid, hard_swish, leaky_relu, softmax;
-and the activations the graph compiler folds into the op before them (``FUSED_ACTIVATIONS``).
+and the activations the graph compiler folds into the op before them (``FUSED_ACTIVATIONS``); their grad
+ops, and activation_grad, which the fused ops' backward shares.
 
 References compute in float64; numpy float32 is the fast path where it differs.
 """
@@ -12,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, get_op, register
@@ -130,23 +132,109 @@ def _lower_softmax(c: Call) -> list[Dispatch]:
     return [Dispatch("softmax", ["x", "y"], grid_1d(rows), dict(rows=rows, n=n, beta=float(c.params.get("beta", 1.0))))]
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _grad_infer(specs, params):
+    a, dy = specs.get("x") or specs["y"], specs["dy"]
+    expect(a.dtype == dy.dtype and a.shape == dy.shape, f"dy must be shaped like {a.name}: {dy.describe()} vs {a.describe()}")
+    return {"dx": (a.shape, a.dtype)}
+
+
+def relu_grad_ref(ctx, p, x, dy):
+    """dx = dy where x > 0, else 0. Ports: x (relu's input), dy."""
+    return np.where(x > 0, dy, 0).astype(dy.dtype)
+
+
+def clip_grad_ref(ctx, p, x, dy):
+    """dx = dy where min < x < max, else 0 (params: clip's min, max). Ports: x, dy."""
+    lo, hi = p.get("min"), p.get("max")
+    inside = (x > (-np.inf if lo is None else lo)) & (x < (np.inf if hi is None else hi))
+    return np.where(inside, dy, 0).astype(dy.dtype)
+
+
+def hard_sigmoid_grad_ref(ctx, p, x, dy):
+    """dx = dy * alpha where 0 < alpha * x + beta < 1, else 0. Ports: x, dy."""
+    alpha = p.get("alpha", 0.2)
+    z = alpha * x.astype(np.float64) + p.get("beta", 0.5)
+    return np.where((z > 0) & (z < 1), dy * alpha, 0).astype(dy.dtype)
+
+
+def hard_swish_grad_ref(ctx, p, x, dy):
+    """dx = dy * (0 below -3, (2x + 3) / 6 up to 3, 1 above), torch's hardswish gradient. Ports: x, dy."""
+    x64 = x.astype(np.float64)
+    return (dy * np.where(x64 < -3, 0.0, np.where(x64 <= 3, (2 * x64 + 3) / 6, 1.0))).astype(dy.dtype)
+
+
+def leaky_relu_grad_ref(ctx, p, x, dy):
+    """dx = dy where x > 0, else alpha * dy. Ports: x, dy."""
+    return np.where(x > 0, dy, dy * np.float32(p.get("alpha", 0.01))).astype(dy.dtype)
+
+
+def sigmoid_grad_ref(ctx, p, y, dy):
+    """dx = dy * y * (1 - y) from sigmoid's output y, in float64. Ports: y, dy."""
+    y64 = y.astype(np.float64)
+    return (dy * y64 * (1.0 - y64)).astype(dy.dtype)
+
+
+def tanh_grad_ref(ctx, p, y, dy):
+    """dx = dy * (1 - y^2) from tanh's output y, in float64. Ports: y, dy."""
+    y64 = y.astype(np.float64)
+    return (dy * (1.0 - y64 * y64)).astype(dy.dtype)
+
+
+def softmax_grad_ref(ctx, p, y, dy):
+    """dx = beta * y * (dy - sum(dy * y)) over softmax's ``axis``, from its output y, in float64. Ports: y, dy."""
+    axis = int(p.get("axis", -1))
+    y64 = y.astype(np.float64)
+    inner = (dy * y64).sum(axis=axis, keepdims=True)
+    return (p.get("beta", 1.0) * y64 * (dy - inner)).astype(dy.dtype)
+
+
+GRAD_FROM_INPUT = ("relu", "silu", "gelu", "clip", "hard_sigmoid", "hard_swish", "leaky_relu")  # <op>_grad(x, dy)
+GRAD_FROM_OUTPUT = ("sigmoid", "tanh", "softmax")    # <op>_grad(y, dy)
+
+
+def activation_grad(g, op: str, params: dict, x: str | None, y: str, dy: str, where: str) -> str:
+    """Emit the gradient of activation ``op`` (its node's ``params``) with respect to its input ``x``, given
+    its output ``y`` and dy; returns dx's name. UnsupportedError names ``where`` for an activation without one."""
+    if op in GRAD_FROM_INPUT:
+        return g.emit(op + "_grad", {"x": x, "dy": dy}, params, outputs=("dx",))[0]
+    if op in GRAD_FROM_OUTPUT:
+        return g.emit(op + "_grad", {"y": y, "dy": dy}, params, outputs=("dx",))[0]
+    raise UnsupportedError(f"{where}: activation {op!r} has no backward")
+
+
+def activation_backward(g, node) -> None:
+    """d(activation) through its grad op: ``<op>_grad(x, dy)`` (relu, silu, gelu) or ``<op>_grad(y, dy)`` (sigmoid,
+    tanh, softmax: their gradient is a function of their output)."""
+    g.accumulate(node, "x", activation_grad(g, node.op, node.params, node.inputs["x"], node.outputs["y"],
+                                            g.grad(node, "y"), f"node {node.id!r}"))
+
+
+register(OpDef("relu_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, relu_grad_ref))
+register(OpDef("clip_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, clip_grad_ref))
+register(OpDef("hard_sigmoid_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, hard_sigmoid_grad_ref))
+register(OpDef("hard_swish_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, hard_swish_grad_ref))
+register(OpDef("leaky_relu_grad", "activation", ("x", "dy"), ("dx",), _grad_infer, leaky_relu_grad_ref))
+register(OpDef("sigmoid_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, sigmoid_grad_ref))
+register(OpDef("tanh_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, tanh_grad_ref))
+register(OpDef("softmax_grad", "activation", ("y", "dy"), ("dx",), _grad_infer, softmax_grad_ref))
 register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_ref, into=unary_into(relu_into),
                cpu=unary_cpu("relu"),
-               gpu=unary_lowering("relu")))
+               gpu=unary_lowering("relu"), backward=activation_backward))
 register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref,
-               gpu=unary_lowering("clip")))
+               gpu=unary_lowering("clip"), backward=activation_backward))
 register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
                into=unary_into(sigmoid_into),
-               gpu=unary_lowering("sigmoid")))
-register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref))
+               gpu=unary_lowering("sigmoid"), backward=activation_backward))
+register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref, backward=activation_backward))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref,
-               **unary_kernels("hard_sigmoid")))
+               **unary_kernels("hard_sigmoid"), backward=activation_backward))
 register(OpDef("hard_swish", "activation", ("x",), ("y",), _float_unary_infer, hard_swish_ref,
-               **unary_kernels("hard_swish")))
+               **unary_kernels("hard_swish"), backward=activation_backward))
 register(OpDef("leaky_relu", "activation", ("x",), ("y",), _float_unary_infer, leaky_relu_ref,
-               **unary_kernels("leaky_relu")))
+               **unary_kernels("leaky_relu"), backward=activation_backward))
 register(OpDef("softmax", "activation", ("x",), ("y",), _softmax_infer, softmax_ref, softmax_fast,
-               gpu=Lowering(("softmax",), _lower_softmax, _check_softmax)))
+               gpu=Lowering(("softmax",), _lower_softmax, _check_softmax), backward=activation_backward))
 
 
 # ------------------------------------------------------------------------------ fused activations

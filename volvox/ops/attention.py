@@ -1,4 +1,5 @@
-"""Sequence ops: rotary position embedding, attention over the KV cache, logit soft-capping, row selection.
+"""Sequence ops: rotary position embedding, attention over the KV cache, logit soft-capping, row selection;
+for training, full-sequence causal attention (no cache) and the grad ops of RoPE and attention.
 
 These ops are stateful: they read the run context (``ctx``), which holds the
 KV cache and the number of tokens already cached (``ctx.pos``).
@@ -9,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.context import BatchContext
 from volvox.ops.registry import OpDef, register
+from volvox.ops.shape import reshape_target
 from volvox.ops.gpu import MAX_HEAD_DIM, Call, Dispatch, Lowering, copy_dispatch, grid_of
 
 
@@ -101,11 +104,18 @@ def rope_ref(ctx, p, x, positions):
 
     style "interleaved" pairs (2i, 2i+1) (GGUF/ggml LLaMA layout); "half" pairs (i, i + rope_dim/2) (HF/NeoX).
     """
+    return rope_rotate(x, positions, p, inverse=False)
+
+
+def rope_rotate(x, positions, p, inverse: bool):
+    """rope_ref's rotation, or with ``inverse`` its transpose (the angles negated; mscale kept), which is
+    RoPE's gradient with respect to x."""
     hd = int(p["head_dim"])
     rd = int(p.get("rope_dim", hd))
-    seq = x.shape[0]
     cos, sin = rope_angles(positions, p)
-    h = x.reshape(seq, -1, hd).copy()  # (seq, heads, head_dim)
+    if inverse:
+        sin = -sin
+    h = x.reshape(x.shape[0], -1, hd).copy()  # (seq, heads, head_dim)
     cos, sin = cos[:, None, :], sin[:, None, :]  # (seq, 1, rd/2)
     if p.get("style", "half") == "interleaved":
         x0, x1 = h[..., 0:rd:2].copy(), h[..., 1:rd:2].copy()
@@ -348,11 +358,179 @@ def _lower_output_rows(c: Call) -> list[Dispatch]:
     return [copy_dispatch("x", "y", inner=dim, src_off=(seq - 1) * dim)]  # only reached for "last"
 
 
+# ------------------------------------------------------------------- training (compile/autodiff.py)
+def _sequence_positions_infer(specs, params):
+    ids = specs["ids"]
+    expect(len(ids.shape) >= 1, f"ids must be ([batch,] seq), got {ids.describe()}")
+    return {"y": (reshape_target(ids.shape, [-1]), "int32")}
+
+
+def sequence_positions_ref(ctx, p, ids):
+    """The position of every token of ids ([batch,] seq) in its row, 0 .. seq-1, flattened to (batch * seq,)
+    int32: a training graph's positions (no KV cache, every sequence from position 0), one per row of
+    its (batch * seq, dim) activations."""
+    return np.ascontiguousarray(np.broadcast_to(np.arange(ids.shape[-1], dtype=np.int32), ids.shape).reshape(-1))
+
+
+def rope_backward(g, node) -> None:
+    """d(rope): the inverse rotation of dy (rope_grad)."""
+    g.accumulate(node, "x", g.emit("rope_grad", {"dy": g.grad(node, "y"), "positions": node.inputs["positions"]},
+                                   node.params, outputs=("dx",))[0])
+
+
+def _rope_grad_infer(specs, params):
+    out = _rope_infer({"x": specs["dy"], "positions": specs["positions"]}, params)
+    return {"dx": out["y"]}
+
+
+def rope_grad_ref(ctx, p, dy, positions):
+    """dx = dy rotated back (the transpose of rope's rotation; rope's params). Ports: dy, positions."""
+    return rope_rotate(dy, positions, p, inverse=True)
+
+
+def rope_grad_fast(ctx, p, dy, positions):
+    """rope_grad through rope's kernel at the negated positions: the angles negated in ggml's float32
+    arithmetic, the exact transpose of the kernel's forward rotation (scaled frequencies: the reference)."""
+    if any(key in p for key in SCALED_ROPE_KEYS):
+        return rope_grad_ref(ctx, p, dy, positions)
+    hd = int(p["head_dim"])
+    return cpu.rope(dy, -positions.astype(np.int64), hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
+                    float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved")
+
+
+def _causal_attention_infer(specs, params):
+    q, k, v = specs["q"], specs["k"], specs["v"]
+    nh, nkv, hd = int(params["n_heads"]), int(params["n_kv_heads"]), int(params["head_dim"])
+    expect(nh > 0 and nkv > 0 and nh % nkv == 0, f"n_heads {nh} must be a multiple of n_kv_heads {nkv}")
+    expect(len(q.shape) >= 2 and same_dim(q.shape[-1], nh * hd) and q.dtype == "float32",
+           f"q must be float32 ([batch,] seq, {nh * hd}), got {q.describe()}")
+    for t in (k, v):
+        expect(t.dtype == "float32" and len(t.shape) == len(q.shape) and same_dim(t.shape[-1], nkv * hd)
+               and all(same_dim(a, b) for a, b in zip(t.shape[:-1], q.shape[:-1])),
+               f"{t.name} must be float32 ([batch,] seq, {nkv * hd}), got {t.describe()}")
+    expect(int(params.get("window", 0)) >= 0, f"window must be >= 0 (0: unlimited), got {params.get('window')}")
+    if float(params.get("softcap", 0.0)) or not params.get("causal", True):
+        raise UnsupportedError("causal_attention: soft-capped or non-causal scores are not supported in training")
+    return {"y": (q.shape, "float32"), "lse": (q.shape[:-2] + (nh, q.shape[-2]), "float32")}
+
+
+def _heads(q, k, v, p, dtype):
+    """q (batch, n_kv, group, seq, hd), k and v (batch, n_kv, 1, seq, hd) in ``dtype``; the scale; the mask
+    (seq, seq) of the keys each query sees (causal, within ``window`` when > 0)."""
+    nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+    seq = q.shape[-2]
+    qh = q.reshape(-1, seq, nkv, nh // nkv, hd).transpose(0, 2, 3, 1, 4).astype(dtype)  # (batch, nkv, group, seq, hd)
+    kh = k.reshape(-1, seq, nkv, 1, hd).transpose(0, 2, 3, 1, 4).astype(dtype)          # (batch, nkv, 1, seq, hd)
+    vh = v.reshape(-1, seq, nkv, 1, hd).transpose(0, 2, 3, 1, 4).astype(dtype)          # (batch, nkv, 1, seq, hd)
+    q_pos, k_pos = np.arange(seq)[:, None], np.arange(seq)[None, :]
+    visible = k_pos <= q_pos                                                            # (seq, seq)
+    if int(p.get("window", 0)) > 0:
+        visible &= k_pos > q_pos - int(p["window"])
+    return qh, kh, vh, dtype(np.float32(p.get("scale", hd ** -0.5))), visible
+
+
+def _merge_heads(h, shape):
+    """(batch, nkv, group, seq, hd) -> ``shape`` ([batch,] seq, heads * hd)."""
+    return np.ascontiguousarray(h.transpose(0, 3, 1, 2, 4)).reshape(shape)
+
+
+def causal_attention_ref(ctx, p, q, k, v):
+    """Full-sequence causal attention without a KV cache (training), GQA, optional sliding ``window``:
+    (y, lse), lse (batch, n_heads, seq) the logsumexp of each query's scaled scores (what attention_grad
+    recomputes the probabilities from). The numpy reference materialises seq x seq scores, in float64."""
+    qh, kh, vh, scale, visible = _heads(q, k, v, p, np.float64)
+    scores = np.where(visible, qh @ kh.swapaxes(-1, -2) * scale, -np.inf)    # (batch, nkv, group, seq, seq)
+    top = scores.max(axis=-1, keepdims=True)
+    lse = top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True))      # (batch, nkv, group, seq, 1)
+    y = np.exp(scores - lse) @ vh                                            # (batch, nkv, group, seq, hd)
+    lse_shape = q.shape[:-2] + (int(p["n_heads"]), q.shape[-2])
+    return _merge_heads(y, q.shape).astype(np.float32), lse.reshape(lse_shape).astype(np.float32)
+
+
+def causal_attention_fast(ctx, p, q, k, v):
+    """causal_attention_ref's contract: y through the inference attention kernel (cpu.attention, no cache,
+    one batch row at a time), lse from float32 numpy scores."""
+    nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+    seq = q.shape[-2]
+    scale = float(np.float32(p.get("scale", hd ** -0.5)))
+    q3, k3, v3 = (t.reshape(-1, seq, t.shape[-1]) for t in (q, k, v))  # (batch, seq, heads * hd)
+    y = np.empty(q3.shape, np.float32)                                   # (batch, seq, nh * hd)
+    for b in range(q3.shape[0]):
+        keys = np.ascontiguousarray(k3[b].reshape(seq, nkv, hd).transpose(1, 0, 2))    # (nkv, seq, hd)
+        values = np.ascontiguousarray(v3[b].reshape(seq, nkv, hd).transpose(1, 0, 2))  # (nkv, seq, hd)
+        cpu.attention(np.ascontiguousarray(q3[b]), keys, values, 0, nh, scale, int(p.get("window", 0)), out=y[b])
+    qh, kh, _, scale32, visible = _heads(q, k, v, p, np.float32)
+    scores = np.where(visible, qh @ kh.swapaxes(-1, -2) * scale32, np.float32(-np.inf))  # (batch, nkv, group, seq, seq)
+    top = scores.max(axis=-1, keepdims=True)
+    lse = top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True))
+    return y.reshape(q.shape), lse.reshape(q.shape[:-2] + (nh, seq)).astype(np.float32)
+
+
+def _attention_grad_infer(specs, params):
+    fwd = _causal_attention_infer({p: specs[p] for p in ("q", "k", "v")}, params)
+    expect(specs["dy"].shape == specs["y"].shape == specs["q"].shape, "y and dy must be shaped like q")
+    expect(specs["lse"].shape == fwd["lse"][0], f"lse must be {fwd['lse'][0]}, got {specs['lse'].describe()}")
+    return {"dq": fwd["y"], "dk": (specs["k"].shape, "float32"), "dv": (specs["v"].shape, "float32")}
+
+
+def attention_grad_ref(ctx, p, q, k, v, y, dy, lse):
+    """(dq, dk, dv) of causal_attention, the probabilities recomputed as exp(scale q k^T - lse):
+    dv = P^T dy, dS = P (dy v^T - rowsum(dy * y)), dq = scale dS k, dk = scale dS^T q, a kv head's
+    gradients summed over its query heads (GQA). Ports: q, k, v, y (the forward's output), dy, lse
+    (the forward's); params: the forward's. float64; materialises seq x seq per head."""
+    nh, nkv = int(p["n_heads"]), int(p["n_kv_heads"])
+    qh, kh, vh, scale, visible = _heads(q, k, v, p, np.float64)
+    seq, group = q.shape[-2], nh // nkv
+    yh = y.reshape(-1, seq, nkv, group, y.shape[-1] // nh).transpose(0, 2, 3, 1, 4).astype(np.float64)
+    dyh = dy.reshape(yh.shape[0], seq, nkv, group, -1).transpose(0, 2, 3, 1, 4).astype(np.float64)
+    lse5 = lse.reshape(-1, nkv, group, seq, 1).astype(np.float64)                         # (batch, nkv, group, seq, 1)
+    probs = np.where(visible, np.exp(qh @ kh.swapaxes(-1, -2) * scale - lse5), 0.0)     # (batch, nkv, group, seq, seq)
+    dv = (probs.swapaxes(-1, -2) @ dyh).sum(axis=2, keepdims=True)                      # (batch, nkv, 1, seq, hd)
+    dscores = probs * (dyh @ vh.swapaxes(-1, -2) - (dyh * yh).sum(axis=-1, keepdims=True))
+    dq = dscores @ kh * scale                                                            # (batch, nkv, group, seq, hd)
+    dk = (dscores.swapaxes(-1, -2) @ qh).sum(axis=2, keepdims=True) * scale              # (batch, nkv, 1, seq, hd)
+    return (_merge_heads(dq, q.shape).astype(np.float32), _merge_heads(dk, k.shape).astype(np.float32),
+            _merge_heads(dv, v.shape).astype(np.float32))
+
+
+def causal_attention_backward(g, node) -> None:
+    """d(causal_attention) through attention_grad: dq, dk, dv from one node."""
+    grads = g.emit("attention_grad", {"q": node.inputs["q"], "k": node.inputs["k"], "v": node.inputs["v"],
+                                      "y": node.outputs["y"], "dy": g.grad(node, "y"), "lse": node.outputs["lse"]},
+                   node.params, outputs=("dq", "dk", "dv"))
+    for port, grad in zip(("q", "k", "v"), grads):
+        g.accumulate(node, port, grad)
+
+
+def softcap_grad_ref(ctx, p, y, dy):
+    """dx = dy * (1 - (y / cap)^2) from softcap's output y, in float64. Ports: y, dy; params: softcap's."""
+    t = y.astype(np.float64) / float(p["cap"])
+    return (dy * (1.0 - t * t)).astype(np.float32)
+
+
+def _softcap_grad_infer(specs, params):
+    return {"dx": (specs["y"].shape, "float32")}
+
+
+def softcap_backward(g, node) -> None:
+    """d(softcap) through softcap_grad (a function of the output)."""
+    g.accumulate(node, "x", g.emit("softcap_grad", {"y": node.outputs["y"], "dy": g.grad(node, "y")}, node.params,
+                                   outputs=("dx",))[0])
+
+
+register(OpDef("sequence_positions", "position", ("ids",), ("y",), _sequence_positions_infer, sequence_positions_ref))
+register(OpDef("rope_grad", "position", ("dy", "positions"), ("dx",), _rope_grad_infer, rope_grad_ref, rope_grad_fast))
+register(OpDef("causal_attention", "attention", ("q", "k", "v"), ("y", "lse"), _causal_attention_infer,
+               causal_attention_ref, causal_attention_fast, backward=causal_attention_backward))
+register(OpDef("attention_grad", "attention", ("q", "k", "v", "y", "dy", "lse"), ("dq", "dk", "dv"),
+               _attention_grad_infer, attention_grad_ref))
 register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into, cpu=rope_cpu,
-               gpu=Lowering(("rope",), _lower_rope, _check_rope, lambda p: {"inv_freq": rope_inv_freq(p)})))
+               gpu=Lowering(("rope",), _lower_rope, _check_rope, lambda p: {"inv_freq": rope_inv_freq(p)}),
+               backward=rope_backward))
 register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
                stateful=True, into=attention_into, cpu=attention_cpu,
                gpu=Lowering(("copy", "attention"), _lower_attention, _check_attention)))
-register(OpDef("softcap", "attention", ("x",), ("y",), _softcap_infer, softcap_ref))
+register(OpDef("softcap", "attention", ("x",), ("y",), _softcap_infer, softcap_ref, backward=softcap_backward))
+register(OpDef("softcap_grad", "attention", ("y", "dy"), ("dx",), _softcap_grad_infer, softcap_grad_ref))
 register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True, view=True,
                gpu=Lowering(("copy",), _lower_output_rows)))

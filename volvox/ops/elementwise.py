@@ -1,4 +1,5 @@
-"""Elementwise ops with numpy broadcasting: add, mul, silu, gelu (and ggml's fp16-table GELU)."""
+"""Elementwise ops with numpy broadcasting: add, mul, silu, gelu (and ggml's fp16-table GELU), fill_like;
+their backward."""
 
 from __future__ import annotations
 
@@ -191,13 +192,80 @@ def gelu_cpu(plan, node) -> None:
     plan.add("gelu", x=cpu.address(x), y=cpu.address(y), count=x.size, tanh=node.params.get("approximate", "none") == "tanh")
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _fill_like_infer(specs, params):
+    return {"y": (specs["x"].shape, specs["x"].dtype)}
+
+
+def fill_like_ref(ctx, p, x):
+    """An array of x's shape and dtype filled with ``value`` (a gradient seed, or a zero gradient)."""
+    return np.full(x.shape, p["value"], x.dtype)
+
+
+def constant_backward(g, node) -> None:
+    """d(fill_like): none; its output does not depend on x's values."""
+
+
+def add_backward(g, node) -> None:
+    """d(a + b): dy to each operand, summed over the axes it was broadcast along."""
+    dy = g.grad(node, "y")
+    for port in ("a", "b"):
+        if g.needs(node, port):
+            g.accumulate(node, port, g.reduce_to(dy, g.shape(node.inputs[port])))
+
+
+def mul_backward(g, node) -> None:
+    """d(a * b): da = dy * b, db = dy * a, each summed over its broadcast axes."""
+    dy = g.grad(node, "y")
+    for port, other in (("a", "b"), ("b", "a")):
+        if g.needs(node, port):
+            prod = g.emit("mul", {"a": dy, "b": node.inputs[other]})[0]
+            g.accumulate(node, port, g.reduce_to(prod, g.shape(node.inputs[port])))
+
+
+def _unary_grad_infer(specs, params):
+    x, dy = specs["x"], specs["dy"]
+    expect(x.dtype == dy.dtype and x.shape == dy.shape, f"dy must be shaped like x: {dy.describe()} vs {x.describe()}")
+    return {"dx": (x.shape, x.dtype)}
+
+
+def silu_grad_ref(ctx, p, x, dy):
+    """dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x), in float64. Ports: x (silu's input), dy."""
+    x64 = x.astype(np.float64)
+    s = 0.5 * (1.0 + np.tanh(0.5 * x64))
+    return (dy * (s * (1.0 + x64 * (1.0 - s)))).astype(x.dtype)
+
+
+GELU_TANH_C = math.sqrt(2.0 / math.pi)
+
+
+def gelu_grad_ref(ctx, p, x, dy):
+    """dx of GELU, exact (Phi(x) + x phi(x)) or tanh form (params: approximate), in float64. Ports: x, dy."""
+    x64 = x.astype(np.float64)
+    if p.get("approximate", "none") == "tanh":
+        t = np.tanh(GELU_TANH_C * (x64 + 0.044715 * x64 ** 3))
+        d = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t * t) * GELU_TANH_C * (1.0 + 3 * 0.044715 * x64 * x64)
+    else:
+        d = 0.5 * (1.0 + _erf(x64 / math.sqrt(2.0))) + x64 * np.exp(-0.5 * x64 * x64) / math.sqrt(2.0 * math.pi)
+    return (dy * d).astype(x.dtype)
+
+
+def unary_backward(g, node) -> None:
+    """d(silu / gelu) through its grad op (``<op>_grad``: x, dy -> dx)."""
+    g.accumulate(node, "x", g.emit(node.op + "_grad", {"x": node.inputs["x"], "dy": g.grad(node, "y")}, node.params,
+                                   outputs=("dx",))[0])
+
+
+register(OpDef("silu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, silu_grad_ref))
+register(OpDef("gelu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, gelu_grad_ref))
+register(OpDef("fill_like", "elementwise", ("x",), ("y",), _fill_like_infer, fill_like_ref, backward=constant_backward))
 register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add), cpu=binary_cpu,
-               gpu=binary_lowering("add")))
+               gpu=binary_lowering("add"), backward=add_backward))
 register(OpDef("mul", "elementwise", ("a", "b"), ("y",), _binary_infer, mul_ref, into=binary_into(np.multiply),
                cpu=binary_cpu,
-               gpu=binary_lowering("mul")))
+               gpu=binary_lowering("mul"), backward=mul_backward))
 register(OpDef("silu", "activation", ("x",), ("y",), _unary_infer, silu_ref, silu_fast, into=silu_into, cpu=silu_cpu,
-               gpu=unary_lowering("silu")))
+               gpu=unary_lowering("silu"), backward=unary_backward))
 def gelu_fast(ctx, p, x):
     """GELU through the CPU kernel (float32; exact through erfc, or the tanh form)."""
     if x.dtype != np.float32:
@@ -214,5 +282,13 @@ def gelu_into(ctx, p, out, x):
 
 
 register(OpDef("gelu", "activation", ("x",), ("y",), _unary_infer, gelu_ref, gelu_fast, into=gelu_into, cpu=gelu_cpu,
-               gpu=unary_lowering("gelu")))
-register(OpDef("gelu_f16_table", "activation", ("x",), ("y",), _unary_infer, gelu_f16_table_ref))
+               gpu=unary_lowering("gelu"), backward=unary_backward))
+def gelu_f16_table_backward(g, node) -> None:
+    """d(gelu_f16_table): the gradient of the tanh GELU it tabulates (the table itself is a step function of
+    x's fp16 rounding; its rounding passes gradients straight through)."""
+    g.accumulate(node, "x", g.emit("gelu_grad", {"x": node.inputs["x"], "dy": g.grad(node, "y")},
+                                   {"approximate": "tanh"}, outputs=("dx",))[0])
+
+
+register(OpDef("gelu_f16_table", "activation", ("x",), ("y",), _unary_infer, gelu_f16_table_ref,
+               backward=gelu_f16_table_backward))

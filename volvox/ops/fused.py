@@ -9,12 +9,13 @@ from functools import reduce
 import numpy as np
 
 from volvox import cpu
-from volvox.errors import ShapeError
+from volvox.errors import ShapeError, UnsupportedError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
-from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref, expect_fused_activation
+from volvox.ops.activation import (FUSED_ACTIVATIONS, GRAD_FROM_INPUT, activation_grad, activation_ref,
+                                   expect_fused_activation)
 from volvox.ops.elementwise import add_ref, binary_cpu, broadcast_shape
-from volvox.ops.linear import _linear_infer, linear_cpu, linear_fast, linear_into, linear_ref
+from volvox.ops.linear import _linear_infer, linear_cpu, linear_fast, linear_grads, linear_into, linear_ref
 from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_cpu, concat_ref
 from volvox.ops.gpu import (Call, Dispatch, Lowering, binary_dispatch, float_only, grid_of, matmul_dispatch,
                             packed_layout, packed_matmul_dispatches, unary_dispatch)
@@ -224,17 +225,78 @@ def swiglu_cpu(plan, node) -> None:
     plan.add("glu", x=cpu.address(x), y=cpu.address(y), F=y.shape[1], gated=True, rows=x.shape[0])
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _swiglu_grad_infer(specs, params):
+    x, dy = specs["x"], specs["dy"]
+    expect(x.dtype == dy.dtype == "float32" and len(x.shape) == len(dy.shape), f"x and dy must be float32: {x.describe()}, {dy.describe()}")
+    return {"dx": (x.shape, "float32")}
+
+
+def swiglu_grad_ref(ctx, p, x, dy):
+    """dx = [dy * up * s * (1 + gate * (1 - s)) | dy * silu(gate)] for x = [gate | up], s = sigmoid(gate),
+    in float64. Ports: x (swiglu's input), dy."""
+    half = x.shape[-1] // 2
+    gate, up = x[..., :half].astype(np.float64), x[..., half:].astype(np.float64)
+    s = 0.5 * (1.0 + np.tanh(0.5 * gate))
+    return np.concatenate([dy * up * s * (1.0 + gate * (1.0 - s)), dy * gate * s], axis=-1).astype(np.float32)
+
+
+def swiglu_backward(g, node) -> None:
+    """d(swiglu) through swiglu_grad."""
+    g.accumulate(node, "x", g.emit("swiglu_grad", {"x": node.inputs["x"], "dy": g.grad(node, "y")}, outputs=("dx",))[0])
+
+
+def linear_act_backward(g, node) -> None:
+    """d(act(x W^T + b)): the product recomputed (a linear node) when the activation's gradient reads its
+    input, the activation's grad op, then linear's gradients."""
+    act = FUSED_ACTIVATIONS[node.params["activation"]]
+    z = None
+    if act.op in GRAD_FROM_INPUT:
+        z = g.emit("linear", {p: node.inputs[p] for p in ("x", "weight", "bias") if p in node.inputs})[0]
+    dz = activation_grad(g, act.op, act.params, z, node.outputs["y"], g.grad(node, "y"), f"node {node.id!r}")
+    linear_grads(g, node, dz)
+
+
+def linear_split_backward(g, node) -> None:
+    """d(linear_split): the outputs' gradients side by side (zeros for an output none reaches), then
+    linear_grad_input against the stacked weight (a merged weight is frozen: no weight gradient)."""
+    if g.needs(node, "weight"):
+        raise UnsupportedError(f"node {node.id!r} (linear_split): its stacked weight cannot train")
+    parts = {}
+    for i, port in enumerate(p for p in ("y0", "y1", "y2", "y3") if p in node.outputs):
+        grad = g.grad(node, port)
+        parts[f"x{i}"] = grad if grad is not None else g.emit("fill_like", {"x": node.outputs[port]}, {"value": 0.0})[0]
+    dy = g.emit("concat", parts, {"axis": -1})[0]
+    linear_grads(g, node, dy)
+
+
+def add_n_backward(g, node) -> None:
+    """d(add_n): dy (through its activation's gradient when it has one) to every input, summed over its
+    broadcast axes."""
+    dy = g.grad(node, "y")
+    if "activation" in node.params:  # the sum recomputed when the activation's gradient reads its input
+        act = FUSED_ACTIVATIONS[node.params["activation"]]
+        total = g.emit("add_n", dict(node.inputs))[0] if act.op in GRAD_FROM_INPUT else None
+        dy = activation_grad(g, act.op, act.params, total, node.outputs["y"], dy, f"node {node.id!r}")
+    for port, name in node.inputs.items():
+        if g.needs(node, port):
+            g.accumulate(node, port, g.reduce_to(dy, g.shape(name)))
+
+
+register(OpDef("swiglu_grad", "activation", ("x", "dy"), ("dx",), _swiglu_grad_infer, swiglu_grad_ref))
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
                _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into, cpu=linear_cpu,
-               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear_split, check_linear)))
+               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear_split, check_linear),
+               backward=linear_split_backward))
 register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into, cpu=swiglu_cpu,
-               gpu=Lowering(("swiglu",), _lower_swiglu, float_only("x"))))
+               gpu=Lowering(("swiglu",), _lower_swiglu, float_only("x")), backward=swiglu_backward))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
                linear_act_fast, into=linear_act_into, cpu=linear_cpu,
-               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear, check_linear)))
+               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear, check_linear),
+               backward=linear_act_backward))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
                _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu,
                gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))
 register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
                _add_n_infer, add_n_ref, add_n_fast, into=add_n_into, cpu=binary_cpu,
-               gpu=Lowering(("binary", "unary"), _lower_add_n, _check_add_n)))
+               gpu=Lowering(("binary", "unary"), _lower_add_n, _check_add_n), backward=add_n_backward))

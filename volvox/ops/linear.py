@@ -1,4 +1,5 @@
-"""Matrix ops: linear (y = x @ W.T + b, W float or block-quantized) and embedding lookup."""
+"""Matrix ops: linear (y = x @ W.T + b, W float or block-quantized) and embedding lookup; their backward
+(linear_grad_input, linear_grad_weight)."""
 
 from __future__ import annotations
 
@@ -199,10 +200,94 @@ def _lower_embedding(c: Call) -> list[Dispatch]:
             for i, (r0, r1) in enumerate(chunk_spans(vocab, per_chunk))]
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _linear_grad_input_infer(specs, params):
+    dy, w = specs["dy"], specs["weight"]
+    expect(dy.dtype == "float32", f"dy must be float32, got {dy.describe()}")
+    expect(w.dtype in WEIGHT_DTYPES and len(w.shape) == 2, f"weight must be a 2-D float or quantized matrix, got {w.describe()}")
+    expect(len(dy.shape) >= 1 and same_dim(dy.shape[-1], w.shape[0]),
+           f"dy's last dim must equal weight's out_features: {dy.describe()} vs {w.describe()}")
+    return {"dx": (dy.shape[:-1] + (w.shape[1],), "float32")}
+
+
+def linear_grad_input_ref(ctx, p, dy, weight):
+    """dx = dy @ weight: the gradient of linear's input (weight (N, K) of any stored type), float64."""
+    return (dy.astype(np.float64) @ dense_weight(weight).astype(np.float64)).astype(np.float32)
+
+
+def linear_grad_input_fast(ctx, p, dy, weight):
+    """dx = dy @ weight in float32 (BLAS; a block-quantized weight dequantized first)."""
+    return (dy @ dense_weight(weight)).astype(np.float32, copy=False)
+
+
+def _linear_grad_weight_infer(specs, params):
+    x, dy = specs["x"], specs["dy"]
+    expect(x.dtype == dy.dtype == "float32" and len(x.shape) >= 1 and len(x.shape) == len(dy.shape),
+           f"x and dy must be float32 of the same rank: {x.describe()}, {dy.describe()}")
+    return {"dw": ((dy.shape[-1], x.shape[-1]), "float32")}
+
+
+def linear_grad_weight_ref(ctx, p, x, dy):
+    """dw = dy^T @ x over every leading position: the gradient of linear's weight (N, K), float64."""
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+    return (dy2.T.astype(np.float64) @ x2.astype(np.float64)).astype(np.float32)
+
+
+def linear_grad_weight_fast(ctx, p, x, dy):
+    """dw = dy^T @ x in float32 (BLAS)."""
+    return dy.reshape(-1, dy.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+
+
+def linear_backward(g, node) -> None:
+    """d(x @ W^T + b) through linear_grads."""
+    linear_grads(g, node, g.grad(node, "y"))
+
+
+def linear_grads(g, node, dy: str) -> None:
+    """The gradients of a linear-like node's x, weight and bias given dy, the gradient of its product
+    x @ W^T + b: dx = dy @ W (W of any stored type: a frozen weight gives only dx), dW = dy^T x,
+    db = dy summed over every leading axis."""
+    if g.needs(node, "x"):
+        g.accumulate(node, "x", g.emit("linear_grad_input", {"dy": dy, "weight": node.inputs["weight"]},
+                                       outputs=("dx",))[0])
+    if g.needs(node, "weight"):
+        g.accumulate(node, "weight", g.emit("linear_grad_weight", {"x": node.inputs["x"], "dy": dy}, outputs=("dw",))[0])
+    if g.needs(node, "bias"):
+        g.accumulate(node, "bias", g.reduce_to(dy, g.shape(node.inputs["bias"])))
+
+
+def _embedding_grad_infer(specs, params):
+    t, ids, dy = specs["table"], specs["ids"], specs["dy"]
+    expect(dy.dtype == "float32" and dy.shape == ids.shape + (t.shape[1],),
+           f"dy must be float32 (ids' shape, row length): {dy.describe()} for {ids.describe()}, {t.describe()}")
+    return {"dtable": (t.shape, "float32")}
+
+
+def embedding_grad_ref(ctx, p, table, ids, dy):
+    """dtable: each row of dy added into the table row its id names (a scatter-add; rows no id names are
+    0), float64 sums. Ports: table (for its shape), ids, dy (ids' shape, row length)."""
+    out = np.zeros(table.shape, np.float64)                             # (vocab, dim)
+    np.add.at(out, ids.reshape(-1), dy.reshape(-1, table.shape[1]))
+    return out.astype(np.float32)
+
+
+def embedding_backward(g, node) -> None:
+    """d(embedding) / d table through embedding_grad (ids get none)."""
+    if g.needs(node, "table"):
+        g.accumulate(node, "table", g.emit("embedding_grad", {"table": node.inputs["table"], "ids": node.inputs["ids"],
+                                                              "dy": g.grad(node, "y")}, outputs=("dtable",))[0])
+
+
+register(OpDef("embedding_grad", "gather", ("table", "ids", "dy"), ("dtable",), _embedding_grad_infer, embedding_grad_ref))
+register(OpDef("linear_grad_input", "matmul", ("dy", "weight"), ("dx",), _linear_grad_input_infer, linear_grad_input_ref,
+               linear_grad_input_fast))
+register(OpDef("linear_grad_weight", "matmul", ("x", "dy"), ("dw",), _linear_grad_weight_infer, linear_grad_weight_ref,
+               linear_grad_weight_fast))
 register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast, cpu=linear_cpu,
                into=linear_into,
-               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear, check_linear)))
+               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear, check_linear), backward=linear_backward))
 register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast,
                cpu=embedding_cpu,
                into=embedding_into,
-               gpu=Lowering(("embedding", "embedding_q"), _lower_embedding, _check_embedding)))
+               gpu=Lowering(("embedding", "embedding_q"), _lower_embedding, _check_embedding),
+               backward=embedding_backward))

@@ -1,4 +1,4 @@
-"""Normalisation ops: RMSNorm and LayerNorm over the last axis."""
+"""Normalisation ops: RMSNorm and LayerNorm over the last axis; their grad ops."""
 
 from __future__ import annotations
 
@@ -113,9 +113,62 @@ def _lower_layer_norm(c: Call) -> list[Dispatch]:
                      dict(rows=rows, n=n, eps=float(c.params.get("eps", 1e-5)), has_bias=int(has_bias)))]
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _norm_grad_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    expect(x.dtype == w.dtype == specs["dy"].dtype == "float32" and specs["dy"].shape == x.shape,
+           f"x, weight and dy must be float32 with dy shaped like x: {x.describe()}, {specs['dy'].describe()}")
+    return {"dx": (x.shape, "float32"), "dweight": (w.shape, "float32"), "dbias": (w.shape, "float32")}
+
+
+def rms_norm_grad_ref(ctx, p, x, weight, dy):
+    """(dx, dweight) of y = x * r * weight, r = 1 / sqrt(mean(x^2) + eps) per row, in float64:
+    dx = r * g - x * r^3 * mean(g * x) with g = dy * weight; dweight = sum over rows of dy * x * r.
+    Ports: x, weight (the forward's inputs), dy."""
+    x64 = x.astype(np.float64).reshape(-1, x.shape[-1])                               # (rows, dim)
+    dy64 = dy.astype(np.float64).reshape(-1, x.shape[-1])                             # (rows, dim)
+    r = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + p.get("eps", 1e-5))  # (rows, 1)
+    g = dy64 * weight
+    dx = r * g - x64 * r ** 3 * np.mean(g * x64, axis=-1, keepdims=True)
+    dweight = (dy64 * x64 * r).sum(axis=0)
+    return dx.astype(np.float32).reshape(x.shape), dweight.astype(np.float32)
+
+
+def layer_norm_grad_ref(ctx, p, x, weight, dy):
+    """(dx, dweight, dbias) of y = xhat * weight + bias, xhat = (x - mean) * r, in float64:
+    dx = r * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight. Ports: x, weight, dy."""
+    x64 = x.astype(np.float64).reshape(-1, x.shape[-1])                               # (rows, dim)
+    dy64 = dy.astype(np.float64).reshape(-1, x.shape[-1])                             # (rows, dim)
+    centered = x64 - x64.mean(axis=-1, keepdims=True)
+    r = 1.0 / np.sqrt(np.mean(centered * centered, axis=-1, keepdims=True) + p.get("eps", 1e-5))  # (rows, 1)
+    xhat = centered * r
+    g = dy64 * weight
+    dx = r * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    return (dx.astype(np.float32).reshape(x.shape), (dy64 * xhat).sum(axis=0).astype(np.float32),
+            dy64.sum(axis=0).astype(np.float32))
+
+
+def norm_backward(g, node) -> None:
+    """d(rms_norm / layer_norm) through its grad op: dx, dweight (and layer_norm's dbias) from one node."""
+    ports = ("dx", "dweight") if node.op == "rms_norm" else ("dx", "dweight", "dbias")
+    grads = g.emit(node.op + "_grad", {"x": node.inputs["x"], "weight": node.inputs["weight"], "dy": g.grad(node, "y")},
+                   node.params, outputs=ports)
+    for port, grad in zip(("x", "weight", "bias"), grads):
+        g.accumulate(node, port, grad)
+
+
+def _rms_norm_grad_infer(specs, params):
+    out = _norm_grad_infer(specs, params)
+    del out["dbias"]
+    return out
+
+
+register(OpDef("rms_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight"), _rms_norm_grad_infer, rms_norm_grad_ref))
+register(OpDef("layer_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight", "dbias"), _norm_grad_infer,
+               layer_norm_grad_ref))
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,
                into=rms_norm_into, cpu=norm_cpu,
-               gpu=Lowering(("rms_norm",), _lower_rms, float_only("x"))))
+               gpu=Lowering(("rms_norm",), _lower_rms, float_only("x")), backward=norm_backward))
 register(OpDef("layer_norm", "norm", ("x", "weight", "bias?"), ("y",), _norm_infer, layer_norm_ref, layer_norm_fast,
                into=layer_norm_into, cpu=norm_cpu,
-               gpu=Lowering(("layer_norm",), _lower_layer_norm, float_only("x"))))
+               gpu=Lowering(("layer_norm",), _lower_layer_norm, float_only("x")), backward=norm_backward))

@@ -48,6 +48,10 @@ class OpDef:
     # view: its output "y" is its input "x" reinterpreted (same elements): a plan gives it no step
     # and no buffer of its own (reshape; output_rows keeping every row)
     view: bool = False
+    # backward(g, node): how reverse-mode autodiff (compile/autodiff.py) propagates gradients through it:
+    # reads g.grad(node, port) of its outputs, adds backward nodes with g.emit and hands each input's
+    # gradient to g.accumulate(node, port, tensor); None: the op cannot be differentiated through
+    backward: Callable | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Data movement: reshape, transpose, concat, pad, slice. numpy is already the fast path."""
+"""Data movement: reshape, transpose, concat, pad, slice (and reshape_like, slice_grad); their backward. numpy is already
+the fast path."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import numpy as np
 
 from volvox import cpu
+from volvox.errors import UnsupportedError
 from volvox.ir.graph import expect
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
@@ -211,14 +213,91 @@ def concat_cpu(plan, node) -> None:
         plan.add("unary", x=cpu.address(y), y=cpu.address(y), count=y.size, fn=FN["relu"])
 
 
+# ------------------------------------------------------------------- backward (compile/autodiff.py)
+def _reshape_like_infer(specs, params):
+    x, like = specs["x"], specs["like"]
+    keep = int(params.get("keep", 0))
+    expect(0 <= keep <= len(x.shape), f"keep {keep} does not fit {x.describe()}")
+    return {"y": (like.shape + x.shape[len(x.shape) - keep:], x.dtype)}
+
+
+def reshape_like_ref(ctx, p, x, like):
+    """x viewed with ``like``'s shape followed by x's last ``keep`` dims (default 0): a reshape's gradient
+    back to its input's shape, or rows split into (batch, seq, ...) like a token batch, symbolic dims
+    included."""
+    keep = int(p.get("keep", 0))
+    return x.reshape(like.shape + x.shape[x.ndim - keep:])
+
+
+def reshape_backward(g, node) -> None:
+    """d(reshape / reshape_like): dy viewed with the input's shape."""
+    g.accumulate(node, "x", g.emit("reshape_like", {"x": g.grad(node, "y"), "like": node.inputs["x"]})[0])
+
+
+def transpose_backward(g, node) -> None:
+    """d(transpose): dy transposed by the inverse permutation."""
+    perm = [int(i) for i in node.params["perm"]]
+    inverse = [perm.index(i) for i in range(len(perm))]
+    g.accumulate(node, "x", g.emit("transpose", {"x": g.grad(node, "y")}, {"perm": inverse})[0])
+
+
+def _slice_grad_infer(specs, params):
+    x = specs["x"]
+    expect(specs["dy"].dtype == x.dtype, f"dy must be {x.dtype}, got {specs['dy'].describe()}")
+    return {"dx": (x.shape, x.dtype)}
+
+
+def slice_grad_ref(ctx, p, dy, x):
+    """dx: zeros of x's shape with dy written where slice (same params) read x. Ports: dy, x (for its shape)."""
+    dx = np.zeros(x.shape, dy.dtype)
+    index = [slice(None)] * x.ndim
+    for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p.get("steps", [1] * len(p["axes"]))):
+        index[axis] = slice(start, end, step)
+    dx[tuple(index)] = dy
+    return dx
+
+
+def slice_backward(g, node) -> None:
+    """d(slice): dy scattered back into zeros of the input's shape (slice_grad)."""
+    g.accumulate(node, "x", g.emit("slice_grad", {"dy": g.grad(node, "y"), "x": node.inputs["x"]}, node.params,
+                                   outputs=("dx",))[0])
+
+
+def pad_backward(g, node) -> None:
+    """d(constant pad): the unpadded window of dy (a slice)."""
+    pads = node.params["pads"]
+    axes = list(range(len(pads)))
+    ends = [-int(after) if int(after) else np.iinfo(np.int64).max for _, after in pads]
+    g.accumulate(node, "x", g.emit("slice", {"x": g.grad(node, "y")},
+                                   {"axes": axes, "starts": [int(before) for before, _ in pads], "ends": ends})[0])
+
+
+def concat_backward(g, node) -> None:
+    """d(concat): each input's columns of dy, sliced out (sizes along the axis must be known)."""
+    dy = g.grad(node, "y")
+    axis = int(node.params["axis"]) % len(g.shape(dy))
+    offset = 0
+    for port in sorted(node.inputs, key=lambda p: int(p[1:])):
+        size = g.shape(node.inputs[port])[axis]
+        if not isinstance(size, int):
+            raise UnsupportedError(f"node {node.id!r} (concat): cannot differentiate a concat of symbolic size {size!r}")
+        if g.needs(node, port):
+            g.accumulate(node, port, g.emit("slice", {"x": dy}, {"axes": [axis], "starts": [offset],
+                                                                 "ends": [offset + size]})[0])
+        offset += size
+
+
+register(OpDef("reshape_like", "shape", ("x", "like"), ("y",), _reshape_like_infer, reshape_like_ref,
+               backward=reshape_backward))
+register(OpDef("slice_grad", "shape", ("dy", "x"), ("dx",), _slice_grad_infer, slice_grad_ref))
 register(OpDef("reshape", "shape", ("x",), ("y",), _reshape_infer, reshape_ref, cpu=reshape_cpu, view=True,
-               gpu=Lowering((), lambda c: [], alias=True)))
+               gpu=Lowering((), lambda c: [], alias=True), backward=reshape_backward))
 register(OpDef("transpose", "shape", ("x",), ("y",), _transpose_infer, transpose_ref, cpu=gather_cpu,
-               gpu=Lowering(("gather",), _lower_transpose, check_gather)))
+               gpu=Lowering(("gather",), _lower_transpose, check_gather), backward=transpose_backward))
 register(OpDef("concat", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
                _concat_infer, concat_ref, cpu=concat_cpu,
-               gpu=Lowering(("copy",), _lower_concat, _check_concat)))
+               gpu=Lowering(("copy",), _lower_concat, _check_concat), backward=concat_backward))
 register(OpDef("pad", "shape", ("x",), ("y",), _pad_infer, pad_ref, cpu=pad_cpu,
-               gpu=Lowering(("gather",), _lower_pad, check_gather)))
+               gpu=Lowering(("gather",), _lower_pad, check_gather), backward=pad_backward))
 register(OpDef("slice", "shape", ("x",), ("y",), _slice_infer, slice_ref, cpu=gather_cpu,
-               gpu=Lowering(("gather",), _lower_slice, check_gather)))
+               gpu=Lowering(("gather",), _lower_slice, check_gather), backward=slice_backward))

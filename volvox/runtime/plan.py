@@ -278,7 +278,7 @@ class Plan:
         self.need(node, not op.stateful and len(node.outputs) == 1, "stateful or several outputs")
         self.need(node, not self.layers, "a numpy island in a token step (run_token runs native steps only)")
         args = [self.input(node, p) if p in node.inputs else None for p in op.input_names]
-        self.islands.append((len(self.steps), op.fast or op.ref, node.params, args, self.output(node)))
+        self.islands.append((len(self.steps), op.fast or op.ref, node.params, args, self.output(node, next(iter(node.outputs)))))
         self._copied.update(self._reads)  # numpy reads its arena view
 
     def _shape(self, name: str) -> tuple:
