@@ -17,6 +17,7 @@ from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ir.quant_blocks import GGML_FORMATS, QUANTIZABLE_QTYPES, QuantTensor, quantize_ref
 from volvox.ops.int8 import quantize_multiplier
 from volvox.ops.context import RunContext
+from volvox.ops.cross_attention import SourceContext
 from volvox.runtime.kv_cache import KVCache
 from volvox.ops import validate
 
@@ -42,6 +43,7 @@ class Case:
     bound: float = 1e-9
     gpu: bool = True
     kv: tuple | None = None   # attention: (layers, start) -> a KV cache pre-filled with start random rows
+    cross: tuple | None = None  # cross_attention: (layers, source_len) -> random encoded keys / values per layer
     rows: str = "all"
     # an op computing the node's input "x" from the graph input first ("relu"): a view op (reshape,
     # output_rows) runs on the GPU only when its input is there
@@ -126,6 +128,10 @@ CASES = [
     Case("attention_kv_gqa", "attention", **_attn(7, 6, 2, 32, layer=1), kv=(2, 70)),
     Case("attention_kv_window", "attention", **_attn(5, 2, 1, 16, window=4), kv=(1, 9)),
     Case("attention_hd128", "attention", **_attn(3, 2, 1, 128), kv=(1, 130)),
+    Case("cross_attention_decode", "cross_attention", dict(q=f32(1, 3 * 8)), params=dict(n_heads=3, head_dim=8, layer=1),
+         cross=(2, 37), gpu=False, plan="no native step"),  # stateful: reads the run's encoded input
+    Case("cross_attention_rows", "cross_attention", dict(q=f32(6, 2 * 16)), params=dict(n_heads=2, head_dim=16),
+         cross=(1, 5), gpu=False, plan="no native step"),
     Case("output_rows_last", "output_rows", dict(x=f32(5, 12)), rows="last", gpu=False,  # input on the host: CPU
          plan=STATIC),
     Case("concat_axis1", "concat", dict(x0=f32(2, 3, 4), x1=f32(2, 5, 4), x2=f32(2, 1, 4)), params=dict(axis=1)),
@@ -480,6 +486,12 @@ def build_graph(case: Case) -> tuple[Graph, dict]:
 
 
 def run_context(case: Case) -> RunContext:
+    if case.cross is not None:
+        layers, source = case.cross
+        r = np.random.default_rng(2)
+        shape = (case.params["n_heads"], source, case.params["head_dim"])  # (n_heads, source_len, head_dim)
+        return SourceContext(cross=[tuple(r.uniform(-2, 2, shape).astype(np.float32) for _ in range(2))
+                                    for _ in range(layers)], output_rows=case.rows)
     if case.kv is None:
         return RunContext(output_rows=case.rows)
     layers, start = case.kv
