@@ -688,6 +688,75 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     return y
 
 
+DW_GRAD_BAND_ROWS = 8  # output rows a depthwise dW band sums in float32 before the bands are added
+
+
+def _f32_nhwc(a, name: str, op: str) -> np.ndarray:
+    """``a`` as a C-contiguous float32 4-D array; KernelError / ShapeError otherwise."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        raise KernelError(f"{op}: {name} must be a float32 numpy array")
+    if a.ndim != 4:
+        raise ShapeError(f"{op}: {name} must be 4-D, got shape {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+def _window_grad_operands(x, dy, op: str) -> tuple[np.ndarray, np.ndarray]:
+    """A window op's input x and output gradient dy (N, *, *, C) as _f32_nhwc arrays of one batch and channel count."""
+    x, dy = _f32_nhwc(x, "x", op), _f32_nhwc(dy, "dy", op)
+    if x.shape[3] != dy.shape[3] or x.shape[0] != dy.shape[0]:
+        raise ShapeError(f"{op}: x {x.shape} and dy {dy.shape} differ in batch or channels")
+    return x, dy
+
+
+def depthwise_conv2d_grad_input(dy, w, input_size, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:
+    """dL/dx (N, H, W, C) of a depthwise multiplier-1 conv: dy float32 (N, OH, OW, C), w float32 (C, kh, kw, 1),
+    ``input_size`` the forward input's (H, W)."""
+    h, wd = (int(v) for v in input_size)
+    if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 4 or w.shape[3] != 1:
+        raise KernelError("depthwise_conv2d_grad_input: weight must be float32 (C, kh, kw, 1)")
+    dy = _f32_nhwc(dy, "dy", "depthwise_conv2d_grad_input")
+    n, _, _, c = dy.shape
+    if w.shape[0] != c:
+        raise ShapeError(f"depthwise_conv2d_grad_input: weight {w.shape} for dy with {c} channels")
+    geo = _conv_geometry(np.empty((n, h, wd, c), np.uint8), w, strides, dilations, pads, "depthwise_conv2d_grad_input")
+    if geo[:2] != dy.shape[1:3]:
+        raise ShapeError(f"depthwise_conv2d_grad_input: dy {dy.shape} is not this conv's output (OH, OW) = {geo[:2]}")
+    dx = np.empty((n, h, wd, c), np.float32)  # (N, H, W, C)
+    engine.dwconv_grad_input_f32(dy, np.ascontiguousarray(w.reshape(c, -1).T), geo, dx)
+    return dx
+
+
+def depthwise_conv2d_grad_weight(x, dy, kernel, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:
+    """dL/dW (C, kh, kw, 1) of a depthwise multiplier-1 conv: x float32 (N, H, W, C), dy float32
+    (N, OH, OW, C), ``kernel`` (kh, kw). Bands of DW_GRAD_BAND_ROWS output rows are summed on their own
+    (OpenMP over bands), then added in float64: short float32 chains, and the same bits on any thread count."""
+    x, dy = _window_grad_operands(x, dy, "depthwise_conv2d_grad_weight")
+    n, _, _, c = x.shape
+    kh, kw = (int(v) for v in kernel)
+    geo = _conv_geometry(x, np.empty((c, kh, kw, 1), np.uint8), strides, dilations, pads, "depthwise_conv2d_grad_weight")
+    if geo[:2] != dy.shape[1:3]:
+        raise ShapeError(f"depthwise_conv2d_grad_weight: dy {dy.shape} is not this conv's output (OH, OW) = {geo[:2]}")
+    bands = -(-n * geo[0] // DW_GRAD_BAND_ROWS)
+    partials = np.empty((bands, kh * kw * c), np.float32)  # (bands, kh*kw * C)
+    engine.dwconv_grad_weight_f32(x, dy, geo, partials)
+    dw = partials.sum(axis=0, dtype=np.float64).astype(np.float32)  # (kh*kw * C,)
+    return np.ascontiguousarray(dw.reshape(kh, kw, c).transpose(2, 0, 1)[..., None])
+
+
+def max_pool2d_grad(x, dy, kernel, strides=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:
+    """dL/dx (N, H, W, C) of max pooling: x float32 (N, H, W, C), dy float32 (N, OH, OW, C); each window's dy
+    goes to its first maximum in row-major window order (torch's choice among ties)."""
+    x, dy = _window_grad_operands(x, dy, "max_pool2d_grad")
+    n, _, _, c = x.shape
+    kh, kw = (int(v) for v in kernel)
+    geo = _conv_geometry(x, np.empty((c, kh, kw, 1), np.uint8), strides, (1, 1), pads, "max_pool2d_grad")
+    if geo[:2] != dy.shape[1:3]:
+        raise ShapeError(f"max_pool2d_grad: dy {dy.shape} is not this pool's output (OH, OW) = {geo[:2]}")
+    dx = np.empty(x.shape, np.float32)                                            # (N, H, W, C)
+    engine.max_pool_grad_f32(x, dy, geo, dx, np.empty((n, c), np.float32), np.empty((n, c), np.int64))
+    return dx
+
+
 def conv_weights(w: np.ndarray, depthwise: bool):
     """What the conv kernels read for OHWI weight ``w`` (cached while a read-only ``w`` lives):
     depthwise (kh*kw, C) taps (int16 for int8 w); dense sgemm panels (float32 w) or

@@ -504,3 +504,21 @@ def run_context(case: Case) -> RunContext:
     return RunContext(kv=kv, pos=start, output_rows=case.rows)
 
 
+
+CASES += [  # conv / pool gradient ops (training graphs): float32 im2col BLAS and the depthwise kernels vs float64
+    Case("conv2d_grad_input_s2", "conv2d_grad_input", dict(dy=f32(2, 4, 5, 6)), dict(weight=f32(6, 3, 3, 5)),
+         dict(strides=[2, 2], pads=[1, 0, 1, 2], input_size=[7, 9]), outputs=("dx",), bound=1e-10, gpu=False),
+    Case("conv2d_grad_input_depthwise", "conv2d_grad_input", dict(dy=f32(2, 4, 4, 5)), dict(weight=f32(5, 3, 3, 1)),
+         dict(groups=5, strides=[2, 2], pads=[1, 1, 1, 1], input_size=[7, 7]), outputs=("dx",), bound=1e-10, gpu=False),
+    Case("conv2d_grad_input_grouped", "conv2d_grad_input", dict(dy=f32(1, 5, 4, 6)), dict(weight=f32(6, 3, 2, 2)),
+         dict(groups=2, dilations=[2, 1], pads=[2, 0, 1, 0], input_size=[6, 5]), outputs=("dx",), bound=1e-10,
+         gpu=False),
+    Case("conv2d_grad_weight_s2", "conv2d_grad_weight", dict(x=f32(2, 7, 9, 5), dy=f32(2, 4, 5, 6)),
+         params=dict(strides=[2, 2], pads=[1, 0, 1, 2], kernel=[3, 3]), outputs=("dweight",), bound=1e-10, gpu=False),
+    Case("conv2d_grad_weight_depthwise", "conv2d_grad_weight", dict(x=f32(2, 7, 7, 5), dy=f32(2, 4, 4, 5)),
+         params=dict(groups=5, strides=[2, 2], pads=[1, 1, 1, 1], kernel=[3, 3]), outputs=("dweight",), bound=1e-10,
+         gpu=False),
+    Case("max_pool2d_grad", "max_pool2d_grad", dict(x=f32(2, 7, 9, 3), dy=f32(2, 4, 5, 3)),
+         params=dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], input_size=[7, 9]), outputs=("dx",),
+         bound=1e-10, gpu=False),
+]

@@ -8,6 +8,9 @@ The numpy reference accumulates tap by tap in float64. The fast path is im2col +
 a float32 BLAS matmul for dense convs and a tap loop for depthwise ones; both are
 shared with the int8 conv (``ops/quantized.py``), which runs them on exact
 integer-valued float64 data.
+
+Training graphs differentiate conv2d through its grad ops (conv2d_grad_input, conv2d_grad_weight,
+conv2d_grad_bias, fused_activation_grad; the backward section below).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from volvox import cpu
-from volvox.ir.graph import expect, same_dim
+from volvox.errors import UnsupportedError
+from volvox.ir.graph import TensorSpec, expect, same_dim
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.elementwise import plan_activation
@@ -337,6 +341,235 @@ def _lower_conv(c: Call) -> list[Dispatch]:
                           act=FN[c.params.get("activation", "none")]))]
 
 
+# ------------------------------------------------------------------ backward (training)
+# conv2d's gradients are three grad ops, each reading only what it needs: conv2d_grad_input (dy and the
+# weight), conv2d_grad_weight (the forward input and dy), conv2d_grad_bias (dy); a fused ReLU / ReLU6 is
+# first undone by fused_activation_grad on the conv's output. The grad ops carry the forward node's
+# params; conv2d_grad_input adds "input_size" [H, W] (strides make it ambiguous from dy's shape) and
+# conv2d_grad_weight "kernel" [kh, kw].
+GRAD_ACTIVATIONS = ("relu", "relu6")
+
+
+def _act_grad_infer(specs, params):
+    dy, y = specs["dy"], specs["y"]
+    expect(dy.dtype == y.dtype == "float32" and len(dy.shape) == len(y.shape)
+           and all(same_dim(a, b) for a, b in zip(dy.shape, y.shape)),
+           f"dy and y must be float32 of one shape: {dy.describe()}, {y.describe()}")
+    expect(params.get("activation") in GRAD_ACTIVATIONS, f"activation must be one of {GRAD_ACTIVATIONS}")
+    return {"dx": (dy.shape, "float32")}
+
+
+def fused_activation_grad_ref(ctx, p, dy, y):
+    """dL/d(pre-activation) from dL/dy and the activated output y: dy where y > 0 (ReLU) or 0 < y < 6
+    (ReLU6; torch's rule: a clamped value passes no gradient)."""
+    keep = (y > 0) if p["activation"] == "relu" else ((y > 0) & (y < 6))
+    return np.where(keep, dy, np.float32(0)).astype(np.float32)
+
+
+def _grad_input_infer(specs, params):
+    dy, w = specs["dy"], specs["weight"]
+    expect(dy.dtype == w.dtype == "float32" and len(dy.shape) == 4 and len(w.shape) == 4,
+           f"dy and weight must be float32 NHWC / OHWI: {dy.describe()}, {w.describe()}")
+    h, wd = (int(v) for v in params["input_size"])
+    groups = int(params.get("groups", 1))
+    x_shape = (dy.shape[0], h, wd, w.shape[3] * groups)
+    y_shape = conv_infer_shape(TensorSpec("x", x_shape, "float32"), w, params)
+    expect(all(same_dim(a, b) for a, b in zip(y_shape, dy.shape)),
+           f"dy {dy.describe()} is not the output of a conv of {x_shape} by {w.describe()}")
+    return {"dx": (x_shape, "float32")}
+
+
+def _grad_weight_infer(specs, params):
+    x, dy = specs["x"], specs["dy"]
+    expect(x.dtype == dy.dtype == "float32" and len(x.shape) == 4 and len(dy.shape) == 4,
+           f"x and dy must be float32 NHWC: {x.describe()}, {dy.describe()}")
+    kh, kw = (int(v) for v in params["kernel"])
+    groups = int(params.get("groups", 1))
+    expect(isinstance(x.shape[3], int) and x.shape[3] % groups == 0, f"x {x.describe()} with groups={groups}")
+    w_shape = (dy.shape[3], kh, kw, x.shape[3] // groups)
+    y_shape = conv_infer_shape(x, TensorSpec("weight", w_shape, "float32"), params)
+    expect(all(same_dim(a, b) for a, b in zip(y_shape, dy.shape)),
+           f"dy {dy.describe()} is not the output of a conv of {x.describe()} by {w_shape}")
+    return {"dweight": (w_shape, "float32")}
+
+
+def _grad_bias_infer(specs, params):
+    dy = specs["dy"]
+    expect(dy.dtype == "float32" and len(dy.shape) == 4, f"dy must be float32 NHWC, got {dy.describe()}")
+    return {"dbias": ((dy.shape[3],), "float32")}
+
+
+def grad_geometry(p: dict, x_shape: tuple, w_shape: tuple) -> tuple:
+    """conv_geometry from shapes alone: (strides, dilations, pads, groups, OH, OW)."""
+    return conv_geometry(np.empty(x_shape, np.uint8), np.empty(w_shape, np.uint8), p)
+
+
+def padded_zeros(x_shape: tuple, pads, dtype) -> np.ndarray:
+    """A zero (N, H + top + bottom, W + left + right, C) buffer for scatter-adding taps into."""
+    n, h, w, c = x_shape
+    return np.zeros((n, h + pads[0] + pads[2], w + pads[1] + pads[3], c), dtype)
+
+
+def crop_pads(xp: np.ndarray, pads) -> np.ndarray:
+    """The in-image (N, H, W, C) part of a padded buffer."""
+    pt, pl, pb, pr = pads
+    return np.ascontiguousarray(xp[:, pt: xp.shape[1] - pb, pl: xp.shape[2] - pr, :])
+
+
+def conv2d_grad_input_ref(ctx, p, dy, weight):
+    """dL/dx of a conv: each tap's per-group dy @ W added back where the tap read, float64. (N, H, W, C)."""
+    cout, kh, kw, cin_g = weight.shape
+    groups = int(p.get("groups", 1))
+    n, oh, ow, _ = dy.shape
+    x_shape = (n, int(p["input_size"][0]), int(p["input_size"][1]), cin_g * groups)
+    strides, dil, pads, groups, oh, ow = grad_geometry(p, x_shape, weight.shape)
+    wg = weight.astype(np.float64).reshape(groups, cout // groups, kh, kw, cin_g)  # (g, cout/g, kh, kw, cin/g)
+    dyg = dy.astype(np.float64).reshape(n, oh, ow, groups, cout // groups)     # (N, OH, OW, g, cout/g)
+    dxp = padded_zeros(x_shape, pads, np.float64)                               # (N, Hp, Wp, C)
+    for i in range(kh):
+        for j in range(kw):
+            part = np.einsum("nhwgo,goc->nhwgc", dyg, wg[:, :, i, j, :]).reshape(n, oh, ow, groups * cin_g)
+            tap(dxp, i, j, oh, ow, strides, dil)[...] += part
+    return crop_pads(dxp, pads).astype(np.float32)
+
+
+def conv2d_grad_weight_ref(ctx, p, x, dy):
+    """dL/dW of a conv: per tap and group, the sum over pixels of dy x tap, float64. (cout, kh, kw, C/g)."""
+    kh, kw = (int(v) for v in p["kernel"])
+    groups = int(p.get("groups", 1))
+    n, _, _, c = x.shape
+    cout, cin_g = dy.shape[3], c // groups
+    strides, dil, pads, groups, oh, ow = grad_geometry(p, x.shape, (cout, kh, kw, cin_g))
+    xp = pad_nhwc(x.astype(np.float64), pads)
+    dyg = dy.astype(np.float64).reshape(n, oh, ow, groups, cout // groups)  # (N, OH, OW, g, cout/g)
+    dw = np.empty((groups, cout // groups, kh, kw, cin_g))                  # (g, cout/g, kh, kw, cin/g)
+    for i in range(kh):
+        for j in range(kw):
+            t = tap(xp, i, j, oh, ow, strides, dil).reshape(n, oh, ow, groups, cin_g)
+            dw[:, :, i, j, :] = np.einsum("nhwgo,nhwgc->goc", dyg, t)
+    return dw.reshape(cout, kh, kw, cin_g).astype(np.float32)
+
+
+def conv2d_grad_bias_ref(ctx, p, dy):
+    """dL/db of a conv: dy summed over N, OH, OW in float64. (cout,)."""
+    return dy.sum(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+
+
+def conv2d_grad_input_fast(ctx, p, dy, weight):
+    """dL/dx in float32: dy @ W (one BLAS matmul per group), then col2im (each tap's columns added where it
+    read); depthwise convs: volvox's kernel (multiplier 1) or a tap loop."""
+    cout, kh, kw, cin_g = weight.shape
+    groups = int(p.get("groups", 1))
+    n, oh, ow, _ = dy.shape
+    x_shape = (n, int(p["input_size"][0]), int(p["input_size"][1]), cin_g * groups)
+    strides, dil, pads, groups, oh, ow = grad_geometry(p, x_shape, weight.shape)
+    c = x_shape[3]
+    dy = np.ascontiguousarray(dy, np.float32)
+    weight = np.ascontiguousarray(weight, np.float32)
+    if groups == 1 and kh == kw == 1 and strides == (1, 1) and not any(pads):
+        return (dy.reshape(-1, cout) @ weight.reshape(cout, c)).reshape(x_shape)
+    if cin_g == 1 and groups == c == cout:
+        return cpu.depthwise_conv2d_grad_input(dy, weight, x_shape[1:3], strides, dil, pads)
+    dxp = padded_zeros(x_shape, pads, np.float32)  # (N, Hp, Wp, C)
+    if cin_g == 1 and groups == c:
+        mult = cout // c
+        dym = dy.reshape(n, oh, ow, c, mult)       # (N, OH, OW, C, mult)
+        wm = weight.reshape(c, mult, kh, kw)       # (C, mult, kh, kw)
+        for i in range(kh):
+            for j in range(kw):
+                part = dym[..., 0] * wm[:, 0, i, j] if mult == 1 else (dym * wm[:, :, i, j]).sum(axis=4)
+                tap(dxp, i, j, oh, ow, strides, dil)[...] += part
+        return crop_pads(dxp, pads)
+    # (N*OH*OW, g, kh, kw, cin/g) columns: each pixel's gradient at every input value its window read
+    wg = weight.reshape(groups, cout // groups, kh * kw * cin_g)  # (g, cout/g, kh*kw*cin/g)
+    dyg = dy.reshape(-1, groups, cout // groups)                 # (N*OH*OW, g, cout/g)
+    cols = np.empty((dyg.shape[0], kh, kw, groups, cin_g), np.float32)
+    for g in range(groups):
+        cols[:, :, :, g, :] = (dyg[:, g, :] @ wg[g]).reshape(-1, kh, kw, cin_g)
+    cols = cols.reshape(n, oh, ow, kh, kw, c)
+    for i in range(kh):
+        for j in range(kw):
+            tap(dxp, i, j, oh, ow, strides, dil)[...] += cols[:, :, :, i, j, :]
+    return crop_pads(dxp, pads)
+
+
+def conv2d_grad_weight_fast(ctx, p, x, dy):
+    """dL/dW in float32: im2col of x, then dyᵀ @ columns (one BLAS matmul per group); depthwise convs:
+    volvox's kernel (multiplier 1) or a tap loop of multiply-sums."""
+    kh, kw = (int(v) for v in p["kernel"])
+    groups = int(p.get("groups", 1))
+    n, _, _, c = x.shape
+    cout, cin_g = dy.shape[3], c // groups
+    strides, dil, pads, groups, oh, ow = grad_geometry(p, x.shape, (cout, kh, kw, cin_g))
+    x = np.asarray(x, np.float32)
+    dy = np.ascontiguousarray(dy, np.float32)
+    if groups == 1 and kh == kw == 1 and strides == (1, 1) and not any(pads):
+        return (dy.reshape(-1, cout).T @ x.reshape(-1, c)).reshape(cout, 1, 1, c)
+    if cin_g == 1 and groups == c == cout:
+        return cpu.depthwise_conv2d_grad_weight(x, dy, (kh, kw), strides, dil, pads)
+    xp = pad_nhwc(x, pads)
+    if cin_g == 1 and groups == c:
+        mult = cout // c
+        dym = dy.reshape(-1, c, mult)                # (N*OH*OW, C, mult)
+        dw = np.empty((c, mult, kh, kw), np.float32)  # (C, mult, kh, kw)
+        for i in range(kh):
+            for j in range(kw):
+                t = tap(xp, i, j, oh, ow, strides, dil).reshape(-1, c)  # (N*OH*OW, C)
+                dw[:, :, i, j] = np.einsum("pc,pcm->cm", t, dym)
+        return dw.reshape(cout, kh, kw, 1)
+    cols = np.empty((n, oh, ow, kh, kw, c), np.float32)  # im2col: (N, OH, OW, kh, kw, C)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, :, i, j, :] = tap(xp, i, j, oh, ow, strides, dil)
+    cols = cols.reshape(-1, kh * kw, groups, cin_g)           # (N*OH*OW, kh*kw, g, cin/g)
+    dyg = dy.reshape(-1, groups, cout // groups)              # (N*OH*OW, g, cout/g)
+    dw = np.empty((groups, cout // groups, kh * kw, cin_g), np.float32)
+    for g in range(groups):
+        dw[g] = (dyg[:, g, :].T @ cols[:, :, g, :].reshape(-1, kh * kw * cin_g)).reshape(-1, kh * kw, cin_g)
+    return dw.reshape(cout, kh, kw, cin_g)
+
+
+register(OpDef("fused_activation_grad", "conv", ("dy", "y"), ("dx",), _act_grad_infer, fused_activation_grad_ref))
+register(OpDef("conv2d_grad_input", "conv", ("dy", "weight"), ("dx",), _grad_input_infer, conv2d_grad_input_ref,
+               conv2d_grad_input_fast))
+register(OpDef("conv2d_grad_weight", "conv", ("x", "dy"), ("dweight",), _grad_weight_infer, conv2d_grad_weight_ref,
+               conv2d_grad_weight_fast))
+register(OpDef("conv2d_grad_bias", "conv", ("dy",), ("dbias",), _grad_bias_infer, conv2d_grad_bias_ref))
+
+
+def conv_gradients(g, inputs: dict[str, str], y: str, params: dict, dy: str, wanted: set[str]) -> dict[str, str]:
+    """Emit the grad ops of one conv2d application (``inputs``: port -> tensor, ``y``: its output, read
+    only to undo a fused activation) for the ``wanted`` input ports; returns port -> gradient tensor."""
+    act = params.get("activation", "none")
+    if act != "none":
+        (dy,) = g.emit("fused_activation_grad", {"dy": dy, "y": y}, {"activation": act}, ("dx",))
+    geometry = {k: params[k] for k in ("strides", "dilations", "pads", "groups") if k in params}
+    x_shape, w_shape = g.shape(inputs["x"]), g.shape(inputs["weight"])
+    grads = {}
+    if "x" in wanted:
+        size = list(x_shape[1:3])
+        if not all(isinstance(d, int) for d in size):
+            raise UnsupportedError(f"conv2d backward: the input's spatial size {size} must be static")
+        (grads["x"],) = g.emit("conv2d_grad_input", {"dy": dy, "weight": inputs["weight"]},
+                               dict(geometry, input_size=size), ("dx",))
+    if "weight" in wanted:
+        (grads["weight"],) = g.emit("conv2d_grad_weight", {"x": inputs["x"], "dy": dy},
+                                    dict(geometry, kernel=list(w_shape[1:3])), ("dweight",))
+    if "bias" in wanted:
+        (grads["bias"],) = g.emit("conv2d_grad_bias", {"dy": dy}, {}, ("dbias",))
+    return grads
+
+
+def conv2d_backward(g, node) -> None:
+    """conv2d's backward: dx, dweight and dbias for the ports that need one."""
+    dy = g.grad(node, "y")
+    if dy is None:
+        return
+    wanted = {port for port in node.inputs if g.needs(node, port)}
+    for port, grad in conv_gradients(g, node.inputs, node.outputs["y"], node.params, dy, wanted).items():
+        g.accumulate(node, port, grad)
+
+
 register(OpDef("conv2d", "conv", ("x", "weight", "bias?"), ("y",), _conv_infer, conv2d_ref, conv2d_fast, cpu=conv_cpu,
-               into=conv2d_into,
+               into=conv2d_into, backward=conv2d_backward,
                gpu=Lowering(("conv2d",), _lower_conv, float_only("x", "weight"))))

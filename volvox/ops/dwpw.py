@@ -11,6 +11,9 @@ run the convs in turn, so the node computes exactly what they did.
 Ports: the 1x1 conv's own (``x`` is the first conv's input), the depthwise conv's prefixed
 ``dw_``, the expand conv's ``ex_``. Params: the 1x1 conv's, with the depthwise conv's under
 ``"depthwise"`` and the expand conv's under ``"expand"``.
+
+Their backward recomputes the middle tensors (one conv2d node each) and runs each conv's grad ops
+(ops/conv.py), so a compiled graph trains without unfusing.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import numpy as np
 from volvox import cpu
 from volvox.ir.graph import Node, TensorSpec
 from volvox.ops.registry import OpDef, register
-from volvox.ops.conv import (CONV_PIXELS, _conv_infer, conv2d_fast, conv2d_ref, direct_conv, plan_blocks, plan_conv_operands,
-                             plan_cparts, plan_fold_zero_point, plan_requant)
+from volvox.ops.conv import (CONV_PIXELS, _conv_infer, conv2d_fast, conv2d_ref, conv_gradients, direct_conv,
+                             plan_blocks, plan_conv_operands, plan_cparts, plan_fold_zero_point, plan_requant)
 from volvox.ops.elementwise import plan_activation
 from volvox.ops.int8 import _qconv_infer, qconv2d_fast, qconv2d_ref
 
@@ -194,9 +197,67 @@ def expand_dwpw_cpu(plan, node) -> None:
              expand=(cpu.address(packed_ex), cpu.address(bias_ex), c, plan_activation(plan, ex)), **window)
 
 
+# ------------------------------------------------------------------ backward (training)
+def _wanted(g, node, prefix: str, names) -> set[str]:
+    """The conv ports (named as the conv2d's) of one half whose fused-node port needs a gradient."""
+    return {p for p in names if prefix + p in node.inputs and g.needs(node, prefix + p)}
+
+
+def _accumulate(g, node, prefix: str, grads: dict[str, str]) -> None:
+    for port, grad in grads.items():
+        if port != "x":
+            g.accumulate(node, prefix + port, grad)
+
+
+def dwpw_backward(g, node) -> None:
+    """dwpw_conv2d's backward: the depthwise output is recomputed (one conv2d node; the forward never
+    stored it), then each conv's grad ops in turn (ops/conv.py)."""
+    dy = g.grad(node, "y")
+    if dy is None:
+        return
+    (dw_in, dw_params), (pw_in, pw_params) = split(node.op, node.inputs, node.params)
+    dw_wanted = _wanted(g, node, "dw_", ("weight", "bias")) | ({"x"} if g.needs(node, "x") else set())
+    pw_wanted = _wanted(g, node, "", ("weight", "bias")) | ({"x"} if dw_wanted else set())
+    (mid,) = g.emit("conv2d", dw_in, dw_params, ("y",))
+    pw_grads = conv_gradients(g, {"x": mid, **pw_in}, node.outputs["y"], pw_params, dy, pw_wanted)
+    _accumulate(g, node, "", pw_grads)
+    if dw_wanted:
+        dw_grads = conv_gradients(g, dw_in, mid, dw_params, pw_grads["x"], dw_wanted)
+        _accumulate(g, node, "dw_", dw_grads)
+        if "x" in dw_grads:
+            g.accumulate(node, "x", dw_grads["x"])
+
+
+def expand_dwpw_backward(g, node) -> None:
+    """expand_dwpw_conv2d's backward: the expanded and depthwise outputs recomputed, then the three convs'
+    grad ops from the last to the first."""
+    dy = g.grad(node, "y")
+    if dy is None:
+        return
+    (ex_in, ex_params), _, pair_in, pair_params = split_expanded(node.inputs, node.params)
+    (dw_in, dw_params), (pw_in, pw_params) = split("dwpw_conv2d", pair_in, pair_params)
+    ex_wanted = _wanted(g, node, "ex_", ("weight", "bias")) | ({"x"} if g.needs(node, "x") else set())
+    dw_wanted = _wanted(g, node, "dw_", ("weight", "bias")) | ({"x"} if ex_wanted else set())
+    pw_wanted = _wanted(g, node, "", ("weight", "bias")) | ({"x"} if dw_wanted else set())
+    (expanded,) = g.emit("conv2d", ex_in, ex_params, ("y",))
+    (mid,) = g.emit("conv2d", {**dw_in, "x": expanded}, dw_params, ("y",))
+    grads = conv_gradients(g, {"x": mid, **pw_in}, node.outputs["y"], pw_params, dy, pw_wanted)
+    _accumulate(g, node, "", grads)
+    for prefix, inputs, out, params, wanted in (("dw_", {**dw_in, "x": expanded}, mid, dw_params, dw_wanted),
+                                                ("ex_", ex_in, expanded, ex_params, ex_wanted)):
+        if not wanted:
+            return
+        grads = conv_gradients(g, inputs, out, params, grads["x"], wanted)
+        _accumulate(g, node, prefix, grads)
+    if "x" in grads:
+        g.accumulate(node, "x", grads["x"])
+
+
 register(OpDef("dwpw_conv2d", "conv", ports("dwpw_conv2d"), ("y",), _infer("dwpw_conv2d", _conv_infer),
-               _pair(conv2d_ref, 2), _pair(conv2d_fast, 2), cpu=dwpw_cpu))
+               _pair(conv2d_ref, 2), _pair(conv2d_fast, 2), cpu=dwpw_cpu,
+               backward=dwpw_backward))
 register(OpDef("qdwpw_conv2d", "quantized", ports("qdwpw_conv2d"), ("y",), _infer("qdwpw_conv2d", _qconv_infer),
                _pair(qconv2d_ref, 4), _pair(qconv2d_fast, 4), cpu=dwpw_cpu))
 register(OpDef(EXPANDED, "conv", ("x",) + EXPAND_PORTS + ports("dwpw_conv2d")[1:], ("y",), _expanded_infer,
-               _expanded(conv2d_ref), _expanded(conv2d_fast), cpu=expand_dwpw_cpu))
+               _expanded(conv2d_ref), _expanded(conv2d_fast), cpu=expand_dwpw_cpu,
+               backward=expand_dwpw_backward))

@@ -10,13 +10,13 @@ import numpy as np
 
 from volvox import cpu
 from volvox.errors import ShapeError, UnsupportedError
-from volvox.ir.graph import expect, same_dim
+from volvox.ir.graph import Node, expect, same_dim
 from volvox.ops.registry import OpDef, register
 from volvox.ops.activation import (FUSED_ACTIVATIONS, GRAD_FROM_INPUT, activation_grad, activation_ref,
                                    expect_fused_activation)
 from volvox.ops.elementwise import add_ref, binary_cpu, broadcast_shape
 from volvox.ops.linear import _linear_infer, linear_cpu, linear_fast, linear_grads, linear_into, linear_ref
-from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_cpu, concat_ref
+from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_backward, concat_cpu, concat_ref
 from volvox.ops.gpu import (Call, Dispatch, Lowering, binary_dispatch, float_only, grid_of, matmul_dispatch,
                             packed_layout, packed_matmul_dispatches, unary_dispatch)
 from volvox.ops.linear import _lower_linear, check_linear
@@ -283,6 +283,18 @@ def add_n_backward(g, node) -> None:
             g.accumulate(node, port, g.reduce_to(dy, g.shape(name)))
 
 
+def concat_act_backward(g, node) -> None:
+    """d(act(concat(xs))): the activation's gradient (the concat recomputed when that reads its input), then
+    concat's backward on the node as a plain concat."""
+    act = FUSED_ACTIVATIONS[node.params["activation"]]
+    params = {k: v for k, v in node.params.items() if k != "activation"}
+    z = g.emit("concat", dict(node.inputs), params)[0] if act.op in GRAD_FROM_INPUT else None
+    dz = activation_grad(g, act.op, act.params, z, node.outputs["y"], g.grad(node, "y"), f"node {node.id!r}")
+    pre = f"{node.id}/pre_activation"
+    g.add_gradient(pre, dz)
+    concat_backward(g, Node(node.id, "concat", dict(node.inputs), {"y": pre}, params))
+
+
 register(OpDef("swiglu_grad", "activation", ("x", "dy"), ("dx",), _swiglu_grad_infer, swiglu_grad_ref))
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
                _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into, cpu=linear_cpu,
@@ -296,7 +308,7 @@ register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear
                backward=linear_act_backward))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
                _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu,
-               gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))
+               gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat), backward=concat_act_backward))
 register(OpDef("add_n", "elementwise", ("x0", "x1") + tuple(f"x{i}?" for i in range(2, MAX_ADD_N)), ("y",),
                _add_n_infer, add_n_ref, add_n_fast, into=add_n_into, cpu=binary_cpu,
                gpu=Lowering(("binary", "unary"), _lower_add_n, _check_add_n), backward=add_n_backward))

@@ -1,12 +1,14 @@
 """Pooling in NHWC: max_pool2d, avg_pool2d (padding excluded from the count, as TFLite and
-ONNX count_include_pad=0 do), global_avg_pool (keeps H = W = 1)."""
+ONNX count_include_pad=0 do), global_avg_pool (keeps H = W = 1), and their backward for training
+graphs (max_pool2d_grad, avg_pool2d_grad, global_avg_pool_grad)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from volvox import cpu
-from volvox.ir.graph import expect
+from volvox.ir.graph import TensorSpec, expect, same_dim
+from volvox.errors import UnsupportedError
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import ACTIVATIONS, apply_activation, conv_out_dim, pad_nhwc, tap, window_params
@@ -143,9 +145,111 @@ def _lower_pool(mode: str):
     return lower
 
 
+# ------------------------------------------------------------------ backward (training)
+# Pool gradients carry the forward node's params plus "input_size" [H, W] where dy's shape leaves it
+# ambiguous. A fused ReLU / ReLU6 is undone first by conv.py's fused_activation_grad.
+def _grad_infer(specs, params):
+    dy = specs["dy"]
+    expect(dy.dtype == "float32" and len(dy.shape) == 4, f"dy must be float32 NHWC, got {dy.describe()}")
+    h, w = (int(v) for v in params["input_size"])
+    x_shape = (dy.shape[0], h, w, dy.shape[3])
+    if "x" in specs:
+        x = specs["x"]
+        expect(x.dtype == "float32" and len(x.shape) == 4 and all(same_dim(a, b) for a, b in zip(x.shape, x_shape)),
+               f"x {x.describe()} is not of input_size {[h, w]} with dy {dy.describe()}")
+    if "kernel" in params:
+        y_shape = pool_out_shape(TensorSpec("x", x_shape, "float32"), params)
+    else:
+        y_shape = (dy.shape[0], 1, 1, dy.shape[3])
+    expect(all(same_dim(a, b) for a, b in zip(y_shape, dy.shape)),
+           f"dy {dy.describe()} is not the pooled shape {y_shape} of input {x_shape}")
+    return {"dx": (x_shape, "float32")}
+
+
+def max_pool2d_grad_ref(ctx, p, x, dy):
+    """dL/dx of max pooling: each window's dy goes to its first maximum in row-major window order (torch's
+    choice among ties), float64 sums where windows overlap. (N, H, W, C)."""
+    kh, kw = (int(k) for k in p["kernel"])
+    (sh, sw), _, pads = window_params(p)
+    v = windows(x, p, -np.inf)                                          # (N, OH, OW, C, kh, kw)
+    n, oh, ow, c = v.shape[:4]
+    first = v.reshape(n, oh, ow, c, kh * kw).argmax(axis=4)             # (N, OH, OW, C)
+    rows = np.arange(oh)[None, :, None, None] * sh + first // kw        # padded row of each maximum
+    cols = np.arange(ow)[None, None, :, None] * sw + first % kw
+    dxp = np.zeros((n, x.shape[1] + pads[0] + pads[2], x.shape[2] + pads[1] + pads[3], c))  # (N, Hp, Wp, C)
+    np.add.at(dxp, (np.arange(n)[:, None, None, None], rows, cols, np.arange(c)), dy.astype(np.float64))
+    pt, pl, pb, pr = pads
+    return dxp[:, pt: dxp.shape[1] - pb, pl: dxp.shape[2] - pr, :].astype(np.float32)
+
+
+def max_pool2d_grad_fast(ctx, p, x, dy):
+    """max_pool2d_grad through volvox's kernel (one image per thread, the same first-maximum routing)."""
+    strides, _, pads = window_params(p)
+    return cpu.max_pool2d_grad(x, dy, p["kernel"], strides, pads)
+
+
+def avg_pool2d_grad_ref(ctx, p, dy):
+    """dL/dx of average pooling: each window's dy / count spread over its taps (count as the forward:
+    in-image pixels, or kh * kw with count_include_pad), float64. (N, H, W, C)."""
+    kh, kw = (int(k) for k in p["kernel"])
+    strides, _, pads = window_params(p)
+    n, oh, ow, c = dy.shape
+    x_shape = (n, int(p["input_size"][0]), int(p["input_size"][1]), c)
+    count = np.float64(kh * kw) if p.get("count_include_pad", False) else valid_counts(x_shape, p).astype(np.float64)
+    share = dy.astype(np.float64) / count                                        # (N, OH, OW, C)
+    dxp = np.zeros((n, x_shape[1] + pads[0] + pads[2], x_shape[2] + pads[1] + pads[3], c))  # (N, Hp, Wp, C)
+    for i in range(kh):
+        for j in range(kw):
+            tap(dxp, i, j, oh, ow, strides, (1, 1))[...] += share
+    pt, pl, pb, pr = pads
+    return dxp[:, pt: dxp.shape[1] - pb, pl: dxp.shape[2] - pr, :].astype(np.float32)
+
+
+def global_avg_pool_grad_ref(ctx, p, dy):
+    """dL/dx of global average pooling: dy / (H * W) at every pixel. (N, H, W, C)."""
+    h, w = (int(v) for v in p["input_size"])
+    share = (dy.astype(np.float64) / (h * w)).astype(np.float32)  # (N, 1, 1, C)
+    return np.ascontiguousarray(np.broadcast_to(share, (dy.shape[0], h, w, dy.shape[3])))
+
+
+register(OpDef("max_pool2d_grad", "pool", ("x", "dy"), ("dx",), _grad_infer, max_pool2d_grad_ref, max_pool2d_grad_fast))
+register(OpDef("avg_pool2d_grad", "pool", ("dy",), ("dx",), _grad_infer, avg_pool2d_grad_ref))
+register(OpDef("global_avg_pool_grad", "pool", ("dy",), ("dx",), _grad_infer, global_avg_pool_grad_ref))
+
+
+def static_size(g, x: str, op: str) -> list[int]:
+    """[H, W] of the NHWC tensor ``x``; UnsupportedError when symbolic (its grad op's shape needs them)."""
+    size = list(g.shape(x)[1:3])
+    if not all(isinstance(d, int) for d in size):
+        raise UnsupportedError(f"{op} backward: the input's spatial size {size} must be static")
+    return size
+
+
+def undo_activation(g, node, dy: str) -> str:
+    """dy at the pool's pre-activation output: through conv.py's fused_activation_grad when one is fused."""
+    act = node.params.get("activation", "none")
+    if act == "none":
+        return dy
+    return g.emit("fused_activation_grad", {"dy": dy, "y": node.outputs["y"]}, {"activation": act}, ("dx",))[0]
+
+
+def pool_backward(g, node) -> None:
+    """Backward of max_pool2d, avg_pool2d and global_avg_pool: their grad op, the forward params plus the
+    input's [H, W]."""
+    dy = g.grad(node, "y")
+    if dy is None or not g.needs(node, "x"):
+        return
+    x = node.inputs["x"]
+    params = dict(node.params, input_size=static_size(g, x, node.op))
+    params.pop("activation", None)
+    inputs = {"x": x} if node.op == "max_pool2d" else {}
+    (dx,) = g.emit(node.op + "_grad", {**inputs, "dy": undo_activation(g, node, dy)}, params, ("dx",))
+    g.accumulate(node, "x", dx)
+
+
 register(OpDef("max_pool2d", "pool", ("x",), ("y",), _pool_infer, max_pool2d_ref, max_pool2d_fast, cpu=max_pool2d_cpu,
-               gpu=Lowering(("pool2d",), _lower_pool("max"), float_only("x"))))
+               backward=pool_backward, gpu=Lowering(("pool2d",), _lower_pool("max"), float_only("x"))))
 register(OpDef("avg_pool2d", "pool", ("x",), ("y",), _pool_infer, avg_pool2d_ref, avg_pool2d_fast, cpu=avg_pool2d_cpu,
-               gpu=Lowering(("pool2d",), _lower_pool("avg"), float_only("x"))))
+               backward=pool_backward, gpu=Lowering(("pool2d",), _lower_pool("avg"), float_only("x"))))
 register(OpDef("global_avg_pool", "pool", ("x",), ("y",), _global_infer, global_avg_pool_ref, cpu=global_avg_pool_cpu,
-               gpu=Lowering(("pool2d",), _lower_pool("global"), float_only("x"))))
+               backward=pool_backward, gpu=Lowering(("pool2d",), _lower_pool("global"), float_only("x"))))

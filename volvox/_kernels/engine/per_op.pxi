@@ -513,3 +513,42 @@ def ssd_scan(const float[:, ::1] x, const float[:, ::1] dt, const float[::1] dt_
                        num_threads=threads_for(seq * n_heads * head_dim * n_state * 8)):
         ssd_scan_f32(seq, n_heads, head_dim, n_groups, n_state, item, &x[0, 0], &dt[0, 0], &dt_bias[0], &A[0],
                      &B[0, 0], &C[0, 0], &D[0], &state[0, 0, 0], &y[0, 0])
+
+
+# ---------------------------------------------------------------- conv backward (kernels/conv_backward.pxi)
+def dwconv_grad_input_f32(const float[:, :, :, ::1] dy, const float[:, ::1] wt, tuple geo, float[:, :, :, ::1] dx):
+    """dx (N, H, W, C) of a depthwise (multiplier 1) conv from dy (N, OH, OW, C) and wt (kh*kw, C), one
+    input row per work item; geo as dwconv_f32's."""
+    cdef vx_conv_shape s = shape_of((dx.shape[0], dx.shape[1], dx.shape[2], dx.shape[3]) + geo)
+    cdef int64_t item
+    if s.n * s.h == 0 or s.w * s.c == 0:
+        return
+    for item in prange(s.n * s.h, nogil=True, schedule="static",
+                       num_threads=threads_for(s.n * s.oh * s.ow * s.c * s.kh * s.kw)):
+        dwconv_dx_row_f32(&s, &dy[0, 0, 0, 0], &wt[0, 0], item, &dx[0, 0, 0, 0])
+
+
+def dwconv_grad_weight_f32(const float[:, :, :, ::1] x, const float[:, :, :, ::1] dy, tuple geo,
+                           float[:, ::1] partials):
+    """partials (bands, kh*kw * C): band t's sum of dy x the taps of x over its share of the output rows (the
+    caller sums the bands); geo as dwconv_f32's."""
+    cdef vx_conv_shape s = shape_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]) + geo)
+    cdef int64_t bands = partials.shape[0], rows = s.n * s.oh, t
+    if bands == 0 or partials.shape[1] == 0:
+        return
+    for t in prange(bands, nogil=True, schedule="static",
+                    num_threads=threads_for(s.n * s.oh * s.ow * s.c * s.kh * s.kw)):
+        dwconv_dw_rows_f32(&s, &x[0, 0, 0, 0], &dy[0, 0, 0, 0], rows * t // bands, rows * (t + 1) // bands,
+                           &partials[t, 0])
+
+
+def max_pool_grad_f32(const float[:, :, :, ::1] x, const float[:, :, :, ::1] dy, tuple geo, float[:, :, :, ::1] dx,
+                      float[:, ::1] best, int64_t[:, ::1] first):
+    """dx (N, H, W, C) of max pooling from x and dy (N, OH, OW, C), one image per work item; best, first:
+    (N, C) scratch; geo as dwconv_f32's (dilation 1)."""
+    cdef vx_conv_shape s = shape_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]) + geo)
+    cdef int64_t b
+    if s.n == 0 or s.h * s.w * s.c == 0:
+        return
+    for b in prange(s.n, nogil=True, schedule="static", num_threads=threads_for(s.n * s.oh * s.ow * s.c * s.kh * s.kw)):
+        max_pool_dx_image_f32(&s, &x[0, 0, 0, 0], &dy[0, 0, 0, 0], b, &best[b, 0], &first[b, 0], &dx[0, 0, 0, 0])
