@@ -29,6 +29,13 @@ layer_norm, attention, rope, swiglu and conv2d refuse one that overlaps an input
     qconv2d(x, w, bias, mult, shift, ...)   NHWC int8 conv, TFLite-exact requantization
     quantize_i8, dequantize_i8, qavg_pool2d, qsoftmax   TFLite-exact small int8 ops
     isa(), available_isas(), set_num_threads(n), get_num_threads()
+Training (the backward kernels of the LLM path):
+    matmul_t(dy, w)                 dx = dy @ w on w as inference holds it (quantized, interleaved, f16, f32)
+    weight_grad(dy, x)              dW = dy.T @ x (f32)
+    attention_train(q, k, v, ...) -> (out, lse); attention_backward(q, k, v, out, lse, dout, ...) -> dq, dk, dv
+    cross_entropy(logits, labels, ignore_index, grad, in_place) -> (loss, dlogits, lse)
+    cross_entropy_grad(logits, labels, lse, dloss, ignore_index, out) -> dlogits (from the saved lse)
+    rms_norm_backward(x, weight, dy, eps) -> (dx, dweight); embedding_backward(ids, dy, vocab, out)
 """
 
 from __future__ import annotations
@@ -68,7 +75,10 @@ CONV_PIXELS = 64  # output pixels per work item of an im2col conv (the engine's 
 __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention", "rope", "swiglu", "silu", "unary", "conv2d",
            "qconv2d",
            "quantize_i8", "dequantize_i8", "qavg_pool2d", "qsoftmax", "isa",
-           "available_isas", "set_num_threads", "get_num_threads"]
+           "available_isas", "set_num_threads", "get_num_threads",
+           "matmul_t", "weight_grad", "attention_train", "attention_backward", "cross_entropy", "cross_entropy_grad",
+           "rms_norm_backward",
+           "embedding_backward"]
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
 
@@ -997,3 +1007,209 @@ def ssd_scan(x, dt, dt_bias, A, B, C, D, n_heads: int, n_groups: int, state) -> 
     y = np.empty((seq, width), np.float32)  # (seq, n_heads * head_dim)
     engine.ssd_scan(x, dt, *vectors[:2], B, C, vectors[2], n_groups, state, y)
     return y
+
+
+# ------------------------------------------------------------------------------- training
+# The backward kernels of the LLM path (kernels/backward.pxi, engine/backward.pxi). Every result is
+# the same whatever the thread count: no two work items write one element.
+def matmul_t(dy, w, out=None) -> np.ndarray:
+    """dx = dy @ w: the gradient of ``linear(x, w)``'s input, on ``w`` as inference holds it.
+
+    dy:  float32 (M, N)
+    w:   QuantTensor (N, K) of any SUPPORTED_QTYPES type, or float32 / float16 (N, K); a read-only
+         quantized ``w`` is read in the tier's interleaved layout (``linear``'s cached packing)
+    out: optional float32 (M, K), C-contiguous, not overlapping dy
+    W is never widened: each work item dequantizes one strip of 32 input columns (256 for the
+    k-quants) block by block, 256 of W's rows at a time, into per-thread scratch.
+    """
+    dy2 = _f32_rows(dy, "matmul_t: dy")
+    code, n, k = _weight_meta(w, "w")
+    m = dy2.shape[0]
+    if dy2.shape[1] != n:
+        raise ShapeError(f"matmul_t: dy has {dy2.shape[1]} columns but w is {n}x{k}")
+    if out is None:
+        out = np.empty((m, k), np.float32)  # (M, K)
+    else:
+        _check_out(out, (m, k))
+        _check_apart(out, "matmul_t", dy=dy2)
+    il = interleaved_weights(w) if code not in (_F32, _F16) and _read_only(w) else None
+    if il is not None:
+        data, row_bytes, group_bytes, rows = il[0], 0, il[1], engine.il_rows(code)
+    else:
+        wb = _weight_bytes(w, "w")[1]
+        data, row_bytes, group_bytes, rows = wb.reshape(-1), wb.shape[1], 0, 0
+    per = engine.matmul_t_panel_floats(code, n)
+    panels = np.empty(get_num_threads() * max(per, 1), np.float32)  # (threads, rows, strip) dequantized W
+    engine.matmul_t(code, data, row_bytes, group_bytes, rows, k, dy2, out, panels)
+    return out
+
+
+def weight_grad(dy, x) -> np.ndarray:
+    """dW (N, K) = dy.T @ x: the gradient of an f32 ``linear(x, W)``'s weight, dy (M, N), x (M, K)
+    float32, through ``linear``'s f32 GEMM (the transposed operands packed as its panels)."""
+    dy2, x2 = _f32_rows(dy, "weight_grad: dy"), _f32_rows(x, "weight_grad: x")
+    if dy2.shape[0] != x2.shape[0]:
+        raise ShapeError(f"weight_grad: dy {dy2.shape} and x {x2.shape} have different rows")
+    if dy2.shape[0] == 0:
+        return np.zeros((dy2.shape[1], x2.shape[1]), np.float32)
+    return linear(np.ascontiguousarray(dy2.T), np.ascontiguousarray(x2.T))
+
+
+def _attention_operands(q, k, v, n_heads: int, n_kv_heads: int, op: str) -> tuple:
+    """(q, k, v, head_dim) checked for causal GQA self-attention over one sequence."""
+    if n_heads < 1 or n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise ShapeError(f"{op}: n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
+    q2 = _f32_rows(q, f"{op}: q")
+    if q2.shape[1] % n_heads:
+        raise ShapeError(f"{op}: q {q2.shape} is not {n_heads} heads")
+    hd = q2.shape[1] // n_heads
+    k2, v2 = (_f32_rows(a, f"{op}: {name}", n_kv_heads * hd) for name, a in (("k", k), ("v", v)))
+    if not q2.shape[0] == k2.shape[0] == v2.shape[0]:
+        raise ShapeError(f"{op}: q, k, v have {q2.shape[0]}, {k2.shape[0]}, {v2.shape[0]} rows")
+    return q2, k2, v2, hd
+
+
+def attention_train(q, k, v, n_heads: int, n_kv_heads: int, scale: float, window: int = 0) -> tuple:
+    """Causal grouped-query self-attention of one whole sequence, as a training forward keeps it.
+
+    q (seq, n_heads * head_dim), k, v (seq, n_kv_heads * head_dim) float32; row i sees keys j <= i
+    (and j > i - window when window > 0). Returns (out (seq, n_heads * head_dim), lse (n_heads, seq)
+    float32), lse being each row's softmax logsumexp (what attention_backward recomputes from).
+    Memory: one score row per thread.
+    """
+    q2, k2, v2, hd = _attention_operands(q, k, v, n_heads, n_kv_heads, "attention_train")
+    if window < 0:
+        raise KernelError(f"attention_train: window must be >= 0, got {window}")
+    seq = q2.shape[0]
+    out = np.empty_like(q2)  # (seq, n_heads * head_dim)
+    lse = np.empty((n_heads, seq), np.float32)  # (n_heads, seq)
+    scores = np.empty(get_num_threads() * max(seq, 1), np.float32)  # (threads, seq)
+    engine.attention_train_forward(q2, k2, v2, n_heads, n_kv_heads, float(scale), int(window), out, lse, scores)
+    return out, lse
+
+
+def attention_backward(q, k, v, out, lse, dout, n_heads: int, n_kv_heads: int, scale: float,
+                       window: int = 0) -> tuple:
+    """(dq, dk, dv) of attention_train given dout = dL/dout and its forward's out and lse, float32.
+
+    Flash-attention-2's backward: the probabilities are recomputed per key from lse; dk and dv are
+    summed per (kv head, 32 keys) over the group's heads, dq per (head, query row); nothing of size
+    (seq, seq) is held.
+    """
+    q2, k2, v2, hd = _attention_operands(q, k, v, n_heads, n_kv_heads, "attention_backward")
+    out2 = _f32_rows(out, "attention_backward: out", q2.shape[1])
+    dout2 = _f32_rows(dout, "attention_backward: dout", q2.shape[1])
+    lse2 = _f32_rows(lse, "attention_backward: lse", q2.shape[0])
+    seq = q2.shape[0]
+    if out2.shape[0] != seq or dout2.shape[0] != seq or lse2.shape[0] != n_heads:
+        raise ShapeError(f"attention_backward: out {out2.shape}, dout {dout2.shape}, lse {lse2.shape} "
+                         f"do not match q {q2.shape} and {n_heads} heads")
+    if window < 0:
+        raise KernelError(f"attention_backward: window must be >= 0, got {window}")
+    dq, dk, dv = np.empty_like(q2), np.empty_like(k2), np.empty_like(v2)  # q's, k's, v's shapes
+    delta = np.empty((n_heads, seq), np.float32)  # (n_heads, seq) rowwise dout . out
+    engine.attention_backward(q2, k2, v2, out2, dout2, lse2, n_heads, n_kv_heads, float(scale), int(window),
+                              dq, dk, dv, delta)
+    return dq, dk, dv
+
+
+def cross_entropy(logits, labels, ignore_index: int = -100, grad: bool = True, in_place: bool = False) -> tuple:
+    """Mean cross-entropy of float32 logits (rows, V) against integer labels (rows,), the softmax fused.
+
+    Rows whose label is ``ignore_index`` count for nothing; the mean is over the others (0.0, and a
+    zero gradient, when every row is ignored). Returns (loss float, dlogits (rows, V) or None, lse
+    (rows,) float32, every row's): one pass per row for the logsumexp, one for the gradient
+    (softmax - onehot) / counted rows, written over ``logits`` when ``in_place`` (logits must then be a
+    writeable C-contiguous float32 array). A label outside [0, V) that is not ignore_index raises
+    KernelError.
+    """
+    if in_place:
+        x = _check_out(logits, getattr(logits, "shape", None), "cross_entropy: logits")
+        if x.ndim != 2:
+            raise ShapeError(f"cross_entropy: logits must be (rows, vocab), got shape {x.shape}")
+    else:
+        x = _f32_rows(logits, "cross_entropy: logits")
+    rows, vocab = x.shape
+    lab, n = _counted_labels(labels, rows, vocab, ignore_index, "cross_entropy")
+    dlogits = (x if in_place else np.empty_like(x)) if grad else None  # (rows, V)
+    loss = np.empty(rows, np.float32)  # (rows,) each row's loss (0: ignored)
+    lse = np.empty(rows, np.float32)  # (rows,)
+    engine.cross_entropy(x, lab, int(ignore_index), float(1.0 / n) if n else 0.0, dlogits, loss, lse)
+    return (float(loss.sum(dtype=np.float64) / n) if n else 0.0), dlogits, lse
+
+
+def cross_entropy_grad(logits, labels, lse, dloss: float = 1.0, ignore_index: int = -100, out=None) -> np.ndarray:
+    """dlogits = dloss (softmax(logits) - onehot(labels)) / counted rows, the softmax recomputed in one pass
+    from the forward's logsumexp ``lse`` (rows,) (cross_entropy's third result): cross_entropy's gradient
+    when the loss and its gradient run as separate steps. float32 logits (rows, V), integer labels
+    (rows,); ignored rows get 0. ``out`` (rows, V) float32 may be ``logits`` itself."""
+    x = _f32_rows(logits, "cross_entropy_grad: logits")
+    rows, vocab = x.shape
+    lab, n = _counted_labels(labels, rows, vocab, ignore_index, "cross_entropy_grad")
+    lse1 = _c_array(lse, np.float32, 1, "cross_entropy_grad: lse")
+    if lse1.shape != (rows,):
+        raise ShapeError(f"cross_entropy_grad: lse must have shape ({rows},), got {lse1.shape}")
+    if out is None:
+        out = np.empty_like(x)  # (rows, V)
+    else:
+        _check_out(out, (rows, vocab))
+        if np.may_share_memory(out, x) and out.ctypes.data != x.ctypes.data:
+            raise KernelError("cross_entropy_grad: out must be logits itself or not overlap it")
+    engine.cross_entropy_grad(x, lab, lse1, int(ignore_index), float(dloss) / n if n else 0.0, out)
+    return out
+
+
+def _counted_labels(labels, rows: int, vocab: int, ignore_index: int, op: str) -> tuple[np.ndarray, int]:
+    """(labels as int64 (rows,), rows not ignored); KernelError naming a counted label outside [0, vocab)."""
+    if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iu" or labels.shape != (rows,):
+        raise ShapeError(f"{op}: labels must be an integer array of shape ({rows},)")
+    lab = np.ascontiguousarray(labels, dtype=np.int64)
+    counted = lab != ignore_index
+    bad = counted & ((lab < 0) | (lab >= vocab))
+    if bad.any():
+        at = int(np.argmax(bad))
+        raise KernelError(f"{op}: label {int(lab[at])} at row {at} is outside the {vocab} classes")
+    return lab, int(counted.sum())
+
+
+def rms_norm_backward(x, weight, dy, eps) -> tuple:
+    """(dx (M, D), dweight (D,)) of ``rms_norm(x, weight, eps)`` given dy = dL/dy, float32; each row's
+    sums in double as the forward's."""
+    x2 = _f32_rows(x, "rms_norm_backward: x")
+    m, d = x2.shape
+    w = _c_array(weight, np.float32, 1, "rms_norm_backward: weight")
+    if w.shape != (d,):
+        raise ShapeError(f"rms_norm_backward: weight must have shape ({d},), got {w.shape}")
+    g = _f32_rows(dy, "rms_norm_backward: dy", d)
+    if g.shape[0] != m:
+        raise ShapeError(f"rms_norm_backward: dy {g.shape} and x {x2.shape} differ")
+    if not float(eps) >= 0.0:
+        raise KernelError(f"rms_norm_backward: eps must be >= 0, got {eps}")
+    dx = np.empty_like(x2)  # (M, D)
+    dweight = np.empty(d, np.float32)  # (D,)
+    rinv = np.empty(m, np.float32)  # (M,) each row's 1 / rms
+    engine.rms_norm_backward(x2, w, g, float(eps), dx, dweight, rinv)
+    return dx, dweight
+
+
+def embedding_backward(ids, dy, vocab: int, out=None) -> np.ndarray:
+    """The gradient of ``embedding(table, ids)``'s table (vocab, D): dy's row i added into row ids[i],
+    repeated ids summed. ids int32 / int64 (S,); dy float32 (S, D); ``out`` (vocab, D) float32, when
+    given, is added into (not cleared) and returned. An id outside [0, vocab) raises KernelError."""
+    if not isinstance(ids, np.ndarray) or ids.dtype.kind not in "iu" or ids.ndim != 1:
+        raise KernelError("embedding_backward: ids must be a 1-D integer numpy array")
+    g = _f32_rows(dy, "embedding_backward: dy")
+    if g.shape[0] != ids.shape[0]:
+        raise ShapeError(f"embedding_backward: {ids.shape[0]} ids but dy has {g.shape[0]} rows")
+    ids64 = np.ascontiguousarray(ids, dtype=np.int64)
+    bad = (ids64 < 0) | (ids64 >= vocab)
+    if bad.any():
+        at = int(np.argmax(bad))
+        raise KernelError(f"embedding_backward: id {int(ids64[at])} at position {at} is outside the table's {vocab} rows")
+    if out is None:
+        out = np.zeros((vocab, g.shape[1]), np.float32)  # (vocab, D)
+    else:
+        _check_out(out, (vocab, g.shape[1]))
+        _check_apart(out, "embedding_backward", dy=g)
+    engine.embedding_backward(ids64, g, out)
+    return out

@@ -466,6 +466,35 @@ CASES += [  # gradient ops (training graphs, compile/autodiff.py): f32 BLAS agai
          plan="no native step"),
 ]
 
+
+def _attention_grad_case(case_id: str, batch: int, seq: int, nh: int, nkv: int, hd: int, window: int) -> Case:
+    """attention_grad on the outputs of a real forward (y, lse from causal_attention's reference)."""
+    from volvox.ops.attention import causal_attention_ref
+    params = dict(n_heads=nh, n_kv_heads=nkv, head_dim=hd, window=window)
+    q, k, v = f32(batch, seq, nh * hd), f32(batch, seq, nkv * hd), f32(batch, seq, nkv * hd)
+    y, lse = causal_attention_ref(None, params, q, k, v)
+    return Case(case_id, "attention_grad", dict(q=q, k=k, v=v, y=y, dy=f32(batch, seq, nh * hd), lse=lse),
+                params=params, outputs=("dq", "dk", "dv"), bound=1e-10, gpu=False, plan="no native step")
+
+
+CASES += [  # gradient ops with training kernels (kernels/backward.pxi)
+    _attention_grad_case("attention_grad_gqa3_window", 2, 37, 6, 2, 12, 9),
+    _attention_grad_case("attention_grad_mha", 1, 5, 2, 2, 8, 0),
+    Case("causal_attention_gqa3_long", "causal_attention", dict(q=f32(1, 40, 6 * 4), k=f32(1, 40, 2 * 4), v=f32(1, 40, 2 * 4)),
+         params=dict(n_heads=6, n_kv_heads=2, head_dim=4), outputs=("y", "lse"), bound=1e-10, gpu=False,
+         plan="no native step"),
+    Case("cross_entropy", "cross_entropy", dict(logits=f32(2, 3, 101, lo=-6, hi=6), labels=np.array([[4, -100, 100], [0, 7, -100]])),
+         outputs=("loss", "lse"), bound=1e-10, gpu=False, plan="no native step"),
+    Case("cross_entropy_grad", "cross_entropy_grad",
+         dict(logits=f32(5, 37, lo=-6, hi=6), labels=np.array([3, -1, 36, 0, 3]), lse=f32(5, lo=5, hi=7),
+              dloss=np.array(0.5, np.float32)),
+         params=dict(ignore_index=-1), outputs=("dlogits",), bound=1e-10, gpu=False, plan="int64"),
+    Case("rms_norm_grad", "rms_norm_grad", dict(x=f32(2, 3, 37), dy=f32(2, 3, 37)), dict(weight=f32(37)), dict(eps=1e-6),
+         outputs=("dx", "dweight"), bound=1e-10, gpu=False, plan="no native step"),
+    Case("embedding_grad", "embedding_grad", dict(ids=np.array([[3, 0, 3], [8, 3, 1]], np.int64), dy=f32(2, 3, 70)),
+         dict(table=f32(9, 70)), outputs=("dtable",), bound=1e-10, gpu=False, plan="int64"),
+]
+
 def build_graph(case: Case) -> tuple[Graph, dict]:
     """The case's graph (validated: specs inferred) and its weights: node "n" reading the graph inputs
     (its "x" through node "p", the producer, when the case has one) and the weights, every output a

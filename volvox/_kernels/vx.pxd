@@ -258,6 +258,67 @@ ctypedef struct vx_conv_table:
 
 
 # ------------------------------------------------------------------------------------------------
+# Training kernels (kernels/backward.pxi): the backward passes of the LLM path's heavy ops.
+# ------------------------------------------------------------------------------------------------
+cdef enum:
+    VX_MATMUL_T_ROWS = 256   # weight rows per panel of matmul_t_strip
+
+
+cdef inline int64_t vx_matmul_t_strip(int wtype) noexcept nogil:
+    """Input columns per work item of matmul_t_strip: one block (256 for the k-quants, 32 else)."""
+    return VX_QK_K if vx_is_kquant(wtype) else VX_QK
+
+
+cdef inline int64_t vx_matmul_t_panel_floats(int wtype, int64_t N) noexcept nogil:
+    """Floats of scratch matmul_t_strip needs (one per thread) for a weight of N rows."""
+    return (N if N < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS) * vx_matmul_t_strip(wtype)
+
+
+# Causal grouped-query self-attention over a whole sequence (no KV cache): q, out (seq, n_heads *
+# head_dim); k, v (seq, n_kv_heads * head_dim); query row i sees keys j <= i, and only j > i - window
+# when window > 0; lse, delta (n_heads, seq).
+ctypedef struct vx_attn_train_shape:
+    int64_t seq, n_heads, n_kv_heads, head_dim
+    int64_t window               # 0: unlimited
+    float scale                  # applied to q.k before the softmax
+
+
+cdef inline int64_t vx_attn_bwd_kv_items(const vx_attn_train_shape *s) noexcept nogil:
+    """Work items of attention_bwd_kv: one per kv head and tile of 32 keys."""
+    return s.n_kv_heads * ((s.seq + 31) // 32)
+
+
+ctypedef struct vx_train_table:
+    # dx[:, strip] (M, K) = dy (M, N) @ W (N, K)[:, strip], strip = the strip-th vx_matmul_t_strip
+    # columns; W rows row_bytes apart (group_bytes 0) or interleaved groups of il_rows rows;
+    # dq: the table's dequant of wtype; panel: N * vx_matmul_t_strip(wtype) floats of scratch
+    void (*matmul_t_strip)(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
+                           int64_t group_bytes, int il_rows, int64_t N, int64_t strip, const float *dy,
+                           int64_t M, float *dx, float *panel) noexcept nogil
+    # item h * seq + i: out's row i, head h, and lse[h, i]; scores: seq floats of scratch
+    void (*attention_fwd_row)(const vx_attn_train_shape *s, const float *q, const float *k,
+                              const float *v, int64_t item, float *scores, float *out,
+                              float *lse) noexcept nogil
+    # item g * ceil(seq / 32) + t: dk, dv rows 32 t .. 32 t + 31 of kv head g
+    void (*attention_bwd_kv)(const vx_attn_train_shape *s, const float *q, const float *k,
+                             const float *v, const float *dout, const float *lse, const float *delta,
+                             int64_t item, float *dk, float *dv) noexcept nogil
+    # item h * seq + i: dq's row i, head h
+    void (*attention_bwd_q)(const vx_attn_train_shape *s, const float *q, const float *k,
+                            const float *v, const float *dout, const float *lse, const float *delta,
+                            int64_t item, float *dq) noexcept nogil
+    # one row of V logits: loss, logsumexp and (dx not NULL) dx = scale (softmax - onehot(label))
+    void (*cross_entropy_row)(int64_t V, const float *x, int64_t label, float scale, float *dx,
+                              float *loss, float *lse) noexcept nogil
+    # the same row's dx = scale (exp(x - lse) - onehot(label)) from its saved logsumexp (dx may be x)
+    void (*cross_entropy_grad_row)(int64_t V, const float *x, int64_t label, float lse, float scale,
+                                   float *dx) noexcept nogil
+    # dx (D,) of one RMSNorm row given dL/dy g; returns the row's 1 / rms
+    float (*rms_norm_bwd_row)(int64_t D, const float *x, const float *weight, const float *g,
+                              float eps, float *dx) noexcept nogil
+
+
+# ------------------------------------------------------------------------------------------------
 # A tier's table: every kernel the engine calls, by family.
 # ------------------------------------------------------------------------------------------------
 ctypedef struct vx_table:
@@ -273,3 +334,4 @@ ctypedef struct vx_table:
     vx_swiglu_fn swiglu
     vx_rope_fn rope
     const vx_conv_table *conv
+    const vx_train_table *train

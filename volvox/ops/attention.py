@@ -447,23 +447,24 @@ def causal_attention_ref(ctx, p, q, k, v):
     return _merge_heads(y, q.shape).astype(np.float32), lse.reshape(lse_shape).astype(np.float32)
 
 
-def causal_attention_fast(ctx, p, q, k, v):
-    """causal_attention_ref's contract: y through the inference attention kernel (cpu.attention, no cache,
-    one batch row at a time), lse from float32 numpy scores."""
+def _batch_rows(p, *tensors):
+    """(n_heads, n_kv_heads, scale as causal_attention_ref rounds it, window) and each tensor as (batch,
+    seq, width)."""
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
-    seq = q.shape[-2]
-    scale = float(np.float32(p.get("scale", hd ** -0.5)))
-    q3, k3, v3 = (t.reshape(-1, seq, t.shape[-1]) for t in (q, k, v))  # (batch, seq, heads * hd)
-    y = np.empty(q3.shape, np.float32)                                   # (batch, seq, nh * hd)
+    seq = tensors[0].shape[-2]
+    rows = [t.reshape(-1, seq, t.shape[-1]) for t in tensors]
+    return (nh, nkv, float(np.float32(p.get("scale", hd ** -0.5))), int(p.get("window", 0))), rows
+
+
+def causal_attention_fast(ctx, p, q, k, v):
+    """causal_attention_ref's contract through cpu.attention_train, one batch row at a time: y and lse
+    with one score row per thread, no (seq, seq) scores."""
+    args, (q3, k3, v3) = _batch_rows(p, q, k, v)
+    y = np.empty(q3.shape, np.float32)                                   # (batch, seq, n_heads * head_dim)
+    lse = np.empty((q3.shape[0], args[0], q3.shape[1]), np.float32)     # (batch, n_heads, seq)
     for b in range(q3.shape[0]):
-        keys = np.ascontiguousarray(k3[b].reshape(seq, nkv, hd).transpose(1, 0, 2))    # (nkv, seq, hd)
-        values = np.ascontiguousarray(v3[b].reshape(seq, nkv, hd).transpose(1, 0, 2))  # (nkv, seq, hd)
-        cpu.attention(np.ascontiguousarray(q3[b]), keys, values, 0, nh, scale, int(p.get("window", 0)), out=y[b])
-    qh, kh, _, scale32, visible = _heads(q, k, v, p, np.float32)
-    scores = np.where(visible, qh @ kh.swapaxes(-1, -2) * scale32, np.float32(-np.inf))  # (batch, nkv, group, seq, seq)
-    top = scores.max(axis=-1, keepdims=True)
-    lse = top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True))
-    return y.reshape(q.shape), lse.reshape(q.shape[:-2] + (nh, seq)).astype(np.float32)
+        y[b], lse[b] = cpu.attention_train(q3[b], k3[b], v3[b], *args)
+    return y.reshape(q.shape), lse.reshape(q.shape[:-2] + lse.shape[1:])
 
 
 def _attention_grad_infer(specs, params):
@@ -491,6 +492,18 @@ def attention_grad_ref(ctx, p, q, k, v, y, dy, lse):
     dk = (dscores.swapaxes(-1, -2) @ qh).sum(axis=2, keepdims=True) * scale              # (batch, nkv, 1, seq, hd)
     return (_merge_heads(dq, q.shape).astype(np.float32), _merge_heads(dk, k.shape).astype(np.float32),
             _merge_heads(dv, v.shape).astype(np.float32))
+
+
+def attention_grad_fast(ctx, p, q, k, v, y, dy, lse):
+    """attention_grad_ref's (dq, dk, dv) through cpu.attention_backward, one batch row at a time:
+    flash-attention 2's backward, the probabilities recomputed per key from lse, no (seq, seq) matrix."""
+    args, (q3, k3, v3, y3, dy3) = _batch_rows(p, q, k, v, y, dy)
+    lse3 = lse.reshape(q3.shape[0], args[0], q3.shape[1])                # (batch, n_heads, seq)
+    grads = [np.empty(t.shape, np.float32) for t in (q3, k3, v3)]       # q's, k's, v's (batch, seq, width)
+    for b in range(q3.shape[0]):
+        for out, grad in zip(grads, cpu.attention_backward(q3[b], k3[b], v3[b], y3[b], lse3[b], dy3[b], *args)):
+            out[b] = grad
+    return tuple(g.reshape(t.shape) for g, t in zip(grads, (q, k, v)))
 
 
 def causal_attention_backward(g, node) -> None:
@@ -523,7 +536,7 @@ register(OpDef("rope_grad", "position", ("dy", "positions"), ("dx",), _rope_grad
 register(OpDef("causal_attention", "attention", ("q", "k", "v"), ("y", "lse"), _causal_attention_infer,
                causal_attention_ref, causal_attention_fast, backward=causal_attention_backward))
 register(OpDef("attention_grad", "attention", ("q", "k", "v", "y", "dy", "lse"), ("dq", "dk", "dv"),
-               _attention_grad_infer, attention_grad_ref))
+               _attention_grad_infer, attention_grad_ref, attention_grad_fast))
 register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into, cpu=rope_cpu,
                gpu=Lowering(("rope",), _lower_rope, _check_rope, lambda p: {"inv_freq": rope_inv_freq(p)}),
                backward=rope_backward))

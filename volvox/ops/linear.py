@@ -216,8 +216,10 @@ def linear_grad_input_ref(ctx, p, dy, weight):
 
 
 def linear_grad_input_fast(ctx, p, dy, weight):
-    """dx = dy @ weight in float32 (BLAS; a block-quantized weight dequantized first)."""
-    return (dy @ dense_weight(weight)).astype(np.float32, copy=False)
+    """dx = dy @ weight through cpu.matmul_t: the weight as inference holds it (block-quantized, the tier's
+    interleaved packing, f16 or f32), dequantized one strip at a time, never widened."""
+    dx = cpu.matmul_t(dy.reshape(-1, dy.shape[-1]), weight)     # (rows, in_features)
+    return dx.reshape(dy.shape[:-1] + (dx.shape[1],))
 
 
 def _linear_grad_weight_infer(specs, params):
@@ -234,8 +236,8 @@ def linear_grad_weight_ref(ctx, p, x, dy):
 
 
 def linear_grad_weight_fast(ctx, p, x, dy):
-    """dw = dy^T @ x in float32 (BLAS)."""
-    return dy.reshape(-1, dy.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+    """dw = dy^T @ x through cpu.weight_grad (linear's packed f32 GEMM on the transposed operands)."""
+    return cpu.weight_grad(dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1]))
 
 
 def linear_backward(g, node) -> None:
@@ -271,6 +273,12 @@ def embedding_grad_ref(ctx, p, table, ids, dy):
     return out.astype(np.float32)
 
 
+def embedding_grad_fast(ctx, p, table, ids, dy):
+    """embedding_grad_ref's scatter-add through cpu.embedding_backward (float32 sums, each row added in
+    order)."""
+    return cpu.embedding_backward(ids.reshape(-1), dy.reshape(-1, table.shape[1]), table.shape[0])
+
+
 def embedding_backward(g, node) -> None:
     """d(embedding) / d table through embedding_grad (ids get none)."""
     if g.needs(node, "table"):
@@ -278,7 +286,8 @@ def embedding_backward(g, node) -> None:
                                                               "dy": g.grad(node, "y")}, outputs=("dtable",))[0])
 
 
-register(OpDef("embedding_grad", "gather", ("table", "ids", "dy"), ("dtable",), _embedding_grad_infer, embedding_grad_ref))
+register(OpDef("embedding_grad", "gather", ("table", "ids", "dy"), ("dtable",), _embedding_grad_infer, embedding_grad_ref,
+               embedding_grad_fast))
 register(OpDef("linear_grad_input", "matmul", ("dy", "weight"), ("dx",), _linear_grad_input_infer, linear_grad_input_ref,
                linear_grad_input_fast))
 register(OpDef("linear_grad_weight", "matmul", ("x", "dy"), ("dw",), _linear_grad_weight_infer, linear_grad_weight_ref,

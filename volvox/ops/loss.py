@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from volvox import cpu
 from volvox.errors import ShapeError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
@@ -52,6 +53,17 @@ def cross_entropy_ref(ctx, p, logits, labels):
     return np.asarray(loss, logits.dtype), lse.astype(logits.dtype).reshape(labels.shape)
 
 
+def cross_entropy_fast(ctx, p, logits, labels):
+    """cross_entropy_ref's (loss, lse) through cpu.cross_entropy for float32 logits (the reference for
+    float64): one pass per row for the logsumexp, the mean summed in float64."""
+    if logits.dtype != np.float32:
+        return cross_entropy_ref(ctx, p, logits, labels)
+    ignore = int(p.get("ignore_index", IGNORE_INDEX))
+    _rows(logits, labels, ignore)  # the reference's ShapeError for a label outside the vocabulary
+    loss, _, lse = cpu.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore, grad=False)
+    return np.asarray(loss, np.float32), lse.reshape(labels.shape)
+
+
 def _cross_entropy_grad_infer(specs, params):
     logits = specs["logits"]
     expect(specs["dloss"].shape in ((), (1,)), f"dloss must be a scalar, got {specs['dloss'].describe()}")
@@ -69,6 +81,17 @@ def cross_entropy_grad_ref(ctx, p, logits, labels, lse, dloss):
     d[np.arange(len(x)), np.where(counted, lab, 0)] -= counted
     d *= weight[:, None]
     return d.astype(logits.dtype).reshape(logits.shape)
+
+
+def cross_entropy_grad_fast(ctx, p, logits, labels, lse, dloss):
+    """cross_entropy_grad_ref's dlogits through cpu.cross_entropy_grad for float32 logits: one pass per
+    row from the saved logsumexp (the reference for float64)."""
+    if logits.dtype != np.float32:
+        return cross_entropy_grad_ref(ctx, p, logits, labels, lse, dloss)
+    vocab = logits.shape[-1]
+    dlogits = cpu.cross_entropy_grad(logits.reshape(-1, vocab), labels.reshape(-1), lse.reshape(-1),
+                                     float(np.asarray(dloss).reshape(-1)[0]), int(p.get("ignore_index", IGNORE_INDEX)))
+    return dlogits.reshape(logits.shape)
 
 
 def cross_entropy_backward(g, node) -> None:
@@ -116,8 +139,8 @@ def mse_backward(g, node) -> None:
 
 
 register(OpDef("cross_entropy", "loss", ("logits", "labels"), ("loss", "lse"), _cross_entropy_infer, cross_entropy_ref,
-               backward=cross_entropy_backward))
+               cross_entropy_fast, backward=cross_entropy_backward))
 register(OpDef("cross_entropy_grad", "loss", ("logits", "labels", "lse", "dloss"), ("dlogits",), _cross_entropy_grad_infer,
-               cross_entropy_grad_ref))
+               cross_entropy_grad_ref, cross_entropy_grad_fast))
 register(OpDef("mse", "loss", ("x", "target"), ("loss",), _mse_infer, mse_ref, backward=mse_backward))
 register(OpDef("mse_grad", "loss", ("x", "target", "dloss"), ("dx", "dtarget"), _mse_grad_infer, mse_grad_ref))

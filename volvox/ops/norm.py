@@ -134,6 +134,14 @@ def rms_norm_grad_ref(ctx, p, x, weight, dy):
     return dx.astype(np.float32).reshape(x.shape), dweight.astype(np.float32)
 
 
+def rms_norm_grad_fast(ctx, p, x, weight, dy):
+    """rms_norm_grad_ref's (dx, dweight) through cpu.rms_norm_backward (float32, each row's sums in
+    double)."""
+    dim = x.shape[-1]
+    dx, dweight = cpu.rms_norm_backward(x.reshape(-1, dim), weight, dy.reshape(-1, dim), p.get("eps", 1e-5))
+    return dx.reshape(x.shape), dweight
+
+
 def layer_norm_grad_ref(ctx, p, x, weight, dy):
     """(dx, dweight, dbias) of y = xhat * weight + bias, xhat = (x - mean) * r, in float64:
     dx = r * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight. Ports: x, weight, dy."""
@@ -163,7 +171,8 @@ def _rms_norm_grad_infer(specs, params):
     return out
 
 
-register(OpDef("rms_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight"), _rms_norm_grad_infer, rms_norm_grad_ref))
+register(OpDef("rms_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight"), _rms_norm_grad_infer, rms_norm_grad_ref,
+               rms_norm_grad_fast))
 register(OpDef("layer_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight", "dbias"), _norm_grad_infer,
                layer_norm_grad_ref))
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,

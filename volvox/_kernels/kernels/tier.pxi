@@ -6,7 +6,7 @@ from libc.string cimport memset
 from volvox._kernels.vx cimport (
     VX_F16, VX_F32, VX_NTYPES, vx_block_iq4_nl, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0,
     vx_block_q4_1, vx_block_q4_K, vx_block_q5_0, vx_block_q5_1, vx_block_q5_K, vx_block_q6_K,
-    vx_block_q8_0, vx_conv_table, vx_table)
+    vx_block_q8_0, vx_conv_table, vx_table, vx_train_table)
 
 include "rows.pxi"
 include "gemv.pxi"
@@ -15,6 +15,7 @@ include "gemv_kquants.pxi"
 include "conv.pxi"
 include "qconv.pxi"
 include "attention.pxi"
+include "backward.pxi"
 
 # The kernels read GGUF blocks in place: their structs must have ggml's sizes.
 if (sizeof(vx_block_q4_0), sizeof(vx_block_q4_1), sizeof(vx_block_q8_0), sizeof(vx_block_q4_K),
@@ -25,10 +26,13 @@ if (sizeof(vx_block_q4_0), sizeof(vx_block_q4_1), sizeof(vx_block_q8_0), sizeof(
 
 cdef vx_table _table
 cdef vx_conv_table _conv
+cdef vx_train_table _train
 memset(&_table, 0, sizeof(_table))
 memset(&_conv, 0, sizeof(_conv))
+memset(&_train, 0, sizeof(_train))
 _table.name = TIER_NAME
 _table.conv = &_conv
+_table.train = &_train
 fill_rows(&_table)
 fill_gemv(&_table)
 fill_gemv_q5_iq4(&_table)
@@ -36,6 +40,7 @@ fill_gemv_kquants(&_table)
 fill_conv(&_table)
 fill_qconv(&_table)
 fill_attention(&_table)
+fill_backward(&_train)
 
 
 cdef list _missing_kernels():
@@ -51,7 +56,14 @@ cdef list _missing_kernels():
                      ("conv_f32", <size_t>_conv.conv_f32), ("dwconv_f32", <size_t>_conv.dwconv_f32),
                      ("qgemm_pack", <size_t>_conv.qgemm_pack), ("im2col_u8", <size_t>_conv.im2col_u8),
                      ("qgemm", <size_t>_conv.qgemm), ("qdwconv", <size_t>_conv.qdwconv),
-                     ("quantize_i8", <size_t>_conv.quantize_i8)):
+                     ("quantize_i8", <size_t>_conv.quantize_i8),
+                     ("matmul_t_strip", <size_t>_train.matmul_t_strip),
+                     ("attention_fwd_row", <size_t>_train.attention_fwd_row),
+                     ("attention_bwd_kv", <size_t>_train.attention_bwd_kv),
+                     ("attention_bwd_q", <size_t>_train.attention_bwd_q),
+                     ("cross_entropy_row", <size_t>_train.cross_entropy_row),
+                     ("cross_entropy_grad_row", <size_t>_train.cross_entropy_grad_row),
+                     ("rms_norm_bwd_row", <size_t>_train.rms_norm_bwd_row)):
         if fn == 0:
             missing.append(name)
     return missing

@@ -1,0 +1,328 @@
+# Backward kernels of the training path (volvox.cpu's training functions, engine/backward.pxi runs
+# them over OpenMP work items). One body for every tier: the tier's vector layer (vf_*), its
+# dot_vec_f32 and exp8 (kernels/<tier>/attention.pxi) and its dequantizers (the table's dequant).
+#   matmul_t_strip       dx = dy @ W on a frozen weight as inference holds it (any weight type, rows as
+#                        stored or interleaved): one strip of W's input columns (32; 256 for k-quants)
+#                        is dequantized block by block, 256 of W's rows at a time, into a panel in
+#                        thread scratch, then multiplied in register tiles of 4 dy rows x 32 columns.
+#                        The hot spot of LoRA over a quantized base.
+#   attention_fwd_row    one query row of one head of causal GQA attention over the whole sequence,
+#                        with the row's logsumexp (what the backward recomputes probabilities from)
+#   attention_bwd_kv     flash-attention-2's backward for one kv head and one tile of keys: the
+#                        probabilities recomputed from the saved logsumexp, dk and dv accumulated over
+#                        every query head of the group and every query row that sees the tile
+#   attention_bwd_q      the same recomputation for one query row of one head: dq
+#   cross_entropy_row    one row's loss, logsumexp and dlogits in three passes over the logits, the
+#                        gradient written over the logits when the caller allows it
+#   cross_entropy_grad_row   dlogits alone from the forward's saved logsumexp: one pass
+#   rms_norm_bwd_row     dx of one RMSNorm row (the weight's gradient is summed by the engine)
+# No kernel here holds a (seq, seq) matrix: attention keeps one row of scores per thread (forward)
+# or none (backward).
+from libc.math cimport INFINITY, expf, log, logf, sqrtf
+from libc.stdint cimport int8_t, int64_t, uint8_t
+from libc.string cimport memset
+from volvox._kernels.vx cimport (
+    VX_F16, VX_F32, VX_Q2_K, VX_Q3_K, VX_Q4_1, VX_Q4_K, VX_Q5_0, VX_Q5_1, VX_Q5_K, VX_Q6_K, VX_Q8_0,
+    vx_attn_train_shape, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
+    vx_block_q5_0, vx_block_q5_1, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_dequant_fn, vx_f16,
+    vx_il_block_bytes, vx_matmul_t_strip, vx_train_table, VX_MATMUL_T_ROWS)
+
+cdef enum:
+    BW_MR = 4           # dy rows per register tile of the transposed product
+    BW_NC = 32          # panel columns per register tile
+    BW_NV = BW_NC / VL  # vectors per tile row
+    BW_KEYS = 32        # keys per work item of the attention backward (vx_attn_bwd_kv_items)
+
+
+cdef inline int64_t bw_strip_bytes(int wtype, int64_t S) noexcept nogil:
+    """Bytes of S consecutive values of one weight row (S: the type's strip, vx_matmul_t_strip)."""
+    if wtype == VX_F32:
+        return 4 * S
+    if wtype == VX_F16:
+        return 2 * S
+    if wtype == VX_Q4_1:
+        return sizeof(vx_block_q4_1)
+    if wtype == VX_Q8_0:
+        return sizeof(vx_block_q8_0)
+    if wtype == VX_Q5_0:
+        return sizeof(vx_block_q5_0)
+    if wtype == VX_Q5_1:
+        return sizeof(vx_block_q5_1)
+    if wtype == VX_Q4_K:
+        return sizeof(vx_block_q4_K)
+    if wtype == VX_Q6_K:
+        return sizeof(vx_block_q6_K)
+    if wtype == VX_Q2_K:
+        return sizeof(vx_block_q2_K)
+    if wtype == VX_Q3_K:
+        return sizeof(vx_block_q3_K)
+    if wtype == VX_Q5_K:
+        return sizeof(vx_block_q5_K)
+    return sizeof(vx_block_q4_0)      # q4_0, iq4_nl
+
+
+cdef inline void bw_il_decode(int wtype, int R, const uint8_t *group, int64_t b, int64_t r,
+                              float *out) noexcept nogil:
+    """out (32,) = block b of row r of an interleaved group of R rows (vx.pxd's layout), as floats."""
+    cdef const uint8_t *blk = group + b * vx_il_block_bytes(wtype, R)
+    cdef const vx_f16 *scales = <const vx_f16 *>blk        # (R,) d, then (R,) m for q4_1
+    cdef float d = vx_f16_to_f32(scales[r]), m
+    cdef const uint8_t *qs = blk + (4 if wtype == VX_Q4_1 else 2) * R    # (L, R, 4)
+    cdef uint8_t byte
+    cdef int j
+    if wtype == VX_Q8_0:
+        for j in range(32):
+            out[j] = d * <float>(<int8_t>(qs[((j >> 2) * R + r) * 4 + (j & 3)] ^ 0x80))
+        return
+    m = vx_f16_to_f32(scales[R + r]) if wtype == VX_Q4_1 else <float>-8.0 * d
+    for j in range(16):
+        byte = qs[((j >> 2) * R + r) * 4 + (j & 3)]
+        out[j] = d * <float>(byte & 0x0F) + m
+        out[j + 16] = d * <float>(byte >> 4) + m
+
+
+cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, const float *panel, int64_t S,
+                         int64_t cols, bint accumulate, float *dx, int64_t ldx) noexcept nogil:
+    """dx[r * ldx + c] (+)= sum_{o < N} dy[r * ldy + o] * panel[o * S + c] for r < rows (<= BW_MR),
+    c < cols (<= BW_NC), added to dx's values when accumulate; the panel's BW_NC columns are all
+    readable (zero padded)."""
+    cdef vf acc[BW_MR * BW_NV]                 # (rows, vectors of the 32 columns)
+    cdef vf wv[BW_NV]                          # panel row o's 32 columns
+    cdef float out[BW_MR * BW_NC]              # (rows, 32)
+    cdef vf a
+    cdef int64_t o, c
+    cdef int r, v
+    for v in range(BW_MR * BW_NV):
+        acc[v] = vf_zero()
+    if rows == BW_MR:
+        for o in range(N):
+            for v in range(BW_NV):
+                wv[v] = vf_load(panel + o * S + v * VL)
+            for r in range(BW_MR):
+                a = vf_set1(dy[r * ldy + o])
+                for v in range(BW_NV):
+                    acc[r * BW_NV + v] = vf_fma(a, wv[v], acc[r * BW_NV + v])
+    else:
+        for o in range(N):
+            for v in range(BW_NV):
+                wv[v] = vf_load(panel + o * S + v * VL)
+            for r in range(rows):
+                a = vf_set1(dy[r * ldy + o])
+                for v in range(BW_NV):
+                    acc[r * BW_NV + v] = vf_fma(a, wv[v], acc[r * BW_NV + v])
+    for r in range(rows):
+        for v in range(BW_NV):
+            vf_store(out + r * BW_NC + v * VL, acc[r * BW_NV + v])
+        if accumulate:
+            for c in range(cols):
+                dx[r * ldx + c] = dx[r * ldx + c] + out[r * BW_NC + c]
+        else:
+            for c in range(cols):
+                dx[r * ldx + c] = out[r * BW_NC + c]
+
+
+cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
+                         int64_t group_bytes, int il_rows, int64_t N, int64_t strip, const float *dy,
+                         int64_t M, float *dx, float *panel) noexcept nogil:
+    """Columns strip * S .. strip * S + S - 1 (fewer in the last strip of float weights) of dx (M, K) =
+    dy (M, N) @ W (N, K); W's rows row_bytes apart, or interleaved groups of il_rows rows group_bytes
+    apart when group_bytes > 0. W's rows are taken VX_MATMUL_T_ROWS at a time (a panel that stays in
+    cache however large N is), their products summed into dx. panel: vx_matmul_t_panel_floats floats."""
+    cdef int64_t S = vx_matmul_t_strip(wtype), c0 = strip * S
+    cdef int64_t cols = K - c0 if K - c0 < S else S, sb = bw_strip_bytes(wtype, S)
+    cdef int64_t o0, n, o, c, i
+    o0 = 0
+    while o0 < N:
+        n = N - o0 if N - o0 < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS
+        for o in range(n):  # the (n, S) panel of W's rows o0 .., one block at a time
+            if group_bytes > 0:
+                bw_il_decode(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip, (o0 + o) % il_rows,
+                             panel + o * S)
+            else:
+                dq(cols, w + (o0 + o) * row_bytes + strip * sb, panel + o * S)
+                if cols < S:
+                    memset(panel + o * S + cols, 0, <size_t>(S - cols) * sizeof(float))
+        c = 0
+        while c < cols:
+            i = 0
+            while i < M:
+                bw_tile(n, dy + i * N + o0, N, M - i if M - i < BW_MR else BW_MR, panel + c, S,
+                        cols - c if cols - c < BW_NC else BW_NC, o0 > 0, dx + i * K + c0 + c, K)
+                i += BW_MR
+            c += BW_NC
+        o0 += n
+    if N == 0:  # dy has no columns: dx is zero
+        for i in range(M):
+            memset(dx + i * K + c0, 0, <size_t>cols * sizeof(float))
+
+
+cdef inline void bw_axpy(int64_t n, float alpha, const float *x, float *y) noexcept nogil:
+    """y[k] += alpha * x[k] for k < n."""
+    cdef vf a = vf_set1(alpha)
+    cdef int64_t k = 0
+    while k + VL <= n:
+        vf_store(y + k, vf_fma(a, vf_load(x + k), vf_load(y + k)))
+        k += VL
+    while k < n:
+        y[k] = vx_fma(alpha, x[k], y[k])
+        k += 1
+
+
+cdef inline int64_t bw_first_key(const vx_attn_train_shape *s, int64_t i) noexcept nogil:
+    """The first key query row i sees (causal, within the window)."""
+    return i - s.window + 1 if s.window > 0 and i - s.window + 1 > 0 else 0
+
+
+cdef void attention_fwd_row(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
+                            int64_t item, float *scores, float *y, float *lse) noexcept nogil:
+    """Item h * seq + i: y's row i, head h = softmax(scale q_i . k_j) v_j over the keys row i sees, and
+    lse[h * seq + i] = that softmax's logsumexp. q, y (seq, n_heads * head_dim); k, v (seq, n_kv_heads *
+    head_dim); scores: seq floats of scratch."""
+    cdef int64_t D = s.head_dim, T = s.seq, h = item // T, i = item % T
+    cdef int64_t g = h // (s.n_heads // s.n_kv_heads), qw = s.n_heads * D, kw = s.n_kv_heads * D
+    cdef int64_t j0 = bw_first_key(s, i), j
+    cdef const float *qi = q + i * qw + h * D
+    cdef float *yi = y + i * qw + h * D
+    cdef float mx = -INFINITY, total = 0.0, p
+    for j in range(j0, i + 1):
+        scores[j - j0] = s.scale * dot_vec_f32(qi, k + j * kw + g * D, D)
+        if scores[j - j0] > mx:
+            mx = scores[j - j0]
+    memset(yi, 0, <size_t>D * sizeof(float))
+    for j in range(j0, i + 1):
+        p = expf(scores[j - j0] - mx)
+        total += p
+        bw_axpy(D, p, v + j * kw + g * D, yi)
+    for j in range(D):
+        yi[j] = yi[j] / total
+    lse[h * T + i] = mx + logf(total)
+
+
+cdef void attention_bwd_kv(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
+                           const float *dout, const float *lse, const float *delta, int64_t item,
+                           float *dk, float *dv) noexcept nogil:
+    """Item g * tiles + t: rows t * BW_KEYS .. of kv head g of dk and dv (seq, n_kv_heads * head_dim),
+    summed over the group's query heads h and the query rows i that see each key j:
+    p = exp(scale q_i . k_j - lse[h, i]); dv_j += p do_i; dk_j += scale p (do_i . v_j - delta[h, i]) q_i,
+    delta[h, i] = do_i . out_i (the engine's first pass)."""
+    cdef int64_t D = s.head_dim, T = s.seq, group = s.n_heads // s.n_kv_heads
+    cdef int64_t tiles = (T + BW_KEYS - 1) // BW_KEYS, g = item // tiles, t = item % tiles
+    cdef int64_t j0 = t * BW_KEYS, j1 = j0 + BW_KEYS if j0 + BW_KEYS < T else T
+    cdef int64_t qw = s.n_heads * D, kw = s.n_kv_heads * D
+    cdef int64_t i_end = T if s.window <= 0 or j1 - 1 + s.window > T else j1 - 1 + s.window
+    cdef int64_t h, i, j, jlo, jhi
+    cdef const float *qi
+    cdef const float *doi
+    cdef float p, ds, L, dl
+    for j in range(j0, j1):
+        memset(dk + j * kw + g * D, 0, <size_t>D * sizeof(float))
+        memset(dv + j * kw + g * D, 0, <size_t>D * sizeof(float))
+    for h in range(g * group, g * group + group):
+        for i in range(j0, i_end):
+            qi = q + i * qw + h * D
+            doi = dout + i * qw + h * D
+            L = lse[h * T + i]
+            dl = delta[h * T + i]
+            jlo = bw_first_key(s, i)
+            jlo = jlo if jlo > j0 else j0
+            jhi = i + 1 if i + 1 < j1 else j1
+            for j in range(jlo, jhi):
+                p = expf(s.scale * dot_vec_f32(qi, k + j * kw + g * D, D) - L)
+                bw_axpy(D, p, doi, dv + j * kw + g * D)
+                ds = p * (dot_vec_f32(doi, v + j * kw + g * D, D) - dl)
+                bw_axpy(D, s.scale * ds, qi, dk + j * kw + g * D)
+
+
+cdef void attention_bwd_q(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
+                          const float *dout, const float *lse, const float *delta, int64_t item,
+                          float *dq) noexcept nogil:
+    """Item h * seq + i: dq's row i, head h = sum over the keys j row i sees of
+    scale p (do_i . v_j - delta[h, i]) k_j, p recomputed as in attention_bwd_kv."""
+    cdef int64_t D = s.head_dim, T = s.seq, h = item // T, i = item % T
+    cdef int64_t g = h // (s.n_heads // s.n_kv_heads), qw = s.n_heads * D, kw = s.n_kv_heads * D, j
+    cdef const float *qi = q + i * qw + h * D
+    cdef const float *doi = dout + i * qw + h * D
+    cdef float *dqi = dq + i * qw + h * D
+    cdef float L = lse[h * T + i], dl = delta[h * T + i], p, ds
+    memset(dqi, 0, <size_t>D * sizeof(float))
+    for j in range(bw_first_key(s, i), i + 1):
+        p = expf(s.scale * dot_vec_f32(qi, k + j * kw + g * D, D) - L)
+        ds = p * (dot_vec_f32(doi, v + j * kw + g * D, D) - dl)
+        bw_axpy(D, s.scale * ds, k + j * kw + g * D, dqi)
+
+
+cdef void cross_entropy_row(int64_t V, const float *x, int64_t label, float scale, float *dx,
+                            float *loss, float *lse) noexcept nogil:
+    """One row of logits x (V,) with its label (0 <= label < V): loss[0] = logsumexp(x) - x[label],
+    lse[0] = logsumexp(x), and, unless dx is NULL, dx (V,) = scale (softmax(x) - onehot(label)). dx may
+    be x itself: every logit is read before its gradient is written."""
+    cdef float mx = -INFINITY, l
+    cdef float lanes[8]
+    cdef double total = 0.0
+    cdef int64_t j = 0
+    for j in range(V):
+        if x[j] > mx:
+            mx = x[j]
+    j = 0
+    while j + 8 <= V:
+        total += <double>exp8(x + j, mx, lanes)
+        j += 8
+    while j < V:
+        total += <double>expf(x[j] - mx)
+        j += 1
+    l = mx + <float>log(total)
+    loss[0] = l - x[label]
+    lse[0] = l
+    if dx != NULL:
+        cross_entropy_grad_row(V, x, label, l, scale, dx)
+
+
+cdef void cross_entropy_grad_row(int64_t V, const float *x, int64_t label, float lse, float scale,
+                                 float *dx) noexcept nogil:
+    """dx (V,) = scale (exp(x - lse) - onehot(label)) for one row of logits x (V,) whose logsumexp is
+    lse (the forward's): one pass. dx may be x itself."""
+    cdef float lanes[8]
+    cdef int64_t j = 0
+    while j + 8 <= V:
+        exp8(x + j, lse, lanes)
+        bw_scale8(lanes, scale, dx + j)
+        j += 8
+    while j < V:
+        dx[j] = expf(x[j] - lse) * scale
+        j += 1
+    dx[label] = dx[label] - scale
+
+
+cdef inline void bw_scale8(const float *src, float scale, float *dst) noexcept nogil:
+    """dst[l] = src[l] * scale for 8 lanes."""
+    cdef int l
+    for l in range(8):
+        dst[l] = src[l] * scale
+
+
+cdef float rms_norm_bwd_row(int64_t D, const float *x, const float *weight, const float *g, float eps,
+                            float *dx) noexcept nogil:
+    """dx (D,) of y = x r weight, r = 1 / sqrt(mean(x^2) + eps), given g = dL/dy (D,):
+    dx = r g weight - x r^3 / D sum(g weight x). Returns r (sums in double, as the forward)."""
+    cdef double ss = 0.0, c = 0.0
+    cdef int64_t j
+    for j in range(D):
+        ss += <double>(x[j] * x[j])
+    cdef float r = <float>1.0 / sqrtf(<float>(ss / <double>D) + eps)
+    for j in range(D):
+        c += <double>g[j] * <double>weight[j] * <double>x[j]
+    cdef float coef = <float>(c * <double>r * <double>r * <double>r / <double>D)
+    for j in range(D):
+        dx[j] = r * g[j] * weight[j] - coef * x[j]
+    return r
+
+
+cdef void fill_backward(vx_train_table *t) noexcept:
+    """Point t's entries at this tier's backward kernels."""
+    t.matmul_t_strip = matmul_t_strip
+    t.attention_fwd_row = attention_fwd_row
+    t.attention_bwd_kv = attention_bwd_kv
+    t.attention_bwd_q = attention_bwd_q
+    t.cross_entropy_row = cross_entropy_row
+    t.cross_entropy_grad_row = cross_entropy_grad_row
+    t.rms_norm_bwd_row = rms_norm_bwd_row
