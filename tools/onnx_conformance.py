@@ -103,6 +103,10 @@ def _compare(got: np.ndarray, want, rtol: float, atol: float) -> str | None:
         return f"expected a {type(want).__name__}"
     if got.dtype != want.dtype or got.shape != want.shape:
         return f"got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}"
+    if want.dtype.kind == "V" or want.dtype.name == "float8_e5m2":
+        # ONNX's narrow types (ml_dtypes: bfloat16, float8, int4 ...): every value exact, NaN where NaN
+        equal = np.array_equal(got.astype(np.float32), want.astype(np.float32), equal_nan=True)
+        return None if equal else "values differ"
     if want.dtype.kind in "fc":
         try:
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
@@ -199,6 +203,21 @@ def write_doc(results: list[tuple]) -> str:
         "`UnsupportedError` naming op, opset and node; **error**: another volvox error; **wrong**: a different",
         "answer or a crash. Operands that fix a shape (a Reshape's shape, Slice bounds, TopK's K ...) are",
         "made constants when a case feeds them as inputs: volvox plans shapes at import.",
+        "",
+        "How volvox runs what a shape plan made at import cannot hold:",
+        "",
+        "- Ops whose output shape depends on the values (NonZero, Compress, Unique, NonMaxSuppression) run at",
+        "  import on constant inputs (the importer folds them); an input computed at run time is refused,",
+        "  naming it (`ConstantRequired`), and the cases feed such inputs as constants. Re-planning the graph",
+        "  on each run's observed shape would cost every model a shape check per node for a few detection",
+        "  heads; their boxes can run after the graph, in the task.",
+        "- Control flow is straight-line graph: If with a constant condition keeps its branch; a run-time",
+        "  condition runs both branches and picks each output with `where` when they agree in shape and",
+        "  dtype. Loop (constant trip count, a condition that folds) and Scan are unrolled at import.",
+        "- ONNX's narrow types (bfloat16, the float8s, float8e8m0, int4 / uint4, int2 / uint2, float4e2m1)",
+        "  are read (packed sub-byte initializers included), cast and (de)quantized exactly as the onnx",
+        "  package's reference does, through `ml_dtypes`; other ops refuse them.",
+        "- Models older than opset 7 are converted to opset 7 by the onnx package's version converter.",
         "",
         "Out of scope (refused by design): training ops, sequence / optional / string ops, the `ai.onnx.ml`",
         "and preview domains.",

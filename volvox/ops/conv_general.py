@@ -1,6 +1,7 @@
-"""Convolutions the NHWC kernels do not cover, in ONNX's NCHW layout with numpy: the transposed
-(fractionally strided) convolution and the exact integer convolution of zero-point-shifted
-int8 / uint8 tensors (ConvInteger; QLinearConv requantizes its int32 result).
+"""Convolutions and pools the NHWC kernels do not cover, in ONNX's NCHW layout with numpy: the transposed
+(fractionally strided) convolution, the exact integer convolution of zero-point-shifted
+int8 / uint8 tensors (ConvInteger; QLinearConv requantizes its int32 result), and max / average / Lp
+pooling over any number of spatial axes with dilations, ceil_mode and MaxPool's indices.
 
 Both loop over the kernel taps, each tap one batched product: float64 sums for the transposed
 convolution, int64 (exact) for the integer one. They run as numpy islands in a plan.
@@ -101,6 +102,109 @@ def conv_integer_ref(ctx, p, x, weight, x_zero_point=None, w_zero_point=None):
     return acc.reshape(n, cout, oh, ow).astype(np.int32)
 
 
+def pool_nd_dims(spatial: tuple, params: dict) -> tuple:
+    """Output spatial dims of pool_nd: (in + pads - dilated kernel) / stride + 1, floored, or with
+    ``ceil_mode`` ceiled unless the last window would start inside the end padding (PyTorch's and
+    onnxruntime's rule)."""
+    rank = len(spatial)
+    kernel, strides, dilations, pads = (params["kernel"], params["strides"], params["dilations"], params["pads"])
+    out = []
+    for d in range(rank):
+        span = spatial[d] + pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1
+        size = (-(-span // strides[d]) if params.get("ceil_mode", 0) else span // strides[d]) + 1
+        if params.get("ceil_mode", 0) and (size - 1) * strides[d] >= spatial[d] + pads[d]:
+            size -= 1
+        out.append(size)
+    return tuple(out)
+
+
+def _pool_nd_infer(specs, params):
+    x = specs["x"]
+    rank = len(params["kernel"])
+    expect(len(x.shape) == rank + 2 and all(isinstance(d, int) for d in x.shape[2:]),
+           f"pool_nd over {rank} spatial axes needs a static (N, C, {rank} dims) x, got {x.describe()}")
+    expect(x.dtype in ("float32", "float16", "float64") or params["mode"] == "max" and x.dtype in ("int8", "uint8"),
+           f"pool_nd {params['mode']} of {x.describe()}")
+    dims = pool_nd_dims(x.shape[2:], params)
+    expect(min(dims) > 0, f"pool_nd of {x.describe()} gives an empty output {dims}")
+    out = tuple(x.shape[:2]) + dims
+    expect(not params.get("with_indices", 0) or params["mode"] == "max", "only max pooling gives indices")
+    return {"y": (out, x.dtype), "indices": (out, "int64")}
+
+
+def _pool_taps(x: np.ndarray, params: dict, out_dims: tuple):
+    """(values, inside, in_pads, flat index) per kernel tap, each (taps, N, C, *out): the input value
+    under the tap (0 outside), whether it lies on the input, whether it lies within the explicit pads,
+    and its row-major offset in one (N, C) image."""
+    rank = len(out_dims)
+    kernel, strides, dilations, pads = params["kernel"], params["strides"], params["dilations"], params["pads"]
+    spatial = x.shape[2:]
+    offsets = [np.arange(k) * dil for k, dil in zip(kernel, dilations)]
+    values, inside, in_pads, flat = [], [], [], []
+    for tap in np.ndindex(*kernel):
+        coords = [np.arange(out_dims[d]) * strides[d] - pads[d] + offsets[d][tap[d]] for d in range(rank)]
+        grids = np.meshgrid(*coords, indexing="ij")                                  # rank x (*out)
+        on_input = np.logical_and.reduce([(g >= 0) & (g < spatial[d]) for d, g in enumerate(grids)])
+        padded = np.logical_and.reduce([(g >= -pads[d]) & (g < spatial[d] + pads[rank + d]) for d, g in enumerate(grids)])
+        clipped = [np.clip(g, 0, spatial[d] - 1) for d, g in enumerate(grids)]
+        values.append(x[(slice(None), slice(None), *clipped)])                      # (N, C, *out)
+        inside.append(on_input)
+        in_pads.append(padded)
+        flat.append(np.ravel_multi_index(clipped, spatial))
+    return np.stack(values), np.stack(inside), np.stack(in_pads), np.stack(flat)
+
+
+def pool_nd_ref(ctx, p, x):
+    """Max / average / Lp pooling of NCHW... x over every spatial axis: ``kernel``, ``strides``,
+    ``dilations``, ``pads`` (all begins, then all ends), ``ceil_mode``; average divides by the taps on
+    the input, or (``count_include_pad``) by those within the explicit pads; Lp is (sum |x|^p)^(1/p).
+    Max with ``with_indices`` also gives each maximum's flat index in its (N, C) image offset by the
+    image's start (``storage_order`` 1: column-major), the first of equal maxima, as onnxruntime."""
+    out_dims = pool_nd_dims(x.shape[2:], p)
+    values, inside, in_pads, flat = _pool_taps(x, p, out_dims)            # (taps, N, C, *out) / (taps, *out)
+    inside_b = np.broadcast_to(inside[:, None, None], values.shape)
+    mode = p["mode"]
+    if mode == "max":
+        low = np.finfo(np.float64).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        wide = np.where(inside_b, values.astype(np.float64), -np.inf if x.dtype.kind == "f" else low)
+        wide = np.where(np.isnan(wide), -np.inf, wide) if x.dtype.kind == "f" else wide
+        best = np.argmax(wide, axis=0)                                          # (N, C, *out)
+        y = np.take_along_axis(values, best[None], axis=0)[0]
+        tap_flat = np.broadcast_to(flat[:, None, None], values.shape)
+        index = np.take_along_axis(tap_flat, best[None], axis=0)[0]
+        if p.get("storage_order", 0):
+            coords = np.unravel_index(index, x.shape[2:])
+            index = np.ravel_multi_index(coords[::-1], x.shape[2:][::-1])
+        image = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2] + (1,) * len(out_dims))
+        if not p.get("with_indices", 0):
+            return y.astype(x.dtype)
+        return y.astype(x.dtype), (index + image * int(np.prod(x.shape[2:]))).astype(np.int64)
+    wide = np.where(inside_b, values.astype(np.float64), 0.0)
+    if mode == "lp":
+        power = float(p.get("p", 2))
+        y = np.sum(np.abs(wide) ** power, axis=0) ** (1.0 / power)
+    else:
+        count = (in_pads if p.get("count_include_pad", 0) else inside).sum(axis=0)   # (*out)
+        y = wide.sum(axis=0) / count
+    return y.astype(x.dtype)
+
+
+def _max_unpool_infer(specs, params):
+    x, indices = specs["x"], specs["indices"]
+    expect(x.shape == indices.shape and indices.dtype == "int64", f"max_unpool: {x.describe()} with {indices.describe()}")
+    return {"y": (tuple(x.shape[:2]) + tuple(int(d) for d in params["output_dims"]), x.dtype)}
+
+
+def max_unpool_ref(ctx, p, x, indices):
+    """Zeros of (N, C, *output_dims) with x's values written at ``indices`` (flat over the whole tensor,
+    as MaxPool gives them)."""
+    y = np.zeros(tuple(x.shape[:2]) + tuple(int(d) for d in p["output_dims"]), x.dtype)
+    y.reshape(-1)[indices.reshape(-1)] = x.reshape(-1)
+    return y
+
+
+register(OpDef("pool_nd", "conv", ("x",), ("y", "indices?"), _pool_nd_infer, pool_nd_ref))
+register(OpDef("max_unpool", "conv", ("x", "indices"), ("y",), _max_unpool_infer, max_unpool_ref))
 register(OpDef("conv_transpose", "conv", ("x", "weight", "bias?"), ("y",), _conv_transpose_infer, conv_transpose_ref))
 register(OpDef("conv_integer", "conv", ("x", "weight", "x_zero_point?", "w_zero_point?"), ("y",), _conv_integer_infer,
                conv_integer_ref))

@@ -35,6 +35,7 @@ from volvox.ops.elementwise import broadcast_plan, broadcast_shape
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
 from volvox.ops.pool import plan_window, pool_out_shape, pool_taps
 from volvox.ops.registry import OpDef, register
+from volvox.ops.tensor import cast_ref
 
 ADD_LEFT_SHIFT = 20  # TFLite's headroom for int8 ADD / SUB
 
@@ -367,6 +368,73 @@ def qlookup_ref(ctx, p, x, table):
 
 
 # ------------------------------------------------------------------- CPU plan lowering
+# ------------------------------------------------------------------ ONNX's QuantizeLinear / DequantizeLinear in full
+INTEGER_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+                  "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)}
+FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def broadcast_quant_param(value: np.ndarray, shape: tuple, axis: int, block_size: int) -> np.ndarray:
+    """A scale / zero point laid against x of ``shape``: a scalar as is, a vector along ``axis``, or
+    (``block_size`` > 0) blocks along ``axis`` repeated ``block_size`` times, the last block cut short."""
+    if value.ndim == 0 or value.size == 1 and not block_size:
+        return value.reshape(())
+    if not block_size:
+        dims = [1] * len(shape)
+        dims[axis] = value.size
+        return value.reshape(dims)
+    value = np.repeat(value, block_size, axis=axis).take(range(shape[axis]), axis=axis)
+    if value.shape != tuple(shape):
+        raise ValueError(f"blocked scale of shape {value.shape} does not match x {tuple(shape)}")
+    return value
+
+
+def _quantize_infer(specs, params):
+    x, scale = specs["x"], specs["scale"]
+    expect(params["to"] in INTEGER_RANGES or params["to"] in FLOAT8 or params["to"] == "float4_e2m1fn",
+           f"quantize to {params['to']!r}")
+    expect(x.dtype in ("float32", "float16", "bfloat16") and scale.dtype in ("float32", "float16", "bfloat16"),
+           f"quantize_linear takes float x and scale, got {x.describe()}, {scale.describe()}")
+    return {"y": (x.shape, params["to"])}
+
+
+def quantize_linear_ref(ctx, p, x, scale, zero_point=None):
+    """ONNX QuantizeLinear: x / scale (in ``precision``'s dtype if given), to an integer type rounded half
+    to even + zero point, saturated; to float8 saturated (``saturate``) or not; to float4e2m1 plus zero point."""
+    axis, block = p.get("axis", 1) % max(x.ndim, 1), p.get("block_size", 0)
+    to = p["to"]
+    scale = broadcast_quant_param(np.asarray(scale), x.shape, axis, block)
+    zero = None if zero_point is None else broadcast_quant_param(np.asarray(zero_point), x.shape, axis, block)
+    precision = p.get("precision")
+    scaled = x.astype(precision) / scale.astype(precision) if precision else x / scale
+    if to in INTEGER_RANGES:
+        lo, hi = INTEGER_RANGES[to]
+        q = np.rint(scaled).astype(np.int32)
+        if zero is not None:
+            q = q + zero
+        return np.clip(q, lo, hi).astype(to)
+    if to in FLOAT8:
+        return cast_ref(ctx, {"to": to, "saturate": p.get("saturate", 1)}, scaled)
+    return (scaled if zero is None else scaled + zero).astype(to)
+
+
+def _dequantize_infer(specs, params):
+    x, scale = specs["x"], specs["scale"]
+    expect(scale.dtype in ("float32", "float16", "bfloat16"), f"dequantize_linear's scale must be float, got {scale.describe()}")
+    return {"y": (x.shape, params.get("to") or scale.dtype)}
+
+
+def dequantize_linear_ref(ctx, p, x, scale, zero_point=None):
+    """ONNX DequantizeLinear: (float32(x) - zero point) * scale, in ``to`` (default: the scale's dtype);
+    a float8 / float4 x takes no zero point (onnx requires it zero)."""
+    axis, block = p.get("axis", 1) % max(x.ndim, 1), p.get("block_size", 0)
+    shifted = x.astype(np.float32)
+    if zero_point is not None and x.dtype.name not in FLOAT8 + ("float4_e2m1fn",):
+        shifted = shifted - broadcast_quant_param(np.asarray(zero_point), x.shape, axis, block)
+    y = shifted * broadcast_quant_param(np.asarray(scale), x.shape, axis, block)
+    return y.astype(p.get("to") or scale.dtype)
+
+
 def qbinary_cpu(plan, node) -> None:
     """qadd / qmul as one native step (engine/quantized_ops.pxi); a broadcast first operand swaps
     with the second, its zero point and multiplier with it (the integer sum and product commute)."""
@@ -412,4 +480,7 @@ register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, 
 register(OpDef("hybrid_linear", "quantized", ("x", "weight", "bias?", "weight_scale"), ("y",), _hybrid_linear_infer,
                hybrid_linear_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _rescale_infer, qrescale_ref))
+register(OpDef("quantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _quantize_infer, quantize_linear_ref))
+register(OpDef("dequantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _dequantize_infer,
+               dequantize_linear_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))

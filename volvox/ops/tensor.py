@@ -121,9 +121,46 @@ def _cast_infer(specs, params):
     return {"y": (specs["x"].shape, params["to"])}
 
 
+SATURATING_FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
+
+
 def cast_ref(ctx, p, x):
-    """x converted to dtype ``to`` (float to int truncates toward zero, as C casts)."""
-    return x.astype(p["to"])
+    """x converted to dtype ``to`` (float to int truncates toward zero, as C casts). ONNX's narrow types:
+    a float8 target with ``saturate`` (default 1) clamps to its finite range (inf too; NaN stays NaN),
+    else overflows to NaN / inf; float8_e8m0fnu rounds its exponent by ``round_mode`` (up, down,
+    nearest), as the onnx package's reference."""
+    to = p["to"]
+    if to in SATURATING_FLOAT8 and p.get("saturate", 1):
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(getattr(ml_dtypes, to))
+        return np.clip(x, info.min, info.max).astype(to)
+    if to == "float8_e8m0fnu":
+        return _to_float8_e8m0(x, bool(p.get("saturate", 1)), p.get("round_mode", "up"))
+    return x.astype(to)
+
+
+def _to_float8_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """float8_e8m0fnu (a bare power-of-two exponent) of x: float32's exponent, rounded up when a
+    fraction is left ("up"), to nearest, or truncated ("down"); NaN and inf become 0xFF."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    if round_mode == "nearest":
+        guard, rest = (bits & 0x400000) > 0, (bits & 0x3FFFFF) > 0
+        round_up = guard & (rest | (exponent > 0)) & ~special
+    elif round_mode == "up":
+        round_up = ((bits & 0x7FFFFF) > 0) & ~special
+    elif round_mode == "down":
+        round_up = np.zeros(exponent.shape, bool)
+    else:
+        raise ValueError(f"float8_e8m0 round_mode {round_mode!r} (up, down, nearest)")
+    if saturate:
+        round_up &= exponent != 0xFE
+    exponent = (exponent + round_up).astype(np.uint8)
+    exponent[special] = 0xFF
+    return exponent.view("float8_e8m0fnu")
 
 
 def _expand_infer(specs, params):

@@ -1,4 +1,5 @@
-"""Import an ONNX model (opset 7 and later) into a volvox graph, NHWC inside for convolutions.
+"""Import an ONNX model into a volvox graph, NHWC inside for convolutions: opset 7 and later directly,
+older files after the onnx package's version converter took them to opset 7.
 
 ``reader`` decodes the protobuf (external data memory-mapped), ``importer`` holds the translation
 state (layout, constants, folding), ``vision`` maps the CNN ops onto the fast NHWC kernels and
@@ -20,9 +21,9 @@ import numpy as np
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import validate_file
-from volvox.formats.onnx import generic, vision
+from volvox.formats.onnx import control_flow, generic, vision
 from volvox.formats.onnx.importer import ConstantRequired, Importer
-from volvox.formats.onnx.reader import ONNX_DTYPES, ONNXError, OnnxModel, OnnxNode, read_model, type_name
+from volvox.formats.onnx.reader import ONNXError, OnnxModel, OnnxNode, element_dtype, read_model, read_model_upgraded
 
 __all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "op_report"]
 
@@ -58,6 +59,15 @@ def _resize(imp: Importer, n: OnnxNode, where: str) -> None:
         generic.resize_nd(imp, n, where)
 
 
+def _pool(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MaxPool / AveragePool on the NHWC kernels where they apply (1-D / 2-D float32, int8 MaxPool), else
+    the numpy pool_nd over any spatial rank, dilations, ceil_mode and indices."""
+    if generic.needs_general_pool(imp, n):
+        generic.pool_nd(imp, n, where)
+    else:
+        vision.one_dimensional(vision.pool)(imp, n, where)
+
+
 def _refuse(why: str):
     def translate(imp: Importer, n: OnnxNode, where: str) -> None:
         raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {imp.opset}: {why}")
@@ -91,7 +101,9 @@ TRANSLATIONS = {
     "OneHot": generic.one_hot, "Trilu": generic.trilu, "DepthToSpace": generic.depth_space,
     "SpaceToDepth": generic.depth_space,
     "Conv": vision.one_dimensional(vision.conv), "BatchNormalization": vision.batch_norm,
-    "MaxPool": vision.one_dimensional(vision.pool), "AveragePool": vision.one_dimensional(vision.pool),
+    "MaxPool": _pool, "AveragePool": _pool, "LpPool": generic.pool_nd, "GlobalLpPool": generic.global_lp_pool,
+    "MaxUnpool": generic.max_unpool, "NonZero": generic.nonzero, "Compress": generic.compress,
+    "Unique": generic.unique, "NonMaxSuppression": generic.non_max_suppression,
     "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool,
     "MatMul": _float32_or(vision.matmul, generic.matmul_general),
     "Gemm": vision.gemm, "Resize": _resize, "Upsample": _resize,
@@ -103,6 +115,13 @@ TRANSLATIONS = {
     "MeanVarianceNormalization": generic.mean_variance_normalization, "RNN": generic.recurrent, "GRU": generic.recurrent, "LSTM": generic.recurrent,
     "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
 }
+
+
+TRANSLATIONS.update({
+    "If": lambda imp, n, where: control_flow.if_(imp, n, where, TRANSLATIONS),
+    "Loop": lambda imp, n, where: control_flow.loop(imp, n, where, TRANSLATIONS),
+    "Scan": lambda imp, n, where: control_flow.scan(imp, n, where, TRANSLATIONS),
+})
 
 
 def op_report(path: str | Path) -> dict:
@@ -133,7 +152,9 @@ def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], 
     """The graph with every symbolic input dim kept; when the model's shape arithmetic cannot be planned
     with a symbolic batch (a reshape whose target mixes it with another unknown), the batch bound to 1."""
     if model.opset < MIN_OPSET:
-        raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
+        if model.opset < 1:
+            raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
+        model = read_model_upgraded(path, MIN_OPSET)
     try:
         return _translate(model, path, bind_batch=False)
     except ConstantRequired:
@@ -154,10 +175,9 @@ def _translate(model: OnnxModel, path: str, bind_batch: bool) -> tuple[Graph, di
         imp.readers[name] = imp.readers.get(name, 0) + 1
     inputs = []
     for name, elem, dims in model.inputs:
-        if elem not in ONNX_DTYPES:
-            raise UnsupportedError(f"{path}: input {name!r} has ONNX type {type_name(elem)}, which volvox does not take")
+        dtype = element_dtype(elem, f"{path}: input {name!r}")
         dims = [1 if bind_batch and i == 0 and isinstance(d, str) else d for i, d in enumerate(dims)]
-        spec = TensorSpec(name, tuple(dims), np.dtype(ONNX_DTYPES[elem]).name)
+        spec = TensorSpec(name, tuple(dims), dtype.name)
         inputs.append(spec)
         imp.specs[name], imp.shapes[name] = spec, spec.shape
     for n in model.nodes:

@@ -86,7 +86,7 @@ class Importer:
 
     def weight(self, name: str, value: np.ndarray) -> str:
         """Register ``value`` as the weight ``name``."""
-        value = np.ascontiguousarray(value)
+        value = np.ascontiguousarray(value).reshape(np.shape(value))   # a 0-d value stays 0-d
         if value.dtype.name not in DTYPES:
             raise UnsupportedError(f"{self.path}: weight {name!r} is {value.dtype}, which volvox does not run")
         self.weights[name] = value
