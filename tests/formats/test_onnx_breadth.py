@@ -156,3 +156,20 @@ def test_opset_6_file_is_converted(tmp_path):
                 ["r", ("n", TensorProto.BOOL)], opset=6)
     equal_onnxruntime(path, {"x": RNG.standard_normal((2, 3)).astype(np.float32),
                              "b": np.array([True, False, False, True])})
+
+
+def test_ops_defined_as_onnx_functions_run_through_their_body(tmp_path):
+    """Attention (opset 23: grouped heads, causal, scaled) and CenterCropPad have no volvox translation:
+    they run as the ops of their ONNX function bodies."""
+    q = RNG.standard_normal((2, 4, 3, 8)).astype(np.float32)
+    k = RNG.standard_normal((2, 2, 5, 8)).astype(np.float32)
+    v = RNG.standard_normal((2, 2, 5, 6)).astype(np.float32)
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1, scale=0.3)
+    path = save(tmp_path / "attention.onnx", [node], [("q", TensorProto.FLOAT, list(q.shape)),
+                                                      ("k", TensorProto.FLOAT, list(k.shape)),
+                                                      ("v", TensorProto.FLOAT, list(v.shape))], ["y"], opset=23)
+    equal_onnxruntime(path, {"q": q, "k": k, "v": v}, rtol=1e-5, atol=1e-6)
+    crop = helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[1, 2])
+    path = save(tmp_path / "crop.onnx", [crop], [("x", TensorProto.FLOAT, [2, 5, 4])], ["y"],
+                [numpy_helper.from_array(np.array([3, 6], np.int64), "shape")], opset=18)
+    equal_onnxruntime(path, {"x": RNG.standard_normal((2, 5, 4)).astype(np.float32)})

@@ -163,6 +163,23 @@ def _to_float8_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarra
     return exponent.view("float8_e8m0fnu")
 
 
+def _bit_width(dtype: str) -> int | None:
+    """Bits per element of a dtype; None for the sub-byte types, which numpy stores one per byte."""
+    return None if dtype in SUB_BYTE_INTS + ("float4_e2m1fn",) else np.dtype(dtype).itemsize * 8
+
+
+def _bitcast_infer(specs, params):
+    x, to = specs["x"], params["to"]
+    expect(to in DTYPES and _bit_width(x.dtype) is not None and _bit_width(x.dtype) == _bit_width(to),
+           f"bitcast of {x.describe()} to {to}: both must be whole-byte types of one width")
+    return {"y": (x.shape, to)}
+
+
+def bitcast_ref(ctx, p, x):
+    """x's bits read as dtype ``to`` of the same width."""
+    return x.view(p["to"]).copy()
+
+
 def _expand_infer(specs, params):
     return {"y": (broadcast_shape(specs["x"].shape, tuple(int(d) for d in params["shape"])), specs["x"].dtype)}
 
@@ -329,6 +346,7 @@ register(OpDef("gather_nd", "tensor", ("x", "indices"), ("y",), _gather_nd_infer
 register(OpDef("scatter_elements", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_elements_ref))
 register(OpDef("scatter_nd", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_nd_ref))
 register(OpDef("cast", "tensor", ("x",), ("y",), _cast_infer, cast_ref))
+register(OpDef("bitcast", "tensor", ("x",), ("y",), _bitcast_infer, bitcast_ref))
 register(OpDef("expand", "tensor", ("x",), ("y",), _expand_infer, expand_ref))
 register(OpDef("tile", "tensor", ("x",), ("y",), _tile_infer, tile_ref))
 register(OpDef("topk", "tensor", ("x",), ("values", "indices"), _topk_infer, topk_ref))

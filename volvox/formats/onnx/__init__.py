@@ -21,7 +21,7 @@ import numpy as np
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import validate_file
-from volvox.formats.onnx import control_flow, generic, vision
+from volvox.formats.onnx import control_flow, functions, generic, vision
 from volvox.formats.onnx.importer import ConstantRequired, Importer
 from volvox.formats.onnx.reader import ONNXError, OnnxModel, OnnxNode, element_dtype, read_model, read_model_upgraded
 
@@ -59,6 +59,14 @@ def _resize(imp: Importer, n: OnnxNode, where: str) -> None:
         generic.resize_nd(imp, n, where)
 
 
+def _matmul(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MatMul of float32 with a run-time left operand on volvox's linear / matmul; else matmul_general."""
+    if n.inputs[0] in imp.consts:
+        generic.matmul_general(imp, n, where)
+    else:
+        _float32_or(vision.matmul, generic.matmul_general)(imp, n, where)
+
+
 def _pool(imp: Importer, n: OnnxNode, where: str) -> None:
     """MaxPool / AveragePool on the NHWC kernels where they apply (1-D / 2-D float32, int8 MaxPool), else
     the numpy pool_nd over any spatial rank, dilations, ceil_mode and indices."""
@@ -78,6 +86,7 @@ TRANSLATIONS = {
     "Constant": generic.constant, "Shape": generic.shape, "Size": generic.size,
     "ConstantOfShape": generic.constant_of_shape, "Range": generic.range_, "EyeLike": generic.eye_like,
     "Identity": generic.identity, "Dropout": generic.dropout, "Cast": generic.cast, "CastLike": generic.cast_like,
+    "BitCast": generic.bitcast, "DFT": generic.dft, "STFT": generic.stft, "MelWeightMatrix": generic.mel_weight_matrix,
     "Reshape": generic.reshape, "Flatten": generic.flatten, "Squeeze": generic.squeeze, "Unsqueeze": generic.unsqueeze,
     "Transpose": generic.transpose, "Slice": generic.slice_, "Split": generic.split, "Pad": generic.pad,
     "Concat": vision.concat,
@@ -105,7 +114,7 @@ TRANSLATIONS = {
     "MaxUnpool": generic.max_unpool, "NonZero": generic.nonzero, "Compress": generic.compress,
     "Unique": generic.unique, "NonMaxSuppression": generic.non_max_suppression,
     "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool,
-    "MatMul": _float32_or(vision.matmul, generic.matmul_general),
+    "MatMul": _matmul,
     "Gemm": vision.gemm, "Resize": _resize, "Upsample": _resize,
     "LayerNormalization": _float32_or(generic.layer_norm, generic.layer_norm_parts),
     "ConvTranspose": vision.one_dimensional(vision.conv_transpose), "ConvInteger": vision.one_dimensional(vision.conv_integer),
@@ -126,14 +135,16 @@ TRANSLATIONS.update({
 
 def op_report(path: str | Path) -> dict:
     """What ``volvox info`` says of an .onnx file before importing it: its opset, {op type: node count},
-    and the ops volvox has no translation for (an op it has may still refuse some attribute or dtype)."""
+    and the ops volvox has no translation or ONNX function body for (an op it has may still refuse
+    some attribute or dtype)."""
     model = read_model(str(path))
     counts: dict[str, int] = {}
     for n in model.nodes:
         key = n.op if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op}"
         counts[key] = counts.get(key, 0) + 1
     return {"opset": model.opset, "ops": dict(sorted(counts.items())),
-            "missing": sorted(op for op in counts if op not in TRANSLATIONS)}
+            "missing": sorted(op for op in counts if op not in TRANSLATIONS
+                              and not functions.defined_by_function(op, model.opset))}
 
 
 def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
@@ -167,6 +178,7 @@ def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], 
 
 def _translate(model: OnnxModel, path: str, bind_batch: bool) -> tuple[Graph, dict[str, np.ndarray], dict]:
     imp = Importer(path, model.opset)
+    imp.expand = functions.expand
     imp.consts.update(model.initializers)
     for n in model.nodes:
         for i in n.inputs:
@@ -179,7 +191,7 @@ def _translate(model: OnnxModel, path: str, bind_batch: bool) -> tuple[Graph, di
         dims = [1 if bind_batch and i == 0 and isinstance(d, str) else d for i, d in enumerate(dims)]
         spec = TensorSpec(name, tuple(dims), dtype.name)
         inputs.append(spec)
-        imp.specs[name], imp.shapes[name] = spec, spec.shape
+        imp.specs[name], imp.shapes[name], imp.sources[name] = spec, spec.shape, frozenset([name])
     for n in model.nodes:
         imp.node(n, TRANSLATIONS)
     outputs = []

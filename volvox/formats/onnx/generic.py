@@ -108,7 +108,7 @@ def constant_of_shape(imp: Importer, n: OnnxNode, where: str) -> None:
 
 def range_(imp: Importer, n: OnnxNode, where: str) -> None:
     """Range of constant bounds, folded at import (a run-time Range has a data-dependent shape)."""
-    start, limit, delta = (np.asarray(imp.const(i, where, "Range bounds")) for i in n.inputs[:3])
+    start, limit, delta = (np.asarray(imp.const(i, where, "Range bounds")).reshape(()) for i in n.inputs[:3])
     count = max(int(np.ceil((limit - start) / delta)), 0)
     imp.consts[n.outputs[0]] = (start + np.arange(count) * delta).astype(start.dtype)
 
@@ -153,6 +153,12 @@ def cast(imp: Importer, n: OnnxNode, where: str, to: np.dtype | None = None) -> 
         return
     imp.apply("cast", n.name, {"x": src}, n.outputs[0], where, to=to.name, saturate=int(n.attrs.get("saturate", 1)),
               round_mode=n.attrs.get("round_mode", "up"))
+
+
+def bitcast(imp: Importer, n: OnnxNode, where: str) -> None:
+    """BitCast: the bits reinterpreted as the ``to`` type of the same width."""
+    imp.apply("bitcast", n.name, {"x": n.inputs[0]}, n.outputs[0], where,
+              to=element_dtype(n.attrs["to"], f"{where}: BitCast to").name)
 
 
 def cast_like(imp: Importer, n: OnnxNode, where: str) -> None:
@@ -529,6 +535,42 @@ def non_max_suppression(imp: Importer, n: OnnxNode, where: str) -> None:
                                                          "iou_threshold", "score_threshold")) if arg(n, k)}
     _at_import(imp, n, where, "non_max_suppression", ports, {"selected": n.outputs[0]},
                center_point_box=int(n.attrs.get("center_point_box", 0)))
+
+
+# ------------------------------------------------------------------ signal processing
+def dft(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DFT: ``axis`` an attribute before opset 20 (default 1), an input from it (default -2); the length
+    a constant input."""
+    rank = rank_of(imp, n.inputs[0])
+    if imp.opset < 20:
+        axis = n.attrs.get("axis", 1)
+    else:
+        axis = int_list(imp, n, 2, where, "axis")[0] if arg(n, 2) else -2
+    length = int_list(imp, n, 1, where, "dft_length")[0] if arg(n, 1) else 0
+    imp.apply("dft", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=axis % rank, length=length,
+              inverse=int(n.attrs.get("inverse", 0)), onesided=int(n.attrs.get("onesided", 0)))
+
+
+def stft(imp: Importer, n: OnnxNode, where: str) -> None:
+    """STFT with a constant frame step and frame length (else the window's length)."""
+    step = int_list(imp, n, 1, where, "frame_step")[0]
+    if arg(n, 3):
+        length = int_list(imp, n, 3, where, "frame_length")[0]
+    elif arg(n, 2):
+        length = shape_of(imp, n.inputs[2])[0]
+    else:
+        length = shape_of(imp, n.inputs[0])[1]
+    ports = {"x": n.inputs[0], **({"window": n.inputs[2]} if arg(n, 2) else {})}
+    imp.apply("stft", n.name, ports, n.outputs[0], where, frame_step=step, frame_length=length,
+              onesided=int(n.attrs.get("onesided", 1)))
+
+
+def mel_weight_matrix(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MelWeightMatrix of constant operands, folded at import."""
+    names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+    values = {k: np.asarray(imp.const(i, where, k)).reshape(-1)[0].item() for k, i in zip(names, n.inputs)}
+    to = element_dtype(n.attrs.get("output_datatype", 1), f"{where}: output_datatype").name
+    imp.apply("mel_weight_matrix", n.name, {}, n.outputs[0], where, to=to, **values)
 
 
 # ------------------------------------------------------------------ gathers, scatters and friends

@@ -54,6 +54,10 @@ class Importer:
         self.conv_of: dict[str, Node] = {}        # conv output -> its node (BatchNormalization folding)
         self.readers: dict[str, int] = {}
         self.const_weights: dict[tuple, str] = {}  # (const name, dtype) -> its weight
+        self.sources: dict[str, frozenset] = {}   # run-time tensor -> the graph inputs it is computed from
+        # expand(importer, node, where, translations) -> bool: an op without a translation through its
+        # ONNX function body (functions.expand); False when it has none
+        self.expand = None
 
     # ------------------------------------------------------------------ emitting
     def emit(self, op: str, node_id: str, inputs: dict, outputs: str | dict, logical: tuple | None = None,
@@ -74,7 +78,9 @@ class Importer:
                                        f"{', '.join(sorted(dtypes))} operands ({e})") from None
             raise type(e)(f"{self.path}: node {node_id!r} ({op}): {e}") from None
         self.nodes.append(node)
+        origin = frozenset().union(*(self.sources.get(n, frozenset()) for n in inputs.values()))
         for port, name in outputs.items():
+            self.sources[name] = origin
             shape, dtype = specs[port]
             self.specs[name] = TensorSpec(name, tuple(shape), dtype)
             physical = tuple(shape)
@@ -148,6 +154,11 @@ class Importer:
     def const(self, name: str, where: str, what: str) -> np.ndarray:
         """The value of constant ``name``; ConstantRequired when it is computed at run time."""
         if name not in self.consts:
+            origin = self.sources.get(name, frozenset())
+            if len(origin) == 1 and name not in origin:   # computed from one graph input: name that input
+                (source,) = origin
+                raise ConstantRequired(f"{where}: {what} ({name!r}, computed from input {source!r}) must be a "
+                                       "constant; volvox fixes it at import", source)
             raise ConstantRequired(f"{where}: {what} ({name!r}) must be a constant; volvox fixes it at import", name)
         return self.consts[name]
 
@@ -186,10 +197,11 @@ class Importer:
         if n.domain not in ("", "ai.onnx"):
             raise UnsupportedError(f"{where}: domain {n.domain!r} is not supported (opset {self.opset})")
         fn = translations.get(n.op)
-        if fn is None:
-            raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {self.opset}")
         try:
-            fn(self, n, where)
+            if fn is None and not (self.expand is not None and self.expand(self, n, where, translations)):
+                raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {self.opset}")
+            if fn is not None:
+                fn(self, n, where)
         except UnsupportedError as e:   # every refusal names the opset (the node and op are in ``where``)
             if f"opset {self.opset}" not in str(e):
                 e.args = (f"{e} (opset {self.opset})",)

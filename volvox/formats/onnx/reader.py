@@ -255,6 +255,11 @@ def read_model(path: str) -> OnnxModel:
         raise ONNXError(f"{path}: malformed ONNX model ({type(e).__name__}: {e})") from None
 
 
+def read_graph(path: str, buf: bytes, opset: int) -> OnnxModel:
+    """A serialized GraphProto built while importing ``path`` (a function body's nodes), decoded."""
+    return _Reader(path).graph(buf, opset, {}, keep_initializer_inputs=True)
+
+
 def read_model_upgraded(path: str, opset: int) -> OnnxModel:
     """The model at ``path`` converted to ``opset`` by the onnx package's version converter (for files
     older than the opsets volvox translates); UnsupportedError when onnx is missing or cannot convert it."""
