@@ -1,6 +1,7 @@
 """Convolutions and pools the NHWC kernels do not cover, in ONNX's NCHW layout with numpy: the transposed
 (fractionally strided) convolution, the exact integer convolution of zero-point-shifted
-int8 / uint8 tensors (ConvInteger; QLinearConv requantizes its int32 result), and max / average / Lp
+int8 / uint8 tensors (ConvInteger; QLinearConv requantizes its int32 result), convolution over any
+number of spatial axes in any float dtype (conv_nd), Col2Im, and max / average / Lp
 pooling over any number of spatial axes with dilations, ceil_mode and MaxPool's indices.
 
 Both loop over the kernel taps, each tap one batched product: float64 sums for the transposed
@@ -100,6 +101,83 @@ def conv_integer_ref(ctx, p, x, weight, x_zero_point=None, w_zero_point=None):
             tap = xg[:, :, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
             acc += np.einsum("ngchw,goc->ngohw", tap, wg[:, :, :, i, j])
     return acc.reshape(n, cout, oh, ow).astype(np.int32)
+
+
+def _conv_nd_dims(spatial: tuple, kernel: tuple, params: dict) -> tuple:
+    rank = len(kernel)
+    strides, dilations, pads = params["strides"], params["dilations"], params["pads"]
+    return tuple((spatial[d] + pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1
+                 for d in range(rank))
+
+
+def _conv_nd_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    groups = int(params.get("groups", 1))
+    expect(len(x.shape) == len(w.shape) >= 3 and x.dtype == w.dtype and x.dtype in ("float32", "float16", "float64"),
+           f"conv_nd needs (N, C, *spatial) x and (Cout, C / groups, *kernel) weight of one float dtype: "
+           f"{x.describe()}, {w.describe()}")
+    expect(all(isinstance(d, int) for d in x.shape[1:] + w.shape) and x.shape[1] == w.shape[1] * groups
+           and w.shape[0] % groups == 0, f"conv_nd: {x.describe()} does not fit weight {w.describe()} in {groups} groups")
+    dims = _conv_nd_dims(x.shape[2:], w.shape[2:], params)
+    expect(min(dims) > 0, f"conv_nd of {x.describe()} by {w.describe()} gives an empty output {dims}")
+    return {"y": ((x.shape[0], w.shape[0]) + dims, x.dtype)}
+
+
+def conv_nd_ref(ctx, p, x, weight, bias=None):
+    """Convolution over any number of spatial axes, NC...: ``strides``, ``dilations``, ``pads`` (all
+    begins, then all ends), ``groups``; one batched product per kernel tap, summed in float64."""
+    rank = x.ndim - 2
+    kernel = weight.shape[2:]
+    strides, dilations, pads, groups = p["strides"], p["dilations"], p["pads"], int(p.get("groups", 1))
+    out_dims = _conv_nd_dims(x.shape[2:], kernel, p)
+    padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[d], pads[rank + d]) for d in range(rank)])
+    n, cin = x.shape[:2]
+    cout = weight.shape[0]
+    xg = padded.reshape((n, groups, cin // groups) + padded.shape[2:])                      # (N, G, C/G, *padded)
+    wg = weight.astype(np.float64).reshape((groups, cout // groups, cin // groups) + kernel)  # (G, Cout/G, C/G, *kernel)
+    acc = np.zeros((n, groups, cout // groups) + out_dims)                                   # (N, G, Cout/G, *out)
+    for tap in np.ndindex(*kernel):
+        window = tuple(slice(t * dil, t * dil + s * (o - 1) + 1, s)
+                       for t, dil, s, o in zip(tap, dilations, strides, out_dims))
+        acc += np.einsum("ngc...,goc->ngo...", xg[(slice(None),) * 3 + window], wg[(slice(None),) * 3 + tap])
+    y = acc.reshape((n, cout) + out_dims)
+    if bias is not None:
+        y = y + bias.astype(np.float64).reshape((1, cout) + (1,) * rank)
+    return y.astype(x.dtype)
+
+
+def _col2im_blocks(params: dict) -> tuple:
+    image, kernel = params["image"], params["kernel"]
+    rank = len(kernel)
+    strides, dilations, pads = params["strides"], params["dilations"], params["pads"]
+    return tuple((image[d] + pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1
+                 for d in range(rank))
+
+
+def _col2im_infer(specs, params):
+    x = specs["x"]
+    taps = int(np.prod(params["kernel"]))
+    expect(len(x.shape) == 3 and all(isinstance(d, int) for d in x.shape) and x.shape[1] % taps == 0
+           and x.shape[2] == int(np.prod(_col2im_blocks(params))),
+           f"col2im: {x.describe()} is not (N, C * {taps} taps, {int(np.prod(_col2im_blocks(params)))} blocks)")
+    return {"y": ((x.shape[0], x.shape[1] // taps) + tuple(int(d) for d in params["image"]), x.dtype)}
+
+
+def col2im_ref(ctx, p, x):
+    """ONNX Col2Im: each column of (N, C * prod(kernel), blocks) summed back into its window of the
+    (N, C, *image) image (windows by ``strides``, ``dilations``, ``pads``), overlaps added."""
+    kernel, image = tuple(p["kernel"]), tuple(p["image"])
+    rank = len(kernel)
+    strides, dilations, pads = p["strides"], p["dilations"], p["pads"]
+    blocks = _col2im_blocks(p)
+    n, channels = x.shape[0], x.shape[1] // int(np.prod(kernel))
+    columns = x.reshape((n, channels) + kernel + blocks)                                   # (N, C, *kernel, *blocks)
+    padded = np.zeros((n, channels) + tuple(image[d] + pads[d] + pads[rank + d] for d in range(rank)), x.dtype)
+    for tap in np.ndindex(*kernel):
+        window = tuple(slice(t * dil, t * dil + s * (b - 1) + 1, s) for t, dil, s, b in zip(tap, dilations, strides, blocks))
+        padded[(slice(None), slice(None)) + window] += columns[(slice(None), slice(None)) + tap]
+    return np.ascontiguousarray(padded[(slice(None), slice(None)) + tuple(slice(pads[d], pads[d] + image[d])
+                                                                            for d in range(rank))])
 
 
 def pool_nd_dims(spatial: tuple, params: dict) -> tuple:
@@ -203,6 +281,8 @@ def max_unpool_ref(ctx, p, x, indices):
     return y
 
 
+register(OpDef("conv_nd", "conv", ("x", "weight", "bias?"), ("y",), _conv_nd_infer, conv_nd_ref))
+register(OpDef("col2im", "conv", ("x",), ("y",), _col2im_infer, col2im_ref))
 register(OpDef("pool_nd", "conv", ("x",), ("y", "indices?"), _pool_nd_infer, pool_nd_ref))
 register(OpDef("max_unpool", "conv", ("x", "indices"), ("y",), _max_unpool_infer, max_unpool_ref))
 register(OpDef("conv_transpose", "conv", ("x", "weight", "bias?"), ("y",), _conv_transpose_infer, conv_transpose_ref))

@@ -180,6 +180,30 @@ def bitcast_ref(ctx, p, x):
     return x.view(p["to"]).copy()
 
 
+def _tensor_scatter_infer(specs, params):
+    cache, update = specs["cache"], specs["update"]
+    axis = params["axis"]
+    expect(len(cache.shape) == len(update.shape) and cache.dtype == update.dtype and 0 < axis < len(cache.shape)
+           and all(c == u for i, (c, u) in enumerate(zip(cache.shape, update.shape)) if i != axis),
+           f"tensor_scatter: {update.describe()} does not fit {cache.describe()} along axis {axis}")
+    return {"y": (cache.shape, cache.dtype)}
+
+
+def tensor_scatter_ref(ctx, p, cache, update, write_indices=None):
+    """ONNX TensorScatter: ``update`` written into a copy of ``cache`` along ``axis`` from each batch
+    entry's write index (0 when absent); ``circular`` wraps positions past the end."""
+    axis = p["axis"]
+    starts = np.zeros(cache.shape[0], np.int64) if write_indices is None else write_indices.astype(np.int64)
+    length, positions = cache.shape[axis], np.arange(update.shape[axis])
+    y = cache.copy()
+    for batch in range(cache.shape[0]):
+        at = starts[batch] + positions
+        at = at % length if p.get("mode", "linear") == "circular" else at
+        target = np.moveaxis(y[batch], axis - 1, 0)     # a view: (positions, ...)
+        target[at] = np.moveaxis(update[batch], axis - 1, 0)
+    return y
+
+
 def _expand_infer(specs, params):
     return {"y": (broadcast_shape(specs["x"].shape, tuple(int(d) for d in params["shape"])), specs["x"].dtype)}
 
@@ -346,6 +370,8 @@ register(OpDef("gather_nd", "tensor", ("x", "indices"), ("y",), _gather_nd_infer
 register(OpDef("scatter_elements", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_elements_ref))
 register(OpDef("scatter_nd", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_nd_ref))
 register(OpDef("cast", "tensor", ("x",), ("y",), _cast_infer, cast_ref))
+register(OpDef("tensor_scatter", "tensor", ("cache", "update", "write_indices?"), ("y",), _tensor_scatter_infer,
+               tensor_scatter_ref))
 register(OpDef("bitcast", "tensor", ("x",), ("y",), _bitcast_infer, bitcast_ref))
 register(OpDef("expand", "tensor", ("x",), ("y",), _expand_infer, expand_ref))
 register(OpDef("tile", "tensor", ("x",), ("y",), _tile_infer, tile_ref))

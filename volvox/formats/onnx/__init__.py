@@ -67,6 +67,14 @@ def _matmul(imp: Importer, n: OnnxNode, where: str) -> None:
         _float32_or(vision.matmul, generic.matmul_general)(imp, n, where)
 
 
+def _conv(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Conv on the NHWC kernels where they apply (1-D / 2-D float32, constant weight), else the numpy conv_nd."""
+    if generic.needs_general_conv(imp, n):
+        generic.conv_nd(imp, n, where)
+    else:
+        vision.one_dimensional(vision.conv)(imp, n, where)
+
+
 def _pool(imp: Importer, n: OnnxNode, where: str) -> None:
     """MaxPool / AveragePool on the NHWC kernels where they apply (1-D / 2-D float32, int8 MaxPool), else
     the numpy pool_nd over any spatial rank, dilations, ceil_mode and indices."""
@@ -87,6 +95,7 @@ TRANSLATIONS = {
     "ConstantOfShape": generic.constant_of_shape, "Range": generic.range_, "EyeLike": generic.eye_like,
     "Identity": generic.identity, "Dropout": generic.dropout, "Cast": generic.cast, "CastLike": generic.cast_like,
     "BitCast": generic.bitcast, "DFT": generic.dft, "STFT": generic.stft, "MelWeightMatrix": generic.mel_weight_matrix,
+    "Col2Im": generic.col2im, "TensorScatter": generic.tensor_scatter, "Det": generic.det,
     "Reshape": generic.reshape, "Flatten": generic.flatten, "Squeeze": generic.squeeze, "Unsqueeze": generic.unsqueeze,
     "Transpose": generic.transpose, "Slice": generic.slice_, "Split": generic.split, "Pad": generic.pad,
     "Concat": vision.concat,
@@ -109,7 +118,7 @@ TRANSLATIONS = {
     "Expand": generic.expand, "Tile": generic.tile, "TopK": generic.topk, "CumSum": generic.cumsum,
     "OneHot": generic.one_hot, "Trilu": generic.trilu, "DepthToSpace": generic.depth_space,
     "SpaceToDepth": generic.depth_space,
-    "Conv": vision.one_dimensional(vision.conv), "BatchNormalization": vision.batch_norm,
+    "Conv": _conv, "BatchNormalization": vision.batch_norm,
     "MaxPool": _pool, "AveragePool": _pool, "LpPool": generic.pool_nd, "GlobalLpPool": generic.global_lp_pool,
     "MaxUnpool": generic.max_unpool, "NonZero": generic.nonzero, "Compress": generic.compress,
     "Unique": generic.unique, "NonMaxSuppression": generic.non_max_suppression,

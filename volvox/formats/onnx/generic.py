@@ -378,6 +378,9 @@ def softmax(imp: Importer, n: OnnxNode, where: str) -> None:
     dims = shape_of(imp, n.inputs[0])
     rank = len(dims)
     axis = n.attrs.get("axis", -1 if imp.opset >= 13 else 1) % max(rank, 1)
+    if op != "hardmax" and dtype_of(imp, n.inputs[0]).name in ("float16", "float64") and imp.opset >= 13:
+        _softmax_steps(imp, n, axis, where)
+        return
     if imp.opset >= 13 or axis == rank - 1:
         imp.apply(op, n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=axis)
         return
@@ -388,6 +391,20 @@ def softmax(imp: Importer, n: OnnxNode, where: str) -> None:
     imp.apply("reshape", f"{n.name}.flatten", {"x": n.inputs[0]}, flat, where, shape=[0] * axis + [math.prod(tail)])
     imp.apply(op, f"{n.name}.{op}", {"x": flat}, f"{n.name}.out", where, axis=axis)
     imp.apply("reshape", n.name, {"x": f"{n.name}.out"}, n.outputs[0], where, shape=[0] * axis + list(tail))
+
+
+def _softmax_steps(imp: Importer, n: OnnxNode, axis: int, where: str) -> None:
+    """Softmax / LogSoftmax of float16 / float64 in the input's own type, step by step as onnx's
+    reference: exp(x - max) / sum, its log for LogSoftmax."""
+    names = {k: f"{n.name}.{k}" for k in ("max", "shifted", "exp", "sum", "softmax")}
+    imp.apply("reduce_max", f"{n.name}.max", {"x": n.inputs[0]}, names["max"], where, axes=[axis], keepdims=1)
+    imp.apply("sub", f"{n.name}.shift", {"a": n.inputs[0], "b": names["max"]}, names["shifted"], where)
+    imp.apply("exp", f"{n.name}.exp", {"x": names["shifted"]}, names["exp"], where)
+    imp.apply("reduce_sum", f"{n.name}.sum", {"x": names["exp"]}, names["sum"], where, axes=[axis], keepdims=1)
+    probabilities = n.outputs[0] if n.op == "Softmax" else names["softmax"]
+    imp.apply("div", f"{n.name}.normalize", {"a": names["exp"], "b": names["sum"]}, probabilities, where)
+    if n.op == "LogSoftmax":
+        imp.apply("log", n.name, {"x": probabilities}, n.outputs[0], where)
 
 
 # ------------------------------------------------------------------ reductions
@@ -449,6 +466,28 @@ def _explicit_pads(imp: Importer, n: OnnxNode, spatial: tuple, kernel: list, str
         begins.append(small if mode == "SAME_UPPER" else large)
         ends.append(large if mode == "SAME_UPPER" else small)
     return begins + ends
+
+
+def needs_general_conv(imp: Importer, n: OnnxNode) -> bool:
+    """Whether a Conv is beyond the NHWC kernels: not 1-D / 2-D, not float32, or a run-time weight."""
+    return (rank_of(imp, n.inputs[0]) not in (3, 4) or n.inputs[1] not in imp.consts
+            or dtype_of(imp, n.inputs[0]) != np.float32 or dtype_of(imp, n.inputs[1]) != np.float32)
+
+
+def conv_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Conv over any number of spatial axes, in float16 / float32 / float64, weight and bias constant or
+    computed, with volvox's numpy conv_nd."""
+    spatial = shape_of(imp, n.inputs[0])[2:]
+    kernel = [int(k) for k in n.attrs.get("kernel_shape", shape_of(imp, n.inputs[1])[2:])]
+    if not all(isinstance(d, int) for d in list(spatial) + kernel):
+        raise UnsupportedError(f"{where}: Conv over symbolic dims {spatial} / kernel {kernel}")
+    rank = len(kernel)
+    strides = [int(v) for v in n.attrs.get("strides", [1] * rank)]
+    dilations = [int(v) for v in n.attrs.get("dilations", [1] * rank)]
+    pads = _explicit_pads(imp, n, spatial, kernel, strides, dilations, where)
+    ports = {"x": n.inputs[0], "weight": n.inputs[1], **({"bias": n.inputs[2]} if arg(n, 2) else {})}
+    imp.apply("conv_nd", n.name, ports, n.outputs[0], where, strides=strides, dilations=dilations, pads=pads,
+              groups=int(n.attrs.get("group", 1)))
 
 
 def pool_nd(imp: Importer, n: OnnxNode, where: str) -> None:
@@ -571,6 +610,28 @@ def mel_weight_matrix(imp: Importer, n: OnnxNode, where: str) -> None:
     values = {k: np.asarray(imp.const(i, where, k)).reshape(-1)[0].item() for k, i in zip(names, n.inputs)}
     to = element_dtype(n.attrs.get("output_datatype", 1), f"{where}: output_datatype").name
     imp.apply("mel_weight_matrix", n.name, {}, n.outputs[0], where, to=to, **values)
+
+
+def col2im(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Col2Im with constant image and block shapes."""
+    image, kernel = int_list(imp, n, 1, where, "image_shape"), int_list(imp, n, 2, where, "block_shape")
+    rank = len(kernel)
+    imp.apply("col2im", n.name, {"x": n.inputs[0]}, n.outputs[0], where, image=image, kernel=kernel,
+              strides=[int(v) for v in n.attrs.get("strides", [1] * rank)],
+              dilations=[int(v) for v in n.attrs.get("dilations", [1] * rank)],
+              pads=[int(v) for v in n.attrs.get("pads", [0] * 2 * rank)])
+
+
+def tensor_scatter(imp: Importer, n: OnnxNode, where: str) -> None:
+    """TensorScatter (a KV cache update) along ``axis`` from per-batch write indices."""
+    ports = {"cache": n.inputs[0], "update": n.inputs[1], **({"write_indices": n.inputs[2]} if arg(n, 2) else {})}
+    imp.apply("tensor_scatter", n.name, ports, n.outputs[0], where, mode=n.attrs.get("mode", "linear"),
+              axis=n.attrs.get("axis", -2) % rank_of(imp, n.inputs[0]))
+
+
+def det(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Det of the trailing square matrices."""
+    imp.apply("det", n.name, {"x": n.inputs[0]}, n.outputs[0], where)
 
 
 # ------------------------------------------------------------------ gathers, scatters and friends
@@ -924,9 +985,19 @@ def rms_norm(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def swish(imp: Importer, n: OnnxNode, where: str) -> None:
-    """Swish: x * sigmoid(alpha * x)."""
-    x = _float32_input(imp, n, where)
+    """Swish: x * sigmoid(alpha * x); float16 / float64 as onnx's reference, x * (1 / (1 + exp(-alpha x)))."""
     alpha = float(n.attrs.get("alpha", 1.0))
+    kind = dtype_of(imp, n.inputs[0])
+    if kind.name in ("float16", "float64"):
+        names = {k: f"{n.name}.{k}" for k in ("minus_alpha", "scaled", "exp", "one", "denominator", "gate")}
+        imp.consts[names["minus_alpha"]], imp.consts[names["one"]] = np.array(-alpha, kind), np.array(1, kind)
+        imp.apply("mul", f"{n.name}.scale", {"a": n.inputs[0], "b": names["minus_alpha"]}, names["scaled"], where)
+        imp.apply("exp", f"{n.name}.exp", {"x": names["scaled"]}, names["exp"], where)
+        imp.apply("add", f"{n.name}.add", {"a": names["exp"], "b": names["one"]}, names["denominator"], where)
+        imp.apply("div", f"{n.name}.gate", {"a": names["one"], "b": names["denominator"]}, names["gate"], where)
+        imp.apply("mul", n.name, {"a": n.inputs[0], "b": names["gate"]}, n.outputs[0], where)
+        return
+    x = _float32_input(imp, n, where)
     scaled = x
     if alpha != 1.0:
         imp.consts[f"{n.name}.alpha"] = np.array(alpha, np.float32)
