@@ -8,6 +8,8 @@ through unchanged). numpy is the implementation; a plan runs them as islands.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from volvox.ir.graph import DTYPES, expect
@@ -428,12 +430,34 @@ def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
     return np.where(d <= 1, near, far)
 
 
+def _antialias_taps(coords: np.ndarray, scale: float, mode: str, a: float) -> tuple[np.ndarray, np.ndarray]:
+    """(taps, weights), each (out, taps), of a downsampling antialiased resize: the linear (triangle) or
+    cubic kernel stretched by 1 / scale over the input, normalized to sum 1, as onnx's reference
+    (a source coordinate on an input index counts as the right end of the interval before it)."""
+    start = int(np.floor((-1 if mode == "linear" else -2) / scale) + 1)
+    offsets = np.arange(start, 2 - start)                                   # (taps,)
+    base = np.where(coords == np.floor(coords), coords - 1, np.floor(coords))
+    distance = np.abs((offsets[None, :] - (coords - base)[:, None]) * scale)   # (out, taps)
+    if mode == "linear":
+        weights = np.clip(1 - distance, 0, 1)
+    else:
+        near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
+        far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
+        weights = np.where(distance <= 1, near, np.where(distance < 2, far, 0.0))
+    return base[:, None] + offsets[None, :], weights / weights.sum(axis=1, keepdims=True)
+
+
 def _resize_axis(x: np.ndarray, axis: int, out: int, scale: float, roi: tuple, p: dict) -> np.ndarray:
     """x resized along one axis (float64): each output a weighted sum of input taps (edge-padded)."""
     length = x.shape[axis]
     coords = _source_coordinates(p.get("coordinate", "half_pixel"), length, out, scale, roi)
     mode = p.get("mode", "nearest")
-    if mode == "nearest":
+    if p.get("antialias", 0) and mode in ("linear", "cubic") and scale < 1:
+        taps, weights = _antialias_taps(coords, scale, mode, float(p.get("cubic_coeff_a", -0.75)))
+        if p.get("exclude_outside", 0):
+            weights = np.where((taps >= 0) & (taps < length), weights, 0.0)
+            weights = weights / weights.sum(axis=1, keepdims=True)
+    elif mode == "nearest":
         taps = _nearest_index(coords, p.get("nearest_mode", "round_prefer_floor"))[:, None]
         weights = np.ones((out, 1))
     elif mode == "linear":
@@ -478,7 +502,8 @@ def _resize_nd_infer(specs, params):
 def resize_nd_ref(ctx, p, x):
     """ONNX Resize over every axis whose size changes: ``sizes`` (the output shape), ``scales`` (per axis),
     ``mode`` nearest / linear / cubic, ``coordinate``, ``nearest_mode``, ``cubic_coeff_a``,
-    ``exclude_outside``, ``roi`` and ``extrapolation_value`` (tf_crop_and_resize); one axis at a time."""
+    ``exclude_outside``, ``antialias`` (a downsampling linear / cubic filter widened by 1 / scale), ``roi``
+    and ``extrapolation_value`` (tf_crop_and_resize); one axis at a time."""
     y = x.astype(np.float64)
     roi = p.get("roi") or [0.0] * x.ndim + [1.0] * x.ndim
     for axis, (out, scale) in enumerate(zip(p["sizes"], p["scales"])):
@@ -506,59 +531,66 @@ def _reflect(coord: np.ndarray, low: float, high: float) -> np.ndarray:
 
 def _grid_sample_infer(specs, params):
     x, grid = specs["x"], specs["grid"]
-    expect(len(x.shape) == 4 and len(grid.shape) == 4 and grid.shape[-1] == 2 and x.dtype in ("float32", "float16", "float64"),
-           f"grid_sample needs NCHW x and an (N, H, W, 2) grid: {x.describe()}, {grid.describe()}")
+    rank = len(x.shape) - 2
+    expect(rank in (2, 3) and len(grid.shape) == rank + 2 and grid.shape[-1] == rank
+           and x.dtype in ("float32", "float16", "float64"),
+           f"grid_sample needs (N, C, *spatial) x and an (N, *out, spatial rank) grid: {x.describe()}, {grid.describe()}")
     expect(params.get("mode", "linear") in ("linear", "nearest", "cubic") and
-           params.get("padding_mode", "zeros") in ("zeros", "border", "reflection"), f"grid_sample params {params}")
-    return {"y": ((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)}
+           params.get("padding_mode", "zeros") in ("zeros", "border", "reflection")
+           and (rank == 2 or params.get("mode", "linear") != "cubic"), f"grid_sample params {params} of rank {rank}")
+    return {"y": ((x.shape[0], x.shape[1]) + tuple(grid.shape[1:-1]), x.dtype)}
 
 
 def grid_sample_ref(ctx, p, x, grid):
-    """x sampled at the grid's normalized (x, y) points in [-1, 1]: ``mode`` linear / nearest / cubic,
-    ``padding_mode`` zeros / border / reflection, ``align_corners`` (float64)."""
-    n, c, h, w = x.shape
+    """x (N, C, *spatial: 2-D or 3-D) sampled at the grid's normalized points in [-1, 1] (the last grid
+    value indexes the last spatial axis): ``mode`` linear / nearest / cubic (2-D), ``padding_mode``
+    zeros / border / reflection, ``align_corners`` (float64)."""
+    spatial = x.shape[2:]
+    rank = len(spatial)
     align, padding, mode = int(p.get("align_corners", 0)), p.get("padding_mode", "zeros"), p.get("mode", "linear")
     g = grid.astype(np.float64)
 
     def unnormalize(v, size):
         return (v + 1) / 2 * (size - 1) if align else ((v + 1) * size - 1) / 2
 
-    gx, gy = unnormalize(g[..., 0], w), unnormalize(g[..., 1], h)                 # (N, OH, OW)
-    if mode == "cubic":
-        pass   # cubic pads each of its 16 taps (in tap), not the sample point
-    elif padding == "border":
-        gx, gy = np.clip(gx, 0, w - 1), np.clip(gy, 0, h - 1)
-    elif padding == "reflection":
-        gx = _reflect(gx, 0, w - 1) if align else np.clip(_reflect(gx, -0.5, w - 0.5), 0, w - 1)
-        gy = _reflect(gy, 0, h - 1) if align else np.clip(_reflect(gy, -0.5, h - 0.5), 0, h - 1)
-    x64 = x.astype(np.float64)
-    batch = np.arange(n)[:, None, None]
+    def reflect(v, size):
+        return _reflect(v, 0, size - 1) if align else _reflect(v, -0.5, size - 0.5)
 
-    def tap(iy, ix):
-        """x at integer pixels (N, C, OH, OW): zeros outside for padding zeros, reflected or the nearest edge
-        pixel otherwise."""
+    coords = [unnormalize(g[..., rank - 1 - d], spatial[d]) for d in range(rank)]   # per axis (N, *out)
+    if mode == "cubic":
+        pass   # cubic pads each of its taps (in tap), not the sample point
+    elif padding == "border":
+        coords = [np.clip(c, 0, size - 1) for c, size in zip(coords, spatial)]
+    elif padding == "reflection":
+        coords = [reflect(c, size) if align else np.clip(reflect(c, size), 0, size - 1) for c, size in zip(coords, spatial)]
+    x64 = x.astype(np.float64)
+    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (g.ndim - 2))
+
+    def tap(index):
+        """x at integer points (N, C, *out): zeros outside for padding zeros, reflected or the nearest edge
+        point otherwise."""
         if padding == "reflection":
-            iy = np.round(_reflect(iy, 0, h - 1) if align else _reflect(iy, -0.5, h - 0.5)).astype(np.int64)
-            ix = np.round(_reflect(ix, 0, w - 1) if align else _reflect(ix, -0.5, w - 0.5)).astype(np.int64)
-        inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
-        values = x64[batch, :, np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]     # (N, OH, OW, C)
+            index = [np.round(reflect(i, size)).astype(np.int64) for i, size in zip(index, spatial)]
+        inside = np.logical_and.reduce([(i >= 0) & (i < size) for i, size in zip(index, spatial)])
+        values = x64[(batch, slice(None)) + tuple(np.clip(i, 0, size - 1) for i, size in zip(index, spatial))]
         if padding == "zeros":
-            values = values * inside[..., None]
-        return values.transpose(0, 3, 1, 2)
+            values = values * inside[..., None]                                   # (N, *out, C)
+        return np.moveaxis(values, -1, 1)
 
     if mode == "nearest":
-        y = tap(np.round(gy).astype(np.int64), np.round(gx).astype(np.int64))
-    elif mode == "linear":
-        x0, y0 = np.floor(gx), np.floor(gy)
-        fx, fy = (gx - x0)[:, None], (gy - y0)[:, None]
-        x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
-        y = ((1 - fy) * ((1 - fx) * tap(y0, x0) + fx * tap(y0, x0 + 1))
-             + fy * ((1 - fx) * tap(y0 + 1, x0) + fx * tap(y0 + 1, x0 + 1)))
+        return np.ascontiguousarray(tap([np.round(c).astype(np.int64) for c in coords])).astype(x.dtype)
+    lows = [np.floor(c) for c in coords]
+    if mode == "linear":
+        offsets = (0, 1)
+        weights = [[1 - (c - lo), c - lo] for c, lo in zip(coords, lows)]
     else:
-        x0, y0 = np.floor(gx), np.floor(gy)
-        wx, wy = _cubic_weights(gx - x0, -0.75), _cubic_weights(gy - y0, -0.75)  # (N, OH, OW, 4)
-        x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
-        y = sum(wy[..., i][:, None] * wx[..., j][:, None] * tap(y0 + i - 1, x0 + j - 1) for i in range(4) for j in range(4))
+        offsets = (-1, 0, 1, 2)
+        weights = [list(np.moveaxis(_cubic_weights(c - lo, -0.75), -1, 0)) for c, lo in zip(coords, lows)]
+    lows = [lo.astype(np.int64) for lo in lows]
+    y = 0.0
+    for corner in itertools.product(range(len(offsets)), repeat=rank):
+        weight = np.prod([weights[d][k] for d, k in enumerate(corner)], axis=0)[:, None]   # (N, 1, *out)
+        y = y + weight * tap([lo + offsets[k] for lo, k in zip(lows, corner)])
     return np.ascontiguousarray(y).astype(x.dtype)
 
 

@@ -1106,13 +1106,11 @@ def arg_out(n: OnnxNode, i: int) -> bool:
 
 def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
     """Resize / Upsample in full (any axes, cubic, tf_crop_and_resize, keep_aspect_ratio_policy) with
-    volvox's numpy resize_nd, from constant scales / sizes / roi; antialias is refused."""
+    volvox's numpy resize_nd, from constant scales / sizes / roi, antialias included."""
     attrs, x = n.attrs, n.inputs[0]
     dims = list(shape_of(imp, x))
     if not all(isinstance(d, int) for d in dims):
         raise UnsupportedError(f"{where}: Resize of symbolic shape {dims} outside the NHWC kernel")
-    if attrs.get("antialias", 0):
-        raise UnsupportedError(f"{where}: antialiased Resize is not supported")
     for attr, known in (("coordinate_transformation_mode", RESIZE_COORDINATES), ("nearest_mode", RESIZE_NEAREST_MODES),
                         ("mode", ("nearest", "linear", "cubic"))):
         if attr in attrs and attrs[attr] not in known:
@@ -1120,7 +1118,8 @@ def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
     rank = len(dims)
     params = {"mode": attrs.get("mode", "nearest"), "cubic_coeff_a": float(attrs.get("cubic_coeff_a", -0.75)),
               "exclude_outside": int(attrs.get("exclude_outside", 0)),
-              "extrapolation_value": float(attrs.get("extrapolation_value", 0.0))}
+              "extrapolation_value": float(attrs.get("extrapolation_value", 0.0)),
+              "antialias": int(attrs.get("antialias", 0))}
     roi = None
     if n.op == "Upsample" or imp.opset < 11:
         scales = np.asarray(attrs["scales"] if n.op == "Upsample" and imp.opset < 9 else imp.const(n.inputs[1], where, "scales"))
@@ -1157,9 +1156,9 @@ def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def grid_sample(imp: Importer, n: OnnxNode, where: str) -> None:
-    """GridSample of a 4-D input (opset 16 names bilinear / bicubic, opset 20 linear / cubic)."""
-    if rank_of(imp, n.inputs[0]) != 4:
-        raise UnsupportedError(f"{where}: GridSample of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 4-D)")
+    """GridSample of a 4-D or 5-D input (opset 16 names bilinear / bicubic, opset 20 linear / cubic)."""
+    if rank_of(imp, n.inputs[0]) not in (4, 5):
+        raise UnsupportedError(f"{where}: GridSample of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 4-D, 5-D)")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.attrs.get("mode", "linear"), n.attrs.get("mode", "linear"))
     imp.apply("grid_sample", n.name, {"x": n.inputs[0], "grid": n.inputs[1]}, n.outputs[0], where, mode=mode,
               padding_mode=n.attrs.get("padding_mode", "zeros"), align_corners=n.attrs.get("align_corners", 0))
