@@ -173,3 +173,66 @@ def test_ops_defined_as_onnx_functions_run_through_their_body(tmp_path):
     path = save(tmp_path / "crop.onnx", [crop], [("x", TensorProto.FLOAT, [2, 5, 4])], ["y"],
                 [numpy_helper.from_array(np.array([3, 6], np.int64), "shape")], opset=18)
     equal_onnxruntime(path, {"x": RNG.standard_normal((2, 5, 4)).astype(np.float32)})
+
+
+def test_conv_beyond_the_nhwc_kernel(tmp_path):
+    """3-D float16 convs (strided, grouped, SAME_UPPER; dilated with explicit pads) and a conv whose weight
+    is an input."""
+    w = (RNG.standard_normal((4, 1, 2, 3, 2)) * 0.5).astype(np.float16)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], group=2, strides=[1, 2, 1], auto_pad="SAME_UPPER"),
+             helper.make_node("Conv", ["x", "w"], ["z"], group=2, dilations=[2, 1, 1], pads=[1, 0, 1, 0, 2, 0])]
+    path = save(tmp_path / "conv3d.onnx", nodes, [("x", TensorProto.FLOAT16, [1, 2, 5, 6, 4])],
+                [("y", TensorProto.FLOAT16), ("z", TensorProto.FLOAT16)],
+                [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([1, -1, 0.5, 0], np.float16), "b")],
+                opset=13)
+    equal_onnxruntime(path, {"x": RNG.standard_normal((1, 2, 5, 6, 4)).astype(np.float16)}, rtol=2e-3, atol=2e-3)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 0, 1, 0])
+    path = save(tmp_path / "conv_input_weight.onnx", [node], [("x", TensorProto.FLOAT, [2, 3, 5, 4]),
+                                                              ("w", TensorProto.FLOAT, [2, 3, 3, 1])], ["y"], opset=13)
+    equal_onnxruntime(path, {"x": RNG.standard_normal((2, 3, 5, 4)).astype(np.float32),
+                             "w": RNG.standard_normal((2, 3, 3, 1)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_antialiased_downsampling_resize(tmp_path, mode):
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, antialias=1)
+    path = save(tmp_path / "resize.onnx", [node], [("x", TensorProto.FLOAT, [1, 2, 9, 8])], ["y"],
+                [numpy_helper.from_array(np.array([1, 1, 0.4, 0.6], np.float32), "scales")], opset=18)
+    equal_onnxruntime(path, {"x": RNG.standard_normal((1, 2, 9, 8)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode, transform", [("avg", "half_pixel"), ("max", "output_half_pixel")])
+def test_roi_align(tmp_path, mode, transform):
+    rois = np.array([[0.5, 1.0, 6.0, 5.5], [2.0, 0.0, 7.5, 7.0], [-1.0, -1.0, 3.0, 2.0]], np.float32)
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], mode=mode, output_height=3, output_width=2,
+                            sampling_ratio=2, spatial_scale=0.8, coordinate_transformation_mode=transform)
+    path = save(tmp_path / "roi.onnx", [node], [("x", TensorProto.FLOAT, [2, 3, 8, 8])], ["y"],
+                [numpy_helper.from_array(rois, "rois"), numpy_helper.from_array(np.array([0, 1, 1], np.int64), "batch")],
+                opset=16)
+    equal_onnxruntime(path, {"x": RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)}, rtol=1e-5, atol=1e-6)
+
+
+def test_signal_ops(tmp_path):
+    """DFT (one-sided, along axis 1) and STFT with a Hann window, against onnxruntime."""
+    nodes = [helper.make_node("DFT", ["x", "", "axis"], ["spectrum"], onesided=1),
+             helper.make_node("HannWindow", ["size"], ["window"]),
+             helper.make_node("STFT", ["x", "step", "window"], ["stft"])]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "axis"), numpy_helper.from_array(np.array(8, np.int64), "size"),
+             numpy_helper.from_array(np.array(3, np.int64), "step")]
+    path = save(tmp_path / "signal.onnx", nodes, [("x", TensorProto.FLOAT, [2, 20, 1])], ["spectrum", "stft"], inits,
+                opset=20)
+    # atol: onnxruntime's float32 FFT leaves ~1e-5 where the exact imaginary part is 0
+    equal_onnxruntime(path, {"x": RNG.standard_normal((2, 20, 1)).astype(np.float32)}, rtol=1e-4, atol=1e-4)
+
+
+def test_volumetric_grid_sample_and_col2im(tmp_path):
+    nodes = [helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear", padding_mode="border"),
+             helper.make_node("Col2Im", ["cols", "image", "block"], ["im"], strides=[2, 1], pads=[1, 0, 0, 1])]
+    inits = [numpy_helper.from_array(np.array([5, 4], np.int64), "image"),
+             numpy_helper.from_array(np.array([2, 2], np.int64), "block")]
+    path = save(tmp_path / "grid.onnx", nodes, [("x", TensorProto.FLOAT, [1, 2, 3, 4, 5]),
+                                                ("grid", TensorProto.FLOAT, [1, 2, 3, 2, 3]),
+                                                ("cols", TensorProto.FLOAT, [1, 8, 12])], ["y", "im"], inits, opset=20)
+    equal_onnxruntime(path, {"x": RNG.standard_normal((1, 2, 3, 4, 5)).astype(np.float32),
+                             "grid": RNG.uniform(-1.2, 1.2, (1, 2, 3, 2, 3)).astype(np.float32),
+                             "cols": RNG.standard_normal((1, 8, 12)).astype(np.float32)}, rtol=1e-5, atol=1e-6)

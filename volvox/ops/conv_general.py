@@ -1,7 +1,7 @@
 """Convolutions and pools the NHWC kernels do not cover, in ONNX's NCHW layout with numpy: the transposed
 (fractionally strided) convolution, the exact integer convolution of zero-point-shifted
 int8 / uint8 tensors (ConvInteger; QLinearConv requantizes its int32 result), convolution over any
-number of spatial axes in any float dtype (conv_nd), Col2Im, and max / average / Lp
+number of spatial axes in any float dtype (conv_nd), Col2Im, RoiAlign, and max / average / Lp
 pooling over any number of spatial axes with dilations, ceil_mode and MaxPool's indices.
 
 Both loop over the kernel taps, each tap one batched product: float64 sums for the transposed
@@ -267,6 +267,62 @@ def pool_nd_ref(ctx, p, x):
     return y.astype(x.dtype)
 
 
+def _roi_align_infer(specs, params):
+    x, rois, batch = specs["x"], specs["rois"], specs["batch_indices"]
+    expect(len(x.shape) == 4 and x.dtype in ("float32", "float16", "float64") and len(rois.shape) == 2
+           and rois.shape[1] == 4 and len(batch.shape) == 1,
+           f"roi_align needs NCHW x, (R, 4) rois and (R,) batch indices: {x.describe()}, {rois.describe()}, {batch.describe()}")
+    return {"y": ((rois.shape[0], x.shape[1], int(params["output_height"]), int(params["output_width"])), x.dtype)}
+
+
+def _roi_samples(start: float, size: float, bins: int, grid: int, limit: int):
+    """Bilinear taps along one axis of a ROI's bins: (low, high, low weight, high weight, valid), each
+    (bins * grid,), sample points at (i + 0.5) / grid of each bin, clamped to the image as onnxruntime."""
+    points = start + (np.arange(bins)[:, None] * size / bins + (np.arange(grid)[None, :] + 0.5) * size / bins / grid)
+    points = points.reshape(-1)
+    valid = (points >= -1.0) & (points <= limit)
+    points = np.maximum(points, 0)
+    low = np.floor(points).astype(np.int64)
+    edge = low >= limit - 1
+    low = np.where(edge, limit - 1, low)
+    high = np.where(edge, limit - 1, low + 1)
+    points = np.where(edge, low, points)
+    frac = points - low
+    return low, high, 1.0 - frac, frac, valid
+
+
+def roi_align_ref(ctx, p, x, rois, batch_indices):
+    """ONNX RoiAlign: each ROI (x1, y1, x2, y2, times ``spatial_scale``; ``half_pixel`` shifts by -0.5)
+    cut into output_height x output_width bins, each the average (``mode`` avg) or maximum of
+    ``sampling_ratio``^2 (0: adaptive) bilinear samples; max takes the largest weighted corner of each
+    sample, as onnxruntime."""
+    height, width = x.shape[2:]
+    out_h, out_w = int(p["output_height"]), int(p["output_width"])
+    half_pixel = p.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    scale, ratio = float(p.get("spatial_scale", 1.0)), int(p.get("sampling_ratio", 0))
+    y = np.zeros((rois.shape[0], x.shape[1], out_h, out_w))
+    for r, (box, image) in enumerate(zip(rois.astype(np.float64), batch_indices)):
+        x1, y1, x2, y2 = box * scale - (0.5 if half_pixel else 0.0)
+        roi_w, roi_h = x2 - x1, y2 - y1
+        if not half_pixel:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        grid_h = ratio if ratio > 0 else int(np.ceil(roi_h / out_h))
+        grid_w = ratio if ratio > 0 else int(np.ceil(roi_w / out_w))
+        ylo, yhi, wyl, wyh, yok = _roi_samples(y1, roi_h, out_h, grid_h, height)
+        xlo, xhi, wxl, wxh, xok = _roi_samples(x1, roi_w, out_w, grid_w, width)
+        plane = x[int(image)].astype(np.float64)                                   # (C, H, W)
+        valid = (yok[:, None] & xok[None, :])                                      # (out_h * gh, out_w * gw)
+        corners = [w_y[:, None] * w_x[None, :] * plane[:, iy[:, None], ix[None, :]]   # (C, samples_h, samples_w)
+                   for iy, w_y in ((ylo, wyl), (yhi, wyh)) for ix, w_x in ((xlo, wxl), (xhi, wxh))]
+        corners = [c * valid for c in corners]
+        shape = (x.shape[1], out_h, grid_h, out_w, grid_w)
+        if p.get("mode", "avg") == "avg":
+            y[r] = sum(corners).reshape(shape).sum(axis=(2, 4)) / max(grid_h * grid_w, 1)
+        else:
+            y[r] = np.maximum.reduce(corners).reshape(shape).max(axis=(2, 4))
+    return y.astype(x.dtype)
+
+
 def _max_unpool_infer(specs, params):
     x, indices = specs["x"], specs["indices"]
     expect(x.shape == indices.shape and indices.dtype == "int64", f"max_unpool: {x.describe()} with {indices.describe()}")
@@ -284,6 +340,7 @@ def max_unpool_ref(ctx, p, x, indices):
 register(OpDef("conv_nd", "conv", ("x", "weight", "bias?"), ("y",), _conv_nd_infer, conv_nd_ref))
 register(OpDef("col2im", "conv", ("x",), ("y",), _col2im_infer, col2im_ref))
 register(OpDef("pool_nd", "conv", ("x",), ("y", "indices?"), _pool_nd_infer, pool_nd_ref))
+register(OpDef("roi_align", "conv", ("x", "rois", "batch_indices"), ("y",), _roi_align_infer, roi_align_ref))
 register(OpDef("max_unpool", "conv", ("x", "indices"), ("y",), _max_unpool_infer, max_unpool_ref))
 register(OpDef("conv_transpose", "conv", ("x", "weight", "bias?"), ("y",), _conv_transpose_infer, conv_transpose_ref))
 register(OpDef("conv_integer", "conv", ("x", "weight", "x_zero_point?", "w_zero_point?"), ("y",), _conv_integer_infer,

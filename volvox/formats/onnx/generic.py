@@ -634,6 +634,17 @@ def det(imp: Importer, n: OnnxNode, where: str) -> None:
     imp.apply("det", n.name, {"x": n.inputs[0]}, n.outputs[0], where)
 
 
+def roi_align(imp: Importer, n: OnnxNode, where: str) -> None:
+    """RoiAlign (opset 10: output_half_pixel, the default before opset 16)."""
+    default = "half_pixel" if imp.opset >= 16 else "output_half_pixel"
+    params = {k: n.attrs[k] for k in ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale")
+              if k in n.attrs}
+    params.setdefault("output_height", 1)
+    params.setdefault("output_width", 1)
+    imp.apply("roi_align", n.name, {"x": n.inputs[0], "rois": n.inputs[1], "batch_indices": n.inputs[2]}, n.outputs[0],
+              where, coordinate_transformation_mode=n.attrs.get("coordinate_transformation_mode", default), **params)
+
+
 # ------------------------------------------------------------------ gathers, scatters and friends
 def gather(imp: Importer, n: OnnxNode, where: str) -> None:
     """Gather along ``axis``."""
