@@ -1,7 +1,8 @@
 """Convolutions and pools the NHWC kernels do not cover, in ONNX's NCHW layout with numpy: the transposed
 (fractionally strided) convolution, the exact integer convolution of zero-point-shifted
 int8 / uint8 tensors (ConvInteger; QLinearConv requantizes its int32 result), convolution over any
-number of spatial axes in any float dtype (conv_nd), Col2Im, RoiAlign, and max / average / Lp
+number of spatial axes in any float dtype (conv_nd), the deformable convolution, Col2Im, RoiAlign,
+and max / average / Lp
 pooling over any number of spatial axes with dilations, ceil_mode and MaxPool's indices.
 
 Both loop over the kernel taps, each tap one batched product: float64 sums for the transposed
@@ -143,6 +144,53 @@ def conv_nd_ref(ctx, p, x, weight, bias=None):
     y = acc.reshape((n, cout) + out_dims)
     if bias is not None:
         y = y + bias.astype(np.float64).reshape((1, cout) + (1,) * rank)
+    return y.astype(x.dtype)
+
+
+def _deform_conv_infer(specs, params):
+    x, w, offset = specs["x"], specs["weight"], specs["offset"]
+    groups, offset_groups = int(params.get("groups", 1)), int(params.get("offset_groups", 1))
+    kernel = tuple(w.shape[2:])
+    expect(len(x.shape) == 4 and len(w.shape) == 4 and len(offset.shape) == 4 and x.dtype in ("float32", "float16", "float64")
+           and x.shape[1] == w.shape[1] * groups and x.shape[1] % offset_groups == 0
+           and offset.shape[1] == offset_groups * 2 * int(np.prod(kernel)),
+           f"deform_conv: {x.describe()}, weight {w.describe()}, offset {offset.describe()} in {groups} groups and "
+           f"{offset_groups} offset groups")
+    return {"y": ((x.shape[0], w.shape[0]) + tuple(offset.shape[2:]), x.dtype)}
+
+
+def deform_conv_ref(ctx, p, x, weight, offset, bias=None, mask=None):
+    """ONNX DeformConv (2-D): each kernel tap reads x at its regular position plus its learned offset
+    (per offset group and output point), bilinearly (zeros outside), scaled by ``mask`` when given,
+    then the grouped convolution sums; float64."""
+    n, channels, height, width = x.shape
+    kh, kw = weight.shape[2:]
+    out_h, out_w = offset.shape[2:]
+    (sh, sw), (dh, dw), pads = p["strides"], p["dilations"], p["pads"]
+    groups, offset_groups = int(p.get("groups", 1)), int(p.get("offset_groups", 1))
+    shifts = offset.astype(np.float64).reshape(n, offset_groups, kh, kw, 2, out_h, out_w)
+    rows = (np.arange(out_h) * sh - pads[0])[None, :] + (np.arange(kh) * dh)[:, None]     # (kh, OH)
+    cols = (np.arange(out_w) * sw - pads[1])[None, :] + (np.arange(kw) * dw)[:, None]     # (kw, OW)
+    ys = rows[None, None, :, None, :, None] + shifts[:, :, :, :, 0]                        # (N, OG, kh, kw, OH, OW)
+    xs = cols[None, None, None, :, None, :] + shifts[:, :, :, :, 1]
+    grouped = x.astype(np.float64).reshape(n, offset_groups, channels // offset_groups, height, width)
+    batch = np.arange(n).reshape(n, 1, 1, 1, 1, 1)
+    group = np.arange(offset_groups).reshape(1, offset_groups, 1, 1, 1, 1)
+    y0, x0 = np.floor(ys), np.floor(xs)
+    sampled = 0.0
+    for yy, wy in ((y0, 1 - (ys - y0)), (y0 + 1, ys - y0)):
+        for xx, wx in ((x0, 1 - (xs - x0)), (x0 + 1, xs - x0)):
+            inside = (yy >= 0) & (yy < height) & (xx >= 0) & (xx < width)
+            iy, ix = np.clip(yy, 0, height - 1).astype(np.int64), np.clip(xx, 0, width - 1).astype(np.int64)
+            values = grouped[batch, group, :, iy, ix]                        # (N, OG, kh, kw, OH, OW, C / OG)
+            sampled = sampled + (wy * wx * inside)[..., None] * values
+    if mask is not None:
+        sampled = sampled * mask.astype(np.float64).reshape(n, offset_groups, kh, kw, out_h, out_w)[..., None]
+    columns = np.moveaxis(sampled, -1, 2).reshape(n, groups, channels // groups, kh, kw, out_h, out_w)
+    wg = weight.astype(np.float64).reshape(groups, weight.shape[0] // groups, channels // groups, kh, kw)
+    y = np.einsum("ngcabhw,gocab->ngohw", columns, wg).reshape(n, weight.shape[0], out_h, out_w)
+    if bias is not None:
+        y = y + bias.astype(np.float64).reshape(1, -1, 1, 1)
     return y.astype(x.dtype)
 
 
@@ -338,6 +386,8 @@ def max_unpool_ref(ctx, p, x, indices):
 
 
 register(OpDef("conv_nd", "conv", ("x", "weight", "bias?"), ("y",), _conv_nd_infer, conv_nd_ref))
+register(OpDef("deform_conv", "conv", ("x", "weight", "offset", "bias?", "mask?"), ("y",), _deform_conv_infer,
+               deform_conv_ref))
 register(OpDef("col2im", "conv", ("x",), ("y",), _col2im_infer, col2im_ref))
 register(OpDef("pool_nd", "conv", ("x",), ("y", "indices?"), _pool_nd_infer, pool_nd_ref))
 register(OpDef("roi_align", "conv", ("x", "rois", "batch_indices"), ("y",), _roi_align_infer, roi_align_ref))

@@ -96,7 +96,7 @@ TRANSLATIONS = {
     "Identity": generic.identity, "Dropout": generic.dropout, "Cast": generic.cast, "CastLike": generic.cast_like,
     "BitCast": generic.bitcast, "DFT": generic.dft, "STFT": generic.stft, "MelWeightMatrix": generic.mel_weight_matrix,
     "Col2Im": generic.col2im, "TensorScatter": generic.tensor_scatter, "Det": generic.det,
-    "RoiAlign": generic.roi_align,
+    "RoiAlign": generic.roi_align, "DeformConv": generic.deform_conv,
     "Reshape": generic.reshape, "Flatten": generic.flatten, "Squeeze": generic.squeeze, "Unsqueeze": generic.unsqueeze,
     "Transpose": generic.transpose, "Slice": generic.slice_, "Split": generic.split, "Pad": generic.pad,
     "Concat": vision.concat,

@@ -128,9 +128,11 @@ def identity(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def dropout(imp: Importer, n: OnnxNode, where: str) -> None:
-    """Inference Dropout: the input unchanged, its mask all true."""
+    """Inference Dropout (or a training one of ratio 0): the input unchanged, its mask all true."""
     if arg(n, 2) and bool(np.asarray(imp.const(n.inputs[2], where, "training_mode"))):
-        raise UnsupportedError(f"{where}: training-mode Dropout is not supported")
+        ratio = float(np.asarray(imp.const(n.inputs[1], where, "ratio")).reshape(-1)[0]) if arg(n, 1) else 0.5
+        if ratio != 0:
+            raise UnsupportedError(f"{where}: training-mode Dropout (random, ratio {ratio}) is not supported")
     imp.alias(n.inputs[0], n.outputs[0])
     if output_used(imp, n, 1):
         dims = shape_of(imp, n.inputs[0])
@@ -488,6 +490,17 @@ def conv_nd(imp: Importer, n: OnnxNode, where: str) -> None:
     ports = {"x": n.inputs[0], "weight": n.inputs[1], **({"bias": n.inputs[2]} if arg(n, 2) else {})}
     imp.apply("conv_nd", n.name, ports, n.outputs[0], where, strides=strides, dilations=dilations, pads=pads,
               groups=int(n.attrs.get("group", 1)))
+
+
+def deform_conv(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DeformConv (2-D) with volvox's numpy deform_conv."""
+    if rank_of(imp, n.inputs[0]) != 4:
+        raise UnsupportedError(f"{where}: DeformConv of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 2-D)")
+    ports = {"x": n.inputs[0], "weight": n.inputs[1], "offset": n.inputs[2]}
+    ports.update({port: n.inputs[k] for k, port in ((3, "bias"), (4, "mask")) if arg(n, k)})
+    imp.apply("deform_conv", n.name, ports, n.outputs[0], where, strides=list(n.attrs.get("strides", [1, 1])),
+              dilations=list(n.attrs.get("dilations", [1, 1])), pads=list(n.attrs.get("pads", [0, 0, 0, 0])),
+              groups=int(n.attrs.get("group", 1)), offset_groups=int(n.attrs.get("offset_group", 1)))
 
 
 def pool_nd(imp: Importer, n: OnnxNode, where: str) -> None:

@@ -26,11 +26,13 @@ MOVES_VALUES = ("slice", "concat", "gather", "reshape", "transpose", "expand", "
 class ConstantRequired(UnsupportedError):
     """An operand volvox needs at import (a shape, axes, a count) is computed at run time.
 
-    ``tensor`` names it; ``tools/onnx_conformance.py`` turns such a graph input into an initializer."""
+    ``tensor`` names it (or the graph input it is computed from); ``inputs`` every graph input it is
+    computed from. ``tools/onnx_conformance.py`` turns such graph inputs into initializers."""
 
-    def __init__(self, message: str, tensor: str):
+    def __init__(self, message: str, tensor: str, inputs: tuple = ()):
         super().__init__(message)
         self.tensor = tensor
+        self.inputs = tuple(inputs) or (tensor,)
 
 
 def is_symbolic(value: np.ndarray) -> bool:
@@ -159,7 +161,9 @@ class Importer:
                 (source,) = origin
                 raise ConstantRequired(f"{where}: {what} ({name!r}, computed from input {source!r}) must be a "
                                        "constant; volvox fixes it at import", source)
-            raise ConstantRequired(f"{where}: {what} ({name!r}) must be a constant; volvox fixes it at import", name)
+            sources = f", computed from inputs {sorted(origin)}" if origin and name not in origin else ""
+            raise ConstantRequired(f"{where}: {what} ({name!r}{sources}) must be a constant; volvox fixes it at import",
+                                   name, tuple(sorted(origin)) if sources else ())
         return self.consts[name]
 
     def alias(self, src: str, dst: str) -> None:
