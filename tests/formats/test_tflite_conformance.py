@@ -421,12 +421,18 @@ def conformance_cases() -> list[Case]:
                                        fields=[("b", 0), ("i", 2), ("i", 2), ("b", 0)], consts=[hybrid_w, rand(rng, (4,))],
                                        version=5), (1, 7, 6, 3), refused=True)
     add("RSQRT", "int8", single_op("RSQRT", [(3, 7)], [(3, 7)], "int8", version=2, q_in=dict(scale=0.05, zero_point=-128)),
-        (3, 7), dtype="int8", refused=True)
+        (3, 7), dtype="int8")
+    add("RSQRT", "int8-every-value", single_op("RSQRT", [(2, 128)], [(2, 128)], "int8", version=2,
+                                               q_in=dict(scale=0.3, zero_point=-128), q_out=dict(scale=0.02, zero_point=-100)),
+        np.arange(-128, 128, dtype=np.int8).reshape(2, 128), dtype="int8")
+    add("L2_NORMALIZATION", "int8-wide", single_op("L2_NORMALIZATION", [(4, 3, 37)], [(4, 3, 37)], "int8", "L2NormOptions",
+                                                   [("b", 0)], q_in=dict(scale=0.1, zero_point=5),
+                                                   q_out=dict(scale=1 / 128, zero_point=0), version=2),
+        (4, 3, 37), dtype="int8")
     add("LOG_SOFTMAX", "int8", single_op("LOG_SOFTMAX", [(3, 7)], [(3, 7)], "int8", q_out=dict(scale=16 / 256, zero_point=127),
                                          version=2), (3, 7), dtype="int8", refused=True)
     add("L2_NORMALIZATION", "int8", single_op("L2_NORMALIZATION", [(3, 7)], [(3, 7)], "int8", "L2NormOptions", [("b", 0)],
-                                              q_out=dict(scale=1 / 128, zero_point=0), version=2), (3, 7), dtype="int8",
-        refused=True)
+                                              q_out=dict(scale=1 / 128, zero_point=0), version=2), (3, 7), dtype="int8")
     return cases
 
 

@@ -21,7 +21,7 @@ from volvox.errors import UnsupportedError, WeightsError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier, tflite_round
-from volvox.ops.quantized import float32_exp, float32_tanh, hard_swish_table_int8, lut_int8
+from volvox.ops.quantized import float32_exp, float32_tanh, hard_swish_table_int8, lut_int8, rsqrt_table_int8
 from volvox.ops.shape import MAX_CONCAT_INPUTS
 from volvox.formats.flatbuffers import Table, root
 from volvox.ops import validate_file
@@ -520,9 +520,12 @@ class _Importer:
             fn = (lambda v: np.float32(1) / (np.float32(1) + float32_exp(-v))) if op == "LOGISTIC" else float32_tanh
             table = lut_int8(sx, zx, sy, zy, fn)
             self.add("qlookup", node_id, {"x": xname, "table": self.weight(f"{node_id}.table", table)}, out_idx)
+        elif op == "RSQRT":
+            table = rsqrt_table_int8(sx, zx, sy, zy)
+            self.add("qlookup", node_id, {"x": xname, "table": self.weight(f"{node_id}.table", table)}, out_idx)
         else:
             raise UnsupportedError(f"{where}: int8 {op} is not supported "
-                                   "(int8 RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH)")
+                                   "(int8 RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH, RSQRT)")
 
     def prelu(self, k, op, opts, ins, outs, where) -> None:
         """PRELU: float32 as relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite; int8 as
@@ -792,9 +795,14 @@ class _Importer:
             self.types(where, ins[:1] + outs, ("float32",))
             return self.add("log_softmax", node_id, {"x": self.runtime(ins[0], where)}, outs[0], axis=-1)
         if op == "L2_NORMALIZATION":
-            # TFLite: x / max(sqrt(sum(x * x)), 1e-6) over the last axis
-            self.types(where, ins[:1] + outs, ("float32",))
+            # TFLite: x / max(sqrt(sum(x * x)), 1e-6) over the last axis; int8 in fixed point, out in 1/128 steps
+            dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
             xname = self.runtime(ins[0], where)
+            if dtype == "int8":
+                (_, zx), (sy, zy) = x.qparams(), self.tensors[outs[0]].qparams()
+                if sy != 1 / 128 or zy != 0:
+                    raise UnsupportedError(f"{where}: int8 L2_NORMALIZATION needs output scale 1/128 and zero point 0")
+                return self.add("ql2_normalize", node_id, {"x": xname}, outs[0], input_zero_point=zx)
             eps = self.weight(f"{node_id}.epsilon", np.array(1e-6, np.float32))
             self.nodes.append(Node(f"{node_id}.square", "mul", {"a": xname, "b": xname}, {"y": f"{node_id}.sq"}, {}))
             self.nodes.append(Node(f"{node_id}.sum", "reduce_sum", {"x": f"{node_id}.sq"}, {"y": f"{node_id}.ss"},

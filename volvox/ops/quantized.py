@@ -17,7 +17,9 @@ what it computes rather than how:
   uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
 - ``hybrid_linear``: TFLite's dynamic-range fully connected (float rows quantized at run time);
 - ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
-  (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point).
+  (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point;
+  ``rsqrt_table_int8``: RSQRT through the fixed-point inverse square root);
+- ``ql2_normalize``: TFLite's int8 L2_NORMALIZATION (the same inverse square root per row).
 
 Broadcasting follows numpy. Every int32 intermediate is exact in int64 numpy arithmetic. The per-op
 executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup natively
@@ -368,6 +370,90 @@ def qlookup_ref(ctx, p, x, table):
 
 
 # ------------------------------------------------------------------- CPU plan lowering
+# ------------------------------------------------------------------ TFLite's fixed-point inverse square root
+INT32_MAX, INT32_MIN = 2 ** 31 - 1, -2 ** 31
+
+
+def _srdhm(a: int, b: int) -> int:
+    """gemmlowp's SaturatingRoundingDoublingHighMul of two int32 values."""
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    ab += (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    return ab // (1 << 31) if ab >= 0 else -((-ab) // (1 << 31))   # C division truncates toward zero
+
+
+def _saturating_shift_left(x: int, exponent: int) -> int:
+    """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive exponent."""
+    threshold = (1 << (31 - exponent)) - 1
+    return INT32_MAX if x > threshold else INT32_MIN if x < -threshold else x << exponent
+
+
+def _wrap32(x: int) -> int:
+    return (x + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def inv_sqrt_quantized_multiplier(value: int, reverse_shift: int) -> tuple[int, int]:
+    """TFLite's GetInvSqrtQuantizedMultiplierExp: 1 / sqrt(value) as (int32 multiplier, shift), by five
+    Newton-Raphson steps in gemmlowp's 3-integer-bit fixed point (values 0 and 1 give (INT32_MAX, 0))."""
+    if value <= 1:
+        return INT32_MAX, 0
+    shift = 11
+    while value >= 1 << 29:
+        value //= 4
+        shift += 1
+    pairs = (32 - value.bit_length() - 1) // 2 - 1          # CountLeadingZeros(value) - 1, in bit pairs, less one
+    shift -= pairs
+    value <<= 2 * pairs
+    half_input = _rounding_divide_by_pot(value >> 1, 1)       # F3 input / 2
+    half_three = (1 << 28) + (1 << 27)                        # F3 1.5
+    x = 1 << 28                                               # F3 1.0
+    for _ in range(5):
+        x3 = _saturating_shift_left(_srdhm(_srdhm(x, x), x), 6)                  # F9 -> F3
+        x = _saturating_shift_left(_wrap32(_srdhm(half_three, x) - _srdhm(half_input, x3)), 3)   # F6 -> F3
+    x = _srdhm(x, 1518500250)                                 # times sqrt(2) / 2 (F0)
+    if shift < 0:
+        x, shift = _wrap32(x << -shift), 0
+    return x, shift * reverse_shift
+
+
+def rsqrt_table_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """TFLite's int8 RSQRT as a 256-entry table (index x + 128): 1 / sqrt(x - zp) by the fixed-point
+    inverse square root, rescaled by 1 / (sqrt(in_scale) * out_scale) (sqrt and product in float32,
+    the reciprocal in double); x at the zero point gives 127. LiteRT rejects inputs below the zero
+    point at run time; their entries here are 127 too."""
+    multiplier, shift = quantize_multiplier(1.0 / float(np.float32(np.sqrt(np.float32(in_scale))) * np.float32(out_scale)))
+    table = np.full(256, INT8_MAX, np.int8)
+    for q in range(-128, 128):
+        value = q - in_zp
+        if value <= 0:
+            continue
+        inv, inv_shift = inv_sqrt_quantized_multiplier(value, -1)
+        data = int(multiply_by_quantized_multiplier(1, inv, inv_shift + 20))
+        out = int(multiply_by_quantized_multiplier(data, multiplier, shift - 20)) + out_zp
+        table[q + 128] = min(max(out, INT8_MIN), INT8_MAX)
+    return table
+
+
+def _ql2_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int8" and len(x.shape) >= 1, f"ql2_normalize needs int8 x, got {x.describe()}")
+    return {"y": (x.shape, "int8")}
+
+
+def ql2_normalize_ref(ctx, p, x):
+    """TFLite's int8 L2_NORMALIZATION over the last axis: (x - zp) times the fixed-point inverse square
+    root of its row's sum of squares, out in 1/128 steps (zero point 0)."""
+    shifted = x.astype(np.int64) - int(p["input_zero_point"])                  # (rows..., depth)
+    sums = (shifted * shifted).sum(axis=-1)
+    multipliers = np.zeros(sums.shape, np.int64)
+    shifts = np.zeros(sums.shape, np.int64)
+    for index, total in np.ndenumerate(sums):
+        multipliers[index], shifts[index] = inv_sqrt_quantized_multiplier(int(total), -1)
+    y = multiply_by_quantized_multiplier(shifted, multipliers[..., None], shifts[..., None] + 7)
+    return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
 # ------------------------------------------------------------------ ONNX's QuantizeLinear / DequantizeLinear in full
 INTEGER_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
                   "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)}
@@ -480,6 +566,7 @@ register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, 
 register(OpDef("hybrid_linear", "quantized", ("x", "weight", "bias?", "weight_scale"), ("y",), _hybrid_linear_infer,
                hybrid_linear_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _rescale_infer, qrescale_ref))
+register(OpDef("ql2_normalize", "quantized", ("x",), ("y",), _ql2_infer, ql2_normalize_ref))
 register(OpDef("quantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _quantize_infer, quantize_linear_ref))
 register(OpDef("dequantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _dequantize_infer,
                dequantize_linear_ref))

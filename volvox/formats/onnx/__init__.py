@@ -22,7 +22,7 @@ from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import validate_file
 from volvox.formats.onnx import control_flow, functions, generic, vision
-from volvox.formats.onnx.importer import ConstantRequired, Importer
+from volvox.formats.onnx.importer import ConstantRequired, Importer, output_used
 from volvox.formats.onnx.reader import ONNXError, OnnxModel, OnnxNode, element_dtype, read_model, read_model_upgraded
 
 __all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "op_report"]
@@ -65,6 +65,14 @@ def _matmul(imp: Importer, n: OnnxNode, where: str) -> None:
         generic.matmul_general(imp, n, where)
     else:
         _float32_or(vision.matmul, generic.matmul_general)(imp, n, where)
+
+
+def _batch_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Inference BatchNormalization (folded into its conv where it can be), else the training-mode one."""
+    if n.attrs.get("training_mode", 0) or any(output_used(imp, n, i) for i in range(1, 5)):
+        generic.batch_norm_training(imp, n, where)
+    else:
+        vision.batch_norm(imp, n, where)
 
 
 def _conv(imp: Importer, n: OnnxNode, where: str) -> None:
@@ -119,7 +127,7 @@ TRANSLATIONS = {
     "Expand": generic.expand, "Tile": generic.tile, "TopK": generic.topk, "CumSum": generic.cumsum,
     "OneHot": generic.one_hot, "Trilu": generic.trilu, "DepthToSpace": generic.depth_space,
     "SpaceToDepth": generic.depth_space,
-    "Conv": _conv, "BatchNormalization": vision.batch_norm,
+    "Conv": _conv, "BatchNormalization": _batch_norm,
     "MaxPool": _pool, "AveragePool": _pool, "LpPool": generic.pool_nd, "GlobalLpPool": generic.global_lp_pool,
     "MaxUnpool": generic.max_unpool, "NonZero": generic.nonzero, "Compress": generic.compress,
     "Unique": generic.unique, "NonMaxSuppression": generic.non_max_suppression,

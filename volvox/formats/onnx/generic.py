@@ -968,6 +968,45 @@ def _float32_input(imp: Importer, n: OnnxNode, where: str) -> str:
     return n.inputs[0]
 
 
+def batch_norm_training(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Training-mode BatchNormalization (opset 14+): normalized by the batch's own mean and (population)
+    variance over every axis but the channels, with the running statistics updated by ``momentum``."""
+    if imp.opset < 14:
+        raise UnsupportedError(f"{where}: training-mode BatchNormalization before opset 14 is not supported")
+    x = n.inputs[0]
+    rank = rank_of(imp, x)
+    axes = [0] + list(range(2, rank))
+    per_channel = (-1,) + (1,) * (rank - 2)
+    scale, bias, mean, var = (np.asarray(imp.const(i, where, "BatchNormalization parameters")) for i in n.inputs[1:5])
+    kind = dtype_of(imp, x)
+    momentum, eps = float(n.attrs.get("momentum", 0.9)), float(n.attrs.get("epsilon", 1e-5))
+    names = {k: f"{n.name}.{k}" for k in ("mean", "centred", "square", "var", "eps", "var_eps", "deviation", "scale",
+                                          "scaled", "normalized", "bias", "batch_mean", "batch_var", "keep", "take",
+                                          "old_mean", "old_var", "kept_mean", "kept_var", "new_mean", "new_var")}
+    imp.consts.update({names["eps"]: np.array(eps, kind), names["scale"]: scale.reshape(per_channel).astype(kind),
+                       names["bias"]: bias.reshape(per_channel).astype(kind),
+                       names["keep"]: np.array(momentum, kind), names["take"]: np.array(1 - momentum, kind),
+                       names["old_mean"]: mean.astype(kind), names["old_var"]: var.astype(kind)})
+    imp.apply("reduce_mean", f"{n.name}.mean", {"x": x}, names["mean"], where, axes=axes, keepdims=1)
+    imp.apply("sub", f"{n.name}.centre", {"a": x, "b": names["mean"]}, names["centred"], where)
+    imp.apply("mul", f"{n.name}.square", {"a": names["centred"], "b": names["centred"]}, names["square"], where)
+    imp.apply("reduce_mean", f"{n.name}.var", {"x": names["square"]}, names["var"], where, axes=axes, keepdims=1)
+    imp.apply("add", f"{n.name}.add_eps", {"a": names["var"], "b": names["eps"]}, names["var_eps"], where)
+    imp.apply("sqrt", f"{n.name}.sqrt", {"x": names["var_eps"]}, names["deviation"], where)
+    imp.apply("mul", f"{n.name}.scale", {"a": names["centred"], "b": names["scale"]}, names["scaled"], where)
+    imp.apply("div", f"{n.name}.normalize", {"a": names["scaled"], "b": names["deviation"]}, names["normalized"], where)
+    imp.apply("add", n.name, {"a": names["normalized"], "b": names["bias"]}, n.outputs[0], where)
+    for k, (stat, old, kept, new) in enumerate((("mean", "old_mean", "kept_mean", "new_mean"),
+                                                ("var", "old_var", "kept_var", "new_var")), start=1):
+        if not output_used(imp, n, k):
+            continue
+        batch = names[f"batch_{stat}"]
+        imp.apply("reshape", f"{n.name}.{batch}", {"x": names[stat]}, batch, where, shape=[-1])
+        imp.apply("mul", f"{n.name}.{kept}", {"a": names[old], "b": names["keep"]}, names[kept], where)
+        imp.apply("mul", f"{n.name}.{new}", {"a": batch, "b": names["take"]}, names[new], where)
+        imp.apply("add", f"{n.name}.running_{stat}", {"a": names[kept], "b": names[new]}, n.outputs[k], where)
+
+
 def instance_norm(imp: Importer, n: OnnxNode, where: str) -> None:
     """InstanceNormalization: each (sample, channel) normalized over its spatial axes, then per-channel scale / bias."""
     x = _float32_input(imp, n, where)
