@@ -408,6 +408,12 @@ def conformance_cases() -> list[Case]:
         m.op("GATHER", [x, idx], [m.output((3, 2, 3, 4), dtype, **q)], "GatherOptions", [("i", 1)],
              version=2 if dtype == "int8" else 1)
         add("GATHER", f"{'f32' if dtype == 'float32' else 'int8'}-axis1", m.build(), (3, 7, 4), dtype=dtype)
+        m = writer.ModelBuilder()
+        x = m.input((3, 7, 4), dtype, **q)
+        idx = m.tensor((3, 2), "int32", data=np.array([[6, 0], [1, 1], [5, 2]], np.int32))
+        m.op("GATHER", [x, idx], [m.output((3, 2, 4), dtype, **q)], "GatherOptions", [("i", 1), ("i", 1)],
+             version=2 if dtype == "int8" else 1)
+        add("GATHER", f"{'f32' if dtype == 'float32' else 'int8'}-batch-dims1", m.build(), (3, 7, 4), dtype=dtype)
         for mode, name in ((0, "reflect"), (1, "symmetric")):
             pads = np.array([[0, 0], [2, 1], [1, 3], [0, 0]], np.int32)
             add("MIRROR_PAD", f"{'f32' if dtype == 'float32' else 'int8'}-{name}",

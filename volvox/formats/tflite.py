@@ -787,10 +787,11 @@ class _Importer:
             self.types(where, ins[:1] + outs, ("float32", "int8", "int32"))
             if x.dtype == "int8":
                 self.same_quantization(where, ins[0], outs[0])
-            if opts is not None and opts.scalar(1, "<i"):
-                raise UnsupportedError(f"{where}: batch_dims {opts.scalar(1, '<i')} is not supported")
+            indices = self.tensors[ins[1]]
+            axis = (opts.scalar(0, "<i") if opts else 0) % len(x.shape)
+            batch = (opts.scalar(1, "<i") if opts else 0) % (len(indices.shape) + 1)   # negative counts from the end
             return self.add("gather", node_id, {"x": self.value(ins[0], where), "indices": self.value(ins[1], where)},
-                            outs[0], axis=opts.scalar(0, "<i") if opts else 0)
+                            outs[0], axis=axis, batch_dims=batch)
         if op == "LOG_SOFTMAX":
             self.types(where, ins[:1] + outs, ("float32",))
             return self.add("log_softmax", node_id, {"x": self.runtime(ins[0], where)}, outs[0], axis=-1)

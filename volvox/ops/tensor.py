@@ -35,12 +35,19 @@ def _gather_infer(specs, params):
     axis = int(params.get("axis", 0))
     expect(-n <= axis < n and idx.dtype in ("int32", "int64"), f"bad gather of {x.describe()} by {idx.describe()}")
     axis %= n
-    return {"y": (x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)}
+    batch = int(params.get("batch_dims", 0))
+    expect(0 <= batch <= axis and batch <= len(idx.shape) and x.shape[:batch] == idx.shape[:batch],
+           f"gather batch_dims {batch} of {x.describe()} by {idx.describe()} along axis {axis}")
+    return {"y": (x.shape[:axis] + idx.shape[batch:] + x.shape[axis + 1:], x.dtype)}
 
 
 def gather_ref(ctx, p, x, indices):
-    """x taken along ``axis`` at ``indices`` (output: x.shape[:axis] + indices.shape + x.shape[axis+1:])."""
-    axis = int(p.get("axis", 0)) % x.ndim
+    """x taken along ``axis`` at ``indices`` (output: x.shape[:axis] + indices.shape + x.shape[axis+1:]);
+    with ``batch_dims`` b, the first b dims of x and indices pair up (TFLite's and TensorFlow's gather)."""
+    axis, batch = int(p.get("axis", 0)) % x.ndim, int(p.get("batch_dims", 0))
+    if batch:
+        inner = {"axis": axis - 1, "batch_dims": batch - 1}
+        return np.stack([gather_ref(ctx, inner, x[i], indices[i]) for i in range(x.shape[0])])
     return np.take(x, _positive_indices(indices, x.shape[axis]), axis=axis)
 
 
