@@ -400,6 +400,10 @@ def conformance_cases() -> list[Case]:
         m.op("CAST", [m.input((4, 6), src)], [m.output((4, 6), dst)], version=1)
         feed = rand(rng, (4, 6)) if src == "float32" else rng.integers(-1000, 1000, (4, 6)).astype(np.int32)
         add("CAST", f"{src}-{dst}", m.build(), feed)
+    for dst in ("float32", "int32"):   # a quantized int8 source: LiteRT casts the stored integers
+        m = writer.ModelBuilder()
+        m.op("CAST", [m.input((4, 6), "int8", **Q_IN)], [m.output((4, 6), dst)], version=5)
+        add("CAST", f"int8-{dst}", m.build(), (4, 6), dtype="int8")
     for dtype in ("float32", "int8"):
         q = Q_IN if dtype == "int8" else {}
         m = writer.ModelBuilder()

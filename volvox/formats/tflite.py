@@ -780,8 +780,9 @@ class _Importer:
                                    {"axis": axis, "keepdims": False}))
             return self.add("cast", node_id, {"x": f"{node_id}.i64"}, outs[0], to="int32")
         if op == "CAST":
-            if x.dtype == "int8" or out.dtype == "int8":
-                raise UnsupportedError(f"{where}: CAST of quantized int8 values is not supported")
+            # LiteRT casts the stored values and ignores quantization: an int8 source gives its raw integers
+            if out.dtype == "int8":
+                raise UnsupportedError(f"{where}: CAST to int8 is not supported")
             return self.add("cast", node_id, {"x": self.value(ins[0], where)}, outs[0], to=out.dtype)
         if op == "GATHER":
             self.types(where, ins[:1] + outs, ("float32", "int8", "int32"))
