@@ -23,48 +23,57 @@ def _window(params: dict) -> tuple:
             tuple(int(p) for p in params.get("pads", (0, 0, 0, 0))), int(params.get("groups", 1)))
 
 
-def conv_transpose_dims(hw: tuple, kernel: tuple, params: dict) -> tuple:
-    """Output (H, W) of a transposed convolution: stride * (in - 1) + output_padding + dilated kernel - pads."""
-    strides, dilations, pads, _ = _window(params)
-    extra = params.get("output_padding", (0, 0))
-    return tuple(s * (d - 1) + int(e) + (k - 1) * dil + 1 - pads[i] - pads[i + 2]
-                 for i, (d, k, s, dil, e) in enumerate(zip(hw, kernel, strides, dilations, extra)))
+def conv_transpose_dims(spatial: tuple, kernel: tuple, params: dict) -> tuple:
+    """Output spatial dims of a transposed convolution: stride * (in - 1) + output_padding + dilated
+    kernel - pads (any number of spatial axes)."""
+    rank = len(spatial)
+    strides = params.get("strides", (1,) * rank)
+    dilations = params.get("dilations", (1,) * rank)
+    pads = params.get("pads", (0,) * 2 * rank)
+    extra = params.get("output_padding", (0,) * rank)
+    return tuple(int(strides[i]) * (spatial[i] - 1) + int(extra[i]) + (kernel[i] - 1) * int(dilations[i]) + 1
+                 - int(pads[i]) - int(pads[i + rank]) for i in range(rank))
 
 
 def _conv_transpose_infer(specs, params):
     x, w = specs["x"], specs["weight"]
-    _, _, _, groups = _window(params)
-    expect(len(x.shape) == 4 and len(w.shape) == 4 and x.dtype == w.dtype and x.dtype in ("float32", "float16", "float64"),
-           f"conv_transpose needs NCHW x and (Cin, Cout / groups, kh, kw) weight of one float dtype: "
+    groups = int(params.get("groups", 1))
+    expect(len(x.shape) == len(w.shape) >= 3 and x.dtype == w.dtype and x.dtype in ("float32", "float16", "float64"),
+           f"conv_transpose needs (N, C, *spatial) x and (Cin, Cout / groups, *kernel) weight of one float dtype: "
            f"{x.describe()}, {w.describe()}")
     expect(all(isinstance(d, int) for d in x.shape[1:]) and x.shape[1] == w.shape[0] and w.shape[0] % groups == 0,
            f"conv_transpose: {x.describe()} does not fit weight {w.describe()} in {groups} groups")
-    hw = conv_transpose_dims(x.shape[2:], w.shape[2:], params)
-    expect(min(hw) > 0, f"conv_transpose of {x.describe()} gives an empty output {hw}")
+    dims = conv_transpose_dims(x.shape[2:], w.shape[2:], params)
+    expect(min(dims) > 0, f"conv_transpose of {x.describe()} gives an empty output {dims}")
     if "bias" in specs:
         expect(specs["bias"].shape == (w.shape[1] * groups,), f"bias must have {w.shape[1] * groups} values")
-    return {"y": ((x.shape[0], w.shape[1] * groups) + hw, x.dtype)}
+    return {"y": ((x.shape[0], w.shape[1] * groups) + dims, x.dtype)}
 
 
 def conv_transpose_ref(ctx, p, x, weight, bias=None):
-    """Transposed convolution, NCHW: every input pixel scatters its kernel-weighted values into the
-    output (float64 sums), then ``pads`` crop it. Weight (Cin, Cout / groups, kh, kw)."""
-    strides, dilations, pads, groups = _window(p)
-    n, cin, h, w = x.shape
-    _, cout_g, kh, kw = weight.shape
-    (sh, sw), (dh, dw) = strides, dilations
-    extra = [int(e) for e in p.get("output_padding", (0, 0))]
-    full = (sh * (h - 1) + (kh - 1) * dh + 1 + extra[0], sw * (w - 1) + (kw - 1) * dw + 1 + extra[1])
-    out = np.zeros((n, groups, cout_g) + full)                                        # (N, G, Cout/G, H', W')
-    xg = x.astype(np.float64).reshape(n, groups, cin // groups, h, w)                # (N, G, Cin/G, H, W)
-    wg = weight.astype(np.float64).reshape(groups, cin // groups, cout_g, kh, kw)    # (G, Cin/G, Cout/G, kh, kw)
-    for i in range(kh):
-        for j in range(kw):
-            contribution = np.einsum("ngchw,gco->ngohw", xg, wg[:, :, :, i, j])
-            out[:, :, :, i * dh: i * dh + sh * (h - 1) + 1: sh, j * dw: j * dw + sw * (w - 1) + 1: sw] += contribution
-    out = out.reshape((n, groups * cout_g) + full)[:, :, pads[0]: full[0] - pads[2], pads[1]: full[1] - pads[3]]
+    """Transposed convolution, NC...: every input point scatters its kernel-weighted values into the
+    output (float64 sums), then ``pads`` crop it. Weight (Cin, Cout / groups, *kernel)."""
+    spatial, kernel = x.shape[2:], weight.shape[2:]
+    rank = len(spatial)
+    strides = [int(v) for v in p.get("strides", (1,) * rank)]
+    dilations = [int(v) for v in p.get("dilations", (1,) * rank)]
+    pads = [int(v) for v in p.get("pads", (0,) * 2 * rank)]
+    extra = [int(e) for e in p.get("output_padding", (0,) * rank)]
+    groups = int(p.get("groups", 1))
+    n, cin = x.shape[:2]
+    cout_g = weight.shape[1]
+    full = tuple(strides[d] * (spatial[d] - 1) + (kernel[d] - 1) * dilations[d] + 1 + extra[d] for d in range(rank))
+    out = np.zeros((n, groups, cout_g) + full)                                          # (N, G, Cout/G, *full)
+    xg = x.astype(np.float64).reshape((n, groups, cin // groups) + spatial)             # (N, G, Cin/G, *spatial)
+    wg = weight.astype(np.float64).reshape((groups, cin // groups, cout_g) + kernel)    # (G, Cin/G, Cout/G, *kernel)
+    for tap in np.ndindex(*kernel):
+        window = tuple(slice(t * dil, t * dil + s * (size - 1) + 1, s)
+                       for t, dil, s, size in zip(tap, dilations, strides, spatial))
+        out[(slice(None),) * 3 + window] += np.einsum("ngc...,gco->ngo...", xg, wg[(slice(None),) * 3 + tap])
+    crop = tuple(slice(pads[d], full[d] - pads[rank + d]) for d in range(rank))
+    out = out.reshape((n, groups * cout_g) + full)[(slice(None), slice(None)) + crop]
     if bias is not None:
-        out = out + bias.reshape(1, -1, 1, 1)
+        out = out + bias.reshape((1, -1) + (1,) * rank)
     return np.ascontiguousarray(out.astype(x.dtype))
 
 
