@@ -440,7 +440,11 @@ def conformance_cases() -> list[Case]:
                                                    q_out=dict(scale=1 / 128, zero_point=0), version=2),
         (4, 3, 37), dtype="int8")
     add("LOG_SOFTMAX", "int8", single_op("LOG_SOFTMAX", [(3, 7)], [(3, 7)], "int8", q_out=dict(scale=16 / 256, zero_point=127),
-                                         version=2), (3, 7), dtype="int8", refused=True)
+                                         version=2), (3, 7), dtype="int8")
+    add("LOG_SOFTMAX", "int8-wide", single_op("LOG_SOFTMAX", [(2, 4, 50)], [(2, 4, 50)], "int8",
+                                              q_in=dict(scale=0.25, zero_point=3),
+                                              q_out=dict(scale=16 / 256, zero_point=127), version=2),
+        (2, 4, 50), dtype="int8")
     add("L2_NORMALIZATION", "int8", single_op("L2_NORMALIZATION", [(3, 7)], [(3, 7)], "int8", "L2NormOptions", [("b", 0)],
                                               q_out=dict(scale=1 / 128, zero_point=0), version=2), (3, 7), dtype="int8")
     return cases

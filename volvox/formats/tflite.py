@@ -21,7 +21,8 @@ from volvox.errors import UnsupportedError, WeightsError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier, tflite_round
-from volvox.ops.quantized import float32_exp, float32_tanh, hard_swish_table_int8, lut_int8, rsqrt_table_int8
+from volvox.ops.quantized import (float32_exp, float32_tanh, hard_swish_table_int8, lut_int8, qlog_softmax_params,
+                                   rsqrt_table_int8)
 from volvox.ops.shape import MAX_CONCAT_INPUTS
 from volvox.formats.flatbuffers import Table, root
 from volvox.ops import validate_file
@@ -794,7 +795,13 @@ class _Importer:
             return self.add("gather", node_id, {"x": self.value(ins[0], where), "indices": self.value(ins[1], where)},
                             outs[0], axis=axis, batch_dims=batch)
         if op == "LOG_SOFTMAX":
-            self.types(where, ins[:1] + outs, ("float32",))
+            dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
+            if dtype == "int8":
+                (sx, _), (sy, zy) = x.qparams(), out.qparams()
+                if sy != 16 / 256 or zy != 127:
+                    raise UnsupportedError(f"{where}: int8 LOG_SOFTMAX needs output scale 16/256 and zero point 127")
+                return self.add("qlog_softmax", node_id, {"x": self.runtime(ins[0], where)}, outs[0],
+                                **qlog_softmax_params(sx))
             return self.add("log_softmax", node_id, {"x": self.runtime(ins[0], where)}, outs[0], axis=-1)
         if op == "L2_NORMALIZATION":
             # TFLite: x / max(sqrt(sum(x * x)), 1e-6) over the last axis; int8 in fixed point, out in 1/128 steps

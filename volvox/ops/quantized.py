@@ -19,7 +19,8 @@ what it computes rather than how:
 - ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
   (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point;
   ``rsqrt_table_int8``: RSQRT through the fixed-point inverse square root);
-- ``ql2_normalize``: TFLite's int8 L2_NORMALIZATION (the same inverse square root per row).
+- ``ql2_normalize``: TFLite's int8 L2_NORMALIZATION (the same inverse square root per row);
+- ``qlog_softmax``: TFLite's int8 LOG_SOFTMAX in gemmlowp's fixed point (exp, log, reciprocal).
 
 Broadcasting follows numpy. Every int32 intermediate is exact in int64 numpy arithmetic. The per-op
 executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup natively
@@ -27,6 +28,8 @@ executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -454,6 +457,119 @@ def ql2_normalize_ref(ctx, p, x):
     return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
+# ------------------------------------------------------------------ TFLite's int8 LOG_SOFTMAX (gemmlowp fixed point)
+LOG_SOFTMAX_INPUT_BITS, LOG_SOFTMAX_SUM_BITS, LOG_SOFTMAX_OUTPUT_BITS = 5, 12, 4
+
+
+def _clz32(x: int) -> int:
+    return 32 - (x & 0xFFFFFFFF).bit_length()
+
+
+def _shift_by_pot(x: int, exponent: int) -> int:
+    """gemmlowp's SaturatingRoundingMultiplyByPOT(Param): a saturating left shift or a rounding right shift."""
+    if exponent > 0:
+        return _saturating_shift_left(x, exponent)
+    return _rounding_divide_by_pot(x, -exponent) if exponent < 0 else x
+
+
+def _saturate32(x: int) -> int:
+    return max(INT32_MIN, min(INT32_MAX, x))
+
+
+def _exp_on_negative_values_q5(a: int) -> int:
+    """gemmlowp's exp_on_negative_values of a Q5.26 value <= 0, as Q0.31."""
+    quarter = 1 << 24
+    a_mod = (a & (quarter - 1)) - quarter
+    x = _shift_by_pot(a_mod, LOG_SOFTMAX_INPUT_BITS) + (1 << 28)          # Q0.31, the Taylor point -1/8 shifted
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    poly = _rounding_divide_by_pot(_srdhm(_rounding_divide_by_pot(x4, 2) + x3, 715827883) + x2, 1)
+    result = 1895147668 + _srdhm(1895147668, x + poly)
+    remainder = a_mod - a
+    for k, multiplier in enumerate((1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)):
+        if remainder & (1 << (24 + k)):
+            result = _srdhm(result, multiplier)
+    return INT32_MAX if a == 0 else result
+
+
+def _one_over_one_plus_x(a: int) -> int:
+    """gemmlowp's one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out), Newton-Raphson in Q2.29."""
+    total = a + INT32_MAX
+    half_denominator = (total + (1 if total >= 0 else -1)) // 2 if total >= 0 else -((-total + 1) // 2)
+    x = 1515870810 + _srdhm(half_denominator, -1010580540)
+    for _ in range(3):
+        x = _wrap32(x + _shift_by_pot(_srdhm(x, _wrap32((1 << 29) - _srdhm(half_denominator, x))), 2))
+    return _shift_by_pot(x, 1)
+
+
+def _log_q12_to_q5(value: int) -> int:
+    """TFLite's log_x_for_x_greater_than_or_equal_to_1<5>(Q12 value), raw Q5.26."""
+    accum_bits = LOG_SOFTMAX_INPUT_BITS + 1
+    log_2, sqrt_sqrt_half, sqrt_half = 1488522236, 1805811301, 1518500250
+    alpha_n, alpha_d, alpha_i, alpha_f = 117049297, 127690142, 1057819769, 638450708
+    shifted_quarter = _shift_by_pot(536870912, -accum_bits)
+    headroom_a = _clz32(value)
+    r_a = _shift_by_pot(_srdhm(_shift_by_pot(value, headroom_a - 1), sqrt_half), 1)
+    pow_a = _saturate32(_shift_by_pot(LOG_SOFTMAX_SUM_BITS - headroom_a, 31 - accum_bits) + shifted_quarter)
+    headroom_b = _clz32(_srdhm(value, sqrt_half)) - 1
+    r_b = _shift_by_pot(value, headroom_b)
+    pow_b = _saturate32(_shift_by_pot(LOG_SOFTMAX_SUM_BITS - headroom_b, 31 - accum_bits) - shifted_quarter)
+    r, pow_adj = min(r_a, r_b), max(pow_a, pow_b)
+    total = r + sqrt_sqrt_half
+    p = (total + 1) // 2 if total >= 0 else -((-total + 1) // 2)            # RoundingHalfSum
+    q = _wrap32(2 * _wrap32(r - sqrt_sqrt_half))
+    common_sq = _srdhm(q, q)
+    num = _wrap32(_srdhm(q, r) + _srdhm(_srdhm(q, common_sq), alpha_n))
+    denom = _wrap32(_srdhm(p, _wrap32(alpha_i + q + _srdhm(alpha_d, common_sq))) + _srdhm(alpha_f, q))
+    accum = _wrap32(_srdhm(pow_adj, log_2) + _srdhm(_shift_by_pot(num, -accum_bits), _one_over_one_plus_x(denom)))
+    return _shift_by_pot(accum, accum_bits - LOG_SOFTMAX_INPUT_BITS)
+
+
+def qlog_softmax_params(input_scale: float) -> dict:
+    """TFLite's int8 LOG_SOFTMAX Prepare: the input multiplier into Q5.26 (beta 1), the reverse scaling
+    and the smallest difference from the row maximum that still counts."""
+    real = min(float(np.float32(input_scale)) * (1 << (31 - LOG_SOFTMAX_INPUT_BITS)), (1 << 31) - 1.0)
+    multiplier, left_shift = quantize_multiplier(real)
+    reverse, reverse_shift = quantize_multiplier((1 << (31 - left_shift)) / multiplier)
+    radius = math.floor(((1 << LOG_SOFTMAX_INPUT_BITS) - 1) * (1 << (31 - LOG_SOFTMAX_INPUT_BITS)) / (1 << left_shift))
+    return {"input_multiplier": multiplier, "input_shift": left_shift, "reverse_multiplier": reverse,
+            "reverse_shift": reverse_shift, "diff_min": -radius}
+
+
+def _qlog_softmax_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int8" and len(x.shape) >= 1, f"qlog_softmax needs int8 x, got {x.describe()}")
+    return {"y": (x.shape, "int8")}
+
+
+def qlog_softmax_ref(ctx, p, x):
+    """TFLite's int8 LOG_SOFTMAX over the last axis (reference_integer_ops::LogSoftmax): each row's
+    differences from its maximum in Q5.26, their exps summed in Q12, the log of the sum subtracted,
+    out in 1/16 steps with zero point 127."""
+    rows = x.reshape(-1, x.shape[-1]).astype(np.int64)
+    y = np.empty(rows.shape, np.int8)
+    mult, shift, diff_min = p["input_multiplier"], p["input_shift"], p["diff_min"]
+    for r, row in enumerate(rows):
+        diffs = row - row.max()
+        scaled = [int(v) for v in multiply_by_quantized_multiplier(diffs, mult, shift)]
+        total = 0
+        for d, s_ in zip(diffs, scaled):
+            if d >= diff_min:
+                total = _wrap32(total + _rounding_divide_by_pot(_exp_on_negative_values_q5(s_), LOG_SOFTMAX_SUM_BITS))
+        log_sum = _log_q12_to_q5(total)
+        floor = max(diff_min - 1, int(multiply_by_quantized_multiplier(log_sum + INT32_MIN, p["reverse_multiplier"],
+                                                                       p["reverse_shift"])))
+        for c, (d, s_) in enumerate(zip(diffs, scaled)):
+            if d > floor:
+                out = _rounding_divide_by_pot(_wrap32(s_ - log_sum),
+                                              31 - LOG_SOFTMAX_INPUT_BITS - LOG_SOFTMAX_OUTPUT_BITS) + 127
+                y[r, c] = min(max(out, INT8_MIN), INT8_MAX)
+            else:
+                y[r, c] = INT8_MIN
+    return y.reshape(x.shape)
+
+
 # ------------------------------------------------------------------ ONNX's QuantizeLinear / DequantizeLinear in full
 INTEGER_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
                   "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)}
@@ -566,6 +682,7 @@ register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, 
 register(OpDef("hybrid_linear", "quantized", ("x", "weight", "bias?", "weight_scale"), ("y",), _hybrid_linear_infer,
                hybrid_linear_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _rescale_infer, qrescale_ref))
+register(OpDef("qlog_softmax", "quantized", ("x",), ("y",), _qlog_softmax_infer, qlog_softmax_ref))
 register(OpDef("ql2_normalize", "quantized", ("x",), ("y",), _ql2_infer, ql2_normalize_ref))
 register(OpDef("quantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _quantize_infer, quantize_linear_ref))
 register(OpDef("dequantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _dequantize_infer,
