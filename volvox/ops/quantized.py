@@ -493,10 +493,15 @@ def _exp_on_negative_values_q5(a: int) -> int:
     return INT32_MAX if a == 0 else result
 
 
+def _rounding_half_sum(a: int, b: int) -> int:
+    """gemmlowp's RoundingHalfSum: (a + b) / 2, halves away from zero."""
+    total = a + b
+    return (total + 1) // 2 if total >= 0 else -((-total + 1) // 2)
+
+
 def _one_over_one_plus_x(a: int) -> int:
     """gemmlowp's one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out), Newton-Raphson in Q2.29."""
-    total = a + INT32_MAX
-    half_denominator = (total + (1 if total >= 0 else -1)) // 2 if total >= 0 else -((-total + 1) // 2)
+    half_denominator = _rounding_half_sum(a, INT32_MAX)
     x = 1515870810 + _srdhm(half_denominator, -1010580540)
     for _ in range(3):
         x = _wrap32(x + _shift_by_pot(_srdhm(x, _wrap32((1 << 29) - _srdhm(half_denominator, x))), 2))
@@ -516,8 +521,7 @@ def _log_q12_to_q5(value: int) -> int:
     r_b = _shift_by_pot(value, headroom_b)
     pow_b = _saturate32(_shift_by_pot(LOG_SOFTMAX_SUM_BITS - headroom_b, 31 - accum_bits) - shifted_quarter)
     r, pow_adj = min(r_a, r_b), max(pow_a, pow_b)
-    total = r + sqrt_sqrt_half
-    p = (total + 1) // 2 if total >= 0 else -((-total + 1) // 2)            # RoundingHalfSum
+    p = _rounding_half_sum(r, sqrt_sqrt_half)
     q = _wrap32(2 * _wrap32(r - sqrt_sqrt_half))
     common_sq = _srdhm(q, q)
     num = _wrap32(_srdhm(q, r) + _srdhm(_srdhm(q, common_sq), alpha_n))

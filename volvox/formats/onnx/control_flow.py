@@ -111,7 +111,7 @@ def loop(imp: Importer, n: OnnxNode, where: str, translations: dict) -> None:
     body: OnnxModel = n.attrs["body"]
     trips = int(np.asarray(imp.const(n.inputs[0], where, "the trip count")).reshape(-1)[0]) if arg(n, 0) else None
     running = bool(np.asarray(imp.const(n.inputs[1], where, "the condition")).reshape(-1)[0]) if arg(n, 1) else True
-    carried = [i for i in n.inputs[2:]]
+    carried = list(n.inputs[2:])
     scans: list[list[str]] = [[] for _ in range(len(body.outputs) - 1 - len(carried))]
     step = 0
     while running and (trips is None or step < trips):
