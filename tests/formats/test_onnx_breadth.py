@@ -236,3 +236,24 @@ def test_volumetric_grid_sample_and_col2im(tmp_path):
     equal_onnxruntime(path, {"x": RNG.standard_normal((1, 2, 3, 4, 5)).astype(np.float32),
                              "grid": RNG.uniform(-1.2, 1.2, (1, 2, 3, 2, 3)).astype(np.float32),
                              "cols": RNG.standard_normal((1, 8, 12)).astype(np.float32)}, rtol=1e-5, atol=1e-6)
+
+
+def test_info_counts_function_defined_ops_as_present(tmp_path):
+    from volvox.formats.onnx import op_report
+
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"])
+    noise = helper.make_node("RandomNormalLike", ["y"], ["z"])
+    path = save(tmp_path / "report.onnx", [node, noise], [(n, TensorProto.FLOAT, [1, 2, 3, 4]) for n in "qkv"], ["z"],
+                opset=23)
+    assert op_report(path) == {"opset": 23, "ops": {"Attention": 1, "RandomNormalLike": 1}, "missing": ["RandomNormalLike"]}
+
+
+def test_constant_required_names_every_input_it_comes_from(tmp_path):
+    """Range's bounds computed from two graph inputs: the refusal names both (an exported model holds them)."""
+    nodes = [helper.make_node("Add", ["a", "b"], ["limit"]), helper.make_node("Range", ["zero", "limit", "one"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one")]
+    path = save(tmp_path / "range.onnx", nodes, [("a", TensorProto.INT64, []), ("b", TensorProto.INT64, [])],
+                [("y", TensorProto.INT64)], inits, opset=13)
+    with pytest.raises(ConstantRequired, match=r"computed from inputs \['a', 'b'\]") as e:
+        read_onnx(path)
+    assert e.value.inputs == ("a", "b")
