@@ -7,8 +7,8 @@ into the importer like the model's own, their names suffixed per use.
   exact); otherwise the condition must be a constant.
 - Loop: unrolled at import. The trip count and the condition must be constants, and the body's
   condition output must fold to a constant each iteration (a counted loop); scan outputs are stacked.
-- Scan (opset 9+): unrolled over the scan axis, whose length the import knows; ``directions``,
-  ``axes`` and the output directions and axes included.
+- Scan: unrolled over the scan axis, whose length the import knows; ``directions``, ``axes`` and the
+  output directions and axes included; opset 8's batched form per batch entry.
 
 Unrolling keeps every iteration's nodes in the graph, so a loop of many iterations makes a long plan:
 ``MAX_UNROLL`` bounds it.
@@ -135,42 +135,81 @@ def loop(imp: Importer, n: OnnxNode, where: str, translations: dict) -> None:
         _stack(imp, n, parts, out, 0, where)
 
 
-def scan(imp: Importer, n: OnnxNode, where: str, translations: dict) -> None:
-    """Scan (opset 9+) unrolled over its scan axis: each iteration reads one slice of every scan input
-    and stacks one slice of every scan output."""
-    if imp.opset < 9:
-        raise UnsupportedError(f"{where}: opset-8 Scan (batched, with sequence_lens) is not supported")
-    body: OnnxModel = n.attrs["body"]
-    inputs_count = n.attrs["num_scan_inputs"]
-    states = list(n.inputs[:len(n.inputs) - inputs_count])
-    scanned = n.inputs[len(states):]
-    axes = list(n.attrs.get("scan_input_axes", [0] * inputs_count))
-    directions = list(n.attrs.get("scan_input_directions", [0] * inputs_count))
-    out_count = len(body.outputs) - len(states)
-    out_axes = list(n.attrs.get("scan_output_axes", [0] * out_count))
-    out_directions = list(n.attrs.get("scan_output_directions", [0] * out_count))
+def _take(imp: Importer, n: OnnxNode, x: str, index: int, axis: int, name: str, where: str) -> str:
+    """Slice ``index`` of ``x`` along ``axis`` (the axis dropped) into ``name``."""
+    imp.consts[f"{name}.index"] = np.array(index, np.int64)
+    imp.apply("gather", f"{n.name}.{name}", {"x": x, "indices": f"{name}.index"}, name, where,
+              axis=axis % len(shape_of(imp, x)))
+    return name
+
+
+def _scan_steps(imp: Importer, n: OnnxNode, body: OnnxModel, states: list, scanned: list, axes: list, directions: list,
+                prefix: str, where: str, translations: dict) -> tuple[list, list]:
+    """The body unrolled over the scan axis: (final states, per scan output the names of its slices)."""
     lengths = {shape_of(imp, x)[a % len(shape_of(imp, x))] for x, a in zip(scanned, axes)}
     if len(lengths) != 1 or not isinstance(next(iter(lengths)), int):
         raise UnsupportedError(f"{where}: Scan over sequence lengths {sorted(map(str, lengths))}")
     length = lengths.pop()
     if length > MAX_UNROLL:
         raise UnsupportedError(f"{where}: a Scan of more than {MAX_UNROLL} iterations is not unrolled")
-    outputs: list[list[str]] = [[] for _ in range(out_count)]
+    outputs: list[list[str]] = [[] for _ in range(len(body.outputs) - len(states))]
     for step in range(length):
-        slices = []
-        for k, (x, axis, backwards) in enumerate(zip(scanned, axes, directions)):
-            rank = len(shape_of(imp, x))
-            at = length - 1 - step if backwards else step
-            name = f"{n.name}.in{k}.{step}"
-            imp.consts[f"{name}.index"] = np.array(at, np.int64)
-            imp.apply("gather", f"{n.name}.slice{k}.{step}", {"x": x, "indices": f"{name}.index"}, name, where,
-                      axis=axis % rank)
-            slices.append(name)
-        outs = inline(imp, body, [*states, *slices], f"@{n.name}.{step}", translations)
+        slices = [_take(imp, n, x, length - 1 - step if backwards else step, axis, f"{prefix}.in{k}.{step}", where)
+                  for k, (x, axis, backwards) in enumerate(zip(scanned, axes, directions))]
+        outs = inline(imp, body, [*states, *slices], f"@{prefix}.{step}", translations)
         states = outs[:len(states)]
         for k, value in enumerate(outs[len(states):]):
             outputs[k].append(value)
+    return states, outputs
+
+
+def scan(imp: Importer, n: OnnxNode, where: str, translations: dict) -> None:
+    """Scan unrolled over its scan axis: each iteration reads one slice of every scan input and stacks
+    one slice of every scan output. Opset 8's batched Scan (batch axis 0, scan axis 1, every
+    ``sequence_lens`` the full length) runs the same per batch entry, stacked back."""
+    body: OnnxModel = n.attrs["body"]
+    inputs_count = n.attrs["num_scan_inputs"]
+    if imp.opset < 9:
+        _scan_batched(imp, n, body, inputs_count, where, translations)
+        return
+    states = list(n.inputs[:len(n.inputs) - inputs_count])
+    out_count = len(body.outputs) - len(states)
+    states, outputs = _scan_steps(imp, n, body, states, n.inputs[len(states):],
+                                  list(n.attrs.get("scan_input_axes", [0] * inputs_count)),
+                                  list(n.attrs.get("scan_input_directions", [0] * inputs_count)), n.name, where,
+                                  translations)
     for out, value in zip(n.outputs, states):
         imp.alias(value, out)
-    for out, parts, axis, backwards in zip(n.outputs[len(states):], outputs, out_axes, out_directions):
+    for out, parts, axis, backwards in zip(n.outputs[len(states):], outputs,
+                                           n.attrs.get("scan_output_axes", [0] * out_count),
+                                           n.attrs.get("scan_output_directions", [0] * out_count)):
         _stack(imp, n, parts[::-1] if backwards else parts, out, axis, where)
+
+
+def _scan_batched(imp: Importer, n: OnnxNode, body: OnnxModel, inputs_count: int, where: str, translations: dict) -> None:
+    """Opset-8 Scan: inputs (sequence_lens?, states (batch, ...), scan inputs (batch, sequence, ...))."""
+    states = list(n.inputs[1:len(n.inputs) - inputs_count])
+    scanned = n.inputs[len(n.inputs) - inputs_count:]
+    batch = shape_of(imp, scanned[0])[0]
+    if not isinstance(batch, int):
+        raise UnsupportedError(f"{where}: opset-8 Scan over a symbolic batch {batch!r}")
+    if arg(n, 0):
+        lengths = np.asarray(imp.const(n.inputs[0], where, "sequence_lens")).reshape(-1)
+        if np.any(lengths != shape_of(imp, scanned[0])[1]):
+            raise UnsupportedError(f"{where}: Scan sequence_lens {lengths.tolist()} shorter than the sequence")
+    directions = list(n.attrs.get("directions", [0] * inputs_count))
+    finals: list[list[str]] = [[] for _ in states]
+    stacked: list[list[str]] = [[] for _ in range(len(body.outputs) - len(states))]
+    for b in range(batch):
+        entry = f"{n.name}.batch{b}"
+        own_states = [_take(imp, n, x, b, 0, f"{entry}.state{k}", where) for k, x in enumerate(states)]
+        own_inputs = [_take(imp, n, x, b, 0, f"{entry}.input{k}", where) for k, x in enumerate(scanned)]
+        last, outputs = _scan_steps(imp, n, body, own_states, own_inputs, [0] * inputs_count, directions, entry, where,
+                                    translations)
+        for k, value in enumerate(last):
+            finals[k].append(value)
+        for k, parts in enumerate(outputs):
+            _stack(imp, n, parts, f"{entry}.out{k}", 0, where)
+            stacked[k].append(f"{entry}.out{k}")
+    for out, parts in zip(n.outputs, finals + stacked):
+        _stack(imp, n, parts, out, 0, where)
