@@ -257,3 +257,13 @@ def test_constant_required_names_every_input_it_comes_from(tmp_path):
     with pytest.raises(ConstantRequired, match=r"computed from inputs \['a', 'b'\]") as e:
         read_onnx(path)
     assert e.value.inputs == ("a", "b")
+
+
+def test_narrow_types_outside_conversions_and_moves_are_refused(tmp_path):
+    """A bfloat16 tensor reaching arithmetic is refused at import naming the type, not computed wrongly or
+    crashed on at run time; moving it (Transpose) and casting it run."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]), helper.make_node("ReduceMax", ["t"], ["y"])]
+    path = save(tmp_path / "bf16.onnx", nodes, [("x", TensorProto.BFLOAT16, [2, 3])], [("y", TensorProto.BFLOAT16)],
+                opset=18)
+    with pytest.raises(volvox.UnsupportedError, match="reduce_max does not take bfloat16"):
+        read_onnx(path)

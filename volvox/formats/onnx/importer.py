@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from volvox.errors import BlueprintError, ShapeError, UnsupportedError
-from volvox.ir.graph import DTYPES, Node, TensorSpec
+from volvox.ir.graph import DTYPES, NARROW_DTYPES, Node, TensorSpec
 from volvox.ops import get_op
 from volvox.formats.onnx.reader import ONNXError, OnnxNode
 
@@ -21,6 +21,12 @@ TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 CLAMP = 2 ** 62   # ONNX's INT64_MAX / INT64_MIN slice bounds mean "to the end"
 # ops that only move values: folding them keeps a shape vector's symbolic dims as they are
 MOVES_VALUES = ("slice", "concat", "gather", "reshape", "transpose", "expand", "tile")
+# ops that take ONNX's narrow types (ml_dtypes) as they are: conversions, products that sum in float64,
+# and ops that only move or pick values; any other op refuses them
+NARROW_NATIVE = MOVES_VALUES + ("cast", "bitcast", "quantize_linear", "dequantize_linear", "matmul_general", "einsum",
+                                "gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "where", "one_hot",
+                                "reverse_sequence", "depth_space", "trilu", "tensor_scatter", "compress", "unique",
+                                "nonzero")
 
 
 class ConstantRequired(UnsupportedError):
@@ -176,8 +182,13 @@ class Importer:
 
     def apply(self, op: str, node_id: str, inputs: dict, outputs: str | dict, where: str, **params) -> None:
         """Volvox op ``op`` in logical layout on ``inputs`` (port -> ONNX tensor name): folded at import
-        when every input is a constant, else emitted."""
+        when every input is a constant, else emitted; an op outside NARROW_NATIVE refuses ONNX's narrow
+        types (its numpy reference may not compute in them, and rounding them per step would not be
+        the onnx reference's arithmetic)."""
         outputs = {"y": outputs} if isinstance(outputs, str) else outputs
+        narrow = {self.dtype(n) for n in inputs.values()} & set(NARROW_DTYPES)
+        if narrow and op not in NARROW_NATIVE:
+            raise UnsupportedError(f"{where}: volvox's {op} does not take {', '.join(sorted(narrow))} operands")
         if all(name in self.consts for name in inputs.values()):
             definition = get_op(op, node_id)
             values = [self.consts[inputs[p]] if p in inputs else None for p in definition.input_names]
@@ -194,6 +205,10 @@ class Importer:
                     self.consts[outputs[port]] = value.astype(object) if value.dtype.kind == "U" else value
             return
         self.emit(op, node_id, {p: self.operand(n, where) for p, n in inputs.items()}, outputs, **params)
+
+    def dtype(self, name: str) -> str:
+        """The dtype name of a constant or run-time tensor."""
+        return np.asarray(self.consts[name]).dtype.name if name in self.consts else self.specs[name].dtype
 
     def node(self, n: OnnxNode, translations: dict) -> None:
         """Translate one ONNX node through ``translations`` (op type -> function(importer, node, where))."""
