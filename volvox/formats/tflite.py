@@ -242,10 +242,24 @@ class _Importer:
         geometry = dict(strides=list(strides), dilations=list(dil), pads=pads, groups=groups)
         bias = self.consts.get(ins[2]) if len(ins) > 2 and ins[2] >= 0 else None
         if x.dtype == "float32" and w.dtype != np.float32:
-            raise UnsupportedError(f"{where}: {w.dtype} filters on float32 input (dynamic-range quantization) are "
-                                   "not supported for convolutions")
+            return self.hybrid_conv(node_id, op, self.tensors[ins[1]], inputs, outs[0], bias, act, geometry, where)
         if not self.conv_node(node_id, inputs, outs[0], x, self.tensors[ins[1]], out, bias, act, geometry, where):
             raise UnsupportedError(f"{where}: input type {x.dtype} is not supported (float32, int8)")
+
+    def hybrid_conv(self, node_id: str, op: str, w: _Tensor, inputs: dict, y: int, bias, act: str, geometry: dict,
+                    where: str) -> None:
+        """Dynamic-range CONV_2D (int8 filter, float32 input and output) with one filter scale, as LiteRT's
+        EvalHybrid; per-channel scales (its asymmetric EvalHybridPerChannel), dilation, groups and
+        depthwise filters are refused."""
+        scales = np.atleast_1d(np.asarray(w.scale, np.float32))
+        if (op != "CONV_2D" or w.dtype != "int8" or np.any(np.asarray(w.zero_point) != 0) or np.any(scales != scales[0])
+                or geometry["dilations"] != [1, 1] or geometry["groups"] != 1):
+            raise UnsupportedError(f"{where}: dynamic-range {op} with {w.dtype} filters is supported only as CONV_2D with "
+                                   "one symmetric filter scale, no dilation or groups")
+        if bias is not None:
+            inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
+        self.float_result("hybrid_conv2d", node_id, inputs, y, act, strides=geometry["strides"], pads=geometry["pads"],
+                          filter_scale=float(scales[0]))
 
     def conv_node(self, node_id: str, inputs: dict, y: str, x: _Tensor, w: _Tensor, out: _Tensor, bias, act: str,
                   geometry: dict, where: str) -> bool:

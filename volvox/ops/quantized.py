@@ -16,6 +16,7 @@ what it computes rather than how:
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8 /
   uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
 - ``hybrid_linear``: TFLite's dynamic-range fully connected (float rows quantized at run time);
+- ``hybrid_conv2d``: TFLite's dynamic-range CONV_2D with one filter scale (each image quantized at run time);
 - ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
   (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point;
   ``rsqrt_table_int8``: RSQRT through the fixed-point inverse square root);
@@ -282,6 +283,50 @@ def hybrid_linear_ref(ctx, p, x, weight, bias, weight_scale):
     if bias is not None:
         y = bias.astype(np.float32) + y
     return y.astype(np.float32).reshape(x.shape[:-1] + (weight.shape[0],))
+
+
+def _hybrid_conv_dims(x_shape: tuple, w_shape: tuple, params: dict) -> tuple:
+    (sh, sw), (top, left, bottom, right) = params["strides"], params["pads"]
+    return ((x_shape[1] + top + bottom - w_shape[1]) // sh + 1, (x_shape[2] + left + right - w_shape[2]) // sw + 1)
+
+
+def _hybrid_conv_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    expect(x.dtype == "float32" and w.dtype == "int8" and len(x.shape) == 4 and len(w.shape) == 4
+           and x.shape[3] == w.shape[3], f"hybrid_conv2d needs float32 NHWC x and an int8 (O, kh, kw, C) filter: "
+                                         f"{x.describe()}, {w.describe()}")
+    if "bias" in specs:
+        expect(specs["bias"].dtype == "float32" and specs["bias"].shape == (w.shape[0],), f"bias must be float32[{w.shape[0]}]")
+    oh, ow = _hybrid_conv_dims(x.shape, w.shape, params)
+    expect(oh > 0 and ow > 0, f"hybrid_conv2d of {x.describe()} by {w.describe()} gives an empty output")
+    return {"y": ((x.shape[0], oh, ow, w.shape[0]), "float32")}
+
+
+def hybrid_conv2d_ref(ctx, p, x, weight, bias=None):
+    """TFLite's dynamic-range CONV_2D (one filter scale): each image quantized symmetrically to int8 (scale
+    max|x| / 127, round half away), the exact int32 convolution with the int8 filter (padding adds
+    nothing), then bias + sum * (image scale * filter scale) in float32. NHWC, no dilation or groups."""
+    n = x.shape[0]
+    rng = np.abs(x.reshape(n, -1)).max(axis=1)                                            # (N,) float32
+    safe = np.where(rng == 0, np.float32(1), rng).astype(np.float32)
+    inv = (np.float32(127) / safe).astype(np.float32).reshape(n, 1, 1, 1)
+    q = np.clip(tflite_round((x * inv).astype(np.float32)), -127, 127).astype(np.int64)   # (N, H, W, C)
+    q[rng == 0] = 0
+    image_scale = np.where(rng == 0, np.float32(1), (rng / np.float32(127)).astype(np.float32))
+    scale = (image_scale * np.float32(p["filter_scale"])).astype(np.float32).reshape(n, 1, 1, 1)
+    (sh, sw), (top, left, bottom, right) = p["strides"], p["pads"]
+    padded = np.pad(q, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    oh, ow = _hybrid_conv_dims(x.shape, weight.shape, p)
+    w = weight.astype(np.int64)
+    acc = np.zeros((n, oh, ow, w.shape[0]), np.int64)                                    # (N, OH, OW, O)
+    for i in range(w.shape[1]):
+        for j in range(w.shape[2]):
+            tap = padded[:, i: i + sh * (oh - 1) + 1: sh, j: j + sw * (ow - 1) + 1: sw]     # (N, OH, OW, C)
+            acc += np.einsum("nhwc,oc->nhwo", tap, w[:, i, j])
+    y = acc.astype(np.float32) * scale
+    if bias is not None:
+        y = y + bias.astype(np.float32)
+    return y.astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -691,4 +736,5 @@ register(OpDef("ql2_normalize", "quantized", ("x",), ("y",), _ql2_infer, ql2_nor
 register(OpDef("quantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _quantize_infer, quantize_linear_ref))
 register(OpDef("dequantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _dequantize_infer,
                dequantize_linear_ref))
+register(OpDef("hybrid_conv2d", "quantized", ("x", "weight", "bias?"), ("y",), _hybrid_conv_infer, hybrid_conv2d_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))
