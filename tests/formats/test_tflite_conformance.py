@@ -436,8 +436,12 @@ def conformance_cases() -> list[Case]:
     per_channel_w = (hybrid_w[0], "int8", dict(scale=[0.02, 0.03, 0.01, 0.05], zero_point=[0] * 4))
     add("CONV_2D", "hybrid-per-channel", single_op("CONV_2D", [(1, 7, 6, 3)], [(1, 4, 3, 4)], options="Conv2DOptions",
                                                    fields=[("b", 0), ("i", 2), ("i", 2), ("b", 0)],
-                                                   consts=[per_channel_w, rand(rng, (4,))], version=5), (1, 7, 6, 3),
-        refused=True)
+                                                   consts=[per_channel_w, rand(rng, (4,))], version=5), (1, 7, 6, 3))
+    add("CONV_2D", "hybrid-per-channel-valid-batch3", single_op("CONV_2D", [(3, 7, 6, 3)], [(3, 5, 4, 4)],
+                                                                options="Conv2DOptions",
+                                                                fields=[("b", 1), ("i", 1), ("i", 1), ("b", 1)],
+                                                                consts=[per_channel_w, rand(rng, (4,))], version=5),
+        rand(rng, (3, 7, 6, 3)) + np.float32(0.7))
     add("RSQRT", "int8", single_op("RSQRT", [(3, 7)], [(3, 7)], "int8", version=2, q_in=dict(scale=0.05, zero_point=-128)),
         (3, 7), dtype="int8")
     add("RSQRT", "int8-every-value", single_op("RSQRT", [(2, 128)], [(2, 128)], "int8", version=2,

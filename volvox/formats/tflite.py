@@ -248,16 +248,18 @@ class _Importer:
 
     def hybrid_conv(self, node_id: str, op: str, w: _Tensor, inputs: dict, y: int, bias, act: str, geometry: dict,
                     where: str) -> None:
-        """Dynamic-range CONV_2D (int8 filter, float32 input and output) with one filter scale, as LiteRT's
-        EvalHybrid; per-channel scales (its asymmetric EvalHybridPerChannel), dilation, groups and
+        """Dynamic-range CONV_2D (int8 filter, float32 input and output) as LiteRT: one filter scale as its
+        EvalHybrid, per-channel scales that differ as its EvalHybridPerChannel; dilation, groups and
         depthwise filters are refused."""
         scales = np.atleast_1d(np.asarray(w.scale, np.float32))
-        if (op != "CONV_2D" or w.dtype != "int8" or np.any(np.asarray(w.zero_point) != 0) or np.any(scales != scales[0])
+        if (op != "CONV_2D" or w.dtype != "int8" or np.any(np.asarray(w.zero_point) != 0)
                 or geometry["dilations"] != [1, 1] or geometry["groups"] != 1):
             raise UnsupportedError(f"{where}: dynamic-range {op} with {w.dtype} filters is supported only as CONV_2D with "
-                                   "one symmetric filter scale, no dilation or groups")
+                                   "symmetric filter scales, no dilation or groups")
         if bias is not None:
             inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
+        if np.any(scales != scales[0]):   # LiteRT takes its per-channel path only when the scales differ
+            inputs["channel_scale"] = self.weight(f"{node_id}.channel_scale", scales)
         self.float_result("hybrid_conv2d", node_id, inputs, y, act, strides=geometry["strides"], pads=geometry["pads"],
                           filter_scale=float(scales[0]))
 

@@ -16,7 +16,8 @@ what it computes rather than how:
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8 /
   uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
 - ``hybrid_linear``: TFLite's dynamic-range fully connected (float rows quantized at run time);
-- ``hybrid_conv2d``: TFLite's dynamic-range CONV_2D with one filter scale (each image quantized at run time);
+- ``hybrid_conv2d``: TFLite's dynamic-range CONV_2D (each image quantized at run time: symmetrically
+  for one filter scale, asymmetrically for per-channel scales);
 - ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
   (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point;
   ``rsqrt_table_int8``: RSQRT through the fixed-point inverse square root);
@@ -302,18 +303,39 @@ def _hybrid_conv_infer(specs, params):
     return {"y": ((x.shape[0], oh, ow, w.shape[0]), "float32")}
 
 
-def hybrid_conv2d_ref(ctx, p, x, weight, bias=None):
-    """TFLite's dynamic-range CONV_2D (one filter scale): each image quantized symmetrically to int8 (scale
-    max|x| / 127, round half away), the exact int32 convolution with the int8 filter (padding adds
-    nothing), then bias + sum * (image scale * filter scale) in float32. NHWC, no dilation or groups."""
+def _asymmetric_quantize_image(values: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+    """TFLite's AsymmetricQuantizeFloats of one image: (int8 values as int64, float32 scale, zero point)
+    from the float range widened to hold 0, the zero point taken from the end with the smaller error."""
+    low, high = np.float32(min(np.float32(0), values.min())), np.float32(max(np.float32(0), values.max()))
+    if low == high:
+        return np.zeros(values.shape, np.int64), np.float32(0), 0
+    scale = float(np.float32(high - low)) / 255.0
+    from_min, from_max = -128 - float(low) / scale, 127 - float(high) / scale
+    zero = from_min if 128 + abs(float(low) / scale) < 127 + abs(float(high) / scale) else from_max
+    offset = -128 if zero < -128 else 127 if zero > 127 else int(tflite_round(zero))
+    inv = np.float32(1.0 / float(np.float32(scale)))
+    q = tflite_round((np.float32(offset) + (values * inv).astype(np.float32)).astype(np.float32))
+    return np.clip(q, -128, 127).astype(np.int64), np.float32(scale), offset
+
+
+def hybrid_conv2d_ref(ctx, p, x, weight, bias=None, channel_scale=None):
+    """TFLite's dynamic-range CONV_2D, NHWC, no dilation or groups. One filter scale (EvalHybrid): each
+    image quantized symmetrically to int8 (scale max|x| / 127, round half away), the exact int32
+    convolution, then sum * (image scale * filter scale) + bias in float32. Per-channel filter scales
+    (``channel_scale``, EvalHybridPerChannel): each image quantized asymmetrically, the int32 sum of
+    filter * (x - zero point) over the taps on the image, then sum * channel scale * image scale + bias."""
     n = x.shape[0]
-    rng = np.abs(x.reshape(n, -1)).max(axis=1)                                            # (N,) float32
-    safe = np.where(rng == 0, np.float32(1), rng).astype(np.float32)
-    inv = (np.float32(127) / safe).astype(np.float32).reshape(n, 1, 1, 1)
-    q = np.clip(tflite_round((x * inv).astype(np.float32)), -127, 127).astype(np.int64)   # (N, H, W, C)
-    q[rng == 0] = 0
-    image_scale = np.where(rng == 0, np.float32(1), (rng / np.float32(127)).astype(np.float32))
-    scale = (image_scale * np.float32(p["filter_scale"])).astype(np.float32).reshape(n, 1, 1, 1)
+    if channel_scale is None:
+        rng = np.abs(x.reshape(n, -1)).max(axis=1)                                        # (N,) float32
+        safe = np.where(rng == 0, np.float32(1), rng).astype(np.float32)
+        inv = (np.float32(127) / safe).astype(np.float32).reshape(n, 1, 1, 1)
+        q = np.clip(tflite_round((x * inv).astype(np.float32)), -127, 127).astype(np.int64)   # (N, H, W, C)
+        q[rng == 0] = 0
+        image_scale = np.where(rng == 0, np.float32(1), (rng / np.float32(127)).astype(np.float32))
+    else:
+        images = [_asymmetric_quantize_image(x[b]) for b in range(n)]
+        q = np.stack([qb - zero for qb, _, zero in images])                               # (N, H, W, C) x - zero
+        image_scale = np.array([scale for _, scale, _ in images], np.float32)
     (sh, sw), (top, left, bottom, right) = p["strides"], p["pads"]
     padded = np.pad(q, ((0, 0), (top, bottom), (left, right), (0, 0)))
     oh, ow = _hybrid_conv_dims(x.shape, weight.shape, p)
@@ -323,7 +345,10 @@ def hybrid_conv2d_ref(ctx, p, x, weight, bias=None):
         for j in range(w.shape[2]):
             tap = padded[:, i: i + sh * (oh - 1) + 1: sh, j: j + sw * (ow - 1) + 1: sw]     # (N, OH, OW, C)
             acc += np.einsum("nhwc,oc->nhwo", tap, w[:, i, j])
-    y = acc.astype(np.float32) * scale
+    if channel_scale is None:
+        y = acc.astype(np.float32) * (image_scale * np.float32(p["filter_scale"])).astype(np.float32).reshape(n, 1, 1, 1)
+    else:
+        y = (acc.astype(np.float32) * channel_scale.astype(np.float32)).astype(np.float32) * image_scale.reshape(n, 1, 1, 1)
     if bias is not None:
         y = y + bias.astype(np.float32)
     return y.astype(np.float32)
@@ -736,5 +761,6 @@ register(OpDef("ql2_normalize", "quantized", ("x",), ("y",), _ql2_infer, ql2_nor
 register(OpDef("quantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _quantize_infer, quantize_linear_ref))
 register(OpDef("dequantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _dequantize_infer,
                dequantize_linear_ref))
-register(OpDef("hybrid_conv2d", "quantized", ("x", "weight", "bias?"), ("y",), _hybrid_conv_infer, hybrid_conv2d_ref))
+register(OpDef("hybrid_conv2d", "quantized", ("x", "weight", "bias?", "channel_scale?"), ("y",), _hybrid_conv_infer,
+               hybrid_conv2d_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))
