@@ -76,6 +76,21 @@ def _tokenizer_json(src: Path, model) -> str:
     return json.dumps(doc, ensure_ascii=False)
 
 
+def _seq2seq_tokenizer(src: Path, tok) -> tuple[dict, dict[str, str | bytes]]:
+    """An encoder-decoder's ``metadata.tokenizer`` and the tokenizer files copied from its folder."""
+    from volvox.formats.blueprint import SEQ2SEQ_TOKENIZER_FILES
+    from volvox.tokenizers.marian import MarianTokenizer
+    from volvox.tokenizers.unigram import UnigramTokenizer
+
+    if isinstance(tok, MarianTokenizer):
+        kind, md = "marian", {}
+    elif isinstance(tok, UnigramTokenizer):
+        kind, md = "unigram", {}
+    else:
+        kind, md = "bpe", tokenizer_metadata(tok)
+    return {**md, "kind": kind}, {name: (src / name).read_bytes() for name in SEQ2SEQ_TOKENIZER_FILES[kind]}
+
+
 # What --quantize may store the float matrices as: a GGUF block format, or IEEE half ("f16":
 # half the bytes of float32 for a bandwidth-bound decode, rounding each weight to 11 bits).
 CONVERT_TYPES = QUANTIZABLE_QTYPES + ("f16",)
@@ -103,10 +118,7 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
     if out_dir.exists() and not overwrite:
         raise BlueprintError(f"{out_dir} already exists (pass overwrite=True / --force to replace it)")
     model = load(src, optimize=False, adapter=merge_adapter)
-    if getattr(model, "encoder", None) is not None:  # a blueprint holds one graph
-        model.close()
-        raise UnsupportedError(f"{src}: converting an encoder-decoder model ({model.metadata.get('architecture')}) "
-                               "to a blueprint is not supported; load its folder directly")
+    encoder = getattr(model, "encoder", None)  # an encoder-decoder's: a second graph, encoder.json
     try:
         graph, weights = model.graph, source_weights(model)
         if merge_adapter is not None:
@@ -114,13 +126,17 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
 
             merged = merge_lora(graph, weights)
             graph, weights = merged.graph, merged.weights
+        encoder_weights = source_weights(encoder) if encoder is not None else {}
         targets = set(quantizable(graph, weights)) if quantize else set()
+        if encoder is not None and quantize:
+            targets |= set(quantizable(encoder.graph, encoder_weights))
         show = show_progress() if progress is None else progress
-        bar = tqdm(total=len(graph.weights) + 1, desc=f"convert {src.name}", unit="tensor", disable=not show,
+        every = {**encoder_weights, **weights}  # shared tensors (BART's embedding) are the same array
+        bar = tqdm(total=len(every) + 1, desc=f"convert {src.name}", unit="tensor", disable=not show,
                    file=sys.stderr)
         tensors: dict[str, np.ndarray] = {}
         quantized: dict[str, dict] = {}
-        for name, w in weights.items():
+        for name, w in every.items():
             if name in targets and quantize == "f16":  # IEEE half: a plain float16 tensor
                 w = np.asarray(w, dtype=np.float32).astype(np.float16)
             elif name in targets:
@@ -134,13 +150,22 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
         metadata = {k: v for k, v in model.metadata.items()
                     if k not in ("format", "quantized", "dims", "tokenizer", "adapter")}
         metadata["source_format"] = model.metadata.get("source_format", model.metadata.get("format"))
+        files: dict[str, str] = {}
         if metadata.get("task") in ("generate", "embed"):
             metadata["dims"] = vars(ModelDims.of(model.config))
             metadata["tokenizer"] = (tokenizer_metadata(model.tokenizer) if metadata["task"] == "generate"
                                      else {"file": "tokenizer.json"})
-        files = {"config.json": json.dumps(graph_config(graph, quantized, metadata), indent=1, ensure_ascii=False)}
-        if "tokenizer" in metadata:
             files["tokenizer.json"] = _tokenizer_json(src, model)
+        if encoder is not None:
+            metadata["dims"] = vars(ModelDims.of(model.config))
+            metadata["encoder"] = {"config": "encoder.json"}
+            metadata["tokenizer"], tokenizer_files = _seq2seq_tokenizer(src, model.tokenizer)
+            files.update(tokenizer_files)
+            enc_quantized = {n: q for n, q in quantized.items() if n in encoder_weights}
+            files["encoder.json"] = json.dumps(graph_config(encoder.graph, enc_quantized, encoder.metadata),
+                                               indent=1, ensure_ascii=False)
+        dec_quantized = {n: q for n, q in quantized.items() if n in weights}
+        files["config.json"] = json.dumps(graph_config(graph, dec_quantized, metadata), indent=1, ensure_ascii=False)
         bar.set_postfix_str("model.safetensors", refresh=False)
         _write_atomically(out_dir, files, tensors, overwrite)
         bar.update()
@@ -150,7 +175,8 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, quantize: str | 
     return out_dir
 
 
-def _write_atomically(out_dir: Path, files: dict[str, str], tensors: dict[str, np.ndarray], overwrite: bool) -> None:
+def _write_atomically(out_dir: Path, files: dict[str, str | bytes], tensors: dict[str, np.ndarray],
+                      overwrite: bool) -> None:
     """Write the blueprint into a temporary sibling directory, then rename it to ``out_dir``."""
     parent = out_dir.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -158,8 +184,11 @@ def _write_atomically(out_dir: Path, files: dict[str, str], tensors: dict[str, n
     tmp.mkdir()
     try:
         save_safetensors(tmp / "model.safetensors", tensors)
-        for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
+            else:
+                (tmp / name).write_text(content, encoding="utf-8")
         if out_dir.exists() and overwrite:
             old = parent / f".{out_dir.name}.{secrets.token_hex(6)}.old"
             os.rename(out_dir, old)

@@ -463,13 +463,16 @@ def _f32_rows(a, name: str, ncols: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, window: int = 0, out=None) -> np.ndarray:
-    """Causal grouped-query attention of new queries over a KV cache.
+def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, window: int = 0, out=None,
+              causal: bool = True) -> np.ndarray:
+    """Causal grouped-query attention of new queries over a KV cache (or, not ``causal``, of every
+    query over all the cache's rows: an encoder's self-attention, a decoder's cross-attention).
 
     q:        float32 (seq, n_heads * head_dim), rows at absolute positions start..start+seq-1
     k_cache:  float32 (n_kv_heads, capacity, head_dim), C-contiguous; rows 0..start+seq-1
     v_cache:  the same for values (the new rows already written, as KVCache.append does)
-    window:   > 0 limits each query to the last `window` positions (sliding window)
+    window:   > 0 limits each query to the last `window` positions (sliding window); causal only
+    causal:   False: every query attends to all `capacity` rows of the caches (start must be 0)
     out:      optional float32 (seq, n_heads * head_dim), not overlapping q or the caches
     Returns float32 (seq, n_heads * head_dim). Memory: one score row per thread (O(seq)).
     On x86 SIMD tiers the arithmetic is ggml's, bit for bit (see volvox/_kernels/vx.pxd).
@@ -484,18 +487,22 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
         raise ShapeError(f"attention: n_heads {n_heads} must be a positive multiple of n_kv_heads {nkv}")
     q2 = _f32_rows(q, "q", n_heads * hd)
     seq = q2.shape[0]
-    if start < 0 or start + seq > cap:
+    if causal and (start < 0 or start + seq > cap):
         raise ShapeError(f"attention: positions {start}..{start + seq - 1} are outside the cache's {cap} rows")
     if window < 0:
         raise KernelError(f"attention: window must be >= 0, got {window}")
+    if not causal and (start != 0 or window != 0 or cap == 0):
+        raise KernelError(f"attention: non-causal attention takes start 0, window 0 and a non-empty cache "
+                          f"(got start {start}, window {window}, {cap} rows)")
+    keys = 0 if causal else cap  # rows every query sees when not causal
     if out is None:
         out = np.empty((seq, n_heads * hd), np.float32)  # (seq, n_heads * head_dim)
     else:
         _check_out(out, (seq, n_heads * hd))
         _check_apart(out, "attention", q=q2, k_cache=k_cache, v_cache=v_cache)
-    per = engine.attention_scratch_floats(start + seq, hd, n_heads // nkv)
+    per = engine.attention_scratch_floats(keys or start + seq, hd, n_heads // nkv)
     scratch = np.empty(get_num_threads() * per, np.float32)  # (threads, per) score rows + lane sums
-    engine.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch)
+    engine.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch, keys)
     return out
 
 

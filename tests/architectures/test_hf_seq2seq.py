@@ -1,4 +1,4 @@
-"""Hugging Face encoder-decoder checkpoints (whisper, t5, bart) against transformers + torch.
+"""Hugging Face encoder-decoder checkpoints (whisper, t5, bart, marian) against transformers + torch.
 
 Tiny random models (fixed seed, fp32, no download) are saved with save_pretrained and loaded with
 volvox: decoder logits, greedy tokens against transformers' generate (KV cache on both sides), a
@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
-from hf_models import CORPUS, rel_err, session_greedy, train_bpe_tokenizer, train_unigram_tokenizer  # noqa: E402
+from hf_models import (CORPUS, rel_err, session_greedy, train_bpe_tokenizer, train_marian_tokenizer,  # noqa: E402
+                       train_unigram_tokenizer)
 from volvox.errors import GenerationError, UnsupportedError  # noqa: E402
 from volvox.ops.cross_attention import cross_attention_ref  # noqa: E402
 from volvox.ops.context import RunContext  # noqa: E402
@@ -281,3 +282,107 @@ def test_bart_logits_and_greedy_match_transformers(bart):
         ids = free[:free.index(2)] if 2 in free else free
         assert vm.seq2seq(text, 20) == tok.decode(ids, skip_special_tokens=True)
     assert vm.seq2seq(CORPUS[:3], 20) == [vm.seq2seq(t, 20) for t in CORPUS[:3]]
+
+
+# -------------------------------------------------------------------------------------- Marian
+@pytest.fixture(scope="module", params=["swish", "gelu"])
+def marian(request, tmp_path_factory):
+    pytest.importorskip("sentencepiece")
+    folder = tmp_path_factory.mktemp("marian") / "tiny-marian"
+    vocab = train_marian_tokenizer(folder)
+    torch.manual_seed(5)
+    pad = vocab - 1
+    config = tf.MarianConfig(vocab_size=vocab, decoder_vocab_size=vocab, d_model=32, encoder_layers=2,
+                             decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=2,
+                             encoder_ffn_dim=48, decoder_ffn_dim=40, max_position_embeddings=64, pad_token_id=pad,
+                             eos_token_id=1, decoder_start_token_id=pad, forced_eos_token_id=None,
+                             activation_function=request.param)
+    model = tf.MarianMTModel(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if (p.ndim >= 2 or "bias" in name) and "embed_positions" not in name:
+                p.mul_(4.0)
+    model.save_pretrained(folder)
+    vm = volvox.load(folder)
+    yield model, vm, tf.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
+                                        str(folder / "vocab.json")), pad
+    vm.close()
+
+
+def test_marian_logits_and_greedy_match_transformers(marian):
+    from transformers.generation.utils import GenerationMixin
+
+    model, vm, tok, pad = marian
+    for text in CORPUS[:3]:
+        src = tok(text).input_ids
+        assert vm._source_ids(text) == src
+        dec = [pad] + src[:15]
+        with torch.no_grad():
+            ref = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([dec])).logits[0].numpy()
+            out = GenerationMixin.generate(model, torch.tensor([src]), max_new_tokens=16, do_sample=False,
+                                           num_beams=1, bad_words_ids=None)[0, 1:].tolist()
+        assert rel_err(vm.logits(src, dec), ref) < 1e-4
+        ids = out[:out.index(1)] if 1 in out else out
+        assert vm.seq2seq(text, 16) == tok.decode(ids, skip_special_tokens=True)
+
+
+def test_marian_refuses_separate_vocabularies(marian, tmp_path):
+    model, vm, tok, pad = marian
+    folder = tmp_path / "split-vocab"
+    shutil.copytree(vm.source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["share_encoder_decoder_embeddings"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedError, match="separate source and target vocabularies"):
+        volvox.load(folder)
+
+
+# ------------------------------------------------------------------ blueprints of encoder-decoders
+def _roundtrip(vm, tmp_path, source, decoder_ids, quantize=None):
+    """Convert ``vm``'s folder to a blueprint, load it: (blueprint model, its logits, the folder's)."""
+    from volvox.convert import convert
+
+    out = convert(vm.source, tmp_path / "bp", quantize=quantize)
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".json")[:2] == ["config.json", "encoder.json"]
+    bp = volvox.load(out)
+    return bp, bp.logits(source, decoder_ids), vm.logits(source, decoder_ids)
+
+
+def test_whisper_blueprint_equals_its_folder(whisper, tmp_path):
+    model, vm, text_vocab = whisper
+    bp, got, want = _roundtrip(vm, tmp_path, features(0), [text_vocab + 1, 5, 17])
+    with bp:
+        np.testing.assert_array_equal(got, want)
+        assert bp.metadata["task"] == "transcribe"
+        assert bp.seq2seq(features(1), 8) == vm.seq2seq(features(1), 8)
+
+
+def _check_text_blueprint(vm, start, tmp_path):
+    src = vm._source_ids(CORPUS[0])
+    bp, got, want = _roundtrip(vm, tmp_path, src, [start] + src[:6])
+    with bp:
+        np.testing.assert_array_equal(got, want)
+        assert bp._source_ids(CORPUS[1]) == vm._source_ids(CORPUS[1])
+        assert bp.seq2seq(CORPUS[1], 12) == vm.seq2seq(CORPUS[1], 12)
+
+
+def test_t5_blueprint_equals_its_folder(t5, tmp_path):
+    _check_text_blueprint(t5[1], 0, tmp_path)
+
+
+def test_bart_blueprint_equals_its_folder(bart, tmp_path):
+    _check_text_blueprint(bart[1], 2, tmp_path)
+
+
+def test_marian_blueprint_equals_its_folder(marian, tmp_path):
+    _check_text_blueprint(marian[1], marian[3], tmp_path)
+
+
+def test_quantized_seq2seq_blueprint_is_close(bart, tmp_path):
+    vm = bart[1]
+    src = vm._source_ids(CORPUS[0])
+    bp, got, want = _roundtrip(vm, tmp_path, src, [2] + src[:6], quantize="q8_0")
+    with bp:
+        assert rel_err(got, want) < 0.05
+        encoder = json.loads((tmp_path / "bp" / "encoder.json").read_text())
+        assert encoder["weights"]["quantized"]  # the encoder's matrices are quantized too

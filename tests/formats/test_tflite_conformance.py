@@ -400,6 +400,10 @@ def conformance_cases() -> list[Case]:
         m.op("CAST", [m.input((4, 6), src)], [m.output((4, 6), dst)], version=1)
         feed = rand(rng, (4, 6)) if src == "float32" else rng.integers(-1000, 1000, (4, 6)).astype(np.int32)
         add("CAST", f"{src}-{dst}", m.build(), feed)
+    for dst in ("float32", "int32"):   # a quantized int8 source: LiteRT casts the stored integers
+        m = writer.ModelBuilder()
+        m.op("CAST", [m.input((4, 6), "int8", **Q_IN)], [m.output((4, 6), dst)], version=5)
+        add("CAST", f"int8-{dst}", m.build(), (4, 6), dtype="int8")
     for dtype in ("float32", "int8"):
         q = Q_IN if dtype == "int8" else {}
         m = writer.ModelBuilder()
@@ -408,6 +412,12 @@ def conformance_cases() -> list[Case]:
         m.op("GATHER", [x, idx], [m.output((3, 2, 3, 4), dtype, **q)], "GatherOptions", [("i", 1)],
              version=2 if dtype == "int8" else 1)
         add("GATHER", f"{'f32' if dtype == 'float32' else 'int8'}-axis1", m.build(), (3, 7, 4), dtype=dtype)
+        m = writer.ModelBuilder()
+        x = m.input((3, 7, 4), dtype, **q)
+        idx = m.tensor((3, 2), "int32", data=np.array([[6, 0], [1, 1], [5, 2]], np.int32))
+        m.op("GATHER", [x, idx], [m.output((3, 2, 4), dtype, **q)], "GatherOptions", [("i", 1), ("i", 1)],
+             version=2 if dtype == "int8" else 1)
+        add("GATHER", f"{'f32' if dtype == 'float32' else 'int8'}-batch-dims1", m.build(), (3, 7, 4), dtype=dtype)
         for mode, name in ((0, "reflect"), (1, "symmetric")):
             pads = np.array([[0, 0], [2, 1], [1, 3], [0, 0]], np.int32)
             add("MIRROR_PAD", f"{'f32' if dtype == 'float32' else 'int8'}-{name}",
@@ -419,14 +429,36 @@ def conformance_cases() -> list[Case]:
     hybrid_w = (rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8), "int8", dict(scale=[0.02] * 4, zero_point=[0] * 4))
     add("CONV_2D", "hybrid", single_op("CONV_2D", [(1, 7, 6, 3)], [(1, 4, 3, 4)], options="Conv2DOptions",
                                        fields=[("b", 0), ("i", 2), ("i", 2), ("b", 0)], consts=[hybrid_w, rand(rng, (4,))],
-                                       version=5), (1, 7, 6, 3), refused=True)
+                                       version=5), (1, 7, 6, 3))
+    add("CONV_2D", "hybrid-valid-relu6-batch2", single_op("CONV_2D", [(2, 7, 6, 3)], [(2, 5, 4, 4)], options="Conv2DOptions",
+                                                          fields=[("b", 1), ("i", 1), ("i", 1), ("b", 3)],
+                                                          consts=[hybrid_w, rand(rng, (4,))], version=5), (2, 7, 6, 3))
+    per_channel_w = (hybrid_w[0], "int8", dict(scale=[0.02, 0.03, 0.01, 0.05], zero_point=[0] * 4))
+    add("CONV_2D", "hybrid-per-channel", single_op("CONV_2D", [(1, 7, 6, 3)], [(1, 4, 3, 4)], options="Conv2DOptions",
+                                                   fields=[("b", 0), ("i", 2), ("i", 2), ("b", 0)],
+                                                   consts=[per_channel_w, rand(rng, (4,))], version=5), (1, 7, 6, 3))
+    add("CONV_2D", "hybrid-per-channel-valid-batch3", single_op("CONV_2D", [(3, 7, 6, 3)], [(3, 5, 4, 4)],
+                                                                options="Conv2DOptions",
+                                                                fields=[("b", 1), ("i", 1), ("i", 1), ("b", 1)],
+                                                                consts=[per_channel_w, rand(rng, (4,))], version=5),
+        rand(rng, (3, 7, 6, 3)) + np.float32(0.7))
     add("RSQRT", "int8", single_op("RSQRT", [(3, 7)], [(3, 7)], "int8", version=2, q_in=dict(scale=0.05, zero_point=-128)),
-        (3, 7), dtype="int8", refused=True)
+        (3, 7), dtype="int8")
+    add("RSQRT", "int8-every-value", single_op("RSQRT", [(2, 128)], [(2, 128)], "int8", version=2,
+                                               q_in=dict(scale=0.3, zero_point=-128), q_out=dict(scale=0.02, zero_point=-100)),
+        np.arange(-128, 128, dtype=np.int8).reshape(2, 128), dtype="int8")
+    add("L2_NORMALIZATION", "int8-wide", single_op("L2_NORMALIZATION", [(4, 3, 37)], [(4, 3, 37)], "int8", "L2NormOptions",
+                                                   [("b", 0)], q_in=dict(scale=0.1, zero_point=5),
+                                                   q_out=dict(scale=1 / 128, zero_point=0), version=2),
+        (4, 3, 37), dtype="int8")
     add("LOG_SOFTMAX", "int8", single_op("LOG_SOFTMAX", [(3, 7)], [(3, 7)], "int8", q_out=dict(scale=16 / 256, zero_point=127),
-                                         version=2), (3, 7), dtype="int8", refused=True)
+                                         version=2), (3, 7), dtype="int8")
+    add("LOG_SOFTMAX", "int8-wide", single_op("LOG_SOFTMAX", [(2, 4, 50)], [(2, 4, 50)], "int8",
+                                              q_in=dict(scale=0.25, zero_point=3),
+                                              q_out=dict(scale=16 / 256, zero_point=127), version=2),
+        (2, 4, 50), dtype="int8")
     add("L2_NORMALIZATION", "int8", single_op("L2_NORMALIZATION", [(3, 7)], [(3, 7)], "int8", "L2NormOptions", [("b", 0)],
-                                              q_out=dict(scale=1 / 128, zero_point=0), version=2), (3, 7), dtype="int8",
-        refused=True)
+                                              q_out=dict(scale=1 / 128, zero_point=0), version=2), (3, 7), dtype="int8")
     return cases
 
 

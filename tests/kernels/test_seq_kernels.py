@@ -12,6 +12,7 @@ import pytest
 from volvox import cpu as K
 from volvox.errors import KernelError, ShapeError
 from volvox.ops.attention import attention_fast, attention_ref, rope_fast, rope_ref
+from volvox.ops.cross_attention import SourceContext, cross_attention_fast, cross_attention_ref
 from volvox.ops.elementwise import silu_fast, silu_ref
 from volvox.ops.fused import swiglu_fast, swiglu_ref
 from volvox.ops.context import BatchContext
@@ -65,6 +66,29 @@ def test_attention_without_cache_and_batched(tier):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("nh, nkv, seq", [(4, 2, 7), (3, 3, 1), (6, 2, 33)])
+def test_non_causal_attention_matches_reference(tier, nh, nkv, seq):
+    """An encoder's self-attention (causal false, no KV cache) runs in the kernel, every row over every key."""
+    rng = np.random.default_rng(seq)
+    hd = 16
+    p = {"n_heads": nh, "n_kv_heads": nkv, "head_dim": hd, "causal": False}
+    q, k, v = (rng.standard_normal((seq, n * hd)).astype(np.float32) for n in (nh, nkv, nkv))
+    np.testing.assert_allclose(attention_fast(RunContext(), p, q, k, v), attention_ref(RunContext(), p, q, k, v),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seq, source", [(1, 9), (5, 3), (4, 37)])
+def test_cross_attention_kernel_matches_reference(tier, seq, source):
+    """Decoder rows over an encoded input of another length, through the non-causal kernel."""
+    rng = np.random.default_rng(source)
+    nh, hd = 3, 8
+    p = {"n_heads": nh, "head_dim": hd, "layer": 1}
+    cross = [tuple(rng.standard_normal((nh, source, hd)).astype(np.float32) for _ in range(2)) for _ in range(2)]
+    ctx = SourceContext(cross=cross)
+    q = rng.standard_normal((seq, nh * hd)).astype(np.float32)
+    np.testing.assert_allclose(cross_attention_fast(ctx, p, q), cross_attention_ref(ctx, p, q), rtol=1e-5, atol=1e-6)
+
+
 def test_attention_threads_bit_identical():
     n0 = K.get_num_threads()
     outs = []
@@ -108,6 +132,8 @@ def test_attention_rejects_bad_input():
         K.attention(q[:, :48].copy(), kc, kc, 0, 4, 0.25)  # q width
     with pytest.raises(ShapeError):
         K.attention(q, kc, kc[:, :4].copy(), 0, 4, 0.25)   # k / v caches differ
+    with pytest.raises(KernelError, match="non-causal"):
+        K.attention(q, kc, kc, 2, 4, 0.25, causal=False)   # not causal: every row sees the whole cache
     with pytest.raises(KernelError):
         K.attention(q.astype(np.float64), kc, kc, 0, 4, 0.25)
     with pytest.raises(KernelError):

@@ -151,3 +151,26 @@ def load_pair(request, tmp_path_factory, tokenizer_json, cases: dict, build):
     lm = volvox.load(directory)
     yield model, lm
     lm.close()
+
+
+def train_marian_tokenizer(directory, vocab_size=120):
+    """Marian's tokenizer files in ``directory``: a SentencePiece unigram model trained on CORPUS (with
+    the `sentencepiece` library, nmt_nfkc normalization) as source.spm and target.spm, and vocab.json
+    numbering its pieces then "<pad>"; returns the vocabulary size."""
+    import io
+    import json
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS * 20), model_writer=model, vocab_size=vocab_size,
+                                   model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
+                                   unk_id=2, bos_id=-1, eos_id=1, pad_id=-1, minloglevel=2)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("source.spm", "target.spm"):
+        (directory / name).write_bytes(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    vocab["<pad>"] = len(vocab)
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    return len(vocab)

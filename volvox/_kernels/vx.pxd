@@ -166,6 +166,7 @@ ctypedef struct vx_attn_shape:
     int64_t n_heads, n_kv_heads, head_dim
     int64_t kv_head_stride       # floats from one kv head to the next in the cache
     int64_t window               # 0: unlimited
+    int64_t keys                 # > 0: not causal, every query sees keys 0..keys-1; 0: causal
     float scale                  # applied to q.k before the softmax
 
 

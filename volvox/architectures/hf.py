@@ -15,6 +15,7 @@ from volvox.errors import UnsupportedError
 from volvox.formats.hf_folder import HFCheckpoint, HFConfig, eos_ids, read_hf_config
 from volvox.formats.imported import Imported
 from volvox.formats.sentence_transformers import is_sentence_transformers_folder, read_sentence_pipeline
+from volvox.formats.sentencepiece import is_marian_folder, read_marian_tokenizer
 from volvox.tokenizers import ByteLevelBPETokenizer
 from volvox.tokenizers.unigram import UnigramTokenizer
 from volvox.tokenizers.wordpiece import WordPieceTokenizer
@@ -25,6 +26,7 @@ HF_ARCHITECTURES: dict[str, Callable[[HFConfig, HFCheckpoint], Imported]] = {
     **{model_type: hf_llama.from_hf for model_type in hf_llama.FAMILIES},
     "mamba": hf_mamba.from_hf, "mamba2": hf_mamba.from_hf, "bamba": hf_mamba.from_hf_bamba,
     "whisper": whisper.from_hf, "t5": t5.from_hf, "bart": bart.from_hf,
+    "marian": bart.from_hf_marian,
 }
 
 
@@ -61,6 +63,8 @@ def import_hf(directory: str | Path) -> Imported:
         tok_path = directory / "tokenizer.json"
         if imported.metadata["task"] == "embed":
             imported.tokenizer = WordPieceTokenizer.from_tokenizer_json(tok_path)
+        elif cfg.model_type == "marian" and is_marian_folder(directory):
+            imported.tokenizer = read_marian_tokenizer(directory)
         elif tokenizer_model_type(tok_path) == "Unigram":
             imported.tokenizer = UnigramTokenizer.from_tokenizer_json(tok_path)
         else:

@@ -19,8 +19,10 @@ from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, SUPPORTED_QTYPES, 
 from volvox.formats.imported import Imported, ModelDims
 from volvox.formats.config_json import read_config_json
 from volvox.formats.safetensors import SafeTensorsFile
+from volvox.formats.sentencepiece import read_marian_tokenizer
 from volvox.ops import validate_file
 from volvox.tokenizers import ByteLevelBPETokenizer
+from volvox.tokenizers.unigram import UnigramTokenizer
 from volvox.tokenizers.wordpiece import WordPieceTokenizer
 
 FORMAT_NAME = "volvox-blueprint"
@@ -101,10 +103,12 @@ def _bind_weight(st: SafeTensorsFile, name: str, quantized: dict, path: str) -> 
     return TensorSpec(name, shape, qtype), QuantTensor(raw, qtype, shape)
 
 
-def read_blueprint(directory: str | Path) -> tuple[Graph, dict, dict, SafeTensorsFile | None]:
-    """(validated graph, weights by name, metadata, open safetensors file) of a blueprint directory."""
+def read_blueprint(directory: str | Path, config_name: str = "config.json"
+                   ) -> tuple[Graph, dict, dict, SafeTensorsFile | None]:
+    """(validated graph, weights by name, metadata, open safetensors file) of a blueprint directory (its
+    ``config_name`` graph: config.json, or an encoder-decoder's encoder.json)."""
     directory = Path(directory)
-    config, cfg_path = read_config_json(directory)
+    config, cfg_path = read_config_json(directory, name=config_name)
     graph, quantized, metadata = parse_config(config, str(cfg_path))
     weights_file = config.get("weights", {}).get("file", "model.safetensors")
     st_path = directory / str(weights_file)
@@ -164,9 +168,40 @@ def _bpe_tokenizer(path: Path, md: dict, where: str):
     return tok
 
 
+# An encoder-decoder blueprint's tokenizer kinds -> the files each reads (docs/blueprint.md).
+SEQ2SEQ_TOKENIZER_FILES = {"bpe": ("tokenizer.json",), "unigram": ("tokenizer.json",),
+                           "marian": ("source.spm", "target.spm", "vocab.json")}
+
+
+def _seq2seq_parts(directory: Path, imported: Imported, where: str) -> None:
+    """An encoder-decoder blueprint's encoder graph (``metadata.encoder.config``, weights from the same
+    safetensors file) and tokenizer (``metadata.tokenizer.kind``), into ``imported``."""
+    metadata = imported.metadata
+    encoder_md = metadata.get("encoder")
+    if not isinstance(encoder_md, dict) or not isinstance(encoder_md.get("config"), str):
+        raise BlueprintError(f"{where}: metadata.encoder must be an object naming the encoder's graph file "
+                             "({'config': 'encoder.json'})")
+    graph, weights, enc_metadata, st = read_blueprint(directory, Path(encoder_md["config"]).name)
+    if st is not None:
+        imported.closers.append(st.close)
+    metadata["encoder"] = Imported(graph, weights, enc_metadata, str(directory))
+    tok_md = metadata.get("tokenizer")
+    kind = tok_md.get("kind") if isinstance(tok_md, dict) else None
+    if kind not in SEQ2SEQ_TOKENIZER_FILES:
+        raise BlueprintError(f"{where}: metadata.tokenizer.kind must be one of {', '.join(SEQ2SEQ_TOKENIZER_FILES)}, "
+                             f"got {kind!r}")
+    if kind == "bpe":
+        imported.tokenizer = _bpe_tokenizer(directory / "tokenizer.json", tok_md, where)
+    elif kind == "unigram":
+        imported.tokenizer = UnigramTokenizer.from_tokenizer_json(directory / "tokenizer.json")
+    else:
+        imported.tokenizer = read_marian_tokenizer(directory)
+
+
 def import_blueprint(directory: str | Path) -> Imported:
     """A blueprint directory as the loader takes it: its validated graph, weights and metadata, and
-    for a generate / embed task its dims (checked) and tokenizer (docs/blueprint.md)."""
+    for a generate / embed task its dims (checked) and tokenizer, for an encoder-decoder
+    (seq2seq / transcribe) also its encoder graph (docs/blueprint.md)."""
     directory = Path(directory)
     graph, weights, metadata, st = read_blueprint(directory)
     imported = Imported(graph, weights, metadata, str(directory), closers=[st.close] if st is not None else [])
@@ -182,6 +217,9 @@ def import_blueprint(directory: str | Path) -> Imported:
             tok_path = directory / Path(tok_md["file"]).name
             imported.tokenizer = (_bpe_tokenizer(tok_path, tok_md, where) if task == "generate"
                                   else WordPieceTokenizer.from_tokenizer_json(tok_path))
+        elif task in ("seq2seq", "transcribe"):
+            ModelDims.from_metadata(metadata.get("dims"), where)
+            _seq2seq_parts(directory, imported, where)
         return imported
     except BaseException:
         imported.close()

@@ -21,7 +21,8 @@ from volvox.errors import UnsupportedError, WeightsError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier, tflite_round
-from volvox.ops.quantized import float32_exp, float32_tanh, hard_swish_table_int8, lut_int8
+from volvox.ops.quantized import (float32_exp, float32_tanh, hard_swish_table_int8, lut_int8, qlog_softmax_params,
+                                   rsqrt_table_int8)
 from volvox.ops.shape import MAX_CONCAT_INPUTS
 from volvox.formats.flatbuffers import Table, root
 from volvox.ops import validate_file
@@ -241,10 +242,26 @@ class _Importer:
         geometry = dict(strides=list(strides), dilations=list(dil), pads=pads, groups=groups)
         bias = self.consts.get(ins[2]) if len(ins) > 2 and ins[2] >= 0 else None
         if x.dtype == "float32" and w.dtype != np.float32:
-            raise UnsupportedError(f"{where}: {w.dtype} filters on float32 input (dynamic-range quantization) are "
-                                   "not supported for convolutions")
+            return self.hybrid_conv(node_id, op, self.tensors[ins[1]], inputs, outs[0], bias, act, geometry, where)
         if not self.conv_node(node_id, inputs, outs[0], x, self.tensors[ins[1]], out, bias, act, geometry, where):
             raise UnsupportedError(f"{where}: input type {x.dtype} is not supported (float32, int8)")
+
+    def hybrid_conv(self, node_id: str, op: str, w: _Tensor, inputs: dict, y: int, bias, act: str, geometry: dict,
+                    where: str) -> None:
+        """Dynamic-range CONV_2D (int8 filter, float32 input and output) as LiteRT: one filter scale as its
+        EvalHybrid, per-channel scales that differ as its EvalHybridPerChannel; dilation, groups and
+        depthwise filters are refused."""
+        scales = np.atleast_1d(np.asarray(w.scale, np.float32))
+        if (op != "CONV_2D" or w.dtype != "int8" or np.any(np.asarray(w.zero_point) != 0)
+                or geometry["dilations"] != [1, 1] or geometry["groups"] != 1):
+            raise UnsupportedError(f"{where}: dynamic-range {op} with {w.dtype} filters is supported only as CONV_2D with "
+                                   "symmetric filter scales, no dilation or groups")
+        if bias is not None:
+            inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.float32))
+        if np.any(scales != scales[0]):   # LiteRT takes its per-channel path only when the scales differ
+            inputs["channel_scale"] = self.weight(f"{node_id}.channel_scale", scales)
+        self.float_result("hybrid_conv2d", node_id, inputs, y, act, strides=geometry["strides"], pads=geometry["pads"],
+                          filter_scale=float(scales[0]))
 
     def conv_node(self, node_id: str, inputs: dict, y: str, x: _Tensor, w: _Tensor, out: _Tensor, bias, act: str,
                   geometry: dict, where: str) -> bool:
@@ -520,9 +537,12 @@ class _Importer:
             fn = (lambda v: np.float32(1) / (np.float32(1) + float32_exp(-v))) if op == "LOGISTIC" else float32_tanh
             table = lut_int8(sx, zx, sy, zy, fn)
             self.add("qlookup", node_id, {"x": xname, "table": self.weight(f"{node_id}.table", table)}, out_idx)
+        elif op == "RSQRT":
+            table = rsqrt_table_int8(sx, zx, sy, zy)
+            self.add("qlookup", node_id, {"x": xname, "table": self.weight(f"{node_id}.table", table)}, out_idx)
         else:
             raise UnsupportedError(f"{where}: int8 {op} is not supported "
-                                   "(int8 RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH)")
+                                   "(int8 RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH, RSQRT)")
 
     def prelu(self, k, op, opts, ins, outs, where) -> None:
         """PRELU: float32 as relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite; int8 as
@@ -777,24 +797,37 @@ class _Importer:
                                    {"axis": axis, "keepdims": False}))
             return self.add("cast", node_id, {"x": f"{node_id}.i64"}, outs[0], to="int32")
         if op == "CAST":
-            if x.dtype == "int8" or out.dtype == "int8":
-                raise UnsupportedError(f"{where}: CAST of quantized int8 values is not supported")
+            # LiteRT casts the stored values and ignores quantization: an int8 source gives its raw integers
+            if out.dtype == "int8":
+                raise UnsupportedError(f"{where}: CAST to int8 is not supported")
             return self.add("cast", node_id, {"x": self.value(ins[0], where)}, outs[0], to=out.dtype)
         if op == "GATHER":
             self.types(where, ins[:1] + outs, ("float32", "int8", "int32"))
             if x.dtype == "int8":
                 self.same_quantization(where, ins[0], outs[0])
-            if opts is not None and opts.scalar(1, "<i"):
-                raise UnsupportedError(f"{where}: batch_dims {opts.scalar(1, '<i')} is not supported")
+            indices = self.tensors[ins[1]]
+            axis = (opts.scalar(0, "<i") if opts else 0) % len(x.shape)
+            batch = (opts.scalar(1, "<i") if opts else 0) % (len(indices.shape) + 1)   # negative counts from the end
             return self.add("gather", node_id, {"x": self.value(ins[0], where), "indices": self.value(ins[1], where)},
-                            outs[0], axis=opts.scalar(0, "<i") if opts else 0)
+                            outs[0], axis=axis, batch_dims=batch)
         if op == "LOG_SOFTMAX":
-            self.types(where, ins[:1] + outs, ("float32",))
+            dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
+            if dtype == "int8":
+                (sx, _), (sy, zy) = x.qparams(), out.qparams()
+                if sy != 16 / 256 or zy != 127:
+                    raise UnsupportedError(f"{where}: int8 LOG_SOFTMAX needs output scale 16/256 and zero point 127")
+                return self.add("qlog_softmax", node_id, {"x": self.runtime(ins[0], where)}, outs[0],
+                                **qlog_softmax_params(sx))
             return self.add("log_softmax", node_id, {"x": self.runtime(ins[0], where)}, outs[0], axis=-1)
         if op == "L2_NORMALIZATION":
-            # TFLite: x / max(sqrt(sum(x * x)), 1e-6) over the last axis
-            self.types(where, ins[:1] + outs, ("float32",))
+            # TFLite: x / max(sqrt(sum(x * x)), 1e-6) over the last axis; int8 in fixed point, out in 1/128 steps
+            dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
             xname = self.runtime(ins[0], where)
+            if dtype == "int8":
+                (_, zx), (sy, zy) = x.qparams(), self.tensors[outs[0]].qparams()
+                if sy != 1 / 128 or zy != 0:
+                    raise UnsupportedError(f"{where}: int8 L2_NORMALIZATION needs output scale 1/128 and zero point 0")
+                return self.add("ql2_normalize", node_id, {"x": xname}, outs[0], input_zero_point=zx)
             eps = self.weight(f"{node_id}.epsilon", np.array(1e-6, np.float32))
             self.nodes.append(Node(f"{node_id}.square", "mul", {"a": xname, "b": xname}, {"y": f"{node_id}.sq"}, {}))
             self.nodes.append(Node(f"{node_id}.sum", "reduce_sum", {"x": f"{node_id}.sq"}, {"y": f"{node_id}.ss"},

@@ -15,7 +15,11 @@ from volvox.errors import BlueprintError, ShapeError, UnsupportedError, VolvoxEr
 Dim = int | str
 FLOAT_DTYPES = ("float32", "float16", "float64")
 INT_DTYPES = ("int32", "int64", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
-DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+# ONNX's narrow element types, by their ml_dtypes names (numpy knows them once ml_dtypes is imported):
+# the ONNX importer reads and casts them; no kernel computes in them
+NARROW_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+                 "float4_e2m1fn", "int4", "uint4", "int2", "uint2")
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + NARROW_DTYPES
 
 
 @dataclass(frozen=True)

@@ -211,15 +211,22 @@ def attention_fast(ctx, p, q, k, v):
     reference, then one nogil call (parallel over heads and query rows, O(seq) memory)."""
     if isinstance(ctx, BatchContext):
         return ctx.map_rows(attention_fast, p, q, k, v)
-    if not p.get("causal", True) or float(p.get("softcap", 0.0)) > 0:
+    if not _kernel_takes(ctx, p):
         return attention_ref(ctx, p, q, k, v)
     return attention_into(ctx, p, np.empty((q.shape[0], int(p["n_heads"]) * int(p["head_dim"])), np.float32), q, k, v)
 
 
+def _kernel_takes(ctx, p) -> bool:
+    """Whether the CPU kernel runs this attention: causal, or not causal over the given k, v alone (an
+    encoder: no KV cache); never soft-capped scores."""
+    return not float(p.get("softcap", 0.0)) and (p.get("causal", True) or ctx.kv is None)
+
+
 def attention_into(ctx, p, out, q, k, v):
     """attention_fast written into ``out`` (seq, n_heads * head_dim): the kernel writes it directly
-    (a batch's rows, run one sequence at a time, and non-causal or soft-capped attention are copied in)."""
-    if isinstance(ctx, BatchContext) or not p.get("causal", True) or float(p.get("softcap", 0.0)) > 0:
+    (a batch's rows, run one sequence at a time, non-causal attention over a KV cache and soft-capped
+    attention are copied in)."""
+    if isinstance(ctx, BatchContext) or not _kernel_takes(ctx, p):
         np.copyto(out, attention_fast(ctx, p, q, k, v))
         return out
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
@@ -235,7 +242,7 @@ def attention_into(ctx, p, out, q, k, v):
         start = 0
         keys, values = np.ascontiguousarray(k_new), np.ascontiguousarray(v_new)
     return cpu.attention(q, keys, values, start, nh, float(np.float32(p.get("scale", hd ** -0.5))),
-                             int(p.get("window", 0)), out=out)
+                         int(p.get("window", 0)), out=out, causal=bool(p.get("causal", True)))
 
 
 def _softcap_infer(specs, params):

@@ -19,6 +19,8 @@ from volvox.ops.registry import OpDef, register
 
 FLOATS = ("float32", "float16", "float64")
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+# products also take bfloat16 (ONNX's ml_dtypes type): summed in float64, rounded once
+PRODUCT_DTYPES = FLOATS + ("bfloat16",) + INTS
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
@@ -216,7 +218,7 @@ def hardmax_ref(ctx, p, x):
 
 def _matmul_general_infer(specs, params):
     a, b = specs["a"], specs["b"]
-    expect(a.dtype == b.dtype and a.dtype in FLOATS + INTS and len(a.shape) >= 1 and len(b.shape) >= 1,
+    expect(a.dtype == b.dtype and a.dtype in PRODUCT_DTYPES and len(a.shape) >= 1 and len(b.shape) >= 1,
            f"matmul_general needs two tensors of one numeric dtype: {a.describe()}, {b.describe()}")
     ka = a.shape[-1]
     kb = b.shape[0] if len(b.shape) == 1 else b.shape[-2]
@@ -229,14 +231,14 @@ def _matmul_general_infer(specs, params):
 def matmul_general_ref(ctx, p, a, b):
     """numpy's matmul (1-D operands as vectors, broadcast batch dims) in any numeric dtype; floats
     accumulate in float64, integers wrap as C integers do."""
-    if a.dtype.kind == "f":
+    if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
         return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
     return np.matmul(a, b)
 
 
 def _einsum_infer(specs, params):
     operands = [specs[f"x{i}"] for i in range(len(specs))]
-    expect(len({s.dtype for s in operands}) == 1 and operands[0].dtype in FLOATS + INTS,
+    expect(len({s.dtype for s in operands}) == 1 and operands[0].dtype in PRODUCT_DTYPES,
            f"einsum needs operands of one numeric dtype: {', '.join(s.describe() for s in operands)}")
     expect(all(isinstance(d, int) for s in operands for d in s.shape), "einsum needs static shapes")
     dummies = [np.empty(s.shape, np.int8) for s in operands]
@@ -250,14 +252,27 @@ def _einsum_infer(specs, params):
 def einsum_ref(ctx, p, *xs):
     """numpy's einsum of ``equation`` over the wired operands; floats summed in float64."""
     xs = [x for x in xs if x is not None]
-    if xs[0].dtype.kind == "f":
+    if xs[0].dtype.kind == "f" or xs[0].dtype.name == "bfloat16":
         return np.asarray(np.einsum(p["equation"], *(x.astype(np.float64) for x in xs))).astype(xs[0].dtype)
     return np.asarray(np.einsum(p["equation"], *xs))
+
+
+def _det_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype in FLOATS and len(x.shape) >= 2 and x.shape[-1] == x.shape[-2],
+           f"det needs float (..., M, M) matrices, got {x.describe()}")
+    return {"y": (tuple(x.shape[:-2]), x.dtype)}
+
+
+def det_ref(ctx, p, x):
+    """The determinant of each trailing (M, M) matrix (LU in float64)."""
+    return np.asarray(np.linalg.det(x.astype(np.float64))).astype(x.dtype)
 
 
 MAX_EINSUM_OPERANDS = 8
 register(OpDef("einsum", "math", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_EINSUM_OPERANDS)), ("y",), _einsum_infer,
                einsum_ref))
+register(OpDef("det", "math", ("x",), ("y",), _det_infer, det_ref))
 register(OpDef("matmul_general", "math", ("a", "b"), ("y",), _matmul_general_infer, matmul_general_ref))
 register(OpDef("log_softmax", "math", ("x",), ("y",), _axis_infer, log_softmax_ref))
 register(OpDef("hardmax", "math", ("x",), ("y",), _axis_infer, hardmax_ref))

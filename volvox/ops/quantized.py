@@ -16,8 +16,13 @@ what it computes rather than how:
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8 /
   uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
 - ``hybrid_linear``: TFLite's dynamic-range fully connected (float rows quantized at run time);
+- ``hybrid_conv2d``: TFLite's dynamic-range CONV_2D (each image quantized at run time: symmetrically
+  for one filter scale, asymmetrically for per-channel scales);
 - ``qlookup``: y = table[x + 128], a 256-entry table built here as TFLite builds its own
-  (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point).
+  (``lut_int8``: LOGISTIC, TANH; ``hard_swish_table_int8``: HARD_SWISH's int16 fixed point;
+  ``rsqrt_table_int8``: RSQRT through the fixed-point inverse square root);
+- ``ql2_normalize``: TFLite's int8 L2_NORMALIZATION (the same inverse square root per row);
+- ``qlog_softmax``: TFLite's int8 LOG_SOFTMAX in gemmlowp's fixed point (exp, log, reciprocal).
 
 Broadcasting follows numpy. Every int32 intermediate is exact in int64 numpy arithmetic. The per-op
 executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup natively
@@ -25,6 +30,8 @@ executor runs the references; step plans run qadd, qmul, qmax_pool2d and qlookup
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -35,6 +42,7 @@ from volvox.ops.elementwise import broadcast_plan, broadcast_shape
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
 from volvox.ops.pool import plan_window, pool_out_shape, pool_taps
 from volvox.ops.registry import OpDef, register
+from volvox.ops.tensor import cast_ref
 
 ADD_LEFT_SHIFT = 20  # TFLite's headroom for int8 ADD / SUB
 
@@ -278,6 +286,74 @@ def hybrid_linear_ref(ctx, p, x, weight, bias, weight_scale):
     return y.astype(np.float32).reshape(x.shape[:-1] + (weight.shape[0],))
 
 
+def _hybrid_conv_dims(x_shape: tuple, w_shape: tuple, params: dict) -> tuple:
+    (sh, sw), (top, left, bottom, right) = params["strides"], params["pads"]
+    return ((x_shape[1] + top + bottom - w_shape[1]) // sh + 1, (x_shape[2] + left + right - w_shape[2]) // sw + 1)
+
+
+def _hybrid_conv_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    expect(x.dtype == "float32" and w.dtype == "int8" and len(x.shape) == 4 and len(w.shape) == 4
+           and x.shape[3] == w.shape[3], f"hybrid_conv2d needs float32 NHWC x and an int8 (O, kh, kw, C) filter: "
+                                         f"{x.describe()}, {w.describe()}")
+    if "bias" in specs:
+        expect(specs["bias"].dtype == "float32" and specs["bias"].shape == (w.shape[0],), f"bias must be float32[{w.shape[0]}]")
+    oh, ow = _hybrid_conv_dims(x.shape, w.shape, params)
+    expect(oh > 0 and ow > 0, f"hybrid_conv2d of {x.describe()} by {w.describe()} gives an empty output")
+    return {"y": ((x.shape[0], oh, ow, w.shape[0]), "float32")}
+
+
+def _asymmetric_quantize_image(values: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+    """TFLite's AsymmetricQuantizeFloats of one image: (int8 values as int64, float32 scale, zero point)
+    from the float range widened to hold 0, the zero point taken from the end with the smaller error."""
+    low, high = np.float32(min(np.float32(0), values.min())), np.float32(max(np.float32(0), values.max()))
+    if low == high:
+        return np.zeros(values.shape, np.int64), np.float32(0), 0
+    scale = float(np.float32(high - low)) / 255.0
+    from_min, from_max = -128 - float(low) / scale, 127 - float(high) / scale
+    zero = from_min if 128 + abs(float(low) / scale) < 127 + abs(float(high) / scale) else from_max
+    offset = -128 if zero < -128 else 127 if zero > 127 else int(tflite_round(zero))
+    inv = np.float32(1.0 / float(np.float32(scale)))
+    q = tflite_round((np.float32(offset) + (values * inv).astype(np.float32)).astype(np.float32))
+    return np.clip(q, -128, 127).astype(np.int64), np.float32(scale), offset
+
+
+def hybrid_conv2d_ref(ctx, p, x, weight, bias=None, channel_scale=None):
+    """TFLite's dynamic-range CONV_2D, NHWC, no dilation or groups. One filter scale (EvalHybrid): each
+    image quantized symmetrically to int8 (scale max|x| / 127, round half away), the exact int32
+    convolution, then sum * (image scale * filter scale) + bias in float32. Per-channel filter scales
+    (``channel_scale``, EvalHybridPerChannel): each image quantized asymmetrically, the int32 sum of
+    filter * (x - zero point) over the taps on the image, then sum * channel scale * image scale + bias."""
+    n = x.shape[0]
+    if channel_scale is None:
+        rng = np.abs(x.reshape(n, -1)).max(axis=1)                                        # (N,) float32
+        safe = np.where(rng == 0, np.float32(1), rng).astype(np.float32)
+        inv = (np.float32(127) / safe).astype(np.float32).reshape(n, 1, 1, 1)
+        q = np.clip(tflite_round((x * inv).astype(np.float32)), -127, 127).astype(np.int64)   # (N, H, W, C)
+        q[rng == 0] = 0
+        image_scale = np.where(rng == 0, np.float32(1), (rng / np.float32(127)).astype(np.float32))
+    else:
+        images = [_asymmetric_quantize_image(x[b]) for b in range(n)]
+        q = np.stack([qb - zero for qb, _, zero in images])                               # (N, H, W, C) x - zero
+        image_scale = np.array([scale for _, scale, _ in images], np.float32)
+    (sh, sw), (top, left, bottom, right) = p["strides"], p["pads"]
+    padded = np.pad(q, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    oh, ow = _hybrid_conv_dims(x.shape, weight.shape, p)
+    w = weight.astype(np.int64)
+    acc = np.zeros((n, oh, ow, w.shape[0]), np.int64)                                    # (N, OH, OW, O)
+    for i in range(w.shape[1]):
+        for j in range(w.shape[2]):
+            tap = padded[:, i: i + sh * (oh - 1) + 1: sh, j: j + sw * (ow - 1) + 1: sw]     # (N, OH, OW, C)
+            acc += np.einsum("nhwc,oc->nhwo", tap, w[:, i, j])
+    if channel_scale is None:
+        y = acc.astype(np.float32) * (image_scale * np.float32(p["filter_scale"])).astype(np.float32).reshape(n, 1, 1, 1)
+    else:
+        y = (acc.astype(np.float32) * channel_scale.astype(np.float32)).astype(np.float32) * image_scale.reshape(n, 1, 1, 1)
+    if bias is not None:
+        y = y + bias.astype(np.float32)
+    return y.astype(np.float32)
+
+
 # ----------------------------------------------------------------------------- pooling
 def _qmax_pool_infer(specs, params):
     _check_int8(specs, "x")
@@ -367,6 +443,274 @@ def qlookup_ref(ctx, p, x, table):
 
 
 # ------------------------------------------------------------------- CPU plan lowering
+# ------------------------------------------------------------------ TFLite's fixed-point inverse square root
+INT32_MAX, INT32_MIN = 2 ** 31 - 1, -2 ** 31
+
+
+def _srdhm(a: int, b: int) -> int:
+    """gemmlowp's SaturatingRoundingDoublingHighMul of two int32 values."""
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    ab += (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    return ab // (1 << 31) if ab >= 0 else -((-ab) // (1 << 31))   # C division truncates toward zero
+
+
+def _saturating_shift_left(x: int, exponent: int) -> int:
+    """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive exponent."""
+    threshold = (1 << (31 - exponent)) - 1
+    return INT32_MAX if x > threshold else INT32_MIN if x < -threshold else x << exponent
+
+
+def _wrap32(x: int) -> int:
+    return (x + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def inv_sqrt_quantized_multiplier(value: int, reverse_shift: int) -> tuple[int, int]:
+    """TFLite's GetInvSqrtQuantizedMultiplierExp: 1 / sqrt(value) as (int32 multiplier, shift), by five
+    Newton-Raphson steps in gemmlowp's 3-integer-bit fixed point (values 0 and 1 give (INT32_MAX, 0))."""
+    if value <= 1:
+        return INT32_MAX, 0
+    shift = 11
+    while value >= 1 << 29:
+        value //= 4
+        shift += 1
+    pairs = (32 - value.bit_length() - 1) // 2 - 1          # CountLeadingZeros(value) - 1, in bit pairs, less one
+    shift -= pairs
+    value <<= 2 * pairs
+    half_input = _rounding_divide_by_pot(value >> 1, 1)       # F3 input / 2
+    half_three = (1 << 28) + (1 << 27)                        # F3 1.5
+    x = 1 << 28                                               # F3 1.0
+    for _ in range(5):
+        x3 = _saturating_shift_left(_srdhm(_srdhm(x, x), x), 6)                  # F9 -> F3
+        x = _saturating_shift_left(_wrap32(_srdhm(half_three, x) - _srdhm(half_input, x3)), 3)   # F6 -> F3
+    x = _srdhm(x, 1518500250)                                 # times sqrt(2) / 2 (F0)
+    if shift < 0:
+        x, shift = _wrap32(x << -shift), 0
+    return x, shift * reverse_shift
+
+
+def rsqrt_table_int8(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """TFLite's int8 RSQRT as a 256-entry table (index x + 128): 1 / sqrt(x - zp) by the fixed-point
+    inverse square root, rescaled by 1 / (sqrt(in_scale) * out_scale) (sqrt and product in float32,
+    the reciprocal in double); x at the zero point gives 127. LiteRT rejects inputs below the zero
+    point at run time; their entries here are 127 too."""
+    multiplier, shift = quantize_multiplier(1.0 / float(np.float32(np.sqrt(np.float32(in_scale))) * np.float32(out_scale)))
+    table = np.full(256, INT8_MAX, np.int8)
+    for q in range(-128, 128):
+        value = q - in_zp
+        if value <= 0:
+            continue
+        inv, inv_shift = inv_sqrt_quantized_multiplier(value, -1)
+        data = int(multiply_by_quantized_multiplier(1, inv, inv_shift + 20))
+        out = int(multiply_by_quantized_multiplier(data, multiplier, shift - 20)) + out_zp
+        table[q + 128] = min(max(out, INT8_MIN), INT8_MAX)
+    return table
+
+
+def _ql2_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int8" and len(x.shape) >= 1, f"ql2_normalize needs int8 x, got {x.describe()}")
+    return {"y": (x.shape, "int8")}
+
+
+def ql2_normalize_ref(ctx, p, x):
+    """TFLite's int8 L2_NORMALIZATION over the last axis: (x - zp) times the fixed-point inverse square
+    root of its row's sum of squares, out in 1/128 steps (zero point 0)."""
+    shifted = x.astype(np.int64) - int(p["input_zero_point"])                  # (rows..., depth)
+    sums = (shifted * shifted).sum(axis=-1)
+    multipliers = np.zeros(sums.shape, np.int64)
+    shifts = np.zeros(sums.shape, np.int64)
+    for index, total in np.ndenumerate(sums):
+        multipliers[index], shifts[index] = inv_sqrt_quantized_multiplier(int(total), -1)
+    y = multiply_by_quantized_multiplier(shifted, multipliers[..., None], shifts[..., None] + 7)
+    return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+# ------------------------------------------------------------------ TFLite's int8 LOG_SOFTMAX (gemmlowp fixed point)
+LOG_SOFTMAX_INPUT_BITS, LOG_SOFTMAX_SUM_BITS, LOG_SOFTMAX_OUTPUT_BITS = 5, 12, 4
+
+
+def _clz32(x: int) -> int:
+    return 32 - (x & 0xFFFFFFFF).bit_length()
+
+
+def _shift_by_pot(x: int, exponent: int) -> int:
+    """gemmlowp's SaturatingRoundingMultiplyByPOT(Param): a saturating left shift or a rounding right shift."""
+    if exponent > 0:
+        return _saturating_shift_left(x, exponent)
+    return _rounding_divide_by_pot(x, -exponent) if exponent < 0 else x
+
+
+def _saturate32(x: int) -> int:
+    return max(INT32_MIN, min(INT32_MAX, x))
+
+
+def _exp_on_negative_values_q5(a: int) -> int:
+    """gemmlowp's exp_on_negative_values of a Q5.26 value <= 0, as Q0.31."""
+    quarter = 1 << 24
+    a_mod = (a & (quarter - 1)) - quarter
+    x = _shift_by_pot(a_mod, LOG_SOFTMAX_INPUT_BITS) + (1 << 28)          # Q0.31, the Taylor point -1/8 shifted
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    poly = _rounding_divide_by_pot(_srdhm(_rounding_divide_by_pot(x4, 2) + x3, 715827883) + x2, 1)
+    result = 1895147668 + _srdhm(1895147668, x + poly)
+    remainder = a_mod - a
+    for k, multiplier in enumerate((1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)):
+        if remainder & (1 << (24 + k)):
+            result = _srdhm(result, multiplier)
+    return INT32_MAX if a == 0 else result
+
+
+def _rounding_half_sum(a: int, b: int) -> int:
+    """gemmlowp's RoundingHalfSum: (a + b) / 2, halves away from zero."""
+    total = a + b
+    return (total + 1) // 2 if total >= 0 else -((-total + 1) // 2)
+
+
+def _one_over_one_plus_x(a: int) -> int:
+    """gemmlowp's one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out), Newton-Raphson in Q2.29."""
+    half_denominator = _rounding_half_sum(a, INT32_MAX)
+    x = 1515870810 + _srdhm(half_denominator, -1010580540)
+    for _ in range(3):
+        x = _wrap32(x + _shift_by_pot(_srdhm(x, _wrap32((1 << 29) - _srdhm(half_denominator, x))), 2))
+    return _shift_by_pot(x, 1)
+
+
+def _log_q12_to_q5(value: int) -> int:
+    """TFLite's log_x_for_x_greater_than_or_equal_to_1<5>(Q12 value), raw Q5.26."""
+    accum_bits = LOG_SOFTMAX_INPUT_BITS + 1
+    log_2, sqrt_sqrt_half, sqrt_half = 1488522236, 1805811301, 1518500250
+    alpha_n, alpha_d, alpha_i, alpha_f = 117049297, 127690142, 1057819769, 638450708
+    shifted_quarter = _shift_by_pot(536870912, -accum_bits)
+    headroom_a = _clz32(value)
+    r_a = _shift_by_pot(_srdhm(_shift_by_pot(value, headroom_a - 1), sqrt_half), 1)
+    pow_a = _saturate32(_shift_by_pot(LOG_SOFTMAX_SUM_BITS - headroom_a, 31 - accum_bits) + shifted_quarter)
+    headroom_b = _clz32(_srdhm(value, sqrt_half)) - 1
+    r_b = _shift_by_pot(value, headroom_b)
+    pow_b = _saturate32(_shift_by_pot(LOG_SOFTMAX_SUM_BITS - headroom_b, 31 - accum_bits) - shifted_quarter)
+    r, pow_adj = min(r_a, r_b), max(pow_a, pow_b)
+    p = _rounding_half_sum(r, sqrt_sqrt_half)
+    q = _wrap32(2 * _wrap32(r - sqrt_sqrt_half))
+    common_sq = _srdhm(q, q)
+    num = _wrap32(_srdhm(q, r) + _srdhm(_srdhm(q, common_sq), alpha_n))
+    denom = _wrap32(_srdhm(p, _wrap32(alpha_i + q + _srdhm(alpha_d, common_sq))) + _srdhm(alpha_f, q))
+    accum = _wrap32(_srdhm(pow_adj, log_2) + _srdhm(_shift_by_pot(num, -accum_bits), _one_over_one_plus_x(denom)))
+    return _shift_by_pot(accum, accum_bits - LOG_SOFTMAX_INPUT_BITS)
+
+
+def qlog_softmax_params(input_scale: float) -> dict:
+    """TFLite's int8 LOG_SOFTMAX Prepare: the input multiplier into Q5.26 (beta 1), the reverse scaling
+    and the smallest difference from the row maximum that still counts."""
+    real = min(float(np.float32(input_scale)) * (1 << (31 - LOG_SOFTMAX_INPUT_BITS)), (1 << 31) - 1.0)
+    multiplier, left_shift = quantize_multiplier(real)
+    reverse, reverse_shift = quantize_multiplier((1 << (31 - left_shift)) / multiplier)
+    radius = math.floor(((1 << LOG_SOFTMAX_INPUT_BITS) - 1) * (1 << (31 - LOG_SOFTMAX_INPUT_BITS)) / (1 << left_shift))
+    return {"input_multiplier": multiplier, "input_shift": left_shift, "reverse_multiplier": reverse,
+            "reverse_shift": reverse_shift, "diff_min": -radius}
+
+
+def _qlog_softmax_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int8" and len(x.shape) >= 1, f"qlog_softmax needs int8 x, got {x.describe()}")
+    return {"y": (x.shape, "int8")}
+
+
+def qlog_softmax_ref(ctx, p, x):
+    """TFLite's int8 LOG_SOFTMAX over the last axis (reference_integer_ops::LogSoftmax): each row's
+    differences from its maximum in Q5.26, their exps summed in Q12, the log of the sum subtracted,
+    out in 1/16 steps with zero point 127."""
+    rows = x.reshape(-1, x.shape[-1]).astype(np.int64)
+    y = np.empty(rows.shape, np.int8)
+    mult, shift, diff_min = p["input_multiplier"], p["input_shift"], p["diff_min"]
+    for r, row in enumerate(rows):
+        diffs = row - row.max()
+        scaled = [int(v) for v in multiply_by_quantized_multiplier(diffs, mult, shift)]
+        total = 0
+        for d, s_ in zip(diffs, scaled):
+            if d >= diff_min:
+                total = _wrap32(total + _rounding_divide_by_pot(_exp_on_negative_values_q5(s_), LOG_SOFTMAX_SUM_BITS))
+        log_sum = _log_q12_to_q5(total)
+        floor = max(diff_min - 1, int(multiply_by_quantized_multiplier(log_sum + INT32_MIN, p["reverse_multiplier"],
+                                                                       p["reverse_shift"])))
+        for c, (d, s_) in enumerate(zip(diffs, scaled)):
+            if d > floor:
+                out = _rounding_divide_by_pot(_wrap32(s_ - log_sum),
+                                              31 - LOG_SOFTMAX_INPUT_BITS - LOG_SOFTMAX_OUTPUT_BITS) + 127
+                y[r, c] = min(max(out, INT8_MIN), INT8_MAX)
+            else:
+                y[r, c] = INT8_MIN
+    return y.reshape(x.shape)
+
+
+# ------------------------------------------------------------------ ONNX's QuantizeLinear / DequantizeLinear in full
+INTEGER_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+                  "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)}
+FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def broadcast_quant_param(value: np.ndarray, shape: tuple, axis: int, block_size: int) -> np.ndarray:
+    """A scale / zero point laid against x of ``shape``: a scalar as is, a vector along ``axis``, or
+    (``block_size`` > 0) blocks along ``axis`` repeated ``block_size`` times, the last block cut short."""
+    if value.ndim == 0 or value.size == 1 and not block_size:
+        return value.reshape(())
+    if not block_size:
+        dims = [1] * len(shape)
+        dims[axis] = value.size
+        return value.reshape(dims)
+    value = np.repeat(value, block_size, axis=axis).take(range(shape[axis]), axis=axis)
+    if value.shape != tuple(shape):
+        raise ValueError(f"blocked scale of shape {value.shape} does not match x {tuple(shape)}")
+    return value
+
+
+def _quantize_infer(specs, params):
+    x, scale = specs["x"], specs["scale"]
+    expect(params["to"] in INTEGER_RANGES or params["to"] in FLOAT8 or params["to"] == "float4_e2m1fn",
+           f"quantize to {params['to']!r}")
+    expect(x.dtype in ("float32", "float16", "bfloat16") and scale.dtype in ("float32", "float16", "bfloat16"),
+           f"quantize_linear takes float x and scale, got {x.describe()}, {scale.describe()}")
+    return {"y": (x.shape, params["to"])}
+
+
+def quantize_linear_ref(ctx, p, x, scale, zero_point=None):
+    """ONNX QuantizeLinear: x / scale (in ``precision``'s dtype if given), to an integer type rounded half
+    to even + zero point, saturated; to float8 saturated (``saturate``) or not; to float4e2m1 plus zero point."""
+    axis, block = p.get("axis", 1) % max(x.ndim, 1), p.get("block_size", 0)
+    to = p["to"]
+    scale = broadcast_quant_param(np.asarray(scale), x.shape, axis, block)
+    zero = None if zero_point is None else broadcast_quant_param(np.asarray(zero_point), x.shape, axis, block)
+    precision = p.get("precision")
+    scaled = x.astype(precision) / scale.astype(precision) if precision else x / scale
+    if to in INTEGER_RANGES:
+        lo, hi = INTEGER_RANGES[to]
+        q = np.rint(scaled).astype(np.int32)
+        if zero is not None:
+            q = q + zero
+        return np.clip(q, lo, hi).astype(to)
+    if to in FLOAT8:
+        return cast_ref(ctx, {"to": to, "saturate": p.get("saturate", 1)}, scaled)
+    return (scaled if zero is None else scaled + zero).astype(to)
+
+
+def _dequantize_infer(specs, params):
+    x, scale = specs["x"], specs["scale"]
+    expect(scale.dtype in ("float32", "float16", "bfloat16"), f"dequantize_linear's scale must be float, got {scale.describe()}")
+    return {"y": (x.shape, params.get("to") or scale.dtype)}
+
+
+def dequantize_linear_ref(ctx, p, x, scale, zero_point=None):
+    """ONNX DequantizeLinear: (float32(x) - zero point) * scale, in ``to`` (default: the scale's dtype);
+    a float8 / float4 x takes no zero point (onnx requires it zero)."""
+    axis, block = p.get("axis", 1) % max(x.ndim, 1), p.get("block_size", 0)
+    shifted = x.astype(np.float32)
+    if zero_point is not None and x.dtype.name not in FLOAT8 + ("float4_e2m1fn",):
+        shifted = shifted - broadcast_quant_param(np.asarray(zero_point), x.shape, axis, block)
+    y = shifted * broadcast_quant_param(np.asarray(scale), x.shape, axis, block)
+    return y.astype(p.get("to") or scale.dtype)
+
+
 def qbinary_cpu(plan, node) -> None:
     """qadd / qmul as one native step (engine/quantized_ops.pxi); a broadcast first operand swaps
     with the second, its zero point and multiplier with it (the integer sum and product commute)."""
@@ -412,4 +756,11 @@ register(OpDef("qresize_bilinear", "quantized", ("x",), ("y",), _qresize_infer, 
 register(OpDef("hybrid_linear", "quantized", ("x", "weight", "bias?", "weight_scale"), ("y",), _hybrid_linear_infer,
                hybrid_linear_ref))
 register(OpDef("qrescale", "quantized", ("x",), ("y",), _rescale_infer, qrescale_ref))
+register(OpDef("qlog_softmax", "quantized", ("x",), ("y",), _qlog_softmax_infer, qlog_softmax_ref))
+register(OpDef("ql2_normalize", "quantized", ("x",), ("y",), _ql2_infer, ql2_normalize_ref))
+register(OpDef("quantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _quantize_infer, quantize_linear_ref))
+register(OpDef("dequantize_linear", "quantized", ("x", "scale", "zero_point?"), ("y",), _dequantize_infer,
+               dequantize_linear_ref))
+register(OpDef("hybrid_conv2d", "quantized", ("x", "weight", "bias?", "channel_scale?"), ("y",), _hybrid_conv_infer,
+               hybrid_conv2d_ref))
 register(OpDef("qlookup", "quantized", ("x", "table"), ("y",), _lookup_infer, qlookup_ref, cpu=qlookup_cpu))

@@ -8,6 +8,8 @@ through unchanged). numpy is the implementation; a plan runs them as islands.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from volvox.ir.graph import DTYPES, expect
@@ -33,12 +35,19 @@ def _gather_infer(specs, params):
     axis = int(params.get("axis", 0))
     expect(-n <= axis < n and idx.dtype in ("int32", "int64"), f"bad gather of {x.describe()} by {idx.describe()}")
     axis %= n
-    return {"y": (x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)}
+    batch = int(params.get("batch_dims", 0))
+    expect(0 <= batch <= axis and batch <= len(idx.shape) and x.shape[:batch] == idx.shape[:batch],
+           f"gather batch_dims {batch} of {x.describe()} by {idx.describe()} along axis {axis}")
+    return {"y": (x.shape[:axis] + idx.shape[batch:] + x.shape[axis + 1:], x.dtype)}
 
 
 def gather_ref(ctx, p, x, indices):
-    """x taken along ``axis`` at ``indices`` (output: x.shape[:axis] + indices.shape + x.shape[axis+1:])."""
-    axis = int(p.get("axis", 0)) % x.ndim
+    """x taken along ``axis`` at ``indices`` (output: x.shape[:axis] + indices.shape + x.shape[axis+1:]);
+    with ``batch_dims`` b, the first b dims of x and indices pair up (TFLite's and TensorFlow's gather)."""
+    axis, batch = int(p.get("axis", 0)) % x.ndim, int(p.get("batch_dims", 0))
+    if batch:
+        inner = {"axis": axis - 1, "batch_dims": batch - 1}
+        return np.stack([gather_ref(ctx, inner, x[i], indices[i]) for i in range(x.shape[0])])
     return np.take(x, _positive_indices(indices, x.shape[axis]), axis=axis)
 
 
@@ -121,9 +130,87 @@ def _cast_infer(specs, params):
     return {"y": (specs["x"].shape, params["to"])}
 
 
+SATURATING_FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
+
+
 def cast_ref(ctx, p, x):
-    """x converted to dtype ``to`` (float to int truncates toward zero, as C casts)."""
-    return x.astype(p["to"])
+    """x converted to dtype ``to`` (float to int truncates toward zero, as C casts). ONNX's narrow types:
+    a float8 target with ``saturate`` (default 1) clamps to its finite range (inf too; NaN stays NaN),
+    else overflows to NaN / inf; float8_e8m0fnu rounds its exponent by ``round_mode`` (up, down,
+    nearest), as the onnx package's reference."""
+    to = p["to"]
+    if to in SATURATING_FLOAT8 and p.get("saturate", 1):
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(getattr(ml_dtypes, to))
+        return np.clip(x, info.min, info.max).astype(to)
+    if to == "float8_e8m0fnu":
+        return _to_float8_e8m0(x, bool(p.get("saturate", 1)), p.get("round_mode", "up"))
+    return x.astype(to)
+
+
+def _to_float8_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """float8_e8m0fnu (a bare power-of-two exponent) of x: float32's exponent, rounded up when a
+    fraction is left ("up"), to nearest, or truncated ("down"); NaN and inf become 0xFF."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    if round_mode == "nearest":
+        guard, rest = (bits & 0x400000) > 0, (bits & 0x3FFFFF) > 0
+        round_up = guard & (rest | (exponent > 0)) & ~special
+    elif round_mode == "up":
+        round_up = ((bits & 0x7FFFFF) > 0) & ~special
+    elif round_mode == "down":
+        round_up = np.zeros(exponent.shape, bool)
+    else:
+        raise ValueError(f"float8_e8m0 round_mode {round_mode!r} (up, down, nearest)")
+    if saturate:
+        round_up &= exponent != 0xFE
+    exponent = (exponent + round_up).astype(np.uint8)
+    exponent[special] = 0xFF
+    return exponent.view("float8_e8m0fnu")
+
+
+def _bit_width(dtype: str) -> int | None:
+    """Bits per element of a dtype; None for the sub-byte types, which numpy stores one per byte."""
+    return None if dtype in SUB_BYTE_INTS + ("float4_e2m1fn",) else np.dtype(dtype).itemsize * 8
+
+
+def _bitcast_infer(specs, params):
+    x, to = specs["x"], params["to"]
+    expect(to in DTYPES and _bit_width(x.dtype) is not None and _bit_width(x.dtype) == _bit_width(to),
+           f"bitcast of {x.describe()} to {to}: both must be whole-byte types of one width")
+    return {"y": (x.shape, to)}
+
+
+def bitcast_ref(ctx, p, x):
+    """x's bits read as dtype ``to`` of the same width."""
+    return x.view(p["to"]).copy()
+
+
+def _tensor_scatter_infer(specs, params):
+    cache, update = specs["cache"], specs["update"]
+    axis = params["axis"]
+    expect(len(cache.shape) == len(update.shape) and cache.dtype == update.dtype and 0 < axis < len(cache.shape)
+           and all(c == u for i, (c, u) in enumerate(zip(cache.shape, update.shape)) if i != axis),
+           f"tensor_scatter: {update.describe()} does not fit {cache.describe()} along axis {axis}")
+    return {"y": (cache.shape, cache.dtype)}
+
+
+def tensor_scatter_ref(ctx, p, cache, update, write_indices=None):
+    """ONNX TensorScatter: ``update`` written into a copy of ``cache`` along ``axis`` from each batch
+    entry's write index (0 when absent); ``circular`` wraps positions past the end."""
+    axis = p["axis"]
+    starts = np.zeros(cache.shape[0], np.int64) if write_indices is None else write_indices.astype(np.int64)
+    length, positions = cache.shape[axis], np.arange(update.shape[axis])
+    y = cache.copy()
+    for batch in range(cache.shape[0]):
+        at = starts[batch] + positions
+        at = at % length if p.get("mode", "linear") == "circular" else at
+        target = np.moveaxis(y[batch], axis - 1, 0)     # a view: (positions, ...)
+        target[at] = np.moveaxis(update[batch], axis - 1, 0)
+    return y
 
 
 def _expand_infer(specs, params):
@@ -292,6 +379,9 @@ register(OpDef("gather_nd", "tensor", ("x", "indices"), ("y",), _gather_nd_infer
 register(OpDef("scatter_elements", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_elements_ref))
 register(OpDef("scatter_nd", "tensor", ("x", "indices", "updates"), ("y",), _scatter_infer, scatter_nd_ref))
 register(OpDef("cast", "tensor", ("x",), ("y",), _cast_infer, cast_ref))
+register(OpDef("tensor_scatter", "tensor", ("cache", "update", "write_indices?"), ("y",), _tensor_scatter_infer,
+               tensor_scatter_ref))
+register(OpDef("bitcast", "tensor", ("x",), ("y",), _bitcast_infer, bitcast_ref))
 register(OpDef("expand", "tensor", ("x",), ("y",), _expand_infer, expand_ref))
 register(OpDef("tile", "tensor", ("x",), ("y",), _tile_infer, tile_ref))
 register(OpDef("topk", "tensor", ("x",), ("values", "indices"), _topk_infer, topk_ref))
@@ -347,12 +437,34 @@ def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
     return np.where(d <= 1, near, far)
 
 
+def _antialias_taps(coords: np.ndarray, scale: float, mode: str, a: float) -> tuple[np.ndarray, np.ndarray]:
+    """(taps, weights), each (out, taps), of a downsampling antialiased resize: the linear (triangle) or
+    cubic kernel stretched by 1 / scale over the input, normalized to sum 1, as onnx's reference
+    (a source coordinate on an input index counts as the right end of the interval before it)."""
+    start = int(np.floor((-1 if mode == "linear" else -2) / scale) + 1)
+    offsets = np.arange(start, 2 - start)                                   # (taps,)
+    base = np.where(coords == np.floor(coords), coords - 1, np.floor(coords))
+    distance = np.abs((offsets[None, :] - (coords - base)[:, None]) * scale)   # (out, taps)
+    if mode == "linear":
+        weights = np.clip(1 - distance, 0, 1)
+    else:
+        near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
+        far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
+        weights = np.where(distance <= 1, near, np.where(distance < 2, far, 0.0))
+    return base[:, None] + offsets[None, :], weights / weights.sum(axis=1, keepdims=True)
+
+
 def _resize_axis(x: np.ndarray, axis: int, out: int, scale: float, roi: tuple, p: dict) -> np.ndarray:
     """x resized along one axis (float64): each output a weighted sum of input taps (edge-padded)."""
     length = x.shape[axis]
     coords = _source_coordinates(p.get("coordinate", "half_pixel"), length, out, scale, roi)
     mode = p.get("mode", "nearest")
-    if mode == "nearest":
+    if p.get("antialias", 0) and mode in ("linear", "cubic") and scale < 1:
+        taps, weights = _antialias_taps(coords, scale, mode, float(p.get("cubic_coeff_a", -0.75)))
+        if p.get("exclude_outside", 0):
+            weights = np.where((taps >= 0) & (taps < length), weights, 0.0)
+            weights = weights / weights.sum(axis=1, keepdims=True)
+    elif mode == "nearest":
         taps = _nearest_index(coords, p.get("nearest_mode", "round_prefer_floor"))[:, None]
         weights = np.ones((out, 1))
     elif mode == "linear":
@@ -397,7 +509,8 @@ def _resize_nd_infer(specs, params):
 def resize_nd_ref(ctx, p, x):
     """ONNX Resize over every axis whose size changes: ``sizes`` (the output shape), ``scales`` (per axis),
     ``mode`` nearest / linear / cubic, ``coordinate``, ``nearest_mode``, ``cubic_coeff_a``,
-    ``exclude_outside``, ``roi`` and ``extrapolation_value`` (tf_crop_and_resize); one axis at a time."""
+    ``exclude_outside``, ``antialias`` (a downsampling linear / cubic filter widened by 1 / scale), ``roi``
+    and ``extrapolation_value`` (tf_crop_and_resize); one axis at a time."""
     y = x.astype(np.float64)
     roi = p.get("roi") or [0.0] * x.ndim + [1.0] * x.ndim
     for axis, (out, scale) in enumerate(zip(p["sizes"], p["scales"])):
@@ -425,59 +538,66 @@ def _reflect(coord: np.ndarray, low: float, high: float) -> np.ndarray:
 
 def _grid_sample_infer(specs, params):
     x, grid = specs["x"], specs["grid"]
-    expect(len(x.shape) == 4 and len(grid.shape) == 4 and grid.shape[-1] == 2 and x.dtype in ("float32", "float16", "float64"),
-           f"grid_sample needs NCHW x and an (N, H, W, 2) grid: {x.describe()}, {grid.describe()}")
+    rank = len(x.shape) - 2
+    expect(rank in (2, 3) and len(grid.shape) == rank + 2 and grid.shape[-1] == rank
+           and x.dtype in ("float32", "float16", "float64"),
+           f"grid_sample needs (N, C, *spatial) x and an (N, *out, spatial rank) grid: {x.describe()}, {grid.describe()}")
     expect(params.get("mode", "linear") in ("linear", "nearest", "cubic") and
-           params.get("padding_mode", "zeros") in ("zeros", "border", "reflection"), f"grid_sample params {params}")
-    return {"y": ((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)}
+           params.get("padding_mode", "zeros") in ("zeros", "border", "reflection")
+           and (rank == 2 or params.get("mode", "linear") != "cubic"), f"grid_sample params {params} of rank {rank}")
+    return {"y": ((x.shape[0], x.shape[1]) + tuple(grid.shape[1:-1]), x.dtype)}
 
 
 def grid_sample_ref(ctx, p, x, grid):
-    """x sampled at the grid's normalized (x, y) points in [-1, 1]: ``mode`` linear / nearest / cubic,
-    ``padding_mode`` zeros / border / reflection, ``align_corners`` (float64)."""
-    n, c, h, w = x.shape
+    """x (N, C, *spatial: 2-D or 3-D) sampled at the grid's normalized points in [-1, 1] (the last grid
+    value indexes the last spatial axis): ``mode`` linear / nearest / cubic (2-D), ``padding_mode``
+    zeros / border / reflection, ``align_corners`` (float64)."""
+    spatial = x.shape[2:]
+    rank = len(spatial)
     align, padding, mode = int(p.get("align_corners", 0)), p.get("padding_mode", "zeros"), p.get("mode", "linear")
     g = grid.astype(np.float64)
 
     def unnormalize(v, size):
         return (v + 1) / 2 * (size - 1) if align else ((v + 1) * size - 1) / 2
 
-    gx, gy = unnormalize(g[..., 0], w), unnormalize(g[..., 1], h)                 # (N, OH, OW)
-    if mode == "cubic":
-        pass   # cubic pads each of its 16 taps (in tap), not the sample point
-    elif padding == "border":
-        gx, gy = np.clip(gx, 0, w - 1), np.clip(gy, 0, h - 1)
-    elif padding == "reflection":
-        gx = _reflect(gx, 0, w - 1) if align else np.clip(_reflect(gx, -0.5, w - 0.5), 0, w - 1)
-        gy = _reflect(gy, 0, h - 1) if align else np.clip(_reflect(gy, -0.5, h - 0.5), 0, h - 1)
-    x64 = x.astype(np.float64)
-    batch = np.arange(n)[:, None, None]
+    def reflect(v, size):
+        return _reflect(v, 0, size - 1) if align else _reflect(v, -0.5, size - 0.5)
 
-    def tap(iy, ix):
-        """x at integer pixels (N, C, OH, OW): zeros outside for padding zeros, reflected or the nearest edge
-        pixel otherwise."""
+    coords = [unnormalize(g[..., rank - 1 - d], spatial[d]) for d in range(rank)]   # per axis (N, *out)
+    if mode == "cubic":
+        pass   # cubic pads each of its taps (in tap), not the sample point
+    elif padding == "border":
+        coords = [np.clip(c, 0, size - 1) for c, size in zip(coords, spatial)]
+    elif padding == "reflection":
+        coords = [reflect(c, size) if align else np.clip(reflect(c, size), 0, size - 1) for c, size in zip(coords, spatial)]
+    x64 = x.astype(np.float64)
+    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (g.ndim - 2))
+
+    def tap(index):
+        """x at integer points (N, C, *out): zeros outside for padding zeros, reflected or the nearest edge
+        point otherwise."""
         if padding == "reflection":
-            iy = np.round(_reflect(iy, 0, h - 1) if align else _reflect(iy, -0.5, h - 0.5)).astype(np.int64)
-            ix = np.round(_reflect(ix, 0, w - 1) if align else _reflect(ix, -0.5, w - 0.5)).astype(np.int64)
-        inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
-        values = x64[batch, :, np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]     # (N, OH, OW, C)
+            index = [np.round(reflect(i, size)).astype(np.int64) for i, size in zip(index, spatial)]
+        inside = np.logical_and.reduce([(i >= 0) & (i < size) for i, size in zip(index, spatial)])
+        values = x64[(batch, slice(None)) + tuple(np.clip(i, 0, size - 1) for i, size in zip(index, spatial))]
         if padding == "zeros":
-            values = values * inside[..., None]
-        return values.transpose(0, 3, 1, 2)
+            values = values * inside[..., None]                                   # (N, *out, C)
+        return np.moveaxis(values, -1, 1)
 
     if mode == "nearest":
-        y = tap(np.round(gy).astype(np.int64), np.round(gx).astype(np.int64))
-    elif mode == "linear":
-        x0, y0 = np.floor(gx), np.floor(gy)
-        fx, fy = (gx - x0)[:, None], (gy - y0)[:, None]
-        x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
-        y = ((1 - fy) * ((1 - fx) * tap(y0, x0) + fx * tap(y0, x0 + 1))
-             + fy * ((1 - fx) * tap(y0 + 1, x0) + fx * tap(y0 + 1, x0 + 1)))
+        return np.ascontiguousarray(tap([np.round(c).astype(np.int64) for c in coords])).astype(x.dtype)
+    lows = [np.floor(c) for c in coords]
+    if mode == "linear":
+        offsets = (0, 1)
+        weights = [[1 - (c - lo), c - lo] for c, lo in zip(coords, lows)]
     else:
-        x0, y0 = np.floor(gx), np.floor(gy)
-        wx, wy = _cubic_weights(gx - x0, -0.75), _cubic_weights(gy - y0, -0.75)  # (N, OH, OW, 4)
-        x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
-        y = sum(wy[..., i][:, None] * wx[..., j][:, None] * tap(y0 + i - 1, x0 + j - 1) for i in range(4) for j in range(4))
+        offsets = (-1, 0, 1, 2)
+        weights = [list(np.moveaxis(_cubic_weights(c - lo, -0.75), -1, 0)) for c, lo in zip(coords, lows)]
+    lows = [lo.astype(np.int64) for lo in lows]
+    y = 0.0
+    for corner in itertools.product(range(len(offsets)), repeat=rank):
+        weight = np.prod([weights[d][k] for d, k in enumerate(corner)], axis=0)[:, None]   # (N, 1, *out)
+        y = y + weight * tap([lo + offsets[k] for lo, k in zip(lows, corner)])
     return np.ascontiguousarray(y).astype(x.dtype)
 
 

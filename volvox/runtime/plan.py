@@ -213,7 +213,7 @@ class Plan:
         if name in self.weights:
             w = self.weights[name]
             self.need(node, isinstance(w, np.ndarray), f"{port} is not a numpy weight")
-            w = np.ascontiguousarray(w)
+            w = np.ascontiguousarray(w).reshape(w.shape)   # ascontiguousarray alone makes a 0-d weight 1-d
             self._keep.append(w)
             return w
         return self._tensor(name)

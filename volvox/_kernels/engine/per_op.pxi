@@ -240,10 +240,12 @@ def unary(int fn, const float[::1] x, float[::1] y, float alpha, float beta):
 
 
 def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :, ::1] vc, int64_t start,
-              int64_t n_heads, int64_t window, float scale, float[:, ::1] out, float[::1] scratch):
+              int64_t n_heads, int64_t window, float scale, float[:, ::1] out, float[::1] scratch,
+              int64_t keys=0):
     """out (seq, n_heads*hd) = causal GQA attention of q (seq, n_heads*hd) over the cache kc, vc
-    (n_kv_heads, capacity, hd) whose first start+seq rows are filled; scratch: get_num_threads() *
-    attention_scratch_floats(start + seq, hd, n_heads / n_kv_heads) floats."""
+    (n_kv_heads, capacity, hd) whose first start+seq rows are filled, or with keys > 0 every row over
+    rows 0..keys-1 (not causal); scratch: get_num_threads() * attention_scratch_floats(start + seq
+    (keys when not causal), hd, n_heads / n_kv_heads) floats."""
     cdef int64_t seq = q.shape[0], hd = kc.shape[2]
     if n_heads * seq == 0:
         return
@@ -254,10 +256,12 @@ def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :
     s.a.attention.y, s.a.attention.scratch = &out[0, 0], &scratch[0]
     s.a.attention.n_heads, s.a.attention.n_kv_heads, s.a.attention.head_dim = n_heads, kc.shape[0], hd
     s.a.attention.window, s.a.attention.scale = window, scale
-    s.a.attention.scratch_floats = vx_attn_scratch_floats(start + seq, hd, n_heads // kc.shape[0])
+    cdef int64_t total = keys if keys > 0 else start + seq     # keys the last row sees
+    s.a.attention.scratch_floats = vx_attn_scratch_floats(total, hd, n_heads // kc.shape[0])
     s.a.attention.seq, s.a.attention.start, s.a.attention.capacity = seq, start, kc.shape[1]
+    s.a.attention.keys = keys
     with nogil:
-        run_local(&s, 1, threads_for(n_heads * seq * (start + seq) * hd * 4))
+        run_local(&s, 1, threads_for(n_heads * seq * total * hd * 4))
 
 
 def swiglu(const float[:, ::1] x, float[:, ::1] y, bint gated):

@@ -135,6 +135,7 @@ cdef struct AttentionArgs:
     int64_t seq                  # query rows
     int64_t start                # the first row's position, or -1: the run's position
     int64_t capacity             # 0: the run's cache capacity
+    int64_t keys                 # > 0: not causal, every row sees keys 0..keys-1; 0: causal
     float scale
 
 
@@ -512,6 +513,7 @@ cdef void run_attention(const Step *s, const RunInput *inp, int me, int team, in
     shape.head_dim = a.head_dim
     shape.kv_head_stride = capacity * a.head_dim
     shape.window = a.window
+    shape.keys = a.keys
     shape.scale = a.scale
     cdef const float *kc = a.k_cache if a.k_cache != NULL else inp.k_cache[a.layer]
     cdef const float *vc = a.v_cache if a.v_cache != NULL else inp.v_cache[a.layer]

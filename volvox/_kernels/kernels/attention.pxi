@@ -178,7 +178,7 @@ cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc,
     cdef int64_t h0 = item * group if s.seq == 1 else item // s.seq  # its first
     cdef int64_t i = 0 if s.seq == 1 else item % s.seq
     cdef int64_t kvh = h0 // group
-    cdef int64_t nk = s.start + i + 1                                 # keys 0..start+i
+    cdef int64_t nk = s.keys if s.keys > 0 else s.start + i + 1       # keys 0..start+i (causal)
     cdef int64_t j0 = nk - s.window if s.window > 0 and nk > s.window else 0  # first visible
     cdef int64_t np = (nk + 7) // 8 * 8
     cdef int64_t per = np + 32 * hd + 16                              # scratch floats per head (vx.pxd)

@@ -1,4 +1,5 @@
-"""Import an ONNX model (opset 7 and later) into a volvox graph, NHWC inside for convolutions.
+"""Import an ONNX model into a volvox graph, NHWC inside for convolutions: opset 7 and later directly,
+older files after the onnx package's version converter took them to opset 7.
 
 ``reader`` decodes the protobuf (external data memory-mapped), ``importer`` holds the translation
 state (layout, constants, folding), ``vision`` maps the CNN ops onto the fast NHWC kernels and
@@ -20,9 +21,9 @@ import numpy as np
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import validate_file
-from volvox.formats.onnx import generic, vision
-from volvox.formats.onnx.importer import ConstantRequired, Importer
-from volvox.formats.onnx.reader import ONNX_DTYPES, ONNXError, OnnxModel, OnnxNode, read_model, type_name
+from volvox.formats.onnx import control_flow, functions, generic, vision
+from volvox.formats.onnx.importer import ConstantRequired, Importer, output_used
+from volvox.formats.onnx.reader import ONNXError, OnnxModel, OnnxNode, element_dtype, read_model, read_model_upgraded
 
 __all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "op_report"]
 
@@ -58,6 +59,39 @@ def _resize(imp: Importer, n: OnnxNode, where: str) -> None:
         generic.resize_nd(imp, n, where)
 
 
+def _matmul(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MatMul of float32 with a run-time left operand on volvox's linear / matmul; else matmul_general."""
+    if n.inputs[0] in imp.consts:
+        generic.matmul_general(imp, n, where)
+    else:
+        _float32_or(vision.matmul, generic.matmul_general)(imp, n, where)
+
+
+def _batch_norm(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Inference BatchNormalization (folded into its conv where it can be), else the training-mode one."""
+    if n.attrs.get("training_mode", 0) or any(output_used(imp, n, i) for i in range(1, 5)):
+        generic.batch_norm_training(imp, n, where)
+    else:
+        vision.batch_norm(imp, n, where)
+
+
+def _conv(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Conv on the NHWC kernels where they apply (1-D / 2-D float32, constant weight), else the numpy conv_nd."""
+    if generic.needs_general_conv(imp, n):
+        generic.conv_nd(imp, n, where)
+    else:
+        vision.one_dimensional(vision.conv)(imp, n, where)
+
+
+def _pool(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MaxPool / AveragePool on the NHWC kernels where they apply (1-D / 2-D float32, int8 MaxPool), else
+    the numpy pool_nd over any spatial rank, dilations, ceil_mode and indices."""
+    if generic.needs_general_pool(imp, n):
+        generic.pool_nd(imp, n, where)
+    else:
+        vision.one_dimensional(vision.pool)(imp, n, where)
+
+
 def _refuse(why: str):
     def translate(imp: Importer, n: OnnxNode, where: str) -> None:
         raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {imp.opset}: {why}")
@@ -68,6 +102,9 @@ TRANSLATIONS = {
     "Constant": generic.constant, "Shape": generic.shape, "Size": generic.size,
     "ConstantOfShape": generic.constant_of_shape, "Range": generic.range_, "EyeLike": generic.eye_like,
     "Identity": generic.identity, "Dropout": generic.dropout, "Cast": generic.cast, "CastLike": generic.cast_like,
+    "BitCast": generic.bitcast, "DFT": generic.dft, "STFT": generic.stft, "MelWeightMatrix": generic.mel_weight_matrix,
+    "Col2Im": generic.col2im, "TensorScatter": generic.tensor_scatter, "Det": generic.det,
+    "RoiAlign": generic.roi_align, "DeformConv": generic.deform_conv,
     "Reshape": generic.reshape, "Flatten": generic.flatten, "Squeeze": generic.squeeze, "Unsqueeze": generic.unsqueeze,
     "Transpose": generic.transpose, "Slice": generic.slice_, "Split": generic.split, "Pad": generic.pad,
     "Concat": vision.concat,
@@ -90,10 +127,12 @@ TRANSLATIONS = {
     "Expand": generic.expand, "Tile": generic.tile, "TopK": generic.topk, "CumSum": generic.cumsum,
     "OneHot": generic.one_hot, "Trilu": generic.trilu, "DepthToSpace": generic.depth_space,
     "SpaceToDepth": generic.depth_space,
-    "Conv": vision.one_dimensional(vision.conv), "BatchNormalization": vision.batch_norm,
-    "MaxPool": vision.one_dimensional(vision.pool), "AveragePool": vision.one_dimensional(vision.pool),
+    "Conv": _conv, "BatchNormalization": _batch_norm,
+    "MaxPool": _pool, "AveragePool": _pool, "LpPool": generic.pool_nd, "GlobalLpPool": generic.global_lp_pool,
+    "MaxUnpool": generic.max_unpool, "NonZero": generic.nonzero, "Compress": generic.compress,
+    "Unique": generic.unique, "NonMaxSuppression": generic.non_max_suppression,
     "GlobalAveragePool": vision.pool, "GlobalMaxPool": generic.global_max_pool,
-    "MatMul": _float32_or(vision.matmul, generic.matmul_general),
+    "MatMul": _matmul,
     "Gemm": vision.gemm, "Resize": _resize, "Upsample": _resize,
     "LayerNormalization": _float32_or(generic.layer_norm, generic.layer_norm_parts),
     "ConvTranspose": vision.one_dimensional(vision.conv_transpose), "ConvInteger": vision.one_dimensional(vision.conv_integer),
@@ -105,16 +144,25 @@ TRANSLATIONS = {
 }
 
 
+TRANSLATIONS.update({
+    "If": lambda imp, n, where: control_flow.if_(imp, n, where, TRANSLATIONS),
+    "Loop": lambda imp, n, where: control_flow.loop(imp, n, where, TRANSLATIONS),
+    "Scan": lambda imp, n, where: control_flow.scan(imp, n, where, TRANSLATIONS),
+})
+
+
 def op_report(path: str | Path) -> dict:
     """What ``volvox info`` says of an .onnx file before importing it: its opset, {op type: node count},
-    and the ops volvox has no translation for (an op it has may still refuse some attribute or dtype)."""
+    and the ops volvox has no translation or ONNX function body for (an op it has may still refuse
+    some attribute or dtype)."""
     model = read_model(str(path))
     counts: dict[str, int] = {}
     for n in model.nodes:
         key = n.op if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op}"
         counts[key] = counts.get(key, 0) + 1
     return {"opset": model.opset, "ops": dict(sorted(counts.items())),
-            "missing": sorted(op for op in counts if op not in TRANSLATIONS)}
+            "missing": sorted(op for op in counts if op not in TRANSLATIONS
+                              and not functions.defined_by_function(op, model.opset))}
 
 
 def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
@@ -133,7 +181,9 @@ def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], 
     """The graph with every symbolic input dim kept; when the model's shape arithmetic cannot be planned
     with a symbolic batch (a reshape whose target mixes it with another unknown), the batch bound to 1."""
     if model.opset < MIN_OPSET:
-        raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
+        if model.opset < 1:
+            raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
+        model = read_model_upgraded(path, MIN_OPSET)
     try:
         return _translate(model, path, bind_batch=False)
     except ConstantRequired:
@@ -146,6 +196,7 @@ def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], 
 
 def _translate(model: OnnxModel, path: str, bind_batch: bool) -> tuple[Graph, dict[str, np.ndarray], dict]:
     imp = Importer(path, model.opset)
+    imp.expand = functions.expand
     imp.consts.update(model.initializers)
     for n in model.nodes:
         for i in n.inputs:
@@ -154,12 +205,11 @@ def _translate(model: OnnxModel, path: str, bind_batch: bool) -> tuple[Graph, di
         imp.readers[name] = imp.readers.get(name, 0) + 1
     inputs = []
     for name, elem, dims in model.inputs:
-        if elem not in ONNX_DTYPES:
-            raise UnsupportedError(f"{path}: input {name!r} has ONNX type {type_name(elem)}, which volvox does not take")
+        dtype = element_dtype(elem, f"{path}: input {name!r}")
         dims = [1 if bind_batch and i == 0 and isinstance(d, str) else d for i, d in enumerate(dims)]
-        spec = TensorSpec(name, tuple(dims), np.dtype(ONNX_DTYPES[elem]).name)
+        spec = TensorSpec(name, tuple(dims), dtype.name)
         inputs.append(spec)
-        imp.specs[name], imp.shapes[name] = spec, spec.shape
+        imp.specs[name], imp.shapes[name], imp.sources[name] = spec, spec.shape, frozenset([name])
     for n in model.nodes:
         imp.node(n, TRANSLATIONS)
     outputs = []

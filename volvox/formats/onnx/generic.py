@@ -15,7 +15,7 @@ from volvox.errors import UnsupportedError
 from volvox.ops.shape import reshape_target
 from volvox.ops.tensor import RESIZE_COORDINATES, RESIZE_NEAREST_MODES
 from volvox.formats.onnx.importer import CLAMP, Importer, arg, is_symbolic, output_used
-from volvox.formats.onnx.reader import ONNX_DTYPES, OnnxNode, type_name
+from volvox.formats.onnx.reader import OnnxNode, element_dtype
 
 UNARY = {"Abs": "abs", "Neg": "neg", "Sign": "sign", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sin": "sin",
          "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh",
@@ -108,7 +108,7 @@ def constant_of_shape(imp: Importer, n: OnnxNode, where: str) -> None:
 
 def range_(imp: Importer, n: OnnxNode, where: str) -> None:
     """Range of constant bounds, folded at import (a run-time Range has a data-dependent shape)."""
-    start, limit, delta = (np.asarray(imp.const(i, where, "Range bounds")) for i in n.inputs[:3])
+    start, limit, delta = (np.asarray(imp.const(i, where, "Range bounds")).reshape(()) for i in n.inputs[:3])
     count = max(int(np.ceil((limit - start) / delta)), 0)
     imp.consts[n.outputs[0]] = (start + np.arange(count) * delta).astype(start.dtype)
 
@@ -118,9 +118,7 @@ def eye_like(imp: Importer, n: OnnxNode, where: str) -> None:
     dims = shape_of(imp, n.inputs[0])
     if len(dims) != 2 or not all(isinstance(d, int) for d in dims):
         raise UnsupportedError(f"{where}: EyeLike of shape {dims} (volvox: static 2-D)")
-    dtype = ONNX_DTYPES.get(n.attrs["dtype"]) if "dtype" in n.attrs else dtype_of(imp, n.inputs[0])
-    if dtype is None:
-        raise UnsupportedError(f"{where}: EyeLike to {type_name(n.attrs['dtype'])}")
+    dtype = element_dtype(n.attrs["dtype"], f"{where}: EyeLike to") if "dtype" in n.attrs else dtype_of(imp, n.inputs[0])
     imp.consts[n.outputs[0]] = np.eye(dims[0], dims[1], k=n.attrs.get("k", 0), dtype=dtype)
 
 
@@ -130,9 +128,11 @@ def identity(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def dropout(imp: Importer, n: OnnxNode, where: str) -> None:
-    """Inference Dropout: the input unchanged, its mask all true."""
+    """Inference Dropout (or a training one of ratio 0): the input unchanged, its mask all true."""
     if arg(n, 2) and bool(np.asarray(imp.const(n.inputs[2], where, "training_mode"))):
-        raise UnsupportedError(f"{where}: training-mode Dropout is not supported")
+        ratio = float(np.asarray(imp.const(n.inputs[1], where, "ratio")).reshape(-1)[0]) if arg(n, 1) else 0.5
+        if ratio != 0:
+            raise UnsupportedError(f"{where}: training-mode Dropout (random, ratio {ratio}) is not supported")
     imp.alias(n.inputs[0], n.outputs[0])
     if output_used(imp, n, 1):
         dims = shape_of(imp, n.inputs[0])
@@ -142,12 +142,10 @@ def dropout(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def cast(imp: Importer, n: OnnxNode, where: str, to: np.dtype | None = None) -> None:
-    """Cast to ``to`` (default: the ``to`` attribute); a shape vector with symbols passes unchanged."""
+    """Cast to ``to`` (default: the ``to`` attribute), narrow types included (float8 ``saturate``,
+    float8e8m0 ``round_mode``); a shape vector with symbols passes unchanged."""
     if to is None:
-        code = n.attrs["to"]
-        if code not in ONNX_DTYPES:
-            raise UnsupportedError(f"{where}: Cast to {type_name(code)} is not supported (opset {imp.opset})")
-        to = np.dtype(ONNX_DTYPES[code])
+        to = element_dtype(n.attrs["to"], f"{where}: Cast to")
     src = n.inputs[0]
     if src in imp.consts and is_symbolic(imp.consts[src]):
         imp.consts[n.outputs[0]] = imp.consts[src]   # a shape vector with symbols stays one
@@ -155,7 +153,14 @@ def cast(imp: Importer, n: OnnxNode, where: str, to: np.dtype | None = None) -> 
     if dtype_of(imp, src) == to:
         imp.alias(src, n.outputs[0])
         return
-    imp.apply("cast", n.name, {"x": src}, n.outputs[0], where, to=to.name)
+    imp.apply("cast", n.name, {"x": src}, n.outputs[0], where, to=to.name, saturate=int(n.attrs.get("saturate", 1)),
+              round_mode=n.attrs.get("round_mode", "up"))
+
+
+def bitcast(imp: Importer, n: OnnxNode, where: str) -> None:
+    """BitCast: the bits reinterpreted as the ``to`` type of the same width."""
+    imp.apply("bitcast", n.name, {"x": n.inputs[0]}, n.outputs[0], where,
+              to=element_dtype(n.attrs["to"], f"{where}: BitCast to").name)
 
 
 def cast_like(imp: Importer, n: OnnxNode, where: str) -> None:
@@ -185,10 +190,15 @@ def reshape_like(imp: Importer, n: OnnxNode, where: str, dims: list) -> None:
 
 
 def reshape(imp: Importer, n: OnnxNode, where: str) -> None:
-    """Reshape to a constant shape (0 copies an input dim, -1 is inferred; allowzero with a 0 refused)."""
+    """Reshape to a constant shape (0 copies an input dim, -1 is inferred). With allowzero=1 a 0 is a
+    size: the result holds no values, so it is the empty constant of that shape."""
     dims = list(imp.const(n.inputs[1], where, "the shape").reshape(-1))
     if n.attrs.get("allowzero", 0) and 0 in dims:
-        raise UnsupportedError(f"{where}: Reshape allowzero=1 with a 0 dim is not supported")
+        in_shape = shape_of(imp, n.inputs[0])
+        if -1 in dims or not all(isinstance(d, (int, np.integer)) for d in dims) or 0 not in in_shape:
+            raise UnsupportedError(f"{where}: Reshape allowzero=1 of {in_shape} to {dims}")
+        imp.consts[n.outputs[0]] = np.zeros([int(d) for d in dims], dtype_of(imp, n.inputs[0]))
+        return
     reshape_like(imp, n, where, dims)
 
 
@@ -370,6 +380,9 @@ def softmax(imp: Importer, n: OnnxNode, where: str) -> None:
     dims = shape_of(imp, n.inputs[0])
     rank = len(dims)
     axis = n.attrs.get("axis", -1 if imp.opset >= 13 else 1) % max(rank, 1)
+    if op != "hardmax" and dtype_of(imp, n.inputs[0]).name in ("float16", "float64") and imp.opset >= 13:
+        _softmax_steps(imp, n, axis, where)
+        return
     if imp.opset >= 13 or axis == rank - 1:
         imp.apply(op, n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=axis)
         return
@@ -380,6 +393,20 @@ def softmax(imp: Importer, n: OnnxNode, where: str) -> None:
     imp.apply("reshape", f"{n.name}.flatten", {"x": n.inputs[0]}, flat, where, shape=[0] * axis + [math.prod(tail)])
     imp.apply(op, f"{n.name}.{op}", {"x": flat}, f"{n.name}.out", where, axis=axis)
     imp.apply("reshape", n.name, {"x": f"{n.name}.out"}, n.outputs[0], where, shape=[0] * axis + list(tail))
+
+
+def _softmax_steps(imp: Importer, n: OnnxNode, axis: int, where: str) -> None:
+    """Softmax / LogSoftmax of float16 / float64 in the input's own type, step by step as onnx's
+    reference: exp(x - max) / sum, its log for LogSoftmax."""
+    names = {k: f"{n.name}.{k}" for k in ("max", "shifted", "exp", "sum", "softmax")}
+    imp.apply("reduce_max", f"{n.name}.max", {"x": n.inputs[0]}, names["max"], where, axes=[axis], keepdims=1)
+    imp.apply("sub", f"{n.name}.shift", {"a": n.inputs[0], "b": names["max"]}, names["shifted"], where)
+    imp.apply("exp", f"{n.name}.exp", {"x": names["shifted"]}, names["exp"], where)
+    imp.apply("reduce_sum", f"{n.name}.sum", {"x": names["exp"]}, names["sum"], where, axes=[axis], keepdims=1)
+    probabilities = n.outputs[0] if n.op == "Softmax" else names["softmax"]
+    imp.apply("div", f"{n.name}.normalize", {"a": names["exp"], "b": names["sum"]}, probabilities, where)
+    if n.op == "LogSoftmax":
+        imp.apply("log", n.name, {"x": probabilities}, n.outputs[0], where)
 
 
 # ------------------------------------------------------------------ reductions
@@ -408,6 +435,227 @@ def global_max_pool(imp: Importer, n: OnnxNode, where: str) -> None:
     """GlobalMaxPool: the maximum over every spatial axis, kept as size 1."""
     rank = rank_of(imp, n.inputs[0])
     imp.apply("reduce_max", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axes=list(range(2, rank)), keepdims=1)
+
+
+# ------------------------------------------------------------------ pools the NHWC kernels do not cover
+def needs_general_pool(imp: Importer, n: OnnxNode) -> bool:
+    """Whether a MaxPool / AveragePool is beyond the NHWC kernels: not 1-D / 2-D, dilated, storage_order,
+    MaxPool's Indices, ceil_mode with count_include_pad, or a dtype they do not pool."""
+    x = n.inputs[0]
+    kind = dtype_of(imp, x).name
+    return (rank_of(imp, x) not in (3, 4) or any(d != 1 for d in n.attrs.get("dilations", [1]))
+            or bool(n.attrs.get("storage_order", 0)) or (n.op == "MaxPool" and output_used(imp, n, 1))
+            or bool(n.attrs.get("ceil_mode", 0) and n.attrs.get("count_include_pad", 0))
+            or kind not in ("float32",) + (("int8", "uint8") if n.op == "MaxPool" else ()))
+
+
+def _explicit_pads(imp: Importer, n: OnnxNode, spatial: tuple, kernel: list, strides: list, dilations: list,
+                   where: str) -> list[int]:
+    """``pads`` (all begins, then all ends), or the pads ``auto_pad`` SAME_UPPER / SAME_LOWER / VALID implies."""
+    rank = len(kernel)
+    mode = n.attrs.get("auto_pad", "NOTSET")
+    if mode in ("", "NOTSET"):
+        return [int(v) for v in n.attrs.get("pads", [0] * 2 * rank)]
+    if mode == "VALID":
+        return [0] * 2 * rank
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedError(f"{where}: auto_pad {mode!r} is not supported")
+    begins, ends = [], []
+    for d in range(rank):
+        out = -(-spatial[d] // strides[d])
+        total = max((out - 1) * strides[d] + dilations[d] * (kernel[d] - 1) + 1 - spatial[d], 0)
+        small, large = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else large)
+        ends.append(large if mode == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def needs_general_conv(imp: Importer, n: OnnxNode) -> bool:
+    """Whether a Conv is beyond the NHWC kernels: not 1-D / 2-D, not float32, or a run-time weight."""
+    return (rank_of(imp, n.inputs[0]) not in (3, 4) or n.inputs[1] not in imp.consts
+            or dtype_of(imp, n.inputs[0]) != np.float32 or dtype_of(imp, n.inputs[1]) != np.float32)
+
+
+def conv_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Conv over any number of spatial axes, in float16 / float32 / float64, weight and bias constant or
+    computed, with volvox's numpy conv_nd."""
+    spatial = shape_of(imp, n.inputs[0])[2:]
+    kernel = [int(k) for k in n.attrs.get("kernel_shape", shape_of(imp, n.inputs[1])[2:])]
+    if not all(isinstance(d, int) for d in list(spatial) + kernel):
+        raise UnsupportedError(f"{where}: Conv over symbolic dims {spatial} / kernel {kernel}")
+    rank = len(kernel)
+    strides = [int(v) for v in n.attrs.get("strides", [1] * rank)]
+    dilations = [int(v) for v in n.attrs.get("dilations", [1] * rank)]
+    pads = _explicit_pads(imp, n, spatial, kernel, strides, dilations, where)
+    ports = {"x": n.inputs[0], "weight": n.inputs[1], **({"bias": n.inputs[2]} if arg(n, 2) else {})}
+    imp.apply("conv_nd", n.name, ports, n.outputs[0], where, strides=strides, dilations=dilations, pads=pads,
+              groups=int(n.attrs.get("group", 1)))
+
+
+def deform_conv(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DeformConv (2-D) with volvox's numpy deform_conv."""
+    if rank_of(imp, n.inputs[0]) != 4:
+        raise UnsupportedError(f"{where}: DeformConv of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 2-D)")
+    ports = {"x": n.inputs[0], "weight": n.inputs[1], "offset": n.inputs[2]}
+    ports.update({port: n.inputs[k] for k, port in ((3, "bias"), (4, "mask")) if arg(n, k)})
+    imp.apply("deform_conv", n.name, ports, n.outputs[0], where, strides=list(n.attrs.get("strides", [1, 1])),
+              dilations=list(n.attrs.get("dilations", [1, 1])), pads=list(n.attrs.get("pads", [0, 0, 0, 0])),
+              groups=int(n.attrs.get("group", 1)), offset_groups=int(n.attrs.get("offset_group", 1)))
+
+
+def pool_nd(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MaxPool / AveragePool / LpPool over any number of spatial axes with volvox's numpy pool_nd:
+    dilations, ceil_mode, count_include_pad, auto_pad, MaxPool's Indices (and storage_order)."""
+    x = n.inputs[0]
+    spatial = shape_of(imp, x)[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        raise UnsupportedError(f"{where}: {n.op} over symbolic spatial dims {spatial}")
+    kernel = [int(k) for k in n.attrs["kernel_shape"]]
+    rank = len(kernel)
+    strides = [int(v) for v in n.attrs.get("strides", [1] * rank)]
+    dilations = [int(v) for v in n.attrs.get("dilations", [1] * rank)]
+    pads = _explicit_pads(imp, n, spatial, kernel, strides, dilations, where)
+    mode = {"MaxPool": "max", "AveragePool": "avg", "LpPool": "lp"}[n.op]
+    indices = n.op == "MaxPool" and output_used(imp, n, 1)
+    outputs = {"y": n.outputs[0], **({"indices": n.outputs[1]} if indices else {})}
+    imp.apply("pool_nd", n.name, {"x": x}, outputs, where, mode=mode, kernel=kernel, strides=strides,
+              dilations=dilations, pads=pads, ceil_mode=int(n.attrs.get("ceil_mode", 0)),
+              count_include_pad=int(n.attrs.get("count_include_pad", 0)), p=int(n.attrs.get("p", 2)),
+              storage_order=int(n.attrs.get("storage_order", 0)), with_indices=int(indices))
+
+
+def global_lp_pool(imp: Importer, n: OnnxNode, where: str) -> None:
+    """GlobalLpPool: (sum |x|^p)^(1/p) over every spatial axis, kept as size 1."""
+    spatial = shape_of(imp, n.inputs[0])[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        raise UnsupportedError(f"{where}: GlobalLpPool over symbolic spatial dims {spatial}")
+    imp.apply("pool_nd", n.name, {"x": n.inputs[0]}, n.outputs[0], where, mode="lp", kernel=list(spatial),
+              strides=[1] * len(spatial), dilations=[1] * len(spatial), pads=[0] * 2 * len(spatial),
+              p=int(n.attrs.get("p", 2)))
+
+
+def max_unpool(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MaxUnpool: the values written at MaxPool's indices into zeros of the pooled-from size (the
+    ``output_shape`` input when given, else the size the kernel, strides and pads imply)."""
+    dims = shape_of(imp, n.inputs[0])
+    kernel = [int(k) for k in n.attrs["kernel_shape"]]
+    rank = len(kernel)
+    strides = [int(v) for v in n.attrs.get("strides", [1] * rank)]
+    pads = [int(v) for v in n.attrs.get("pads", [0] * 2 * rank)]
+    if arg(n, 2):
+        output_dims = int_list(imp, n, 2, where, "output_shape")[2:]
+    else:
+        if not all(isinstance(d, int) for d in dims[2:]):
+            raise UnsupportedError(f"{where}: MaxUnpool of symbolic spatial dims {dims}")
+        output_dims = [(dims[2 + d] - 1) * strides[d] + kernel[d] - pads[d] - pads[rank + d] for d in range(rank)]
+    imp.apply("max_unpool", n.name, {"x": n.inputs[0], "indices": n.inputs[1]}, n.outputs[0], where,
+              output_dims=output_dims)
+
+
+# ------------------------------------------------------------------ ops whose output shape depends on values
+def _at_import(imp: Importer, n: OnnxNode, where: str, op: str, ports: dict, outputs: dict, **params) -> None:
+    """Fold data-dependent ``op`` at import; ConstantRequired naming the first run-time input."""
+    for name in ports.values():
+        imp.const(name, where, f"input of {n.op} (its output shape depends on the values)")
+    imp.apply(op, n.name, ports, outputs, where, **params)
+
+
+def nonzero(imp: Importer, n: OnnxNode, where: str) -> None:
+    """NonZero of a constant, folded at import."""
+    _at_import(imp, n, where, "nonzero", {"x": n.inputs[0]}, {"y": n.outputs[0]})
+
+
+def compress(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Compress of a constant x and condition, folded at import."""
+    axis = n.attrs.get("axis")
+    _at_import(imp, n, where, "compress", {"x": n.inputs[0], "condition": n.inputs[1]}, {"y": n.outputs[0]},
+               axis=None if axis is None else axis % rank_of(imp, n.inputs[0]))
+
+
+def unique(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Unique of a constant, folded at import."""
+    axis = n.attrs.get("axis")
+    outputs = {port: (n.outputs[k] if arg_out(n, k) else f"{n.name}.{port}")
+               for k, port in enumerate(("y", "indices", "inverse_indices", "counts"))}
+    _at_import(imp, n, where, "unique", {"x": n.inputs[0]}, outputs, sorted=int(n.attrs.get("sorted", 1)),
+               axis=None if axis is None else axis % rank_of(imp, n.inputs[0]))
+
+
+def non_max_suppression(imp: Importer, n: OnnxNode, where: str) -> None:
+    """NonMaxSuppression of constant boxes and scores, folded at import."""
+    ports = {port: n.inputs[k] for k, port in enumerate(("boxes", "scores", "max_output_boxes_per_class",
+                                                         "iou_threshold", "score_threshold")) if arg(n, k)}
+    _at_import(imp, n, where, "non_max_suppression", ports, {"selected": n.outputs[0]},
+               center_point_box=int(n.attrs.get("center_point_box", 0)))
+
+
+# ------------------------------------------------------------------ signal processing
+def dft(imp: Importer, n: OnnxNode, where: str) -> None:
+    """DFT: ``axis`` an attribute before opset 20 (default 1), an input from it (default -2); the length
+    a constant input."""
+    rank = rank_of(imp, n.inputs[0])
+    if imp.opset < 20:
+        axis = n.attrs.get("axis", 1)
+    else:
+        axis = int_list(imp, n, 2, where, "axis")[0] if arg(n, 2) else -2
+    length = int_list(imp, n, 1, where, "dft_length")[0] if arg(n, 1) else 0
+    imp.apply("dft", n.name, {"x": n.inputs[0]}, n.outputs[0], where, axis=axis % rank, length=length,
+              inverse=int(n.attrs.get("inverse", 0)), onesided=int(n.attrs.get("onesided", 0)))
+
+
+def stft(imp: Importer, n: OnnxNode, where: str) -> None:
+    """STFT with a constant frame step and frame length (else the window's length)."""
+    step = int_list(imp, n, 1, where, "frame_step")[0]
+    if arg(n, 3):
+        length = int_list(imp, n, 3, where, "frame_length")[0]
+    elif arg(n, 2):
+        length = shape_of(imp, n.inputs[2])[0]
+    else:
+        length = shape_of(imp, n.inputs[0])[1]
+    ports = {"x": n.inputs[0], **({"window": n.inputs[2]} if arg(n, 2) else {})}
+    imp.apply("stft", n.name, ports, n.outputs[0], where, frame_step=step, frame_length=length,
+              onesided=int(n.attrs.get("onesided", 1)))
+
+
+def mel_weight_matrix(imp: Importer, n: OnnxNode, where: str) -> None:
+    """MelWeightMatrix of constant operands, folded at import."""
+    names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+    values = {k: np.asarray(imp.const(i, where, k)).reshape(-1)[0].item() for k, i in zip(names, n.inputs)}
+    to = element_dtype(n.attrs.get("output_datatype", 1), f"{where}: output_datatype").name
+    imp.apply("mel_weight_matrix", n.name, {}, n.outputs[0], where, to=to, **values)
+
+
+def col2im(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Col2Im with constant image and block shapes."""
+    image, kernel = int_list(imp, n, 1, where, "image_shape"), int_list(imp, n, 2, where, "block_shape")
+    rank = len(kernel)
+    imp.apply("col2im", n.name, {"x": n.inputs[0]}, n.outputs[0], where, image=image, kernel=kernel,
+              strides=[int(v) for v in n.attrs.get("strides", [1] * rank)],
+              dilations=[int(v) for v in n.attrs.get("dilations", [1] * rank)],
+              pads=[int(v) for v in n.attrs.get("pads", [0] * 2 * rank)])
+
+
+def tensor_scatter(imp: Importer, n: OnnxNode, where: str) -> None:
+    """TensorScatter (a KV cache update) along ``axis`` from per-batch write indices."""
+    ports = {"cache": n.inputs[0], "update": n.inputs[1], **({"write_indices": n.inputs[2]} if arg(n, 2) else {})}
+    imp.apply("tensor_scatter", n.name, ports, n.outputs[0], where, mode=n.attrs.get("mode", "linear"),
+              axis=n.attrs.get("axis", -2) % rank_of(imp, n.inputs[0]))
+
+
+def det(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Det of the trailing square matrices."""
+    imp.apply("det", n.name, {"x": n.inputs[0]}, n.outputs[0], where)
+
+
+def roi_align(imp: Importer, n: OnnxNode, where: str) -> None:
+    """RoiAlign (opset 10: output_half_pixel, the default before opset 16)."""
+    default = "half_pixel" if imp.opset >= 16 else "output_half_pixel"
+    params = {k: n.attrs[k] for k in ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale")
+              if k in n.attrs}
+    params.setdefault("output_height", 1)
+    params.setdefault("output_width", 1)
+    imp.apply("roi_align", n.name, {"x": n.inputs[0], "rois": n.inputs[1], "batch_indices": n.inputs[2]}, n.outputs[0],
+              where, coordinate_transformation_mode=n.attrs.get("coordinate_transformation_mode", default), **params)
 
 
 # ------------------------------------------------------------------ gathers, scatters and friends
@@ -485,16 +733,36 @@ def depth_space(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 # ------------------------------------------------------------------ quantization as float arithmetic
+def _quantization_operands(imp: Importer, n: OnnxNode) -> dict:
+    """x, scale and (if given) zero point of a Quantize / DequantizeLinear node as op ports."""
+    ports = {"x": n.inputs[0], "scale": n.inputs[1]}
+    if arg(n, 2):
+        ports["zero_point"] = n.inputs[2]
+    return ports
+
+
+def _axis_params(imp: Importer, n: OnnxNode) -> dict:
+    return {"axis": n.attrs.get("axis", 1) % max(rank_of(imp, n.inputs[0]), 1), "block_size": n.attrs.get("block_size", 0)}
+
+
 def dequantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
-    """(x - zero_point) * scale in float32, the scale / zero point per tensor or per ``axis``."""
+    """(x - zero_point) * scale: float32 arithmetic nodes for a constant float32 scale of an 8 / 16-bit x;
+    else (blocked, narrow x, float16 scales, run-time scales, ``output_dtype``) volvox's
+    dequantize_linear, the onnx reference's arithmetic."""
     x = n.inputs[0]
     rank = rank_of(imp, x)
-    scale = np.asarray(imp.const(n.inputs[1], where, "the scale"))
-    zero = np.asarray(imp.const(n.inputs[2], where, "the zero point")) if arg(n, 2) else np.zeros((), dtype_of(imp, x))
-    if n.attrs.get("block_size", 0):
-        raise UnsupportedError(f"{where}: blocked DequantizeLinear (block_size) is not supported")
-    if scale.dtype != np.float32:
-        raise UnsupportedError(f"{where}: DequantizeLinear to {scale.dtype} is not supported")
+    scale = imp.consts.get(n.inputs[1])
+    zero = np.asarray(imp.consts[n.inputs[2]]) if arg(n, 2) and n.inputs[2] in imp.consts else None
+    simple = (scale is not None and np.asarray(scale).dtype == np.float32 and (zero is not None or not arg(n, 2))
+              and not n.attrs.get("block_size", 0) and "output_dtype" not in n.attrs
+              and dtype_of(imp, x).name in ("int8", "uint8", "int16", "uint16", "int32"))
+    if not simple:
+        to = element_dtype(n.attrs["output_dtype"], f"{where}: output_dtype").name if "output_dtype" in n.attrs else None
+        imp.apply("dequantize_linear", n.name, _quantization_operands(imp, n), n.outputs[0], where, to=to,
+                  **_axis_params(imp, n))
+        return
+    scale = np.asarray(scale)
+    zero = np.zeros((), dtype_of(imp, x)) if zero is None else zero
     if scale.ndim == 1 and rank > 1:
         axis = n.attrs.get("axis", 1) % rank
         scale = scale.reshape((-1,) + (1,) * (rank - 1 - axis))
@@ -507,17 +775,30 @@ def dequantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def quantize_linear(imp: Importer, n: OnnxNode, where: str) -> None:
-    """saturate(round_half_even(x / scale) + zero_point) to the zero point's (u)int8 / (u)int16 type."""
+    """saturate(round_half_even(x / scale) + zero_point): float32 arithmetic nodes for a float32 x with
+    a constant float32 scale to (u)int8 / (u)int16; else (blocked, int4 / int2, float8, float4e2m1,
+    float16 scales, run-time scales, ``precision``) volvox's quantize_linear, the onnx reference's
+    arithmetic. The output type is the zero point's, else ``output_dtype``, else uint8."""
     x = n.inputs[0]
     rank = rank_of(imp, x)
-    scale = np.asarray(imp.const(n.inputs[1], where, "the scale"))
-    zero = np.asarray(imp.const(n.inputs[2], where, "the zero point")) if arg(n, 2) else np.zeros((), np.uint8)
-    if zero.dtype not in (np.int8, np.uint8, np.int16, np.uint16) or scale.dtype != np.float32 or \
-            dtype_of(imp, x) != np.float32:
-        raise UnsupportedError(f"{where}: QuantizeLinear of {dtype_of(imp, x)} by a {scale.dtype} scale to "
-                               f"{zero.dtype} is not supported")
-    if n.attrs.get("block_size", 0) or "output_dtype" in n.attrs and n.attrs["output_dtype"] not in (2, 3, 4, 5):
-        raise UnsupportedError(f"{where}: QuantizeLinear block_size / output_dtype is not supported")
+    if arg(n, 2):
+        to = dtype_of(imp, n.inputs[2])
+    elif "output_dtype" in n.attrs:
+        to = element_dtype(n.attrs["output_dtype"], f"{where}: output_dtype")
+    else:
+        to = np.dtype(np.uint8)
+    scale = imp.consts.get(n.inputs[1])
+    zero = np.asarray(imp.consts[n.inputs[2]]) if arg(n, 2) and n.inputs[2] in imp.consts else None
+    simple = (scale is not None and np.asarray(scale).dtype == np.float32 and (zero is not None or not arg(n, 2))
+              and to.name in ("int8", "uint8", "int16", "uint16") and dtype_of(imp, x) == np.float32
+              and not n.attrs.get("block_size", 0) and "precision" not in n.attrs)
+    if not simple:
+        precision = element_dtype(n.attrs["precision"], f"{where}: precision").name if "precision" in n.attrs else None
+        imp.apply("quantize_linear", n.name, _quantization_operands(imp, n), n.outputs[0], where, to=to.name,
+                  saturate=int(n.attrs.get("saturate", 1)), precision=precision, **_axis_params(imp, n))
+        return
+    scale = np.asarray(scale)
+    zero = np.zeros((), to) if zero is None else zero
     if scale.ndim == 1 and rank > 1:
         axis = n.attrs.get("axis", 1) % rank
         scale = scale.reshape((-1,) + (1,) * (rank - 1 - axis))
@@ -639,13 +920,15 @@ def qlinear_matmul(imp: Importer, n: OnnxNode, where: str) -> None:
     """QLinearMatMul: the exact int32 product of the zero-point-shifted operands, requantized with
     a_scale * b_scale / y_scale (float32), rounded half to even, saturated."""
     scales = [np.asarray(imp.const(n.inputs[i], where, "a scale")) for i in (1, 4, 6)]
-    if any(s.dtype != np.float32 or s.size != 1 for s in scales):
-        raise UnsupportedError(f"{where}: QLinearMatMul with {scales[0].dtype} or per-channel scales is not supported")
+    kind = scales[0].dtype
+    if kind not in (np.float32, np.float16) or any(s.dtype != kind or s.size != 1 for s in scales):
+        raise UnsupportedError(f"{where}: QLinearMatMul with {kind} or per-channel scales is not supported")
     zero = np.asarray(imp.const(n.inputs[7], where, "y_zero_point"))
     a, b = _shifted(imp, n, 0, 2, where), _shifted(imp, n, 3, 5, where)
     acc = f"{n.name}.acc"
     imp.apply("matmul_general", f"{n.name}.matmul", {"a": a, "b": b}, acc, where)
-    multiplier = np.float32(scales[0].reshape(())) * np.float32(scales[1].reshape(())) / np.float32(scales[2].reshape(()))
+    # a_scale * b_scale / y_scale in the scales' own type (float16 scales multiply in float16), as onnx does
+    multiplier = scales[0].reshape(()) * scales[1].reshape(()) / scales[2].reshape(())
     _requantize(imp, n, acc, np.asarray(multiplier, np.float32), zero.reshape(()), where)
 
 
@@ -683,6 +966,45 @@ def _float32_input(imp: Importer, n: OnnxNode, where: str) -> str:
     if dtype_of(imp, n.inputs[0]) != np.float32:
         raise UnsupportedError(f"{where}: {n.op} of {dtype_of(imp, n.inputs[0])} is not supported (volvox: float32)")
     return n.inputs[0]
+
+
+def batch_norm_training(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Training-mode BatchNormalization (opset 14+): normalized by the batch's own mean and (population)
+    variance over every axis but the channels, with the running statistics updated by ``momentum``."""
+    if imp.opset < 14:
+        raise UnsupportedError(f"{where}: training-mode BatchNormalization before opset 14 is not supported")
+    x = n.inputs[0]
+    rank = rank_of(imp, x)
+    axes = [0] + list(range(2, rank))
+    per_channel = (-1,) + (1,) * (rank - 2)
+    scale, bias, mean, var = (np.asarray(imp.const(i, where, "BatchNormalization parameters")) for i in n.inputs[1:5])
+    kind = dtype_of(imp, x)
+    momentum, eps = float(n.attrs.get("momentum", 0.9)), float(n.attrs.get("epsilon", 1e-5))
+    names = {k: f"{n.name}.{k}" for k in ("mean", "centred", "square", "var", "eps", "var_eps", "deviation", "scale",
+                                          "scaled", "normalized", "bias", "batch_mean", "batch_var", "keep", "take",
+                                          "old_mean", "old_var", "kept_mean", "kept_var", "new_mean", "new_var")}
+    imp.consts.update({names["eps"]: np.array(eps, kind), names["scale"]: scale.reshape(per_channel).astype(kind),
+                       names["bias"]: bias.reshape(per_channel).astype(kind),
+                       names["keep"]: np.array(momentum, kind), names["take"]: np.array(1 - momentum, kind),
+                       names["old_mean"]: mean.astype(kind), names["old_var"]: var.astype(kind)})
+    imp.apply("reduce_mean", f"{n.name}.mean", {"x": x}, names["mean"], where, axes=axes, keepdims=1)
+    imp.apply("sub", f"{n.name}.centre", {"a": x, "b": names["mean"]}, names["centred"], where)
+    imp.apply("mul", f"{n.name}.square", {"a": names["centred"], "b": names["centred"]}, names["square"], where)
+    imp.apply("reduce_mean", f"{n.name}.var", {"x": names["square"]}, names["var"], where, axes=axes, keepdims=1)
+    imp.apply("add", f"{n.name}.add_eps", {"a": names["var"], "b": names["eps"]}, names["var_eps"], where)
+    imp.apply("sqrt", f"{n.name}.sqrt", {"x": names["var_eps"]}, names["deviation"], where)
+    imp.apply("mul", f"{n.name}.scale", {"a": names["centred"], "b": names["scale"]}, names["scaled"], where)
+    imp.apply("div", f"{n.name}.normalize", {"a": names["scaled"], "b": names["deviation"]}, names["normalized"], where)
+    imp.apply("add", n.name, {"a": names["normalized"], "b": names["bias"]}, n.outputs[0], where)
+    for k, (stat, old, kept, new) in enumerate((("mean", "old_mean", "kept_mean", "new_mean"),
+                                                ("var", "old_var", "kept_var", "new_var")), start=1):
+        if not output_used(imp, n, k):
+            continue
+        batch = names[f"batch_{stat}"]
+        imp.apply("reshape", f"{n.name}.{batch}", {"x": names[stat]}, batch, where, shape=[-1])
+        imp.apply("mul", f"{n.name}.{kept}", {"a": names[old], "b": names["keep"]}, names[kept], where)
+        imp.apply("mul", f"{n.name}.{new}", {"a": batch, "b": names["take"]}, names[new], where)
+        imp.apply("add", f"{n.name}.running_{stat}", {"a": names[kept], "b": names[new]}, n.outputs[k], where)
 
 
 def instance_norm(imp: Importer, n: OnnxNode, where: str) -> None:
@@ -726,9 +1048,19 @@ def rms_norm(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def swish(imp: Importer, n: OnnxNode, where: str) -> None:
-    """Swish: x * sigmoid(alpha * x)."""
-    x = _float32_input(imp, n, where)
+    """Swish: x * sigmoid(alpha * x); float16 / float64 as onnx's reference, x * (1 / (1 + exp(-alpha x)))."""
     alpha = float(n.attrs.get("alpha", 1.0))
+    kind = dtype_of(imp, n.inputs[0])
+    if kind.name in ("float16", "float64"):
+        names = {k: f"{n.name}.{k}" for k in ("minus_alpha", "scaled", "exp", "one", "denominator", "gate")}
+        imp.consts[names["minus_alpha"]], imp.consts[names["one"]] = np.array(-alpha, kind), np.array(1, kind)
+        imp.apply("mul", f"{n.name}.scale", {"a": n.inputs[0], "b": names["minus_alpha"]}, names["scaled"], where)
+        imp.apply("exp", f"{n.name}.exp", {"x": names["scaled"]}, names["exp"], where)
+        imp.apply("add", f"{n.name}.add", {"a": names["exp"], "b": names["one"]}, names["denominator"], where)
+        imp.apply("div", f"{n.name}.gate", {"a": names["one"], "b": names["denominator"]}, names["gate"], where)
+        imp.apply("mul", n.name, {"a": n.inputs[0], "b": names["gate"]}, n.outputs[0], where)
+        return
+    x = _float32_input(imp, n, where)
     scaled = x
     if alpha != 1.0:
         imp.consts[f"{n.name}.alpha"] = np.array(alpha, np.float32)
@@ -837,13 +1169,11 @@ def arg_out(n: OnnxNode, i: int) -> bool:
 
 def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
     """Resize / Upsample in full (any axes, cubic, tf_crop_and_resize, keep_aspect_ratio_policy) with
-    volvox's numpy resize_nd, from constant scales / sizes / roi; antialias is refused."""
+    volvox's numpy resize_nd, from constant scales / sizes / roi, antialias included."""
     attrs, x = n.attrs, n.inputs[0]
     dims = list(shape_of(imp, x))
     if not all(isinstance(d, int) for d in dims):
         raise UnsupportedError(f"{where}: Resize of symbolic shape {dims} outside the NHWC kernel")
-    if attrs.get("antialias", 0):
-        raise UnsupportedError(f"{where}: antialiased Resize is not supported")
     for attr, known in (("coordinate_transformation_mode", RESIZE_COORDINATES), ("nearest_mode", RESIZE_NEAREST_MODES),
                         ("mode", ("nearest", "linear", "cubic"))):
         if attr in attrs and attrs[attr] not in known:
@@ -851,7 +1181,8 @@ def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
     rank = len(dims)
     params = {"mode": attrs.get("mode", "nearest"), "cubic_coeff_a": float(attrs.get("cubic_coeff_a", -0.75)),
               "exclude_outside": int(attrs.get("exclude_outside", 0)),
-              "extrapolation_value": float(attrs.get("extrapolation_value", 0.0))}
+              "extrapolation_value": float(attrs.get("extrapolation_value", 0.0)),
+              "antialias": int(attrs.get("antialias", 0))}
     roi = None
     if n.op == "Upsample" or imp.opset < 11:
         scales = np.asarray(attrs["scales"] if n.op == "Upsample" and imp.opset < 9 else imp.const(n.inputs[1], where, "scales"))
@@ -888,9 +1219,9 @@ def resize_nd(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def grid_sample(imp: Importer, n: OnnxNode, where: str) -> None:
-    """GridSample of a 4-D input (opset 16 names bilinear / bicubic, opset 20 linear / cubic)."""
-    if rank_of(imp, n.inputs[0]) != 4:
-        raise UnsupportedError(f"{where}: GridSample of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 4-D)")
+    """GridSample of a 4-D or 5-D input (opset 16 names bilinear / bicubic, opset 20 linear / cubic)."""
+    if rank_of(imp, n.inputs[0]) not in (4, 5):
+        raise UnsupportedError(f"{where}: GridSample of a rank-{rank_of(imp, n.inputs[0])} input (volvox: 4-D, 5-D)")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.attrs.get("mode", "linear"), n.attrs.get("mode", "linear"))
     imp.apply("grid_sample", n.name, {"x": n.inputs[0], "grid": n.inputs[1]}, n.outputs[0], where, mode=mode,
               padding_mode=n.attrs.get("padding_mode", "zeros"), align_corners=n.attrs.get("align_corners", 0))

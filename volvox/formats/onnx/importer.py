@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from volvox.errors import BlueprintError, ShapeError, UnsupportedError
-from volvox.ir.graph import DTYPES, Node, TensorSpec
+from volvox.ir.graph import DTYPES, NARROW_DTYPES, Node, TensorSpec
 from volvox.ops import get_op
 from volvox.formats.onnx.reader import ONNXError, OnnxNode
 
@@ -21,16 +21,24 @@ TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 CLAMP = 2 ** 62   # ONNX's INT64_MAX / INT64_MIN slice bounds mean "to the end"
 # ops that only move values: folding them keeps a shape vector's symbolic dims as they are
 MOVES_VALUES = ("slice", "concat", "gather", "reshape", "transpose", "expand", "tile")
+# ops that take ONNX's narrow types (ml_dtypes) as they are: conversions, products that sum in float64,
+# and ops that only move or pick values; any other op refuses them
+NARROW_NATIVE = MOVES_VALUES + ("cast", "bitcast", "quantize_linear", "dequantize_linear", "matmul_general", "einsum",
+                                "gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "where", "one_hot",
+                                "reverse_sequence", "depth_space", "trilu", "tensor_scatter", "compress", "unique",
+                                "nonzero")
 
 
 class ConstantRequired(UnsupportedError):
     """An operand volvox needs at import (a shape, axes, a count) is computed at run time.
 
-    ``tensor`` names it; ``tools/onnx_conformance.py`` turns such a graph input into an initializer."""
+    ``tensor`` names it (or the graph input it is computed from); ``inputs`` every graph input it is
+    computed from. ``tools/onnx_conformance.py`` turns such graph inputs into initializers."""
 
-    def __init__(self, message: str, tensor: str):
+    def __init__(self, message: str, tensor: str, inputs: tuple = ()):
         super().__init__(message)
         self.tensor = tensor
+        self.inputs = tuple(inputs) or (tensor,)
 
 
 def is_symbolic(value: np.ndarray) -> bool:
@@ -54,6 +62,10 @@ class Importer:
         self.conv_of: dict[str, Node] = {}        # conv output -> its node (BatchNormalization folding)
         self.readers: dict[str, int] = {}
         self.const_weights: dict[tuple, str] = {}  # (const name, dtype) -> its weight
+        self.sources: dict[str, frozenset] = {}   # run-time tensor -> the graph inputs it is computed from
+        # expand(importer, node, where, translations) -> bool: an op without a translation through its
+        # ONNX function body (functions.expand); False when it has none
+        self.expand = None
 
     # ------------------------------------------------------------------ emitting
     def emit(self, op: str, node_id: str, inputs: dict, outputs: str | dict, logical: tuple | None = None,
@@ -74,7 +86,9 @@ class Importer:
                                        f"{', '.join(sorted(dtypes))} operands ({e})") from None
             raise type(e)(f"{self.path}: node {node_id!r} ({op}): {e}") from None
         self.nodes.append(node)
+        origin = frozenset().union(*(self.sources.get(n, frozenset()) for n in inputs.values()))
         for port, name in outputs.items():
+            self.sources[name] = origin
             shape, dtype = specs[port]
             self.specs[name] = TensorSpec(name, tuple(shape), dtype)
             physical = tuple(shape)
@@ -86,7 +100,7 @@ class Importer:
 
     def weight(self, name: str, value: np.ndarray) -> str:
         """Register ``value`` as the weight ``name``."""
-        value = np.ascontiguousarray(value)
+        value = np.ascontiguousarray(value).reshape(np.shape(value))   # a 0-d value stays 0-d
         if value.dtype.name not in DTYPES:
             raise UnsupportedError(f"{self.path}: weight {name!r} is {value.dtype}, which volvox does not run")
         self.weights[name] = value
@@ -148,7 +162,14 @@ class Importer:
     def const(self, name: str, where: str, what: str) -> np.ndarray:
         """The value of constant ``name``; ConstantRequired when it is computed at run time."""
         if name not in self.consts:
-            raise ConstantRequired(f"{where}: {what} ({name!r}) must be a constant; volvox fixes it at import", name)
+            origin = self.sources.get(name, frozenset())
+            if len(origin) == 1 and name not in origin:   # computed from one graph input: name that input
+                (source,) = origin
+                raise ConstantRequired(f"{where}: {what} ({name!r}, computed from input {source!r}) must be a "
+                                       "constant; volvox fixes it at import", source)
+            sources = f", computed from inputs {sorted(origin)}" if origin and name not in origin else ""
+            raise ConstantRequired(f"{where}: {what} ({name!r}{sources}) must be a constant; volvox fixes it at import",
+                                   name, tuple(sorted(origin)) if sources else ())
         return self.consts[name]
 
     def alias(self, src: str, dst: str) -> None:
@@ -161,8 +182,13 @@ class Importer:
 
     def apply(self, op: str, node_id: str, inputs: dict, outputs: str | dict, where: str, **params) -> None:
         """Volvox op ``op`` in logical layout on ``inputs`` (port -> ONNX tensor name): folded at import
-        when every input is a constant, else emitted."""
+        when every input is a constant, else emitted; an op outside NARROW_NATIVE refuses ONNX's narrow
+        types (its numpy reference may not compute in them, and rounding them per step would not be
+        the onnx reference's arithmetic)."""
         outputs = {"y": outputs} if isinstance(outputs, str) else outputs
+        narrow = {self.dtype(n) for n in inputs.values()} & set(NARROW_DTYPES)
+        if narrow and op not in NARROW_NATIVE:
+            raise UnsupportedError(f"{where}: volvox's {op} does not take {', '.join(sorted(narrow))} operands")
         if all(name in self.consts for name in inputs.values()):
             definition = get_op(op, node_id)
             values = [self.consts[inputs[p]] if p in inputs else None for p in definition.input_names]
@@ -180,16 +206,21 @@ class Importer:
             return
         self.emit(op, node_id, {p: self.operand(n, where) for p, n in inputs.items()}, outputs, **params)
 
+    def dtype(self, name: str) -> str:
+        """The dtype name of a constant or run-time tensor."""
+        return np.asarray(self.consts[name]).dtype.name if name in self.consts else self.specs[name].dtype
+
     def node(self, n: OnnxNode, translations: dict) -> None:
         """Translate one ONNX node through ``translations`` (op type -> function(importer, node, where))."""
         where = f"{self.path}: node {n.name!r} ({n.op})"
         if n.domain not in ("", "ai.onnx"):
             raise UnsupportedError(f"{where}: domain {n.domain!r} is not supported (opset {self.opset})")
         fn = translations.get(n.op)
-        if fn is None:
-            raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {self.opset}")
         try:
-            fn(self, n, where)
+            if fn is None and not (self.expand is not None and self.expand(self, n, where, translations)):
+                raise UnsupportedError(f"{where}: op {n.op} is not supported at opset {self.opset}")
+            if fn is not None:
+                fn(self, n, where)
         except UnsupportedError as e:   # every refusal names the opset (the node and op are in ``where``)
             if f"opset {self.opset}" not in str(e):
                 e.args = (f"{e} (opset {self.opset})",)

@@ -18,12 +18,17 @@ class ONNXError(WeightsError):
     """An .onnx file is truncated, malformed or inconsistent."""
 
 
-# ONNX TensorProto.DataType -> numpy; strings, bfloat16, complex and the 8/4-bit floats are not read
+# ONNX TensorProto.DataType -> numpy; strings and complex numbers are not read
 ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64, 9: np.bool_,
                10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+# ONNX's narrow types -> (ml_dtypes name, bits per element in raw_data); numpy knows them once ml_dtypes is imported
+NARROW_TYPES = {16: ("bfloat16", 16), 17: ("float8_e4m3fn", 8), 18: ("float8_e4m3fnuz", 8), 19: ("float8_e5m2", 8),
+                20: ("float8_e5m2fnuz", 8), 21: ("uint4", 4), 22: ("int4", 4), 23: ("float4_e2m1fn", 4),
+                24: ("float8_e8m0fnu", 8), 25: ("uint2", 2), 26: ("int2", 2)}
 ONNX_TYPE_NAMES = {0: "undefined", 8: "string", 14: "complex64", 15: "complex128", 16: "bfloat16", 17: "float8e4m3fn",
-                   18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1"}
-# attribute kinds whose values are sub-graphs (control flow: If, Loop, Scan)
+                   18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1",
+                   24: "float8e8m0", 25: "uint2", 26: "int2"}
+# the value of a GRAPHS attribute (a list of sub-graphs, which no standard op volvox runs takes)
 GRAPH_ATTRIBUTE = object()
 
 
@@ -41,7 +46,8 @@ class OnnxNode:
 
 @dataclass
 class OnnxModel:
-    """What the importer reads of a ModelProto."""
+    """What the importer reads of a ModelProto, or of a GraphProto attribute (If's branches, Loop's and
+    Scan's bodies: ``opset`` and ``metadata`` those of the model)."""
 
     opset: int
     metadata: dict[str, str]
@@ -56,6 +62,27 @@ def type_name(code: int) -> str:
     return np.dtype(ONNX_DTYPES[code]).name if code in ONNX_DTYPES else ONNX_TYPE_NAMES.get(code, f"type {code}")
 
 
+def element_dtype(code: int, where: str) -> np.dtype:
+    """The numpy dtype of ONNX element type ``code``; the narrow types come from ml_dtypes (what the onnx
+    package itself uses), UnsupportedError when it is missing or the type is one volvox does not take."""
+    if code in ONNX_DTYPES:
+        return np.dtype(ONNX_DTYPES[code])
+    if code in NARROW_TYPES:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise UnsupportedError(f"{where}: ONNX type {type_name(code)} needs the ml_dtypes package") from None
+        return np.dtype(getattr(ml_dtypes, NARROW_TYPES[code][0]))
+    raise UnsupportedError(f"{where}: ONNX type {type_name(code)} is not one volvox takes")
+
+
+def _unpack_bits(packed: np.ndarray, bits: int, count: int, dtype: np.dtype) -> np.ndarray:
+    """``count`` elements of ``bits`` bits each, packed lowest bits first into ``packed`` (uint8), as ``dtype``."""
+    per_byte = 8 // bits
+    lanes = [(packed >> (bits * k)) & ((1 << bits) - 1) for k in range(per_byte)]
+    return np.stack(lanes, axis=1).reshape(-1)[:count].astype(np.uint8).view(dtype)
+
+
 class _Reader:
     def __init__(self, path: str):
         self.path = path
@@ -68,10 +95,12 @@ class _Reader:
         name = text(f[8][0]) if 8 in f else ""
         dims = ints(f.get(1, []), self.error)
         code = f.get(2, [0])[0]
-        if code not in ONNX_DTYPES:
+        if code not in ONNX_DTYPES and code not in NARROW_TYPES:
             raise UnsupportedError(f"{where}: tensor {name!r} has ONNX data type {type_name(code)}, which volvox does not read")
-        dt = np.dtype(ONNX_DTYPES[code]).newbyteorder("<")
         count = int(np.prod(dims, dtype=np.int64))
+        if code in NARROW_TYPES:
+            return name, self.narrow(f, code, name, count, where).reshape(dims)
+        dt = np.dtype(ONNX_DTYPES[code]).newbyteorder("<")
         if f.get(14, [0])[0] == 1:
             arr = self.external(f, name, dt, count, where)
         elif 9 in f:
@@ -95,6 +124,23 @@ class _Reader:
         if arr.size != count:
             raise ONNXError(f"{where}: tensor {name!r} has {arr.size} values for shape {dims}")
         return name, arr.reshape(dims)
+
+    def narrow(self, f: dict, code: int, name: str, count: int, where: str) -> np.ndarray:
+        """A tensor of a narrow type: raw_data packed (sub-byte types lowest bits first) or one element
+        per int32_data entry (the sub-byte types packed there too)."""
+        dtype, bits = element_dtype(code, f"{where}: tensor {name!r}"), NARROW_TYPES[code][1]
+        if f.get(14, [0])[0] == 1:
+            raise UnsupportedError(f"{where}: tensor {name!r} of ONNX type {type_name(code)} in external data")
+        if 9 in f:
+            raw = np.frombuffer(bytes(f[9][0]), np.uint8)
+        else:
+            storage = np.array(ints(f.get(5, []), self.error), np.int64).astype(np.uint32)
+            raw = storage.astype(np.uint16).view(np.uint8) if bits == 16 else storage.astype(np.uint8)
+        if raw.size != -(-count * bits // 8):
+            raise ONNXError(f"{where}: tensor {name!r} {type_name(code)} holds {raw.size} bytes for {count} values")
+        if bits >= 8:
+            return raw.view(dtype).copy()
+        return _unpack_bits(raw, bits, count, dtype)
 
     def external(self, f: dict, name: str, dt: np.dtype, count: int, where: str) -> np.ndarray:
         """A tensor stored beside the model: a read-only view of its memory-mapped data file."""
@@ -135,7 +181,9 @@ class _Reader:
                 out[name] = text(f[4][0])
             elif kind == 4:
                 out[name] = self.tensor(f[5][0], where)[1]
-            elif kind in (5, 10):
+            elif kind == 5:
+                out[name] = self.graph(f[6][0], 0, {}, keep_initializer_inputs=True)
+            elif kind == 10:
                 out[name] = GRAPH_ATTRIBUTE
             elif kind == 6:
                 out[name] = floats(f.get(7, []))
@@ -173,16 +221,22 @@ class _Reader:
         for p in model.get(14, []):
             kv = parse(p, self.error)
             props[text(kv[1][0])] = text(kv.get(2, [b""])[0])
-        g = parse(model[7][0], self.error)
+        return self.graph(model[7][0], opset, props)
+
+    def graph(self, buf, opset: int, props: dict, keep_initializer_inputs: bool = False) -> OnnxModel:
+        """A GraphProto: its initializers, inputs (those an initializer fills left out, unless
+        ``keep_initializer_inputs``: a sub-graph's inputs are positional), outputs and nodes."""
+        g = parse(buf, self.error)
         inits = dict(self.tensor(t, self.path) for t in g.get(5, []))
         nodes = []
+        prefix = text(g[2][0]) + "/" if keep_initializer_inputs and 2 in g else ""
         for k, nb in enumerate(g.get(1, [])):
             f = parse(nb, self.error)
-            node_id = text(f[3][0]) if 3 in f and text(f[3][0]) else f"node{k}"
+            node_id = text(f[3][0]) if 3 in f and text(f[3][0]) else f"{prefix}node{k}"
             nodes.append(OnnxNode(text(f[4][0]), [text(v) for v in f.get(1, [])], [text(v) for v in f.get(2, [])],
                                   self.attributes(f.get(5, []), f"{self.path}: node {node_id!r}"), node_id,
                                   text(f[7][0]) if 7 in f else ""))
-        inputs = [vi for vi in map(self.value_info, g.get(11, [])) if vi[0] not in inits]
+        inputs = [vi for vi in map(self.value_info, g.get(11, [])) if keep_initializer_inputs or vi[0] not in inits]
         outputs = [self.value_info(vo)[0] for vo in g.get(12, [])]
         return OnnxModel(opset, props, inits, inputs, outputs, nodes)
 
@@ -199,3 +253,27 @@ def read_model(path: str) -> OnnxModel:
         # a required field missing or of the wrong wire type deep in the schema: the protobuf reader
         # is schema-less, so these surface as Python lookups failing; report them as the malformed file they are
         raise ONNXError(f"{path}: malformed ONNX model ({type(e).__name__}: {e})") from None
+
+
+def read_graph(path: str, buf: bytes, opset: int) -> OnnxModel:
+    """A serialized GraphProto built while importing ``path`` (a function body's nodes), decoded."""
+    return _Reader(path).graph(buf, opset, {}, keep_initializer_inputs=True)
+
+
+def read_model_upgraded(path: str, opset: int) -> OnnxModel:
+    """The model at ``path`` converted to ``opset`` by the onnx package's version converter (for files
+    older than the opsets volvox translates); UnsupportedError when onnx is missing or cannot convert it."""
+    try:
+        import onnx
+        from onnx import version_converter
+    except ImportError:
+        raise UnsupportedError(f"{path}: converting an ONNX model to opset {opset} needs the onnx package") from None
+    try:
+        converted = version_converter.convert_version(onnx.load(path), opset)
+    except Exception as e:  # noqa: BLE001  the converter raises its own and C++ errors: all mean "cannot convert"
+        raise UnsupportedError(f"{path}: onnx's version converter cannot take this model to opset {opset} "
+                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    try:
+        return _Reader(path).model(memoryview(converted.SerializeToString()))
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as e:
+        raise ONNXError(f"{path}: malformed ONNX model after conversion ({type(e).__name__}: {e})") from None

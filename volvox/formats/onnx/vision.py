@@ -339,22 +339,23 @@ def resize(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def conv_transpose(imp: Importer, n: OnnxNode, where: str) -> None:
-    """ConvTranspose (2-D, float): volvox's NCHW conv_transpose; pads from ``pads``, ``auto_pad`` or
+    """ConvTranspose (2-D or 3-D, float): volvox's NCHW conv_transpose; pads from ``pads``, ``auto_pad`` or
     ``output_shape`` as the ONNX specification derives them."""
     x, w = n.inputs[0], imp.const(n.inputs[1], where, "the weight")
-    if w.ndim != 4:
-        raise UnsupportedError(f"{where}: volvox runs 1-D and 2-D transposed convolutions, not rank {w.ndim - 2}")
+    rank = w.ndim - 2
+    if rank not in (2, 3):
+        raise UnsupportedError(f"{where}: volvox runs 1-D to 3-D transposed convolutions, not rank {rank}")
     imp.runtime(x, where)
     attrs = n.attrs
-    strides, dilations = list(attrs.get("strides", [1, 1])), list(attrs.get("dilations", [1, 1]))
-    extra = list(attrs.get("output_padding", [0, 0]))
-    pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    strides, dilations = list(attrs.get("strides", [1] * rank)), list(attrs.get("dilations", [1] * rank))
+    extra = list(attrs.get("output_padding", [0] * rank))
+    pads = list(attrs.get("pads", [0] * 2 * rank))
     mode = attrs.get("auto_pad", "NOTSET")
     hw = imp.shapes[x][2:]
     if "output_shape" in attrs or mode in ("SAME_UPPER", "SAME_LOWER"):
         if not all(isinstance(d, int) for d in hw):
             raise UnsupportedError(f"{where}: output_shape / auto_pad on a symbolic size {hw}")
-        target = list(attrs["output_shape"])[-2:] if "output_shape" in attrs else [d * s for d, s in zip(hw, strides)]
+        target = list(attrs["output_shape"])[-rank:] if "output_shape" in attrs else [d * s for d, s in zip(hw, strides)]
         totals = [s * (d - 1) + e + (k - 1) * dil + 1 - t
                   for d, s, e, k, dil, t in zip(hw, strides, extra, w.shape[2:], dilations, target)]
         extra = [e - min(t, 0) for e, t in zip(extra, totals)]   # a larger output_shape grows at the end
