@@ -213,7 +213,9 @@ class Plan:
         if name in self.weights:
             w = self.weights[name]
             self.need(node, isinstance(w, np.ndarray), f"{port} is not a numpy weight")
-            w = np.ascontiguousarray(w).reshape(w.shape)   # ascontiguousarray alone makes a 0-d weight 1-d
+            # the same array when already contiguous (its packed forms are cached by identity);
+            # ascontiguousarray would make a 0-d weight 1-d
+            w = np.ascontiguousarray(w) if w.ndim else w.copy()
             self._keep.append(w)
             return w
         return self._tensor(name)
