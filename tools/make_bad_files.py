@@ -495,7 +495,7 @@ def bad_onnx_files() -> dict[str, tuple[bytes, str, str]]:
         "onnx_truncated.onnx": (good[:len(good) // 2], "ONNXError", "truncated"),
         "onnx_garbage.onnx": (_rng_bytes(300, 6), "ONNXError", "not an ONNX file"),
         "onnx_empty.onnx": (b"", "ONNXError", "no graph"),
-        "onnx_opset_6.onnx": (build_onnx(opset=6), "UnsupportedError", "opset 6"),
+        "onnx_opset_0.onnx": (build_onnx(opset=0), "UnsupportedError", "opset 0"),
         "onnx_unknown_op.onnx": (build_onnx(extra_nodes=(_onnx_node("Frobnicate", ["probs"], ["z"], "frob"),)),
                                  "UnsupportedError", "node 'frob' (Frobnicate): op Frobnicate is not supported"),
         # producer_name (field 2 at byte 2, its 1-byte length at byte 3) announces 2**40 bytes

@@ -153,7 +153,6 @@ def test_onnx_resize_between_convs_keeps_nhwc(tmp_path):
 
 @pytest.mark.parametrize("attrs,inputs,match", [
     (dict(nearest_mode="nearest_even"), None, r"node 'up' \(Resize\): attribute nearest_mode='nearest_even' is not supported"),
-    (dict(mode="cubic", antialias=1), [1.0, 1.0, 0.5, 0.5], r"node 'up' \(Resize\): antialiased Resize is not supported"),
 ])
 def test_onnx_unsupported_resize_names_node_and_attribute(tmp_path, attrs, inputs, match):
     onnx = pytest.importorskip("onnx")
