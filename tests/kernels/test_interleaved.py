@@ -84,5 +84,5 @@ def test_il_pack_refuses_a_mismatched_buffer():
 
 
 def test_tiers_without_interleaving_say_so():
-    assert engine.il_rows(3) == 0 and engine.il_rows(5) == 0  # q4_K, f32: never interleaved
+    assert engine.il_rows(5) == 0 and engine.il_rows(6) == 0  # f32, f16: never interleaved
     assert engine.il_group_bytes(5, 64) == 0

@@ -4,8 +4,10 @@
 # OpenMP region.
 from cython.parallel cimport prange
 from volvox._kernels.vx cimport (
-    VX_NTYPES, VX_Q4_1, VX_Q8_0, VX_QK, vx_attn_scratch_floats, vx_il_block_bytes, vx_qgemm_packed_bytes,
-    vx_sgemm_packed_floats)
+    VX_NTYPES, VX_Q4_1, VX_Q8_0, VX_QK, VX_QK_K, vx_attn_scratch_floats, vx_il_block_bytes, vx_il_group_bytes,
+    vx_is_kquant, vx_qgemm_packed_bytes, vx_sgemm_packed_floats)
+
+include "il_pack_kquants.pxi"
 
 cdef enum:
     MIN_PARALLEL_MACS = 1 << 16   # below this many multiply-adds a call runs on one thread (fork/join ~us)
@@ -88,7 +90,7 @@ def il_rows(int wtype):
 
 def il_group_bytes(int wtype, int64_t K):
     """Bytes of one interleaved group of K-column `wtype` rows on this tier (0: not interleaved here)."""
-    return (K // VX_QK) * vx_il_block_bytes(wtype, _tbl.il_rows) if il_rows(wtype) else 0
+    return vx_il_group_bytes(wtype, _tbl.il_rows, K) if il_rows(wtype) else 0
 
 
 def il_pack(int wtype, const uint8_t[:, ::1] w, int64_t K, uint8_t[::1] out):
@@ -96,12 +98,17 @@ def il_pack(int wtype, const uint8_t[:, ::1] w, int64_t K, uint8_t[::1] out):
     out holds ceil(N / il_rows) * il_group_bytes(wtype, K) bytes, rows past N zero."""
     cdef int R = il_rows(wtype)
     cdef int64_t N = w.shape[0], gb = il_group_bytes(wtype, K)
-    if R == 0 or K % VX_QK or w.shape[1] != (K // VX_QK) * vx_il_block_bytes(wtype, 1):
+    cdef int64_t row_bytes = ((K // VX_QK_K) * kquant_block_bytes(wtype) if vx_is_kquant(wtype)
+                              else (K // VX_QK) * vx_il_block_bytes(wtype, 1))
+    if R == 0 or K % (VX_QK_K if vx_is_kquant(wtype) else VX_QK) or w.shape[1] != row_bytes:
         raise ValueError(f"il_pack: weight type {wtype} with K={K} and rows of {w.shape[1]} bytes")
     if out.shape[0] != ((N + R - 1) // R) * gb:
         raise ValueError(f"il_pack: out holds {out.shape[0]} bytes, not {((N + R - 1) // R) * gb}")
     with nogil:
-        il_pack_rows(wtype, K, &w[0, 0] if N else NULL, w.shape[1], N, R, &out[0] if N else NULL)
+        if vx_is_kquant(wtype):
+            il_pack_kquant_rows(wtype, K, &w[0, 0] if N else NULL, w.shape[1], N, R, &out[0] if N else NULL)
+        else:
+            il_pack_rows(wtype, K, &w[0, 0] if N else NULL, w.shape[1], N, R, &out[0] if N else NULL)
 
 
 cdef void il_pack_rows(int wtype, int64_t K, const uint8_t *w, int64_t w_stride, int64_t N, int R,

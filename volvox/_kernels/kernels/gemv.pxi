@@ -25,6 +25,7 @@ from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q4_K, VX_Q6_K, VX_Q8_0, VX_QK, VX_QK_K, vx_block_q4_0,
     vx_block_q4_1, vx_block_q4_K, vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
+from volvox._kernels.kquant_scales cimport q4k_scales
 
 cdef extern from *:
     # Powers of two as C literals (hex float literals: exact, and Python has no syntax for them).
@@ -363,17 +364,6 @@ cdef void gemm_q8_0(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const vo
 # ------------------------------------------------------------------------------------------------
 # k-quants: q4_K and q6_K against a q8_K-style act row.
 # ------------------------------------------------------------------------------------------------
-cdef inline void q4k_scales(const uint8_t *s, uint8_t *sc, uint8_t *mn) noexcept nogil:
-    """ggml's get_scale_min_k4: 8 (scale, min) pairs of 6 bits packed in 12 bytes -> sc (8,), mn (8,)."""
-    cdef int j
-    for j in range(4):
-        sc[j] = s[j] & 63
-        mn[j] = s[j + 4] & 63
-    for j in range(4, 8):
-        sc[j] = <uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4))
-        mn[j] = <uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4))
-
-
 ctypedef struct vx_actK:
     const int8_t *qs         # (K,)
     const float *d           # (K/256,)

@@ -13,6 +13,7 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q5_K, VX_QK_K, vx_block_q2_K, vx_block_q3_K, vx_block_q5_K, vx_table)
+from volvox._kernels.kquant_scales cimport q3k_scales, q4k_scales
 
 
 cdef inline void q2k_widen(const vx_block_q2_K *blk, int8_t *q) noexcept nogil:
@@ -23,24 +24,6 @@ cdef inline void q2k_widen(const vx_block_q2_K *blk, int8_t *q) noexcept nogil:
         for s in range(4):
             for l in range(32):
                 q[128 * h + 32 * s + l] = <int8_t>((blk.qs[32 * h + l] >> (2 * s)) & 3)
-
-
-cdef inline void q3k_scales(const uint8_t *packed, int8_t *sc) noexcept nogil:
-    """sc (16,) = q3_K's 6-bit scales minus 32: scale i's low 4 bits are the low (i < 8) or high
-    nibble of packed[i % 8], its top 2 bits bits 2 (i // 4) .. +1 of packed[8 + i % 4] (ggml's
-    32-bit shuffle of the 12 bytes, little-endian)."""
-    cdef uint32_t aux[4]         # (4,) scales 4 j .. 4 j + 3 in aux[j], one per byte
-    cdef uint32_t tmp
-    cdef int i
-    memcpy(aux, packed, 12)
-    tmp = aux[2]
-    aux[2] = ((aux[0] >> 4) & <uint32_t>0x0F0F0F0F) | (((tmp >> 4) & <uint32_t>0x03030303) << 4)
-    aux[3] = ((aux[1] >> 4) & <uint32_t>0x0F0F0F0F) | (((tmp >> 6) & <uint32_t>0x03030303) << 4)
-    aux[0] = (aux[0] & <uint32_t>0x0F0F0F0F) | (((tmp >> 0) & <uint32_t>0x03030303) << 4)
-    aux[1] = (aux[1] & <uint32_t>0x0F0F0F0F) | (((tmp >> 2) & <uint32_t>0x03030303) << 4)
-    memcpy(sc, aux, 16)
-    for i in range(16):
-        sc[i] = <int8_t>(sc[i] - 32)
 
 
 cdef inline void q3k_widen(const vx_block_q3_K *blk, int8_t *q) noexcept nogil:

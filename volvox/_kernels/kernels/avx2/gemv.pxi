@@ -6,6 +6,8 @@ from volvox._kernels.vx cimport (
     VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_il_block_bytes, vx_table)
 
 include "gemv_x86.pxi"
+from volvox._kernels.simd.ivec_avx2 cimport *
+include "../gemv_kquants_il.pxi"
 
 
 cdef inline __m256i dot_u8s8_256(__m256i u, __m256i s) noexcept nogil:
@@ -186,8 +188,9 @@ cdef void gemm_il_q8_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const
 
 
 cdef void fill_gemv_il(vx_table *t) noexcept:
-    """The interleaved GEMVs: 8 rows per group."""
+    """The interleaved GEMVs: 8 rows per group (the k-quants' too: VI_ROWS)."""
     t.il_rows = IL_ROWS
     t.gemm_il[VX_Q4_0] = gemm_il_q4_0
     t.gemm_il[VX_Q4_1] = gemm_il_q4_1
     t.gemm_il[VX_Q8_0] = gemm_il_q8_0
+    fill_gemv_kquants_il(t)

@@ -1,0 +1,256 @@
+# The x86 tiers' GEMVs over interleaved k-quant weights (vx.pxd: q2_K .. q6_K, VI_ROWS rows per group),
+# written once over the tier's integer vector layer (simd/ivec_<tier>.pxd: one int32 lane per weight
+# row) and included by kernels/avx2/gemv.pxi and kernels/avx512/gemv.pxi.
+#
+# Per super-block and act row, every row's integer sums are exact: the quants' 4-byte lanes of all the
+# group's rows are unpacked to unsigned bytes (q3_K's taken + 4) and multiplied with 4 broadcast act
+# values (vi_dot: VNNI's dpbusd, or maddubs + madd), summed per group of 16 (sub-block of 32) and times
+# the rows' unpacked scales:
+#   isum = sum_g sc_g dot_g                 (q2_K, q4_K, q5_K; the mins' msum = sum_g mn_g bsum_g)
+#   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
+# then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
+# is acc - accm. The integer parts equal the row kernels' (kernels/gemv_kquants.pxi); the float sums
+# are one term per super-block in block order (ggml's generic order), so the results agree with
+# theirs up to float32 rounding of those terms.
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from volvox._kernels.vx cimport (
+    VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K, VX_Q6_K, VX_QK_K, vx_il_superblock_bytes, vx_table)
+
+# A k-quant as a type: kq_il_group takes `const kq_format *`, a null pointer whose type's size is the
+# format's VX_ code, so Cython emits one function per format with its branches folded (as act_rows
+# in kernels/gemv_counts.pxi does for counts).
+ctypedef struct kq_q2_K:
+    char n[10]                  # [VX_Q2_K]
+ctypedef struct kq_q3_K:
+    char n[11]                  # [VX_Q3_K]
+ctypedef struct kq_q4_K:
+    char n[3]                   # [VX_Q4_K]
+ctypedef struct kq_q5_K:
+    char n[12]                  # [VX_Q5_K]
+ctypedef struct kq_q6_K:
+    char n[4]                   # [VX_Q6_K]
+ctypedef fused kq_format:
+    kq_q2_K
+    kq_q3_K
+    kq_q4_K
+    kq_q5_K
+    kq_q6_K
+
+cdef enum:
+    KQ_IL_PREFETCH = 2048       # bytes ahead of the super-block being read that a group asks for
+    LANE = 4 * VI_ROWS          # bytes of one lane of a group (4 bytes of each row)
+
+
+cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
+    """Each byte of v shifted so that its bit src lands on bit dst, then masked (src, dst constants
+    once inlined). The 16-bit shifts carry a neighbour byte's bits into the top (right shift) or
+    bottom (left shift) |src - dst| bits of each byte: every caller's mask lies outside them."""
+    if src > dst:
+        return vi_and(vi_shr16(v, src - dst), vi_bytes(mask))
+    if src < dst:
+        return vi_and(vi_shl16(v, dst - src), vi_bytes(mask))
+    return vi_and(v, vi_bytes(mask))
+
+
+cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
+                             vi *msum) noexcept nogil:
+    """q2_K: isum, msum of one group super-block against 256 act values (module comment)."""
+    cdef const uint8_t *scales = blk + 4 * VI_ROWS             # [16][R] scale | min << 4
+    cdef const uint8_t *qs = blk + 20 * VI_ROWS                # lanes [2 * 8]
+    cdef vi t[8]                 # (group in the half,) dots of 16
+    cdef vi v, scb
+    cdef vi si = vi_zero()
+    cdef vi sm = vi_zero()
+    cdef int h, l, s, k
+    for h in range(2):
+        for k in range(8):
+            t[k] = vi_zero()
+        for l in range(8):
+            v = vi_load(qs + (8 * h + l) * LANE)
+            for s in range(4):    # value 128 h + 32 s + 4 l: bits 2 s, group 8 h + 2 s + l // 4
+                t[2 * s + l // 4] = vi_dot(t[2 * s + l // 4], bits_at(v, 2 * s, 0, 3),
+                                           vi_bcast4(x + 128 * h + 32 * s + 4 * l))
+        for k in range(8):
+            scb = vi_u8(scales + (8 * h + k) * VI_ROWS)
+            si = vi_add(si, vi_mul(t[k], vi_and(scb, vi_set1(15))))
+            sm = vi_add(sm, vi_mul(vi_shr16(scb, 4), vi_set1(bs[8 * h + k])))
+    isum[0] = si
+    msum[0] = sm
+
+
+cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+    """q3_K: isum of one group super-block against 256 act values (module comment)."""
+    cdef const uint8_t *scales = blk + 2 * VI_ROWS             # [16][R] int8
+    cdef const uint8_t *hmask = blk + 18 * VI_ROWS             # lanes [8]
+    cdef const uint8_t *qs = blk + 50 * VI_ROWS                # lanes [2 * 8]
+    cdef vi t[8]                 # (group in the half,) dots of 16 of q + 4
+    cdef vi v, hm
+    cdef vi si = vi_zero()
+    cdef int h, l, s, k
+    for h in range(2):
+        for k in range(8):
+            t[k] = vi_zero()
+        for l in range(8):
+            v = vi_load(qs + (8 * h + l) * LANE)
+            hm = vi_load(hmask + l * LANE)
+            for s in range(4):    # sub-block 4 h + s: its hmask bit is 4 if set
+                t[2 * s + l // 4] = vi_dot(t[2 * s + l // 4],
+                                           vi_or(bits_at(v, 2 * s, 0, 3), bits_at(hm, 4 * h + s, 2, 4)),
+                                           vi_bcast4(x + 128 * h + 32 * s + 4 * l))
+        for k in range(8):
+            si = vi_add(si, vi_mul(vi_sub(t[k], vi_set1(4 * bs[8 * h + k])),
+                                   vi_s8(scales + (8 * h + k) * VI_ROWS)))
+    return si
+
+
+cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
+                              vi *msum) noexcept nogil:
+    """q4_K (has_qh 0) / q5_K (1): isum, msum of one group super-block against 256 act values."""
+    cdef const uint8_t *sc = blk + 4 * VI_ROWS                 # [8][R]
+    cdef const uint8_t *mn = blk + 12 * VI_ROWS                # [8][R]
+    cdef const uint8_t *qh = blk + 20 * VI_ROWS                # lanes [8] (q5_K)
+    cdef const uint8_t *qs = blk + (52 if has_qh else 20) * VI_ROWS   # lanes [4 * 8]
+    cdef vi t[4]                 # (half, l // 4) dots of 16: sub-block 2 p + half
+    cdef vi v, hq, lo, hi
+    cdef vi si = vi_zero()
+    cdef vi sm = vi_zero()
+    cdef vi m4 = vi_bytes(0x0F)
+    cdef int p, l, j
+    for p in range(4):
+        for j in range(4):
+            t[j] = vi_zero()
+        for l in range(8):
+            v = vi_load(qs + (8 * p + l) * LANE)
+            lo = vi_and(v, m4)
+            hi = bits_at(v, 4, 0, 0x0F)
+            if has_qh:            # bit 2 p (2 p + 1) of qh: the 5th bit of the low (high) nibble
+                hq = vi_load(qh + l * LANE)
+                lo = vi_or(lo, bits_at(hq, 2 * p, 4, 0x10))
+                hi = vi_or(hi, bits_at(hq, 2 * p + 1, 4, 0x10))
+            t[l // 4] = vi_dot(t[l // 4], lo, vi_bcast4(x + 64 * p + 4 * l))
+            t[2 + l // 4] = vi_dot(t[2 + l // 4], hi, vi_bcast4(x + 64 * p + 32 + 4 * l))
+        si = vi_add(si, vi_mul(vi_add(t[0], t[1]), vi_u8(sc + 2 * p * VI_ROWS)))
+        si = vi_add(si, vi_mul(vi_add(t[2], t[3]), vi_u8(sc + (2 * p + 1) * VI_ROWS)))
+    for j in range(8):
+        sm = vi_add(sm, vi_mul(vi_u8(mn + j * VI_ROWS), vi_set1(bs[2 * j] + bs[2 * j + 1])))
+    isum[0] = si
+    msum[0] = sm
+
+
+cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+    """q6_K: isum of one group super-block against 256 act values (module comment)."""
+    cdef const uint8_t *scales = blk + 2 * VI_ROWS             # [16][R] int8
+    cdef const uint8_t *qhs = blk + 18 * VI_ROWS               # lanes [2 * 8]
+    cdef const uint8_t *ql = blk + 82 * VI_ROWS                # lanes [4 * 8]
+    cdef vi t[8]                 # (group in the half,) dots of 16 of q (0..63)
+    cdef vi v, hq
+    cdef vi si = vi_zero()
+    cdef vi m4 = vi_bytes(0x0F)
+    cdef int h, l, c, k
+    for h in range(2):
+        for k in range(8):
+            t[k] = vi_zero()
+        for l in range(8):
+            hq = vi_load(qhs + (8 * h + l) * LANE)
+            for c in range(2):    # ql chunk 2 h + c: low nibbles are values 128 h + 32 c + .., high + 64
+                v = vi_load(ql + ((2 * h + c) * 8 + l) * LANE)
+                t[2 * c + l // 4] = vi_dot(t[2 * c + l // 4], vi_or(vi_and(v, m4), bits_at(hq, 2 * c, 4, 0x30)),
+                                           vi_bcast4(x + 128 * h + 32 * c + 4 * l))
+                t[4 + 2 * c + l // 4] = vi_dot(t[4 + 2 * c + l // 4],
+                                               vi_or(bits_at(v, 4, 0, 0x0F), bits_at(hq, 4 + 2 * c, 4, 0x30)),
+                                               vi_bcast4(x + 128 * h + 64 + 32 * c + 4 * l))
+        for k in range(8):
+            si = vi_add(si, vi_mul(vi_sub(t[k], vi_set1(32 * bs[8 * h + k])),
+                                   vi_s8(scales + (8 * h + k) * VI_ROWS)))
+    return si
+
+
+cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const int8_t *xq, const float *xd,
+                      const int32_t *bsums, float *out) noexcept nogil:
+    """One group's VI_ROWS weight rows of format sizeof(kq_format) against one q8_K act row (xq, its d
+    per super-block xd, its sums of 16 bsums): out[r] = dot(row r, act row)."""
+    cdef int fmt = sizeof(kq_format)
+    cdef int64_t nb = K // VX_QK_K
+    cdef int64_t sb = vx_il_superblock_bytes(fmt, VI_ROWS)     # bytes per super-block of the group
+    cdef vf acc = vf_zero()      # (VI_ROWS,) sum of d xd isum
+    cdef vf accm = vf_zero()     # (VI_ROWS,) sum of dmin xd msum
+    cdef vf dx
+    cdef vi isum, msum
+    cdef const uint8_t *blk
+    cdef const int8_t *x
+    cdef const int32_t *bs
+    cdef int64_t b, off
+    for b in range(nb):
+        blk = grp + b * sb
+        for off in range(0, sb, 64):
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off), _MM_HINT_T0)
+        x = xq + VX_QK_K * b
+        bs = bsums + 16 * b
+        dx = vf_set1(xd[b])
+        if fmt == VX_Q3_K:
+            isum = q3k_il_sums(blk, x, bs)
+        elif fmt == VX_Q6_K:
+            isum = q6k_il_sums(blk, x, bs)
+        else:
+            if fmt == VX_Q2_K:
+                q2k_il_sums(blk, x, bs, &isum, &msum)
+            else:
+                q45k_il_sums(fmt == VX_Q5_K, blk, x, bs, &isum, &msum)
+            accm = vf_fma(vi_fmul(vi_f16(blk + 2 * VI_ROWS), dx), vi_float(msum), accm)
+        acc = vf_fma(vi_fmul(vi_f16(blk), dx), vi_float(isum), acc)
+    vf_store(out, vi_fsub(acc, accm))
+
+
+cdef inline void gemm_il_kq(const kq_format *F_, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n, const void *a,
+                            int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved k-quant weights w (groups of VI_ROWS rows, group_bytes
+    apart), each group against the act rows one at a time."""
+    cdef int64_t g, i, r, rows
+    cdef vx_actK x
+    cdef float out[16]           # (VI_ROWS,)
+    for g in range((n + VI_ROWS - 1) // VI_ROWS):
+        rows = n - g * VI_ROWS if n - g * VI_ROWS < VI_ROWS else VI_ROWS
+        for i in range(m):
+            x = actK_row(a, a_stride, i, K)
+            kq_il_group(F_, K, w + g * group_bytes, x.qs, x.d, x.bsums, out)
+            for r in range(rows):
+                y[i * ldy + g * VI_ROWS + r] = out[r]
+
+
+cdef void gemm_il_q2_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q2_K weights."""
+    gemm_il_kq(<const kq_q2_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q3_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q3_K weights."""
+    gemm_il_kq(<const kq_q3_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q4_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q4_K weights."""
+    gemm_il_kq(<const kq_q4_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q5_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q5_K weights."""
+    gemm_il_kq(<const kq_q5_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q6_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q6_K weights."""
+    gemm_il_kq(<const kq_q6_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void fill_gemv_kquants_il(vx_table *t) noexcept:
+    """The interleaved k-quant GEMVs (the tier's il_rows must be VI_ROWS)."""
+    t.gemm_il[VX_Q2_K] = gemm_il_q2_K
+    t.gemm_il[VX_Q3_K] = gemm_il_q3_K
+    t.gemm_il[VX_Q4_K] = gemm_il_q4_K
+    t.gemm_il[VX_Q5_K] = gemm_il_q5_K
+    t.gemm_il[VX_Q6_K] = gemm_il_q6_K
