@@ -52,116 +52,150 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
     return vi_and(v, vi_bytes(mask))
 
 
+# Each sums function below spells out the positions its shifts depend on (q2k_group(.., 0, ..) ..
+# q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
+# register (a loop over them kept the chains on the stack).
+cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
+    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16]."""
+    cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, 0, 3), vi_bcast4(x))
+    t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, 0, 3), vi_bcast4(x + 4))
+    t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, 0, 3), vi_bcast4(x + 8))
+    return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, 0, 3), vi_bcast4(x + 12))
+
+
+cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs, vi *si,
+                         vi *sm) noexcept nogil:
+    """q2_K: sub-block 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
+    into si (sc dot) and sm (mn bsum)."""
+    cdef int j = 4 * h + s
+    cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
+    cdef const uint8_t *scales = blk + 4 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] scale | min << 4
+    cdef vi sc0 = vi_u8(scales)
+    cdef vi sc1 = vi_u8(scales + VI_ROWS)
+    cdef vi m4 = vi_set1(15)
+    si[0] = vi_add(si[0], vi_add(vi_mul(q2k_dot16(lanes, s, x + 32 * j), vi_and(sc0, m4)),
+                                 vi_mul(q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16), vi_and(sc1, m4))))
+    sm[0] = vi_add(sm[0], vi_add(vi_mul(vi_shr16(sc0, 4), vi_set1(bs[2 * j])),
+                                 vi_mul(vi_shr16(sc1, 4), vi_set1(bs[2 * j + 1]))))
+
+
 cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
                              vi *msum) noexcept nogil:
     """q2_K: isum, msum of one group super-block against 256 act values (module comment)."""
-    cdef const uint8_t *scales = blk + 4 * VI_ROWS             # [16][R] scale | min << 4
-    cdef const uint8_t *qs = blk + 20 * VI_ROWS                # lanes [2 * 8]
-    cdef vi t[8]                 # (group in the half,) dots of 16
-    cdef vi v, scb
-    cdef vi si = vi_zero()
-    cdef vi sm = vi_zero()
-    cdef int h, l, s, k
+    cdef int h
+    isum[0] = vi_zero()
+    msum[0] = vi_zero()
     for h in range(2):
-        for k in range(8):
-            t[k] = vi_zero()
-        for l in range(8):
-            v = vi_load(qs + (8 * h + l) * LANE)
-            for s in range(4):    # value 128 h + 32 s + 4 l: bits 2 s, group 8 h + 2 s + l // 4
-                t[2 * s + l // 4] = vi_dot(t[2 * s + l // 4], bits_at(v, 2 * s, 0, 3),
-                                           vi_bcast4(x + 128 * h + 32 * s + 4 * l))
-        for k in range(8):
-            scb = vi_u8(scales + (8 * h + k) * VI_ROWS)
-            si = vi_add(si, vi_mul(t[k], vi_and(scb, vi_set1(15))))
-            sm = vi_add(sm, vi_mul(vi_shr16(scb, 4), vi_set1(bs[8 * h + k])))
-    isum[0] = si
-    msum[0] = sm
+        q2k_sub(blk, h, 0, x, bs, isum, msum)
+        q2k_sub(blk, h, 1, x, bs, isum, msum)
+        q2k_sub(blk, h, 2, x, bs, isum, msum)
+        q2k_sub(blk, h, 3, x, bs, isum, msum)
+
+
+cdef inline vi q3k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int s, int j, const int8_t *x) noexcept nogil:
+    """q3_K: one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set) . x[0:16]."""
+    cdef vi t = vi_zero()
+    cdef int l
+    for l in range(4):
+        t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, 0, 3),
+                            bits_at(vi_load(hlanes + l * LANE), j, 2, 4)), vi_bcast4(x + 4 * l))
+    return t
+
+
+cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs) noexcept nogil:
+    """q3_K: sub-block 4 h + s's sc (dot - 4 bsum) over its two groups."""
+    cdef int j = 4 * h + s
+    cdef const uint8_t *lanes = blk + 50 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
+    cdef const uint8_t *hlanes = blk + 18 * VI_ROWS                  # hmask lanes
+    cdef const uint8_t *scales = blk + 2 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] int8
+    return vi_add(
+        vi_mul(vi_sub(q3k_dot16(lanes, hlanes, s, j, x + 32 * j), vi_set1(4 * bs[2 * j])), vi_s8(scales)),
+        vi_mul(vi_sub(q3k_dot16(lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16),
+                      vi_set1(4 * bs[2 * j + 1])), vi_s8(scales + VI_ROWS)))
 
 
 cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
     """q3_K: isum of one group super-block against 256 act values (module comment)."""
-    cdef const uint8_t *scales = blk + 2 * VI_ROWS             # [16][R] int8
-    cdef const uint8_t *hmask = blk + 18 * VI_ROWS             # lanes [8]
-    cdef const uint8_t *qs = blk + 50 * VI_ROWS                # lanes [2 * 8]
-    cdef vi t[8]                 # (group in the half,) dots of 16 of q + 4
-    cdef vi v, hm
-    cdef vi si = vi_zero()
-    cdef int h, l, s, k
-    for h in range(2):
-        for k in range(8):
-            t[k] = vi_zero()
-        for l in range(8):
-            v = vi_load(qs + (8 * h + l) * LANE)
-            hm = vi_load(hmask + l * LANE)
-            for s in range(4):    # sub-block 4 h + s: its hmask bit is 4 if set
-                t[2 * s + l // 4] = vi_dot(t[2 * s + l // 4],
-                                           vi_or(bits_at(v, 2 * s, 0, 3), bits_at(hm, 4 * h + s, 2, 4)),
-                                           vi_bcast4(x + 128 * h + 32 * s + 4 * l))
-        for k in range(8):
-            si = vi_add(si, vi_mul(vi_sub(t[k], vi_set1(4 * bs[8 * h + k])),
-                                   vi_s8(scales + (8 * h + k) * VI_ROWS)))
-    return si
+    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, 0, x, bs), q3k_sub(blk, 0, 1, x, bs)),
+                         vi_add(q3k_sub(blk, 0, 2, x, bs), q3k_sub(blk, 0, 3, x, bs))),
+                  vi_add(vi_add(q3k_sub(blk, 1, 0, x, bs), q3k_sub(blk, 1, 1, x, bs)),
+                         vi_add(q3k_sub(blk, 1, 2, x, bs), q3k_sub(blk, 1, 3, x, bs))))
+
+
+cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
+                          const int8_t *x) noexcept nogil:
+    """q4_K / q5_K: 16 values of sub-block j (4 lanes' low (half 0) or high nibbles, q5_K's qh bit j
+    as 16) . x[0:16]."""
+    cdef vi t = vi_zero()
+    cdef vi v, u
+    cdef int l
+    for l in range(4):
+        v = vi_load(lanes + l * LANE)
+        u = bits_at(v, 4, 0, 0x0F) if half else vi_and(v, vi_bytes(0x0F))
+        if has_qh:
+            u = vi_or(u, bits_at(vi_load(hlanes + l * LANE), j, 4, 0x10))
+        t = vi_dot(t, u, vi_bcast4(x + 4 * l))
+    return t
+
+
+cdef inline vi q45k_sub(bint has_qh, const uint8_t *blk, int p, int half, const int8_t *x) noexcept nogil:
+    """q4_K / q5_K: sub-block j = 2 p + half's sc dot."""
+    cdef int j = 2 * p + half
+    cdef const uint8_t *lanes = blk + (52 if has_qh else 20) * VI_ROWS + 8 * p * LANE   # qs lanes of pair p
+    cdef const uint8_t *hlanes = blk + 20 * VI_ROWS                                   # q5_K's qh lanes
+    cdef const int8_t *xs = x + 64 * p + 32 * half
+    return vi_mul(vi_add(q45k_dot16(has_qh, lanes, hlanes, half, j, xs),
+                         q45k_dot16(has_qh, lanes + 4 * LANE, hlanes + 4 * LANE, half, j, xs + 16)),
+                  vi_u8(blk + 4 * VI_ROWS + j * VI_ROWS))
 
 
 cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
                               vi *msum) noexcept nogil:
     """q4_K (has_qh 0) / q5_K (1): isum, msum of one group super-block against 256 act values."""
-    cdef const uint8_t *sc = blk + 4 * VI_ROWS                 # [8][R]
     cdef const uint8_t *mn = blk + 12 * VI_ROWS                # [8][R]
-    cdef const uint8_t *qh = blk + 20 * VI_ROWS                # lanes [8] (q5_K)
-    cdef const uint8_t *qs = blk + (52 if has_qh else 20) * VI_ROWS   # lanes [4 * 8]
-    cdef vi t[4]                 # (half, l // 4) dots of 16: sub-block 2 p + half
-    cdef vi v, hq, lo, hi
-    cdef vi si = vi_zero()
     cdef vi sm = vi_zero()
-    cdef vi m4 = vi_bytes(0x0F)
-    cdef int p, l, j
-    for p in range(4):
-        for j in range(4):
-            t[j] = vi_zero()
-        for l in range(8):
-            v = vi_load(qs + (8 * p + l) * LANE)
-            lo = vi_and(v, m4)
-            hi = bits_at(v, 4, 0, 0x0F)
-            if has_qh:            # bit 2 p (2 p + 1) of qh: the 5th bit of the low (high) nibble
-                hq = vi_load(qh + l * LANE)
-                lo = vi_or(lo, bits_at(hq, 2 * p, 4, 0x10))
-                hi = vi_or(hi, bits_at(hq, 2 * p + 1, 4, 0x10))
-            t[l // 4] = vi_dot(t[l // 4], lo, vi_bcast4(x + 64 * p + 4 * l))
-            t[2 + l // 4] = vi_dot(t[2 + l // 4], hi, vi_bcast4(x + 64 * p + 32 + 4 * l))
-        si = vi_add(si, vi_mul(vi_add(t[0], t[1]), vi_u8(sc + 2 * p * VI_ROWS)))
-        si = vi_add(si, vi_mul(vi_add(t[2], t[3]), vi_u8(sc + (2 * p + 1) * VI_ROWS)))
+    cdef int j
+    isum[0] = vi_add(vi_add(vi_add(q45k_sub(has_qh, blk, 0, 0, x), q45k_sub(has_qh, blk, 0, 1, x)),
+                            vi_add(q45k_sub(has_qh, blk, 1, 0, x), q45k_sub(has_qh, blk, 1, 1, x))),
+                     vi_add(vi_add(q45k_sub(has_qh, blk, 2, 0, x), q45k_sub(has_qh, blk, 2, 1, x)),
+                            vi_add(q45k_sub(has_qh, blk, 3, 0, x), q45k_sub(has_qh, blk, 3, 1, x))))
     for j in range(8):
         sm = vi_add(sm, vi_mul(vi_u8(mn + j * VI_ROWS), vi_set1(bs[2 * j] + bs[2 * j + 1])))
-    isum[0] = si
     msum[0] = sm
+
+
+cdef inline vi q6k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int c, int hi, const int8_t *x) noexcept nogil:
+    """q6_K: one group of 16 (4 ql lanes' low (hi 0) or high nibbles, qh bits 2 c (+ 4 if hi) as bits
+    4-5) . x[0:16]."""
+    cdef vi t = vi_zero()
+    cdef vi v, u
+    cdef int l
+    for l in range(4):
+        v = vi_load(lanes + l * LANE)
+        u = bits_at(v, 4, 0, 0x0F) if hi else vi_and(v, vi_bytes(0x0F))
+        t = vi_dot(t, vi_or(u, bits_at(vi_load(hlanes + l * LANE), 2 * c + 4 * hi, 4, 0x30)),
+                   vi_bcast4(x + 4 * l))
+    return t
+
+
+cdef inline vi q6k_sub(const uint8_t *blk, int h, int lhalf, int c, int hi, const int8_t *x,
+                       const int32_t *bs) noexcept nogil:
+    """q6_K: group 8 h + 4 hi + 2 c + lhalf's sc (dot - 32 bsum) (ql chunk 2 h + c, lanes 4 lhalf ..)."""
+    cdef int g = 8 * h + 4 * hi + 2 * c + lhalf
+    cdef const uint8_t *lanes = blk + 82 * VI_ROWS + ((2 * h + c) * 8 + 4 * lhalf) * LANE
+    cdef const uint8_t *hlanes = blk + 18 * VI_ROWS + (8 * h + 4 * lhalf) * LANE
+    return vi_mul(vi_sub(q6k_dot16(lanes, hlanes, c, hi, x + 16 * g), vi_set1(32 * bs[g])),
+                  vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
 
 
 cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
     """q6_K: isum of one group super-block against 256 act values (module comment)."""
-    cdef const uint8_t *scales = blk + 2 * VI_ROWS             # [16][R] int8
-    cdef const uint8_t *qhs = blk + 18 * VI_ROWS               # lanes [2 * 8]
-    cdef const uint8_t *ql = blk + 82 * VI_ROWS                # lanes [4 * 8]
-    cdef vi t[8]                 # (group in the half,) dots of 16 of q (0..63)
-    cdef vi v, hq
     cdef vi si = vi_zero()
-    cdef vi m4 = vi_bytes(0x0F)
-    cdef int h, l, c, k
+    cdef int h, lhalf
     for h in range(2):
-        for k in range(8):
-            t[k] = vi_zero()
-        for l in range(8):
-            hq = vi_load(qhs + (8 * h + l) * LANE)
-            for c in range(2):    # ql chunk 2 h + c: low nibbles are values 128 h + 32 c + .., high + 64
-                v = vi_load(ql + ((2 * h + c) * 8 + l) * LANE)
-                t[2 * c + l // 4] = vi_dot(t[2 * c + l // 4], vi_or(vi_and(v, m4), bits_at(hq, 2 * c, 4, 0x30)),
-                                           vi_bcast4(x + 128 * h + 32 * c + 4 * l))
-                t[4 + 2 * c + l // 4] = vi_dot(t[4 + 2 * c + l // 4],
-                                               vi_or(bits_at(v, 4, 0, 0x0F), bits_at(hq, 4 + 2 * c, 4, 0x30)),
-                                               vi_bcast4(x + 128 * h + 64 + 32 * c + 4 * l))
-        for k in range(8):
-            si = vi_add(si, vi_mul(vi_sub(t[k], vi_set1(32 * bs[8 * h + k])),
-                                   vi_s8(scales + (8 * h + k) * VI_ROWS)))
+        for lhalf in range(2):
+            si = vi_add(si, vi_add(vi_add(q6k_sub(blk, h, lhalf, 0, 0, x, bs), q6k_sub(blk, h, lhalf, 0, 1, x, bs)),
+                                   vi_add(q6k_sub(blk, h, lhalf, 1, 0, x, bs), q6k_sub(blk, h, lhalf, 1, 1, x, bs))))
     return si
 
 
