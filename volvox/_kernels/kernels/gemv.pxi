@@ -19,7 +19,7 @@
 # Numerics: activation quantization and the x86 SIMD dot products follow ggml's x86 code step for
 # step (see vx.pxd), so results equal llama.cpp's bit for bit. Expressions keep ggml's shapes:
 # GCC contracts a * b + c into an FMA where the tier has one, as it does for ggml's C.
-from libc.math cimport fabsf, fmaxf, lrintf
+from libc.math cimport fabsf, fmaf, fmaxf, lrintf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
@@ -427,13 +427,16 @@ cdef inline int32_t q6k_block_dot_ref(const vx_block_q6_K *blk, const int8_t *q8
 
 cdef void gemm_q4_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
                     int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = q8_K act rows a . q4_K weight rows w (the tier's q4k_block_dot per super-block)."""
+    """y (m, n) = q8_K act rows a . q4_K weight rows w (the tier's q4k_block_dot per super-block): per
+    super-block one FMA of (d xd) sumi and one of (dmin xd) summ, then their difference, the float
+    steps of the interleaved kernels (kernels/gemv_kquants_il.pxi), so that both give the same bits."""
     cdef int64_t nb = K // VX_QK_K
     cdef int64_t i0, r, b
     cdef int mr, i, j
     cdef vx_actK x[4]
     cdef const vx_block_q4_K *row
-    cdef float acc[4]
+    cdef float acc[4]            # (mr,) sum of d xd sumi
+    cdef float accm[4]           # (mr,) sum of dmin xd summ
     cdef uint8_t sc[8]
     cdef uint8_t mn[8]
     cdef float d, dmin
@@ -445,10 +448,9 @@ cdef void gemm_q4_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, co
             x[i] = actK_row(a, a_stride, i0 + i, K)
         for r in range(n):
             row = <const vx_block_q4_K *>(w + r * w_stride)
-            acc[0] = 0.0
-            acc[1] = 0.0
-            acc[2] = 0.0
-            acc[3] = 0.0
+            for i in range(4):
+                acc[i] = 0.0
+                accm[i] = 0.0
             for b in range(nb):
                 q4k_scales(row[b].scales, sc, mn)
                 d = vx_f16_to_f32(row[b].d)
@@ -459,14 +461,16 @@ cdef void gemm_q4_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, co
                     for j in range(8):
                         summ += mn[j] * (bs[2 * j] + bs[2 * j + 1])
                     sumi = q4k_block_dot(&row[b], sc, x[i].qs + VX_QK_K * b)
-                    acc[i] += x[i].d[b] * (d * <float>sumi - dmin * <float>summ)
+                    acc[i] = fmaf(d * x[i].d[b], <float>sumi, acc[i])
+                    accm[i] = fmaf(dmin * x[i].d[b], <float>summ, accm[i])
             for i in range(mr):
-                y[(i0 + i) * ldy + r] = acc[i]
+                y[(i0 + i) * ldy + r] = acc[i] - accm[i]
 
 
 cdef void gemm_q6_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
                     int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = q8_K act rows a . q6_K weight rows w (the tier's q6k_block_dot per super-block)."""
+    """y (m, n) = q8_K act rows a . q6_K weight rows w (the tier's q6k_block_dot per super-block): one FMA
+    of (d xd) sumi per super-block, as the interleaved kernels."""
     cdef int64_t nb = K // VX_QK_K
     cdef int64_t i0, r, b
     cdef int mr, i, k
@@ -494,7 +498,7 @@ cdef void gemm_q6_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, co
                     for k in range(16):
                         off += row[b].scales[k] * bs[k]
                     sumi = q6k_block_dot(&row[b], x[i].qs + VX_QK_K * b) - 32 * off
-                    acc[i] += x[i].d[b] * d * <float>sumi
+                    acc[i] = fmaf(d * x[i].d[b], <float>sumi, acc[i])
             for i in range(mr):
                 y[(i0 + i) * ldy + r] = acc[i]
 

@@ -9,6 +9,9 @@
 #   q3_K: xd * d * sum_g (sc_g - 32) dot_g                          sc_g: 6-bit scale
 #   q5_K: xd * (d * sum_j sc_j dot_j - dmin * sum_j mn_j bsum_j)    get_scale_min_k4, as q4_K
 # (xd the act row's d, bsum the act row's sums of 16; q3_K's dots take q + 4 (0..7), minus 4 sc bsum).
+# The x86 kq_row sums the floats as the interleaved kernels do (one FMA of (d xd) sumi and one of
+# (dmin xd) summ per super-block, then their difference): a weight gives the same bits read as stored
+# or interleaved. The portable one adds one float per super-block (ggml's generic order).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (

@@ -9,9 +9,8 @@
 #   isum = sum_g sc_g dot_g                 (q2_K, q4_K, q5_K; the mins' msum = sum_g mn_g bsum_g)
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
-# is acc - accm. The integer parts equal the row kernels' (kernels/gemv_kquants.pxi); the float sums
-# are one term per super-block in block order (ggml's generic order), so the results agree with
-# theirs up to float32 rounding of those terms.
+# is acc - accm. The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
+# integer and float steps: a weight gives the same bits read as stored or interleaved.
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K, VX_Q6_K, VX_QK_K, vx_il_superblock_bytes, vx_table)

@@ -303,14 +303,15 @@ cdef inline __m256i q5k_block_lanes(const vx_block_q5_K *blk, const uint8_t *sc,
 
 cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const vx_actK *x,
                         float *out) noexcept nogil:
-    """out[i] = dot(the q2_K / q3_K / q5_K weight row, act row i) for i < MR, as ggml's AVX2 kernels: per
-    super-block the integer lanes times xd * d into 8 float lanes, the mins' part (q3_K: its - 4 sc bsum)
-    summed aside; then the lanes summed (hsum_ps256) less that part."""
+    """out[i] = dot(the q2_K / q3_K / q5_K weight row, act row i) for i < MR: per super-block the integer
+    lanes summed exactly (q3_K: less its 4 sc bsum), then one FMA of (d xd) sumi and (q2_K, q5_K) one of
+    (dmin xd) summ, the result their difference: the float steps of the interleaved kernels
+    (kernels/gemv_kquants_il.pxi), so that a weight gives the same bits on either path."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK_K
     cdef int bsz = kq_block_bytes(fmt)
-    cdef __m256 acc[4]           # (MR,) 8 float lanes
-    cdef float accm[4]           # (MR,) the subtracted part
+    cdef float acc[4]            # (MR,) sum of d xd sumi
+    cdef float accm[4]           # (MR,) sum of dmin xd summ
     cdef int8_t sc3[16]          # (16,) q3_K scales
     cdef uint8_t sc[8]           # (8,) q5_K scales
     cdef uint8_t mn[8]           # (8,) q5_K mins
@@ -319,13 +320,12 @@ cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *
     cdef const vx_block_q3_K *b3
     cdef const vx_block_q5_K *b5
     cdef const int32_t *bs
-    cdef __m256i lanes
+    cdef int32_t summ, sumi
     cdef float d, dmin, xd
-    cdef int32_t summ
     cdef int64_t b
     cdef int i, g
     for i in range(MR):
-        acc[i] = _mm256_setzero_ps()
+        acc[i] = 0.0
         accm[i] = 0.0
     for b in range(nb):
         blk = row + b * bsz
@@ -347,23 +347,23 @@ cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *
             bs = x[i].bsums + 16 * b
             summ = 0
             if fmt == VX_Q2_K:
-                lanes = q2k_block_lanes(b2, x[i].qs + VX_QK_K * b)
+                sumi = hsum_epi32_256(q2k_block_lanes(b2, x[i].qs + VX_QK_K * b))
                 for g in range(16):
                     summ += (b2.scales[g] >> 4) * bs[g]
-                accm[i] += xd * dmin * <float>summ
             elif fmt == VX_Q3_K:
-                lanes = q3k_block_lanes(b3, sc3, x[i].qs + VX_QK_K * b)
+                sumi = hsum_epi32_256(q3k_block_lanes(b3, sc3, x[i].qs + VX_QK_K * b))
                 for g in range(16):
                     summ += sc3[g] * bs[g]
-                accm[i] += xd * d * <float>(4 * summ)
+                sumi -= 4 * summ
             else:
-                lanes = q5k_block_lanes(b5, sc, x[i].qs + VX_QK_K * b)
+                sumi = hsum_epi32_256(q5k_block_lanes(b5, sc, x[i].qs + VX_QK_K * b))
                 for g in range(8):
                     summ += mn[g] * (bs[2 * g] + bs[2 * g + 1])
-                accm[i] += xd * dmin * <float>summ
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(lanes), acc[i])
+            acc[i] = fmaf(d * xd, <float>sumi, acc[i])
+            if fmt != VX_Q3_K:
+                accm[i] = fmaf(dmin * xd, <float>summ, accm[i])
     for i in range(MR):
-        out[i] = hsum_ps256(acc[i]) - accm[i]
+        out[i] = acc[i] - accm[i]
 
 
 # ------------------------------------------------------------------------------------------------
