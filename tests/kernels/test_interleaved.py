@@ -9,8 +9,8 @@ from volvox import cpu
 from volvox._kernels import engine
 from volvox.ir.quant_blocks import quantize_ref
 
-CODES = {"q4_0": 0, "q4_1": 1, "q8_0": 2}
-BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+CODES = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "iq4_nl": 9}
+BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34, "iq4_nl": 18}
 
 
 def _rows(qtype: str) -> int:

@@ -212,6 +212,8 @@ cdef extern from "immintrin.h" nogil:
     __m512i _mm512_srli_epi16(__m512i A, unsigned int B)
     __m512i _mm512_slli_epi16(__m512i A, unsigned int B)
     __m512i _mm512_or_si512(__m512i A, __m512i B)
+    __m512i _mm512_shuffle_epi8(__m512i A, __m512i B)
+    __m512i _mm512_broadcast_i32x4(__m128i A)
     __m512i _mm512_cvtepu8_epi32(__m128i A)
     __m512i _mm512_srli_epi32(__m512i A, unsigned int B)
     __m512i _mm512_srli_epi64(__m512i A, unsigned int B)
