@@ -118,14 +118,19 @@ cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
 
 
 # ------------------------------------------------------------------------------------------------
-# Interleaved 32-block weights. A tier whose table sets il_rows = R also runs q4_0 / q4_1 / q8_0 / iq4_nl
+# Interleaved 32-block weights. A tier whose table sets il_rows = R also runs q4_0 / q4_1 / q8_0 / iq4_nl /
+# q5_0 / q5_1
 # weights packed R rows at a time, so that one vector instruction works on R rows (a decode step's
 # matrix-vector products stream them; the engine's il_pack makes the layout). Group g holds rows
 # R g .. R g + R - 1 (rows past n: zero scales), block after block; block b of a group is
 #   vx_f16 d[R]                the rows' scales
-#   vx_f16 m[R]                q4_1 only: the rows' mins
+#   vx_f16 m[R]                q4_1 / q5_1 only: the rows' mins
+#   uint8  qh[R][4]            q5_0 / q5_1 only: byte l of row r holds the 5th bits of the values in
+#                              lane l: bits 4l .. 4l+3 of the block's qh (low nibbles) in its bits 0-3,
+#                              bits 16+4l .. 19+4l (high nibbles) in bits 4-7
 #   uint8  qs[L][R][4]         lane l of row r: the row's block bytes 4l .. 4l+3, as stored (q4_0 /
-#                              q4_1 / iq4_nl: L = 4 packed nibble bytes) or plus 128 (q8_0: L = 8, byte ^ 0x80)
+#                              q4_1 / iq4_nl / q5_0 / q5_1: L = 4 packed nibble bytes) or plus 128
+#                              (q8_0: L = 8, byte ^ 0x80)
 # so a group's block is R times the plain block's bytes and a group nb = K / 32 of them. Each row's
 # dot product is formed with exactly the operations of the row-by-row kernels (same bits).
 # ------------------------------------------------------------------------------------------------
@@ -137,6 +142,10 @@ cdef inline int64_t vx_il_block_bytes(int wtype, int R) noexcept nogil:
         return R * 20
     if wtype == VX_Q8_0:
         return R * 34
+    if wtype == VX_Q5_0:
+        return R * 22
+    if wtype == VX_Q5_1:
+        return R * 24
     return 0
 
 

@@ -427,7 +427,7 @@ cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t
             for i in range(MR):
                 acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), _mm256_cvtepi32_ps(
                     dot_u8s8_256(w, _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))), acc[i])
-                summ[i] += wm * ds[i][2 * b + 1]
+                summ[i] = fmaf(wm, ds[i][2 * b + 1], summ[i])   # one rounding, as the interleaved kernels
         else:
             u = _mm256_sign_epi8(w, w)  # |w|, and x takes w's sign
             for i in range(MR):
