@@ -7,6 +7,7 @@
 #   vx_f16_to_f32, vx_round_f16      fp16 conversions (F16C, NEON fcvt, or the portable ones below)
 #   dot32_s8                         int8 . int8 over one 32-value block
 #   quantize_a32                     the 32-block activation quantizer (ggml's AVX2 one on x86)
+#   quantize_aK                      the q8_K activation quantizer (quantize_aK_ref's bits)
 #   b32_rows                         the 32-block GEMM of a group of act rows
 #   gemm_float                       the f32 / f16 GEMM (gemm_float_tiles or the portable one)
 #   float_gemv4, float_rows          gemm_float_tiles' GEMV 4-row passes, GEMM of a group of act rows
@@ -752,13 +753,13 @@ cdef void dequant_f16(int64_t K, const uint8_t *w, float *y) noexcept nogil:
 # The tier's table entries.
 # ------------------------------------------------------------------------------------------------
 cdef void fill_gemv(vx_table *t) noexcept:
-    """Point t's quantize / gemm / dequant entries at this tier's kernels (k-quant activations use
-    the portable q8_K quantizer on every tier, as ggml does)."""
+    """Point t's quantize / gemm / dequant entries at this tier's kernels (k-quant activations: the
+    tier's quantize_aK, ggml's quantize_row_q8_K_ref bit for bit on every tier)."""
     t.quantize[VX_Q4_0] = quantize_q8_0
     t.quantize[VX_Q4_1] = quantize_q8_1
     t.quantize[VX_Q8_0] = quantize_q8_0
-    t.quantize[VX_Q4_K] = quantize_aK_ref
-    t.quantize[VX_Q6_K] = quantize_aK_ref
+    t.quantize[VX_Q4_K] = quantize_aK
+    t.quantize[VX_Q6_K] = quantize_aK
     t.quantize[VX_F32] = NULL
     t.quantize[VX_F16] = NULL
     t.gemm[VX_Q4_0] = gemm_q4_0

@@ -261,9 +261,9 @@ cdef void dequant_q5_K(int64_t K, const uint8_t *w, float *y) noexcept nogil:
 cdef void fill_gemv_kquants(vx_table *t) noexcept:
     """Point t's q2_K / q3_K / q5_K entries at these kernels (activations: the portable q8_K
     quantizer, as for q4_K / q6_K)."""
-    t.quantize[VX_Q2_K] = quantize_aK_ref
-    t.quantize[VX_Q3_K] = quantize_aK_ref
-    t.quantize[VX_Q5_K] = quantize_aK_ref
+    t.quantize[VX_Q2_K] = quantize_aK
+    t.quantize[VX_Q3_K] = quantize_aK
+    t.quantize[VX_Q5_K] = quantize_aK
     t.gemm[VX_Q2_K] = gemm_q2_K
     t.gemm[VX_Q3_K] = gemm_q3_K
     t.gemm[VX_Q5_K] = gemm_q5_K

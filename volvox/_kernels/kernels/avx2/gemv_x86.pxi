@@ -1,7 +1,7 @@
 # The gemv code both x86 SIMD tiers run: included by kernels/avx2/gemv.pxi and
 # kernels/avx512/gemv.pxi, each of which adds its own dot_u8s8_256 / dot_u8s8_scaled (maddubs or VNNI), b32_wide_rows (the avx512 tier's
 # 2-rows-per-zmm tiles), float_tile / float_rows4 and dequant_f16_vec.
-from libc.math cimport fmaf
+from libc.math cimport fabsf, fmaf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
@@ -97,6 +97,45 @@ cdef inline void quantize_a32(int smode, int64_t K, const float *x, void *act) n
         _mm256_storeu_si256(<void *>(qs + b * VX_QK), i0)
         ds[2 * b + 0] = vx_round_f16(d)
         ds[2 * b + 1] = act_s(smode, d, ds[2 * b + 0], sum)
+
+
+cdef void quantize_aK(int64_t K, const float *x, void *act) noexcept nogil:
+    """x (K,) -> q8_K act row (vx.pxd), quantize_aK_ref's bits in 8-float vectors: the largest |x| by
+    vector max, the first x of that magnitude by a scan, then q = min(127, round_half_even(iscale x))
+    (the same products, rounded by cvtps in the default nearest-even mode) and the sums of 16."""
+    cdef int8_t *qs = <int8_t *>act                                             # (K,)
+    cdef float *dd = <float *>(<char *>act + VX_ALIGN(K))                       # (K/256,)
+    cdef int32_t *bsums = <int32_t *>(<char *>dd + VX_ALIGN(4 * (K // VX_QK_K)))  # (K/16,)
+    cdef __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(<int>0x80000000))  # -0.0f in every lane
+    cdef __m256i top = _mm256_set1_epi32(127)
+    cdef __m256 a, sc
+    cdef __m256i i0, i1
+    cdef __m128i packed
+    cdef const float *xb
+    cdef float amax, mx, iscale
+    cdef int64_t b
+    cdef int j, g
+    for b in range(K // VX_QK_K):
+        xb = x + b * VX_QK_K
+        a = _mm256_setzero_ps()
+        for j in range(0, VX_QK_K, 8):
+            a = _mm256_max_ps(a, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)))
+        amax = hmax_ps256(a)
+        mx = 0.0
+        for j in range(VX_QK_K):
+            if fabsf(xb[j]) == amax:
+                mx = xb[j]
+                break
+        iscale = <float>-127.0 / mx if amax != <float>0.0 else <float>0.0
+        sc = _mm256_set1_ps(iscale)
+        for g in range(VX_QK_K // 16):
+            i0 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(sc, _mm256_loadu_ps(xb + 16 * g))), top)
+            i1 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(sc, _mm256_loadu_ps(xb + 16 * g + 8))), top)
+            bsums[b * (VX_QK_K // 16) + g] = hsum_epi32_256(_mm256_add_epi32(i0, i1))
+            i0 = _mm256_permutevar8x32_epi32(_mm256_packs_epi32(i0, i1), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7))
+            packed = _mm_packs_epi16(_mm256_castsi256_si128(i0), _mm256_extracti128_si256(i0, 1))  # in order
+            _mm_storeu_si128(<void *>(qs + b * VX_QK_K + 16 * g), packed)
+        dd[b] = <float>1.0 / iscale if amax != <float>0.0 else <float>0.0
 
 
 # ------------------------------------------------------------------------------------------------
