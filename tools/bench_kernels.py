@@ -78,7 +78,7 @@ def bench_types(threads: int, min_time: float, qtypes: list[str]) -> None:
     (the yardstick: each k-quant within 10% of q4_1's bytes/s). The weights are 64 rows quantized
     by quantize_ref and tiled to N rows (valid blocks; the speed does not depend on them), read-only
     as a model's mapped weights are, so that every type takes the path it takes in a decode step
-    (q4_0 / q4_1 / q8_0: the tier's interleaved layout, packed once and cached)."""
+    (every quantized type on the x86 tiers: their interleaved layout, packed once and cached)."""
     from volvox import cpu as K
     from volvox.ir.quant_blocks import QuantTensor, quantize_ref
 

@@ -9,8 +9,8 @@ from volvox import cpu
 from volvox._kernels import engine
 from volvox.ir.quant_blocks import quantize_ref
 
-CODES = {"q4_0": 0, "q4_1": 1, "q8_0": 2}
-BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+CODES = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "iq4_nl": 9, "q5_0": 7, "q5_1": 8}
+BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34, "iq4_nl": 18, "q5_0": 22, "q5_1": 24}
 
 
 def _rows(qtype: str) -> int:
@@ -29,7 +29,7 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     """vx.pxd's interleaved layout, written from its description with numpy."""
     n, nb, bsz = wb.shape[0], k // 32, BLOCK_BYTES[qtype]
     groups = -(-n // rows)
-    head = 4 if qtype == "q4_1" else 2
+    head = (4 if qtype in ("q4_1", "q5_1") else 2) + (4 if qtype in ("q5_0", "q5_1") else 0)
     real = wb.reshape(n, nb, bsz).copy()
     if qtype == "q8_0":
         real[..., head:] ^= np.uint8(0x80)  # stored + 128
@@ -39,8 +39,12 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     qs = blocks[..., head:]
     lanes = qs.reshape(groups, nb, rows, -1, 4).transpose(0, 1, 3, 2, 4)  # (groups, nb, lanes, rows, 4)
     parts = [blocks[..., 0:2].reshape(groups, nb, -1)]
-    if qtype == "q4_1":
+    if qtype in ("q4_1", "q5_1"):
         parts.append(blocks[..., 2:4].reshape(groups, nb, -1))
+    if qtype in ("q5_0", "q5_1"):  # byte l: qh bits 4l .. 4l+3 low, 16+4l .. 19+4l high
+        qh = blocks[..., head - 4:head].copy().view("<u4")[..., 0]               # (groups, nb, rows)
+        spread = [((qh >> (4 * l)) & 0xF) | (((qh >> (16 + 4 * l)) & 0xF) << 4) for l in range(4)]
+        parts.append(np.stack(spread, -1).astype(np.uint8).reshape(groups, nb, -1))
     parts.append(lanes.reshape(groups, nb, -1))
     return np.concatenate(parts, axis=2).reshape(-1)
 
@@ -84,5 +88,5 @@ def test_il_pack_refuses_a_mismatched_buffer():
 
 
 def test_tiers_without_interleaving_say_so():
-    assert engine.il_rows(3) == 0 and engine.il_rows(5) == 0  # q4_K, f32: never interleaved
+    assert engine.il_rows(5) == 0 and engine.il_rows(6) == 0  # f32, f16: never interleaved
     assert engine.il_group_bytes(5, 64) == 0

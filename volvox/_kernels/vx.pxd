@@ -118,26 +118,72 @@ cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
 
 
 # ------------------------------------------------------------------------------------------------
-# Interleaved 32-block weights. A tier whose table sets il_rows = R also runs q4_0 / q4_1 / q8_0
+# Interleaved 32-block weights. A tier whose table sets il_rows = R also runs q4_0 / q4_1 / q8_0 / iq4_nl /
+# q5_0 / q5_1
 # weights packed R rows at a time, so that one vector instruction works on R rows (a decode step's
 # matrix-vector products stream them; the engine's il_pack makes the layout). Group g holds rows
 # R g .. R g + R - 1 (rows past n: zero scales), block after block; block b of a group is
 #   vx_f16 d[R]                the rows' scales
-#   vx_f16 m[R]                q4_1 only: the rows' mins
+#   vx_f16 m[R]                q4_1 / q5_1 only: the rows' mins
+#   uint8  qh[R][4]            q5_0 / q5_1 only: byte l of row r holds the 5th bits of the values in
+#                              lane l: bits 4l .. 4l+3 of the block's qh (low nibbles) in its bits 0-3,
+#                              bits 16+4l .. 19+4l (high nibbles) in bits 4-7
 #   uint8  qs[L][R][4]         lane l of row r: the row's block bytes 4l .. 4l+3, as stored (q4_0 /
-#                              q4_1: L = 4 packed nibble bytes) or plus 128 (q8_0: L = 8, byte ^ 0x80)
+#                              q4_1 / iq4_nl / q5_0 / q5_1: L = 4 packed nibble bytes) or plus 128
+#                              (q8_0: L = 8, byte ^ 0x80)
 # so a group's block is R times the plain block's bytes and a group nb = K / 32 of them. Each row's
 # dot product is formed with exactly the operations of the row-by-row kernels (same bits).
 # ------------------------------------------------------------------------------------------------
 cdef inline int64_t vx_il_block_bytes(int wtype, int R) noexcept nogil:
     """Bytes of one block of an interleaved group of R rows (0: wtype has no interleaved layout)."""
-    if wtype == VX_Q4_0:
+    if wtype == VX_Q4_0 or wtype == VX_IQ4_NL:
         return R * 18
     if wtype == VX_Q4_1:
         return R * 20
     if wtype == VX_Q8_0:
         return R * 34
+    if wtype == VX_Q5_0:
+        return R * 22
+    if wtype == VX_Q5_1:
+        return R * 24
     return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Interleaved k-quant weights. A tier that sets gemm_il[t] for a k-quant t runs it R = il_rows rows
+# at a time as well: group g holds rows R g .. R g + R - 1 (rows past n: zero), super-block after
+# super-block, each decoded at load from the rows' GGUF super-blocks (engine: il_pack) into
+# R-wide arrays, every field row-minor:
+#   lanes[L][R][4]  lane l of row r: the row's 4 bytes of quants at 4 l (of its 32-byte chunk)
+#   q2_K (84 R):  d[R] dmin[R] (f16) | scales[16][R] (as stored: scale | min << 4) | qs lanes[2 * 8]
+#                 (chunk h: qs[32 h ..])
+#   q3_K (114 R): d[R] | scales[16][R] (int8: the 6-bit scale - 32) | hmask lanes[8] | qs lanes[2 * 8]
+#   q4_K (148 R): d[R] dmin[R] | sc[8][R] mn[8][R] (uint8, get_scale_min_k4's) | qs lanes[4 * 8]
+#   q5_K (180 R): d[R] dmin[R] | sc[8][R] mn[8][R] | qh lanes[8] | qs lanes[4 * 8]
+#   q6_K (210 R): d[R] | scales[16][R] (int8) | qh lanes[2 * 8] | ql lanes[4 * 8] (chunk c: ql[32 c ..])
+# so a group's super-block is R times the plain super-block's bytes, plus R times 4 for the unpacked
+# 6-bit scales of q3_K / q4_K / q5_K.
+# ------------------------------------------------------------------------------------------------
+cdef inline int64_t vx_il_superblock_bytes(int wtype, int R) noexcept nogil:
+    """Bytes of one super-block of an interleaved k-quant group of R rows (0: not a k-quant)."""
+    if wtype == VX_Q2_K:
+        return R * 84
+    if wtype == VX_Q3_K:
+        return R * 114
+    if wtype == VX_Q4_K:
+        return R * 148
+    if wtype == VX_Q5_K:
+        return R * 180
+    if wtype == VX_Q6_K:
+        return R * 210
+    return 0
+
+
+cdef inline int64_t vx_il_group_bytes(int wtype, int R, int64_t K) noexcept nogil:
+    """Bytes of one interleaved group of R rows of K columns (0: wtype has no interleaved layout)."""
+    if vx_is_kquant(wtype):
+        return (K // VX_QK_K) * vx_il_superblock_bytes(wtype, R)
+    return (K // VX_QK) * vx_il_block_bytes(wtype, R)
 
 
 # Quantize one activation row of K floats into an act row.

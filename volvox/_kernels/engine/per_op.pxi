@@ -4,8 +4,10 @@
 # OpenMP region.
 from cython.parallel cimport prange
 from volvox._kernels.vx cimport (
-    VX_NTYPES, VX_Q4_1, VX_Q8_0, VX_QK, vx_attn_scratch_floats, vx_il_block_bytes, vx_qgemm_packed_bytes,
-    vx_sgemm_packed_floats)
+    VX_NTYPES, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_QK_K, vx_attn_scratch_floats, vx_il_block_bytes, vx_il_group_bytes,
+    vx_is_kquant, vx_qgemm_packed_bytes, vx_sgemm_packed_floats)
+
+include "il_pack_kquants.pxi"
 
 cdef enum:
     MIN_PARALLEL_MACS = 1 << 16   # below this many multiply-adds a call runs on one thread (fork/join ~us)
@@ -88,7 +90,7 @@ def il_rows(int wtype):
 
 def il_group_bytes(int wtype, int64_t K):
     """Bytes of one interleaved group of K-column `wtype` rows on this tier (0: not interleaved here)."""
-    return (K // VX_QK) * vx_il_block_bytes(wtype, _tbl.il_rows) if il_rows(wtype) else 0
+    return vx_il_group_bytes(wtype, _tbl.il_rows, K) if il_rows(wtype) else 0
 
 
 def il_pack(int wtype, const uint8_t[:, ::1] w, int64_t K, uint8_t[::1] out):
@@ -96,24 +98,32 @@ def il_pack(int wtype, const uint8_t[:, ::1] w, int64_t K, uint8_t[::1] out):
     out holds ceil(N / il_rows) * il_group_bytes(wtype, K) bytes, rows past N zero."""
     cdef int R = il_rows(wtype)
     cdef int64_t N = w.shape[0], gb = il_group_bytes(wtype, K)
-    if R == 0 or K % VX_QK or w.shape[1] != (K // VX_QK) * vx_il_block_bytes(wtype, 1):
+    cdef int64_t row_bytes = ((K // VX_QK_K) * kquant_block_bytes(wtype) if vx_is_kquant(wtype)
+                              else (K // VX_QK) * vx_il_block_bytes(wtype, 1))
+    if R == 0 or K % (VX_QK_K if vx_is_kquant(wtype) else VX_QK) or w.shape[1] != row_bytes:
         raise ValueError(f"il_pack: weight type {wtype} with K={K} and rows of {w.shape[1]} bytes")
     if out.shape[0] != ((N + R - 1) // R) * gb:
         raise ValueError(f"il_pack: out holds {out.shape[0]} bytes, not {((N + R - 1) // R) * gb}")
     with nogil:
-        il_pack_rows(wtype, K, &w[0, 0] if N else NULL, w.shape[1], N, R, &out[0] if N else NULL)
+        if vx_is_kquant(wtype):
+            il_pack_kquant_rows(wtype, K, &w[0, 0] if N else NULL, w.shape[1], N, R, &out[0] if N else NULL)
+        else:
+            il_pack_rows(wtype, K, &w[0, 0] if N else NULL, w.shape[1], N, R, &out[0] if N else NULL)
 
 
 cdef void il_pack_rows(int wtype, int64_t K, const uint8_t *w, int64_t w_stride, int64_t N, int R,
                        uint8_t *out) noexcept nogil:
-    """il_pack's loop: for each group and block, the rows' scales (and q4_1 mins) then lane by lane
-    the rows' 4-byte groups (q8_0 bytes + 128)."""
+    """il_pack's loop: for each group and block, the rows' scales (and q4_1 / q5_1 mins, q5's 5th bits)
+    then lane by lane the rows' 4-byte groups (q8_0 bytes + 128)."""
     cdef int64_t nb = K // VX_QK, bsz = vx_il_block_bytes(wtype, 1), sb = vx_il_block_bytes(wtype, R)
     cdef int64_t g, b, row
     cdef int r, l, lanes = 8 if wtype == VX_Q8_0 else 4
-    cdef int qsrc = 4 if wtype == VX_Q4_1 else 2               # qs offset in a plain block
+    cdef bint has_m = wtype == VX_Q4_1 or wtype == VX_Q5_1
+    cdef bint has_qh = wtype == VX_Q5_0 or wtype == VX_Q5_1
+    cdef int qhsrc = 4 if has_m else 2                         # q5: qh offset in a plain block
+    cdef int qsrc = qhsrc + (4 if has_qh else 0)               # qs offset in a plain block
     cdef int64_t qdst = qsrc * R                               # qs offset in an interleaved block
-    cdef uint32_t flip = 0x80808080u if wtype == VX_Q8_0 else 0, v
+    cdef uint32_t flip = 0x80808080u if wtype == VX_Q8_0 else 0, v, qh
     cdef const uint8_t *src
     cdef uint8_t *dst
     memset(out, 0, ((N + R - 1) // R) * nb * sb)
@@ -123,8 +133,12 @@ cdef void il_pack_rows(int wtype, int64_t K, const uint8_t *w, int64_t w_stride,
             src = w + row * w_stride + b * bsz
             dst = out + (g * nb + b) * sb
             memcpy(dst + 2 * r, src, 2)                        # d
-            if wtype == VX_Q4_1:
+            if has_m:
                 memcpy(dst + 2 * R + 2 * r, src + 2, 2)        # m
+            if has_qh:                                         # byte l: lane l's 5th bits (vx.pxd)
+                memcpy(&qh, src + qhsrc, 4)
+                for l in range(4):
+                    dst[qhsrc * R + 4 * r + l] = <uint8_t>(((qh >> (4 * l)) & 0x0F) | (((qh >> (16 + 4 * l)) & 0x0F) << 4))
             for l in range(lanes):
                 memcpy(&v, src + qsrc + 4 * l, 4)
                 v ^= flip

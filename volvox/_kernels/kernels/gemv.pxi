@@ -7,6 +7,7 @@
 #   vx_f16_to_f32, vx_round_f16      fp16 conversions (F16C, NEON fcvt, or the portable ones below)
 #   dot32_s8                         int8 . int8 over one 32-value block
 #   quantize_a32                     the 32-block activation quantizer (ggml's AVX2 one on x86)
+#   quantize_aK                      the q8_K activation quantizer (quantize_aK_ref's bits)
 #   b32_rows                         the 32-block GEMM of a group of act rows
 #   gemm_float                       the f32 / f16 GEMM (gemm_float_tiles or the portable one)
 #   float_gemv4, float_rows          gemm_float_tiles' GEMV 4-row passes, GEMM of a group of act rows
@@ -19,12 +20,13 @@
 # Numerics: activation quantization and the x86 SIMD dot products follow ggml's x86 code step for
 # step (see vx.pxd), so results equal llama.cpp's bit for bit. Expressions keep ggml's shapes:
 # GCC contracts a * b + c into an FMA where the tier has one, as it does for ggml's C.
-from libc.math cimport fabsf, fmaxf, lrintf
+from libc.math cimport fabsf, fmaf, fmaxf, lrintf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q4_K, VX_Q6_K, VX_Q8_0, VX_QK, VX_QK_K, vx_block_q4_0,
     vx_block_q4_1, vx_block_q4_K, vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
+from volvox._kernels.kquant_scales cimport q4k_scales
 
 cdef extern from *:
     # Powers of two as C literals (hex float literals: exact, and Python has no syntax for them).
@@ -363,17 +365,6 @@ cdef void gemm_q8_0(int64_t K, const uint8_t *w, int64_t ws, int64_t n, const vo
 # ------------------------------------------------------------------------------------------------
 # k-quants: q4_K and q6_K against a q8_K-style act row.
 # ------------------------------------------------------------------------------------------------
-cdef inline void q4k_scales(const uint8_t *s, uint8_t *sc, uint8_t *mn) noexcept nogil:
-    """ggml's get_scale_min_k4: 8 (scale, min) pairs of 6 bits packed in 12 bytes -> sc (8,), mn (8,)."""
-    cdef int j
-    for j in range(4):
-        sc[j] = s[j] & 63
-        mn[j] = s[j + 4] & 63
-    for j in range(4, 8):
-        sc[j] = <uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4))
-        mn[j] = <uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4))
-
-
 ctypedef struct vx_actK:
     const int8_t *qs         # (K,)
     const float *d           # (K/256,)
@@ -437,13 +428,16 @@ cdef inline int32_t q6k_block_dot_ref(const vx_block_q6_K *blk, const int8_t *q8
 
 cdef void gemm_q4_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
                     int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = q8_K act rows a . q4_K weight rows w (the tier's q4k_block_dot per super-block)."""
+    """y (m, n) = q8_K act rows a . q4_K weight rows w (the tier's q4k_block_dot per super-block): per
+    super-block one FMA of (d xd) sumi and one of (dmin xd) summ, then their difference, the float
+    steps of the interleaved kernels (kernels/gemv_kquants_il.pxi), so that both give the same bits."""
     cdef int64_t nb = K // VX_QK_K
     cdef int64_t i0, r, b
     cdef int mr, i, j
     cdef vx_actK x[4]
     cdef const vx_block_q4_K *row
-    cdef float acc[4]
+    cdef float acc[4]            # (mr,) sum of d xd sumi
+    cdef float accm[4]           # (mr,) sum of dmin xd summ
     cdef uint8_t sc[8]
     cdef uint8_t mn[8]
     cdef float d, dmin
@@ -455,10 +449,9 @@ cdef void gemm_q4_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, co
             x[i] = actK_row(a, a_stride, i0 + i, K)
         for r in range(n):
             row = <const vx_block_q4_K *>(w + r * w_stride)
-            acc[0] = 0.0
-            acc[1] = 0.0
-            acc[2] = 0.0
-            acc[3] = 0.0
+            for i in range(4):
+                acc[i] = 0.0
+                accm[i] = 0.0
             for b in range(nb):
                 q4k_scales(row[b].scales, sc, mn)
                 d = vx_f16_to_f32(row[b].d)
@@ -469,14 +462,16 @@ cdef void gemm_q4_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, co
                     for j in range(8):
                         summ += mn[j] * (bs[2 * j] + bs[2 * j + 1])
                     sumi = q4k_block_dot(&row[b], sc, x[i].qs + VX_QK_K * b)
-                    acc[i] += x[i].d[b] * (d * <float>sumi - dmin * <float>summ)
+                    acc[i] = fmaf(d * x[i].d[b], <float>sumi, acc[i])
+                    accm[i] = fmaf(dmin * x[i].d[b], <float>summ, accm[i])
             for i in range(mr):
-                y[(i0 + i) * ldy + r] = acc[i]
+                y[(i0 + i) * ldy + r] = acc[i] - accm[i]
 
 
 cdef void gemm_q6_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, const void *a,
                     int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = q8_K act rows a . q6_K weight rows w (the tier's q6k_block_dot per super-block)."""
+    """y (m, n) = q8_K act rows a . q6_K weight rows w (the tier's q6k_block_dot per super-block): one FMA
+    of (d xd) sumi per super-block, as the interleaved kernels."""
     cdef int64_t nb = K // VX_QK_K
     cdef int64_t i0, r, b
     cdef int mr, i, k
@@ -504,7 +499,7 @@ cdef void gemm_q6_K(int64_t K, const uint8_t *w, int64_t w_stride, int64_t n, co
                     for k in range(16):
                         off += row[b].scales[k] * bs[k]
                     sumi = q6k_block_dot(&row[b], x[i].qs + VX_QK_K * b) - 32 * off
-                    acc[i] += x[i].d[b] * d * <float>sumi
+                    acc[i] = fmaf(d * x[i].d[b], <float>sumi, acc[i])
             for i in range(mr):
                 y[(i0 + i) * ldy + r] = acc[i]
 
@@ -758,13 +753,13 @@ cdef void dequant_f16(int64_t K, const uint8_t *w, float *y) noexcept nogil:
 # The tier's table entries.
 # ------------------------------------------------------------------------------------------------
 cdef void fill_gemv(vx_table *t) noexcept:
-    """Point t's quantize / gemm / dequant entries at this tier's kernels (k-quant activations use
-    the portable q8_K quantizer on every tier, as ggml does)."""
+    """Point t's quantize / gemm / dequant entries at this tier's kernels (k-quant activations: the
+    tier's quantize_aK, ggml's quantize_row_q8_K_ref bit for bit on every tier)."""
     t.quantize[VX_Q4_0] = quantize_q8_0
     t.quantize[VX_Q4_1] = quantize_q8_1
     t.quantize[VX_Q8_0] = quantize_q8_0
-    t.quantize[VX_Q4_K] = quantize_aK_ref
-    t.quantize[VX_Q6_K] = quantize_aK_ref
+    t.quantize[VX_Q4_K] = quantize_aK
+    t.quantize[VX_Q6_K] = quantize_aK
     t.quantize[VX_F32] = NULL
     t.quantize[VX_F16] = NULL
     t.gemm[VX_Q4_0] = gemm_q4_0

@@ -9,10 +9,14 @@
 #   q3_K: xd * d * sum_g (sc_g - 32) dot_g                          sc_g: 6-bit scale
 #   q5_K: xd * (d * sum_j sc_j dot_j - dmin * sum_j mn_j bsum_j)    get_scale_min_k4, as q4_K
 # (xd the act row's d, bsum the act row's sums of 16; q3_K's dots take q + 4 (0..7), minus 4 sc bsum).
+# The x86 kq_row sums the floats as the interleaved kernels do (one FMA of (d xd) sumi and one of
+# (dmin xd) summ per super-block, then their difference): a weight gives the same bits read as stored
+# or interleaved. The portable one adds one float per super-block (ggml's generic order).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q5_K, VX_QK_K, vx_block_q2_K, vx_block_q3_K, vx_block_q5_K, vx_table)
+from volvox._kernels.kquant_scales cimport q3k_scales, q4k_scales
 
 
 cdef inline void q2k_widen(const vx_block_q2_K *blk, int8_t *q) noexcept nogil:
@@ -23,24 +27,6 @@ cdef inline void q2k_widen(const vx_block_q2_K *blk, int8_t *q) noexcept nogil:
         for s in range(4):
             for l in range(32):
                 q[128 * h + 32 * s + l] = <int8_t>((blk.qs[32 * h + l] >> (2 * s)) & 3)
-
-
-cdef inline void q3k_scales(const uint8_t *packed, int8_t *sc) noexcept nogil:
-    """sc (16,) = q3_K's 6-bit scales minus 32: scale i's low 4 bits are the low (i < 8) or high
-    nibble of packed[i % 8], its top 2 bits bits 2 (i // 4) .. +1 of packed[8 + i % 4] (ggml's
-    32-bit shuffle of the 12 bytes, little-endian)."""
-    cdef uint32_t aux[4]         # (4,) scales 4 j .. 4 j + 3 in aux[j], one per byte
-    cdef uint32_t tmp
-    cdef int i
-    memcpy(aux, packed, 12)
-    tmp = aux[2]
-    aux[2] = ((aux[0] >> 4) & <uint32_t>0x0F0F0F0F) | (((tmp >> 4) & <uint32_t>0x03030303) << 4)
-    aux[3] = ((aux[1] >> 4) & <uint32_t>0x0F0F0F0F) | (((tmp >> 6) & <uint32_t>0x03030303) << 4)
-    aux[0] = (aux[0] & <uint32_t>0x0F0F0F0F) | (((tmp >> 0) & <uint32_t>0x03030303) << 4)
-    aux[1] = (aux[1] & <uint32_t>0x0F0F0F0F) | (((tmp >> 2) & <uint32_t>0x03030303) << 4)
-    memcpy(sc, aux, 16)
-    for i in range(16):
-        sc[i] = <int8_t>(sc[i] - 32)
 
 
 cdef inline void q3k_widen(const vx_block_q3_K *blk, int8_t *q) noexcept nogil:
@@ -275,9 +261,9 @@ cdef void dequant_q5_K(int64_t K, const uint8_t *w, float *y) noexcept nogil:
 cdef void fill_gemv_kquants(vx_table *t) noexcept:
     """Point t's q2_K / q3_K / q5_K entries at these kernels (activations: the portable q8_K
     quantizer, as for q4_K / q6_K)."""
-    t.quantize[VX_Q2_K] = quantize_aK_ref
-    t.quantize[VX_Q3_K] = quantize_aK_ref
-    t.quantize[VX_Q5_K] = quantize_aK_ref
+    t.quantize[VX_Q2_K] = quantize_aK
+    t.quantize[VX_Q3_K] = quantize_aK
+    t.quantize[VX_Q5_K] = quantize_aK
     t.gemm[VX_Q2_K] = gemm_q2_K
     t.gemm[VX_Q3_K] = gemm_q3_K
     t.gemm[VX_Q5_K] = gemm_q5_K

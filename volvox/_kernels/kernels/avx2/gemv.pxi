@@ -3,9 +3,11 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, vx_il_block_bytes, vx_table)
+    VX_ALIGN, VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, vx_il_block_bytes, vx_table)
 
 include "gemv_x86.pxi"
+from volvox._kernels.simd.ivec_avx2 cimport *
+include "../gemv_kquants_il.pxi"
 
 
 cdef inline __m256i dot_u8s8_256(__m256i u, __m256i s) noexcept nogil:
@@ -106,16 +108,29 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
     (maddubs + madd, as dot_u8s8_256) times wd * dx into float lane l; the m-term an FMA chain; then
     the lanes summed in hsum_ps256's order and the m-term added. acc[l] holds lane l of the 8 rows.
     q8_0 bytes are stored + 128 (vx.pxd): xor gives the signed weights back, and |w| times x with w's
-    sign is ggml's q8_0 product."""
+    sign is ggml's q8_0 product; iq4_nl's nibbles select its levels (pshufb), multiplied the same way
+    (as b32x_row); q5_0 / q5_1's 5th bits (a byte per lane and row, vx.pxd) add 16 to their nibbles
+    (q5_0: then - 16, signed as q8_0's)."""
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
-    cdef int qoff = 32 if fmt == VX_Q4_1 else 16               # offset of qs in the block
+    cdef bint has_m = fmt == VX_Q4_1 or fmt == VX_Q5_1
+    cdef bint has_qh = fmt == VX_Q5_0 or fmt == VX_Q5_1
+    cdef int qhoff = (4 if has_m else 2) * IL_ROWS             # offset of q5's 5th bits in the block
+    cdef int qoff = qhoff + (4 * IL_ROWS if has_qh else 0)     # offset of qs in the block
+    # pshufb control for lane 0 of the 5th-bit bytes: row j of each 128-bit lane takes its byte 0
+    cdef __m256i bytes0 = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808,
+                                            0x0C0C0C0C)
+    cdef __m256i sel_lo = _mm256_set1_epi32(0x08040201)        # byte k of a lane: bit k (low nibbles)
+    cdef __m256i sel_hi = _mm256_set1_epi32(<int>0x80402010)   # bit 4 + k (high nibbles)
+    cdef __m256i sixteen = _mm256_set1_epi8(16)
+    cdef __m256i hq, r5
     cdef __m256i m4 = _mm256_set1_epi8(0x0F)
     cdef __m256i flip = _mm256_set1_epi8(<char>-128)
     cdef __m256 acc[8]           # (lane,) 8 rows each
     cdef __m256 accm = _mm256_setzero_ps()                     # (8,) m-term chains
+    cdef __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS))
     cdef __m256 dd, wm
-    cdef __m256i p, wq
+    cdef __m256i p, wq, wlo, whi
     cdef int32_t xl[8]           # the block's 32 act values as 8 groups of 4 bytes
     cdef const uint8_t *blk
     cdef int64_t b
@@ -134,6 +149,38 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
                 wq = _mm256_sign_epi8(p, p)
                 acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(wq, _mm256_sign_epi8(_mm256_set1_epi32(xl[l]), p))),
                                          dd, acc[l])
+        elif fmt == VX_IQ4_NL:
+            for l in range(4):
+                p = _mm256_loadu_si256(<const void *>(blk + qoff + 32 * l))
+                wlo = _mm256_shuffle_epi8(levels, _mm256_and_si256(p, m4))
+                whi = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(p, 4), m4))
+                acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(
+                    _mm256_sign_epi8(wlo, wlo), _mm256_sign_epi8(_mm256_set1_epi32(xl[l]), wlo))), dd, acc[l])
+                acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(
+                    _mm256_sign_epi8(whi, whi), _mm256_sign_epi8(_mm256_set1_epi32(xl[l + 4]), whi))), dd, acc[l + 4])
+        elif has_qh:
+            hq = _mm256_loadu_si256(<const void *>(blk + qhoff))
+            for l in range(4):
+                p = _mm256_loadu_si256(<const void *>(blk + qoff + 32 * l))
+                r5 = _mm256_shuffle_epi8(hq, _mm256_add_epi32(bytes0, _mm256_set1_epi32(0x01010101 * l)))
+                wlo = _mm256_or_si256(_mm256_and_si256(p, m4), _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(r5, sel_lo), sel_lo), sixteen))
+                whi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p, 4), m4), _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(r5, sel_hi), sel_hi), sixteen))
+                if fmt == VX_Q5_1:
+                    acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(wlo, _mm256_set1_epi32(xl[l]))), dd, acc[l])
+                    acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(whi, _mm256_set1_epi32(xl[l + 4]))),
+                                                 dd, acc[l + 4])
+                else:
+                    wlo = _mm256_sub_epi8(wlo, sixteen)
+                    whi = _mm256_sub_epi8(whi, sixteen)
+                    acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(
+                        _mm256_sign_epi8(wlo, wlo), _mm256_sign_epi8(_mm256_set1_epi32(xl[l]), wlo))), dd, acc[l])
+                    acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(
+                        _mm256_sign_epi8(whi, whi), _mm256_sign_epi8(_mm256_set1_epi32(xl[l + 4]), whi))), dd, acc[l + 4])
+            if fmt == VX_Q5_1:
+                accm = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(<const void *>(blk + 16))),
+                                       _mm256_set1_ps(ds[2 * b + 1]), accm)
         else:
             for l in range(4):
                 p = _mm256_loadu_si256(<const void *>(blk + qoff + 32 * l))
@@ -185,9 +232,31 @@ cdef void gemm_il_q8_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const
     gemm_il_b32(VX_Q8_0, K, w, gs, n, a, as_, m, y, ldy)
 
 
+cdef void gemm_il_iq4_nl(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                         int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved iq4_nl weights."""
+    gemm_il_b32(VX_IQ4_NL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q5_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved q5_0 weights."""
+    gemm_il_b32(VX_Q5_0, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q5_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved q5_1 weights."""
+    gemm_il_b32(VX_Q5_1, K, w, gs, n, a, as_, m, y, ldy)
+
+
 cdef void fill_gemv_il(vx_table *t) noexcept:
-    """The interleaved GEMVs: 8 rows per group."""
+    """The interleaved GEMVs: 8 rows per group (the k-quants' too: VI_ROWS)."""
     t.il_rows = IL_ROWS
     t.gemm_il[VX_Q4_0] = gemm_il_q4_0
     t.gemm_il[VX_Q4_1] = gemm_il_q4_1
     t.gemm_il[VX_Q8_0] = gemm_il_q8_0
+    t.gemm_il[VX_IQ4_NL] = gemm_il_iq4_nl
+    t.gemm_il[VX_Q5_0] = gemm_il_q5_0
+    t.gemm_il[VX_Q5_1] = gemm_il_q5_1
+    fill_gemv_kquants_il(t)

@@ -1,7 +1,7 @@
 # The gemv code both x86 SIMD tiers run: included by kernels/avx2/gemv.pxi and
 # kernels/avx512/gemv.pxi, each of which adds its own dot_u8s8_256 / dot_u8s8_scaled (maddubs or VNNI), b32_wide_rows (the avx512 tier's
 # 2-rows-per-zmm tiles), float_tile / float_rows4 and dequant_f16_vec.
-from libc.math cimport fmaf
+from libc.math cimport fabsf, fmaf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
@@ -97,6 +97,45 @@ cdef inline void quantize_a32(int smode, int64_t K, const float *x, void *act) n
         _mm256_storeu_si256(<void *>(qs + b * VX_QK), i0)
         ds[2 * b + 0] = vx_round_f16(d)
         ds[2 * b + 1] = act_s(smode, d, ds[2 * b + 0], sum)
+
+
+cdef void quantize_aK(int64_t K, const float *x, void *act) noexcept nogil:
+    """x (K,) -> q8_K act row (vx.pxd), quantize_aK_ref's bits in 8-float vectors: the largest |x| by
+    vector max, the first x of that magnitude by a scan, then q = min(127, round_half_even(iscale x))
+    (the same products, rounded by cvtps in the default nearest-even mode) and the sums of 16."""
+    cdef int8_t *qs = <int8_t *>act                                             # (K,)
+    cdef float *dd = <float *>(<char *>act + VX_ALIGN(K))                       # (K/256,)
+    cdef int32_t *bsums = <int32_t *>(<char *>dd + VX_ALIGN(4 * (K // VX_QK_K)))  # (K/16,)
+    cdef __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(<int>0x80000000))  # -0.0f in every lane
+    cdef __m256i top = _mm256_set1_epi32(127)
+    cdef __m256 a, sc
+    cdef __m256i i0, i1
+    cdef __m128i packed
+    cdef const float *xb
+    cdef float amax, mx, iscale
+    cdef int64_t b
+    cdef int j, g
+    for b in range(K // VX_QK_K):
+        xb = x + b * VX_QK_K
+        a = _mm256_setzero_ps()
+        for j in range(0, VX_QK_K, 8):
+            a = _mm256_max_ps(a, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)))
+        amax = hmax_ps256(a)
+        mx = 0.0
+        for j in range(VX_QK_K):
+            if fabsf(xb[j]) == amax:
+                mx = xb[j]
+                break
+        iscale = <float>-127.0 / mx if amax != <float>0.0 else <float>0.0
+        sc = _mm256_set1_ps(iscale)
+        for g in range(VX_QK_K // 16):
+            i0 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(sc, _mm256_loadu_ps(xb + 16 * g))), top)
+            i1 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(sc, _mm256_loadu_ps(xb + 16 * g + 8))), top)
+            bsums[b * (VX_QK_K // 16) + g] = hsum_epi32_256(_mm256_add_epi32(i0, i1))
+            i0 = _mm256_permutevar8x32_epi32(_mm256_packs_epi32(i0, i1), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7))
+            packed = _mm_packs_epi16(_mm256_castsi256_si128(i0), _mm256_extracti128_si256(i0, 1))  # in order
+            _mm_storeu_si128(<void *>(qs + b * VX_QK_K + 16 * g), packed)
+        dd[b] = <float>1.0 / iscale if amax != <float>0.0 else <float>0.0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -303,14 +342,15 @@ cdef inline __m256i q5k_block_lanes(const vx_block_q5_K *blk, const uint8_t *sc,
 
 cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const vx_actK *x,
                         float *out) noexcept nogil:
-    """out[i] = dot(the q2_K / q3_K / q5_K weight row, act row i) for i < MR, as ggml's AVX2 kernels: per
-    super-block the integer lanes times xd * d into 8 float lanes, the mins' part (q3_K: its - 4 sc bsum)
-    summed aside; then the lanes summed (hsum_ps256) less that part."""
+    """out[i] = dot(the q2_K / q3_K / q5_K weight row, act row i) for i < MR: per super-block the integer
+    lanes summed exactly (q3_K: less its 4 sc bsum), then one FMA of (d xd) sumi and (q2_K, q5_K) one of
+    (dmin xd) summ, the result their difference: the float steps of the interleaved kernels
+    (kernels/gemv_kquants_il.pxi), so that a weight gives the same bits on either path."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK_K
     cdef int bsz = kq_block_bytes(fmt)
-    cdef __m256 acc[4]           # (MR,) 8 float lanes
-    cdef float accm[4]           # (MR,) the subtracted part
+    cdef float acc[4]            # (MR,) sum of d xd sumi
+    cdef float accm[4]           # (MR,) sum of dmin xd summ
     cdef int8_t sc3[16]          # (16,) q3_K scales
     cdef uint8_t sc[8]           # (8,) q5_K scales
     cdef uint8_t mn[8]           # (8,) q5_K mins
@@ -319,13 +359,12 @@ cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *
     cdef const vx_block_q3_K *b3
     cdef const vx_block_q5_K *b5
     cdef const int32_t *bs
-    cdef __m256i lanes
+    cdef int32_t summ, sumi
     cdef float d, dmin, xd
-    cdef int32_t summ
     cdef int64_t b
     cdef int i, g
     for i in range(MR):
-        acc[i] = _mm256_setzero_ps()
+        acc[i] = 0.0
         accm[i] = 0.0
     for b in range(nb):
         blk = row + b * bsz
@@ -347,23 +386,23 @@ cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *
             bs = x[i].bsums + 16 * b
             summ = 0
             if fmt == VX_Q2_K:
-                lanes = q2k_block_lanes(b2, x[i].qs + VX_QK_K * b)
+                sumi = hsum_epi32_256(q2k_block_lanes(b2, x[i].qs + VX_QK_K * b))
                 for g in range(16):
                     summ += (b2.scales[g] >> 4) * bs[g]
-                accm[i] += xd * dmin * <float>summ
             elif fmt == VX_Q3_K:
-                lanes = q3k_block_lanes(b3, sc3, x[i].qs + VX_QK_K * b)
+                sumi = hsum_epi32_256(q3k_block_lanes(b3, sc3, x[i].qs + VX_QK_K * b))
                 for g in range(16):
                     summ += sc3[g] * bs[g]
-                accm[i] += xd * d * <float>(4 * summ)
+                sumi -= 4 * summ
             else:
-                lanes = q5k_block_lanes(b5, sc, x[i].qs + VX_QK_K * b)
+                sumi = hsum_epi32_256(q5k_block_lanes(b5, sc, x[i].qs + VX_QK_K * b))
                 for g in range(8):
                     summ += mn[g] * (bs[2 * g] + bs[2 * g + 1])
-                accm[i] += xd * dmin * <float>summ
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(lanes), acc[i])
+            acc[i] = fmaf(d * xd, <float>sumi, acc[i])
+            if fmt != VX_Q3_K:
+                accm[i] = fmaf(dmin * xd, <float>summ, accm[i])
     for i in range(MR):
-        out[i] = hsum_ps256(acc[i]) - accm[i]
+        out[i] = acc[i] - accm[i]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -427,7 +466,7 @@ cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t
             for i in range(MR):
                 acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), _mm256_cvtepi32_ps(
                     dot_u8s8_256(w, _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))), acc[i])
-                summ[i] += wm * ds[i][2 * b + 1]
+                summ[i] = fmaf(wm, ds[i][2 * b + 1], summ[i])   # one rounding, as the interleaved kernels
         else:
             u = _mm256_sign_epi8(w, w)  # |w|, and x takes w's sign
             for i in range(MR):

@@ -2,9 +2,11 @@
 # shares with the avx2 tier is kernels/avx2/gemv_x86.pxi).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
-from volvox._kernels.vx cimport VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_il_block_bytes, vx_table
+from volvox._kernels.vx cimport VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_il_block_bytes, vx_table
 
 include "../avx2/gemv_x86.pxi"
+from volvox._kernels.simd.ivec_avx512 cimport *
+include "../gemv_kquants_il.pxi"
 
 
 cdef inline __m256i dot_u8s8_256(__m256i u, __m256i s) noexcept nogil:
@@ -230,12 +232,28 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     and the m-term added. acc[i][l] holds lane l of the 16 rows, so every instruction serves 16 rows
     (the row-by-row tile: 2) and the unpacked weights serve MR act rows. q8_0 bytes are stored + 128
     (VNNI multiplies u8 by s8): each lane starts from -128 * (its 4 act values' sum), so it ends at
-    the same int32."""
+    the same int32. iq4_nl's nibbles select its levels + 128 (pshufb), corrected the same way; q5_0 /
+    q5_1's 5th bits (a byte per lane and row, vx.pxd) add 16 to their nibbles, q5_0's lanes starting
+    from -16 * the sum (its weights are q - 16)."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
-    cdef int qoff = 64 if fmt == VX_Q4_1 else 32               # offset of qs in the block
+    cdef bint has_m = fmt == VX_Q4_1 or fmt == VX_Q5_1
+    cdef bint has_qh = fmt == VX_Q5_0 or fmt == VX_Q5_1
+    cdef int qhoff = (4 if has_m else 2) * IL_ROWS             # offset of q5's 5th bits in the block
+    cdef int qoff = qhoff + (4 * IL_ROWS if has_qh else 0)     # offset of qs in the block
+    cdef int corr_shift = 4 if fmt == VX_Q5_0 else 7           # corrections: -16 or -128 * the sums
+    # pshufb control for lane 0 of the 5th-bit bytes: row j of each 128-bit lane takes its byte 0
+    cdef __m512i bytes0 = _mm512_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808,
+                                            0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404,
+                                            0x08080808, 0x0C0C0C0C)
+    cdef __m512i sel_lo = _mm512_set1_epi32(0x08040201)        # byte k of a lane: bit k (low nibbles)
+    cdef __m512i sel_hi = _mm512_set1_epi32(<int>0x80402010)   # bit 4 + k (high nibbles)
+    cdef __m512i sixteen = _mm512_set1_epi8(16)
+    cdef __m512i hq, r5
     cdef __m512i m4 = _mm512_set1_epi8(0x0F)
+    cdef __m512i levels = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS),
+                                                               _mm_set1_epi8(<char>-128)))   # levels + 128
     cdef __m512 acc[2][8]        # (MR, lane) 16 rows each
     cdef __m512 accm[2]          # (MR,) 16 m-term chains
     cdef __m512 dd[2]            # (MR,) wd * dx
@@ -259,28 +277,49 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
         for i in range(MR):
             dd[i] = _mm512_mul_ps(dw, _mm512_set1_ps(ds[i][2 * b]))
             memcpy(xl[i], xq[i] + b * VX_QK, VX_QK)
-        if fmt == VX_Q8_0:
+        if fmt == VX_Q8_0 or fmt == VX_IQ4_NL or fmt == VX_Q5_0:
             for i in range(MR):
                 sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
                                            _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))
                 _mm256_storeu_si256(<void *>corr[i], _mm256_sub_epi32(_mm256_setzero_si256(),
-                                                                      _mm256_slli_epi32(sums, 7)))
+                                                                      _mm256_slli_epi32(sums, corr_shift)))
+        if fmt == VX_Q8_0:
             for l in range(8):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
                         _mm512_set1_epi32(corr[i][l]), p, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+        elif fmt == VX_IQ4_NL:
+            for l in range(4):
+                p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
+                lo = _mm512_shuffle_epi8(levels, _mm512_and_si512(p, m4))
+                hi = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4))
+                for i in range(MR):
+                    acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                        _mm512_set1_epi32(corr[i][l]), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                    acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                        _mm512_set1_epi32(corr[i][l + 4]), hi, _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
         else:
+            if has_qh:
+                hq = _mm512_loadu_si512(<const void *>(blk + qhoff))
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
                 lo = _mm512_and_si512(p, m4)
                 hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4)
+                if has_qh:      # each row's byte l spread over its 4 bytes, bit k (4 + k) -> + 16
+                    r5 = _mm512_shuffle_epi8(hq, _mm512_add_epi32(bytes0, _mm512_set1_epi32(0x01010101 * l)))
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(r5, sel_lo), lo, sixteen)
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(r5, sel_hi), hi, sixteen)
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_setzero_si512(), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                        _mm512_set1_epi32(corr[i][l]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), lo,
+                        _mm512_set1_epi32(xl[i][l]))), acc[i][l])
                     acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_setzero_si512(), hi, _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
-            if fmt == VX_Q4_1:
+                        _mm512_set1_epi32(corr[i][l + 4]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), hi,
+                        _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
+            if fmt == VX_Q5_0:
+                continue
+            if has_m:
                 wm = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>(blk + 32)))
             else:
                 wm = _mm512_mul_ps(dw, _mm512_set1_ps(-8.0))
@@ -336,9 +375,31 @@ cdef void gemm_il_q8_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const
     gemm_il_b32(VX_Q8_0, K, w, gs, n, a, as_, m, y, ldy)
 
 
+cdef void gemm_il_iq4_nl(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                         int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved iq4_nl weights."""
+    gemm_il_b32(VX_IQ4_NL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q5_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved q5_0 weights."""
+    gemm_il_b32(VX_Q5_0, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q5_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved q5_1 weights."""
+    gemm_il_b32(VX_Q5_1, K, w, gs, n, a, as_, m, y, ldy)
+
+
 cdef void fill_gemv_il(vx_table *t) noexcept:
-    """The interleaved GEMVs: 16 rows per group."""
+    """The interleaved GEMVs: 16 rows per group (the k-quants' too: VI_ROWS)."""
     t.il_rows = IL_ROWS
     t.gemm_il[VX_Q4_0] = gemm_il_q4_0
     t.gemm_il[VX_Q4_1] = gemm_il_q4_1
     t.gemm_il[VX_Q8_0] = gemm_il_q8_0
+    t.gemm_il[VX_IQ4_NL] = gemm_il_iq4_nl
+    t.gemm_il[VX_Q5_0] = gemm_il_q5_0
+    t.gemm_il[VX_Q5_1] = gemm_il_q5_1
+    fill_gemv_kquants_il(t)

@@ -30,6 +30,11 @@ cdef inline void quantize_a32(int smode, int64_t K, const float *x, void *act) n
     quantize_a32_ref_impl(smode, K, x, act)
 
 
+cdef void quantize_aK(int64_t K, const float *x, void *act) noexcept nogil:
+    """x (K,) -> q8_K act row, portable (quantize_aK_ref)."""
+    quantize_aK_ref(K, x, act)
+
+
 cdef inline void b32_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                           const int8_t **xq, const float **ds, float *y, int64_t ldy) noexcept nogil:
     """32-block GEMM of MR act rows, portable."""

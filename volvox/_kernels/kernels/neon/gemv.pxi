@@ -38,6 +38,11 @@ cdef inline void quantize_a32(int smode, int64_t K, const float *x, void *act) n
     quantize_a32_ref_impl(smode, K, x, act)
 
 
+cdef void quantize_aK(int64_t K, const float *x, void *act) noexcept nogil:
+    """x (K,) -> q8_K act row, portable (quantize_aK_ref)."""
+    quantize_aK_ref(K, x, act)
+
+
 # ------------------------------------------------------------------------------------------------
 # 32-block weights (see kernels/gemv.pxi for the block algebra).
 # ------------------------------------------------------------------------------------------------

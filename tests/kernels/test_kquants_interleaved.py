@@ -1,0 +1,155 @@
+"""Interleaved k-quant weights (vx.pxd: q2_K .. q6_K decoded at load into R-row groups): the layout
+il_pack writes, checked against a numpy transcription of vx.pxd's description, and the tier's GEMV over
+it against the float64 product of the gguf package's dequantization and ggml's q8_K activations (the
+integer parts are exact; one float term per super-block) and against the row-by-row GEMV (the same
+bits: a model's mapped, read-only weights and the same weights in writable memory agree)."""
+
+import numpy as np
+import pytest
+
+from volvox import cpu
+from volvox._kernels import engine
+from volvox.ir.quant_blocks import GGML_FORMATS, QuantTensor, quantize_ref
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as GT  # noqa: E402
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+
+CODES = {"q2_k": 10, "q3_k": 11, "q4_k": 3, "q5_k": 12, "q6_k": 4}
+GT_OF = {"q2_k": GT.Q2_K, "q3_k": GT.Q3_K, "q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K}
+F16_FIELDS = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+
+def _rows(qtype: str) -> int:
+    rows = engine.il_rows(CODES[qtype])
+    if not rows:
+        pytest.skip(f"the {cpu.isa()} tier reads {qtype} rows as stored (no interleaved layout)")
+    return rows
+
+
+def random_blocks(rng, qtype: str, n: int, k: int) -> QuantTensor:
+    """Random super-blocks (every bit pattern of the integer fields, small f16 scales), read-only as a
+    model's mapped weights are."""
+    fmt = GGML_FORMATS[qtype]
+    raw = rng.integers(0, 256, (n, k // 256 * fmt.type_size), dtype=np.uint8)
+    blk = raw.reshape(n, k // 256, fmt.type_size)
+    for off in F16_FIELDS[qtype]:
+        blk[..., off:off + 2] = rng.uniform(-0.02, 0.02, (n, k // 256, 1)).astype(np.float16).view(np.uint8)
+    raw.flags.writeable = False
+    return QuantTensor(raw, qtype, (n, k))
+
+
+def _scale_min_k4(s: np.ndarray):
+    """ggml's get_scale_min_k4 on (..., 12) bytes -> sc, mn (..., 8) uint8."""
+    s = s.astype(np.uint8)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 0x0F) | ((s[..., 0:4] >> 6) << 4)], -1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
+    return sc, mn
+
+
+def _q3k_scales(s: np.ndarray) -> np.ndarray:
+    """q3_K's 16 six-bit scales of (..., 12) bytes, minus 32, as int8 (ggml's dequantize_row_q3_K)."""
+    low = np.concatenate([s[..., 0:8] & 0x0F, s[..., 0:8] >> 4], -1)                    # scale i: i < 8 low nibble
+    high = np.stack([(s[..., 8 + i % 4] >> (2 * (i // 4))) & 3 for i in range(16)], -1)
+    return ((low | (high << 4)).astype(np.int16) - 32).astype(np.int8)
+
+
+def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
+    """vx.pxd's interleaved k-quant layout, written from its description with numpy."""
+    n, nb, bsz = wb.shape[0], k // 256, GGML_FORMATS[qtype].type_size
+    groups = -(-n // rows)
+    blocks = np.zeros((groups * rows, nb, bsz), np.uint8)
+    blocks[:n] = wb.reshape(n, nb, bsz)
+    b = blocks.reshape(groups, rows, nb, bsz).transpose(0, 2, 1, 3)          # (groups, nb, rows, bsz)
+
+    def rowminor(a):                          # (groups, nb, rows, count) -> [count][rows] bytes
+        return a.swapaxes(2, 3).reshape(groups, nb, -1)
+
+    def lanes(a):                             # (groups, nb, rows, 4 L) -> [L][rows][4] bytes
+        return a.reshape(groups, nb, rows, -1, 4).transpose(0, 1, 3, 2, 4).reshape(groups, nb, -1)
+
+    if qtype == "q2_k":
+        parts = [rowminor(b[..., 80:82]), rowminor(b[..., 82:84]), rowminor(b[..., 0:16]), lanes(b[..., 16:80])]
+    elif qtype == "q3_k":
+        real = (np.arange(groups * rows) < n).reshape(groups, 1, rows, 1)          # rows past n: all zero
+        parts = [rowminor(b[..., 108:110]), rowminor(_q3k_scales(b[..., 96:108]).view(np.uint8) * real),
+                 lanes(b[..., 0:32]), lanes(b[..., 32:96])]
+    elif qtype in ("q4_k", "q5_k"):
+        sc, mn = _scale_min_k4(b[..., 4:16])
+        parts = [rowminor(b[..., 0:2]), rowminor(b[..., 2:4]), rowminor(sc), rowminor(mn)]
+        parts += [lanes(b[..., 16:144])] if qtype == "q4_k" else [lanes(b[..., 16:48]), lanes(b[..., 48:176])]
+    else:
+        parts = [rowminor(b[..., 208:210]), rowminor(b[..., 192:208]), lanes(b[..., 128:192]), lanes(b[..., 0:128])]
+    # f16 fields are row-minor pairs of bytes: [rows][2], not [2][rows]
+    for i, p in enumerate(parts[:2 if qtype in ("q2_k", "q4_k", "q5_k") else 1]):
+        parts[i] = p.reshape(groups, nb, 2, rows).swapaxes(2, 3).reshape(groups, nb, -1)
+    return np.concatenate(parts, axis=2).reshape(-1)
+
+
+def q8k(x: np.ndarray):
+    """ggml's quantize_row_q8_K_ref (numpy): q int8 (M, K), d float32 (M, K/256)."""
+    m, k = x.shape
+    b = x.reshape(m, k // 256, 256)
+    mx = np.take_along_axis(b, np.abs(b).argmax(-1)[..., None], -1)[..., 0]
+    with np.errstate(divide="ignore"):
+        iscale = np.where(mx == 0, np.float32(0), np.float32(-127) / mx).astype(np.float32)
+        d = np.where(mx == 0, np.float32(0), np.float32(1) / iscale).astype(np.float32)
+    q = np.minimum(np.rint(b * iscale[..., None]), 127).astype(np.int8)
+    return q.reshape(m, k), d
+
+
+def _gemm_il(qtype, w: QuantTensor, x: np.ndarray) -> np.ndarray:
+    packed, group = cpu.interleaved_weights(w)
+    code, (m, k), n = CODES[qtype], x.shape, w.shape[0]
+    assert packed.size == -(-n // _rows(qtype)) * group
+    y = np.full((m, n), np.nan, np.float32)
+    engine.gemm_il(code, packed, k, n, x, y, np.empty(m * engine.act_row_bytes(code, k), np.uint8))
+    return y
+
+
+@pytest.mark.parametrize("qtype", sorted(CODES))
+@pytest.mark.parametrize("n", [1, 16, 37])
+def test_il_pack_writes_the_documented_layout(qtype, n):
+    rows = _rows(qtype)
+    k = 512
+    w = random_blocks(np.random.default_rng(n), qtype, n, k)
+    packed = np.empty(-(-n // rows) * engine.il_group_bytes(CODES[qtype], k), np.uint8)
+    engine.il_pack(CODES[qtype], np.asarray(w.data), k, packed)
+    np.testing.assert_array_equal(packed, _layout_ref(qtype, np.asarray(w.data), k, rows))
+
+
+@pytest.mark.parametrize("qtype", sorted(CODES))
+@pytest.mark.parametrize("n,k,m", [(16, 256, 1), (37, 768, 1), (19, 512, 3), (64, 1536, 2)])
+def test_interleaved_gemv_matches_float64_reference(tier, qtype, n, k, m):
+    _rows(qtype)
+    rng = np.random.default_rng(n * k + m)
+    w = random_blocks(rng, qtype, n, k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[0, :256] *= 40.0                                    # super-blocks of other scales
+    q, d = q8k(x)
+    xq = (q.reshape(m, -1, 256) * d[..., None].astype(np.float64)).reshape(m, k)
+    wf = gguf_dequantize(np.asarray(w.data), GT_OF[qtype]).astype(np.float64)
+    want, bound = xq @ wf.T, np.abs(xq) @ np.abs(wf).T
+    got = _gemm_il(qtype, w, x)
+    assert np.all(np.abs(got - want) <= 1e-6 * bound + 1e-30), np.abs(got - want).max()
+    # the row-by-row GEMV (writable weights take it) takes the same integer and float steps: same bits
+    rowwise = cpu.linear(x, QuantTensor(np.array(w.data), qtype, w.shape))
+    np.testing.assert_array_equal(got.view(np.uint32), rowwise.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", sorted(CODES))
+def test_linear_of_read_only_weights_takes_the_interleaved_gemv(tier, qtype):
+    _rows(qtype)
+    rng = np.random.default_rng(3)
+    w = quantize_ref(rng.standard_normal((40, 512)).astype(np.float32), qtype)
+    w.data.flags.writeable = False
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    np.testing.assert_array_equal(cpu.linear(x, w), _gemm_il(qtype, w, x))
+    np.testing.assert_array_equal(cpu.linear(x[1], w), _gemm_il(qtype, w, x)[1])
+
+
+def test_il_pack_refuses_rows_of_partial_super_blocks():
+    _rows("q4_k")
+    w = random_blocks(np.random.default_rng(0), "q4_k", 4, 512)
+    with pytest.raises(ValueError, match="K=288"):
+        engine.il_pack(CODES["q4_k"], np.asarray(w.data), 288, np.empty(10, np.uint8))

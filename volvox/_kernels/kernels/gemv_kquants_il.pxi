@@ -1,0 +1,289 @@
+# The x86 tiers' GEMVs over interleaved k-quant weights (vx.pxd: q2_K .. q6_K, VI_ROWS rows per group),
+# written once over the tier's integer vector layer (simd/ivec_<tier>.pxd: one int32 lane per weight
+# row) and included by kernels/avx2/gemv.pxi and kernels/avx512/gemv.pxi.
+#
+# Per super-block and act row, every row's integer sums are exact: the quants' 4-byte lanes of all the
+# group's rows are unpacked to unsigned bytes (q3_K's taken + 4) and multiplied with 4 broadcast act
+# values (vi_dot: VNNI's dpbusd, or maddubs + madd), summed per group of 16 (sub-block of 32) and times
+# the rows' unpacked scales:
+#   isum = sum_g sc_g dot_g                 (q2_K, q4_K, q5_K; the mins' msum = sum_g mn_g bsum_g)
+#   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
+# then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
+# is acc - accm. The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
+# integer and float steps: a weight gives the same bits read as stored or interleaved.
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from volvox._kernels.vx cimport (
+    VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K, VX_Q6_K, VX_QK_K, vx_il_superblock_bytes, vx_table)
+
+# A k-quant as a type: kq_il_group takes `const kq_format *`, a null pointer whose type's size is the
+# format's VX_ code, so Cython emits one function per format with its branches folded (as act_rows
+# in kernels/gemv_counts.pxi does for counts).
+ctypedef struct kq_q2_K:
+    char n[10]                  # [VX_Q2_K]
+ctypedef struct kq_q3_K:
+    char n[11]                  # [VX_Q3_K]
+ctypedef struct kq_q4_K:
+    char n[3]                   # [VX_Q4_K]
+ctypedef struct kq_q5_K:
+    char n[12]                  # [VX_Q5_K]
+ctypedef struct kq_q6_K:
+    char n[4]                   # [VX_Q6_K]
+ctypedef fused kq_format:
+    kq_q2_K
+    kq_q3_K
+    kq_q4_K
+    kq_q5_K
+    kq_q6_K
+
+cdef enum:
+    KQ_IL_PREFETCH = 2048       # bytes ahead of the super-block being read that a group asks for
+    LANE = 4 * VI_ROWS          # bytes of one lane of a group (4 bytes of each row)
+
+
+cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
+    """Each byte of v shifted so that its bit src lands on bit dst, then masked (src, dst constants
+    once inlined). The 16-bit shifts carry a neighbour byte's bits into the top (right shift) or
+    bottom (left shift) |src - dst| bits of each byte: every caller's mask lies outside them."""
+    if src > dst:
+        return vi_and(vi_shr16(v, src - dst), vi_bytes(mask))
+    if src < dst:
+        return vi_and(vi_shl16(v, dst - src), vi_bytes(mask))
+    return vi_and(v, vi_bytes(mask))
+
+
+# Each sums function below spells out the positions its shifts depend on (q2k_group(.., 0, ..) ..
+# q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
+# register (a loop over them kept the chains on the stack).
+cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
+    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16]."""
+    cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, 0, 3), vi_bcast4(x))
+    t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, 0, 3), vi_bcast4(x + 4))
+    t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, 0, 3), vi_bcast4(x + 8))
+    return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, 0, 3), vi_bcast4(x + 12))
+
+
+cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs, vi *si,
+                         vi *sm) noexcept nogil:
+    """q2_K: sub-block 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
+    into si (sc dot) and sm (mn bsum)."""
+    cdef int j = 4 * h + s
+    cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
+    cdef const uint8_t *scales = blk + 4 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] scale | min << 4
+    cdef vi sc0 = vi_u8(scales)
+    cdef vi sc1 = vi_u8(scales + VI_ROWS)
+    cdef vi m4 = vi_set1(15)
+    si[0] = vi_add(si[0], vi_add(vi_mul(q2k_dot16(lanes, s, x + 32 * j), vi_and(sc0, m4)),
+                                 vi_mul(q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16), vi_and(sc1, m4))))
+    sm[0] = vi_add(sm[0], vi_add(vi_mul(vi_shr16(sc0, 4), vi_set1(bs[2 * j])),
+                                 vi_mul(vi_shr16(sc1, 4), vi_set1(bs[2 * j + 1]))))
+
+
+cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
+                             vi *msum) noexcept nogil:
+    """q2_K: isum, msum of one group super-block against 256 act values (module comment)."""
+    cdef int h
+    isum[0] = vi_zero()
+    msum[0] = vi_zero()
+    for h in range(2):
+        q2k_sub(blk, h, 0, x, bs, isum, msum)
+        q2k_sub(blk, h, 1, x, bs, isum, msum)
+        q2k_sub(blk, h, 2, x, bs, isum, msum)
+        q2k_sub(blk, h, 3, x, bs, isum, msum)
+
+
+cdef inline vi q3k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int s, int j, const int8_t *x) noexcept nogil:
+    """q3_K: one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set) . x[0:16]."""
+    cdef vi t = vi_zero()
+    cdef int l
+    for l in range(4):
+        t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, 0, 3),
+                            bits_at(vi_load(hlanes + l * LANE), j, 2, 4)), vi_bcast4(x + 4 * l))
+    return t
+
+
+cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs) noexcept nogil:
+    """q3_K: sub-block 4 h + s's sc (dot - 4 bsum) over its two groups."""
+    cdef int j = 4 * h + s
+    cdef const uint8_t *lanes = blk + 50 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
+    cdef const uint8_t *hlanes = blk + 18 * VI_ROWS                  # hmask lanes
+    cdef const uint8_t *scales = blk + 2 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] int8
+    return vi_add(
+        vi_mul(vi_sub(q3k_dot16(lanes, hlanes, s, j, x + 32 * j), vi_set1(4 * bs[2 * j])), vi_s8(scales)),
+        vi_mul(vi_sub(q3k_dot16(lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16),
+                      vi_set1(4 * bs[2 * j + 1])), vi_s8(scales + VI_ROWS)))
+
+
+cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+    """q3_K: isum of one group super-block against 256 act values (module comment)."""
+    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, 0, x, bs), q3k_sub(blk, 0, 1, x, bs)),
+                         vi_add(q3k_sub(blk, 0, 2, x, bs), q3k_sub(blk, 0, 3, x, bs))),
+                  vi_add(vi_add(q3k_sub(blk, 1, 0, x, bs), q3k_sub(blk, 1, 1, x, bs)),
+                         vi_add(q3k_sub(blk, 1, 2, x, bs), q3k_sub(blk, 1, 3, x, bs))))
+
+
+cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
+                          const int8_t *x) noexcept nogil:
+    """q4_K / q5_K: 16 values of sub-block j (4 lanes' low (half 0) or high nibbles, q5_K's qh bit j
+    as 16) . x[0:16]."""
+    cdef vi t = vi_zero()
+    cdef vi v, u
+    cdef int l
+    for l in range(4):
+        v = vi_load(lanes + l * LANE)
+        u = bits_at(v, 4, 0, 0x0F) if half else vi_and(v, vi_bytes(0x0F))
+        if has_qh:
+            u = vi_or(u, bits_at(vi_load(hlanes + l * LANE), j, 4, 0x10))
+        t = vi_dot(t, u, vi_bcast4(x + 4 * l))
+    return t
+
+
+cdef inline vi q45k_sub(bint has_qh, const uint8_t *blk, int p, int half, const int8_t *x) noexcept nogil:
+    """q4_K / q5_K: sub-block j = 2 p + half's sc dot."""
+    cdef int j = 2 * p + half
+    cdef const uint8_t *lanes = blk + (52 if has_qh else 20) * VI_ROWS + 8 * p * LANE   # qs lanes of pair p
+    cdef const uint8_t *hlanes = blk + 20 * VI_ROWS                                   # q5_K's qh lanes
+    cdef const int8_t *xs = x + 64 * p + 32 * half
+    return vi_mul(vi_add(q45k_dot16(has_qh, lanes, hlanes, half, j, xs),
+                         q45k_dot16(has_qh, lanes + 4 * LANE, hlanes + 4 * LANE, half, j, xs + 16)),
+                  vi_u8(blk + 4 * VI_ROWS + j * VI_ROWS))
+
+
+cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
+                              vi *msum) noexcept nogil:
+    """q4_K (has_qh 0) / q5_K (1): isum, msum of one group super-block against 256 act values."""
+    cdef const uint8_t *mn = blk + 12 * VI_ROWS                # [8][R]
+    cdef vi sm = vi_zero()
+    cdef int j
+    isum[0] = vi_add(vi_add(vi_add(q45k_sub(has_qh, blk, 0, 0, x), q45k_sub(has_qh, blk, 0, 1, x)),
+                            vi_add(q45k_sub(has_qh, blk, 1, 0, x), q45k_sub(has_qh, blk, 1, 1, x))),
+                     vi_add(vi_add(q45k_sub(has_qh, blk, 2, 0, x), q45k_sub(has_qh, blk, 2, 1, x)),
+                            vi_add(q45k_sub(has_qh, blk, 3, 0, x), q45k_sub(has_qh, blk, 3, 1, x))))
+    for j in range(8):
+        sm = vi_add(sm, vi_mul(vi_u8(mn + j * VI_ROWS), vi_set1(bs[2 * j] + bs[2 * j + 1])))
+    msum[0] = sm
+
+
+cdef inline vi q6k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int c, int hi, const int8_t *x) noexcept nogil:
+    """q6_K: one group of 16 (4 ql lanes' low (hi 0) or high nibbles, qh bits 2 c (+ 4 if hi) as bits
+    4-5) . x[0:16]."""
+    cdef vi t = vi_zero()
+    cdef vi v, u
+    cdef int l
+    for l in range(4):
+        v = vi_load(lanes + l * LANE)
+        u = bits_at(v, 4, 0, 0x0F) if hi else vi_and(v, vi_bytes(0x0F))
+        t = vi_dot(t, vi_or(u, bits_at(vi_load(hlanes + l * LANE), 2 * c + 4 * hi, 4, 0x30)),
+                   vi_bcast4(x + 4 * l))
+    return t
+
+
+cdef inline vi q6k_sub(const uint8_t *blk, int h, int lhalf, int c, int hi, const int8_t *x,
+                       const int32_t *bs) noexcept nogil:
+    """q6_K: group 8 h + 4 hi + 2 c + lhalf's sc (dot - 32 bsum) (ql chunk 2 h + c, lanes 4 lhalf ..)."""
+    cdef int g = 8 * h + 4 * hi + 2 * c + lhalf
+    cdef const uint8_t *lanes = blk + 82 * VI_ROWS + ((2 * h + c) * 8 + 4 * lhalf) * LANE
+    cdef const uint8_t *hlanes = blk + 18 * VI_ROWS + (8 * h + 4 * lhalf) * LANE
+    return vi_mul(vi_sub(q6k_dot16(lanes, hlanes, c, hi, x + 16 * g), vi_set1(32 * bs[g])),
+                  vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
+
+
+cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+    """q6_K: isum of one group super-block against 256 act values (module comment)."""
+    cdef vi si = vi_zero()
+    cdef int h, lhalf
+    for h in range(2):
+        for lhalf in range(2):
+            si = vi_add(si, vi_add(vi_add(q6k_sub(blk, h, lhalf, 0, 0, x, bs), q6k_sub(blk, h, lhalf, 0, 1, x, bs)),
+                                   vi_add(q6k_sub(blk, h, lhalf, 1, 0, x, bs), q6k_sub(blk, h, lhalf, 1, 1, x, bs))))
+    return si
+
+
+cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const int8_t *xq, const float *xd,
+                      const int32_t *bsums, float *out) noexcept nogil:
+    """One group's VI_ROWS weight rows of format sizeof(kq_format) against one q8_K act row (xq, its d
+    per super-block xd, its sums of 16 bsums): out[r] = dot(row r, act row)."""
+    cdef int fmt = sizeof(kq_format)
+    cdef int64_t nb = K // VX_QK_K
+    cdef int64_t sb = vx_il_superblock_bytes(fmt, VI_ROWS)     # bytes per super-block of the group
+    cdef vf acc = vf_zero()      # (VI_ROWS,) sum of d xd isum
+    cdef vf accm = vf_zero()     # (VI_ROWS,) sum of dmin xd msum
+    cdef vf dx
+    cdef vi isum, msum
+    cdef const uint8_t *blk
+    cdef const int8_t *x
+    cdef const int32_t *bs
+    cdef int64_t b, off
+    for b in range(nb):
+        blk = grp + b * sb
+        for off in range(0, sb, 64):
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off), _MM_HINT_T0)
+        x = xq + VX_QK_K * b
+        bs = bsums + 16 * b
+        dx = vf_set1(xd[b])
+        if fmt == VX_Q3_K:
+            isum = q3k_il_sums(blk, x, bs)
+        elif fmt == VX_Q6_K:
+            isum = q6k_il_sums(blk, x, bs)
+        else:
+            if fmt == VX_Q2_K:
+                q2k_il_sums(blk, x, bs, &isum, &msum)
+            else:
+                q45k_il_sums(fmt == VX_Q5_K, blk, x, bs, &isum, &msum)
+            accm = vf_fma(vi_fmul(vi_f16(blk + 2 * VI_ROWS), dx), vi_float(msum), accm)
+        acc = vf_fma(vi_fmul(vi_f16(blk), dx), vi_float(isum), acc)
+    vf_store(out, vi_fsub(acc, accm))
+
+
+cdef inline void gemm_il_kq(const kq_format *F_, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n, const void *a,
+                            int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved k-quant weights w (groups of VI_ROWS rows, group_bytes
+    apart), each group against the act rows one at a time."""
+    cdef int64_t g, i, r, rows
+    cdef vx_actK x
+    cdef float out[16]           # (VI_ROWS,)
+    for g in range((n + VI_ROWS - 1) // VI_ROWS):
+        rows = n - g * VI_ROWS if n - g * VI_ROWS < VI_ROWS else VI_ROWS
+        for i in range(m):
+            x = actK_row(a, a_stride, i, K)
+            kq_il_group(F_, K, w + g * group_bytes, x.qs, x.d, x.bsums, out)
+            for r in range(rows):
+                y[i * ldy + g * VI_ROWS + r] = out[r]
+
+
+cdef void gemm_il_q2_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q2_K weights."""
+    gemm_il_kq(<const kq_q2_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q3_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q3_K weights."""
+    gemm_il_kq(<const kq_q3_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q4_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q4_K weights."""
+    gemm_il_kq(<const kq_q4_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q5_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q5_K weights."""
+    gemm_il_kq(<const kq_q5_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_q6_K(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                       int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = q8_K act rows a . interleaved q6_K weights."""
+    gemm_il_kq(<const kq_q6_K *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void fill_gemv_kquants_il(vx_table *t) noexcept:
+    """The interleaved k-quant GEMVs (the tier's il_rows must be VI_ROWS)."""
+    t.gemm_il[VX_Q2_K] = gemm_il_q2_K
+    t.gemm_il[VX_Q3_K] = gemm_il_q3_K
+    t.gemm_il[VX_Q4_K] = gemm_il_q4_K
+    t.gemm_il[VX_Q5_K] = gemm_il_q5_K
+    t.gemm_il[VX_Q6_K] = gemm_il_q6_K

@@ -1,0 +1,102 @@
+# The avx2 tier's integer vector layer for the interleaved k-quant GEMVs (kernels/gemv_kquants_il.pxi):
+# a vi holds one int32 lane per weight row of a group (VI_ROWS rows: the tier's il_rows), a vf (the
+# tier's float vector, vec_avx2.pxd) one float per row. The same names as ivec_avx512.pxd.
+from libc.stdint cimport int8_t, int32_t, uint8_t
+from libc.string cimport memcpy
+from volvox._kernels.simd.x86 cimport *
+
+cdef enum:
+    VI_ROWS = 8      # weight rows per vector: one int32 lane each
+
+ctypedef __m256i vi
+
+
+cdef inline vi vi_load(const uint8_t *p) noexcept nogil:
+    """4 bytes of each of the VI_ROWS rows (a lane of an interleaved group), unaligned."""
+    return _mm256_loadu_si256(<const void *>p)
+
+
+cdef inline vi vi_zero() noexcept nogil:
+    return _mm256_setzero_si256()
+
+
+cdef inline vi vi_bytes(char c) noexcept nogil:
+    """c in every byte."""
+    return _mm256_set1_epi8(c)
+
+
+cdef inline vi vi_set1(int32_t v) noexcept nogil:
+    """v in every int32 lane."""
+    return _mm256_set1_epi32(v)
+
+
+cdef inline vi vi_bcast4(const int8_t *x) noexcept nogil:
+    """The 4 int8 at x in every int32 lane."""
+    cdef int32_t v
+    memcpy(&v, x, 4)
+    return _mm256_set1_epi32(v)
+
+
+cdef inline vi vi_and(vi a, vi b) noexcept nogil:
+    return _mm256_and_si256(a, b)
+
+
+cdef inline vi vi_or(vi a, vi b) noexcept nogil:
+    return _mm256_or_si256(a, b)
+
+
+cdef inline vi vi_shr16(vi a, int n) noexcept nogil:
+    """a's 16-bit halves shifted right by n (a constant where the callers inline)."""
+    return _mm256_srli_epi16(a, n)
+
+
+cdef inline vi vi_shl16(vi a, int n) noexcept nogil:
+    """a's 16-bit halves shifted left by n."""
+    return _mm256_slli_epi16(a, n)
+
+
+cdef inline vi vi_dot(vi acc, vi u, vi s) noexcept nogil:
+    """acc + per int32 lane the 4 products of u's bytes (unsigned) and s's (signed): maddubs's int16
+    pair sums (no saturation: the k-quants' unsigned weights are below 64), then madd by 1."""
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+
+
+cdef inline vi vi_add(vi a, vi b) noexcept nogil:
+    return _mm256_add_epi32(a, b)
+
+
+cdef inline vi vi_sub(vi a, vi b) noexcept nogil:
+    return _mm256_sub_epi32(a, b)
+
+
+cdef inline vi vi_mul(vi a, vi b) noexcept nogil:
+    """The low 32 bits of a * b per lane."""
+    return _mm256_mullo_epi32(a, b)
+
+
+cdef inline vi vi_u8(const uint8_t *p) noexcept nogil:
+    """VI_ROWS uint8 at p as int32 lanes."""
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(<const void *>p))
+
+
+cdef inline vi vi_s8(const uint8_t *p) noexcept nogil:
+    """VI_ROWS int8 at p as int32 lanes."""
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(<const void *>p))
+
+
+cdef inline __m256 vi_float(vi a) noexcept nogil:
+    """a's lanes as floats."""
+    return _mm256_cvtepi32_ps(a)
+
+
+cdef inline __m256 vi_f16(const uint8_t *p) noexcept nogil:
+    """VI_ROWS fp16 at p as floats."""
+    return _mm256_cvtph_ps(_mm_loadu_si128(<const void *>p))
+
+
+cdef inline __m256 vi_fmul(__m256 a, __m256 b) noexcept nogil:
+    return _mm256_mul_ps(a, b)
+
+
+cdef inline __m256 vi_fsub(__m256 a, __m256 b) noexcept nogil:
+    return _mm256_sub_ps(a, b)
