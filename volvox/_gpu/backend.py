@@ -242,6 +242,8 @@ class Device:
         self.software = False        # a CPU implementation (lavapipe, llvmpipe)
         self.submits = 0             # queue submissions so far (tests count them)
         self.dispatches_recorded = 0  # dispatches made native (descriptor sets, bind groups, GL list entries)
+        self.bytes_uploaded = 0      # host -> device bytes written by upload() (tests count the KV traffic)
+        self.bytes_downloaded = 0    # device -> host bytes copied by downloads
         self.max_binding = 1 << 27   # bytes one storage binding may span (each backend reads its driver's limit)
         self.max_buffer = 1 << 62    # bytes one buffer may hold, where the driver says
         self.failed = ""             # why the device refuses work after a failed submit ("" while healthy)
@@ -320,6 +322,7 @@ class Device:
         if data.nbytes:
             with self.driver(f"uploading {fmt_bytes(data.nbytes)}"):
                 self._write(buf, memoryview(data).cast("B"))
+            self.bytes_uploaded += data.nbytes
         return buf
 
     @property
@@ -409,6 +412,7 @@ class CommandGraph:
         with dev.driver(f"running {len(records)} dispatches", fatal=True):
             dev._submit(native, params if params and params != native.params else None, reads, timeout_ns)
         self.submit_seconds += time.perf_counter() - t0
+        dev.bytes_downloaded += sum(r.nbytes for r in reads)
         native.params = params
 
     def invalidate(self) -> None:
