@@ -244,6 +244,7 @@ class Device:
         self.dispatches_recorded = 0  # dispatches made native (descriptor sets, bind groups, GL list entries)
         self.bytes_uploaded = 0      # host -> device bytes written by upload() (tests count the KV traffic)
         self.bytes_downloaded = 0    # device -> host bytes copied by downloads
+        self.wait_seconds = 0.0      # of the submits' wall time, spent waiting for the device (fence, sync, map)
         self.max_binding = 1 << 27   # bytes one storage binding may span (each backend reads its driver's limit)
         self.max_buffer = 1 << 62    # bytes one buffer may hold, where the driver says
         self.failed = ""             # why the device refuses work after a failed submit ("" while healthy)
@@ -282,6 +283,15 @@ class Device:
         """Release the device (buffers become invalid)."""
 
     # -- shared ----------------------------------------------------------------
+    @contextmanager
+    def waiting(self):
+        """Time a submit's wait for the device into ``wait_seconds`` (benchmarks split submit from wait)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+
     @contextmanager
     def driver(self, what: str, fatal: bool = False):
         """Run driver calls for ``what``: a driver exception becomes DeviceError naming the backend;
