@@ -27,14 +27,15 @@ def tiny_llama(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory):
-    """family -> (folder, the transformers model) for tiny random GPT-2 and Qwen2 checkpoints."""
+    """family -> (folder, the transformers model) for tiny random GPT-2, Qwen2 and Mistral (a sliding
+    window of 6 positions, so decoding passes it) checkpoints."""
     root = tmp_path_factory.mktemp("hf_decode")
     vocab = train_bpe_tokenizer(root / "tokenizer.json", vocab_size=300)
     out = {}
-    for kind in ("gpt2", "qwen2"):
+    for kind, kw in (("gpt2", {}), ("qwen2", {}), ("mistral", {"sliding_window": 6})):
         folder = root / kind
         folder.mkdir()
-        out[kind] = folder, build_causal_lm(folder, kind, root / "tokenizer.json", vocab, seed=1)
+        out[kind] = folder, build_causal_lm(folder, kind, root / "tokenizer.json", vocab, seed=1, **kw)
     return out
 
 
@@ -74,7 +75,7 @@ def test_llama_greedy_decode_equals_cpu(tiny_llama, backend):
 
 
 @BACKENDS
-@pytest.mark.parametrize("family", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("family", ["gpt2", "qwen2", "mistral"])
 def test_hf_greedy_decode_equals_cpu_and_transformers(hf_models, family, backend):
     folder, torch_model = hf_models[family]
     cpu, gpu = _pair(folder, backend)
@@ -83,6 +84,17 @@ def test_hf_greedy_decode_equals_cpu_and_transformers(hf_models, family, backend
     got = _tokens(gpu, ids, 16)
     assert got == _tokens(cpu, ids, 16)
     assert got == torch_greedy(torch_model, ids, 16)
+
+
+@BACKENDS
+def test_chunked_prefill_then_decode_equals_cpu(tiny_llama, backend, monkeypatch):
+    cpu, gpu = _pair(tiny_llama, backend)
+    ids = list(range(7, 30))
+    want = _tokens(cpu, ids, 8)
+    monkeypatch.setattr("volvox.tasks.generate.PREFILL_CHUNK", 5)  # the prompt in 5 forwards, the pick after the last
+    submits = gpu.executor.device.submits
+    assert _tokens(gpu, ids, 8) == want
+    assert gpu.executor.device.submits - submits == 5 + 7
 
 
 # ------------------------------------------------------------------------------ traffic
