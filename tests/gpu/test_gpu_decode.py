@@ -162,6 +162,19 @@ def _batch(session):
 
 
 @BACKENDS
+def test_closing_the_model_downloads_the_session_cache(tiny_llama, backend):
+    cpu, _ = _pair(tiny_llama, backend)
+    gpu = volvox.load(tiny_llama, backend=backend)  # its own device, closed with it
+    sess, ref = Session(gpu), Session(cpu)
+    sess.forward(list(range(3, 12)))
+    ref.forward(list(range(3, 12)))
+    assert sess.kv.pending_download is not None
+    gpu.close()
+    assert sess.kv.pending_download is None
+    np.testing.assert_allclose(sess.kv.keys[1][:, :9], ref.kv.keys[1][:, :9], atol=1e-4)
+
+
+@BACKENDS
 def test_sessions_take_turns_on_the_device_cache(tiny_llama, backend):
     cpu, gpu = _pair(tiny_llama, backend)
     first, second = Session(gpu), Session(gpu)

@@ -220,6 +220,13 @@ class GpuExecutor:
         if self.profile is not None:
             self.profile.backends.update(self.node_backends())
 
+    def release_kv(self) -> None:
+        """Before the device closes: download the served session's device-only KV rows (its host cache
+        stays usable) and free the device KV cache."""
+        if self.device_kv is not None:
+            self.device_kv.free()
+            self.device_kv = None
+
     @property
     def profile(self):
         """The CPU executor's Profile (GPU nodes are timed by syncing after each when profiling)."""

@@ -65,6 +65,12 @@ class Session:
         self.ctx = RunContext(kv=kv, state=StateCache(lm.state_shape) if lm.state_shape else None)
         self.tokens: list[int] = []
 
+    @property
+    def kv(self) -> KVCache | None:
+        """The session's KV cache. After GPU forwards its newest rows live on the device; reading its
+        ``keys`` / ``values`` downloads them first (once)."""
+        return self.ctx.kv
+
     def reserve(self, n_tokens: int) -> None:
         """Check that ``n_tokens`` fit the context; GenerationError past the context limit."""
         if n_tokens > self.lm.config.context_length:
@@ -117,6 +123,8 @@ class LanguageModel(TextModel):
         self.state_shape = StateShape.from_metadata(state, source) if state is not None else None
         self._decode_plan: Plan | None | bool = None  # built on the first decode step; False: not lowerable
         self._closers.insert(0, self._drop_decode_plan)
+        if hasattr(self.executor, "release_kv"):  # a GPU executor: sessions keep their caches past close()
+            self._closers.insert(0, self.executor.release_kv)
 
     def _forward(self, ctx: RunContext, tokens: np.ndarray, positions: np.ndarray, pick=None):
         """Logits of one forward, or with a ``pick`` (GPU executors) the token id picked on the device."""
