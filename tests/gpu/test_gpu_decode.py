@@ -5,6 +5,9 @@ pickers (argmax.wgsl, sample.wgsl) against a numpy transcription of their docume
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -284,3 +287,16 @@ def test_seeded_generation_on_the_device_is_reproducible(tiny_llama, backend):
     for row, tok in zip(logits, got):
         assert tok in np.argsort(-row, kind="stable")[:4]  # inside the CPU's top 4
     assert gpu.generate(ids, max_new_tokens=5, **kw) == gpu.generate(ids, max_new_tokens=5, **kw)
+
+
+def test_cli_generates_on_the_gpu_and_shows_the_placement(tiny_llama, tmp_path):
+    device_or_skip("vulkan")
+    prompt = "Once upon"
+    r = subprocess.run([sys.executable, "-m", "volvox", "generate", str(tiny_llama), "--prompt", prompt,
+                        "--backend", "vulkan", "--debug", "--max-new-tokens", "6"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    placement = [ln for ln in r.stderr.splitlines() if ln.startswith("backend: vulkan")]
+    assert placement and placement[0].endswith(" 0 on the CPU"), r.stderr
+    want = volvox.load(tiny_llama).generate(prompt, max_new_tokens=6).strip()
+    assert want and r.stdout.strip().endswith(want)
