@@ -113,6 +113,7 @@ def test_decode_is_one_submit_and_four_bytes_per_token(tiny_llama, backend):
     kv = sess.ctx.kv
     assert kv.pending_download is not None  # the device holds rows the host lacks
     untouched = kv.host_keys[0][:, :sess.ctx.pos].copy()
+    replayed = ex.replayed_steps
     for _ in range(6):
         submits, up, down = dev.submits, dev.bytes_uploaded, dev.bytes_downloaded
         tok = sess.next_token([tok], sampler)
@@ -120,6 +121,7 @@ def test_decode_is_one_submit_and_four_bytes_per_token(tiny_llama, backend):
         assert dev.bytes_downloaded - down == 4     # the token id; no logits, no keys or values
         assert dev.bytes_uploaded - up == 8         # the token and its position (int32 each)
     assert ex.commands.recordings == recordings     # every step replayed one recording
+    assert ex.replayed_steps - replayed == 6         # ... as a kept step, without walking the graph
     np.testing.assert_array_equal(kv.host_keys[0][:, :untouched.shape[1]], untouched)  # no host KV writes
     # reading the cache downloads it once, and it equals the CPU's after the same tokens
     ref = Session(cpu)

@@ -425,6 +425,15 @@ class CommandGraph:
         dev.bytes_downloaded += sum(r.nbytes for r in reads)
         native.params = params
 
+    def submit(self, records: list[Record], reads: list[tuple[Buffer, int]]) -> list[Readback]:
+        """Run ``records`` (kept from an earlier graph, which checked them) and download ``(buffer, nbytes)``
+        ``reads``: begin, the records, the downloads and end in one call."""
+        self.records = list(records)
+        self.reads = [Readback(buf, nbytes) for buf, nbytes in reads]
+        out = self.reads
+        self.end()
+        return out
+
     def invalidate(self) -> None:
         """Drop every cached recording (before freeing buffers they bind)."""
         with self.device.driver("dropping recordings"):

@@ -26,6 +26,11 @@ KV cache: the attention nodes append to and read a device KV cache sized for the
 brought up to date only when something reads it (a CPU forward, inspection, a save), through
 its ``pending_download`` hook: one explicit download of the rows it lacks.
 
+Decode steps skip the walk: a forward that picks its token on the device in one segment is kept
+as a ``_StepReplay`` (its records, input buffers and the attention dispatches to re-lower), and the
+next forward of the same shapes that continues the same session uploads its inputs, patches
+attention's and the pick's params and submits those records, without walking the graph again.
+
 Token picking: given a ``TokenPick``, a forward ends with an argmax (greedy) or a seeded draw
 (temperature / top-k / top-p) on the device and downloads the chosen id, 4 bytes, not the logits.
 """
@@ -40,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from volvox._gpu.backend import Buffer, BufferPool, Device, fmt_bytes, kernel_info
+from volvox._gpu.backend import Buffer, BufferPool, Device, Record, fmt_bytes, kernel_info
 from volvox._gpu.lowering import LOWERINGS, Call
 from volvox.errors import KernelError, VolvoxError
 from volvox.ir.graph import Graph, TensorSpec
@@ -189,6 +194,48 @@ class _DeviceKV:
                 self.ex.device.free(buf)
 
 
+class _StepReplay:
+    """A single-segment forward with a token pick, kept to be submitted again without the walk: its
+    records (buffers bound, params packed), the buffers its graph inputs were uploaded to, per
+    attention node where its dispatches sit and how to lower them for another cache length, and the
+    input ids checks the embedding made."""
+
+    def __init__(self, records: list[Record], uploads: list[tuple[int, Buffer]], attention: list[tuple[int, Any]],
+                 id_limits: list[tuple[int, int]], token: Buffer, vocab: int, device_kv: "_DeviceKV"):
+        self.records, self.uploads, self.attention = records, uploads, attention
+        self.id_limits, self.token, self.vocab, self.device_kv = id_limits, token, vocab, device_kv
+
+    def continues(self, ex: "GpuExecutor", ctx: RunContext) -> bool:
+        """Whether this step can run for ``ctx``: the same device cache, serving this session, and
+        holding exactly the positions before ``ctx.pos`` (nothing to upload first)."""
+        dkv = self.device_kv
+        return dkv is ex.device_kv and dkv.kv() is ctx.kv and dkv.device_rows == ctx.pos
+
+    def run(self, ex: "GpuExecutor", ctx: RunContext, arrays: list[np.ndarray], pick: TokenPick) -> dict:
+        """Upload the inputs, patch the params of attention (cache length) and of the pick, submit."""
+        slot_of = dict(zip(ex.cpu.input_slots, arrays))
+        for slot, limit in self.id_limits:
+            ids = slot_of[slot]
+            if ids.size and (ids.min() < 0 or ids.max() >= limit):
+                raise KernelError(f"ids must be in [0, {limit}), got {ids.min()}..{ids.max()}")
+        start, seq = ctx.pos, arrays[0].shape[0]
+        ctx.kv.reserve(start + seq)
+        for slot, buf in self.uploads:
+            ex.device.upload(np.ascontiguousarray(slot_of[slot]), buf)
+        records = list(self.records)
+        for first, lowered in self.attention:
+            for i, params in enumerate(lowered(start)):
+                r = records[first + i]
+                records[first + i] = Record(r.kernel, r.buffers, r.grid, params)
+        last = records[-1]
+        kernel, params = pick.dispatch(self.vocab)
+        records[-1] = Record(last.kernel, last.buffers, last.grid, kernel_info(kernel).pack(params))
+        read = ex.commands.submit(records, [(self.token, 4)])[0]
+        self.device_kv.wrote(ctx.kv, start, start + seq)
+        ex.replayed_steps += 1
+        return {"token": read.array(np.int32, (1,))}
+
+
 class GpuExecutor:
     """Runs a validated graph on ``device`` with CPU islands; same ``run(ctx, feeds)`` as Executor."""
 
@@ -202,6 +249,8 @@ class GpuExecutor:
         self.commands = device.graph()
         self.last_backend = "cpu"  # where the last forward ran ("cpu", or the device's name when any node was on it)
         self.device_kv: _DeviceKV | None = None  # made by the first GPU forward with a KV cache
+        self._steps: dict[tuple, _StepReplay] = {}  # (input shapes, output rows, pick kernel) -> kept step
+        self.replayed_steps = 0    # forwards run by a kept step, without the walk (tests count them)
         self._memo: dict[tuple, Any] = {}  # (kind, node id, shapes, ...) -> output shapes / packed dispatches
         slot_names = [s.name for s in graph.inputs] + list(graph.weights)
         for node in graph.nodes:
@@ -222,10 +271,12 @@ class GpuExecutor:
 
     def release_kv(self) -> None:
         """Before the device closes: download the served session's device-only KV rows (its host cache
-        stays usable) and free the device KV cache."""
-        if self.device_kv is not None:
-            self.device_kv.free()
-            self.device_kv = None
+        stays usable) and free the device KV cache. After a device failure there is nothing to fetch:
+        reading that session's cache then raises the device's DeviceError."""
+        dkv, self.device_kv = self.device_kv, None
+        self._steps.clear()
+        if dkv is not None and not self.device.failed:
+            dkv.free()
 
     @property
     def profile(self):
@@ -288,7 +339,14 @@ class GpuExecutor:
                 self.profile.backends.update({n: f"{b}+cpu" for n, b in self.node_backends().items() if b != "cpu"})
             return result
         self.last_backend = self.device.name
+        if pick is not None and self.profile is None and type(ctx) is RunContext and ctx.kv is not None:
+            step = self._steps.get(self._step_key(ctx, [a.shape for a in arrays], pick))
+            if step is not None and step.continues(self, ctx):
+                return step.run(self, ctx, arrays, pick)
         return _Forward(self, ctx, arrays, pick).run()
+
+    def _step_key(self, ctx: RunContext, input_shapes, pick: TokenPick) -> tuple:
+        return tuple(input_shapes), ctx.output_rows, pick.temperature == 0.0
 
 
 class _Forward:
@@ -304,6 +362,11 @@ class _Forward:
         self.pinned: set[int] = set()            # ids of buffers with a pending download
         self.acquired: dict[int, Buffer] = {}    # every pooled buffer this forward took, by id
         self.kv_written: tuple[int, int] | None = None  # positions [start, end) this forward appends on the device
+        self.input_shapes = [a.shape for a in arrays]
+        self.segments = 1                         # submits this forward makes (a CPU node ends one)
+        self.uploads: list[tuple[int, Buffer]] = []       # (graph input slot, the buffer it went to)
+        self.attention: list[tuple[int, Any]] = []        # (first record index, lowering by cache start) per attention
+        self.id_limits: list[tuple[int, int]] = []        # (graph input slot of ids, table rows) the embedding checked
         for slot, a in zip(ex.cpu.input_slots, arrays):
             self.host[slot], self.shape[slot] = a, a.shape
         for slot, w in ex.cpu.weight_slots:
@@ -338,6 +401,8 @@ class _Forward:
             buf = self._acquire(a.nbytes, fresh=True)
             self.ex.device.upload(a, buf)
             self._hold(slot, buf)
+            if slot in self.ex.cpu.input_slots:
+                self.uploads.append((slot, buf))
         return self.dev[slot]
 
     def _download(self, slot: int):
@@ -350,6 +415,7 @@ class _Forward:
     def _flush(self) -> None:
         """Run what was recorded (one submit), then let pinned and released buffers be reused."""
         self.ex.commands.end()
+        self.segments += 1
         for bid in self.pinned:
             if self.refs.get(bid) == 0:
                 del self.refs[bid]
@@ -391,6 +457,7 @@ class _Forward:
             out_slots = ex.cpu.output_slots
             if self.pick is not None:
                 reads = {"token": self._record_pick(out_slots["logits"])}
+                step = self._keep_step(reads["token"][0].buffer, self.shape[out_slots["logits"]][1])
             else:
                 reads = {n: self._download(s) for n, s in out_slots.items() if self.host[s] is None}
             ex.commands.end()
@@ -401,12 +468,22 @@ class _Forward:
             ex.pool.end_segment()
         if self.kv_written is not None:
             ex.device_kv.wrote(self.ctx.kv, *self.kv_written)
+        if self.pick is not None and step is not None:
+            ex._steps[ex._step_key(self.ctx, self.input_shapes, self.pick)] = step
         if prof is not None:
             prof.runs += 1
         if self.pick is not None:
             return {"token": reads["token"][0].array(np.int32, (1,))}
         return {n: (reads[n][0].array(reads[n][1], reads[n][2]) if n in reads else self.host[s])
                 for n, s in out_slots.items()}
+
+    def _keep_step(self, token: Buffer, vocab: int) -> _StepReplay | None:
+        """This forward as a step to submit again, when it is one segment over a KV cache (else None)."""
+        ex = self.ex
+        if self.segments != 1 or self.kv_written is None or ex.profile is not None:
+            return None
+        return _StepReplay(list(ex.commands.records), self.uploads, self.attention, self.id_limits, token, vocab,
+                           ex.device_kv)
 
     def _record_pick(self, logits_slot: int):
         """Record the token pick over the last logits row; its 4-byte download."""
@@ -447,6 +524,8 @@ class _Forward:
             ids = self.host[in_slots["ids"]]
             if ids.size and (ids.min() < 0 or ids.max() >= shapes["table"][0]):
                 raise KernelError(f"ids must be in [0, {shapes['table'][0]}), got {ids.min()}..{ids.max()}")
+            if in_slots["ids"] in ex.cpu.input_slots:
+                self.id_limits.append((in_slots["ids"], shapes["table"][0]))
         shape_key = (node.id, tuple(shapes.values()), self.ctx.output_rows)
         out_shapes = ex.memo(("shapes",) + shape_key, lambda: self._out_shapes(node, op, in_slots, shapes))
         shapes.update(out_shapes)
@@ -470,9 +549,17 @@ class _Forward:
         extra = {}
         if node.op == "attention":
             extra = self._attention_cache(node, shapes, bufs)
-        dispatches = ex.memo(("lower",) + shape_key + tuple(extra.items()), lambda: [
-            (d.kernel, d.buffers, d.grid, kernel_info(d.kernel).pack(d.params))
-            for d in low.lower(Call(node.params, shapes, extra))])
+
+        def lowered(extra: dict) -> list[tuple]:
+            """(kernel, buffer names, grid, packed params) per dispatch, memoized by shapes and extras."""
+            return ex.memo(("lower",) + shape_key + tuple(extra.items()), lambda: [
+                (d.kernel, d.buffers, d.grid, kernel_info(d.kernel).pack(d.params))
+                for d in low.lower(Call(node.params, shapes, extra))])
+
+        dispatches = lowered(extra)
+        if node.op == "attention" and self.ctx.kv is not None:  # a kept step re-lowers it for later positions
+            self.attention.append((len(ex.commands.records),
+                                   lambda start, cap=extra["capacity"]: [d[3] for d in lowered({"start": start, "capacity": cap})]))
         for kernel, names, grid, params in dispatches:
             ex.commands.record(kernel, [bufs[b] for b in names], grid, params)
 
@@ -498,6 +585,7 @@ class _Forward:
         dkv = ex.device_kv
         if dkv is not None and dkv.shape != kv.host_keys[0].shape:  # another cache geometry: new buffers
             ex.commands.invalidate()  # no recording may bind the old ones
+            ex._steps.clear()
             dkv.free()
             dkv = ex.device_kv = None
         if dkv is None:
