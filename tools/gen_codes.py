@@ -30,7 +30,7 @@ def _codes():
 ELEMENTWISE, BINARY = _codes().ELEMENTWISE, _codes().BINARY
 
 PXD = ROOT / "volvox" / "_kernels" / "codes.pxd"
-SHADERS = ("unary", "matmul", "conv2d", "pool2d", "binary")  # shaders/<name>.wgsl that read codes
+SHADERS = ("unary", "matmul", "conv2d", "pool2d", "binary", "matmul_q", "gemv_q")  # shaders/<name>.wgsl that read codes
 BEGIN = "// BEGIN generated codes (tools/gen_codes.py from volvox/ops/codes.py): do not edit"
 END = "// END generated codes"
 

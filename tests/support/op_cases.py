@@ -221,29 +221,29 @@ QUANT_K = {"q4_0": 64, "q4_1": 64, "q8_0": 96, "q4_k": 256, "q6_k": 256}  # K: w
 QUANT_BOUND = 5e-4  # 8-bit activations against the float64 product of the dequantized weight (ggml: 5e-4)
 ROWS = "quantized weights on several rows"          # the plan's GEMV takes one activation row
 
-CASES += [  # block-quantized weights: the CPU on every backend (GPU lowerings take float weights)
+CASES += [  # block-quantized weights: packed in the shaders (matmul_q / gemv_q / embedding_q)
     *[Case(f"linear_{q}", "linear", dict(x=f32(1, QUANT_K[q])), dict(weight=quant(q, 12, QUANT_K[q]), bias=f32(12)),
-           bound=QUANT_BOUND, gpu=False) for q in QUANT_K],
+           bound=QUANT_BOUND) for q in QUANT_K],
     *[Case(f"linear_{q}_rows", "linear", dict(x=f32(2, 3, QUANT_K[q])), dict(weight=quant(q, 9, QUANT_K[q])),
-           bound=QUANT_BOUND, gpu=False, plan=ROWS) for q in QUANT_K],
+           bound=QUANT_BOUND, plan=ROWS) for q in QUANT_K],
     Case("linear_act_q8_0_silu", "linear_act", dict(x=f32(1, 96)), dict(weight=quant("q8_0", 10, 96), bias=f32(10)),
-         dict(activation="silu"), bound=QUANT_BOUND, gpu=False),
+         dict(activation="silu"), bound=QUANT_BOUND),
     Case("linear_act_q4_k_gelu", "linear_act", dict(x=f32(1, 256)), dict(weight=quant("q4_k", 8, 256)),
-         dict(activation="gelu"), bound=QUANT_BOUND, gpu=False),
+         dict(activation="gelu"), bound=QUANT_BOUND),
     Case("linear_act_q6_k_relu", "linear_act", dict(x=f32(1, 256)), dict(weight=quant("q6_k", 8, 256), bias=f32(8)),
-         dict(activation="relu"), bound=QUANT_BOUND, gpu=False),
+         dict(activation="relu"), bound=QUANT_BOUND),
     Case("linear_act_q4_1_gelu_tanh_rows", "linear_act", dict(x=f32(3, 64)), dict(weight=quant("q4_1", 6, 64)),
-         dict(activation="gelu_tanh"), bound=QUANT_BOUND, gpu=False, plan=ROWS),
+         dict(activation="gelu_tanh"), bound=QUANT_BOUND, plan=ROWS),
     Case("linear_split_q4_0", "linear_split", dict(x=f32(1, 64)), dict(weight=quant("q4_0", 24, 64)),
-         dict(sizes=[8, 16]), outputs=("y0", "y1"), bound=QUANT_BOUND, gpu=False),
+         dict(sizes=[8, 16]), outputs=("y0", "y1"), bound=QUANT_BOUND),
     Case("linear_split_q6_k", "linear_split", dict(x=f32(1, 256)), dict(weight=quant("q6_k", 16, 256)),
-         dict(sizes=[4, 4, 8]), outputs=("y0", "y1", "y2"), bound=QUANT_BOUND, gpu=False),
+         dict(sizes=[4, 4, 8]), outputs=("y0", "y1", "y2"), bound=QUANT_BOUND),
     Case("linear_split_q8_0_rows", "linear_split", dict(x=f32(4, 96)), dict(weight=quant("q8_0", 12, 96)),
-         dict(sizes=[5, 7]), outputs=("y0", "y1"), bound=QUANT_BOUND, gpu=False, plan="split outputs of several rows"),
+         dict(sizes=[5, 7]), outputs=("y0", "y1"), bound=QUANT_BOUND, plan="split outputs of several rows"),
     *[Case(f"embedding_{q}", "embedding", dict(ids=np.array([2, 0, 5, 5, 1], np.int32)),
-           dict(table=quant(q, 6, QUANT_K[q])), gpu=False, plan=TOKEN) for q in QUANT_K],
+           dict(table=quant(q, 6, QUANT_K[q])), plan=TOKEN) for q in QUANT_K],
     Case("embedding_q8_0_int64", "embedding", dict(ids=np.array([[1, 3], [3, 0]], np.int64)),
-         dict(table=quant("q8_0", 4, 32)), gpu=False, plan=STATIC),
+         dict(table=quant("q8_0", 4, 32)), gpu=False, plan=STATIC),  # int64 ids: the CPU
 ]
 CASES += [  # float32 ops the GPU table lacked
     Case("linear_sgemm", "linear", dict(x=f32(2, 9, 40)), dict(weight=f32(36, 40), bias=f32(36))),  # >= SGEMM_MIN_ROWS

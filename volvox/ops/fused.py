@@ -16,8 +16,9 @@ from volvox.ops.activation import FUSED_ACTIVATIONS, activation_ref, expect_fuse
 from volvox.ops.elementwise import add_ref, binary_cpu, broadcast_shape
 from volvox.ops.linear import _linear_infer, linear_cpu, linear_fast, linear_into, linear_ref
 from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_cpu, concat_ref
-from volvox.ops.gpu import Call, Dispatch, Lowering, binary_dispatch, float_only, grid_of, matmul_dispatch, unary_dispatch
-from volvox.ops.linear import _check_linear, _lower_linear
+from volvox.ops.gpu import (Call, Dispatch, Lowering, binary_dispatch, float_only, grid_of, matmul_dispatch,
+                            packed_layout, packed_matmul_dispatches, unary_dispatch)
+from volvox.ops.linear import _lower_linear, check_linear
 from volvox.ops.shape import _check_concat, _lower_concat
 
 MAX_SPLIT = 4  # outputs of one linear_split node
@@ -171,12 +172,17 @@ def add_n_into(ctx, p, out, *xs):
 
 # ------------------------------------------------------------------ GPU lowerings
 def _lower_linear_split(c: Call) -> list[Dispatch]:
-    k = c.shapes["weight"][1]
+    """One matmul per output over its block of the weight's rows (packed: per chunk the block touches)."""
+    rows, k = c.shapes["weight"]
     m = math.prod(c.shapes["x"][:-1])
+    layout = packed_layout(c, "weight")
     out, row = [], 0
     for i, n in enumerate(int(s) for s in c.params["sizes"]):
         if f"y{i}" in c.shapes:
-            out.append(matmul_dispatch("x", "weight", None, f"y{i}", m, k, n, w_row=row))
+            if layout is not None:
+                out += packed_matmul_dispatches("x", "weight", None, f"y{i}", m, k, n, layout, rows, w_row=row)
+            else:
+                out.append(matmul_dispatch("x", "weight", None, f"y{i}", m, k, n, w_row=row))
         row += n
     return out
 
@@ -220,12 +226,12 @@ def swiglu_cpu(plan, node) -> None:
 
 register(OpDef("linear_split", "matmul", ("x", "weight"), tuple(f"y{i}" if i < 2 else f"y{i}?" for i in range(MAX_SPLIT)),
                _linear_split_infer, linear_split_ref, linear_split_fast, into=linear_split_into, cpu=linear_cpu,
-               gpu=Lowering(("matmul",), _lower_linear_split, _check_linear)))
+               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear_split, check_linear)))
 register(OpDef("swiglu", "activation", ("x",), ("y",), _swiglu_infer, swiglu_ref, swiglu_fast, into=swiglu_into, cpu=swiglu_cpu,
                gpu=Lowering(("swiglu",), _lower_swiglu, float_only("x"))))
 register(OpDef("linear_act", "matmul", ("x", "weight", "bias?"), ("y",), _linear_act_infer, linear_act_ref,
                linear_act_fast, into=linear_act_into, cpu=linear_cpu,
-               gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
+               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear, check_linear)))
 register(OpDef("concat_act", "shape", ("x0",) + tuple(f"x{i}?" for i in range(1, MAX_CONCAT_INPUTS)), ("y",),
                _concat_act_infer, concat_act_ref, concat_act_fast, cpu=concat_cpu,
                gpu=Lowering(("copy", "unary"), _lower_concat_act, _check_concat)))

@@ -17,8 +17,9 @@ from typing import Callable
 import numpy as np
 
 from volvox.ops.codes import BIN, FN, fn_args
+from volvox.ops.gpu_weights import LAYOUTS, chunk_words, row_pieces
 
-FLOAT_WEIGHTS = ("float32", "float16")   # quantized weights stay on the CPU (see docs/backends.md)
+GEMV_MAX_ROWS = 8                        # gemv_q's M; more rows take matmul_q's tiles
 MAX_HEAD_DIM = 128
 MAX_GROUPS = 65535                       # workgroups per grid dimension every API guarantees
 
@@ -39,7 +40,8 @@ class Call:
 
     params: dict
     shapes: dict[str, tuple[int, ...]]                  # input and output ports -> shape
-    extra: dict = field(default_factory=dict)           # attention: start (cached tokens), capacity (device cache)
+    extra: dict = field(default_factory=dict)           # attention: start (cached tokens), capacity (device cache);
+                                                        # "<port>_layout": (dtype, rows a chunk) of a packed weight
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,29 @@ def matmul_dispatch(x: str, w: str, bias: str | None, y: str, m: int, k: int, n:
     return Dispatch("matmul", [x, w, bias or "@dummy", y], (-(-n // 16), -(-m // 16), batch),
                     dict(M=m, K=k, N=n, w_row=w_row, w_n=k if w_n is None else w_n, w_k=w_k, x_batch=x_batch,
                          w_batch=w_batch, has_bias=int(bias is not None), act=FN[act]))
+
+
+def packed_layout(c: Call, port: str) -> tuple[str, int] | None:
+    """(dtype, rows a chunk) when the executor bound ``port`` packed in chunks ("<port>.<i>"), else None."""
+    return c.extra.get(f"{port}_layout")
+
+
+def packed_matmul_dispatches(x: str, port: str, bias: str | None, y: str, m: int, k: int, n: int,
+                             layout: tuple[str, int], total_rows: int, w_row: int = 0,
+                             act: str = "none") -> list[Dispatch]:
+    """y (m, n) = act(x (m, k) @ W[w_row:w_row + n]^T + bias) for a weight of ``total_rows`` rows bound
+    packed in chunks ``port.0``, ``port.1``, ... (volvox/ops/gpu_weights.py): one dispatch per chunk the
+    rows touch; gemv_q for m <= GEMV_MAX_ROWS (decode), else matmul_q's tiles (prefill)."""
+    dtype, per_chunk = layout
+    kernel = "gemv_q" if m <= GEMV_MAX_ROWS else "matmul_q"
+    out = []
+    for chunk, chunk_row, col, count in row_pieces(w_row, n, per_chunk):
+        head_off = chunk_words(dtype, min(per_chunk, total_rows - chunk * per_chunk), k)[1]
+        grid = grid_1d(-(-count // 4)) if kernel == "gemv_q" else (-(-count // 64), -(-m // 16), 1)
+        out.append(Dispatch(kernel, [x, f"{port}.{chunk}", bias or "@dummy", y], grid,
+                            dict(M=m, K=k, N=n, n0=col, rows=count, w_row=chunk_row, head_off=head_off,
+                                 wtype=LAYOUTS[dtype].code, has_bias=int(bias is not None), act=FN[act])))
+    return out
 
 
 def rows_of(shape) -> tuple[int, int]:

@@ -11,7 +11,9 @@ from volvox.ir.quant_blocks import QuantTensor, SUPPORTED_QTYPES, dequantize_ref
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import plan_blocks
-from volvox.ops.gpu import FLOAT_WEIGHTS, Call, Dispatch, Lowering, float_only, grid_of, matmul_dispatch
+from volvox.ops.gpu import (Call, Dispatch, Lowering, float_only, grid_of, matmul_dispatch, packed_layout,
+                            packed_matmul_dispatches)
+from volvox.ops.gpu_weights import LAYOUTS, check_weight, chunk_spans, chunk_words
 
 WEIGHT_DTYPES = ("float32", "float16") + SUPPORTED_QTYPES
 
@@ -160,37 +162,47 @@ def embedding_cpu(plan, node) -> None:
 
 
 # ------------------------------------------------------------------ GPU lowerings
-def _check_linear(specs, params):
-    w = specs["weight"]
-    if w.dtype not in FLOAT_WEIGHTS:
-        return f"weight is {w.dtype} (quantized weights run on the CPU)"
-    return float_only("x")(specs, params)
+def check_linear(specs, params):
+    """Why a linear-family node stays on the CPU: x not float32, or a weight type no shader reads."""
+    return check_weight(specs["weight"].dtype, "weight") or float_only("x")(specs, params)
 
 
 def _lower_linear(c: Call) -> list[Dispatch]:
-    """linear, and linear_act with its activation in matmul's output write."""
-    k, n = c.shapes["weight"][1], c.shapes["weight"][0]
+    """linear, and linear_act with its activation in the output write: matmul for a float32 weight,
+    the packed kernels for a weight bound in its stored type."""
+    n, k = c.shapes["weight"]
     m = math.prod(c.shapes["x"][:-1])
-    return [matmul_dispatch("x", "weight", "bias" if "bias" in c.shapes else None, "y", m, k, n,
-                            act=c.params.get("activation", "none"))]
+    bias = "bias" if "bias" in c.shapes else None
+    act = c.params.get("activation", "none")
+    layout = packed_layout(c, "weight")
+    if layout is not None:
+        return packed_matmul_dispatches("x", "weight", bias, "y", m, k, n, layout, n, act=act)
+    return [matmul_dispatch("x", "weight", bias, "y", m, k, n, act=act)]
 
 
 def _check_embedding(specs, params):
-    if specs["table"].dtype not in FLOAT_WEIGHTS:
-        return f"table is {specs['table'].dtype}"
-    return None if specs["ids"].dtype == "int32" else f"ids are {specs['ids'].dtype}"
+    return check_weight(specs["table"].dtype, "table") or (
+        None if specs["ids"].dtype == "int32" else f"ids are {specs['ids'].dtype}")
 
 
 def _lower_embedding(c: Call) -> list[Dispatch]:
+    """embedding for a float32 table, embedding_q (one dispatch per chunk) for a packed one."""
     vocab, dim = c.shapes["table"]
     n = math.prod(c.shapes["ids"]) * dim
-    return [Dispatch("embedding", ["table", "ids", "y"], grid_of(n), dict(n=n, dim=dim, vocab=vocab))]
+    layout = packed_layout(c, "table")
+    if layout is None:
+        return [Dispatch("embedding", ["table", "ids", "y"], grid_of(n), dict(n=n, dim=dim, vocab=vocab))]
+    dtype, per_chunk = layout
+    return [Dispatch("embedding_q", [f"table.{i}", "ids", "y"], grid_of(n // 4 if dim % 4 == 0 else n),
+                     dict(n=n, K=dim, r0=r0, rows=r1 - r0, head_off=chunk_words(dtype, r1 - r0, dim)[1],
+                          wtype=LAYOUTS[dtype].code))
+            for i, (r0, r1) in enumerate(chunk_spans(vocab, per_chunk))]
 
 
 register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast, cpu=linear_cpu,
                into=linear_into,
-               gpu=Lowering(("matmul",), _lower_linear, _check_linear)))
+               gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear, check_linear)))
 register(OpDef("embedding", "gather", ("table", "ids"), ("y",), _embedding_infer, embedding_ref, embedding_fast,
                cpu=embedding_cpu,
                into=embedding_into,
-               gpu=Lowering(("embedding",), _lower_embedding, _check_embedding)))
+               gpu=Lowering(("embedding", "embedding_q"), _lower_embedding, _check_embedding)))

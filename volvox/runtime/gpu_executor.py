@@ -2,8 +2,9 @@
 
 Placement (once, at build): a node runs on the GPU when its op has a lowering
 (``volvox/_gpu/lowering.py``), the device supports its kernels and its specs pass the
-lowering's check (float32 activations, float weights, ...); everything else stays on the CPU.
-Weights the GPU reads are uploaded once (float16 widened to float32).
+lowering's check (float32 activations, weight types a shader reads, ...); everything else stays on
+the CPU. Weights the GPU reads are uploaded once: linear / embedding weights packed in their stored
+type, in chunks that fit a storage binding (volvox/ops/gpu_weights.py); others as float32.
 
 A forward walks the CPU executor's steps over the same slots. Each tensor has a host array
 and/or a device buffer; a GPU node uploads inputs that only live on the host and records its
@@ -52,6 +53,7 @@ from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import get_op
 from volvox.ops.context import BatchContext
 from volvox.ops.context import RunContext
+from volvox.ops.gpu_weights import LAYOUTS, PACKED_PORTS, chunk_rows, chunk_spans, pack_rows
 from volvox.runtime.executor import Executor
 
 MEMO_ENTRIES = 4096  # memoized shape inferences + lowerings kept (all dropped when full)
@@ -83,8 +85,13 @@ def place_nodes(graph: Graph, device: Device) -> dict[str, tuple[str, str]]:
 
 
 def _too_big(graph: Graph, node, device: Device) -> str | None:
-    """Why a node's statically-shaped tensor cannot be bound on ``device`` (None: all fit)."""
+    """Why a node's statically-shaped tensor cannot be bound on ``device`` (None: all fit). A weight on a
+    packed port is bound in chunks, so never too big."""
+    packed = {name for port, name in node.inputs.items()
+              if (node.op, port) in PACKED_PORTS and name in graph.weights and graph.specs[name].dtype in LAYOUTS}
     for name in [*node.inputs.values(), *node.outputs.values()]:
+        if name in packed:
+            continue
         shape = graph.specs[name].shape
         if all(isinstance(d, int) for d in shape):
             nbytes = math.prod(shape) * 4  # float32 / int32 on the GPU
@@ -257,17 +264,39 @@ class GpuExecutor:
             slot_names += [node.outputs[p] for p in get_op(node.op).output_names if p in node.outputs]
         self.slot_spec = [graph.specs[n] for n in slot_names]  # static spec per slot
         self.weight_bufs: dict[int, Buffer] = {}
+        self.weight_chunks: dict[int, tuple[str, int, list[Buffer]]] = {}  # slot -> (dtype, rows a chunk, chunks)
         self.constants: dict[str, dict[str, Buffer]] = {}  # node id -> constant name -> buffer
-        gpu_reads = {name for node in graph.nodes if self.placement[node.id][0] == "gpu" for name in node.inputs.values()}
-        for (slot, w), name in zip(self.cpu.weight_slots, graph.weights):
-            if name in gpu_reads:
-                self.weight_bufs[slot] = device.upload(np.asarray(w, dtype=np.float32))
+        self._upload_weights()
         for node in graph.nodes:
             if self.placement[node.id][0] == "gpu":
                 consts = LOWERINGS[node.op].constants(node.params)
                 self.constants[node.id] = {k: device.upload(v) for k, v in consts.items()}
         if self.profile is not None:
             self.profile.backends.update(self.node_backends())
+
+    def _upload_weights(self) -> None:
+        """Upload every weight a GPU node reads, once. One read only through linear / embedding weight
+        ports goes packed in its stored type, in chunks of rows that each fit a storage binding, unless
+        it is a float32 tensor that fits one (the float matmul reads those); any other is float32
+        (float16 widened)."""
+        graph, device = self.graph, self.device
+        readers: dict[str, set[tuple[str, str]]] = {}  # weight -> (op, port) of its GPU readers
+        for node in graph.nodes:
+            if self.placement[node.id][0] == "gpu":
+                for port, name in node.inputs.items():
+                    readers.setdefault(name, set()).add((node.op, port))
+        for (slot, w), name in zip(self.cpu.weight_slots, graph.weights):
+            if name not in readers:
+                continue
+            spec = graph.specs[name]
+            fits = spec.dtype == "float32" and math.prod(spec.shape) * 4 <= device.max_binding
+            if readers[name] <= PACKED_PORTS and spec.dtype in LAYOUTS and not fits:
+                per_chunk = chunk_rows(spec.dtype, spec.shape, device.max_binding)
+                chunks = [device.upload(pack_rows(w, spec.dtype, r0, r1)) for r0, r1 in chunk_spans(spec.shape[0], per_chunk)]
+                self.weight_chunks[slot] = (spec.dtype, per_chunk, chunks)
+                self.weight_bufs[slot] = chunks[0]
+            else:
+                self.weight_bufs[slot] = device.upload(np.asarray(w, dtype=np.float32))
 
     def release_kv(self) -> None:
         """Before the device closes: download the served session's device-only KV rows (its host cache
@@ -549,6 +578,11 @@ class _Forward:
         extra = {}
         if node.op == "attention":
             extra = self._attention_cache(node, shapes, bufs)
+        for p, s in in_slots.items():  # a weight bound packed, chunk by chunk
+            if s in ex.weight_chunks:
+                dtype, per_chunk, chunks = ex.weight_chunks[s]
+                extra[f"{p}_layout"] = (dtype, per_chunk)
+                bufs.update({f"{p}.{i}": b for i, b in enumerate(chunks)})
 
         def lowered(extra: dict) -> list[tuple]:
             """(kernel, buffer names, grid, packed params) per dispatch, memoized by shapes and extras."""
