@@ -46,8 +46,7 @@ struct Params {
 
 const ROWS: u32 = 4u;   // output columns per workgroup
 const LANES: u32 = 16u; // threads per output column
-const MAX_M: u32 = 8u;
-var<workgroup> partial: array<f32, 512>;  // (MAX_M, ROWS * LANES) partial sums
+var<workgroup> partial: array<f32, 512>;  // (8 rows of x, ROWS * LANES) partial sums
 
 // BEGIN weight_at (the same text in matmul_q, gemv_q and embedding_q: tests/gpu/test_quant_shaders.py checks)
 // A weight chunk `w` holds rows [0, rows) of a (rows, K) matrix in its stored type (docs/backends.md,
@@ -206,32 +205,57 @@ fn activate(v: f32, act: u32) -> f32 {
     }
 }
 
+struct Sums {  // the M <= 8 partial sums of a thread, in registers (named lanes, never indexed)
+    lo: vec4<f32>,  // rows 0..3
+    hi: vec4<f32>,  // rows 4..7
+}
+
+fn x_at(m: u32, k: u32, four: bool) -> vec4<f32> {  // x[m, k..k+3], or x[m, k] alone
+    let o = m * P.K + k;
+    if (four) { return vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]); }
+    return vec4<f32>(x[o], 0.0, 0.0, 0.0);
+}
+
+fn add_rows(acc: Sums, wv: vec4<f32>, k: u32, four: bool) -> Sums {  // acc += x[:, k..] . wv, row by row
+    var r = acc;
+    r.lo.x = r.lo.x + dot(x_at(0u, k, four), wv);
+    if (P.M > 1u) { r.lo.y = r.lo.y + dot(x_at(1u, k, four), wv); }
+    if (P.M > 2u) { r.lo.z = r.lo.z + dot(x_at(2u, k, four), wv); }
+    if (P.M > 3u) { r.lo.w = r.lo.w + dot(x_at(3u, k, four), wv); }
+    if (P.M > 4u) { r.hi.x = r.hi.x + dot(x_at(4u, k, four), wv); }
+    if (P.M > 5u) { r.hi.y = r.hi.y + dot(x_at(5u, k, four), wv); }
+    if (P.M > 6u) { r.hi.z = r.hi.z + dot(x_at(6u, k, four), wv); }
+    if (P.M > 7u) { r.hi.w = r.hi.w + dot(x_at(7u, k, four), wv); }
+    return r;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let col = (wid.y * nwg.x + wid.x) * ROWS + li / LANES;
     let lane = li % LANES;
-    var acc: array<f32, 8>;  // (MAX_M,)
-    for (var m = 0u; m < MAX_M; m = m + 1u) { acc[m] = 0.0; }
+    var acc = Sums(vec4<f32>(0.0), vec4<f32>(0.0));
     if (col < P.rows && (P.K & 3u) == 0u) {  // 4 values a step (every block type; f32 / f16 rows of 4k)
         for (var k = lane * 4u; k < P.K; k = k + LANES * 4u) {
-            let wv = weight4_at(P.w_row + col, k);
-            for (var m = 0u; m < P.M; m = m + 1u) {
-                let o = m * P.K + k;
-                acc[m] = acc[m] + dot(vec4<f32>(x[o], x[o + 1u], x[o + 2u], x[o + 3u]), wv);
-            }
+            acc = add_rows(acc, weight4_at(P.w_row + col, k), k, true);
         }
     } else if (col < P.rows) {
         for (var k = lane; k < P.K; k = k + LANES) {
-            let wv = weight_at(P.w_row + col, k);
-            for (var m = 0u; m < P.M; m = m + 1u) { acc[m] = acc[m] + x[m * P.K + k] * wv; }
+            acc = add_rows(acc, vec4<f32>(weight_at(P.w_row + col, k), 0.0, 0.0, 0.0), k, false);
         }
     }
-    for (var m = 0u; m < MAX_M; m = m + 1u) { partial[m * 64u + li] = acc[m]; }
+    partial[li] = acc.lo.x;
+    partial[64u + li] = acc.lo.y;
+    partial[128u + li] = acc.lo.z;
+    partial[192u + li] = acc.lo.w;
+    partial[256u + li] = acc.hi.x;
+    partial[320u + li] = acc.hi.y;
+    partial[384u + li] = acc.hi.z;
+    partial[448u + li] = acc.hi.w;
     workgroupBarrier();
     for (var s = LANES / 2u; s > 0u; s = s / 2u) {
         if (lane < s) {
-            for (var m = 0u; m < MAX_M; m = m + 1u) { partial[m * 64u + li] = partial[m * 64u + li] + partial[m * 64u + li + s]; }
+            for (var m = 0u; m < P.M; m = m + 1u) { partial[m * 64u + li] = partial[m * 64u + li] + partial[m * 64u + li + s]; }
         }
         workgroupBarrier();
     }

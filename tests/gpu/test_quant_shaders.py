@@ -57,6 +57,11 @@ def dense(w) -> np.ndarray:
     return np.asarray(w, np.float64)
 
 
+def stored_nbytes(w) -> int:
+    """Bytes of a weight as stored (GGUF blocks, IEEE halves)."""
+    return w.data.nbytes if isinstance(w, QuantTensor) else w.nbytes
+
+
 def act_ref(name: str, v: np.ndarray) -> np.ndarray:
     """The fused activations in float64, written out from their definitions."""
     from math import erf
@@ -106,6 +111,8 @@ def test_linear_matches_dequantized_product(backend, dtype, m):
     ex, got = run_gpu(device, one_node("linear", {"x": x}, {"weight": w, "bias": bias}), {"weight": w, "bias": bias},
                       {"x": x})
     assert kernels_of(ex) == {"gemv_q" if m <= 8 else "matmul_q"}
+    (_, _, chunks), = ex.weight_chunks.values()  # stored bytes, not widened (at most a word of padding)
+    assert 0 <= sum(c.nbytes for c in chunks) - stored_nbytes(w) < 4
     want = x.astype(np.float64) @ dense(w).T + bias
     assert got["y"].shape == (m, n)
     assert nmse(got["y"], want) < BOUND, f"{dtype} M={m} on {backend}: NMSE {nmse(got['y'], want):.3g}"
@@ -139,6 +146,20 @@ def test_linear_split_reads_row_blocks(backend, dtype, m):
     full = x.astype(np.float64) @ dense(w).T
     for name, (a, b) in zip(("y0", "y1", "y2"), ((0, 4), (4, 7), (7, 15))):
         assert nmse(got[name], full[:, a:b]) < BOUND, name
+
+
+@BACKENDS
+def test_weights_upload_once_at_load(backend, monkeypatch):
+    """Forwards write only their inputs and params to the device, never the weights again."""
+    device = device_or_skip(backend)
+    w = make_weight("q4_k", 24, 512, seed=18)
+    x = rng(19).standard_normal((2, 512)).astype(np.float32)
+    ex = GpuExecutor(one_node("linear", {"x": x}, {"weight": w}), {"weight": w}, device)
+    written = []
+    monkeypatch.setattr(device, "upload", lambda a, buf=None, up=device.upload: written.append(a.nbytes) or up(a, buf))
+    for _ in range(2):
+        ex.run(RunContext(), {"x": x})
+    assert written == [x.nbytes, x.nbytes]
 
 
 # ------------------------------------------------------------------- chunks past the binding limit

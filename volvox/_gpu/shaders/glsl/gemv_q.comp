@@ -16,46 +16,52 @@ struct _4
     uint _m9;
 };
 
-layout(binding = 0, std430) readonly buffer _29_28
+struct _12
+{
+    vec4 _m0;
+    vec4 _m1;
+};
+
+layout(binding = 0, std430) readonly buffer _30_29
 {
     float _m0[];
-} _28;
+} _29;
 
-layout(binding = 1, std430) readonly buffer _32_31
+layout(binding = 1, std430) readonly buffer _33_32
 {
     uint _m0[];
-} _31;
+} _32;
 
-layout(binding = 2, std430) readonly buffer _35_34
+layout(binding = 2, std430) readonly buffer _36_35
 {
     float _m0[];
-} _34;
+} _35;
 
-layout(binding = 3, std430) buffer _38_37
+layout(binding = 3, std430) buffer _39_38
 {
     float _m0[];
-} _37;
+} _38;
 
-layout(binding = 4, std430) readonly buffer _41_40
+layout(binding = 4, std430) readonly buffer _42_41
 {
     _4 _m0;
-} _40;
+} _41;
 
-shared float _43[512];
+shared float _44[512];
 
 uint _307(uint _308, uint _309)
 {
     return _308 / ((_309 == 0u) ? 1u : _309);
 }
 
-uint _626(uint _627, uint _628)
+uint _757(uint _758, uint _759)
 {
-    return _627 % ((_628 == 0u) ? 1u : _628);
+    return _758 % ((_759 == 0u) ? 1u : _759);
 }
 
-float _48(uint _47)
+float _49(uint _48)
 {
-    return unpackHalf2x16(_31._m0[_40._m0._m6 + (_47 >> 1u)])[_47 & 1u];
+    return unpackHalf2x16(_32._m0[_41._m0._m6 + (_48 >> 1u)])[_48 & 1u];
 }
 
 vec4 _288(uint _286, uint _287)
@@ -63,72 +69,72 @@ vec4 _288(uint _286, uint _287)
     return vec4(float((_286 >> _287) & 15u), float((_286 >> (_287 + 8u)) & 15u), float((_286 >> (_287 + 16u)) & 15u), float((_286 >> (_287 + 24u)) & 15u));
 }
 
-uint _69(uint _67, uint _68)
+uint _70(uint _68, uint _69)
 {
-    return (_31._m0[_67 + (_68 >> 2u)] >> ((_68 & 3u) * 8u)) & 255u;
+    return (_32._m0[_68 + (_69 >> 2u)] >> ((_69 & 3u) * 8u)) & 255u;
 }
 
 vec4 _317(uint _315, uint _316)
 {
     uint _329 = 0u;
     uint _331 = 0u;
-    switch (_40._m0._m7)
+    switch (_41._m0._m7)
     {
         case 0u:
         {
-            uint _347 = (_315 * _40._m0._m1) + _316;
-            return vec4(uintBitsToFloat(_31._m0[_347]), uintBitsToFloat(_31._m0[_347 + 1u]), uintBitsToFloat(_31._m0[_347 + 2u]), uintBitsToFloat(_31._m0[_347 + 3u]));
+            uint _347 = (_315 * _41._m0._m1) + _316;
+            return vec4(uintBitsToFloat(_32._m0[_347]), uintBitsToFloat(_32._m0[_347 + 1u]), uintBitsToFloat(_32._m0[_347 + 2u]), uintBitsToFloat(_32._m0[_347 + 3u]));
         }
         case 1u:
         {
-            uint _368 = ((_315 * _40._m0._m1) + _316) >> 1u;
-            return vec4(unpackHalf2x16(_31._m0[_368]), unpackHalf2x16(_31._m0[_368 + 1u]));
+            uint _368 = ((_315 * _41._m0._m1) + _316) >> 1u;
+            return vec4(unpackHalf2x16(_32._m0[_368]), unpackHalf2x16(_32._m0[_368 + 1u]));
         }
         case 2u:
         {
-            uint _382 = (_315 * (_40._m0._m1 >> 5u)) + (_316 >> 5u);
-            return vec4(ivec4(uvec4(_31._m0[(_382 * 8u) + ((_316 & 31u) >> 2u)]) << uvec4(24u, 16u, 8u, 0u)) >> ivec4(uvec4(24u))) * _48(_382);
+            uint _382 = (_315 * (_41._m0._m1 >> 5u)) + (_316 >> 5u);
+            return vec4(ivec4(uvec4(_32._m0[(_382 * 8u) + ((_316 & 31u) >> 2u)]) << uvec4(24u, 16u, 8u, 0u)) >> ivec4(uvec4(24u))) * _49(_382);
         }
         case 3u:
         case 4u:
         {
-            uint _402 = (_315 * (_40._m0._m1 >> 5u)) + (_316 >> 5u);
+            uint _402 = (_315 * (_41._m0._m1 >> 5u)) + (_316 >> 5u);
             uint _403 = _316 & 31u;
-            vec4 _412 = _288(_31._m0[(_402 * 4u) + ((_403 & 15u) >> 2u)], (_403 >> 4u) * 4u);
-            if (_40._m0._m7 == 3u)
+            vec4 _412 = _288(_32._m0[(_402 * 4u) + ((_403 & 15u) >> 2u)], (_403 >> 4u) * 4u);
+            if (_41._m0._m7 == 3u)
             {
-                return (_412 - vec4(8.0)) * _48(_402);
+                return (_412 - vec4(8.0)) * _49(_402);
             }
-            return (_412 * _48(2u * _402)) + vec4(_48((2u * _402) + 1u));
+            return (_412 * _49(2u * _402)) + vec4(_49((2u * _402) + 1u));
         }
         case 5u:
         {
-            uint _434 = (_315 * (_40._m0._m1 >> 8u)) + (_316 >> 8u);
+            uint _434 = (_315 * (_41._m0._m1 >> 8u)) + (_316 >> 8u);
             uint _435 = _316 & 255u;
             uint _436 = _435 >> 5u;
             uint _437 = _434 * 35u;
             if (_436 < 4u)
             {
-                _329 = _69(_437, _436) & 63u;
-                _331 = _69(_437, _436 + 4u) & 63u;
+                _329 = _70(_437, _436) & 63u;
+                _331 = _70(_437, _436 + 4u) & 63u;
             }
             else
             {
-                _329 = (_69(_437, _436 + 4u) & 15u) | ((_69(_437, _436 - 4u) >> 6u) << 4u);
-                _331 = (_69(_437, _436 + 4u) >> 4u) | ((_69(_437, _436) >> 6u) << 4u);
+                _329 = (_70(_437, _436 + 4u) & 15u) | ((_70(_437, _436 - 4u) >> 6u) << 4u);
+                _331 = (_70(_437, _436 + 4u) >> 4u) | ((_70(_437, _436) >> 6u) << 4u);
             }
-            return (_288(_31._m0[((_437 + 3u) + ((_436 >> 1u) * 8u)) + ((_435 & 31u) >> 2u)], (_436 & 1u) * 4u) * (_48(2u * _434) * float(_329))) - vec4(_48((2u * _434) + 1u) * float(_331));
+            return (_288(_32._m0[((_437 + 3u) + ((_436 >> 1u) * 8u)) + ((_435 & 31u) >> 2u)], (_436 & 1u) * 4u) * (_49(2u * _434) * float(_329))) - vec4(_49((2u * _434) + 1u) * float(_331));
         }
         case 6u:
         {
-            uint _493 = (_315 * (_40._m0._m1 >> 8u)) + (_316 >> 8u);
+            uint _493 = (_315 * (_41._m0._m1 >> 8u)) + (_316 >> 8u);
             uint _494 = _316 & 255u;
             uint _495 = _493 * 52u;
             uint _496 = _494 >> 7u;
             uint _498 = (_494 >> 6u) & 1u;
             uint _500 = (_494 >> 5u) & 1u;
             uint _501 = _494 & 31u;
-            return (vec4((((uvec4(_31._m0[_495 + _307(((_496 * 64u) + (_500 * 32u)) + _501, 4u)]) >> uvec4(0u, 8u, 16u, 24u)) >> uvec4(_498 * 4u)) & uvec4(15u)) | ((((uvec4(_31._m0[_495 + _307((128u + (_496 * 32u)) + _501, 4u)]) >> uvec4(0u, 8u, 16u, 24u)) >> uvec4((_498 * 4u) + (_500 * 2u))) & uvec4(3u)) << uvec4(4u))) - vec4(32.0)) * (_48(_493) * float(int(_69(_495, 192u + (_494 >> 4u)) << 24u) >> int(24u)));
+            return (vec4((((uvec4(_32._m0[_495 + _307(((_496 * 64u) + (_500 * 32u)) + _501, 4u)]) >> uvec4(0u, 8u, 16u, 24u)) >> uvec4(_498 * 4u)) & uvec4(15u)) | ((((uvec4(_32._m0[_495 + _307((128u + (_496 * 32u)) + _501, 4u)]) >> uvec4(0u, 8u, 16u, 24u)) >> uvec4((_498 * 4u) + (_500 * 2u))) & uvec4(3u)) << uvec4(4u))) - vec4(32.0)) * (_49(_493) * float(int(_70(_495, 192u + (_494 >> 4u)) << 24u) >> int(24u)));
         }
         default:
         {
@@ -138,66 +144,112 @@ vec4 _317(uint _315, uint _316)
     return vec4(0.0);
 }
 
-float _85(uint _83, uint _84)
+vec4 _630(uint _627, uint _628, bool _629)
 {
-    uint _102 = 0u;
-    uint _105 = 0u;
-    switch (_40._m0._m7)
+    uint _639 = (_627 * _41._m0._m1) + _628;
+    if (_629)
+    {
+        return vec4(_29._m0[_639], _29._m0[_639 + 1u], _29._m0[_639 + 2u], _29._m0[_639 + 3u]);
+    }
+    return vec4(_29._m0[_639], 0.0, 0.0, 0.0);
+}
+
+_12 _663(_12 _659, vec4 _660, uint _661, bool _662)
+{
+    _12 _667 = _12(vec4(0.0), vec4(0.0));
+    _667 = _659;
+    _667._m0.x += dot(_630(0u, _661, _662), _660);
+    if (_41._m0._m0 > 1u)
+    {
+        _667._m0.y += dot(_630(1u, _661, _662), _660);
+    }
+    if (_41._m0._m0 > 2u)
+    {
+        _667._m0.z += dot(_630(2u, _661, _662), _660);
+    }
+    if (_41._m0._m0 > 3u)
+    {
+        _667._m0.w += dot(_630(3u, _661, _662), _660);
+    }
+    if (_41._m0._m0 > 4u)
+    {
+        _667._m1.x += dot(_630(4u, _661, _662), _660);
+    }
+    if (_41._m0._m0 > 5u)
+    {
+        _667._m1.y += dot(_630(5u, _661, _662), _660);
+    }
+    if (_41._m0._m0 > 6u)
+    {
+        _667._m1.z += dot(_630(6u, _661, _662), _660);
+    }
+    if (_41._m0._m0 > 7u)
+    {
+        _667._m1.w += dot(_630(7u, _661, _662), _660);
+    }
+    return _667;
+}
+
+float _86(uint _84, uint _85)
+{
+    uint _103 = 0u;
+    uint _106 = 0u;
+    switch (_41._m0._m7)
     {
         case 0u:
         {
-            return uintBitsToFloat(_31._m0[(_83 * _40._m0._m1) + _84]);
+            return uintBitsToFloat(_32._m0[(_84 * _41._m0._m1) + _85]);
         }
         case 1u:
         {
-            uint _128 = (_83 * _40._m0._m1) + _84;
-            return unpackHalf2x16(_31._m0[_128 >> 1u])[_128 & 1u];
+            uint _129 = (_84 * _41._m0._m1) + _85;
+            return unpackHalf2x16(_32._m0[_129 >> 1u])[_129 & 1u];
         }
         case 2u:
         {
-            uint _140 = (_83 * (_40._m0._m1 >> 5u)) + (_84 >> 5u);
-            return float(int(_69(_140 * 8u, _84 & 31u) << 24u) >> int(24u)) * _48(_140);
+            uint _141 = (_84 * (_41._m0._m1 >> 5u)) + (_85 >> 5u);
+            return float(int(_70(_141 * 8u, _85 & 31u) << 24u) >> int(24u)) * _49(_141);
         }
         case 3u:
         case 4u:
         {
-            uint _156 = (_83 * (_40._m0._m1 >> 5u)) + (_84 >> 5u);
-            uint _157 = _84 & 31u;
-            float _165 = float((_69(_156 * 4u, _157 & 15u) >> ((_157 >> 4u) * 4u)) & 15u);
-            if (_40._m0._m7 == 3u)
+            uint _157 = (_84 * (_41._m0._m1 >> 5u)) + (_85 >> 5u);
+            uint _158 = _85 & 31u;
+            float _166 = float((_70(_157 * 4u, _158 & 15u) >> ((_158 >> 4u) * 4u)) & 15u);
+            if (_41._m0._m7 == 3u)
             {
-                return (_165 - 8.0) * _48(_156);
+                return (_166 - 8.0) * _49(_157);
             }
-            return (_165 * _48(2u * _156)) + _48((2u * _156) + 1u);
+            return (_166 * _49(2u * _157)) + _49((2u * _157) + 1u);
         }
         case 5u:
         {
-            uint _187 = (_83 * (_40._m0._m1 >> 8u)) + (_84 >> 8u);
-            uint _188 = _84 & 255u;
+            uint _187 = (_84 * (_41._m0._m1 >> 8u)) + (_85 >> 8u);
+            uint _188 = _85 & 255u;
             uint _189 = _188 >> 5u;
             uint _190 = _187 * 35u;
             if (_189 < 4u)
             {
-                _102 = _69(_190, _189) & 63u;
-                _105 = _69(_190, _189 + 4u) & 63u;
+                _103 = _70(_190, _189) & 63u;
+                _106 = _70(_190, _189 + 4u) & 63u;
             }
             else
             {
-                _102 = (_69(_190, _189 + 4u) & 15u) | ((_69(_190, _189 - 4u) >> 6u) << 4u);
-                _105 = (_69(_190, _189 + 4u) >> 4u) | ((_69(_190, _189) >> 6u) << 4u);
+                _103 = (_70(_190, _189 + 4u) & 15u) | ((_70(_190, _189 - 4u) >> 6u) << 4u);
+                _106 = (_70(_190, _189 + 4u) >> 4u) | ((_70(_190, _189) >> 6u) << 4u);
             }
-            return ((_48(2u * _187) * float(_102)) * float((_69(_190, (12u + ((_189 >> 1u) * 32u)) + (_188 & 31u)) >> ((_189 & 1u) * 4u)) & 15u)) - (_48((2u * _187) + 1u) * float(_105));
+            return ((_49(2u * _187) * float(_103)) * float((_70(_190, (12u + ((_189 >> 1u) * 32u)) + (_188 & 31u)) >> ((_189 & 1u) * 4u)) & 15u)) - (_49((2u * _187) + 1u) * float(_106));
         }
         case 6u:
         {
-            uint _244 = (_83 * (_40._m0._m1 >> 8u)) + (_84 >> 8u);
-            uint _245 = _84 & 255u;
+            uint _244 = (_84 * (_41._m0._m1 >> 8u)) + (_85 >> 8u);
+            uint _245 = _85 & 255u;
             uint _246 = _244 * 52u;
             uint _247 = _245 >> 7u;
             uint _249 = (_245 >> 6u) & 1u;
             uint _251 = (_245 >> 5u) & 1u;
             uint _252 = _245 & 31u;
-            return (_48(_244) * float(int(_69(_246, 192u + (_245 >> 4u)) << 24u) >> int(24u))) * (float(((_69(_246, ((_247 * 64u) + (_251 * 32u)) + _252) >> (_249 * 4u)) & 15u) | (((_69(_246, (128u + (_247 * 32u)) + _252) >> ((_249 * 4u) + (_251 * 2u))) & 3u) << 4u)) - 32.0);
+            return (_49(_244) * float(int(_70(_246, 192u + (_245 >> 4u)) << 24u) >> int(24u))) * (float(((_70(_246, ((_247 * 64u) + (_251 * 32u)) + _252) >> (_249 * 4u)) & 15u) | (((_70(_246, (128u + (_247 * 32u)) + _252) >> ((_249 * 4u) + (_251 * 2u))) & 3u) << 4u)) - 32.0);
         }
         default:
         {
@@ -256,183 +308,122 @@ float _581(float _579, uint _580)
 
 void main()
 {
-    uint _653 = 0u;
-    float _667 = 0.0;
-    uint _663 = 8u;
-    float _650[8] = float[](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    uint _666 = 0u;
-    uint _662 = 0u;
-    uvec2 _690 = uvec2(4294967295u);
-    uvec2 _727 = uvec2(4294967295u);
-    uvec2 _755 = uvec2(4294967295u);
-    uvec2 _813 = uvec2(4294967295u);
-    uvec2 _841 = uvec2(4294967295u);
-    uvec2 _883 = uvec2(4294967295u);
-    uvec2 _915 = uvec2(4294967295u);
-    uvec2 _940 = uvec2(4294967295u);
-    uvec2 _990 = uvec2(4294967295u);
-    uint _678 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 4u) + _307(gl_LocalInvocationIndex, 16u);
-    uint _679 = _626(gl_LocalInvocationIndex, 16u);
-    for (;;)
+    _12 _787 = _12(vec4(0.0), vec4(0.0));
+    uint _792 = 8u;
+    uint _795 = 0u;
+    float _796 = 0.0;
+    uvec2 _830 = uvec2(4294967295u);
+    uvec2 _868 = uvec2(4294967295u);
+    uvec2 _935 = uvec2(4294967295u);
+    uvec2 _960 = uvec2(4294967295u);
+    uvec2 _1012 = uvec2(4294967295u);
+    uint _806 = (((gl_WorkGroupID.y * gl_NumWorkGroups.x) + gl_WorkGroupID.x) * 4u) + _307(gl_LocalInvocationIndex, 16u);
+    uint _807 = _757(gl_LocalInvocationIndex, 16u);
+    if ((_806 < _41._m0._m4) && ((_41._m0._m1 & 3u) == 0u))
     {
-        if (all(equal(uvec2(0u), _690)))
-        {
-            break;
-        }
-        _690 -= uvec2(uint(_690.y == 0u), 1u);
-        if (!(_653 < 8u))
-        {
-            break;
-        }
-        _650[_653] = 0.0;
-        _653++;
-        continue;
-    }
-    if ((_678 < _40._m0._m4) && ((_40._m0._m1 & 3u) == 0u))
-    {
-        uint _722 = _679 * 4u;
-        uint _654 = _722;
+        uint _819 = _807 * 4u;
+        uint _788 = _819;
         for (;;)
         {
-            if (all(equal(uvec2(0u), _727)))
+            if (all(equal(uvec2(0u), _830)))
             {
                 break;
             }
-            _727 -= uvec2(uint(_727.y == 0u), 1u);
-            if (!(_654 < _40._m0._m1))
+            _830 -= uvec2(uint(_830.y == 0u), 1u);
+            if (!(_788 < _41._m0._m1))
             {
                 break;
             }
-            vec4 _750 = _317(_40._m0._m5 + _678, _654);
-            uint _656 = 0u;
-            for (;;)
-            {
-                if (all(equal(uvec2(0u), _755)))
-                {
-                    break;
-                }
-                _755 -= uvec2(uint(_755.y == 0u), 1u);
-                if (!(_656 < _40._m0._m0))
-                {
-                    break;
-                }
-                uint _779 = (_656 * _40._m0._m1) + _654;
-                _650[_656] += dot(vec4(_28._m0[_779], _28._m0[_779 + 1u], _28._m0[_779 + 2u], _28._m0[_779 + 3u]), _750);
-                _656++;
-                continue;
-            }
-            _654 += 64u;
+            _787 = _663(_787, _317(_41._m0._m5 + _806, _788), _788, true);
+            _788 += 64u;
             continue;
         }
     }
     else
     {
-        if (_678 < _40._m0._m4)
+        if (_806 < _41._m0._m4)
         {
-            uint _658 = _679;
+            uint _790 = _807;
             for (;;)
             {
-                if (all(equal(uvec2(0u), _813)))
+                if (all(equal(uvec2(0u), _868)))
                 {
                     break;
                 }
-                _813 -= uvec2(uint(_813.y == 0u), 1u);
-                if (!(_658 < _40._m0._m1))
+                _868 -= uvec2(uint(_868.y == 0u), 1u);
+                if (!(_790 < _41._m0._m1))
                 {
                     break;
                 }
-                float _836 = _85(_40._m0._m5 + _678, _658);
-                uint _660 = 0u;
-                for (;;)
-                {
-                    if (all(equal(uvec2(0u), _841)))
-                    {
-                        break;
-                    }
-                    _841 -= uvec2(uint(_841.y == 0u), 1u);
-                    if (!(_660 < _40._m0._m0))
-                    {
-                        break;
-                    }
-                    _650[_660] += (_28._m0[(_660 * _40._m0._m1) + _658] * _836);
-                    _660++;
-                    continue;
-                }
-                _658 += 16u;
+                _787 = _663(_787, vec4(_86(_41._m0._m5 + _806, _790), 0.0, 0.0, 0.0), _790, false);
+                _790 += 16u;
                 continue;
             }
         }
     }
-    for (;;)
-    {
-        if (all(equal(uvec2(0u), _883)))
-        {
-            break;
-        }
-        _883 -= uvec2(uint(_883.y == 0u), 1u);
-        if (!(_662 < 8u))
-        {
-            break;
-        }
-        _43[(_662 * 64u) + gl_LocalInvocationIndex] = _650[_662];
-        _662++;
-        continue;
-    }
+    _44[gl_LocalInvocationIndex] = _787._m0.x;
+    _44[64u + gl_LocalInvocationIndex] = _787._m0.y;
+    _44[128u + gl_LocalInvocationIndex] = _787._m0.z;
+    _44[192u + gl_LocalInvocationIndex] = _787._m0.w;
+    _44[256u + gl_LocalInvocationIndex] = _787._m1.x;
+    _44[320u + gl_LocalInvocationIndex] = _787._m1.y;
+    _44[384u + gl_LocalInvocationIndex] = _787._m1.z;
+    _44[448u + gl_LocalInvocationIndex] = _787._m1.w;
     barrier();
     for (;;)
     {
-        if (all(equal(uvec2(0u), _915)))
+        if (all(equal(uvec2(0u), _935)))
         {
             break;
         }
-        _915 -= uvec2(uint(_915.y == 0u), 1u);
-        if (!(_663 > 0u))
+        _935 -= uvec2(uint(_935.y == 0u), 1u);
+        if (!(_792 > 0u))
         {
             break;
         }
-        if (_679 < _663)
+        if (_807 < _792)
         {
-            uint _664 = 0u;
+            uint _793 = 0u;
             for (;;)
             {
-                if (all(equal(uvec2(0u), _940)))
+                if (all(equal(uvec2(0u), _960)))
                 {
                     break;
                 }
-                _940 -= uvec2(uint(_940.y == 0u), 1u);
-                if (!(_664 < 8u))
+                _960 -= uvec2(uint(_960.y == 0u), 1u);
+                if (!(_793 < _41._m0._m0))
                 {
                     break;
                 }
-                _43[(_664 * 64u) + gl_LocalInvocationIndex] += _43[((_664 * 64u) + gl_LocalInvocationIndex) + _663];
-                _664++;
+                _44[(_793 * 64u) + gl_LocalInvocationIndex] += _44[((_793 * 64u) + gl_LocalInvocationIndex) + _792];
+                _793++;
                 continue;
             }
         }
         barrier();
-        _663 = _307(_663, 2u);
+        _792 = _307(_792, 2u);
         continue;
     }
-    if ((_679 == 0u) && (_678 < _40._m0._m4))
+    if ((_807 == 0u) && (_806 < _41._m0._m4))
     {
         for (;;)
         {
-            if (all(equal(uvec2(0u), _990)))
+            if (all(equal(uvec2(0u), _1012)))
             {
                 break;
             }
-            _990 -= uvec2(uint(_990.y == 0u), 1u);
-            if (!(_666 < _40._m0._m0))
+            _1012 -= uvec2(uint(_1012.y == 0u), 1u);
+            if (!(_795 < _41._m0._m0))
             {
                 break;
             }
-            _667 = _43[(_666 * 64u) + gl_LocalInvocationIndex];
-            if (_40._m0._m8 != 0u)
+            _796 = _44[(_795 * 64u) + gl_LocalInvocationIndex];
+            if (_41._m0._m8 != 0u)
             {
-                _667 += _34._m0[_40._m0._m3 + _678];
+                _796 += _35._m0[_41._m0._m3 + _806];
             }
-            _37._m0[((_666 * _40._m0._m2) + _40._m0._m3) + _678] = _581(_667, _40._m0._m9);
-            _666++;
+            _38._m0[((_795 * _41._m0._m2) + _41._m0._m3) + _806] = _581(_796, _41._m0._m9);
+            _795++;
             continue;
         }
         return;
