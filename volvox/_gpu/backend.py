@@ -242,6 +242,9 @@ class Device:
         self.software = False        # a CPU implementation (lavapipe, llvmpipe)
         self.submits = 0             # queue submissions so far (tests count them)
         self.dispatches_recorded = 0  # dispatches made native (descriptor sets, bind groups, GL list entries)
+        self.bytes_uploaded = 0      # host -> device bytes written by upload() (tests count the KV traffic)
+        self.bytes_downloaded = 0    # device -> host bytes copied by downloads
+        self.wait_seconds = 0.0      # of the submits' wall time, spent waiting for the device (fence, sync, map)
         self.max_binding = 1 << 27   # bytes one storage binding may span (each backend reads its driver's limit)
         self.max_buffer = 1 << 62    # bytes one buffer may hold, where the driver says
         self.failed = ""             # why the device refuses work after a failed submit ("" while healthy)
@@ -280,6 +283,15 @@ class Device:
         """Release the device (buffers become invalid)."""
 
     # -- shared ----------------------------------------------------------------
+    @contextmanager
+    def waiting(self):
+        """Time a submit's wait for the device into ``wait_seconds`` (benchmarks split submit from wait)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+
     @contextmanager
     def driver(self, what: str, fatal: bool = False):
         """Run driver calls for ``what``: a driver exception becomes DeviceError naming the backend;
@@ -320,6 +332,7 @@ class Device:
         if data.nbytes:
             with self.driver(f"uploading {fmt_bytes(data.nbytes)}"):
                 self._write(buf, memoryview(data).cast("B"))
+            self.bytes_uploaded += data.nbytes
         return buf
 
     @property
@@ -409,7 +422,17 @@ class CommandGraph:
         with dev.driver(f"running {len(records)} dispatches", fatal=True):
             dev._submit(native, params if params and params != native.params else None, reads, timeout_ns)
         self.submit_seconds += time.perf_counter() - t0
+        dev.bytes_downloaded += sum(r.nbytes for r in reads)
         native.params = params
+
+    def submit(self, records: list[Record], reads: list[tuple[Buffer, int]]) -> list[Readback]:
+        """Run ``records`` (kept from an earlier graph, which checked them) and download ``(buffer, nbytes)``
+        ``reads``: begin, the records, the downloads and end in one call."""
+        self.records = list(records)
+        self.reads = [Readback(buf, nbytes) for buf, nbytes in reads]
+        out = self.reads
+        self.end()
+        return out
 
     def invalidate(self) -> None:
         """Drop every cached recording (before freeing buffers they bind)."""

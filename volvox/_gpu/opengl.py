@@ -206,7 +206,8 @@ class OpenGLDevice(Device):
         sync = GL.glFenceSync(GL.GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
         GL.glFlush()
         self.submits += 1
-        status = GL.glClientWaitSync(sync, GL.GL_SYNC_FLUSH_COMMANDS_BIT, timeout_ns)
+        with self.waiting():
+            status = GL.glClientWaitSync(sync, GL.GL_SYNC_FLUSH_COMMANDS_BIT, timeout_ns)
         GL.glDeleteSync(sync)
         if status == GL.GL_TIMEOUT_EXPIRED:
             raise timed_out(timeout_ns)

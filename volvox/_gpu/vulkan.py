@@ -207,7 +207,8 @@ class VulkanDevice(Device):
         vk.vkQueueSubmit(self.queue, 1, [rec.submit_info], self.fence)
         self.submits += 1
         try:
-            vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, timeout_ns)
+            with self.waiting():
+                vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, timeout_ns)
         except vk.VkTimeout:
             raise timed_out(timeout_ns) from None
         vk.vkResetFences(self.device, 1, [self.fence])

@@ -127,7 +127,8 @@ class WebGPUDevice(Device):
         self.device.queue.submit([encoder.finish()])
         self.submits += 1
         for i, (_, staging, _) in enumerate(rec.copies):
-            staging.map_sync(wgpu.MapMode.READ)
+            with self.waiting():
+                staging.map_sync(wgpu.MapMode.READ)
             if i < len(reads):
                 reads[i].data = bytes(staging.read_mapped())[:reads[i].nbytes]
             staging.unmap()

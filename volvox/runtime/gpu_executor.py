@@ -18,13 +18,22 @@ pool hands out the same buffers to the same sequence of requests; so a forward w
 of an earlier one records exactly the same work, and the command graph replays that recording
 (docs/backends.md, "Record once, replay").
 
-Single-token decode (an input of length 1 in a graph with attention) and ragged batches run
-entirely on the CPU executor: per-token GPU round trips lose to the CPU kernels on the
-devices measured so far (see docs/backends.md).
+Decode runs here too: a single-token forward is the same walk with M = 1, so from the second
+token on it replays one recording in which only the params (the attention's cache length) and the
+4-byte token and position inputs change. Ragged batches (BatchContext) run on the CPU executor.
 
-KV cache: the host ``KVCache`` stays the source of truth. Attention on the GPU reads a device
-mirror of it (uploaded when the host holds rows the mirror lacks), appends this run's keys and
-values there, and the new rows are downloaded with the outputs and appended on the host too.
+KV cache: the attention nodes append to and read a device KV cache sized for the whole context
+(``_DeviceKV``); a GPU forward never copies keys or values to the host. The host ``KVCache`` is
+brought up to date only when something reads it (a CPU forward, inspection, a save), through
+its ``pending_download`` hook: one explicit download of the rows it lacks.
+
+Decode steps skip the walk: a forward that picks its token on the device in one segment is kept
+as a ``_StepReplay`` (its records, input buffers and the attention dispatches to re-lower), and the
+next forward of the same shapes that continues the same session uploads its inputs, patches
+attention's and the pick's params and submits those records, without walking the graph again.
+
+Token picking: given a ``TokenPick``, a forward ends with an argmax (greedy) or a seeded draw
+(temperature / top-k / top-p) on the device and downloads the chosen id, 4 bytes, not the logits.
 """
 
 from __future__ import annotations
@@ -32,11 +41,12 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from volvox._gpu.backend import Buffer, BufferPool, Device, fmt_bytes, kernel_info
+from volvox._gpu.backend import Buffer, BufferPool, Device, Record, fmt_bytes, kernel_info
 from volvox._gpu.lowering import LOWERINGS, Call
 from volvox.errors import KernelError, VolvoxError
 from volvox.ir.graph import Graph, TensorSpec
@@ -92,48 +102,162 @@ def _too_big(graph: Graph, node, device: Device) -> str | None:
     return None
 
 
-class _KVMirror:
-    """Device copies of a KVCache's layers: (n_kv_heads, capacity, head_dim) keys and values.
+@dataclass(frozen=True)
+class TokenPick:
+    """How a GPU forward picks the next token on the device instead of returning logits: greedy
+    (temperature 0: argmax.wgsl) or a draw from softmax(logits / temperature) cut to top_k / top_p
+    (sample.wgsl), whose uniform is a hash of (seed, step) (the shader's comment gives the formula)."""
 
-    The host cache spans the whole context; the device copy starts at 256 positions and doubles
-    (new buffers, re-uploading the host rows) when a run needs more. A new host cache (a new
-    session) takes over the same buffers with nothing synced, so its forwards bind the same
-    buffers and replay the recorded command graphs.
+    temperature: float = 0.0
+    top_k: int = 0         # 0: no cut
+    top_p: float = 1.0     # 1: no cut
+    seed: int = 0          # 64 bits are used
+    step: int = 0          # the generator's counter: draws made before this one with this seed
+
+    def dispatch(self, vocab: int) -> tuple[str, dict]:
+        """(kernel, params) of the one-workgroup dispatch over a logits row of ``vocab``."""
+        if self.temperature == 0.0:
+            return "argmax", {"n": vocab}
+        return "sample", {"n": vocab, "top_k": int(self.top_k), "temperature": float(self.temperature),
+                          "top_p": float(self.top_p), "seed_lo": self.seed & 0xFFFFFFFF,
+                          "seed_hi": (self.seed >> 32) & 0xFFFFFFFF, "step": self.step & 0xFFFFFFFF}
+
+
+class _DeviceKV:
+    """The attention layers' KV cache on the device: per layer (n_kv_heads, max_tokens, head_dim) keys
+    and values, laid out as the host KVCache and sized for the whole context once, so no forward
+    reallocates it and every decode step binds the same buffers.
+
+    It serves one host cache (a session) at a time. ``device_rows`` positions of it are valid on the
+    device; the host lacks those from ``host_from`` on while ``kv.pending_download`` is set. Another
+    session taking the buffers over first has the previous one download its device-only rows.
     """
 
-    def __init__(self, kv, device: Device, layers: list[int], need: int):
-        nkv, max_tokens, hd = kv.keys[0].shape
+    def __init__(self, ex: "GpuExecutor", kv, layers: list[int]):
+        nkv, max_tokens, hd = kv.host_keys[0].shape
+        self.ex, self.shape = ex, (nkv, max_tokens, hd)
+        nbytes = nkv * max_tokens * hd * 4
+        if nbytes > ex.device.max_binding:
+            raise KernelError(f"the KV cache of one layer ({fmt_bytes(nbytes)} for {max_tokens} positions) exceeds "
+                              f"{ex.device.name}'s storage binding limit ({fmt_bytes(ex.device.max_binding)})")
+        self.bufs = {l: (ex.device.alloc(nbytes), ex.device.alloc(nbytes)) for l in layers}
+        self.transfers = ex.device.graph()  # its own command graph: a download may come mid-forward
         self.kv = weakref.ref(kv)
-        self.capacity = min(max_tokens, max(256, 1 << (need - 1).bit_length()))
-        self.synced = 0  # positions valid on the device
-        nbytes = nkv * self.capacity * hd * 4
-        self.bufs = {l: (device.alloc(nbytes), device.alloc(nbytes)) for l in layers}
+        self.device_rows = 0  # positions [0, device_rows) valid on the device
+        self.host_from = 0    # positions [host_from, device_rows) missing on the host while a download is pending
 
-    def follow(self, kv) -> None:
-        """Mirror ``kv`` from now on (nothing of it is on the device yet)."""
-        self.kv, self.synced = weakref.ref(kv), 0
+    def bind(self, kv, start: int) -> None:
+        """Make the device hold positions [0, start) of ``kv`` before a forward writes from ``start``."""
+        if self.kv() is not kv:
+            old = self.kv()
+            if old is not None:
+                old.materialize()  # its device-only rows, before this session overwrites them
+            self.kv, self.device_rows = weakref.ref(kv), 0
+        if self.device_rows < start:  # the host holds rows the device lacks (a CPU forward ran)
+            nkv, cap, hd = self.shape
+            upto = ((nkv - 1) * cap + start) * hd  # every head's rows [0, start): a prefix of the buffer
+            for l, (kb, vb) in self.bufs.items():
+                self.ex.device.upload(kv.keys[l].reshape(-1)[:upto], kb)
+                self.ex.device.upload(kv.values[l].reshape(-1)[:upto], vb)
+            self.device_rows = start
 
-    def free(self, device: Device) -> None:
-        """Release the device buffers."""
+    def wrote(self, kv, start: int, end: int) -> None:
+        """A GPU forward wrote positions [start, end) on the device: the host lacks them until asked."""
+        self.host_from = min(self.host_from, start) if kv.pending_download is not None else start
+        self.device_rows = end
+        kv.pending_download = self.download
+
+    def cpu_wrote(self, kv, start: int) -> None:
+        """A CPU forward wrote ``kv`` from ``start`` on (the host is current; the device is not past it)."""
+        if self.kv() is kv:
+            self.device_rows = min(self.device_rows, start)
+
+    def download(self) -> None:
+        """Copy positions [host_from, device_rows) of every layer to the host cache: one submit."""
+        kv = self.kv()
+        if kv is None or self.host_from >= self.device_rows:
+            return
+        nkv, cap, hd = self.shape
+        lo, hi = self.host_from, self.device_rows
+        upto = ((nkv - 1) * cap + hi) * hd  # every head's rows [0, hi): a prefix of the buffer
+        g = self.transfers
+        g.begin()
+        reads = [(l, g.download(kb, upto * 4), g.download(vb, upto * 4)) for l, (kb, vb) in self.bufs.items()]
+        g.end()
+        for l, rk, rv in reads:
+            for host, r in ((kv.host_keys[l], rk), (kv.host_values[l], rv)):
+                rows = np.zeros(nkv * cap * hd, np.float32)  # (n_kv_heads * max_tokens * head_dim,)
+                rows[:upto] = r.array(np.float32, (upto,))
+                host[:, lo:hi] = rows.reshape(nkv, cap, hd)[:, lo:hi]
+        self.host_from = hi
+
+    def free(self) -> None:
+        """Download what the host lacks, then release the device buffers."""
+        kv = self.kv()
+        if kv is not None:
+            kv.materialize()
         for pair in self.bufs.values():
             for buf in pair:
-                device.free(buf)
+                self.ex.device.free(buf)
+
+
+class _StepReplay:
+    """A single-segment forward with a token pick, kept to be submitted again without the walk: its
+    records (buffers bound, params packed), the buffers its graph inputs were uploaded to, per
+    attention node where its dispatches sit and how to lower them for another cache length, and the
+    input ids checks the embedding made."""
+
+    def __init__(self, records: list[Record], uploads: list[tuple[int, Buffer]], attention: list[tuple[int, Any]],
+                 id_limits: list[tuple[int, int]], token: Buffer, vocab: int, device_kv: "_DeviceKV"):
+        self.records, self.uploads, self.attention = records, uploads, attention
+        self.id_limits, self.token, self.vocab, self.device_kv = id_limits, token, vocab, device_kv
+
+    def continues(self, ex: "GpuExecutor", ctx: RunContext) -> bool:
+        """Whether this step can run for ``ctx``: the same device cache, serving this session, and
+        holding exactly the positions before ``ctx.pos`` (nothing to upload first)."""
+        dkv = self.device_kv
+        return dkv is ex.device_kv and dkv.kv() is ctx.kv and dkv.device_rows == ctx.pos
+
+    def run(self, ex: "GpuExecutor", ctx: RunContext, arrays: list[np.ndarray], pick: TokenPick) -> dict:
+        """Upload the inputs, patch the params of attention (cache length) and of the pick, submit."""
+        slot_of = dict(zip(ex.cpu.input_slots, arrays))
+        for slot, limit in self.id_limits:
+            ids = slot_of[slot]
+            if ids.size and (ids.min() < 0 or ids.max() >= limit):
+                raise KernelError(f"ids must be in [0, {limit}), got {ids.min()}..{ids.max()}")
+        start, seq = ctx.pos, arrays[0].shape[0]
+        ctx.kv.reserve(start + seq)
+        for slot, buf in self.uploads:
+            ex.device.upload(np.ascontiguousarray(slot_of[slot]), buf)
+        records = list(self.records)
+        for first, lowered in self.attention:
+            for i, params in enumerate(lowered(start)):
+                r = records[first + i]
+                records[first + i] = Record(r.kernel, r.buffers, r.grid, params)
+        last = records[-1]
+        kernel, params = pick.dispatch(self.vocab)
+        records[-1] = Record(last.kernel, last.buffers, last.grid, kernel_info(kernel).pack(params))
+        read = ex.commands.submit(records, [(self.token, 4)])[0]
+        self.device_kv.wrote(ctx.kv, start, start + seq)
+        ex.replayed_steps += 1
+        return {"token": read.array(np.int32, (1,))}
 
 
 class GpuExecutor:
     """Runs a validated graph on ``device`` with CPU islands; same ``run(ctx, feeds)`` as Executor."""
 
     def __init__(self, graph: Graph, weights: dict[str, Any], device: Device, reference: bool = False,
-                 profile: bool = False, decode_on_cpu: bool = True):
+                 profile: bool = False):
         self.cpu = Executor(graph, weights, reference=reference, profile=profile)
         self.graph, self.device = graph, device
         self.placement = place_nodes(graph, device)
-        self.decode_on_cpu = decode_on_cpu
-        self.stateful = any(n.op == "attention" for n in graph.nodes)
+        self.picks_on_device = any(w == "gpu" for w, _ in self.placement.values())  # run(..., pick=) works
         self.pool = BufferPool(device)
         self.commands = device.graph()
         self.last_backend = "cpu"  # where the last forward ran ("cpu", or the device's name when any node was on it)
-        self._mirror: _KVMirror | None = None
+        self.device_kv: _DeviceKV | None = None  # made by the first GPU forward with a KV cache
+        self._steps: dict[tuple, _StepReplay] = {}  # (input shapes, output rows, pick kernel) -> kept step
+        self.replayed_steps = 0    # forwards run by a kept step, without the walk (tests count them)
         self._memo: dict[tuple, Any] = {}  # (kind, node id, shapes, ...) -> output shapes / packed dispatches
         slot_names = [s.name for s in graph.inputs] + list(graph.weights)
         for node in graph.nodes:
@@ -174,6 +298,15 @@ class GpuExecutor:
             else:
                 self.weight_bufs[slot] = device.upload(np.asarray(w, dtype=np.float32))
 
+    def release_kv(self) -> None:
+        """Before the device closes: download the served session's device-only KV rows (its host cache
+        stays usable) and free the device KV cache. After a device failure there is nothing to fetch:
+        reading that session's cache then raises the device's DeviceError."""
+        dkv, self.device_kv = self.device_kv, None
+        self._steps.clear()
+        if dkv is not None and not self.device.failed:
+            dkv.free()
+
     @property
     def profile(self):
         """The CPU executor's Profile (GPU nodes are timed by syncing after each when profiling)."""
@@ -200,7 +333,7 @@ class GpuExecutor:
                 f"{len(self.placement) - len(cpu)} nodes on the GPU, {len(cpu)} on the CPU")
         if cpu:
             line += " (" + "; ".join(f"{n}: {r}" for n, r in cpu[:3]) + (", ..." if len(cpu) > 3 else "") + ")"
-        return line + ("; single-token decode on the CPU" if self.stateful and self.decode_on_cpu else "")
+        return line
 
     def memo(self, key: tuple, make):
         """``make()``, computed once per ``key`` (shape inference and lowering depend on shapes, not values)."""
@@ -215,33 +348,41 @@ class GpuExecutor:
         """As Executor.check_feeds."""
         return self.cpu.check_feeds(feeds)
 
-    def _cpu_forward(self, ctx, arrays: list[np.ndarray]) -> bool:
-        if isinstance(ctx, BatchContext):
-            return True
-        if not any(w == "gpu" for w, _ in self.placement.values()):
-            return True
-        return self.decode_on_cpu and self.stateful and any(a.ndim and a.shape[0] == 1 for a in arrays)
+    def _cpu_forward(self, ctx) -> bool:
+        return isinstance(ctx, BatchContext) or not self.picks_on_device
 
-    def run(self, ctx: RunContext, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
-        """One forward; returns the graph outputs as host arrays."""
+    def run(self, ctx: RunContext, feeds: dict[str, Any], pick: TokenPick | None = None) -> dict[str, np.ndarray]:
+        """One forward; returns the graph outputs as host arrays, or with ``pick`` only
+        ``{"token": (1,) int32}``, the next token chosen on the device from the last logits row."""
         arrays = self.check_feeds(feeds)
-        if self._cpu_forward(ctx, arrays):
+        if self._cpu_forward(ctx):
+            if pick is not None:
+                raise KernelError("a token pick needs a forward on the GPU; this one runs on the CPU")
             self.last_backend = "cpu"
-            m = self._mirror
-            if m is not None and ctx.kv is not None and m.kv() is ctx.kv:  # the CPU writes rows from ctx.pos on
-                m.synced = min(m.synced, ctx.pos)
-            if self.profile is not None:  # these nodes' times now include CPU runs (decode steps)
+            result = self.cpu.run(ctx, feeds)  # reading a session's KV cache downloads its device-only rows
+            if self.device_kv is not None:
+                for part, _ in (ctx.parts if isinstance(ctx, BatchContext) else [(ctx, 0)]):
+                    if part.kv is not None:
+                        self.device_kv.cpu_wrote(part.kv, part.pos)
+            if self.profile is not None:  # these nodes' times now include CPU runs (batched decode steps)
                 self.profile.backends.update({n: f"{b}+cpu" for n, b in self.node_backends().items() if b != "cpu"})
-            return self.cpu.run(ctx, feeds)
+            return result
         self.last_backend = self.device.name
-        return _Forward(self, ctx, arrays).run()
+        if pick is not None and self.profile is None and type(ctx) is RunContext and ctx.kv is not None:
+            step = self._steps.get(self._step_key(ctx, [a.shape for a in arrays], pick))
+            if step is not None and step.continues(self, ctx):
+                return step.run(self, ctx, arrays, pick)
+        return _Forward(self, ctx, arrays, pick).run()
+
+    def _step_key(self, ctx: RunContext, input_shapes, pick: TokenPick) -> tuple:
+        return tuple(input_shapes), ctx.output_rows, pick.temperature == 0.0
 
 
 class _Forward:
     """The state of one GPU forward: per slot a host array, a device buffer and a shape."""
 
-    def __init__(self, ex: GpuExecutor, ctx: RunContext, arrays: list[np.ndarray]):
-        self.ex, self.ctx = ex, ctx
+    def __init__(self, ex: GpuExecutor, ctx: RunContext, arrays: list[np.ndarray], pick: TokenPick | None = None):
+        self.ex, self.ctx, self.pick = ex, ctx, pick
         n = ex.cpu.n_slots
         self.host: list[np.ndarray | None] = [None] * n
         self.dev: list[Buffer | None] = [None] * n
@@ -249,8 +390,12 @@ class _Forward:
         self.refs: dict[int, int] = {}           # id(pooled buffer) -> slots holding it
         self.pinned: set[int] = set()            # ids of buffers with a pending download
         self.acquired: dict[int, Buffer] = {}    # every pooled buffer this forward took, by id
-        self.kv_reads: list[tuple] = []          # (layer, k download, v download) of GPU attention nodes
-        self.kv_start = self.kv_seq = 0
+        self.kv_written: tuple[int, int] | None = None  # positions [start, end) this forward appends on the device
+        self.input_shapes = [a.shape for a in arrays]
+        self.segments = 1                         # submits this forward makes (a CPU node ends one)
+        self.uploads: list[tuple[int, Buffer]] = []       # (graph input slot, the buffer it went to)
+        self.attention: list[tuple[int, Any]] = []        # (first record index, lowering by cache start) per attention
+        self.id_limits: list[tuple[int, int]] = []        # (graph input slot of ids, table rows) the embedding checked
         for slot, a in zip(ex.cpu.input_slots, arrays):
             self.host[slot], self.shape[slot] = a, a.shape
         for slot, w in ex.cpu.weight_slots:
@@ -285,6 +430,8 @@ class _Forward:
             buf = self._acquire(a.nbytes, fresh=True)
             self.ex.device.upload(a, buf)
             self._hold(slot, buf)
+            if slot in self.ex.cpu.input_slots:
+                self.uploads.append((slot, buf))
         return self.dev[slot]
 
     def _download(self, slot: int):
@@ -297,6 +444,7 @@ class _Forward:
     def _flush(self) -> None:
         """Run what was recorded (one submit), then let pinned and released buffers be reused."""
         self.ex.commands.end()
+        self.segments += 1
         for bid in self.pinned:
             if self.refs.get(bid) == 0:
                 del self.refs[bid]
@@ -336,21 +484,46 @@ class _Forward:
                 for s in st.release:
                     self._drop(s)
             out_slots = ex.cpu.output_slots
-            reads = {n: self._download(s) for n, s in out_slots.items() if self.host[s] is None}
+            if self.pick is not None:
+                reads = {"token": self._record_pick(out_slots["logits"])}
+                step = self._keep_step(reads["token"][0].buffer, self.shape[out_slots["logits"]][1])
+            else:
+                reads = {n: self._download(s) for n, s in out_slots.items() if self.host[s] is None}
             ex.commands.end()
         finally:
             for bid, buf in self.acquired.items():  # every pooled buffer goes back
                 if bid in self.refs:
                     ex.pool.release(buf)
             ex.pool.end_segment()
-        for layer, (rk, dt, ks), (rv, _, vs) in self.kv_reads:
-            self._host_kv_append(layer, rk.array(dt, ks), rv.array(dt, vs))
-        if self.kv_reads:
-            ex._mirror.synced = self.kv_start + self.kv_seq
+        if self.kv_written is not None:
+            ex.device_kv.wrote(self.ctx.kv, *self.kv_written)
+        if self.pick is not None and step is not None:
+            ex._steps[ex._step_key(self.ctx, self.input_shapes, self.pick)] = step
         if prof is not None:
             prof.runs += 1
+        if self.pick is not None:
+            return {"token": reads["token"][0].array(np.int32, (1,))}
         return {n: (reads[n][0].array(reads[n][1], reads[n][2]) if n in reads else self.host[s])
                 for n, s in out_slots.items()}
+
+    def _keep_step(self, token: Buffer, vocab: int) -> _StepReplay | None:
+        """This forward as a step to submit again, when it is one segment over a KV cache (else None)."""
+        ex = self.ex
+        if self.segments != 1 or self.kv_written is None or ex.profile is not None:
+            return None
+        return _StepReplay(list(ex.commands.records), self.uploads, self.attention, self.id_limits, token, vocab,
+                           ex.device_kv)
+
+    def _record_pick(self, logits_slot: int):
+        """Record the token pick over the last logits row; its 4-byte download."""
+        rows, vocab = self.shape[logits_slot]
+        if rows != 1:
+            raise KernelError(f"a token pick reads one logits row, got {rows} (output_rows must be 'last')")
+        kernel, params = self.pick.dispatch(vocab)
+        token = self._acquire(4)  # (1,) uint32
+        self.ex.commands.record(kernel, [self._to_device(logits_slot), token], (1, 1, 1), params)
+        self.pinned.add(id(token))
+        return self.ex.commands.download(token, 4), np.int32, (1,)
 
     def _profiled(self, st, dt: float, t0: float) -> None:
         prof = self.ex.profile
@@ -380,6 +553,8 @@ class _Forward:
             ids = self.host[in_slots["ids"]]
             if ids.size and (ids.min() < 0 or ids.max() >= shapes["table"][0]):
                 raise KernelError(f"ids must be in [0, {shapes['table'][0]}), got {ids.min()}..{ids.max()}")
+            if in_slots["ids"] in ex.cpu.input_slots:
+                self.id_limits.append((in_slots["ids"], shapes["table"][0]))
         shape_key = (node.id, tuple(shapes.values()), self.ctx.output_rows)
         out_shapes = ex.memo(("shapes",) + shape_key, lambda: self._out_shapes(node, op, in_slots, shapes))
         shapes.update(out_shapes)
@@ -403,17 +578,22 @@ class _Forward:
         extra = {}
         if node.op == "attention":
             extra = self._attention_cache(node, shapes, bufs)
-            if self.ctx.kv is not None:  # the host cache gets this run's keys and values too
-                self.kv_reads.append((int(node.params.get("layer", 0)), self._download(in_slots["k"]),
-                                      self._download(in_slots["v"])))
         for p, s in in_slots.items():  # a weight bound packed, chunk by chunk
             if s in ex.weight_chunks:
                 dtype, per_chunk, chunks = ex.weight_chunks[s]
                 extra[f"{p}_layout"] = (dtype, per_chunk)
                 bufs.update({f"{p}.{i}": b for i, b in enumerate(chunks)})
-        dispatches = ex.memo(("lower",) + shape_key + tuple(extra.items()), lambda: [
-            (d.kernel, d.buffers, d.grid, kernel_info(d.kernel).pack(d.params))
-            for d in low.lower(Call(node.params, shapes, extra))])
+
+        def lowered(extra: dict) -> list[tuple]:
+            """(kernel, buffer names, grid, packed params) per dispatch, memoized by shapes and extras."""
+            return ex.memo(("lower",) + shape_key + tuple(extra.items()), lambda: [
+                (d.kernel, d.buffers, d.grid, kernel_info(d.kernel).pack(d.params))
+                for d in low.lower(Call(node.params, shapes, extra))])
+
+        dispatches = lowered(extra)
+        if node.op == "attention" and self.ctx.kv is not None:  # a kept step re-lowers it for later positions
+            self.attention.append((len(ex.commands.records),
+                                   lambda start, cap=extra["capacity"]: [d[3] for d in lowered({"start": start, "capacity": cap})]))
         for kernel, names, grid, params in dispatches:
             ex.commands.record(kernel, [bufs[b] for b in names], grid, params)
 
@@ -434,34 +614,20 @@ class _Forward:
             bufs["@k_cache"] = self._acquire(nkv * seq * hd * 4)
             bufs["@v_cache"] = self._acquire(nkv * seq * hd * 4)
             return {"start": 0, "capacity": seq}
-        kv = ctx.kv
-        start = ctx.pos
+        kv, start = ctx.kv, ctx.pos
         kv.reserve(start + seq)
-        m = ex._mirror
-        if m is not None and m.capacity < start + seq:  # outgrown: no recording may bind the old buffers
-            ex.commands.invalidate()
-            m.free(ex.device)
-            m = ex._mirror = None
-        if m is None:
+        dkv = ex.device_kv
+        if dkv is not None and dkv.shape != kv.host_keys[0].shape:  # another cache geometry: new buffers
+            ex.commands.invalidate()  # no recording may bind the old ones
+            ex._steps.clear()
+            dkv.free()
+            dkv = ex.device_kv = None
+        if dkv is None:
             layers = sorted({int(n.params.get("layer", 0)) for n in ex.graph.nodes
                              if n.op == "attention" and ex.placement[n.id][0] == "gpu"})
-            m = ex._mirror = _KVMirror(kv, ex.device, layers, start + seq)  # fresh buffers: safe to upload now
-        elif m.kv() is not kv:
-            m.follow(kv)
-        if m.synced < start:
-            for l, (kb, vb) in m.bufs.items():  # the host holds rows the device lacks (CPU decode ran)
-                ex.device.upload(kv.keys[l][:, :m.capacity], kb)
-                ex.device.upload(kv.values[l][:, :m.capacity], vb)
-            m.synced = start
-        self.kv_start, self.kv_seq = start, seq
-        bufs["@k_cache"], bufs["@v_cache"] = m.bufs[layer]
-        return {"start": start, "capacity": m.capacity}
-
-    def _host_kv_append(self, layer: int, k: np.ndarray, v: np.ndarray) -> None:
-        kv = self.ctx.kv
-        if kv is None:
-            return
-        nkv, _, hd = kv.keys[layer].shape
-        seq = k.shape[0]
-        kv.append(layer, self.kv_start, k.reshape(seq, nkv, hd).transpose(1, 0, 2),
-                  v.reshape(seq, nkv, hd).transpose(1, 0, 2))
+            dkv = ex.device_kv = _DeviceKV(ex, kv, layers)
+        if self.kv_written is None:  # the first attention node of this forward
+            dkv.bind(kv, start)
+            self.kv_written = (start, start + seq)
+        bufs["@k_cache"], bufs["@v_cache"] = dkv.bufs[layer]
+        return {"start": start, "capacity": dkv.shape[1]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+from typing import Callable
 
 import numpy as np
 
@@ -41,11 +42,33 @@ class KVCache:
         self._memory = mmap.mmap(-1, max(1, 2 * n_layers * per_array))  # anonymous, zero-filled on first touch
         arrays = np.frombuffer(self._memory, np.float32, count=2 * n_layers * per_array // 4)
         arrays = arrays.reshape((2 * n_layers,) + shape)
-        self.keys = list(arrays[:n_layers])    # n_layers x (n_kv_heads, max_tokens, head_dim)
-        self.values = list(arrays[n_layers:])  # n_layers x (n_kv_heads, max_tokens, head_dim)
+        self.host_keys = list(arrays[:n_layers])    # n_layers x (n_kv_heads, max_tokens, head_dim)
+        self.host_values = list(arrays[n_layers:])  # n_layers x (n_kv_heads, max_tokens, head_dim)
+        self.pending_download: Callable[[], None] | None = None  # set while a device holds rows the host lacks
         self._row_bytes = head_dim * 4
         self._regions = 2 * n_layers * n_kv_heads  # (layer, k|v, head) row ranges, each max_tokens rows
         self.forgotten = 0  # positions below this have been handed back (window caches)
+
+    def materialize(self) -> None:
+        """Bring the rows only a device holds into the host arrays (an explicit download; nothing when
+        the host is current)."""
+        download, self.pending_download = self.pending_download, None
+        if download is not None:
+            download()
+
+    @property
+    def keys(self) -> list[np.ndarray]:
+        """Per layer (n_kv_heads, max_tokens, head_dim) keys, current on the host."""
+        if self.pending_download is not None:
+            self.materialize()
+        return self.host_keys
+
+    @property
+    def values(self) -> list[np.ndarray]:
+        """Per layer (n_kv_heads, max_tokens, head_dim) values, current on the host."""
+        if self.pending_download is not None:
+            self.materialize()
+        return self.host_values
 
     def reserve(self, n_tokens: int, start: int | None = None) -> None:
         """Check that ``n_tokens`` fit (GenerationError past the context limit); a window cache told the

@@ -65,6 +65,12 @@ class Session:
         self.ctx = RunContext(kv=kv, state=StateCache(lm.state_shape) if lm.state_shape else None)
         self.tokens: list[int] = []
 
+    @property
+    def kv(self) -> KVCache | None:
+        """The session's KV cache. After GPU forwards its newest rows live on the device; reading its
+        ``keys`` / ``values`` downloads them first (once)."""
+        return self.ctx.kv
+
     def reserve(self, n_tokens: int) -> None:
         """Check that ``n_tokens`` fit the context; GenerationError past the context limit."""
         if n_tokens > self.lm.config.context_length:
@@ -73,6 +79,18 @@ class Session:
 
     def forward(self, ids: list[int] | np.ndarray, all_logits: bool = False) -> np.ndarray:
         """Append ``ids`` to the context; logits (len(ids) or 1, vocab) for all or only the last position."""
+        return self._feed(ids, all_logits)
+
+    def next_token(self, ids: list[int] | np.ndarray, sampler: Sampler) -> int:
+        """Append ``ids`` to the context and pick the token after them: on the device when the model
+        runs on a GPU and the sampler allows it (one submit, a 4-byte download), else from the logits."""
+        pick = sampler.device_pick() if getattr(self.lm.executor, "picks_on_device", False) else None
+        if pick is None:
+            return sampler(self._feed(ids, False)[-1], self.tokens)
+        return self._feed(ids, False, pick)
+
+    def _feed(self, ids, all_logits: bool, pick=None):
+        """forward(), or with ``pick`` the token the device picks after the last chunk."""
         ids = np.asarray(ids, dtype=np.int32).reshape(-1)  # (n,)
         if ids.size == 0:
             raise GenerationError("forward() needs at least one token")
@@ -84,11 +102,14 @@ class Session:
         for start in range(0, ids.size, PREFILL_CHUNK):
             part = ids[start:start + PREFILL_CHUNK]
             positions = np.arange(self.ctx.pos, self.ctx.pos + part.size, dtype=np.int32)  # (n,)
-            logits = self.lm._forward(self.ctx, part, positions)
+            last = start + PREFILL_CHUNK >= ids.size
+            logits = self.lm._forward(self.ctx, part, positions, pick if last else None)
             self.ctx.pos += part.size
-            if all_logits or start + PREFILL_CHUNK >= ids.size:
+            if all_logits or last:
                 chunks.append(logits)
         self.tokens.extend(int(i) for i in ids)
+        if pick is not None:
+            return int(chunks[0])
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
@@ -102,9 +123,14 @@ class LanguageModel(TextModel):
         self.state_shape = StateShape.from_metadata(state, source) if state is not None else None
         self._decode_plan: Plan | None | bool = None  # built on the first decode step; False: not lowerable
         self._closers.insert(0, self._drop_decode_plan)
+        if hasattr(self.executor, "release_kv"):  # a GPU executor: sessions keep their caches past close()
+            self._closers.insert(0, self.executor.release_kv)
 
-    def _forward(self, ctx: RunContext, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    def _forward(self, ctx: RunContext, tokens: np.ndarray, positions: np.ndarray, pick=None):
+        """Logits of one forward, or with a ``pick`` (GPU executors) the token id picked on the device."""
         self._check_open()
+        if pick is not None:
+            return int(self.executor.run(ctx, {"tokens": tokens, "positions": positions}, pick)["token"][0])
         if tokens.size == 1 and type(ctx) is RunContext and ctx.kv is not None:
             plan = self._native_decode_plan()
             if plan:
@@ -191,7 +217,7 @@ class LanguageModel(TextModel):
             return
         session = self.new_session()
         t0 = time.perf_counter()
-        logits = session.forward(ids)[-1]  # (vocab,)
+        tok = session.next_token(ids, sampler)
         stats.prefill_seconds = time.perf_counter() - t0
         t_decode, native0 = time.perf_counter(), self._native_seconds()
         decoder = self.tokenizer.stream_decoder()
@@ -199,7 +225,6 @@ class LanguageModel(TextModel):
         hold = max((len(s) for s in stops), default=1) - 1  # chars that might start a stop string
         stats.finish_reason = "length"
         for step in range(max_new):
-            tok = sampler(logits, session.tokens)
             if tok in self.tokenizer.eog_ids:
                 stats.finish_reason = "eos"
                 break
@@ -217,7 +242,7 @@ class LanguageModel(TextModel):
                 yield text[emitted:safe]
                 emitted = safe
             if step + 1 < max_new:
-                logits = session.forward([tok])[-1]
+                tok = session.next_token([tok], sampler)
         if stats.finish_reason != "stop":
             text += decoder.flush()
             if len(text) > emitted:

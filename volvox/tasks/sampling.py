@@ -53,6 +53,24 @@ class Sampler:
     def __init__(self, params: SamplingParams):
         self.params = params
         self.rng = np.random.default_rng(params.seed)
+        # the device generator's key: the seed itself, so a seeded GPU run is reproducible
+        self.device_seed = (int(params.seed) if params.seed is not None
+                            else int(self.rng.integers(0, 2 ** 63))) & (2 ** 64 - 1)
+        self.device_draws = 0  # picks handed to the device so far: its generator's counter
+
+    def device_pick(self):
+        """The next token's pick for a GPU forward (runtime.gpu_executor.TokenPick), or None when it
+        must be made here: a repetition penalty needs the history, which stays on the host.
+
+        Greedy picks are the argmax, as here. Seeded draws come from a counter-based generator of
+        (seed, draw number), reproducible for a seed but not the same numbers as this host sampler."""
+        p = self.params
+        if p.repetition_penalty != 1.0:
+            return None
+        from volvox.runtime.gpu_executor import TokenPick  # only GPU runs need it
+        pick = TokenPick(p.temperature, int(p.top_k), p.top_p, self.device_seed, self.device_draws)
+        self.device_draws += 1
+        return pick
 
     def __call__(self, logits: np.ndarray, history: list[int]) -> int:
         """Next token id from ``logits`` (vocab,) given the ids seen so far."""
