@@ -118,7 +118,9 @@ class Seq2SeqModel(TextModel):
         return features
 
     # ---------------------------------------------------------------- decoder
-    def _forward(self, ctx, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    def _forward(self, ctx, tokens: np.ndarray, positions: np.ndarray, pick=None) -> np.ndarray:
+        """The decoder's logits of one forward; ``pick`` (a device-side token choice) is never given:
+        encoder-decoders run on the CPU."""
         self._check_open()
         return self.executor.run(ctx, {"tokens": tokens, "positions": positions})["logits"]
 
