@@ -248,3 +248,15 @@ def test_simd_tiers_give_ggml_avx2_bits(tier):
     if tier == "generic":
         pytest.skip("the portable tier's expf is libm's")
     assert simd_seq_digest() == SIMD_SEQ_DIGEST
+
+
+def test_long_encoder_attention_runs_as_gemms_like_the_reference(tier):
+    """Past GEMM_MIN_ROWS an encoder's self-attention takes the two-GEMM path: same answer (GQA too)."""
+    from volvox.ops.attention import GEMM_MIN_ROWS
+
+    rng = np.random.default_rng(7)
+    seq, nh, nkv, hd = GEMM_MIN_ROWS + 13, 4, 2, 16
+    p = {"n_heads": nh, "n_kv_heads": nkv, "head_dim": hd, "causal": False}
+    q, k, v = (rng.standard_normal((seq, n * hd)).astype(np.float32) for n in (nh, nkv, nkv))
+    np.testing.assert_allclose(attention_fast(RunContext(), p, q, k, v), attention_ref(RunContext(), p, q, k, v),
+                               rtol=1e-5, atol=1e-6)

@@ -222,6 +222,28 @@ def _kernel_takes(ctx, p) -> bool:
     return not float(p.get("softcap", 0.0)) and (p.get("causal", True) or ctx.kv is None)
 
 
+# An encoder's self-attention (not causal, no KV cache) of this many rows or more runs as two f32 GEMMs
+# per head (scores, then probabilities times values: each key row is reused across a block of queries)
+# rather than the row-at-a-time kernel made for decoding, up to GEMM_MAX_ROWS (a seq x seq score
+# matrix per head).
+GEMM_MIN_ROWS, GEMM_MAX_ROWS = 64, 4096
+
+
+def _encoder_attention_gemm(p, out, q, k, v):
+    """Non-causal GQA attention of q over k, v (no cache) through the f32 GEMM kernel, into ``out``."""
+    nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
+    scale = np.float32(p.get("scale", hd ** -0.5))
+    for h in range(nh):
+        kv = slice((h // (nh // nkv)) * hd, (h // (nh // nkv) + 1) * hd)
+        qh = np.ascontiguousarray(q[:, h * hd:(h + 1) * hd]) * scale          # (seq, hd)
+        scores = cpu.linear(qh, np.ascontiguousarray(k[:, kv]))              # (seq, seq)
+        scores -= scores.max(axis=1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=1, keepdims=True)
+        out[:, h * hd:(h + 1) * hd] = cpu.linear(scores, np.ascontiguousarray(v[:, kv].T))  # (seq, hd)
+    return out
+
+
 def attention_into(ctx, p, out, q, k, v):
     """attention_fast written into ``out`` (seq, n_heads * head_dim): the kernel writes it directly
     (a batch's rows, run one sequence at a time, non-causal attention over a KV cache and soft-capped
@@ -231,6 +253,8 @@ def attention_into(ctx, p, out, q, k, v):
         return out
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
     seq = q.shape[0]
+    if not p.get("causal", True) and ctx.kv is None and GEMM_MIN_ROWS <= seq <= GEMM_MAX_ROWS:
+        return _encoder_attention_gemm(p, out, q, k, v)
     k_new = k.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
     v_new = v.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
     if ctx.kv is not None:
