@@ -1,13 +1,14 @@
 """Encoder-decoder speed: volvox vs the engines a user would pick instead, in one run.
 
-    python tools/bench_seq2seq.py [--threads 1 2] [--rounds 3] [--seconds 20] [--skip-t5]
+    python tools/bench_seq2seq.py [--threads 1 2] [--rounds 3] [--seconds 20] [--skip-speech] [--skip-text]
 
 Speech: the real-time factor (seconds of compute per second of audio; lower is faster) of
 ``transcribe`` on Whisper tiny.en (``whisper-tiny.en``, float16 weights) against faster-whisper on
 the same CTranslate2 folder at compute_type float32 and int8, greedy (beam_size=1, temperature 0,
 no timestamps), on ``--seconds`` of espeak-ng speech (several sentences, synthesised here).
-Text: greedy decode tokens/s of a random T5-small-shaped model (6+6 layers, 512 wide, built with
-transformers, no download) in volvox against transformers' generate, after the same source text.
+Text: greedy decode tokens/s of random T5-small- (6+6 layers, 512 wide) and BART-base-shaped (6+6
+layers, 768 wide) models, built with transformers (no download), in volvox against transformers'
+generate, after the same source text.
 
 For each thread count the engines take turns for --rounds rounds and each figure is the median of
 its rounds, so that a noisy neighbour slows both sides alike.
@@ -90,14 +91,16 @@ def bench_speech(threads: list[int], rounds: int, seconds: float) -> None:
                   + f"   volvox / fw-float32 speed: {row['faster-whisper float32'] / row['volvox']:.2f}x")
 
 
-def bench_t5(threads: list[int], rounds: int, new_tokens: int = 64) -> None:
+def bench_text(family: str, threads: list[int], rounds: int, new_tokens: int = 64) -> None:
+    """Greedy decode tok/s of a random ``family`` ("t5" or "bart") model, volvox against transformers."""
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "t5-small-random"
-        model, tok = _t5_folder(folder)
+        folder = Path(tmp) / f"{family}-random"
+        model, tok, start = (_t5_folder if family == "t5" else _bart_folder)(folder)
         src = tok.encode(" ".join(SENTENCES)).ids
-        print(f"text: random T5-small shape, {len(src)}-token source, {new_tokens} greedy tokens; decode tok/s")
+        print(f"text: random {TEXT_SHAPES[family]} shape, {len(src)}-token source, {new_tokens} greedy tokens; "
+              "decode tok/s")
         for n in threads:
             volvox.set_num_threads(n)
             torch.set_num_threads(n)
@@ -105,7 +108,7 @@ def bench_t5(threads: list[int], rounds: int, new_tokens: int = 64) -> None:
 
             def ours():
                 session = vm.new_session(vm.encode(src))
-                logits = session.forward([0])[-1]
+                logits = session.forward([start])[-1]
                 for _ in range(new_tokens - 1):
                     logits = session.forward([int(np.argmax(logits))])[-1]
 
@@ -117,6 +120,9 @@ def bench_t5(threads: list[int], rounds: int, new_tokens: int = 64) -> None:
             vm.close()
             print(f"  {n} thread(s): volvox {new_tokens / a:.1f} tok/s   transformers {new_tokens / b:.1f} tok/s   "
                   f"ratio {b / a:.2f}x (encode included on both sides)")
+
+
+TEXT_SHAPES = {"t5": "T5-small", "bart": "BART-base"}
 
 
 def _t5_folder(directory: Path):
@@ -137,7 +143,31 @@ def _t5_folder(directory: Path):
     model = tf.T5ForConditionalGeneration(config).float().eval()
     model.save_pretrained(directory)
     tok.save(str(directory / "tokenizer.json"))
-    return model, tok
+    return model, tok, 0
+
+
+def _bart_folder(directory: Path):
+    """A random BART-base-shaped model (and a byte-level BPE tokenizer) saved in ``directory``; the torch
+    model, the tokenizer and the decoder's start token."""
+    import torch
+    import transformers as tf
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(SENTENCES * 20, trainer)
+    torch.manual_seed(0)
+    config = tf.BartConfig(vocab_size=tok.get_vocab_size(), d_model=768, encoder_layers=6, decoder_layers=6,
+                           encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
+                           decoder_ffn_dim=3072, max_position_embeddings=1024, bos_token_id=0, pad_token_id=1,
+                           eos_token_id=2, decoder_start_token_id=2, forced_bos_token_id=None, forced_eos_token_id=None)
+    model = tf.BartForConditionalGeneration(config).float().eval()
+    model.save_pretrained(directory)
+    tok.save(str(directory / "tokenizer.json"))
+    return model, tok, 2
 
 
 def main() -> None:
@@ -146,12 +176,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of speech to transcribe")
     parser.add_argument("--skip-speech", action="store_true")
-    parser.add_argument("--skip-t5", action="store_true")
+    parser.add_argument("--skip-text", action="store_true", help="skip the T5 and BART decode runs")
     a = parser.parse_args()
     if not a.skip_speech:
         bench_speech(a.threads, a.rounds, a.seconds)
-    if not a.skip_t5:
-        bench_t5(a.threads, a.rounds)
+    if not a.skip_text:
+        for family in TEXT_SHAPES:
+            bench_text(family, a.threads, a.rounds)
 
 
 if __name__ == "__main__":
