@@ -232,9 +232,9 @@ GEMM_MIN_ROWS, GEMM_MAX_ROWS = 64, 4096
 def _encoder_attention_gemm(p, out, q, k, v):
     """Non-causal GQA attention of q over k, v (no cache) through the f32 GEMM kernel, into ``out``."""
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
-    scale = np.float32(p.get("scale", hd ** -0.5))
+    scale, group = np.float32(p.get("scale", hd ** -0.5)), nh // nkv
     for h in range(nh):
-        kv = slice((h // (nh // nkv)) * hd, (h // (nh // nkv) + 1) * hd)
+        kv = slice((h // group) * hd, (h // group + 1) * hd)  # this head's kv head's columns
         qh = np.ascontiguousarray(q[:, h * hd:(h + 1) * hd]) * scale          # (seq, hd)
         scores = cpu.linear(qh, np.ascontiguousarray(k[:, kv]))              # (seq, seq)
         scores -= scores.max(axis=1, keepdims=True)
