@@ -151,7 +151,7 @@ OPTION_TYPES = {
 }
 
 # TensorType codes (schema.fbs) by numpy dtype name
-TYPE_CODES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+TYPE_CODES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9, "uint16": 16}
 
 
 class ModelBuilder:

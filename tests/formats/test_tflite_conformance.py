@@ -30,6 +30,8 @@ _spec.loader.exec_module(writer)
 ACTS = {"none": 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 Q_IN = dict(scale=0.05, zero_point=3)       # int8 activations: scale 0.05, zero point 3
 Q_OUT = dict(scale=0.07, zero_point=-5)
+Q16_IN = dict(scale=0.0002, zero_point=0)   # int16 activations (16x8): symmetric
+Q16_OUT = dict(scale=0.01, zero_point=0)
 
 
 class Case:
@@ -44,9 +46,10 @@ class Case:
 
 
 def rand(rng, shape, dtype="float32") -> np.ndarray:
-    """Test inputs: int8 over the whole range, float32 standard normal (scaled to 3)."""
-    if dtype == "int8":
-        return rng.integers(-128, 128, size=shape, dtype=np.int8)
+    """Test inputs: int8 / int16 over the whole range, float32 standard normal (scaled to 3)."""
+    if dtype in ("int8", "int16"):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, size=shape, dtype=dtype)
     return (rng.standard_normal(shape) * 3).astype(np.float32)
 
 
@@ -292,10 +295,12 @@ def conformance_cases() -> list[Case]:
     add("DEQUANTIZE", "int8-f32", single_op("DEQUANTIZE", [(4, 9)], [(4, 9)], "int8", out_dtype="float32", q_out={},
                                             version=2), (4, 9), dtype="int8")
 
-    # ---------------------------------------------------------------- data movement (float32 and int8, one quantization)
-    for dtype in ("float32", "int8"):
-        t = "f32" if dtype == "float32" else "int8"
-        same = dict(q_out=Q_IN) if dtype == "int8" else {}
+    # ---------------------------------------------------------------- data movement (one quantization in and out)
+    def movement_cases(dtype: str) -> None:
+        """Every data-movement op in ``dtype`` (float32, int8 or int16; one quantization in and out)."""
+        q = {"float32": {}, "int8": Q_IN, "int16": Q16_IN}[dtype]
+        t = {"float32": "f32", "int8": "int8", "int16": "int16"}[dtype]
+        same = dict(q_in=q, q_out=q) if q else {}
         v = 1
 
         def move(op, name, ins, outs, *feeds, **kw):
@@ -317,7 +322,7 @@ def conformance_cases() -> list[Case]:
         move("UNPACK", "axis2", [(3, 4, 2)], [(3, 4), (3, 4)], (3, 4, 2), options="UnpackOptions",
              fields=[("i", 2), ("i", 2)])
         move("PAD", "hw", [(1, 3, 5, 2)], [(1, 6, 6, 2)], (1, 3, 5, 2), consts=[np.array([[0, 0], [1, 2], [0, 1], [0, 0]], np.int32)])
-        fill = np.array([1.5], np.float32) if dtype == "float32" else (np.array([-9], np.int8), "int8", Q_IN)
+        fill = np.array([1.5], np.float32) if dtype == "float32" else (np.array([-9], dtype), dtype, q)
         move("PADV2", "value", [(1, 3, 5, 2)], [(1, 4, 8, 2)], (1, 3, 5, 2),
              consts=[np.array([[0, 0], [0, 1], [2, 1], [0, 0]], np.int32), fill])
         move("SLICE", "size-1", [(3, 7, 5)], [(2, 4, 5)], (3, 7, 5),
@@ -336,18 +341,22 @@ def conformance_cases() -> list[Case]:
                  consts=[np.array(begin, np.int32), np.array(end, np.int32), np.array(strides, np.int32)])
         m = writer.ModelBuilder()
         axis = m.tensor((), "int32", data=np.array(1, np.int32))
-        x = m.input((2, 6, 3), dtype, **(Q_IN if dtype == "int8" else {}))
-        outs = [m.output((2, 2, 3), dtype, **(Q_IN if dtype == "int8" else {})) for _ in range(3)]
+        x = m.input((2, 6, 3), dtype, **q)
+        outs = [m.output((2, 2, 3), dtype, **q) for _ in range(3)]
         m.op("SPLIT", [axis, x], outs, "SplitOptions", [("i", 3)], version=v)
         add("SPLIT", f"{t}-axis1", m.build(), (2, 6, 3), dtype=dtype)
         move("SPLIT_V", "sizes", [(2, 6, 3)], [(2, 1, 3), (2, 5, 3)], (2, 6, 3), options="SplitVOptions",
              fields=[("i", 2)], consts=[np.array([1, 5], np.int32), np.array(1, np.int32)])
-        move("SPACE_TO_DEPTH", "b2", [(1, 4, 6, 3)], [(1, 2, 3, 12)], (1, 4, 6, 3), options="SpaceToDepthOptions",
-             fields=[("i", 2)])
-        move("DEPTH_TO_SPACE", "b2", [(1, 2, 3, 8)], [(1, 4, 6, 2)], (1, 2, 3, 8), options="DepthToSpaceOptions",
-             fields=[("i", 2)])
+        if dtype != "int16":   # LiteRT's SPACE_TO_DEPTH / DEPTH_TO_SPACE take no int16
+            move("SPACE_TO_DEPTH", "b2", [(1, 4, 6, 3)], [(1, 2, 3, 12)], (1, 4, 6, 3), options="SpaceToDepthOptions",
+                 fields=[("i", 2)])
+            move("DEPTH_TO_SPACE", "b2", [(1, 2, 3, 8)], [(1, 4, 6, 2)], (1, 2, 3, 8), options="DepthToSpaceOptions",
+                 fields=[("i", 2)])
         move("RESIZE_NEAREST_NEIGHBOR", "up", [(1, 3, 5, 2)], [(1, 7, 9, 2)], (1, 3, 5, 2),
              consts=[np.array([7, 9], np.int32)])
+
+    for dtype in ("float32", "int8"):
+        movement_cases(dtype)
 
     for (name, x, size), (align, half) in itertools.product(
             [("up", (1, 3, 5, 2), (6, 9)), ("down", (2, 7, 9, 3), (3, 4)), ("odd", (1, 4, 4, 1), (7, 5))],
@@ -459,6 +468,126 @@ def conformance_cases() -> list[Case]:
         (2, 4, 50), dtype="int8")
     add("L2_NORMALIZATION", "int8", single_op("L2_NORMALIZATION", [(3, 7)], [(3, 7)], "int8", "L2NormOptions", [("b", 0)],
                                               q_out=dict(scale=1 / 128, zero_point=0), version=2), (3, 7), dtype="int8")
+    movement_cases("int16")
+    cases += int16x8_cases(rng)
+    return cases
+
+
+def int16x8_cases(rng) -> list[Case]:
+    """16x8 quantization (int16 activations with zero point 0, int8 weights, int64 biases): convolutions and
+    fully connected layers over awkward shapes, every fused activation, per-tensor and per-channel filters."""
+    cases: list[Case] = []
+
+    def add(op, name, model, *shapes_or_arrays, refused=False):
+        feeds = [s if isinstance(s, np.ndarray) else rand(rng, s, "int16") for s in shapes_or_arrays]
+        cases.append(Case(op, f"{op}-{name}", model, feeds, refused))
+
+    def filt(shape, axis, per_channel=True, bias_dtype="int64", big_bias=False):
+        n = shape[axis]
+        ws = rng.uniform(0.005, 0.03, n if per_channel else 1).astype(np.float32)
+        w = (rng.integers(-127, 128, shape).astype(np.int8), "int8", dict(scale=list(ws), zero_point=[0] * ws.size, axis=axis))
+        bias = rng.integers(-3_000_000, 3_000_000, n)
+        if big_bias:
+            bias[0], bias[-1] = 1 << 40, -(1 << 40)   # saturates, through the whole int64 path
+        b = (bias.astype(bias_dtype), bias_dtype, dict(scale=list(np.float32(Q16_IN["scale"]) * np.resize(ws, n)),
+                                                       zero_point=[0] * n))
+        return w, b
+
+    for (op, padding, stride, dil, out), act in itertools.product(
+            [("CONV_2D", 0, 2, 1, (1, 8, 7, 6)), ("CONV_2D", 1, 1, 2, (1, 11, 9, 6)),
+             ("DEPTHWISE_CONV_2D", 0, 1, 1, (1, 15, 13, 6)), ("DEPTHWISE_CONV_2D", 1, 2, 1, (1, 7, 6, 6))], ACTS):
+        conv = op == "CONV_2D"
+        w, b = filt((6, 3, 3, 5) if conv else (1, 3, 3, 6), 0 if conv else 3)
+        fields = [("b", padding), ("i", stride), ("i", stride)] + ([] if conv else [("i", 1)]) + [("b", ACTS[act])] + \
+            [("i", dil), ("i", dil)]
+        x = (1, 15, 13, 5 if conv else 6)
+        add(op, f"int16-{'same' if padding == 0 else 'valid'}-s{stride}-d{dil}-{act}",
+            single_op(op, [x], [out], "int16", "Conv2DOptions" if conv else "DepthwiseConv2DOptions", fields,
+                      consts=[w, b], q_in=Q16_IN, q_out=Q16_OUT, version=4 if conv else 5), x)
+    for name, per_channel, big in (("per-tensor", False, False), ("big-bias", True, True)):  # (LiteRT needs a bias)
+        w, b = filt((6, 3, 3, 5), 0, per_channel, big_bias=big)
+        add("CONV_2D", f"int16-{name}-batch2",
+            single_op("CONV_2D", [(2, 9, 8, 5)], [(2, 7, 6, 6)], "int16", "Conv2DOptions",
+                      [("b", 1), ("i", 1), ("i", 1), ("b", 0)], consts=[w, b], q_in=Q16_IN,
+                      q_out=Q16_OUT, version=4), (2, 9, 8, 5))
+    w, b = filt((1, 3, 3, 8), 3)
+    add("DEPTHWISE_CONV_2D", "int16-multiplier2",
+        single_op("DEPTHWISE_CONV_2D", [(1, 9, 8, 4)], [(1, 9, 8, 8)], "int16", "DepthwiseConv2DOptions",
+                  [("b", 0), ("i", 1), ("i", 1), ("i", 2), ("b", 0)], consts=[w, b], q_in=Q16_IN, q_out=Q16_OUT,
+                  version=5), (1, 9, 8, 4))
+
+    for (out, strides, kernel, padding), act in itertools.product(
+            [((1, 8, 10, 2), 2, 3, 0), ((1, 7, 9, 2), 2, 3, 0), ((1, 9, 11, 2), 2, 3, 1), ((1, 4, 5, 2), 1, 2, 0),
+             ((1, 12, 15, 2), 3, 3, 0)], ("none", "relu6")):
+        m = writer.ModelBuilder()
+        (wd, wq), (bd, bq) = (lambda f: ((f[0][0], f[0][2]), (f[1][0], f[1][2])))(filt((2, kernel, kernel, 3), 0))
+        shape = m.tensor((4,), "int32", data=np.array(out, np.int32))
+        wt = m.tensor(wd.shape, "int8", data=wd, **wq)
+        bt = m.tensor((2,), "int64", data=bd, **bq)
+        x, y = m.input((1, 4, 5, 3), "int16", **Q16_IN), m.output(out, "int16", **Q16_OUT)
+        m.op("TRANSPOSE_CONV", [shape, wt, x, bt], [y], "TransposeConvOptions",
+             [("b", padding), ("i", strides), ("i", strides), ("b", ACTS[act])], version=3)
+        add("TRANSPOSE_CONV", f"int16-{'x'.join(map(str, out[1:3]))}-s{strides}-k{kernel}-"
+            f"{'same' if padding == 0 else 'valid'}-{act}", m.build(), (1, 4, 5, 3))
+
+    for (xs, keep, units), act in itertools.product([((3, 10), 0, 4), ((2, 5, 2), 0, 5), ((2, 3, 10), 1, 4)], ACTS):
+        out = (*xs[:-1], units) if keep else (int(np.prod(xs)) // 10, units)
+        w, b = filt((units, 10), 0, per_channel=False)
+        add("FULLY_CONNECTED", f"int16-{'x'.join(map(str, xs))}{'-keep' if keep else ''}-{act}",
+            single_op("FULLY_CONNECTED", [xs], [out], "int16", "FullyConnectedOptions",
+                      [("b", ACTS[act]), ("b", 0), ("b", keep)], consts=[w, b], q_in=Q16_IN, q_out=Q16_OUT, version=7), xs)
+    for name, per_channel, bias, big in (("per-channel", True, True, False), ("nobias", False, False, False),
+                                         ("big-bias", False, True, True)):
+        w, b = filt((7, 37), 0, per_channel, big_bias=big)
+        add("FULLY_CONNECTED", f"int16-{name}",
+            single_op("FULLY_CONNECTED", [(40, 37)], [(40, 7)], "int16", "FullyConnectedOptions", [("b", 0)],
+                      consts=[w, b if bias else None], q_in=Q16_IN, q_out=Q16_OUT, version=7), (40, 37))
+
+    geometries = [((3, 3), (2, 2), 0), ((3, 3), (2, 2), 1), ((2, 2), (1, 1), 0), ((2, 3), (1, 2), 1)]
+    for op, (kernel, strides, padding), act in itertools.product(("AVERAGE_POOL_2D", "MAX_POOL_2D"), geometries, ACTS):
+        x = (2, 7, 9, 3)
+        oh = [-(-x[1 + a] // strides[a]) if padding == 0 else (x[1 + a] - kernel[a]) // strides[a] + 1 for a in (0, 1)]
+        fields = [("b", padding), ("i", strides[1]), ("i", strides[0]), ("i", kernel[1]), ("i", kernel[0]), ("b", ACTS[act])]
+        add(op, f"int16-k{kernel[0]}x{kernel[1]}-s{strides[0]}x{strides[1]}-{'same' if padding == 0 else 'valid'}-{act}",
+            single_op(op, [x], [(2, oh[0], oh[1], 3)], "int16", "Pool2DOptions", fields, q_in=Q16_IN, q_out=Q16_IN,
+                      version=3), x)
+    for op, q_out in (("RELU", dict(scale=0.00015, zero_point=0)), ("RELU6", dict(scale=0.0003, zero_point=0)),
+                      ("LEAKY_RELU", dict(scale=0.00025, zero_point=0))):   # (LiteRT has no int16 RELU_N1_TO_1)
+        opts = dict(options="LeakyReluOptions", fields=[("f", 0.2)]) if op == "LEAKY_RELU" else {}
+        add(op, "int16-rescaled", single_op(op, [(3, 5, 7)], [(3, 5, 7)], "int16", q_in=Q16_IN, q_out=q_out,
+                                            version=2 if op == "LEAKY_RELU" else 3, **opts), (3, 5, 7))
+    add("QUANTIZE", "f32-int16", single_op("QUANTIZE", [(4, 33)], [(4, 33)], q_out=dict(scale=0.0003, zero_point=0),
+                                           out_dtype="int16", version=4),
+        rand(rng, (4, 33)) * np.float32(4))   # some past int16's range: saturated
+    for src, dst, q_in, q_out in (("int16", "int8", Q16_IN, Q_OUT), ("int8", "int16", Q_IN, Q16_OUT),
+                                  ("int16", "int16", Q16_IN, dict(scale=0.00035, zero_point=0))):
+        m = writer.ModelBuilder()
+        m.op("QUANTIZE", [m.input((5, 9), src, **q_in)], [m.output((5, 9), dst, **q_out)], version=4)
+        add("QUANTIZE", f"{src}-{dst}", m.build(), rand(rng, (5, 9), src))
+    m = writer.ModelBuilder()
+    m.op("DEQUANTIZE", [m.input((5, 9), "int16", **Q16_IN)], [m.output((5, 9))], version=4)
+    add("DEQUANTIZE", "int16-f32", m.build(), (5, 9))
+    for op in ("MAXIMUM", "MINIMUM"):
+        add(op, "int16-bcast", single_op(op, [(2, 5, 3), (5, 1)], [(2, 5, 3)], "int16", q_in=Q16_IN, q_out=Q16_IN,
+                                         version=4), (2, 5, 3), (5, 1))
+    add("REDUCE_MAX", "int16-last", single_op("REDUCE_MAX", [(3, 4, 11)], [(3, 4)], "int16", "ReducerOptions", [("b", 0)],
+                                              consts=[np.array([-1], np.int32)], q_in=Q16_IN, q_out=Q16_IN, version=3),
+        (3, 4, 11))
+    m = writer.ModelBuilder()
+    x = m.input((3, 7, 4), "int16", **Q16_IN)
+    idx = m.tensor((2, 3), "int32", data=np.array([[6, 0, 2], [1, 1, 6]], np.int32))
+    m.op("GATHER", [x, idx], [m.output((3, 2, 3, 4), "int16", **Q16_IN)], "GatherOptions", [("i", 1)], version=7)
+    add("GATHER", "int16-axis1", m.build(), (3, 7, 4))
+
+    # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
+    w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
+    add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",
+                                                 [("b", 1), ("i", 1), ("i", 1), ("b", 0)], consts=[w, b], q_in=Q16_IN,
+                                                 q_out=Q16_OUT, version=4), (1, 7, 6, 5), refused=True)
+    w, b = filt((4, 10), 0, per_channel=False, bias_dtype="int32")
+    add("FULLY_CONNECTED", "int16-int32-bias", single_op("FULLY_CONNECTED", [(3, 10)], [(3, 4)], "int16",
+                                                         "FullyConnectedOptions", [("b", 0)], consts=[w, b], q_in=Q16_IN,
+                                                         q_out=Q16_OUT, version=7), (3, 10), refused=True)
     return cases
 
 
@@ -528,11 +657,13 @@ def test_unknown_version_is_refused_naming_op_version_and_index(tmp_path):
 def test_unsupported_fused_activation_and_types_are_refused(tmp_path):
     tanh = single_op("ADD", [(2, 3), (2, 3)], [(2, 3)], options="AddOptions", fields=[("b", 4)])
     _refused(tmp_path, tanh, r"operator 0 \(ADD v1\): fused activation 4")
-    int16 = single_op("ADD", [(2, 3), (2, 3)], [(2, 3)], "int16", "AddOptions", [("b", 0)], version=3,
-                      q_in=dict(scale=0.1, zero_point=0), q_out=dict(scale=0.1, zero_point=0))
-    _refused(tmp_path, int16, "type int16")
+    uint16 = single_op("ADD", [(2, 3), (2, 3)], [(2, 3)], "uint16", "AddOptions", [("b", 0)], version=3,
+                       q_in=dict(scale=0.1, zero_point=0), q_out=dict(scale=0.1, zero_point=0))
+    _refused(tmp_path, uint16, "type uint16")
     div = single_op("DIV", [(2, 3), (2, 3)], [(2, 3)], "int8", "DivOptions", [("b", 0)], version=2)
     _refused(tmp_path, div, r"operator 0 \(DIV v2\): int8 DIV is not supported")
+    relu_n1 = single_op("RELU_N1_TO_1", [(2, 3)], [(2, 3)], "int16", q_in=Q16_IN, q_out=Q16_IN)
+    _refused(tmp_path, relu_n1, r"operator 0 \(RELU_N1_TO_1 v1\): int16 RELU_N1_TO_1 is not supported")
     concat_relu = single_op("CONCATENATION", [(2, 3), (2, 3)], [(2, 6)], options="ConcatenationOptions",
                             fields=[("i", 1), ("b", 1)])
     _refused(tmp_path, concat_relu, r"operator 0 \(CONCATENATION v1\): fused relu")
@@ -593,3 +724,56 @@ def test_int8_residual_block_equals_litert(tmp_path):
             ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
             for name in graph.outputs:
                 compare(ours[name], want[name], f"residual block tensor {name} ({'reference' if reference else 'production'})")
+
+
+def test_int16x8_conv_net_equals_litert(tmp_path):
+    """A small 16x8 network (CONV_2D relu -> DEPTHWISE_CONV_2D relu6 -> TRANSPOSE_CONV -> RESHAPE ->
+    FULLY_CONNECTED, int16 activations, int8 per-channel filters, int64 biases): every tensor volvox computes
+    equals LiteRT's reference kernels bit for bit, through the numpy references and the production path."""
+    rng = np.random.default_rng(16)
+    m = writer.ModelBuilder()
+    qs = [dict(scale=s, zero_point=0) for s in (0.0003, 0.002, 0.004, 0.01, 0.05)]
+
+    def filt(shape, axis, in_scale):
+        n = shape[axis]
+        ws = rng.uniform(0.005, 0.03, n).astype(np.float32)
+        w = m.tensor(shape, "int8", data=rng.integers(-127, 128, shape), scale=list(ws), zero_point=[0] * n, axis=axis)
+        b = m.tensor((n,), "int64", data=rng.integers(-200_000, 200_000, n), scale=list(np.float32(in_scale) * ws),
+                     zero_point=[0] * n)
+        return w, b
+
+    x = m.input((1, 9, 11, 4), "int16", **qs[0])
+    h1 = m.tensor((1, 9, 11, 8), "int16", **qs[1])
+    m.op("CONV_2D", [x, *filt((8, 3, 3, 4), 0, qs[0]["scale"])], [h1], "Conv2DOptions",
+         [("b", 0), ("i", 1), ("i", 1), ("b", ACTS["relu"])], version=4)
+    h2 = m.tensor((1, 5, 6, 8), "int16", **qs[2])
+    m.op("DEPTHWISE_CONV_2D", [h1, *filt((1, 3, 3, 8), 3, qs[1]["scale"])], [h2], "DepthwiseConv2DOptions",
+         [("b", 0), ("i", 2), ("i", 2), ("i", 1), ("b", ACTS["relu6"])], version=5)
+    h3 = m.tensor((1, 10, 12, 3), "int16", **qs[3])
+    w, b = filt((3, 3, 3, 8), 0, qs[2]["scale"])
+    m.op("TRANSPOSE_CONV", [m.tensor((4,), "int32", data=np.array([1, 10, 12, 3], np.int32)), w, h2, b], [h3],
+         "TransposeConvOptions", [("b", 0), ("i", 2), ("i", 2), ("b", 0)], version=3)
+    flat = m.tensor((1, 360), "int16", **qs[3])
+    m.op("RESHAPE", [h3, m.tensor((2,), "int32", data=np.array([1, 360], np.int32))], [flat])
+    y = m.output((1, 5), "int16", **qs[4])
+    m.op("FULLY_CONNECTED", [flat, *filt((5, 360), 0, qs[3]["scale"])], [y], "FullyConnectedOptions", [("b", 0)],
+         version=7)
+    model = m.build()
+    path = tmp_path / "net16.tflite"
+    path.write_bytes(model)
+    graph, weights, meta = read_tflite(path)
+    graph.outputs = [o for n in graph.nodes for o in n.outputs.values() if o[1:].isdigit()]  # the file's tensors
+    assert len(graph.outputs) == 5
+    for _ in range(3):
+        feed = rng.integers(-32768, 32768, (1, 9, 11, 4)).astype(np.int16)
+        it = litert.Interpreter(model_content=model, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
+                                experimental_preserve_all_tensors=True)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], feed)
+        it.invoke()
+        want = {d["name"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
+        assert want[graph.outputs[-1]].std() > 100   # a live signal at the end, not a saturated one
+        for reference in (True, False):
+            ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
+            for name in graph.outputs:
+                compare(ours[name], want[name], f"16x8 net tensor {name} ({'reference' if reference else 'production'})")

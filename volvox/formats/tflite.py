@@ -21,6 +21,7 @@ from volvox.errors import UnsupportedError, WeightsError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier, tflite_round
+from volvox.ops.int16x8 import ACCUMULATOR_BOUND, INT16_MAX, INT16_MIN
 from volvox.ops.quantized import (float32_exp, float32_tanh, hard_swish_table_int8, lut_int8, qlog_softmax_params,
                                    rsqrt_table_int8)
 from volvox.ops.shape import MAX_CONCAT_INPUTS
@@ -33,8 +34,8 @@ class TFLiteError(WeightsError):
 
 
 # tensorflow/lite/schema/schema.fbs
-TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 9: "int8"}
-OTHER_TYPES = {5: "string", 7: "int16", 8: "complex64", 10: "float64", 11: "complex128", 12: "uint64",
+TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
+OTHER_TYPES = {5: "string", 8: "complex64", 10: "float64", 11: "complex128", 12: "uint64",
                15: "uint32", 16: "uint16", 17: "int4"}  # named in refusals
 BUILTIN_NAMES = {0: "ADD", 1: "AVERAGE_POOL_2D", 2: "CONCATENATION", 3: "CONV_2D", 4: "DEPTHWISE_CONV_2D",
                  5: "DEPTH_TO_SPACE", 6: "DEQUANTIZE", 9: "FULLY_CONNECTED", 11: "L2_NORMALIZATION", 12: "L2_POOL_2D",
@@ -173,9 +174,9 @@ class _Importer:
         return FUSED_ACTIVATIONS[code]
 
     def act_range(self, act: str, out: _Tensor) -> dict:
-        """TFLite's CalculateActivationRangeQuantized for an int8 output."""
+        """TFLite's CalculateActivationRangeQuantized for an int8 or int16 output."""
         scale, zp = out.qparams()
-        lo, hi = INT8_MIN, INT8_MAX
+        lo, hi = (INT16_MIN, INT16_MAX) if out.dtype == "int16" else (INT8_MIN, INT8_MAX)
         if act != "none":
             fmin, fmax = ACTIVATION_BOUNDS[act]
             quantize = lambda f: zp + int(tflite_round(np.float32(f) / np.float32(scale)))  # noqa: E731
@@ -244,7 +245,7 @@ class _Importer:
         if x.dtype == "float32" and w.dtype != np.float32:
             return self.hybrid_conv(node_id, op, self.tensors[ins[1]], inputs, outs[0], bias, act, geometry, where)
         if not self.conv_node(node_id, inputs, outs[0], x, self.tensors[ins[1]], out, bias, act, geometry, where):
-            raise UnsupportedError(f"{where}: input type {x.dtype} is not supported (float32, int8)")
+            raise UnsupportedError(f"{where}: input type {x.dtype} is not supported (float32, int8, int16)")
 
     def hybrid_conv(self, node_id: str, op: str, w: _Tensor, inputs: dict, y: int, bias, act: str, geometry: dict,
                     where: str) -> None:
@@ -278,6 +279,15 @@ class _Importer:
             self.quantized_weights(inputs, node_id, x, w, out, bias, where)
             self.add("qconv2d", node_id, inputs, y, input_zero_point=x.qparams()[1],
                      output_zero_point=out.qparams()[1], **self.act_range(act, out), **geometry)
+        elif x.dtype == "int16":
+            self.weights_16x8(inputs, node_id, x, w, out, bias, where)
+            pairs = [quantize_multiplier(ratio) for ratio in self.scales_16x8(inputs, x, w, out, where)]
+            if max(s for _, s in pairs) > 7:
+                raise UnsupportedError(f"{where}: an input * filter / output scale ratio of 128 or more is not supported "
+                                       "(LiteRT's 64-bit rescale takes shifts up to 7)")
+            inputs["multiplier"] = self.weight(f"{node_id}.multiplier", np.array([m for m, _ in pairs], np.int32))
+            inputs["shift"] = self.weight(f"{node_id}.shift", np.array([s for _, s in pairs], np.int32))
+            self.add("qconv2d_16x8", node_id, inputs, y, **self.act_range(act, out), **geometry)
         else:
             return False
         return True
@@ -345,6 +355,34 @@ class _Importer:
         inputs["multiplier"] = self.weight(f"{node_id}.multiplier", np.array([m for m, _ in pairs], np.int32))
         inputs["shift"] = self.weight(f"{node_id}.shift", np.array([s for _, s in pairs], np.int32))
 
+    def weights_16x8(self, inputs: dict, node_id: str, x: _Tensor, w: _Tensor, out: _Tensor, bias,
+                     where: str) -> None:
+        """Checks and int64 bias of a 16x8 conv / FC node (int16 input and output with zero point 0,
+        symmetric int8 filter); an int32 bias is refused: LiteRT 2.3's reference kernels read a 16x8
+        bias as int64 whatever its type, so their results do not follow from it."""
+        if w.dtype != "int8" or out.dtype != "int16":
+            raise UnsupportedError(f"{where}: int16 input needs an int8 filter and int16 output, got {w.dtype} / {out.dtype}")
+        if x.qparams()[1] != 0 or out.qparams()[1] != 0 or np.any(w.zero_point != 0):
+            raise UnsupportedError(f"{where}: 16x8 quantization needs zero points 0 (input, output and filter)")
+        if bias is not None and bias.dtype != np.int64:
+            raise UnsupportedError(f"{where}: a 16x8 bias must be int64, got {bias.dtype} (LiteRT 2.3's reference "
+                                   "kernels read it as int64)")
+        depth = int(np.prod(self.weights[inputs["weight"]].shape[1:]))   # products summed per output
+        worst = depth * 128 * 32768 + (int(np.abs(bias).max()) if bias is not None and bias.size else 0)
+        if worst >= ACCUMULATOR_BOUND:
+            raise UnsupportedError(f"{where}: a 16x8 accumulator could reach {worst} (LiteRT's rescale assumes |acc| < 2**47)")
+        if bias is not None:
+            inputs["bias"] = self.weight(f"{node_id}.bias", bias.astype(np.int64))
+
+    def scales_16x8(self, inputs: dict, x: _Tensor, w: _Tensor, out: _Tensor, where: str) -> list[float]:
+        """Per output channel input_scale * filter_scale / output_scale in double (LiteRT's
+        PopulateConvolutionQuantizationParams and its int16 FULLY_CONNECTED)."""
+        n = self.weights[inputs["weight"]].shape[0]   # output channels (depthwise filters already transposed)
+        scales = [float(v) for v in w.scale] if w.scale.size > 1 else [float(w.scale[0])] * n
+        if len(scales) != n:
+            raise UnsupportedError(f"{where}: {w.scale.size} filter scales for {n} output channels")
+        return [x.qparams()[0] * s / out.qparams()[0] for s in scales]
+
     def fully_connected(self, k, op, opts, ins, outs, where) -> None:
         """FULLY_CONNECTED: x flattened to (rows, in_features) unless keep_num_dims, every fused activation."""
         x, out = self.tensors[ins[0]], self.tensors[outs[0]]
@@ -384,9 +422,15 @@ class _Importer:
             # TFLite's reference FULLY_CONNECTED rescales with one rounding (its convs with two)
             self.add("qlinear", node_id, inputs, outs[0], input_zero_point=x.qparams()[1],
                      output_zero_point=out.qparams()[1], rounding="single", **self.act_range(act, out))
+        elif x.dtype == "int16":
+            wt = self.tensors[ins[1]]
+            self.weights_16x8(inputs, node_id, x, wt, out, bias, where)
+            inputs["scale"] = self.weight(f"{node_id}.scale", np.array(self.scales_16x8(inputs, x, wt, out, where),
+                                                                        np.float64))
+            self.add("qlinear_16x8", node_id, inputs, outs[0], **self.act_range(act, out))
         else:
             raise UnsupportedError(f"{where}: input / weight types {x.dtype} / {w.dtype} are not supported "
-                                   "(float32 / float32, int8 / int8)")
+                                   "(float32 / float32, int8 / int8, int16 / int8)")
 
     def batch_matmul(self, k, op, opts, ins, outs, where) -> None:
         """BATCH_MATMUL (float32, int8): adj_x / adj_y as transposes of the last two axes."""
@@ -433,10 +477,11 @@ class _Importer:
                 self.add(pool, node_id, {"x": xname}, outs[0], activation=act, **params)
             else:
                 self.float_result(pool, node_id, {"x": xname}, outs[0], act, **params)
-        elif x.dtype == "int8" and op in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-            if x.qparams() != out.qparams():
-                raise UnsupportedError(f"{where}: int8 pooling must keep scale and zero point")
-            self.add("qavg_pool2d" if op == "AVERAGE_POOL_2D" else "qmax_pool2d", node_id, {"x": xname}, outs[0],
+        elif x.dtype in ("int8", "int16") and op in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+            if x.qparams() != out.qparams() or out.dtype != x.dtype:
+                raise UnsupportedError(f"{where}: {x.dtype} pooling must keep type, scale and zero point")
+            kind = "qavg_pool2d" if op == "AVERAGE_POOL_2D" else "qmax_pool2d"
+            self.add(kind + ("_16x8" if x.dtype == "int16" else ""), node_id, {"x": xname}, outs[0],
                      **self.act_range(act, out), **params)
         else:
             raise UnsupportedError(f"{where}: input type {x.dtype} is not supported")
@@ -452,10 +497,10 @@ class _Importer:
         align, half = (opts.scalar(o, "<b"), opts.scalar(o + 1, "<b")) if opts else (0, 0)
         if align and half:
             raise UnsupportedError(f"{where}: align_corners and half_pixel_centers together are not supported")
-        if x.dtype not in ("float32", "int8") or out.dtype != x.dtype:
-            raise UnsupportedError(f"{where}: {x.dtype} -> {out.dtype} is not supported (float32, int8)")
-        if x.dtype == "int8" and x.qparams() != out.qparams():
-            raise UnsupportedError(f"{where}: int8 resize must keep scale and zero point")
+        if x.dtype not in ("float32", "int8", "int16") or out.dtype != x.dtype or (x.dtype == "int16" and not nearest):
+            raise UnsupportedError(f"{where}: {x.dtype} -> {out.dtype} is not supported (float32, int8; int16 nearest)")
+        if x.dtype in ("int8", "int16") and x.qparams() != out.qparams():
+            raise UnsupportedError(f"{where}: quantized resize must keep scale and zero point")
         if x.dtype == "int8" and not nearest:
             return self.add("qresize_bilinear", f"{op.lower()}_{k}", {"x": self.runtime(ins[0], where)}, outs[0],
                             size=[int(v) for v in size], align_corners=bool(align), half_pixel_centers=bool(half))
@@ -497,9 +542,11 @@ class _Importer:
         x, out = self.tensors[ins[0]], self.tensors[outs[0]]
         node_id = f"{op.lower()}_{k}"
         xname = self.runtime(ins[0], where)
-        dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
+        dtype = self.types(where, ins[:1] + outs, ("float32", "int8", "int16"))
         if dtype == "int8":
             return self.int8_unary(node_id, op, opts, x, out, xname, outs[0], where)
+        if dtype == "int16":
+            return self.int16_unary(node_id, op, opts, x, out, xname, outs[0], where)
         if op == "RELU":
             self.add("relu", node_id, {"x": xname}, outs[0])
         elif op in ("RELU6", "RELU_N1_TO_1"):
@@ -543,6 +590,24 @@ class _Importer:
         else:
             raise UnsupportedError(f"{where}: int8 {op} is not supported "
                                    "(int8 RELU, RELU6, RELU_N1_TO_1, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH, RSQRT)")
+
+    def int16_unary(self, node_id, op, opts, x, out, xname, out_idx, where) -> None:
+        """int16 RELU, RELU6 and LEAKY_RELU: LiteRT's rescale by the in / out scale ratio
+        (LEAKY_RELU: another for the values below zero), clamped to the activation's range."""
+        (sx, zx), (sy, zy) = x.qparams(), out.qparams()
+        if op in ("RELU", "RELU6"):
+            m, shift = quantize_multiplier(sx / sy)
+            self.add("qrescale_16x8", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
+                     multiplier=m, shift=shift, **self.act_range(op.lower(), out))
+        elif op == "LEAKY_RELU":
+            alpha = np.float32(opts.scalar(0, "<f") if opts else 0.0)
+            m, shift = quantize_multiplier(sx / sy)
+            m_neg, shift_neg = quantize_multiplier(float(np.float32(sx) * alpha / np.float32(sy)))
+            self.add("qrescale_16x8", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
+                     multiplier=m, shift=shift, negative_multiplier=m_neg, negative_shift=shift_neg)
+        else:
+            raise UnsupportedError(f"{where}: int16 {op} is not supported (int16 RELU, RELU6, LEAKY_RELU; LiteRT has no "
+                                   "int16 RELU_N1_TO_1)")
 
     def prelu(self, k, op, opts, ins, outs, where) -> None:
         """PRELU: float32 as relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite; int8 as
@@ -593,10 +658,24 @@ class _Importer:
                 raise UnsupportedError(f"{where}: constants of type {c.dtype} cannot be dequantized at import "
                                        "(float16, int8, uint8)")
         elif op == "DEQUANTIZE":
-            if x.dtype != "int8" or out.dtype != "float32":
-                raise UnsupportedError(f"{where}: only int8 -> float32 is supported, got {x.dtype} -> {out.dtype}")
+            if x.dtype not in ("int8", "int16") or out.dtype != "float32":
+                raise UnsupportedError(f"{where}: only int8 / int16 -> float32 is supported, got {x.dtype} -> {out.dtype}")
             scale, zp = x.qparams()
+            if x.dtype == "int16":
+                if zp != 0:
+                    raise UnsupportedError(f"{where}: int16 needs zero point 0, got {zp}")
+                return self.add("dequantize_16x8", node_id, {"x": self.runtime(ins[0], where)}, outs[0], scale=scale)
             self.add("dequantize", node_id, {"x": self.runtime(ins[0], where)}, outs[0], scale=scale, zero_point=zp)
+        elif x.dtype == "float32" and out.dtype == "int16":
+            scale, zp = out.qparams()
+            if zp != 0:
+                raise UnsupportedError(f"{where}: int16 needs zero point 0, got {zp}")
+            self.add("quantize_16x8", node_id, {"x": self.runtime(ins[0], where)}, outs[0], scale=scale)
+        elif x.dtype in ("int8", "int16") and out.dtype in ("int8", "int16") and "int16" in (x.dtype, out.dtype):
+            (sx, zx), (sy, zy) = x.qparams(), out.qparams()
+            m, shift = quantize_multiplier(sx / sy)
+            self.add("qrescale_16x8", node_id, {"x": self.runtime(ins[0], where)}, outs[0], input_zero_point=zx,
+                     output_zero_point=zy, multiplier=m, shift=shift, output_dtype=out.dtype)
         elif x.dtype == "float32" and out.dtype == "int8":
             scale, zp = out.qparams()
             self.add("quantize", node_id, {"x": self.runtime(ins[0], where)}, outs[0], scale=scale, zero_point=zp)
@@ -608,16 +687,16 @@ class _Importer:
                      output_zero_point=zy, multiplier=m, shift=shift, output_dtype=out.dtype)
         else:
             raise UnsupportedError(f"{where}: quantization {x.dtype} -> {out.dtype} is not supported "
-                                   "(float32 -> int8, int8 / uint8 -> int8 / uint8)")
+                                   "(float32 -> int8 / int16, int8 / uint8 -> int8 / uint8, int8 / int16 -> int8 / int16)")
 
     # ------------------------------------------------------------------ data movement
     def movement(self, k, op, opts, ins, outs, where) -> None:
-        """Ops that move values without computing on them: any dtype, int8 with one (scale, zero point)."""
+        """Ops that move values without computing on them: any dtype, int8 / int16 with one (scale, zero point)."""
         data_in = ins if op in ("CONCATENATION", "PACK") else ins[1:2] if op == "SPLIT" else ins[:1]  # value inputs
         x = self.tensors[data_in[0]]
         node_id = f"{op.lower()}_{k}"
-        self.types(where, data_in + outs, ("float32", "int8", "int32"))
-        if x.dtype == "int8":
+        self.types(where, data_in + outs, ("float32", "int8", "int16", "int32"))
+        if x.dtype in ("int8", "int16"):
             self.same_quantization(where, *data_in, *outs)
         if op in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):
             self.add("reshape", node_id, {"x": self.value(ins[0], where)}, outs[0],
@@ -634,7 +713,7 @@ class _Importer:
             if op == "PADV2" and len(ins) > 2 and ins[2] >= 0:
                 fill = self.const(ins[2], where, "the pad value").reshape(-1)[0].item()
             else:
-                fill = x.qparams()[1] if x.dtype == "int8" else 0
+                fill = x.qparams()[1] if x.dtype in ("int8", "int16") else 0
             self.add("pad", node_id, {"x": self.runtime(ins[0], where)}, outs[0], pads=pads.tolist(),
                      **({"value": fill} if fill else {}))
         elif op == "SLICE":
@@ -771,14 +850,14 @@ class _Importer:
         node_id = f"{op.lower()}_{k}"
         x, out = self.tensors[ins[0]], self.tensors[outs[0]]
         if op in ("MAXIMUM", "MINIMUM"):
-            dtype = self.types(where, ins[:2] + outs, ("float32", "int8", "int32"))
-            if dtype == "int8":
+            dtype = self.types(where, ins[:2] + outs, ("float32", "int8", "int16", "int32"))
+            if dtype in ("int8", "int16"):
                 self.same_quantization(where, ins[0], ins[1], outs[0])
             return self.add(op.lower(), node_id, {"a": self.value(ins[0], where), "b": self.value(ins[1], where)},
                             outs[0])
         if op in ("SUM", "REDUCE_MAX"):
-            dtype = self.types(where, ins[:1] + outs, ("float32", "int32") + (("int8",) if op == "REDUCE_MAX" else ()))
-            if dtype == "int8":
+            dtype = self.types(where, ins[:1] + outs, ("float32", "int32") + (("int8", "int16") if op == "REDUCE_MAX" else ()))
+            if dtype in ("int8", "int16"):
                 self.same_quantization(where, ins[0], outs[0])
             axes = sorted({int(a) % len(x.shape) for a in self.const(ins[1], where, "the axes").reshape(-1)})
             if not axes:
@@ -802,8 +881,8 @@ class _Importer:
                 raise UnsupportedError(f"{where}: CAST to int8 is not supported")
             return self.add("cast", node_id, {"x": self.value(ins[0], where)}, outs[0], to=out.dtype)
         if op == "GATHER":
-            self.types(where, ins[:1] + outs, ("float32", "int8", "int32"))
-            if x.dtype == "int8":
+            self.types(where, ins[:1] + outs, ("float32", "int8", "int16", "int32"))
+            if x.dtype in ("int8", "int16"):
                 self.same_quantization(where, ins[0], outs[0])
             indices = self.tensors[ins[1]]
             axis = (opts.scalar(0, "<i") if opts else 0) % len(x.shape)

@@ -63,9 +63,9 @@ def check_params(p: dict, dtype: str) -> None:
                                ("nearest_mode", p.get("nearest_mode", "round_prefer_floor"), NEAREST_MODES)):
         if value not in known:
             raise UnsupportedError(f"resize: {name}={value!r} is not supported (choose from {', '.join(known)})")
-    if dtype == "int8" and p["mode"] != "nearest":
-        raise UnsupportedError("resize: int8 bilinear (TFLite's fixed-point arithmetic) is not supported; "
-                               "int8 runs mode='nearest'")
+    if dtype in ("int8", "int16") and p["mode"] != "nearest":
+        raise UnsupportedError(f"resize: {dtype} bilinear (TFLite's fixed-point arithmetic) is not supported; "
+                               f"{dtype} runs mode='nearest'")
 
 
 def axis_scales(p: dict) -> tuple | None:
@@ -135,7 +135,7 @@ def _tables(x: np.ndarray, p: dict) -> list:
 def _resize_infer(specs, params):
     x = specs["x"]
     expect(len(x.shape) == 4, f"x must be NHWC (4-D), got {x.describe()}")
-    expect(x.dtype in ("float32", "int8"), f"x must be float32 or int8, got {x.describe()}")
+    expect(x.dtype in ("float32", "int8", "int16"), f"x must be float32, int8 or int16, got {x.describe()}")
     check_params(params, x.dtype)
     expect(("size" in params) != ("scales" in params), f"resize needs exactly one of size [h, w] and scales [sh, sw], got {params}")
     given = params.get("size", params.get("scales"))

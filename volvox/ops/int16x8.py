@@ -1,0 +1,200 @@
+"""LiteRT's 16x8 quantization: int16 activations (symmetric, zero point 0), int8 weights, int64 biases,
+bit-exact to its reference kernels (OpResolverType.BUILTIN_REF of ai-edge-litert 2.3).
+
+- ``qconv2d_16x8`` (CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV): int64 accumulation, then LiteRT's
+  64-bit MultiplyByQuantizedMultiplier: the int32 multiplier rounded to 16 bits, one rounding shift
+  (reference_integer_ops::ConvPerChannel / DepthwiseConvPerChannel for int16 input);
+- ``qlinear_16x8`` (FULLY_CONNECTED): int64 accumulation, then rescaled in double,
+  round(acc * (input_scale * filter_scale / output_scale)) with halves away from zero, cast to int32
+  as x86 does (a value outside int32 becomes INT32_MIN) (reference_integer_ops::FullyConnected);
+- ``qmax_pool2d_16x8`` / ``qavg_pool2d_16x8``: the window maximum, or the integer sum divided by the
+  in-image count with halves away from zero (reference_integer_ops::MaxPool / AveragePool);
+- ``quantize_16x8`` / ``dequantize_16x8``: float32 <-> int16 (AffineQuantize, Dequantize);
+- ``qrescale_16x8``: the 32-bit MultiplyByQuantizedMultiplier of x - zp_in by the scale ratio, + zp_out,
+  clamped (int16 RELU / RELU6, LEAKY_RELU with a second multiplier, QUANTIZE between int8 and int16).
+
+The importer computes the (multiplier, shift) pairs and the double scales once and refuses what these
+formulas would not reproduce (an accumulator that could pass 2**47, a shift past 7). Every product of an
+int16 and an int8 fits in 23 bits, so the fast paths sum them exactly in float64 (BLAS) for up to 2**30
+terms; the references sum tap by tap in int64. Step plans run every op here as a numpy island.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from volvox.ir.graph import expect, same_dim
+from volvox.ops.conv import conv_direct, conv_fast, conv_infer_shape
+from volvox.ops.int8 import multiply_by_quantized_multiplier, tflite_round
+from volvox.ops.pool import pool_out_shape, pool_taps, valid_counts
+from volvox.ops.registry import OpDef, register
+
+INT16_MIN, INT16_MAX = -32768, 32767
+ACCUMULATOR_BOUND = 1 << 47  # LiteRT's 64-bit MultiplyByQuantizedMultiplier assumes |acc| < 2**47
+
+
+def multiply_by_quantized_multiplier_64(acc: np.ndarray, m: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """LiteRT's MultiplyByQuantizedMultiplier(int64_t x, int32_t multiplier, int shift) over int64 arrays:
+    the multiplier rounded to its top 16 bits, (x * m16 + 2**(14 - shift)) >> (15 - shift), cast to int32."""
+    acc, m, shift = (np.asarray(v, np.int64) for v in (acc, m, shift))
+    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - shift
+    result = (acc * reduced + (np.int64(1) << (total - 1))) >> total
+    return (result + (1 << 31)) % (1 << 32) - (1 << 31)   # static_cast<int32_t>
+
+
+def round_scaled_to_int32(acc: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """static_cast<int32_t>(round(double(acc) * scale)): halves away from zero; a value outside int32
+    becomes INT32_MIN (what x86's cvttsd2si gives LiteRT)."""
+    v = np.asarray(acc, np.float64) * np.asarray(scale, np.float64)
+    r = np.copysign(np.floor(np.abs(v) + 0.5), v)
+    inside = (r >= -(2.0 ** 31)) & (r < 2.0 ** 31)
+    return np.where(inside, r, -(2.0 ** 31)).astype(np.int64)
+
+
+def _clamp16(y: np.ndarray, p: dict) -> np.ndarray:
+    return np.clip(y, int(p.get("act_min", INT16_MIN)), int(p.get("act_max", INT16_MAX))).astype(np.int16)
+
+
+def _check_16x8(specs, n_out: int) -> None:
+    x, w = specs["x"], specs["weight"]
+    expect(x.dtype == "int16" and w.dtype == "int8", f"x must be int16 and weight int8: {x.describe()}, {w.describe()}")
+    if "bias" in specs:
+        b = specs["bias"]
+        expect(b.dtype == "int64" and b.shape == (n_out,), f"bias must be int64[{n_out}], got {b.describe()}")
+
+
+# ----------------------------------------------------------------------------- convolutions
+def _qconv_infer(specs, params):
+    w = specs["weight"]
+    _check_16x8(specs, w.shape[0])
+    for port in ("multiplier", "shift"):
+        s = specs[port]
+        expect(s.dtype == "int32" and s.shape == (w.shape[0],), f"{port} must be int32[{w.shape[0]}], got {s.describe()}")
+    return {"y": (conv_infer_shape(specs["x"], w, params), "int16")}
+
+
+def qconv2d_16x8_ref(ctx, p, x, weight, bias, multiplier, shift):
+    """int16 NHWC conv with int8 OHWI weights: int64 tap-by-tap sums (+ int64 bias), rescaled by LiteRT's
+    64-bit MultiplyByQuantizedMultiplier, clamped to the fused activation. (N, OH, OW, Cout) int16."""
+    acc = conv_direct(x.astype(np.int64), weight, p, np.int64)                 # (N, OH, OW, Cout)
+    if bias is not None:
+        acc = acc + bias
+    return _clamp16(multiply_by_quantized_multiplier_64(acc, multiplier, shift), p)
+
+
+def qconv2d_16x8_fast(ctx, p, x, weight, bias, multiplier, shift):
+    """qconv2d_16x8 with the sums in float64 im2col / BLAS (exact integers), then the reference's rescale."""
+    acc = conv_fast(x.astype(np.float64), weight, p, np.float64).astype(np.int64)  # (N, OH, OW, Cout)
+    if bias is not None:
+        acc = acc + bias
+    return _clamp16(multiply_by_quantized_multiplier_64(acc, multiplier, shift), p)
+
+
+# ----------------------------------------------------------------------------- fully connected
+def _qlinear_infer(specs, params):
+    x, w = specs["x"], specs["weight"]
+    expect(len(w.shape) == 2, f"weight must be a 2-D int8 matrix, got {w.describe()}")
+    _check_16x8(specs, w.shape[0])
+    expect(same_dim(x.shape[-1], w.shape[1]), f"x's last dim must equal weight's in_features: {x.describe()} vs {w.describe()}")
+    s = specs["scale"]
+    expect(s.dtype == "float64" and s.shape == (w.shape[0],), f"scale must be float64[{w.shape[0]}], got {s.describe()}")
+    return {"y": (x.shape[:-1] + (w.shape[0],), "int16")}
+
+
+def qlinear_16x8_ref(ctx, p, x, weight, bias, scale):
+    """int16 fully connected with int8 (out, in) weights: int64 x @ w.T (+ int64 bias), rescaled in double by
+    each output's input_scale * filter_scale / output_scale, clamped. (..., out) int16."""
+    acc = x.astype(np.int64) @ weight.astype(np.int64).T                      # (..., out)
+    if bias is not None:
+        acc = acc + bias
+    return _clamp16(round_scaled_to_int32(acc, scale), p)
+
+
+def qlinear_16x8_fast(ctx, p, x, weight, bias, scale):
+    """qlinear_16x8 with the sums as one float64 BLAS matmul (exact integers)."""
+    acc = (x.astype(np.float64) @ weight.astype(np.float64).T).astype(np.int64)  # (..., out)
+    if bias is not None:
+        acc = acc + bias
+    return _clamp16(round_scaled_to_int32(acc, scale), p)
+
+
+# ----------------------------------------------------------------------------- pooling
+def _qpool_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int16", f"x must be int16, got {x.describe()}")
+    return {"y": (pool_out_shape(x, params), "int16")}
+
+
+def qmax_pool2d_16x8_ref(ctx, p, x):
+    """int16 max over each window's in-image pixels (padding never wins), clamped. (N, OH, OW, C)."""
+    return _clamp16(pool_taps(x, p, INT16_MIN, np.maximum), p)
+
+
+def qavg_pool2d_16x8_ref(ctx, p, x):
+    """int16 average pool (one scale in and out): the in-image pixels' integer sum divided by their count,
+    rounding half away from zero (reference_integer_ops::AveragePool), clamped. (N, OH, OW, C)."""
+    acc = pool_taps(x.astype(np.int64), p, 0, np.add)      # (N, OH, OW, C)
+    count = valid_counts(x.shape, p).astype(np.int64)      # (OH, OW, 1)
+    half = count // 2
+    return _clamp16(np.where(acc > 0, (acc + half) // count, -((-acc + half) // count)), p)
+
+
+# ----------------------------------------------------------------------------- (de)quantize and rescale
+def _quantize_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "float32", f"x must be float32, got {x.describe()}")
+    expect(float(params["scale"]) > 0, f"scale must be positive, got {params['scale']}")
+    return {"y": (x.shape, "int16")}
+
+
+def quantize_16x8_ref(ctx, p, x):
+    """int16(round(x / scale)): float32 division, halves away from zero, saturated (AffineQuantize)."""
+    return np.clip(tflite_round(x / np.float32(p["scale"])), INT16_MIN, INT16_MAX).astype(np.int16)
+
+
+def _dequantize_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int16", f"x must be int16, got {x.describe()}")
+    return {"y": (x.shape, "float32")}
+
+
+def dequantize_16x8_ref(ctx, p, x):
+    """float32(scale * x) (zero point 0): the product of a float32 scale and an int16 is exact in double,
+    so float32 arithmetic gives LiteRT's rounding of it."""
+    return (np.float32(p["scale"]) * x.astype(np.float32)).astype(np.float32)
+
+
+def _rescale_infer(specs, params):
+    x = specs["x"]
+    to = params.get("output_dtype", "int16")
+    expect(x.dtype in ("int8", "int16") and to in ("int8", "int16") and "int16" in (x.dtype, to),
+           f"an int16 rescale reads and writes int8 / int16 (one of them int16), got {x.describe()} -> {to}")
+    return {"y": (x.shape, to)}
+
+
+def qrescale_16x8_ref(ctx, p, x):
+    """zp_out + MultiplyByQuantizedMultiplier(x - zp_in, multiplier, shift) (32-bit, as LiteRT's int16
+    ReluX, LeakyRelu and Requantize), clamped to ``act_min`` / ``act_max`` or the output type; values below
+    the input zero point use (negative_multiplier, negative_shift) when given (LEAKY_RELU's alpha)."""
+    shifted = x.astype(np.int64) - int(p.get("input_zero_point", 0))
+    m, shift = int(p["multiplier"]), int(p["shift"])
+    if "negative_multiplier" in p:
+        negative = shifted < 0
+        m = np.where(negative, int(p["negative_multiplier"]), m)
+        shift = np.where(negative, int(p["negative_shift"]), shift)
+    y = multiply_by_quantized_multiplier(shifted, m, shift) + int(p.get("output_zero_point", 0))
+    info = np.iinfo(p.get("output_dtype", "int16"))
+    lo, hi = max(int(p.get("act_min", info.min)), info.min), min(int(p.get("act_max", info.max)), info.max)
+    return np.clip(y, lo, hi).astype(info.dtype)
+
+
+register(OpDef("qconv2d_16x8", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",), _qconv_infer,
+               qconv2d_16x8_ref, qconv2d_16x8_fast))
+register(OpDef("qlinear_16x8", "quantized", ("x", "weight", "bias?", "scale"), ("y",), _qlinear_infer,
+               qlinear_16x8_ref, qlinear_16x8_fast))
+register(OpDef("qmax_pool2d_16x8", "quantized", ("x",), ("y",), _qpool_infer, qmax_pool2d_16x8_ref))
+register(OpDef("qavg_pool2d_16x8", "quantized", ("x",), ("y",), _qpool_infer, qavg_pool2d_16x8_ref))
+register(OpDef("quantize_16x8", "quantized", ("x",), ("y",), _quantize_infer, quantize_16x8_ref))
+register(OpDef("dequantize_16x8", "quantized", ("x",), ("y",), _dequantize_infer, dequantize_16x8_ref))
+register(OpDef("qrescale_16x8", "quantized", ("x",), ("y",), _rescale_infer, qrescale_16x8_ref))
