@@ -579,6 +579,22 @@ def int16x8_cases(rng) -> list[Case]:
     m.op("GATHER", [x, idx], [m.output((3, 2, 3, 4), "int16", **Q16_IN)], "GatherOptions", [("i", 1)], version=7)
     add("GATHER", "int16-axis1", m.build(), (3, 7, 4))
 
+    shapes = {"same": ((2, 5, 7, 3), (2, 5, 7, 3)), "bcast": ((2, 5, 7, 3), (1, 1, 7, 1))}
+    general = (dict(scale=0.0002, zero_point=0), dict(scale=0.00031, zero_point=0), dict(scale=0.00045, zero_point=0))
+    pot = (dict(scale=2.0 ** -12, zero_point=0), dict(scale=2.0 ** -14, zero_point=0), dict(scale=2.0 ** -12, zero_point=0))
+    for op, (sname, (sa, sb)), act in itertools.product(("ADD", "SUB", "MUL"), shapes.items(), ACTS):
+        out = np.broadcast_shapes(sa, sb)
+        for qname, (qa, qb, qy), pot_flag in (("", general, 1), ("-pot", pot, 1), ("-pot-scales-general", pot, 0)):
+            if qname and (op == "MUL" or (sname == "bcast" and pot_flag)):
+                continue
+            if op == "MUL":
+                qy = dict(scale=0.02, zero_point=0)
+            m = writer.ModelBuilder()
+            a, b = m.input(sa, "int16", **qa), m.input(sb, "int16", **qb)
+            m.op(op, [a, b], [m.output(out, "int16", **qy)], {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions"}[op],
+                 [("b", ACTS[act])] + ([("b", pot_flag)] if op != "MUL" else []), version={"ADD": 3, "SUB": 3, "MUL": 4}[op])
+            add(op, f"int16-{sname}-{act}{qname}", m.build(), sa, sb)
+
     # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
     w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
     add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",

@@ -63,6 +63,13 @@ ACTIVATION_BOUNDS = {"relu": (0.0, None), "relu_n1_to_1": (-1.0, 1.0), "relu6": 
 PADDING_SAME, PADDING_VALID = 0, 1
 
 
+def pot_log2(scale: float) -> int | None:
+    """LiteRT's CheckedLog2: round(log2(scale)) in float32 when its fractional part is under 1e-3, else None."""
+    x_log2 = np.float32(np.log(np.float32(scale))) * (np.float32(1.0) / np.float32(np.log(np.float32(2.0))))
+    rounded = np.float32(tflite_round(x_log2))
+    return int(rounded) if abs(np.float32(x_log2 - rounded)) < np.float32(1e-3) else None
+
+
 class _Tensor:
     """One TFLite tensor: name, shape, dtype, quantization, constant data (or None)."""
 
@@ -518,10 +525,12 @@ class _Importer:
     def binary(self, k, op, opts, ins, outs, where) -> None:
         """ADD / SUB / MUL / DIV / SQUARED_DIFFERENCE: float32 (fused activation as a clamp) or int8
         (TFLite's fixed-point rescaling, bit-exact)."""
-        dtype = self.types(where, ins[:2] + outs, ("float32", "int8"))
+        dtype = self.types(where, ins[:2] + outs, ("float32", "int8", "int16"))
         act = self.act(opts.scalar(0, "<b") if opts and op in ("ADD", "SUB", "MUL", "DIV") else 0, where)
         node_id = f"{op.lower()}_{k}"
         a, b = self.value(ins[0], where), self.value(ins[1], where)
+        if dtype == "int16":
+            return self.int16_binary(node_id, op, opts, ins, outs, act, a, b, where)
         if dtype == "float32":
             if op == "SQUARED_DIFFERENCE":
                 return self.add("squared_difference", node_id, {"a": a, "b": b}, outs[0])
@@ -535,6 +544,28 @@ class _Importer:
             q["subtract"] = True
         kind = {"MUL": "qmul", "SQUARED_DIFFERENCE": "qsquared_difference"}.get(op, "qadd")
         self.add(kind, node_id, {"a": a, "b": b}, outs[0], **q, **self.act_range(act, ty))
+
+    def int16_binary(self, node_id, op, opts, ins, outs, act, a, b, where) -> None:
+        """int16 ADD / SUB (LiteRT's general path, or its power-of-two one when every scale is a power of two
+        and the options' pot_scale_int16 asks for it) and MUL; zero points must be 0."""
+        ta, tb, ty = (self.tensors[i] for i in (ins[0], ins[1], outs[0]))
+        if op not in ("ADD", "SUB", "MUL"):
+            raise UnsupportedError(f"{where}: int16 {op} is not supported (int16 ADD, SUB, MUL)")
+        if any(t.qparams()[1] != 0 for t in (ta, tb, ty)):
+            raise UnsupportedError(f"{where}: int16 needs zero points 0")
+        q = dict(a_scale=ta.qparams()[0], b_scale=tb.qparams()[0], y_scale=ty.qparams()[0], **self.act_range(act, ty))
+        if op == "MUL":
+            return self.add("qmul_16x8", node_id, {"a": a, "b": b}, outs[0], **q)
+        if opts is None:
+            raise UnsupportedError(f"{where}: int16 {op} needs its options (pot_scale_int16)")
+        logs = [pot_log2(t.qparams()[0]) for t in (ta, tb, ty)]
+        if opts.scalar(1, "<b", 1) and None not in logs:    # pot_scale_int16 (default true) and power-of-two scales
+            shifts = (logs[0] - logs[2], logs[1] - logs[2])
+            if max(shifts) > 0 or min(shifts) < 0 and max(shifts) < 0 or ta.shape != tb.shape:
+                raise UnsupportedError(f"{where}: power-of-two int16 {op} needs one input at the output's scale, the "
+                                       f"other at a smaller one, and no broadcast (input shifts {shifts})")
+            q.update(pot=True, a_shift=shifts[0], b_shift=shifts[1])
+        self.add("qadd_16x8", node_id, {"a": a, "b": b}, outs[0], **q, **({"subtract": True} if op == "SUB" else {}))
 
     def unary(self, k, op, opts, ins, outs, where) -> None:
         """Activations and unary math: float32 onto volvox's ops; int8 as TFLite computes them (a

@@ -11,7 +11,10 @@ bit-exact to its reference kernels (OpResolverType.BUILTIN_REF of ai-edge-litert
   in-image count with halves away from zero (reference_integer_ops::MaxPool / AveragePool);
 - ``quantize_16x8`` / ``dequantize_16x8``: float32 <-> int16 (AffineQuantize, Dequantize);
 - ``qrescale_16x8``: the 32-bit MultiplyByQuantizedMultiplier of x - zp_in by the scale ratio, + zp_out,
-  clamped (int16 RELU / RELU6, LEAKY_RELU with a second multiplier, QUANTIZE between int8 and int16).
+  clamped (int16 RELU / RELU6, LEAKY_RELU with a second multiplier, QUANTIZE between int8 and int16);
+- ``qadd_16x8`` (ADD, SUB): LiteRT's general int16 path (15 bits of headroom, the int8 rescaling) or,
+  when every scale is a power of two and the op asks for it, its power-of-two path (one input shifted,
+  a saturating sum); ``qmul_16x8`` (MUL): the exact product rescaled once.
 
 The importer computes the (multiplier, shift) pairs and the double scales once and refuses what these
 formulas would not reproduce (an accumulator that could pass 2**47, a shift past 7). Every product of an
@@ -25,7 +28,8 @@ import numpy as np
 
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.conv import conv_direct, conv_fast, conv_infer_shape
-from volvox.ops.int8 import multiply_by_quantized_multiplier, tflite_round
+from volvox.ops.elementwise import broadcast_shape
+from volvox.ops.int8 import multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
 from volvox.ops.pool import pool_out_shape, pool_taps, valid_counts
 from volvox.ops.registry import OpDef, register
 
@@ -189,6 +193,56 @@ def qrescale_16x8_ref(ctx, p, x):
     return np.clip(y, lo, hi).astype(info.dtype)
 
 
+# ----------------------------------------------------------------------------- add / sub / mul
+ADD_LEFT_SHIFT_16 = 15  # LiteRT's headroom for int16 ADD / SUB with general scales
+
+
+def _binary_infer(specs, params):
+    a, b = specs["a"], specs["b"]
+    expect(a.dtype == "int16" and b.dtype == "int16", f"a and b must be int16: {a.describe()}, {b.describe()}")
+    if params.get("pot"):
+        expect(a.shape == b.shape, f"the power-of-two int16 add takes no broadcast: {a.describe()}, {b.describe()}")
+    return {"y": (broadcast_shape(a.shape, b.shape), "int16")}
+
+
+def qadd_16x8_ref(ctx, p, a, b):
+    """int16 a + b (a - b when ``subtract``). General scales: each input << 15 rescaled to twice the larger
+    input scale, summed, rescaled to the output (LiteRT's general int16 path). ``pot`` (every scale a power
+    of two): the input with the smaller scale divided by 2**shift rounding, then a saturating int16 sum
+    or difference (reference_ops::Add / Sub16). Clamped to the fused activation."""
+    if p.get("pot"):
+        sa, sb = int(p["a_shift"]), int(p["b_shift"])                           # <= 0, one of them 0
+        xa, xb = a.astype(np.int64), b.astype(np.int64)
+        xa = _rounding_divide_by_pot(xa, -sa) if sa else xa
+        xb = _rounding_divide_by_pot(xb, -sb) if sb else xb
+        y = np.clip(xa - xb if p.get("subtract") else xa + xb, INT16_MIN, INT16_MAX)
+        return _clamp16(y, p)
+    sa, sb, sy = (float(np.float32(p[k])) for k in ("a_scale", "b_scale", "y_scale"))
+    twice_max = 2 * max(sa, sb)
+    ma, sha = quantize_multiplier(sa / twice_max)
+    mb, shb = quantize_multiplier(sb / twice_max)
+    my, shy = quantize_multiplier(twice_max / ((1 << ADD_LEFT_SHIFT_16) * sy))
+    xa = multiply_by_quantized_multiplier(a.astype(np.int64) << ADD_LEFT_SHIFT_16, ma, sha)   # a's shape
+    xb = multiply_by_quantized_multiplier(b.astype(np.int64) << ADD_LEFT_SHIFT_16, mb, shb)   # b's shape
+    total = xa - xb if p.get("subtract") else xa + xb                                        # broadcast
+    return _clamp16(multiply_by_quantized_multiplier(total, my, shy), p)
+
+
+def _rounding_divide_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT: x / 2**exponent, halves away from zero."""
+    mask = (1 << exponent) - 1
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + ((x & mask) > threshold)
+
+
+def qmul_16x8_ref(ctx, p, a, b):
+    """int16 a * b: the exact product rescaled by s_a * s_b / s_y (in float32, as LiteRT's Prepare) with the
+    32-bit MultiplyByQuantizedMultiplier, clamped (reference_integer_ops::Mul)."""
+    real = np.float32(p["a_scale"]) * np.float32(p["b_scale"]) / np.float32(p["y_scale"])
+    m, shift = quantize_multiplier(float(real))
+    return _clamp16(multiply_by_quantized_multiplier(a.astype(np.int64) * b.astype(np.int64), m, shift), p)
+
+
 register(OpDef("qconv2d_16x8", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",), _qconv_infer,
                qconv2d_16x8_ref, qconv2d_16x8_fast))
 register(OpDef("qlinear_16x8", "quantized", ("x", "weight", "bias?", "scale"), ("y",), _qlinear_infer,
@@ -198,3 +252,5 @@ register(OpDef("qavg_pool2d_16x8", "quantized", ("x",), ("y",), _qpool_infer, qa
 register(OpDef("quantize_16x8", "quantized", ("x",), ("y",), _quantize_infer, quantize_16x8_ref))
 register(OpDef("dequantize_16x8", "quantized", ("x",), ("y",), _dequantize_infer, dequantize_16x8_ref))
 register(OpDef("qrescale_16x8", "quantized", ("x",), ("y",), _rescale_infer, qrescale_16x8_ref))
+register(OpDef("qadd_16x8", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_16x8_ref))
+register(OpDef("qmul_16x8", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_16x8_ref))
