@@ -595,6 +595,26 @@ def int16x8_cases(rng) -> list[Case]:
                  [("b", ACTS[act])] + ([("b", pot_flag)] if op != "MUL" else []), version={"ADD": 3, "SUB": 3, "MUL": 4}[op])
             add(op, f"int16-{sname}-{act}{qname}", m.build(), sa, sb)
 
+    for name, x, axes, keep, out in (("hw-keep", (2, 5, 7, 3), [1, 2], 1, (2, 1, 1, 3)), ("hw", (2, 5, 7, 3), [1, 2], 0, (2, 3)),
+                                     ("last", (3, 4, 11), [-1], 0, (3, 4)), ("all-but-batch", (2, 3, 9, 5), [1, 2, 3], 0, (2,))):
+        add("MEAN", f"int16-{name}", single_op("MEAN", [x], [out], "int16", "ReducerOptions", [("b", keep)],
+                                               consts=[np.array(axes, np.int32)], q_in=Q16_IN,
+                                               q_out=dict(scale=0.00013, zero_point=0), version=3), x)
+    for adj_x, adj_y in itertools.product((0, 1), (0, 1)):
+        a = (2, 5, 3) if adj_x else (2, 3, 5)
+        b = (2, 4, 5) if adj_y else (2, 5, 4)
+        add("BATCH_MATMUL", f"int16-adj{adj_x}{adj_y}", single_op("BATCH_MATMUL", [a, b], [(2, 3, 4)], "int16",
+                                                                 "BatchMatMulOptions", [("b", adj_x), ("b", adj_y)],
+                                                                 q_in=Q16_IN, q_out=dict(scale=0.05, zero_point=0),
+                                                                 version=3), a, b)
+
+    every = np.arange(-32768, 32768, dtype=np.int16).reshape(256, 256)   # every int16 input
+    for op, (name, scale) in itertools.product(("LOGISTIC", "TANH"), (("pot-12", 2.0 ** -12), ("pot-11", 2.0 ** -11),
+                                                                     ("pot-13", 2.0 ** -13), ("general", 0.0002))):
+        add(op, f"int16-every-value-{name}", single_op(op, [(256, 256)], [(256, 256)], "int16", q_in=dict(scale=scale, zero_point=0),
+                                                       q_out=dict(scale=2.0 ** -15, zero_point=0), version=3), every,
+            refused=True)   # LiteRT's int16 sigmoid table is not reproduced (docs/vision.md)
+
     # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
     w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
     add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",

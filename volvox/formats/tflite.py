@@ -440,8 +440,8 @@ class _Importer:
                                    "(float32 / float32, int8 / int8, int16 / int8)")
 
     def batch_matmul(self, k, op, opts, ins, outs, where) -> None:
-        """BATCH_MATMUL (float32, int8): adj_x / adj_y as transposes of the last two axes."""
-        dtype = self.types(where, ins[:2] + outs, ("float32", "int8"))
+        """BATCH_MATMUL (float32, int8, int16): adj_x / adj_y as transposes of the last two axes."""
+        dtype = self.types(where, ins[:2] + outs, ("float32", "int8", "int16"))
         node_id = f"batch_matmul_{k}"
         inputs = {}
         for port, idx, adj in (("a", ins[0], opts.scalar(0, "<b") if opts else 0),
@@ -459,6 +459,10 @@ class _Importer:
         (sa, za), (sb, zb), (sy, zy) = (self.tensors[i].qparams() for i in (ins[0], ins[1], outs[0]))
         # TFLite's GetQuantizedConvolutionMultipler: the scale product in float32, the quotient in double
         m, shift = quantize_multiplier(float(np.float32(sa) * np.float32(sb)) / sy)
+        if dtype == "int16":
+            if za or zb or zy:
+                raise UnsupportedError(f"{where}: int16 needs zero points 0")
+            return self.add("qmatmul_16x8", node_id, inputs, outs[0], multiplier=m, shift=shift)
         self.add("qmatmul", node_id, inputs, outs[0], a_zero_point=za, b_zero_point=zb, y_zero_point=zy,
                  multiplier=m, shift=shift)
 
@@ -636,9 +640,13 @@ class _Importer:
             m_neg, shift_neg = quantize_multiplier(float(np.float32(sx) * alpha / np.float32(sy)))
             self.add("qrescale_16x8", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
                      multiplier=m, shift=shift, negative_multiplier=m_neg, negative_shift=shift_neg)
+        elif op in ("LOGISTIC", "TANH"):
+            raise UnsupportedError(f"{where}: int16 {op} is not supported: LiteRT interpolates a fixed 256-entry "
+                                   "sigmoid table that no formula volvox tried reproduces (sigmoid(i / 24) rounded is "
+                                   "off by one in 44 of its entries)")
         else:
-            raise UnsupportedError(f"{where}: int16 {op} is not supported (int16 RELU, RELU6, LEAKY_RELU; LiteRT has no "
-                                   "int16 RELU_N1_TO_1)")
+            raise UnsupportedError(f"{where}: int16 {op} is not supported (int16 RELU, RELU6, LEAKY_RELU; "
+                                   "LiteRT has no int16 RELU_N1_TO_1)")
 
     def prelu(self, k, op, opts, ins, outs, where) -> None:
         """PRELU: float32 as relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite; int8 as
@@ -859,8 +867,8 @@ class _Importer:
             raise TFLiteError(f"{where}: outputs cover {start} of {x.shape[axis]} entries on axis {axis}")
 
     def reduce(self, k, op, opts, ins, outs, where) -> None:
-        """MEAN over constant axes: float32, or int8 as TFLite's reference kernel."""
-        dtype = self.types(where, ins[:1] + outs, ("float32", "int8"))
+        """MEAN over constant axes: float32, or int8 / int16 as TFLite's reference kernel."""
+        dtype = self.types(where, ins[:1] + outs, ("float32", "int8", "int16"))
         x = self.tensors[ins[0]]
         axes = sorted({int(a) % len(x.shape) for a in self.const(ins[1], where, "the axes").reshape(-1)})
         keep = bool(opts.scalar(0, "<b")) if opts else False
@@ -870,8 +878,13 @@ class _Importer:
         if dtype == "float32":
             return self.add("reduce_mean", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep)
         if not axes:
-            raise UnsupportedError(f"{where}: int8 MEAN over no axis is not supported")
+            raise UnsupportedError(f"{where}: {dtype} MEAN over no axis is not supported")
         (sx, zx), (sy, zy) = x.qparams(), self.tensors[outs[0]].qparams()
+        if dtype == "int16":
+            if zx or zy:
+                raise UnsupportedError(f"{where}: int16 needs zero points 0")
+            return self.add("qmean_16x8", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep,
+                            input_scale=sx, output_scale=sy)
         self.add("qmean", f"mean_{k}", {"x": xname}, outs[0], axes=axes, keepdims=keep,
                  input_scale=sx, input_zero_point=zx, output_scale=sy, output_zero_point=zy)
 

@@ -14,7 +14,9 @@ bit-exact to its reference kernels (OpResolverType.BUILTIN_REF of ai-edge-litert
   clamped (int16 RELU / RELU6, LEAKY_RELU with a second multiplier, QUANTIZE between int8 and int16);
 - ``qadd_16x8`` (ADD, SUB): LiteRT's general int16 path (15 bits of headroom, the int8 rescaling) or,
   when every scale is a power of two and the op asks for it, its power-of-two path (one input shifted,
-  a saturating sum); ``qmul_16x8`` (MUL): the exact product rescaled once.
+  a saturating sum); ``qmul_16x8`` (MUL): the exact product rescaled once;
+- ``qmean_16x8`` (MEAN) and ``qmatmul_16x8`` (BATCH_MATMUL): the int8 arithmetic without zero points,
+  saturated to int16.
 
 The importer computes the (multiplier, shift) pairs and the double scales once and refuses what these
 formulas would not reproduce (an accumulator that could pass 2**47, a shift past 7). Every product of an
@@ -243,6 +245,42 @@ def qmul_16x8_ref(ctx, p, a, b):
     return _clamp16(multiply_by_quantized_multiplier(a.astype(np.int64) * b.astype(np.int64), m, shift), p)
 
 
+# ----------------------------------------------------------------------------- mean / batch matmul
+def _qmean_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int16", f"x must be int16, got {x.describe()}")
+    axes = sorted({int(a) % len(x.shape) for a in params["axes"]})
+    expect(len(axes) > 0, "qmean_16x8 needs at least one axis")
+    keep = bool(params.get("keepdims", False))
+    return {"y": (tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes), "int16")}
+
+
+def qmean_16x8_ref(ctx, p, x):
+    """int16 mean over ``axes`` as LiteRT's QuantizedMeanOrSum: the exact sum rescaled by s_in / s_out with
+    1 / count folded into the multiplier (the int8 arithmetic, saturated to int16)."""
+    from volvox.ops.quantized import qmean_multiplier
+    axes = tuple(sorted({int(a) % x.ndim for a in p["axes"]}))
+    count = int(np.prod([x.shape[a] for a in axes]))
+    total = x.astype(np.int64).sum(axis=axes, keepdims=bool(p.get("keepdims", False)))   # exact int sums
+    m, shift = qmean_multiplier(p, count)
+    return np.clip(multiply_by_quantized_multiplier(total, m, shift), INT16_MIN, INT16_MAX).astype(np.int16)
+
+
+def _qmatmul_infer(specs, params):
+    a, b = specs["a"], specs["b"]
+    expect(a.dtype == "int16" and b.dtype == "int16", f"a and b must be int16: {a.describe()}, {b.describe()}")
+    expect(len(a.shape) >= 2 and len(b.shape) >= 2 and a.shape[-1] == b.shape[-2],
+           f"inner dims differ: {a.describe()} @ {b.describe()}")
+    return {"y": (broadcast_shape(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), "int16")}
+
+
+def qmatmul_16x8_ref(ctx, p, a, b):
+    """int16 batched a @ b in exact integers, rescaled by (multiplier, shift), saturated (BATCH_MATMUL)."""
+    acc = a.astype(np.int64) @ b.astype(np.int64)
+    y = multiply_by_quantized_multiplier(acc, int(p["multiplier"]), int(p["shift"]))
+    return np.clip(y, INT16_MIN, INT16_MAX).astype(np.int16)
+
+
 register(OpDef("qconv2d_16x8", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",), _qconv_infer,
                qconv2d_16x8_ref, qconv2d_16x8_fast))
 register(OpDef("qlinear_16x8", "quantized", ("x", "weight", "bias?", "scale"), ("y",), _qlinear_infer,
@@ -254,3 +292,5 @@ register(OpDef("dequantize_16x8", "quantized", ("x",), ("y",), _dequantize_infer
 register(OpDef("qrescale_16x8", "quantized", ("x",), ("y",), _rescale_infer, qrescale_16x8_ref))
 register(OpDef("qadd_16x8", "quantized", ("a", "b"), ("y",), _binary_infer, qadd_16x8_ref))
 register(OpDef("qmul_16x8", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_16x8_ref))
+register(OpDef("qmean_16x8", "quantized", ("x",), ("y",), _qmean_infer, qmean_16x8_ref))
+register(OpDef("qmatmul_16x8", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_16x8_ref))
