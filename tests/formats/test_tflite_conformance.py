@@ -615,6 +615,12 @@ def int16x8_cases(rng) -> list[Case]:
                                                        q_out=dict(scale=2.0 ** -15, zero_point=0), version=3), every,
             refused=True)   # LiteRT's int16 sigmoid table is not reproduced (docs/vision.md)
 
+    for name, shape, scale, beta in (("rows", (3, 11), 0.0002, 1.0), ("wide-beta", (2, 4, 50), 0.0004, 0.7),
+                                     ("coarse", (5, 7), 0.002, 1.0), ("fine", (1, 2, 3, 9), 0.00001, 1.0)):
+        add("SOFTMAX", f"int16-{name}", single_op("SOFTMAX", [shape], [shape], "int16", "SoftmaxOptions", [("f", beta)],
+                                                  q_in=dict(scale=scale, zero_point=0),
+                                                  q_out=dict(scale=2.0 ** -15, zero_point=0), version=3), shape)
+
     # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
     w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
     add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",

@@ -676,6 +676,11 @@ class _Importer:
         elif x.dtype == "int8" and out.dtype == "int8":
             self.add("qsoftmax", node_id, {"x": xname}, outs[0], beta=beta,
                      input_scale=x.qparams()[0], output_scale=out.qparams()[0], output_zero_point=out.qparams()[1])
+        elif x.dtype == "int16" and out.dtype == "int16":
+            (sx, zx), (sy, zy) = x.qparams(), out.qparams()
+            if zx or zy or abs(sy - 1 / 32768) > 0.001 / 32768 or not 1 <= len(x.shape) <= 4:
+                raise UnsupportedError(f"{where}: int16 SOFTMAX needs zero points 0, output scale 2**-15 and 1-4 dims")
+            self.add("qsoftmax_16x8", node_id, {"x": xname}, outs[0], beta=beta, input_scale=sx)
         else:
             raise UnsupportedError(f"{where}: softmax {x.dtype} -> {out.dtype} is not supported")
 

@@ -16,7 +16,9 @@ bit-exact to its reference kernels (OpResolverType.BUILTIN_REF of ai-edge-litert
   when every scale is a power of two and the op asks for it, its power-of-two path (one input shifted,
   a saturating sum); ``qmul_16x8`` (MUL): the exact product rescaled once;
 - ``qmean_16x8`` (MEAN) and ``qmatmul_16x8`` (BATCH_MATMUL): the int8 arithmetic without zero points,
-  saturated to int16.
+  saturated to int16;
+- ``qsoftmax_16x8`` (SOFTMAX): LiteRT's two interpolated 513-entry tables (exp, 1 / (1 + x)), built here as
+  its LUTPopulate builds them, in double.
 
 The importer computes the (multiplier, shift) pairs and the double scales once and refuses what these
 formulas would not reproduce (an accumulator that could pass 2**47, a shift past 7). Every product of an
@@ -25,6 +27,9 @@ terms; the references sum tap by tap in int64. Step plans run every op here as a
 """
 
 from __future__ import annotations
+
+import functools
+import math
 
 import numpy as np
 
@@ -281,6 +286,77 @@ def qmatmul_16x8_ref(ctx, p, a, b):
     return np.clip(y, INT16_MIN, INT16_MAX).astype(np.int16)
 
 
+# ----------------------------------------------------------------------------- softmax
+def _round_half_away(v: float) -> float:
+    return math.copysign(math.floor(abs(v) + 0.5), v)
+
+
+def lut_int16(input_scale: float, input_zero_point: int, output_scale: float, fn) -> np.ndarray:
+    """LiteRT's LUTPopulate<int16_t> in double: fn sampled at 512 steps over the int16 input range, each
+    entry biased by half its interpolation error at the step's midpoint, plus the last point. (513,) int64."""
+    input_min = input_scale * (INT16_MIN - input_zero_point)
+    input_max = input_scale * (INT16_MAX - input_zero_point)
+    inv = 65536.0 / (output_scale * INT16_MAX - output_scale * INT16_MIN)
+    step = (input_max - input_min) / 512
+    half_step = step / 2
+    lut = []
+    for i in range(512):
+        val, val_mid, val_next = (fn(input_min + i * step), fn(input_min + i * step + half_step),
+                                  fn(input_min + (i + 1) * step))
+        sample = _round_half_away(val * inv)
+        interp = _round_half_away((val_next * inv + _round_half_away(val * inv)) / 2)
+        bias = _round_half_away((interp - _round_half_away(val_mid * inv)) / 2)
+        lut.append(min(max(sample - bias, INT16_MIN), INT16_MAX))
+    lut.append(min(max(_round_half_away(fn(input_max) * inv), INT16_MIN), INT16_MAX))
+    return np.array(lut, np.int64)
+
+
+@functools.cache
+def softmax_luts_int16() -> tuple[np.ndarray, np.ndarray]:
+    """The exp table over [-10, 0] and the 1 / (1 + x) table over [0, 1] of LiteRT's int16 SOFTMAX."""
+    span = INT16_MAX - INT16_MIN
+    return (lut_int16(10.0 / span, INT16_MAX, 2.0 / span, math.exp),
+            lut_int16(1.0 / span, INT16_MIN, 2.0 / span, lambda v: 1.0 / (1.0 + v)))
+
+
+def lut_lookup_int16(value: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """An int16 table lookup with 7 bits of linear interpolation between entries (lut_lookup)."""
+    index = 256 + (value >> 7)
+    base, slope = lut[index], lut[index + 1] - lut[index]
+    return base + ((slope * (value & 0x7F) + 64) >> 7)
+
+
+def qsoftmax_16x8_multiplier(p: dict) -> tuple[int, int]:
+    """(multiplier, shift) taking an input difference to the exp table's [-65535, 0] for [-10, 0]: the input
+    scale times beta in float32, over 10 / 65535 in double."""
+    return quantize_multiplier(float(np.float32(p["input_scale"]) * np.float32(p.get("beta", 1.0))) / (10.0 / 65535.0))
+
+
+def _softmax_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int16" and 1 <= len(x.shape) <= 4, f"x must be 1-D to 4-D int16, got {x.describe()}")
+    return {"y": (x.shape, "int16")}
+
+
+def qsoftmax_16x8_ref(ctx, p, x):
+    """int16 SOFTMAX over the last axis (output scale 2**-15) as reference_ops::SoftmaxInt16: exps of the
+    rescaled differences from the row maximum through the exp table, their int32 sum normalised by its
+    leading zeros and inverted through the 1 / (1 + x) table, each exp times that reciprocal, rounded."""
+    exp_lut, recip_lut = softmax_luts_int16()
+    m, shift = qsoftmax_16x8_multiplier(p)
+    xs = x.astype(np.int64)                                                    # (..., n)
+    diff = xs - xs.max(axis=-1, keepdims=True)
+    scaled = np.clip(multiply_by_quantized_multiplier(diff, m, shift) + 32767, INT16_MIN, INT16_MAX)
+    exps = lut_lookup_int16(scaled, exp_lut)                                   # (..., n) Q0.15
+    total = exps.sum(axis=-1, keepdims=True)                                   # (..., 1) int32
+    headroom_plus_one = 32 - np.vectorize(int.bit_length)(total.astype(object)).astype(np.int64)
+    shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
+    recip = lut_lookup_int16(np.clip(shifted - ((1 << 15) + (1 << 16)), INT16_MIN, INT16_MAX), recip_lut)
+    right = 31 - headroom_plus_one
+    y = (exps * recip + (np.int64(1) << (right - 1))) >> right
+    return np.clip(y, 0, INT16_MAX).astype(np.int16)
+
+
 register(OpDef("qconv2d_16x8", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",), _qconv_infer,
                qconv2d_16x8_ref, qconv2d_16x8_fast))
 register(OpDef("qlinear_16x8", "quantized", ("x", "weight", "bias?", "scale"), ("y",), _qlinear_infer,
@@ -294,3 +370,4 @@ register(OpDef("qadd_16x8", "quantized", ("a", "b"), ("y",), _binary_infer, qadd
 register(OpDef("qmul_16x8", "quantized", ("a", "b"), ("y",), _binary_infer, qmul_16x8_ref))
 register(OpDef("qmean_16x8", "quantized", ("x",), ("y",), _qmean_infer, qmean_16x8_ref))
 register(OpDef("qmatmul_16x8", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_16x8_ref))
+register(OpDef("qsoftmax_16x8", "quantized", ("x",), ("y",), _softmax_infer, qsoftmax_16x8_ref))
