@@ -825,3 +825,64 @@ def test_int16x8_conv_net_equals_litert(tmp_path):
             ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
             for name in graph.outputs:
                 compare(ours[name], want[name], f"16x8 net tensor {name} ({'reference' if reference else 'production'})")
+
+
+def test_int16x8_residual_block_equals_litert(tmp_path):
+    """A 16x8 residual block from float in to float out (QUANTIZE -> CONV_2D relu -> CONV_2D -> skip ADD relu ->
+    MAX_POOL_2D -> MEAN -> FULLY_CONNECTED -> SOFTMAX -> DEQUANTIZE): every tensor equals LiteRT's reference
+    kernels (int16 bit for bit, the float output within 1e-5), through the references and the production path."""
+    rng = np.random.default_rng(17)
+    m = writer.ModelBuilder()
+    q = [dict(scale=s, zero_point=0) for s in (0.0002, 0.0015, 0.004, 0.004, 0.0036, 0.003)]
+
+    def conv(x, cin, cout, act, qi, qo):
+        ws = rng.uniform(0.005, 0.02, cout).astype(np.float32)
+        w = m.tensor((cout, 3, 3, cin), "int8", data=rng.integers(-127, 128, (cout, 3, 3, cin)), scale=list(ws),
+                     zero_point=[0] * cout)
+        b = m.tensor((cout,), "int64", data=rng.integers(-50_000, 50_000, cout), scale=list(np.float32(qi["scale"]) * ws),
+                     zero_point=[0] * cout)
+        y = m.tensor((1, 9, 11, cout), "int16", **qo)
+        m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", [("b", 0), ("i", 1), ("i", 1), ("b", ACTS[act])], version=4)
+        return y
+
+    x = m.input((1, 9, 11, 6))
+    xq = m.tensor((1, 9, 11, 6), "int16", **q[0])
+    m.op("QUANTIZE", [x], [xq], version=4)
+    h = conv(xq, 6, 6, "relu", q[0], q[1])
+    h2 = conv(h, 6, 6, "none", q[1], q[2])
+    res = m.tensor((1, 9, 11, 6), "int16", **q[3])
+    m.op("ADD", [h, h2], [res], "AddOptions", [("b", ACTS["relu"]), ("b", 0)], version=3)
+    pooled = m.tensor((1, 5, 6, 6), "int16", **q[3])
+    m.op("MAX_POOL_2D", [res], [pooled], "Pool2DOptions", [("b", 0), ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("b", 0)],
+         version=3)
+    mean = m.tensor((1, 6), "int16", **q[4])
+    m.op("MEAN", [pooled, m.tensor((2,), "int32", data=np.array([1, 2], np.int32))], [mean], "ReducerOptions", [("b", 0)],
+         version=3)
+    logits = m.tensor((1, 5), "int16", **q[5])
+    ws = np.float32(0.001)
+    m.op("FULLY_CONNECTED", [mean, m.tensor((5, 6), "int8", data=rng.integers(-127, 128, (5, 6)), scale=ws, zero_point=0),
+                             m.tensor((5,), "int64", data=rng.integers(-900, 900, 5), scale=np.float32(q[4]["scale"]) * ws,
+                                      zero_point=0)],
+         [logits], "FullyConnectedOptions", [("b", 0)], version=7)
+    probs = m.tensor((1, 5), "int16", scale=2.0 ** -15, zero_point=0)
+    m.op("SOFTMAX", [logits], [probs], "SoftmaxOptions", [("f", 1.0)], version=3)
+    m.op("DEQUANTIZE", [probs], [m.output((1, 5))], version=4)
+    model = m.build()
+    path = tmp_path / "residual16.tflite"
+    path.write_bytes(model)
+    graph, weights, meta = read_tflite(path)
+    graph.outputs = [o for n in graph.nodes for o in n.outputs.values() if o[1:].isdigit()]  # the file's tensors
+    assert len(graph.outputs) == 9   # every operator's output
+    for _ in range(3):
+        feed = (rng.standard_normal((1, 9, 11, 6)) * 2).astype(np.float32)
+        it = litert.Interpreter(model_content=model, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
+                                experimental_preserve_all_tensors=True)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], feed)
+        it.invoke()
+        want = {d["name"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
+        assert np.sort(want[graph.outputs[-2]].ravel())[-2] > 1000   # a second class above 3%: not one-hot
+        for reference in (True, False):
+            ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
+            for name in graph.outputs:
+                compare(ours[name], want[name], f"16x8 residual tensor {name} ({'reference' if reference else 'production'})")
