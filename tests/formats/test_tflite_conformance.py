@@ -627,6 +627,20 @@ def int16x8_cases(rng) -> list[Case]:
                                                   q_in=dict(scale=scale, zero_point=0),
                                                   q_out=dict(scale=2.0 ** -15, zero_point=0), version=3), shape)
 
+    for (name, x, size), (align, half) in itertools.product(
+            [("up", (1, 3, 5, 2), (6, 9)), ("down", (2, 7, 9, 3), (3, 4)), ("odd", (1, 4, 4, 1), (7, 5))],
+            [(0, 0), (1, 0), (0, 1)]):
+        mode = "align" if align else "half" if half else "asym"
+        add("RESIZE_BILINEAR", f"int16-{name}-{mode}", single_op("RESIZE_BILINEAR", [x], [(x[0], *size, x[3])], "int16",
+                                                                 "ResizeBilinearOptions", [None, None, ("b", align), ("b", half)],
+                                                                 consts=[np.array(size, np.int32)], q_in=Q16_IN, q_out=Q16_IN,
+                                                                 version=4), x)
+
+    # int16 PRELU: LiteRT 2.3's reference answers the negative side with values no prepared multiplier gives
+    alpha = (np.array([1000, -2000, 3000], np.int16), "int16", dict(scale=0.0001, zero_point=0))
+    add("PRELU", "int16", single_op("PRELU", [(2, 5, 3)], [(2, 5, 3)], "int16", consts=[alpha], q_in=Q16_IN,
+                                    q_out=dict(scale=0.0003, zero_point=0)), (2, 5, 3), refused=True)
+
     # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
     w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
     add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",

@@ -508,11 +508,11 @@ class _Importer:
         align, half = (opts.scalar(o, "<b"), opts.scalar(o + 1, "<b")) if opts else (0, 0)
         if align and half:
             raise UnsupportedError(f"{where}: align_corners and half_pixel_centers together are not supported")
-        if x.dtype not in ("float32", "int8", "int16") or out.dtype != x.dtype or (x.dtype == "int16" and not nearest):
-            raise UnsupportedError(f"{where}: {x.dtype} -> {out.dtype} is not supported (float32, int8; int16 nearest)")
+        if x.dtype not in ("float32", "int8", "int16") or out.dtype != x.dtype:
+            raise UnsupportedError(f"{where}: {x.dtype} -> {out.dtype} is not supported (float32, int8, int16)")
         if x.dtype in ("int8", "int16") and x.qparams() != out.qparams():
             raise UnsupportedError(f"{where}: quantized resize must keep scale and zero point")
-        if x.dtype == "int8" and not nearest:
+        if x.dtype in ("int8", "int16") and not nearest:
             return self.add("qresize_bilinear", f"{op.lower()}_{k}", {"x": self.runtime(ins[0], where)}, outs[0],
                             size=[int(v) for v in size], align_corners=bool(align), half_pixel_centers=bool(half))
         if align:
@@ -651,6 +651,9 @@ class _Importer:
     def prelu(self, k, op, opts, ins, outs, where) -> None:
         """PRELU: float32 as relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite; int8 as
         TFLite's two rescalings (``qprelu``)."""
+        if self.tensors[ins[0]].dtype == "int16":
+            raise UnsupportedError(f"{where}: int16 PRELU is not supported: LiteRT 2.3's reference kernel scales the "
+                                   "negative side by no multiplier its Prepare computes (it prepares uint8 / int8 only)")
         dtype = self.types(where, ins[:2] + outs, ("float32", "int8"))
         node_id = f"prelu_{k}"
         x, alpha = self.runtime(ins[0], where), self.value(ins[1], where)

@@ -11,7 +11,7 @@ what it computes rather than how:
 - ``qprelu``: x or x * alpha (both int8), each branch with its own rescaling (TFLite's PRELU);
 - ``qmatmul``: batched (a - zp_a) @ (b - zp_b), rescaled (BATCH_MATMUL);
 - ``qmean``: TFLite's int8 MEAN (reference_ops::QuantizedMeanOrSum);
-- ``qresize_bilinear``: TFLite's 10-bit fixed-point bilinear resize (ResizeBilinearInteger);
+- ``qresize_bilinear``: TFLite's 10-bit fixed-point bilinear resize (ResizeBilinearInteger; int8 or int16);
 - ``qmax_pool2d``: the window maximum, clamped to the fused activation's range;
 - ``qrescale``: (x - zp_in) rescaled by a multiplier (another below zero), + zp_out, clamped (int8 /
   uint8 QUANTIZE, RELU, RELU6, LEAKY_RELU);
@@ -367,12 +367,12 @@ def qmax_pool2d_ref(ctx, p, x):
 
 # ----------------------------------------------------------------------------- resize
 def _qresize_infer(specs, params):
-    _check_int8(specs, "x")
     x = specs["x"]
+    expect(x.dtype in ("int8", "int16"), f"x must be int8 or int16, got {x.describe()}")
     expect(len(x.shape) == 4, f"x must be NHWC, got {x.describe()}")
     oh, ow = (int(v) for v in params["size"])
     expect(oh >= 1 and ow >= 1, f"bad size {params['size']}")
-    return {"y": ((x.shape[0], oh, ow, x.shape[3]), "int8")}
+    return {"y": ((x.shape[0], oh, ow, x.shape[3]), x.dtype)}
 
 
 def _bilinear_taps(out: int, size: int, align: bool, half: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -389,7 +389,7 @@ def _bilinear_taps(out: int, size: int, align: bool, half: bool) -> tuple[np.nda
 
 
 def qresize_bilinear_ref(ctx, p, x):
-    """int8 bilinear resize as TFLite's ResizeBilinearInteger: 10-bit fixed-point source coordinates,
+    """int8 / int16 bilinear resize as TFLite's ResizeBilinearInteger: 10-bit fixed-point source coordinates,
     the four products summed in 20 bits, rounded half away from zero."""
     _, h, w, _ = x.shape
     oh, ow = (int(v) for v in p["size"])
@@ -403,7 +403,7 @@ def qresize_bilinear_ref(ctx, p, x):
     total = (corner(y0, x0) * ((1 << 10) - fy) * ((1 << 10) - fx) + corner(y1, x0) * fy * ((1 << 10) - fx)
              + corner(y0, x1) * ((1 << 10) - fy) * fx + corner(y1, x1) * fy * fx)
     rounded = np.where(total > 0, total + (1 << 19), total - (1 << 19))
-    return (np.sign(rounded) * (np.abs(rounded) >> 20)).astype(np.int8)        # C division by 2^20
+    return (np.sign(rounded) * (np.abs(rounded) >> 20)).astype(x.dtype)       # C division by 2^20
 
 
 # ----------------------------------------------------------------------------- rescale / lookup
