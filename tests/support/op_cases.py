@@ -551,3 +551,17 @@ CASES += [  # conv / pool gradient ops (training graphs): float32 im2col BLAS an
          params=dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], input_size=[7, 9]), outputs=("dx",),
          bound=1e-10, gpu=False),
 ]
+
+I16 = dict(plan="not a static float32 / int8 / int32 shape", **INT8)  # step plans hold no int16 tensor yet
+
+CASES += [  # 16x8 (ops/int16x8.py): int16 activations, int8 weights, int64 biases; LiteRT's arithmetic, bit for bit
+    Case("qconv2d_16x8", "qconv2d_16x8", dict(x=rng.integers(-32768, 32767, (1, 7, 6, 5), endpoint=True).astype(np.int16)),
+         dict(weight=i8(6, 3, 3, 5), bias=rng.integers(-10**6, 10**6, 6).astype(np.int64), **channel_requant(6, 1e-3, 4e-3)),
+         dict(strides=[2, 1], pads=[1, 1, 1, 0]), **I16),
+    Case("qconv2d_16x8_depthwise", "qconv2d_16x8",
+         dict(x=rng.integers(-32768, 32767, (1, 6, 6, 4), endpoint=True).astype(np.int16)),
+         dict(weight=i8(4, 3, 3, 1), **channel_requant(4, 4e-3, 1e-2)), dict(groups=4, pads=[1, 1, 1, 1], act_min=0), **I16),
+    Case("qlinear_16x8", "qlinear_16x8", dict(x=rng.integers(-32768, 32767, (3, 20), endpoint=True).astype(np.int16)),
+         dict(weight=i8(7, 20), bias=rng.integers(-10**6, 10**6, 7).astype(np.int64),
+              scale=rng.uniform(1e-3, 5e-3, 7).astype(np.float64)), **I16),
+]

@@ -23,7 +23,8 @@ bit-exact to its reference kernels (OpResolverType.BUILTIN_REF of ai-edge-litert
 The importer computes the (multiplier, shift) pairs and the double scales once and refuses what these
 formulas would not reproduce (an accumulator that could pass 2**47, a shift past 7). Every product of an
 int16 and an int8 fits in 23 bits, so the fast paths sum them exactly in float64 (BLAS) for up to 2**30
-terms; the references sum tap by tap in int64. Step plans run every op here as a numpy island.
+terms; the references sum tap by tap in int64. Step plans hold no int16 tensor yet: a model with
+16x8 tensors runs on the per-op executor.
 """
 
 from __future__ import annotations
