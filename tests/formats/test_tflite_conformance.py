@@ -641,6 +641,12 @@ def int16x8_cases(rng) -> list[Case]:
     add("PRELU", "int16", single_op("PRELU", [(2, 5, 3)], [(2, 5, 3)], "int16", consts=[alpha], q_in=Q16_IN,
                                     q_out=dict(scale=0.0003, zero_point=0)), (2, 5, 3), refused=True)
 
+    w, b = filt((1, 3, 3, 6), 3)
+    add("DEPTHWISE_CONV_2D", "int16-valid-s1-d2-relu6",
+        single_op("DEPTHWISE_CONV_2D", [(2, 11, 9, 6)], [(2, 7, 5, 6)], "int16", "DepthwiseConv2DOptions",
+                  [("b", 1), ("i", 1), ("i", 1), ("i", 1), ("b", ACTS["relu6"]), ("i", 2), ("i", 2)], consts=[w, b],
+                  q_in=Q16_IN, q_out=Q16_OUT, version=5), (2, 11, 9, 6))
+
     # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
     w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
     add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",

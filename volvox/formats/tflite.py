@@ -1,4 +1,4 @@
-"""Import a TFLite flatbuffer (float32, float16 weights, full-integer int8) into a volvox graph.
+"""Import a TFLite flatbuffer (float32, float16 weights, full-integer int8, 16x8) into a volvox graph.
 
 TFLite is already NHWC with OHWI conv weights, so only depthwise weights
 (1, kh, kw, C*mult) are permuted, once, to (C*mult, kh, kw, 1). float16 weights
@@ -6,7 +6,8 @@ behind DEQUANTIZE ops are widened to float32 at import (exactly). int8 convs and
 fully connected layers become ``qconv2d`` / ``qlinear`` with per-channel
 (multiplier, shift) pairs computed here exactly as TFLite's Prepare does; the other int8
 operators become ops/quantized.py's ops, which keep the scales and derive the rest, so the int8
-island is bit-exact to TFLite's reference kernels. Every operator is translated by one method of
+island is bit-exact to TFLite's reference kernels. 16x8 operators (int16 activations, int8 weights,
+int64 biases) become ops/int16x8.py's ops, bit-exact to LiteRT's int16 reference kernels. Every operator is translated by one method of
 ``_Importer`` (``HANDLERS``). Any op, version, type or option volvox does not implement raises
 UnsupportedError naming the op, its version and the operator index.
 """
