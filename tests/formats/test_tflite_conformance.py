@@ -647,6 +647,12 @@ def int16x8_cases(rng) -> list[Case]:
                   [("b", 1), ("i", 1), ("i", 1), ("i", 1), ("b", ACTS["relu6"]), ("i", 2), ("i", 2)], consts=[w, b],
                   q_in=Q16_IN, q_out=Q16_OUT, version=5), (2, 11, 9, 6))
 
+    w, b = filt((5, 12), 0, per_channel=False)
+    b[0][:2] = (1 << 46) - (1 << 30), -(1 << 46) + (1 << 30)   # scaled past int32: LiteRT's cast gives INT32_MIN
+    add("FULLY_CONNECTED", "int16-bias-past-int32",
+        single_op("FULLY_CONNECTED", [(6, 12)], [(6, 5)], "int16", "FullyConnectedOptions", [("b", 0)], consts=[w, b],
+                  q_in=Q16_IN, q_out=Q16_OUT, version=7), (6, 12))
+
     # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
     w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
     add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",
