@@ -653,6 +653,12 @@ def int16x8_cases(rng) -> list[Case]:
         single_op("FULLY_CONNECTED", [(6, 12)], [(6, 5)], "int16", "FullyConnectedOptions", [("b", 0)], consts=[w, b],
                   q_in=Q16_IN, q_out=Q16_OUT, version=7), (6, 12))
 
+    w, b = filt((4, 1, 1, 3), 0)
+    b[0][:2] = (1 << 46) - (1 << 30), -(1 << 46) + (1 << 30)   # rescaled past int32: LiteRT's cast wraps
+    add("CONV_2D", "int16-bias-past-int32",
+        single_op("CONV_2D", [(1, 3, 4, 3)], [(1, 3, 4, 4)], "int16", "Conv2DOptions", [("b", 1), ("i", 1), ("i", 1), ("b", 0)],
+                  consts=[w, b], q_in=Q16_IN, q_out=Q16_OUT, version=4), (1, 3, 4, 3))
+
     # int32 biases: LiteRT 2.3's reference kernels read a 16x8 bias as int64 whatever its type; volvox refuses
     w, b = filt((6, 3, 3, 5), 0, bias_dtype="int32")
     add("CONV_2D", "int16-int32-bias", single_op("CONV_2D", [(1, 7, 6, 5)], [(1, 5, 4, 6)], "int16", "Conv2DOptions",
