@@ -39,6 +39,7 @@ from volvox.ops.conv import conv_direct, conv_fast, conv_infer_shape
 from volvox.ops.elementwise import broadcast_shape
 from volvox.ops.int8 import multiply_by_quantized_multiplier, quantize_multiplier, tflite_round
 from volvox.ops.pool import pool_out_shape, pool_taps, valid_counts
+from volvox.ops.quantized import qmean_multiplier
 from volvox.ops.registry import OpDef, register
 
 INT16_MIN, INT16_MAX = -32768, 32767
@@ -264,7 +265,6 @@ def _qmean_infer(specs, params):
 def qmean_16x8_ref(ctx, p, x):
     """int16 mean over ``axes`` as LiteRT's QuantizedMeanOrSum: the exact sum rescaled by s_in / s_out with
     1 / count folded into the multiplier (the int8 arithmetic, saturated to int16)."""
-    from volvox.ops.quantized import qmean_multiplier
     axes = tuple(sorted({int(a) % x.ndim for a in p["axes"]}))
     count = int(np.prod([x.shape[a] for a in axes]))
     total = x.astype(np.int64).sum(axis=axes, keepdims=bool(p.get("keepdims", False)))   # exact int sums
@@ -350,7 +350,7 @@ def qsoftmax_16x8_ref(ctx, p, x):
     scaled = np.clip(multiply_by_quantized_multiplier(diff, m, shift) + 32767, INT16_MIN, INT16_MAX)
     exps = lut_lookup_int16(scaled, exp_lut)                                   # (..., n) Q0.15
     total = exps.sum(axis=-1, keepdims=True)                                   # (..., 1) int32
-    headroom_plus_one = 32 - np.vectorize(int.bit_length)(total.astype(object)).astype(np.int64)
+    headroom_plus_one = 32 - np.frexp(total.astype(np.float64))[1].astype(np.int64)  # CountLeadingZeros: 32 - bits
     shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
     recip = lut_lookup_int16(np.clip(shifted - ((1 << 15) + (1 << 16)), INT16_MIN, INT16_MAX), recip_lut)
     right = 31 - headroom_plus_one
