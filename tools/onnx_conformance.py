@@ -16,11 +16,9 @@ are). Outcomes:
 - error: volvox raised another volvox error (ShapeError, ...) on a valid model;
 - wrong: an output differs, or something other than a volvox error was raised.
 
-volvox fixes shapes at import, so an operand that decides an output's shape (a Reshape's shape,
-Slice's starts, TopK's K) must be a constant; the cases feed some as graph inputs. Such an input
-(named by ConstantRequired) is made an initializer holding the case's value and the case is run
-again, as an exported model would hold it (so are the graph inputs such an operand is computed from).
-The tests (tests/formats/test_onnx_conformance.py) run
+Cases run as shipped: an operand that decides an output's shape (a Reshape's shape, Slice's starts,
+TopK's K, a NonZero's input ...) fed as a graph input stays one, and volvox plans the graph per value
+of such inputs at run time (volvox/formats/onnx/value_plans.py). The tests (tests/formats/test_onnx_conformance.py) run
 the same function per case.
 """
 
@@ -43,6 +41,9 @@ OUT_OF_SCOPE_OPS = {"Adagrad", "Adam", "Momentum", "Gradient", "SequenceAt", "Se
                     "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence",
                     "ConcatFromSequence", "Optional", "OptionalGetElement", "OptionalHasElement", "StringConcat",
                     "StringNormalizer", "StringSplit", "RegexFullMatch", "TfIdfVectorizer", "ImageDecoder"}
+
+
+VALUE_PLANNED = "planned per value of inputs"
 
 
 def collect() -> list:
@@ -69,24 +70,23 @@ def case_op(case, single: dict[str, str]) -> str:
     return f"{single[twin]} (expanded)" if twin in single else "+".join(ops)
 
 
-def in_scope(case) -> bool:
-    """Whether the case's ops are within the standard CPU operators volvox aims to run."""
+def scope_reason(case) -> str | None:
+    """Why the case lies outside the standard tensor operators volvox aims to run (None: in scope):
+    an out-of-scope domain or op, or graph inputs / outputs of sequence, optional, map or string type."""
+    from onnx import TensorProto
+
     for n in case.model.graph.node:
-        if n.domain not in ("", "ai.onnx") or n.op_type in OUT_OF_SCOPE_OPS:
-            return False
-    return True
-
-
-def _bake(model, name: str, value: np.ndarray):
-    """``model`` with graph input ``name`` turned into an initializer holding ``value``."""
-    from onnx import numpy_helper
-
-    graph = model.graph
-    keep = [vi for vi in graph.input if vi.name != name]
-    del graph.input[:]
-    graph.input.extend(keep)
-    graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
-    return model
+        if n.domain not in ("", "ai.onnx"):
+            return f"domain {n.domain}"
+        if n.op_type in OUT_OF_SCOPE_OPS:
+            return f"{n.op_type}: sequence / optional / string / training op"
+    for vi in list(case.model.graph.input) + list(case.model.graph.output):
+        kind = vi.type.WhichOneof("value")
+        if kind in ("sequence_type", "optional_type", "map_type"):
+            return f"{kind.split('_')[0]} values"
+        if kind == "tensor_type" and vi.type.tensor_type.elem_type == TensorProto.STRING:
+            return "string tensors"
+    return None
 
 
 def _array(value) -> np.ndarray | None:
@@ -121,60 +121,50 @@ def _compare(got: np.ndarray, want, rtol: float, atol: float) -> str | None:
 
 
 def run_case(case) -> tuple[str, str]:
-    """(outcome, detail) of one case: pass / refused / error / wrong (see the module doc)."""
-    import copy
-
+    """(outcome, detail) of one case: pass / refused / error / wrong (see the module doc); every data set
+    runs through one loaded model, as shipped (operands fed as inputs stay inputs)."""
     from volvox.errors import UnsupportedError, VolvoxError
-    from volvox.formats.onnx import ConstantRequired, read_onnx
-    from volvox.model import Model
+    from volvox.formats.onnx import load_onnx
 
-    baked: set[str] = set()
     as_runtime = False
-    for inputs, outputs in case.data_sets:
-        inputs, outputs = [_array(v) for v in inputs], [_array(v) for v in outputs]
-        if any(v is None for v in inputs + outputs):
-            return "refused", "sequence or optional values"
-        model = copy.deepcopy(case.model)
-        names = [vi.name for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}]
-        feeds = dict(zip(names, inputs))
-        for name in baked:
-            _bake(model, name, feeds.pop(name))
-        for _attempt in range(8):
-            try:
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = Path(tmp) / f"{case.name}.onnx"
-                    path.write_bytes(model.SerializeToString())
-                    graph, weights, metadata = read_onnx(path)
-                    net = Model(graph, weights, metadata, str(path))
+    names = [vi.name for vi in case.model.graph.input if vi.name not in {t.name for t in case.model.graph.initializer}]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{case.name}.onnx"
+        path.write_bytes(case.model.SerializeToString())
+        net = None
+        try:
+            for inputs, outputs in case.data_sets:
+                inputs, outputs = [_array(v) for v in inputs], [_array(v) for v in outputs]
+                if any(v is None for v in inputs + outputs):
+                    return "refused", "sequence or optional values"
+                feeds = dict(zip(names, inputs))
+                try:
+                    net = net or load_onnx(path)
                     result = net.run({k: np.asarray(v) for k, v in feeds.items()})
-                break
-            except ConstantRequired as e:
-                if not all(name in feeds for name in e.inputs):
+                    got = [np.asarray(result[name]) for name in net.graph.outputs]
+                except UnsupportedError as e:
                     return "refused", str(e).split(": ", 1)[-1]
-                for name in e.inputs:
-                    _bake(model, name, feeds.pop(name))
-                    baked.add(name)
-            except UnsupportedError as e:
-                return "refused", str(e).split(": ", 1)[-1]
-            except VolvoxError as e:
-                return "error", f"{type(e).__name__}: {str(e).split(': ', 1)[-1]}"
-            except Exception as e:  # noqa: BLE001  a crash counts as a wrong answer
-                return "wrong", f"{type(e).__name__}: {e}"
-        else:
-            return "refused", "too many operands that must be constants"
-        got = [np.asarray(result[name]) for name in graph.outputs]
-        if len(got) != len(outputs):
-            return "wrong", f"{len(got)} outputs, expected {len(outputs)}"
-        differ = [(k, why) for k, (g, w) in enumerate(zip(got, outputs)) if (why := _compare(g, w, case.rtol, case.atol))]
-        if differ:
-            k, why = differ[0]
-            if _equals_onnxruntime(model, feeds, got, case):
-                as_runtime = True
-                continue
-            return "wrong", f"output {k}: {why}"
+                except VolvoxError as e:
+                    return "error", f"{type(e).__name__}: {str(e).split(': ', 1)[-1]}"
+                except Exception as e:  # noqa: BLE001  a crash counts as a wrong answer
+                    return "wrong", f"{type(e).__name__}: {e}"
+                if len(got) != len(outputs):
+                    return "wrong", f"{len(got)} outputs, expected {len(outputs)}"
+                differ = [(k, why) for k, (g, w) in enumerate(zip(got, outputs))
+                          if (why := _compare(g, w, case.rtol, case.atol))]
+                if differ:
+                    k, why = differ[0]
+                    if _equals_onnxruntime(case.model, feeds, got, case):
+                        as_runtime = True
+                        continue
+                    return "wrong", f"output {k}: {why}"
+        finally:
+            if net is not None:
+                net.close()
     if as_runtime:
         return "as onnxruntime", "onnx's reference and onnxruntime disagree; volvox equals onnxruntime"
-    return "pass", "constant operands: " + ", ".join(sorted(baked)) if baked else ""
+    planned = getattr(net, "value_inputs", ())
+    return "pass", (VALUE_PLANNED + ": " + ", ".join(planned)) if planned else ""
 
 
 def _equals_onnxruntime(model, feeds: dict, got: list, case) -> bool:
@@ -190,14 +180,12 @@ def _equals_onnxruntime(model, feeds: dict, got: list, case) -> bool:
 
 
 def write_doc(results: list[tuple]) -> str:
-    """The markdown page of (case, op, in scope, outcome, detail) rows."""
-    per_op: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    scope: dict[str, bool] = {}
-    for _, op, inside, outcome, _ in results:
-        per_op[op][outcome] += 1
-        scope[op] = inside
+    """The markdown page of (case, op, why out of scope or None, outcome, detail) rows."""
+    per_op: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
+    for _, op, outside, outcome, _ in results:
+        per_op[op, outside or ""][outcome] += 1
     totals = collections.Counter(outcome for *_, outcome, _ in results)
-    inside_totals = collections.Counter(outcome for _, _, inside, outcome, _ in results if inside)
+    inside_totals = collections.Counter(outcome for _, _, outside, outcome, _ in results if not outside)
     lines = [
         "# ONNX conformance",
         "",
@@ -206,16 +194,20 @@ def write_doc(results: list[tuple]) -> str:
         "ones (the case's rtol / atol; dtype and shape equal). **pass**: equal; **as onnxruntime**: different",
         "from onnx's expected output but equal to onnxruntime's (the two references disagree); **refused**: a clear",
         "`UnsupportedError` naming op, opset and node; **error**: another volvox error; **wrong**: a different",
-        "answer or a crash. Operands that fix a shape (a Reshape's shape, Slice bounds, TopK's K ...) are",
-        "made constants when a case feeds them as inputs: volvox plans shapes at import.",
+        "answer or a crash. Cases run as shipped: operands that fix a shape (a Reshape's shape, Slice bounds,",
+        "TopK's K ...) that a case feeds as graph inputs stay inputs.",
         "",
         "How volvox runs what a shape plan made at import cannot hold:",
         "",
-        "- Ops whose output shape depends on the values (NonZero, Compress, Unique, NonMaxSuppression) run at",
-        "  import on constant inputs (the importer folds them); an input computed at run time is refused,",
-        "  naming it (`ConstantRequired`), and the cases feed such inputs as constants. Re-planning the graph",
-        "  on each run's observed shape would cost every model a shape check per node for a few detection",
-        "  heads; their boxes can run after the graph, in the task.",
+        "- Shape-fixing operands (a Reshape's shape, Slice bounds, TopK's K, Expand's shape, Tile's repeats,",
+        "  pads, Resize's sizes / scales, ConstantOfShape, Range, OneHot's depth ...) and the inputs of ops",
+        "  whose output shape depends on the values (NonZero, Compress, Unique, NonMaxSuppression) are",
+        "  folded at import when constant. When they are computed from graph inputs, the model is planned",
+        "  per value of those inputs (`ValuePlannedModel`, `volvox/formats/onnx/value_plans.py`): each run",
+        "  reads their values, imports the graph with them held as constants and caches the compiled plan",
+        "  per value signature (new values re-plan, seen ones reuse their plan); the remaining inputs run",
+        "  the plan, their symbolic dims bound per run as in any model. The per-op summary says which",
+        "  inputs a case was planned on.",
         "- Control flow is straight-line graph: If with a constant condition keeps its branch; a run-time",
         "  condition runs both branches and picks each output with `where` when they agree in shape and",
         "  dtype. Loop (constant trip count, a condition that folds) and Scan are unrolled at import.",
@@ -224,8 +216,9 @@ def write_doc(results: list[tuple]) -> str:
         "  package's reference does, through `ml_dtypes`; other ops refuse them.",
         "- Models older than opset 7 are converted to opset 7 by the onnx package's version converter.",
         "",
-        "Out of scope (refused by design): training ops, sequence / optional / string ops, the `ai.onnx.ml`",
-        "and preview domains.",
+        "Out of scope (refused by design; the reason is in the per-op table): training ops, sequence /",
+        "optional / string ops, cases whose graph inputs or outputs are sequences, optionals or string",
+        "tensors (Identity, If and Loop over sequences, Equal of strings), the `ai.onnx.ml` and preview domains.",
         "",
         "| | cases | pass | as onnxruntime | refused | error | wrong |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -239,14 +232,21 @@ def write_doc(results: list[tuple]) -> str:
         "| op | in scope | cases | pass | as onnxruntime | refused | error | wrong |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for op in sorted(per_op):
-        c = per_op[op]
-        lines.append(f"| {op} | {'yes' if scope[op] else 'no'} | {sum(c.values())} | {c['pass']} | "
+    for op, outside in sorted(per_op):
+        c = per_op[op, outside]
+        lines.append(f"| {op} | {'no: ' + outside if outside else 'yes'} | {sum(c.values())} | {c['pass']} | "
                      f"{c['as onnxruntime']} | {c['refused']} | {c['error']} | {c['wrong']} |")
     lines += ["", "## Cases not passing", "", "| case | outcome | why |", "| --- | --- | --- |"]
     for name, _, _, outcome, detail in sorted(results):
         if outcome != "pass":
             lines.append(f"| {name} | {outcome} | {detail.replace('|', '/').replace(chr(10), ' ')[:200]} |")
+    planned = [(name, detail.split(": ", 1)[1]) for name, _, _, outcome, detail in sorted(results)
+               if detail.startswith(VALUE_PLANNED)]
+    lines += ["", "## Cases planned per run-time value", "",
+              f"{len(planned)} cases feed shape-fixing operands or data-dependent ops' inputs as graph inputs; volvox",
+              "ran each as shipped, planning the graph per value of these inputs:", "",
+              "| case | inputs whose values fix the plan |", "| --- | --- |"]
+    lines += [f"| {name} | {inputs} |" for name, inputs in planned]
     return "\n".join(lines) + "\n"
 
 
@@ -266,7 +266,7 @@ def main() -> int:
             warnings.simplefilter("ignore")
             with np.errstate(all="ignore"):
                 outcome, detail = run_case(case)
-        results.append((case.name, op, in_scope(case), outcome, detail))
+        results.append((case.name, op, scope_reason(case), outcome, detail))
         if args.only:
             print(f"{case.name}: {outcome} {detail}")
     if not args.only:

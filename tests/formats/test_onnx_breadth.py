@@ -1,7 +1,8 @@
 """The ONNX importer's breadth beyond the NHWC kernels, each against onnxruntime on the same model and
 inputs: narrow element types read from initializers (packed int4, bfloat16), blocked dequantization,
 pools of any rank with dilations / ceil_mode / indices, control flow (If with a run-time condition,
-counted Loop, Scan), ops of data-dependent shape (folded at import, refused naming a run-time input),
+counted Loop, Scan), ops of data-dependent shape (folded at import; read_onnx names a run-time input,
+which volvox.load plans per value: test_onnx_value_plans.py),
 and files older than opset 7 (converted by onnx's version converter)."""
 
 import numpy as np
