@@ -21,7 +21,7 @@ import numpy as np
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import validate_file
-from volvox.formats.onnx import control_flow, functions, generic, vision
+from volvox.formats.onnx import control_flow, functions, generic, sampling, vision
 from volvox.formats.onnx.importer import ConstantRequired, Importer, output_used
 from volvox.formats.onnx.reader import ONNXError, OnnxModel, OnnxNode, element_dtype, read_model, read_model_upgraded
 
@@ -142,6 +142,8 @@ TRANSLATIONS = {
     "GridSample": generic.grid_sample, "DynamicQuantizeLinear": generic.dynamic_quantize_linear,
     "MeanVarianceNormalization": generic.mean_variance_normalization, "RNN": generic.recurrent, "GRU": generic.recurrent, "LSTM": generic.recurrent,
     "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
+    **{op: sampling.random for op in ("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike")},
+    "Bernoulli": sampling.bernoulli, "Multinomial": sampling.multinomial,
 }
 
 
