@@ -3,6 +3,10 @@ inputs; NonZero of a graph input) load through volvox.load and run, planned per 
 each run against onnxruntime on the same model and inputs; bfloat16 per-element arithmetic against
 onnx's reference evaluator (onnxruntime's CPU provider has no bfloat16 Add / Mul)."""
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -103,3 +107,17 @@ def test_bfloat16_per_element_arithmetic_rounds_once_per_node(tmp_path, op):
     (got,) = volvox.load(path).run(feeds).values()
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_cli_info_and_run_of_a_model_planned_per_value(tmp_path):
+    path = save(tmp_path / "reshape.onnx", [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                [("x", TensorProto.FLOAT, [2, 6]), ("shape", TensorProto.INT64, [2])], [("y", TensorProto.FLOAT)])
+    r = subprocess.run([sys.executable, "-m", "volvox", "info", str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["model"]["planned_per_value_of"] == ["shape"]
+    np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(2, 6))
+    np.save(tmp_path / "shape.npy", np.array([4, 3], np.int64))
+    r = subprocess.run([sys.executable, "-m", "volvox", "run", str(path), "--input", f"x={tmp_path / 'x.npy'}",
+                        "--input", f"shape={tmp_path / 'shape.npy'}", "--debug"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "float32[4, 3]" in r.stdout and "after fusion" in r.stderr

@@ -111,6 +111,21 @@ class ValuePlannedModel(Model):
         return None if self._last is None else self._last.graph
 
     @property
+    def source_graph(self):
+        """The imported graph of the latest run's plan, before compiler passes (None before the first run)."""
+        return None if self._last is None else self._last.source_graph
+
+    @property
+    def executor(self):
+        """The executor of the latest run's plan (None before the first run)."""
+        return None if self._last is None else self._last.executor
+
+    @property
+    def compile_report(self):
+        """The compiler report of the latest run's plan (None before the first run)."""
+        return None if self._last is None else self._last.compile_report
+
+    @property
     def profile(self):
         """No profile: each value's plan has its own executor."""
         return None
