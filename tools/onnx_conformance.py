@@ -45,7 +45,7 @@ OUT_OF_SCOPE_OPS = {"Adagrad", "Adam", "Momentum", "Gradient", "SequenceAt", "Se
                     "StringNormalizer", "StringSplit", "RegexFullMatch", "TfIdfVectorizer", "ImageDecoder"}
 
 
-VALUE_PLANNED = "planned per value of inputs"
+VALUE_PLANNED = "planned per value of"
 RANDOM_OPS = {"Bernoulli", "Multinomial", "RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike"}
 STATISTICAL_RUNS = 2000
 
@@ -251,10 +251,11 @@ def write_doc(results: list[tuple]) -> str:
         "- Shape-fixing operands (a Reshape's shape, Slice bounds, TopK's K, Expand's shape, Tile's repeats,",
         "  pads, Resize's sizes / scales, ConstantOfShape, Range, OneHot's depth ...) and the inputs of ops",
         "  whose output shape depends on the values (NonZero, Compress, Unique, NonMaxSuppression) are",
-        "  folded at import when constant. When they are computed from graph inputs, the model is planned",
-        "  per value of those inputs (`ValuePlannedModel`, `volvox/formats/onnx/value_plans.py`): each run",
-        "  reads their values, imports the graph with them held as constants and caches the compiled plan",
-        "  per value signature (new values re-plan, seen ones reuse their plan); the remaining inputs run",
+        "  folded at import when constant. When they are computed at run time, the model is planned per",
+        "  value of them (`ValuePlannedModel`, `volvox/formats/onnx/value_plans.py`): each run reads a graph",
+        "  input's value from the feeds or runs the graph's prefix that computes the tensor, imports the",
+        "  graph with those values held as constants and caches the compiled plan per value signature",
+        "  (new values re-plan, seen ones reuse their plan); the remaining inputs run",
         "  the plan, their symbolic dims bound per run as in any model. The last section lists the cases",
         "  so planned and their inputs.",
         "- Control flow is straight-line graph: If with a constant condition keeps its branch; a run-time",
@@ -301,8 +302,9 @@ def write_doc(results: list[tuple]) -> str:
     lines += ["", "## Cases planned per run-time value", "",
               f"{len(planned)} cases feed as graph inputs operands volvox fixes at import (shapes, axes, counts,",
               "data-dependent ops' inputs, a loop's trip count, weights of ops that take only constant ones);",
-              "volvox ran each as shipped, planning the graph per value of these inputs:", "",
-              "| case | inputs whose values fix the plan |", "| --- | --- |"]
+              "volvox ran each as shipped, planning the graph per value of these tensors (graph inputs, or",
+              "tensors the graph computes from them):", "",
+              "| case | tensors whose values fix the plan |", "| --- | --- |"]
     lines += [f"| {name} | {inputs} |" for name, inputs in planned]
     return "\n".join(lines) + "\n"
 

@@ -83,7 +83,26 @@ def test_data_dependent_op_of_a_graph_input_runs(tmp_path):
         feeds = {"m": (RNG.standard_normal((3, 4)) > 0).astype(np.float32), "x": RNG.standard_normal((1, 1)).astype(np.float32),
                  "a": np.array(trial + 2, np.int64), "b": np.array(trial, np.int64)}
         assert_equals_onnxruntime(model, path, feeds)
-    assert set(model.value_inputs) == {"m", "a", "b"}
+    assert set(model.value_inputs) == {"m", "limit"}   # limit: computed by the graph's prefix each run
+
+
+def test_data_dependent_op_of_a_computed_tensor_runs_its_prefix_first(tmp_path):
+    """NonZero of a mask a Conv computes: the prefix (Conv, Greater) runs natively to give the mask's value,
+    the rest is planned per mask; the Conv output is a graph output too."""
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Greater", ["c", "zero"], ["mask"]), helper.make_node("NonZero", ["mask"], ["i"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0, np.float32), "zero")]
+    path = save(tmp_path / "mask.onnx", nodes, [("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+                [("i", TensorProto.INT64), ("c", TensorProto.FLOAT)], inits, opset=13)
+    model = volvox.load(path)
+    assert model.value_inputs == ("mask",)
+    for _ in range(3):
+        x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+        want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        got = list(model.run({"x": x}).values())
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
 
 
 def test_a_value_contradicting_a_declared_dim_is_a_shape_error(tmp_path):

@@ -196,14 +196,15 @@ def load_onnx(path: str | Path, **model_kw):
 
 
 def plan_per_value(error: ConstantRequired, path: str, **model_kw):
-    """The ValuePlannedModel of the model ``read_onnx`` raised ``error`` on, planned per value of the graph
-    inputs it names; ``error`` itself when an operand comes from something else than graph inputs."""
-    from volvox.formats.onnx.value_plans import ValuePlannedModel
+    """The ValuePlannedModel of the model ``read_onnx`` raised ``error`` on, planned per value of the
+    tensors that resolve it (value_plans.values_needed); ``error`` itself when none do."""
+    from volvox.formats.onnx.value_plans import ValuePlannedModel, values_needed
 
     model = getattr(error, "model", None)
-    if model is None or not all(name in {i[0] for i in model.inputs} for name in error.inputs):
+    needed = None if model is None else values_needed(model, error)
+    if needed is None:
         raise error
-    return ValuePlannedModel(model, str(path), error.inputs, _import_checked, **model_kw)
+    return ValuePlannedModel(model, str(path), needed, _import_checked, **model_kw)
 
 
 def _import_checked(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:

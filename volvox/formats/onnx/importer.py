@@ -40,12 +40,14 @@ class ConstantRequired(UnsupportedError):
     """An operand volvox needs at import (a shape, axes, a count) is computed at run time.
 
     ``tensor`` names it (or the graph input it is computed from); ``inputs`` every graph input it is
-    computed from. ``tools/onnx_conformance.py`` turns such graph inputs into initializers."""
+    computed from; ``value_of`` the tensor whose value is needed. ``value_plans.ValuePlannedModel``
+    computes that value at run time and imports the graph again with it held as a constant."""
 
-    def __init__(self, message: str, tensor: str, inputs: tuple = ()):
+    def __init__(self, message: str, tensor: str, inputs: tuple = (), value_of: str | None = None):
         super().__init__(message)
         self.tensor = tensor
         self.inputs = tuple(inputs) or (tensor,)
+        self.value_of = value_of or tensor
 
 
 def is_symbolic(value: np.ndarray) -> bool:
@@ -173,10 +175,10 @@ class Importer:
             if len(origin) == 1 and name not in origin:   # computed from one graph input: name that input
                 (source,) = origin
                 raise ConstantRequired(f"{where}: {what} ({name!r}, computed from input {source!r}) must be a "
-                                       "constant; volvox fixes it at import", source)
+                                       "constant; volvox fixes it at import", source, value_of=name)
             sources = f", computed from inputs {sorted(origin)}" if origin and name not in origin else ""
             raise ConstantRequired(f"{where}: {what} ({name!r}{sources}) must be a constant; volvox fixes it at import",
-                                   name, tuple(sorted(origin)) if sources else ())
+                                   name, tuple(sorted(origin)) if sources else (), value_of=name)
         return self.consts[name]
 
     def alias(self, src: str, dst: str) -> None:
