@@ -201,8 +201,8 @@ class ValuePlannedModel(Model):
 
     @property
     def profile(self):
-        """No profile: each value's plan has its own executor."""
-        return None
+        """The per-op timings of the latest run's plan (None unless loaded with profile=True)."""
+        return None if self._last is None else self._last.profile
 
     def weight_bytes(self) -> dict[str, int]:
         """Bytes of weights per dtype of the latest run's plan (empty before the first run)."""
