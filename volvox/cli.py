@@ -425,6 +425,11 @@ def cmd_info(a) -> int:
             print(json.dumps(info, indent=2, default=str))
             return 1
         g = model.graph
+        if g is None:   # an ONNX model planned per value of some inputs (formats/onnx/value_plans.py)
+            info["model"] = {"source": model.source, "metadata": model.metadata,
+                             "planned_per_value_of": list(model.value_inputs), "load_ms": round(model.load_seconds * 1e3, 1)}
+            print(json.dumps(info, indent=2, default=str))
+            return 0
         info["model"] = {"source": model.source, "task": model.metadata.get("task"), "metadata": model.metadata,
                          "inputs": [s.describe() for s in g.inputs], "outputs": [g.specs[o].describe() for o in g.outputs],
                          "nodes": len(g.nodes), "weights": len(g.weights), "weight_bytes": model.weight_bytes(),

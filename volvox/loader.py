@@ -91,7 +91,16 @@ def _load_any(model: str | Path, path: Path, kw: dict, adapter: str | Path | Non
             raise ModelNotFoundError(f"{model}: no such file or directory")
         recipe = load_recipe(str(model))
         path, recipe_metadata = resolve_model_file(recipe["name"]), recipe.get("metadata")
-    imported = import_model(path, recipe_metadata)
+    try:
+        imported = import_model(path, recipe_metadata)
+    except UnsupportedError as e:   # an ONNX graph whose shapes follow input values: planned per value at run time
+        if path.suffix != ".onnx" or adapter is not None or (recipe_metadata or {}).get("task"):
+            raise
+        from volvox.formats.onnx import ConstantRequired, plan_per_value
+
+        if not isinstance(e, ConstantRequired):
+            raise
+        return plan_per_value(e, str(path), **kw)
     try:
         if adapter is not None:
             from volvox.architectures.lora import apply_adapter

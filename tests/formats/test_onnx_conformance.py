@@ -24,7 +24,7 @@ def test_onnx_node_case(name):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         outcome, detail = onnx_conformance.run_case(case)
-    assert outcome in ("pass", "as onnxruntime", "refused"), f"{name}: {outcome}: {detail}"
+    assert outcome in ("pass", "pass (statistical)", "as onnxruntime", "refused"), f"{name}: {outcome}: {detail}"
     if outcome == "refused":
         pytest.skip(f"refused: {detail}")
 

@@ -91,9 +91,9 @@ def one_node(path, op, inputs, outputs, opset, inits=(), **attrs):
 
 
 def test_refusal_names_op_opset_and_node(tmp_path):
-    path = one_node(tmp_path / "random.onnx", "RandomNormalLike", [("x", (TensorProto.FLOAT, [1, 4, 3, 3]))], ["y"], 13)
+    path = one_node(tmp_path / "random.onnx", "TfIdfVectorizer", [("x", (TensorProto.FLOAT, [1, 4, 3, 3]))], ["y"], 13)
     with pytest.raises(volvox.UnsupportedError,
-                       match=r"node 'the_node' \(RandomNormalLike\): op RandomNormalLike is not supported at opset 13"):
+                       match=r"node 'the_node' \(TfIdfVectorizer\): op TfIdfVectorizer is not supported at opset 13"):
         read_onnx(path)
 
 
@@ -120,14 +120,14 @@ def test_opset_7_attributes_are_read(tmp_path):
 
 
 def test_info_lists_ops_and_missing_ones_before_loading(tmp_path):
-    path = one_node(tmp_path / "random.onnx", "RandomNormalLike", [("x", (TensorProto.FLOAT, [1, 4, 3, 3]))], ["y"], 13)
-    assert op_report(path) == {"opset": 13, "ops": {"RandomNormalLike": 1}, "missing": ["RandomNormalLike"]}
+    path = one_node(tmp_path / "random.onnx", "TfIdfVectorizer", [("x", (TensorProto.FLOAT, [1, 4, 3, 3]))], ["y"], 13)
+    assert op_report(path) == {"opset": 13, "ops": {"TfIdfVectorizer": 1}, "missing": ["TfIdfVectorizer"]}
     r = subprocess.run([sys.executable, "-m", "volvox", "info", str(path)], capture_output=True, text=True, timeout=300,
                        cwd=tmp_path)
     assert r.returncode == 1, r.stderr
     info = json.loads(r.stdout)
-    assert info["model_ops"]["missing"] == ["RandomNormalLike"]
-    assert "op RandomNormalLike is not supported at opset 13" in info["load_error"]
+    assert info["model_ops"]["missing"] == ["TfIdfVectorizer"]
+    assert "op TfIdfVectorizer is not supported at opset 13" in info["load_error"]
 
 
 @pytest.mark.parametrize("attrs, scales", [

@@ -3,8 +3,9 @@ non_max_suppression (ONNX's NonZero, Compress, Unique, NonMaxSuppression).
 
 volvox plans every buffer from shapes known at import, so these run at import: the ONNX importer
 folds them when their inputs are constants (as exported models usually hold them: a mask or a box
-set computed from weights) and refuses them, naming the input, when an input is computed at run
-time. ``infer`` says so for a graph that holds one anyway. ``ref`` is the numpy implementation.
+set computed from weights); when an input is computed from graph inputs, the model is planned per
+value of those inputs at run time (formats/onnx/value_plans.py), which folds them again. ``infer``
+refuses a graph that holds one as a node. ``ref`` is the numpy implementation.
 """
 
 from __future__ import annotations

@@ -21,11 +21,12 @@ import numpy as np
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph, TensorSpec
 from volvox.ops import validate_file
-from volvox.formats.onnx import control_flow, functions, generic, vision
+from volvox.formats.onnx import control_flow, functions, generic, sampling, vision
 from volvox.formats.onnx.importer import ConstantRequired, Importer, output_used
 from volvox.formats.onnx.reader import ONNXError, OnnxModel, OnnxNode, element_dtype, read_model, read_model_upgraded
 
-__all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "op_report"]
+__all__ = ["ConstantRequired", "ONNXError", "TRANSLATIONS", "MIN_OPSET", "read_onnx", "load_onnx", "plan_per_value",
+           "op_report"]
 
 MIN_OPSET = 7
 
@@ -141,6 +142,8 @@ TRANSLATIONS = {
     "GridSample": generic.grid_sample, "DynamicQuantizeLinear": generic.dynamic_quantize_linear,
     "MeanVarianceNormalization": generic.mean_variance_normalization, "RNN": generic.recurrent, "GRU": generic.recurrent, "LSTM": generic.recurrent,
     "QuantizeLinear": generic.quantize_linear, "DequantizeLinear": generic.dequantize_linear,
+    **{op: sampling.random for op in ("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike")},
+    "Bernoulli": sampling.bernoulli, "Multinomial": sampling.multinomial,
 }
 
 
@@ -169,21 +172,54 @@ def read_onnx(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dict]:
     """(validated graph, weights, metadata incl. the model's metadata_props) of an .onnx file."""
     path = str(path)
     model = read_model(path)
+    if model.opset < MIN_OPSET and model.opset >= 1:
+        model = read_model_upgraded(path, MIN_OPSET)
+    try:
+        return _import_checked(model, path)
+    except ConstantRequired as e:   # the model it was raised on, for load_onnx to plan per value
+        e.model = model
+        raise
+
+
+def load_onnx(path: str | Path, **model_kw):
+    """A runnable model of the .onnx file at ``path`` (``model_kw``: Model's keywords): a compiled Model,
+    or, when operands that fix shapes are computed from graph inputs at run time, a ValuePlannedModel
+    that plans per value of those inputs (value_plans.py)."""
+    from volvox.model import Model
+
+    path = str(path)
+    try:
+        graph, weights, metadata = read_onnx(path)
+    except ConstantRequired as e:
+        return plan_per_value(e, path, **model_kw)
+    return Model(graph, weights, metadata, path, **model_kw)
+
+
+def plan_per_value(error: ConstantRequired, path: str, **model_kw):
+    """The ValuePlannedModel of the model ``read_onnx`` raised ``error`` on, planned per value of the
+    tensors that resolve it (value_plans.values_needed); ``error`` itself when none do."""
+    from volvox.formats.onnx.value_plans import ValuePlannedModel, values_needed
+
+    model = getattr(error, "model", None)
+    needed = None if model is None else values_needed(model, error)
+    if needed is None:
+        raise error
+    return ValuePlannedModel(model, str(path), needed, _import_checked, **model_kw)
+
+
+def _import_checked(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:
+    """``_import`` with a malformed model's lookup errors reported as ONNXError (as read_onnx does)."""
     try:
         return _import(model, path)
     except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError) as e:
-        # a required attribute or input missing: the reader is schema-less, so these surface as
-        # Python lookups failing; report them as the malformed model they are
         raise ONNXError(f"{path}: malformed ONNX model ({type(e).__name__}: {e})") from None
 
 
 def _import(model: OnnxModel, path: str) -> tuple[Graph, dict[str, np.ndarray], dict]:
     """The graph with every symbolic input dim kept; when the model's shape arithmetic cannot be planned
     with a symbolic batch (a reshape whose target mixes it with another unknown), the batch bound to 1."""
-    if model.opset < MIN_OPSET:
-        if model.opset < 1:
-            raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
-        model = read_model_upgraded(path, MIN_OPSET)
+    if model.opset < 1:
+        raise UnsupportedError(f"{path}: opset {model.opset}; volvox imports ONNX opset {MIN_OPSET} and later")
     try:
         return _translate(model, path, bind_batch=False)
     except ConstantRequired:

@@ -74,14 +74,15 @@ def if_(imp: Importer, n: OnnxNode, where: str, translations: dict) -> None:
     for branch in branches:
         if any(node.op in ("Loop", "Scan", "If") for node in branch.nodes):
             raise ConstantRequired(f"{where}: the condition ({cond!r}) must be a constant for branches holding "
-                                   "control flow", cond)
+                                   "control flow", cond, tuple(sorted(imp.sources.get(cond, ()))))
     then_out = inline(imp, branches[0], [], f"@{n.name}.then", translations)
     else_out = inline(imp, branches[1], [], f"@{n.name}.else", translations)
     for out, a, b in zip(n.outputs, then_out, else_out):
         if shape_of(imp, a) != shape_of(imp, b) or dtype_of(imp, a) != dtype_of(imp, b):
             raise ConstantRequired(f"{where}: the condition ({cond!r}) must be a constant: the branches give "
                                    f"{dtype_of(imp, a)}{list(shape_of(imp, a))} and "
-                                   f"{dtype_of(imp, b)}{list(shape_of(imp, b))}", cond)
+                                   f"{dtype_of(imp, b)}{list(shape_of(imp, b))}", cond,
+                                   tuple(sorted(imp.sources.get(cond, ()))))
         imp.apply("where", f"{n.name}.{out}", {"condition": cond, "a": a, "b": b}, out, where)
 
 

@@ -2,7 +2,8 @@
 shape manipulation, gathers / scatters, math, comparisons, logic, reductions, quantize /
 dequantize. Where an operand moved from an attribute to an input between opsets, both are read
 here, per opset. Operands that fix an output's shape (a Reshape's shape, Slice bounds, TopK's k,
-Tile's repeats, ...) must be constants: volvox plans shapes at import.
+Tile's repeats, ...) are read as constants (ConstantRequired otherwise): volvox plans shapes at import,
+per value of the graph inputs they come from when they are not constants (value_plans.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from volvox.ops.shape import reshape_target
 from volvox.ops.tensor import RESIZE_COORDINATES, RESIZE_NEAREST_MODES
 from volvox.formats.onnx.importer import CLAMP, Importer, arg, is_symbolic, output_used
 from volvox.formats.onnx.reader import OnnxNode, element_dtype
+from volvox.formats.onnx.sampling import training_dropout
 
 UNARY = {"Abs": "abs", "Neg": "neg", "Sign": "sign", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sin": "sin",
          "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh",
@@ -128,11 +130,13 @@ def identity(imp: Importer, n: OnnxNode, where: str) -> None:
 
 
 def dropout(imp: Importer, n: OnnxNode, where: str) -> None:
-    """Inference Dropout (or a training one of ratio 0): the input unchanged, its mask all true."""
+    """Inference Dropout (or a training one of ratio 0): the input unchanged, its mask all true; a
+    training one of another ratio draws its mask (sampling.training_dropout)."""
     if arg(n, 2) and bool(np.asarray(imp.const(n.inputs[2], where, "training_mode"))):
         ratio = float(np.asarray(imp.const(n.inputs[1], where, "ratio")).reshape(-1)[0]) if arg(n, 1) else 0.5
         if ratio != 0:
-            raise UnsupportedError(f"{where}: training-mode Dropout (random, ratio {ratio}) is not supported")
+            training_dropout(imp, n, where, ratio)
+            return
     imp.alias(n.inputs[0], n.outputs[0])
     if output_used(imp, n, 1):
         dims = shape_of(imp, n.inputs[0])

@@ -27,18 +27,27 @@ NARROW_NATIVE = MOVES_VALUES + ("cast", "bitcast", "quantize_linear", "dequantiz
                                 "gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "where", "one_hot",
                                 "reverse_sequence", "depth_space", "trilu", "tensor_scatter", "compress", "unique",
                                 "nonzero")
+# families of ops that compute each output element on its own (or only move values): on bfloat16 they run
+# in float32 and round each element once, which is what onnx's reference (ml_dtypes' ufuncs) and
+# onnxruntime do; ops that accumulate (reductions, softmax, products, norms) refuse bfloat16: onnx's
+# reference rounds every partial sum to bfloat16 where volvox would sum in float32, a different answer
+PER_ELEMENT_FAMILIES = ("elementwise", "activation", "math", "shape")
+ACCUMULATING = ("add_n", "softmax", "log_softmax", "hardmax", "einsum", "det", "matmul_general", "lrn",
+                "dynamic_quantize", "swiglu")
 
 
 class ConstantRequired(UnsupportedError):
     """An operand volvox needs at import (a shape, axes, a count) is computed at run time.
 
     ``tensor`` names it (or the graph input it is computed from); ``inputs`` every graph input it is
-    computed from. ``tools/onnx_conformance.py`` turns such graph inputs into initializers."""
+    computed from; ``value_of`` the tensor whose value is needed. ``value_plans.ValuePlannedModel``
+    computes that value at run time and imports the graph again with it held as a constant."""
 
-    def __init__(self, message: str, tensor: str, inputs: tuple = ()):
+    def __init__(self, message: str, tensor: str, inputs: tuple = (), value_of: str | None = None):
         super().__init__(message)
         self.tensor = tensor
         self.inputs = tuple(inputs) or (tensor,)
+        self.value_of = value_of or tensor
 
 
 def is_symbolic(value: np.ndarray) -> bool:
@@ -166,10 +175,10 @@ class Importer:
             if len(origin) == 1 and name not in origin:   # computed from one graph input: name that input
                 (source,) = origin
                 raise ConstantRequired(f"{where}: {what} ({name!r}, computed from input {source!r}) must be a "
-                                       "constant; volvox fixes it at import", source)
+                                       "constant; volvox fixes it at import", source, value_of=name)
             sources = f", computed from inputs {sorted(origin)}" if origin and name not in origin else ""
             raise ConstantRequired(f"{where}: {what} ({name!r}{sources}) must be a constant; volvox fixes it at import",
-                                   name, tuple(sorted(origin)) if sources else ())
+                                   name, tuple(sorted(origin)) if sources else (), value_of=name)
         return self.consts[name]
 
     def alias(self, src: str, dst: str) -> None:
@@ -182,13 +191,20 @@ class Importer:
 
     def apply(self, op: str, node_id: str, inputs: dict, outputs: str | dict, where: str, **params) -> None:
         """Volvox op ``op`` in logical layout on ``inputs`` (port -> ONNX tensor name): folded at import
-        when every input is a constant, else emitted; an op outside NARROW_NATIVE refuses ONNX's narrow
-        types (its numpy reference may not compute in them, and rounding them per step would not be
-        the onnx reference's arithmetic)."""
+        when every input is a constant, else emitted. A per-element op outside NARROW_NATIVE computes
+        bfloat16 in float32, its float outputs rounded back to bfloat16 (PER_ELEMENT_FAMILIES); other
+        ops refuse ONNX's narrow types (their numpy references may not compute in them, or would not
+        round as onnx's reference does)."""
         outputs = {"y": outputs} if isinstance(outputs, str) else outputs
         narrow = {self.dtype(n) for n in inputs.values()} & set(NARROW_DTYPES)
+        if (narrow == {"bfloat16"} and op not in NARROW_NATIVE and op not in ACCUMULATING
+                and get_op(op, node_id).family in PER_ELEMENT_FAMILIES):
+            self._through_float32(op, node_id, inputs, outputs, where, params)
+            return
         if narrow and op not in NARROW_NATIVE:
-            raise UnsupportedError(f"{where}: volvox's {op} does not take {', '.join(sorted(narrow))} operands")
+            why = (" (it accumulates: onnx's reference rounds each partial result to bfloat16, volvox would "
+                   "accumulate in float32)" if narrow == {"bfloat16"} else "")
+            raise UnsupportedError(f"{where}: volvox's {op} does not take {', '.join(sorted(narrow))} operands{why}")
         if all(name in self.consts for name in inputs.values()):
             definition = get_op(op, node_id)
             values = [self.consts[inputs[p]] if p in inputs else None for p in definition.input_names]
@@ -205,6 +221,28 @@ class Importer:
                     self.consts[outputs[port]] = value.astype(object) if value.dtype.kind == "U" else value
             return
         self.emit(op, node_id, {p: self.operand(n, where) for p, n in inputs.items()}, outputs, **params)
+
+    def _through_float32(self, op: str, node_id: str, inputs: dict, outputs: dict, where: str, params: dict) -> None:
+        """``op`` on bfloat16 operands: they are cast to float32, the op runs in float32 and each float32
+        output is rounded to bfloat16 (round to nearest even)."""
+        widened = {}
+        for port, name in inputs.items():
+            if self.dtype(name) == "bfloat16":
+                widened[port] = f"{name}.as_float32"
+                if widened[port] not in self.consts and widened[port] not in self.specs:
+                    self.apply("cast", f"{node_id}.{port}.float32", {"x": name}, widened[port], where, to="float32")
+            else:
+                widened[port] = name
+        wide_outputs = {port: f"{name}.unrounded" for port, name in outputs.items() if name}
+        self.apply(op, node_id, widened, wide_outputs, where, **params)
+        for port, name in outputs.items():
+            if not name:
+                continue
+            wide = wide_outputs[port]
+            if self.dtype(wide) == "float32":
+                self.apply("cast", f"{node_id}.{port}.bfloat16", {"x": wide}, name, where, to="bfloat16")
+            else:
+                self.alias(wide, name)
 
     def dtype(self, name: str) -> str:
         """The dtype name of a constant or run-time tensor."""
