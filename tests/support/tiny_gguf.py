@@ -174,3 +174,28 @@ def add_spm_tokenizer(w, variant: str = "llama2") -> int:
         if key in keys:
             getattr(w, f"add_{key}_token" if key != "add_space_prefix" else "add_add_space_prefix")(keys[key])
     return len(tokens)
+
+
+# the block types gguf's quantizer writes; the k-quants and iq4_nl come from volvox's port of ggml's
+# reference quantizers (the logits tests hold both engines to the same stored blocks, whoever wrote them)
+GGUF_QUANTIZES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
+
+
+def store_matrix(data: np.ndarray, qtype: str):
+    """(array, raw_dtype) for GGUFWriter.add_tensor: float32 ``data`` (..., cols) as ``qtype`` (f32, f16 or a
+    block type); a k-quant over rows that are not whole 256-value super-blocks falls back as llama.cpp's
+    quantizer does (q2_k / q3_k -> q4_0, q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0)."""
+    from volvox.convert import storage_type
+    from volvox.ir.quant_blocks import quantize_ref
+
+    data = np.ascontiguousarray(data, np.float32)
+    if qtype == "f32":
+        return data, None
+    if qtype == "f16":
+        return data.astype(np.float16), None
+    qtype = storage_type(qtype, data.shape[-1])
+    ggml_type = T[qtype.upper()]
+    if qtype in GGUF_QUANTIZES:
+        return quantize(data, ggml_type), ggml_type
+    rows = quantize_ref(data.reshape(-1, data.shape[-1]), qtype).data  # (rows, bytes per row)
+    return np.ascontiguousarray(rows).reshape(*data.shape[:-1], -1), ggml_type
