@@ -48,9 +48,10 @@ CASES = {
 }
 QTYPES = ("f32", "f16", "q8_0")
 NMSE_BOUND = 1e-6
-# Gemma 2's soft-capped attention runs volvox's numpy path, not ggml's arithmetic: with 8-bit
-# activations one rounding that lands the other way changes the rows after it (about 1e-4)
-LOOSER = {("gemma2", "q8_0"): 1e-3}
+# Gemma 2 Q8_0: rows 0-14 of the logits equal llama.cpp's bit for bit (soft-capped attention and final
+# logits computed as llama.cpp does: q scaled first, x * (1 / cap), libm's tanhf); from row 15 one 8-bit
+# activation rounding lands the other way and the rows after it differ (measured NMSE 5.6e-5)
+LOOSER = {("gemma2", "q8_0"): 1e-4}
 # GGUF Gemma computes GELU through ggml's fp16 table (gelu_f16_table): about 1e-3 from transformers' GELU
 TORCH_BOUND = {"gemma2": 1e-3, "gemma3": 1e-3}
 SEQ = 20  # tokens: longer than the sliding windows (6)
