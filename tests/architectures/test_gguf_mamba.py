@@ -37,17 +37,19 @@ def nmse(got, want):
     return float(np.sum((got - want) ** 2) / np.sum(want ** 2))
 
 
-def random_ssm_model(kind, vocab, seed=0):
+def random_ssm_model(kind, vocab, seed=0, gain=3.0, **sizes):
+    """A random transformers Mamba / Mamba-2 model (fp32), its projections multiplied by ``gain``
+    (``sizes`` override CONFIGS)."""
     import torch
     import transformers as tf
 
     torch.manual_seed(seed)
     cls = {"mamba": tf.MambaConfig, "mamba2": tf.Mamba2Config}[kind]
-    model = tf.AutoModelForCausalLM.from_config(cls(vocab_size=vocab, num_hidden_layers=2, **CONFIGS[kind])).float().eval()
+    model = tf.AutoModelForCausalLM.from_config(cls(vocab_size=vocab, num_hidden_layers=2, **{**CONFIGS[kind], **sizes})).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("proj.weight", "embeddings.weight", "lm_head.weight")):
-                p.mul_(3.0)
+                p.mul_(gain)
     return model
 
 
