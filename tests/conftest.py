@@ -27,6 +27,26 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(Path(volvox.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
 
 
+def _llama_cpp_without_extra_buffers() -> None:
+    """llama.cpp (llama-cpp-python) loads weights without its extra CPU buffer types: on a CPU with AMX its
+    AMX repack segfaults in llama_decode on any block-quantized model (llama-cpp-python 0.3.36), and
+    the tests compare against ggml's plain CPU kernels."""
+    try:
+        import llama_cpp.llama_cpp as lib
+    except ImportError:
+        return
+    default = lib.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    lib.llama_model_default_params = params
+
+
+_llama_cpp_without_extra_buffers()
+
+
 def pytest_collection_modifyitems(config, items):
     """Without a build, the kernel layer's tests are skipped as a whole (they test nothing else)."""
     if cpu.BUILT:

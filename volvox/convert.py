@@ -66,9 +66,13 @@ def _tokenizer_json(src: Path, model) -> str:
         name = (model.metadata.get("tokenizer") or {}).get("file", "tokenizer.json")
         return (src / Path(name).name).read_text(encoding="utf-8")
     from volvox.formats.gguf import GGUFFile
+    from volvox.tokenizers.bpe import ByteLevelBPETokenizer
     from volvox.tokenizers.hf_json import bpe_tokenizer_json
 
     tok = model.tokenizer
+    if not isinstance(tok, ByteLevelBPETokenizer):
+        raise UnsupportedError(f"{src}: a blueprint stores a byte-level BPE tokenizer.json; this GGUF file's "
+                               f"vocabulary is {type(tok).__name__} (run the .gguf file itself)")
     with GGUFFile(str(src)) as gguf:
         merges = list(gguf.metadata.get("tokenizer.ggml.merges") or [])
     doc = bpe_tokenizer_json(tok.tokens, merges, tok.special_tokens, tok.added_tokens, tok.pre,

@@ -439,6 +439,17 @@ def layer_norm(x, weight, bias, eps, out=None) -> np.ndarray:
     return y[0] if vec else y
 
 
+def softcap(x, cap: float) -> np.ndarray:
+    """cap * tanhf(x * (1 / cap)) for float32 x of any shape, llama.cpp's arithmetic (libm's tanhf)."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise KernelError("softcap: x must be a float32 numpy array")
+    if not cap > 0:
+        raise KernelError(f"softcap: cap must be > 0, got {cap}")
+    y = np.ascontiguousarray(x).copy()  # (x's shape), capped in place
+    engine.softcap(y.reshape(-1), y.reshape(-1), float(cap))
+    return y
+
+
 def gelu(x, approximate: str = "none", out=None) -> np.ndarray:
     """x * Phi(x) for float32 x of any shape: exact (``approximate="none"``, through erfc) or
     ``"tanh"``; ``out`` (x's shape, float32, C-contiguous) may be x itself."""
@@ -466,7 +477,7 @@ def _f32_rows(a, name: str, ncols: int | None = None) -> np.ndarray:
 
 
 def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, window: int = 0, out=None,
-              causal: bool = True) -> np.ndarray:
+              causal: bool = True, softcap: float = 0.0) -> np.ndarray:
     """Causal grouped-query attention of new queries over a KV cache (or, not ``causal``, of every
     query over all the cache's rows: an encoder's self-attention, a decoder's cross-attention).
 
@@ -476,6 +487,8 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
     window:   > 0 limits each query to the last `window` positions (sliding window); causal only
     causal:   False: every query attends to all `capacity` rows of the caches (start must be 0)
     out:      optional float32 (seq, n_heads * head_dim), not overlapping q or the caches
+    softcap:  > 0 caps the scores as llama.cpp does for Gemma 2: q * scale first, then
+              softcap * tanhf(q.k * (1 / softcap))
     Returns float32 (seq, n_heads * head_dim). Memory: one score row per thread (O(seq)).
     On x86 SIMD tiers the arithmetic is ggml's, bit for bit (see volvox/_kernels/vx.pxd).
     """
@@ -504,7 +517,10 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
         _check_apart(out, "attention", q=q2, k_cache=k_cache, v_cache=v_cache)
     per = engine.attention_scratch_floats(keys or start + seq, hd, n_heads // nkv)
     scratch = np.empty(get_num_threads() * per, np.float32)  # (threads, per) score rows + lane sums
-    engine.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch, keys)
+    if softcap < 0:
+        raise KernelError(f"attention: softcap must be >= 0 (0: none), got {softcap}")
+    engine.attention(q2, k_cache, v_cache, int(start), int(n_heads), int(window), float(scale), out, scratch, keys,
+                     float(softcap))
     return out
 
 

@@ -15,7 +15,7 @@ gguf = pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
 
 import volvox  # noqa: E402
-from tiny_gguf import _byte_vocab, add_byte_tokenizer  # noqa: E402
+from tiny_gguf import _byte_vocab, add_byte_tokenizer, store_matrix  # noqa: E402
 
 CONFIGS = {
     "mamba": dict(hidden_size=32, intermediate_size=64, state_size=8, time_step_rank=4),
@@ -37,24 +37,24 @@ def nmse(got, want):
     return float(np.sum((got - want) ** 2) / np.sum(want ** 2))
 
 
-def random_ssm_model(kind, vocab, seed=0):
+def random_ssm_model(kind, vocab, seed=0, gain=3.0, **sizes):
+    """A random transformers Mamba / Mamba-2 model (fp32), its projections multiplied by ``gain``
+    (``sizes`` override CONFIGS)."""
     import torch
     import transformers as tf
 
     torch.manual_seed(seed)
     cls = {"mamba": tf.MambaConfig, "mamba2": tf.Mamba2Config}[kind]
-    model = tf.AutoModelForCausalLM.from_config(cls(vocab_size=vocab, num_hidden_layers=2, **CONFIGS[kind])).float().eval()
+    model = tf.AutoModelForCausalLM.from_config(cls(vocab_size=vocab, num_hidden_layers=2, **{**CONFIGS[kind], **sizes})).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("proj.weight", "embeddings.weight", "lm_head.weight")):
-                p.mul_(3.0)
+                p.mul_(gain)
     return model
 
 
 def write_ssm_gguf(model, kind, path, qtype, dt_b_c_rms=False):
     """``model`` as a GGUF file of ``kind`` (mamba / mamba2), its matrices stored as ``qtype``."""
-    from gguf.quants import quantize
-
     cfg = model.config
     arch = {"mamba": gguf.MODEL_ARCH.MAMBA, "mamba2": gguf.MODEL_ARCH.MAMBA2}[kind]
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
@@ -93,13 +93,11 @@ def write_ssm_gguf(model, kind, path, qtype, dt_b_c_rms=False):
             data = data.reshape(-1, 1)
         if kind == "mamba2" and hf_name.endswith("mixer.norm.weight"):
             data = data.reshape(cfg.n_groups, -1)
-        if not name.endswith(MATRICES) or qtype == "f32" or (qtype.startswith("q") and data.shape[-1] % 32):
+        if not name.endswith(MATRICES) or (qtype not in ("f32", "f16") and data.shape[-1] % 32):
             w.add_tensor(name, data)
-        elif qtype == "f16":
-            w.add_tensor(name, data.astype(np.float16))
         else:
-            ggml_type = gguf.GGMLQuantizationType[qtype.upper()]
-            w.add_tensor(name, quantize(data, ggml_type), raw_dtype=ggml_type)
+            array, raw_dtype = store_matrix(data, qtype)
+            w.add_tensor(name, array, raw_dtype=raw_dtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

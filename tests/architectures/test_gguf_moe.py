@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
 
 import volvox  # noqa: E402
-from tiny_gguf import QTYPES, _byte_vocab, add_byte_tokenizer  # noqa: E402
+from tiny_gguf import _byte_vocab, add_byte_tokenizer, store_matrix  # noqa: E402
 
 DIM, HEADS, KV_HEADS, LAYERS = 64, 4, 2, 2
 IDS = [5, 17, 99, 3, 42, 7, 200, 11, 64, 130, 9, 250]
@@ -37,13 +37,14 @@ CASES = [("llama", "f32"), ("llama", "f16"), ("llama", "q8_0"), ("llama", "q4_0"
          ("qwen3moe", "f32"), ("qwen3moe", "q8_0"), ("olmoe", "f32"), ("olmoe", "q4_0")]
 
 
-def random_moe(arch, vocab, seed=0):
-    """A random transformers MoE model (fp32) whose weights are widened away from ties, and its config."""
+def random_moe(arch, vocab, seed=0, **sizes):
+    """A random transformers MoE model (fp32) whose weights are widened away from ties, and its config
+    (``sizes`` override the module's)."""
     config_class, kw = MODELS[arch]
     torch.manual_seed(seed)
     config = getattr(tf, config_class)(**{
         **dict(vocab_size=vocab, num_hidden_layers=LAYERS, hidden_size=DIM, num_attention_heads=HEADS,
-               num_key_value_heads=KV_HEADS, max_position_embeddings=256, tie_word_embeddings=False), **kw})
+               num_key_value_heads=KV_HEADS, max_position_embeddings=256, tie_word_embeddings=False), **kw, **sizes})
     model = tf.AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -75,15 +76,16 @@ def write_moe_gguf(path, model, arch, qtype):
     mixtral = arch == "llama"
     E = cfg.num_local_experts if mixtral else cfg.num_experts
     F = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
-    hd = getattr(cfg, "head_dim", None) or DIM // HEADS
+    layers, dim, heads = cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or dim // heads
     rope = getattr(cfg, "rope_parameters", None) or {}
     theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(LAYERS)
+    w.add_block_count(layers)
     w.add_context_length(256)
-    w.add_embedding_length(DIM)
+    w.add_embedding_length(dim)
     w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(HEADS)
+    w.add_head_count(heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
@@ -99,21 +101,20 @@ def write_moe_gguf(path, model, arch, qtype):
     add_byte_tokenizer(w, bos_id=None)
 
     def tensor(name, data, q=qtype):
-        if q == "f32" or data.ndim == 1:
+        if data.ndim == 1:
             w.add_tensor(name, np.ascontiguousarray(data, np.float32))
-        elif q == "f16":
-            w.add_tensor(name, data.astype(np.float16))
         else:
-            w.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(data), QTYPES[q]), raw_dtype=QTYPES[q])
+            array, raw_dtype = store_matrix(data, q)
+            w.add_tensor(name, array, raw_dtype=raw_dtype)
 
     tensor("token_embd.weight", sd["model.embed_tokens.weight"], "f32")
     tensor("output_norm.weight", sd["model.norm.weight"])
     tensor("output.weight", sd["lm_head.weight"])
-    for l in range(LAYERS):
+    for l in range(layers):
         b, h = f"blk.{l}.", f"model.layers.{l}."
         q, k = sd[h + "self_attn.q_proj.weight"], sd[h + "self_attn.k_proj.weight"]
         if mixtral:
-            q, k = permute_rope(q, HEADS), permute_rope(k, cfg.num_key_value_heads)
+            q, k = permute_rope(q, heads), permute_rope(k, cfg.num_key_value_heads)
         tensor(b + "attn_norm.weight", sd[h + "input_layernorm.weight"])
         tensor(b + "attn_q.weight", q)
         tensor(b + "attn_k.weight", k)

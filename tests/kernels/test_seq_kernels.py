@@ -20,9 +20,9 @@ from volvox.ops.context import RunContext
 from volvox.runtime.kv_cache import KVCache
 
 
-def run_attention(fn, rng, nh, nkv, hd, chunks, window=0):
+def run_attention(fn, rng, nh, nkv, hd, chunks, window=0, softcap=0.0):
     """Feed `chunks` (new rows per call) through fn with a fresh KV cache; all outputs."""
-    p = {"n_heads": nh, "n_kv_heads": nkv, "head_dim": hd, "layer": 1, "window": window}
+    p = {"n_heads": nh, "n_kv_heads": nkv, "head_dim": hd, "layer": 1, "window": window, "softcap": softcap}
     ctx = RunContext(kv=KVCache(2, nkv, hd, 512))
     outs = []
     for n in chunks:
@@ -51,6 +51,29 @@ def test_attention_matches_reference(tier, nh, nkv, hd, chunks, window):
     total = sum(chunks)
     np.testing.assert_array_equal(ctx_f.kv.keys[1][:, :total], ctx_r.kv.keys[1][:, :total])
     np.testing.assert_array_equal(ctx_f.kv.values[1][:, :total], ctx_r.kv.values[1][:, :total])
+
+
+@pytest.mark.parametrize("nh,nkv,hd,chunks,window", [(8, 4, 32, [9, 1, 1], 0), (4, 2, 20, [13, 1], 6)])
+def test_softcapped_attention_matches_reference(tier, nh, nkv, hd, chunks, window):
+    """Gemma 2's soft-capped scores (queries scaled first, cap * tanhf(s / cap)) in the kernel, prefill
+    and decode steps, against the numpy reference."""
+    seed = abs(hash((tier, nh, hd, "softcap"))) % 2**32
+    got, _ = run_attention(attention_fast, np.random.default_rng(seed), nh, nkv, hd, chunks, window, softcap=1.5)
+    want, _ = run_attention(attention_ref, np.random.default_rng(seed), nh, nkv, hd, chunks, window, softcap=1.5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_softcap_is_libm_tanhf():
+    """cpu.softcap computes ggml's cap * tanhf(x * (1 / cap)) bit for bit (libm's tanhf, which numpy's
+    float32 tanh is not)."""
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.tanhf.restype, libm.tanhf.argtypes = ctypes.c_float, [ctypes.c_float]
+    x = (np.random.default_rng(0).standard_normal((7, 300)) * 40).astype(np.float32)
+    cap = np.float32(30.0)
+    inv = np.float32(1) / cap
+    want = np.array([np.float32(libm.tanhf(float(v * inv))) * cap for v in x.reshape(-1)], np.float32)
+    np.testing.assert_array_equal(K.softcap(x, 30.0).reshape(-1), want)
 
 
 def test_attention_without_cache_and_batched(tier):

@@ -56,11 +56,16 @@ def random_k_blocks(rng, shape, q):
 
 
 def write_tiny_llama(path, *, arch="llama", n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn=96,
-                     qtype="f32", embed_qtype="f32", tied=True, context=128, seed=0):
-    """Write a random LLaMA-style GGUF to ``path``; weights stored as ``qtype``."""
+                     qtype="f32", embed_qtype="f32", tied=True, context=128, seed=0, tokenizer=None):
+    """Write a random LLaMA-style GGUF to ``path``; weights stored as ``qtype``; ``tokenizer(w)`` writes the
+    vocabulary and returns its size (default: the byte-level BPE one)."""
     rng = np.random.default_rng(seed)
-    vocab = len(_byte_vocab()[0])
     w = GGUFWriter(str(path), arch)
+    if tokenizer is None:
+        add_byte_tokenizer(w)
+        vocab = len(_byte_vocab()[0])
+    else:
+        vocab = tokenizer(w)
     w.add_block_count(n_layers)
     w.add_context_length(context)
     w.add_embedding_length(dim)
@@ -71,7 +76,6 @@ def write_tiny_llama(path, *, arch="llama", n_layers=2, dim=64, n_heads=4, n_kv_
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
     w.add_rope_dimension_count(dim // n_heads)
-    add_byte_tokenizer(w)
     hd = dim // n_heads
 
     def tensor(name, shape, q):
@@ -107,3 +111,91 @@ def write_tiny_llama(path, *, arch="llama", n_layers=2, dim=64, n_heads=4, n_kv_
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# SentencePiece vocabulary variants as llama.cpp's converter writes them (tokenizer.ggml.model "llama"):
+# variant -> (leading special tokens as (text, type), GGUF key overrides)
+SPM_VARIANTS = {
+    # Llama-2 / Mistral: <unk> <s> </s>, a space prefixed, BOS added
+    "llama2": ([("<unk>", 2), ("<s>", 3), ("</s>", 3)], {}),
+    # Gemma: no space prefix, BOS 2 / EOS 1, chat turn markers, user-defined whitespace runs
+    "gemma": ([("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 2), ("<start_of_turn>", 4),
+               ("<end_of_turn>", 4), ("\n\n", 4), ("▁▁", 4), ("\t\t", 4), ("<unused0>", 3)],
+              dict(bos=2, eos=1, unk=3, add_space_prefix=False)),
+    # Phi-3: general.name says phi3, so llama.cpp strips the whitespace after its special tokens
+    "phi3": ([("<unk>", 2), ("<s>", 3), ("</s>", 3), ("<|endoftext|>", 3), ("<|user|>", 3), ("<|assistant|>", 3),
+              ("<|end|>", 3), ("<|system|>", 3)], dict(eos=3, name="Phi-3 mini tiny")),
+    # an EOG-named token stored as normal (llama.cpp makes it control), an unused token, EOS added, no BOS
+    "eog": ([("<unk>", 2), ("<s>", 3), ("</s>", 3), ("<|im_end|>", 1), ("<|eot_id|>", 1), ("<reserved>", 5),
+             ("<|im_start|>", 4), ("<|stop|>", 3)], dict(add_bos=False, add_eos=True, eot=7)),
+}
+SPM_WORDS = ("hello world the quick brown fox jumps over lazy dog tokenizer piece sentence llama gemma phi "
+             "héllo wörld über naïve café 中文 字符 数字 1234567890 3.14 <s> </s> def return if else").split()
+
+
+def spm_vocab(variant: str, seed: int = 0):
+    """(tokens, scores, types, keys) of a SentencePiece vocabulary: the variant's specials, the 256 byte
+    tokens, single characters and the substrings of "▁"-prefixed words, with random scores on a coarse grid
+    (ties happen)."""
+    specials, keys = SPM_VARIANTS[variant]
+    rng = np.random.default_rng(seed)
+    tokens = [t for t, _ in specials] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [k for _, k in specials] + [6] * 256
+    pieces = {}
+    for word in SPM_WORDS:
+        for text in ("▁" + word, word):
+            for i in range(len(text)):
+                for j in range(i + 1, min(len(text), i + 6) + 1):
+                    pieces.setdefault(text[i:j], None)
+    pieces.update(dict.fromkeys("▁abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'\"-:;()"))
+    pieces = [p for p in pieces if p not in tokens]
+    tokens += pieces
+    types += [1] * len(pieces)
+    scores = [0.0] * (len(tokens) - len(pieces)) + [-float(s) for s in rng.integers(0, 16, len(pieces))]
+    return tokens, scores, types, keys
+
+
+def add_spm_tokenizer(w, variant: str = "llama2") -> int:
+    """Write spm_vocab(``variant``) as ``w``'s (a GGUFWriter's) SentencePiece tokenizer; returns its size."""
+    tokens, scores, types, keys = spm_vocab(variant)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(keys.get("bos", 1))
+    w.add_eos_token_id(keys.get("eos", 2))
+    w.add_unk_token_id(keys.get("unk", 0))
+    if "eot" in keys:
+        w.add_eot_token_id(keys["eot"])
+    if "name" in keys:
+        w.add_name(keys["name"])
+    for key in ("add_bos", "add_eos", "add_space_prefix"):
+        if key in keys:
+            getattr(w, f"add_{key}_token" if key != "add_space_prefix" else "add_add_space_prefix")(keys[key])
+    return len(tokens)
+
+
+# the block types gguf's quantizer writes; the k-quants and iq4_nl come from volvox's port of ggml's
+# reference quantizers (the logits tests hold both engines to the same stored blocks, whoever wrote them)
+GGUF_QUANTIZES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
+
+
+def store_matrix(data: np.ndarray, qtype: str):
+    """(array, raw_dtype) for GGUFWriter.add_tensor: float32 ``data`` (..., cols) as ``qtype`` (f32, f16 or a
+    block type); a k-quant over rows that are not whole 256-value super-blocks falls back as llama.cpp's
+    quantizer does (q2_k / q3_k -> q4_0, q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0)."""
+    from volvox.convert import storage_type
+    from volvox.ir.quant_blocks import quantize_ref
+
+    data = np.ascontiguousarray(data, np.float32)
+    if qtype == "f32":
+        return data, None
+    if qtype == "f16":
+        return data.astype(np.float16), None
+    qtype = storage_type(qtype, data.shape[-1])
+    ggml_type = T[qtype.upper()]
+    if qtype in GGUF_QUANTIZES:
+        return quantize(data, ggml_type), ggml_type
+    rows = quantize_ref(data.reshape(-1, data.shape[-1]), qtype).data  # (rows, bytes per row)
+    return np.ascontiguousarray(rows).reshape(*data.shape[:-1], -1), ggml_type

@@ -213,13 +213,15 @@ ctypedef struct vx_attn_shape:
     int64_t kv_head_stride       # floats from one kv head to the next in the cache
     int64_t window               # 0: unlimited
     int64_t keys                 # > 0: not causal, every query sees keys 0..keys-1; 0: causal
-    float scale                  # applied to q.k before the softmax
+    float scale                  # applied to q.k before the softmax (to q before its dot products when softcap > 0)
+    float softcap                # > 0: scores -> softcap * tanhf(scores * (1 / softcap)) (Gemma 2); 0: none
 
 
 cdef inline size_t vx_attn_scratch_floats(int64_t total, int64_t head_dim, int64_t group) noexcept nogil:
     """Floats of scratch one attention work item needs (one per thread): per head of a work item (a
-    decode step's items are kv heads, `group` query heads each), a score row and 32 lane rows."""
-    return <size_t>group * <size_t>(((total + 7) // 8) * 8 + 32 * head_dim + 16)
+    decode step's items are kv heads, `group` query heads each), a score row, 32 lane rows, its largest
+    score and its scaled query row (soft-capped scores)."""
+    return <size_t>group * <size_t>(((total + 7) // 8) * 8 + 33 * head_dim + 16)
 
 
 # One work item `item` = (head h, query row i), item = h * seq + i: out[i * n_heads * head_dim +

@@ -19,7 +19,7 @@ from volvox.errors import GGUFError, UnsupportedError
 from volvox.ir.graph import TensorSpec
 from volvox.ops.linear import WEIGHT_DTYPES
 from volvox.ir.quant_blocks import SUPPORTED_QTYPES, QuantTensor
-from volvox.tokenizers import ByteLevelBPETokenizer
+from volvox.tokenizers.gguf_vocab import tokenizer_from_gguf
 from volvox.formats.gguf import GGUFFile
 from volvox.formats.imported import Deferred, Imported, ModelDims
 from volvox.architectures import mamba
@@ -171,7 +171,7 @@ def import_gguf(path: str) -> Imported:
             graph = build_llama_graph(cfg, GGUF_NAMES, specs)
         weights = {name: extra[name] if name in extra else as_spec(gguf.tensor(name), graph.weights[name])
                    for name in graph.weights}
-        tokenizer = Deferred(partial(ByteLevelBPETokenizer.from_gguf_metadata, gguf.metadata))
+        tokenizer = Deferred(partial(tokenizer_from_gguf, gguf.metadata, str(path)))
         metadata = {"task": "generate", "architecture": gguf.metadata.get("general.architecture"),
                     "name": gguf.metadata.get("general.name"), "format": "gguf",
                     "quantized": sorted({w.qtype for w in weights.values() if isinstance(w, QuantTensor)}),

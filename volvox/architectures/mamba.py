@@ -29,7 +29,7 @@ from volvox.ir.graph import Graph, TensorSpec
 from volvox.ir.quant_blocks import QuantTensor
 from volvox.ops.linear import WEIGHT_DTYPES
 from volvox.runtime.state_cache import StateShape
-from volvox.tokenizers import ByteLevelBPETokenizer
+from volvox.tokenizers.gguf_vocab import tokenizer_from_gguf
 
 GGUF_ARCHITECTURES = ("mamba", "mamba2")
 UNLIMITED_CONTEXT = 1 << 20  # the state does not grow; the limit GGUF writers record for SSMs
@@ -278,6 +278,6 @@ def import_gguf(gguf, path: str) -> Imported:
     imported.metadata.update(architecture=gguf.metadata.get("general.architecture"), format="gguf",
                              name=gguf.metadata.get("general.name"),
                              quantized=sorted({w.qtype for w in imported.weights.values() if isinstance(w, QuantTensor)}))
-    imported.tokenizer = Deferred(partial(ByteLevelBPETokenizer.from_gguf_metadata, gguf.metadata))
+    imported.tokenizer = Deferred(partial(tokenizer_from_gguf, gguf.metadata, str(path)))
     imported.closers = [gguf.close]
     return imported

@@ -178,8 +178,9 @@ def attention_ref(ctx, p, q, k, v):
 
     Appends k, v to ctx.kv at positions ctx.pos..ctx.pos+seq; causal masking by absolute position
     (``causal``, default true), limited to the last ``window`` positions when ``window`` > 0
-    (query i sees key j iff i - window < j <= i). Scores are soft-capped to cap * tanh(s / cap)
-    before the mask when ``softcap`` > 0 (Gemma 2). Without a KV cache (ctx.kv is None) attends over
+    (query i sees key j iff i - window < j <= i). Scores are soft-capped before the mask when ``softcap``
+    > 0 (Gemma 2), as llama.cpp does it: the queries scaled first, then cap * tanh(q.k * (1 / cap)).
+    Without a KV cache (ctx.kv is None) attends over
     the given k, v alone. A BatchContext runs each sequence's rows against its own cache.
     """
     if isinstance(ctx, BatchContext):
@@ -188,10 +189,13 @@ def attention_ref(ctx, p, q, k, v):
     group, seq = nh // nkv, q.shape[0]
     start, keys, values = cached_keys_values(ctx, p, k, v, nkv, hd)  # (nkv, start+seq, hd) each
     qh = q.reshape(seq, nkv, group, hd).transpose(1, 2, 0, 3)  # (nkv, group, seq, hd)
-    scores = (qh @ keys.transpose(0, 2, 1)[:, None]) * np.float32(p.get("scale", hd ** -0.5))  # (nkv, group, seq, total)
+    scale = np.float32(p.get("scale", hd ** -0.5))
     if float(p.get("softcap", 0.0)) > 0:
         cap = np.float32(p["softcap"])
-        scores = np.tanh(scores / cap) * cap
+        scores = (qh * scale) @ keys.transpose(0, 2, 1)[:, None]  # (nkv, group, seq, total)
+        scores = np.tanh(scores * (np.float32(1) / cap)) * cap
+    else:
+        scores = (qh @ keys.transpose(0, 2, 1)[:, None]) * scale  # (nkv, group, seq, total)
     if p.get("causal", True):
         total = keys.shape[1]
         q_pos = start + np.arange(seq)[:, None]  # (seq, 1)
@@ -218,8 +222,8 @@ def attention_fast(ctx, p, q, k, v):
 
 def _kernel_takes(ctx, p) -> bool:
     """Whether the CPU kernel runs this attention: causal, or not causal over the given k, v alone (an
-    encoder: no KV cache); never soft-capped scores."""
-    return not float(p.get("softcap", 0.0)) and (p.get("causal", True) or ctx.kv is None)
+    encoder: no KV cache)."""
+    return bool(p.get("causal", True) or ctx.kv is None)
 
 
 # An encoder's self-attention (not causal, no KV cache) of this many rows or more runs as two f32 GEMMs
@@ -246,14 +250,14 @@ def _encoder_attention_gemm(p, out, q, k, v):
 
 def attention_into(ctx, p, out, q, k, v):
     """attention_fast written into ``out`` (seq, n_heads * head_dim): the kernel writes it directly
-    (a batch's rows, run one sequence at a time, non-causal attention over a KV cache and soft-capped
-    attention are copied in)."""
+    (a batch's rows, run one sequence at a time, and non-causal attention over a KV cache are copied in)."""
     if isinstance(ctx, BatchContext) or not _kernel_takes(ctx, p):
         np.copyto(out, attention_fast(ctx, p, q, k, v))
         return out
     nh, nkv, hd = int(p["n_heads"]), int(p["n_kv_heads"]), int(p["head_dim"])
     seq = q.shape[0]
-    if not p.get("causal", True) and ctx.kv is None and GEMM_MIN_ROWS <= seq <= GEMM_MAX_ROWS:
+    softcap = float(p.get("softcap", 0.0))
+    if not p.get("causal", True) and ctx.kv is None and GEMM_MIN_ROWS <= seq <= GEMM_MAX_ROWS and not softcap:
         return _encoder_attention_gemm(p, out, q, k, v)
     k_new = k.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
     v_new = v.reshape(seq, nkv, hd).transpose(1, 0, 2)  # (nkv, seq, hd)
@@ -266,7 +270,7 @@ def attention_into(ctx, p, out, q, k, v):
         start = 0
         keys, values = np.ascontiguousarray(k_new), np.ascontiguousarray(v_new)
     return cpu.attention(q, keys, values, start, nh, float(np.float32(p.get("scale", hd ** -0.5))),
-                         int(p.get("window", 0)), out=out, causal=bool(p.get("causal", True)))
+                         int(p.get("window", 0)), out=out, causal=bool(p.get("causal", True)), softcap=softcap)
 
 
 def _softcap_infer(specs, params):
@@ -277,10 +281,18 @@ def _softcap_infer(specs, params):
 
 
 def softcap_ref(ctx, p, x):
-    """cap * tanh(x / cap) in float32: Gemma 2's soft-capping of the final logits (attention's
-    ``softcap`` param caps the scores the same way)."""
+    """cap * tanh(x * (1 / cap)) in float32 (llama.cpp's order): Gemma 2's soft-capping of the final
+    logits (attention's ``softcap`` param caps the scores the same way)."""
     cap = np.float32(p["cap"])
-    return np.tanh(x / cap) * cap
+    return np.tanh(x * (np.float32(1) / cap)) * cap
+
+
+def softcap_fast(ctx, p, x):
+    """softcap_ref through the CPU kernel: libm's tanhf, as llama.cpp (numpy's float32 tanh differs from
+    it in the last bit of about a third of values)."""
+    if x.dtype != np.float32:
+        return softcap_ref(ctx, p, x)
+    return cpu.softcap(x, float(np.float32(p["cap"])))
 
 
 def _rows_infer(specs, params):
@@ -321,7 +333,6 @@ def attention_cpu(plan, node) -> None:
     layer = int(p.get("layer", 0))
     plan.need(node, plan.layers > 0 and 0 <= layer < plan.layers, "no KV cache layer for it")
     plan.need(node, p.get("causal", True), "not causal")
-    plan.need(node, not float(p.get("softcap", 0.0)), "soft-capped scores")
     plan.need(node, q.size == nh * hd and k.size == v.size == nkv * hd, "q, k, v sizes")
     per = cpu.engine.attention_scratch_floats(plan.capacity, hd, nh // max(nkv, 1))
     scratch = np.empty(plan.threads * per, np.float32)  # (threads, per) score rows
@@ -329,7 +340,7 @@ def attention_cpu(plan, node) -> None:
     plan.add("kv_store", k=cpu.address(k), v=cpu.address(v), n_kv_heads=nkv, head_dim=hd, layer=layer)
     plan.add("attention", q=cpu.address(q), y=cpu.address(y), scratch=cpu.address(scratch), n_heads=nh, n_kv_heads=nkv,
              head_dim=hd, window=int(p.get("window", 0)), layer=layer, scratch_floats=per,
-             scale=float(np.float32(p.get("scale", hd ** -0.5))))
+             scale=float(np.float32(p.get("scale", hd ** -0.5))), softcap=float(p.get("softcap", 0.0)))
     plan.kv_shape = (nkv, hd)
 
 
@@ -567,7 +578,8 @@ register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope
 register(OpDef("attention", "attention", ("q", "k", "v"), ("y",), _attention_infer, attention_ref, attention_fast,
                stateful=True, into=attention_into, cpu=attention_cpu,
                gpu=Lowering(("copy", "attention"), _lower_attention, _check_attention)))
-register(OpDef("softcap", "attention", ("x",), ("y",), _softcap_infer, softcap_ref, backward=softcap_backward))
+register(OpDef("softcap", "attention", ("x",), ("y",), _softcap_infer, softcap_ref, softcap_fast,
+               backward=softcap_backward))
 register(OpDef("softcap_grad", "attention", ("y", "dy"), ("dx",), _softcap_grad_infer, softcap_grad_ref))
 register(OpDef("output_rows", "shape", ("x",), ("y",), _rows_infer, output_rows_ref, stateful=True, view=True,
                gpu=Lowering(("copy",), _lower_output_rows)))

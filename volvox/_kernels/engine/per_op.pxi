@@ -3,6 +3,7 @@
 # once, in its step kind. A call too small to be worth a second thread runs on one, without an
 # OpenMP region.
 from cython.parallel cimport prange
+from libc.math cimport tanhf
 from volvox._kernels.vx cimport (
     VX_NTYPES, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_QK_K, vx_attn_scratch_floats, vx_il_block_bytes, vx_il_group_bytes,
     vx_is_kquant, vx_qgemm_packed_bytes, vx_sgemm_packed_floats)
@@ -255,11 +256,11 @@ def unary(int fn, const float[::1] x, float[::1] y, float alpha, float beta):
 
 def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :, ::1] vc, int64_t start,
               int64_t n_heads, int64_t window, float scale, float[:, ::1] out, float[::1] scratch,
-              int64_t keys=0):
+              int64_t keys=0, float softcap=0.0):
     """out (seq, n_heads*hd) = causal GQA attention of q (seq, n_heads*hd) over the cache kc, vc
     (n_kv_heads, capacity, hd) whose first start+seq rows are filled, or with keys > 0 every row over
     rows 0..keys-1 (not causal); scratch: get_num_threads() * attention_scratch_floats(start + seq
-    (keys when not causal), hd, n_heads / n_kv_heads) floats."""
+    (keys when not causal), hd, n_heads / n_kv_heads) floats; softcap > 0 caps the scores (Gemma 2)."""
     cdef int64_t seq = q.shape[0], hd = kc.shape[2]
     if n_heads * seq == 0:
         return
@@ -269,7 +270,7 @@ def attention(const float[:, ::1] q, const float[:, :, ::1] kc, const float[:, :
     s.a.attention.q, s.a.attention.k_cache, s.a.attention.v_cache = &q[0, 0], &kc[0, 0, 0], &vc[0, 0, 0]
     s.a.attention.y, s.a.attention.scratch = &out[0, 0], &scratch[0]
     s.a.attention.n_heads, s.a.attention.n_kv_heads, s.a.attention.head_dim = n_heads, kc.shape[0], hd
-    s.a.attention.window, s.a.attention.scale = window, scale
+    s.a.attention.window, s.a.attention.scale, s.a.attention.softcap = window, scale, softcap
     cdef int64_t total = keys if keys > 0 else start + seq     # keys the last row sees
     s.a.attention.scratch_floats = vx_attn_scratch_floats(total, hd, n_heads // kc.shape[0])
     s.a.attention.seq, s.a.attention.start, s.a.attention.capacity = seq, start, kc.shape[1]
@@ -566,3 +567,13 @@ def max_pool_grad_f32(const float[:, :, :, ::1] x, const float[:, :, :, ::1] dy,
         return
     for b in prange(s.n, nogil=True, schedule="static", num_threads=threads_for(s.n * s.oh * s.ow * s.c * s.kh * s.kw)):
         max_pool_dx_image_f32(&s, &x[0, 0, 0, 0], &dy[0, 0, 0, 0], b, &best[b, 0], &first[b, 0], &dx[0, 0, 0, 0])
+
+
+def softcap(const float[::1] x, float[::1] y, float cap):
+    """y = cap * tanhf(x * (1 / cap)) as llama.cpp soft-caps Gemma 2's logits (ggml_scale, ggml_tanh with
+    libm's tanhf, ggml_scale), on one thread (a row of logits per decode step); y may be x."""
+    cdef int64_t n = x.shape[0], i
+    cdef float inv = 1.0 / cap
+    with nogil:
+        for i in range(n):
+            y[i] = tanhf(x[i] * inv) * cap

@@ -179,16 +179,17 @@ cdef class StepPlan:
         s.a.kv_store.n_kv_heads, s.a.kv_store.head_dim, s.a.kv_store.layer = n_kv_heads, head_dim, layer
 
     def attention(self, *, uintptr_t q, uintptr_t y, uintptr_t scratch, int64_t n_heads, int64_t n_kv_heads,
-                  int64_t head_dim, int64_t window, int64_t layer, int64_t scratch_floats, float scale):
+                  int64_t head_dim, int64_t window, int64_t layer, int64_t scratch_floats, float scale,
+                  float softcap=0.0):
         """y = causal attention of q over the layer's cache, positions 0 .. the run's (scratch:
-        (threads, scratch_floats))."""
+        (threads, scratch_floats)); softcap > 0 caps the scores (Gemma 2)."""
         cdef Step *s = self._next(STEP_ATTENTION)
         s.a.attention.q, s.a.attention.y = <const float *> ptr(q), <float *> ptr(y)
         s.a.attention.scratch = <float *> ptr(scratch)
         s.a.attention.n_heads, s.a.attention.n_kv_heads, s.a.attention.head_dim = n_heads, n_kv_heads, head_dim
         s.a.attention.window, s.a.attention.layer, s.a.attention.scratch_floats = window, layer, scratch_floats
         s.a.attention.seq, s.a.attention.start, s.a.attention.capacity = 1, -1, 0
-        s.a.attention.scale = scale
+        s.a.attention.scale, s.a.attention.softcap = scale, softcap
 
     def glu(self, *, uintptr_t x, uintptr_t y, int64_t F, bint gated, int64_t rows=1):
         """y (rows, F) = silu(x[:, :F]) * x[:, F:] (gated, swiglu) or silu(x), row by row."""

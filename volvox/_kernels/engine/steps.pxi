@@ -137,6 +137,7 @@ cdef struct AttentionArgs:
     int64_t capacity             # 0: the run's cache capacity
     int64_t keys                 # > 0: not causal, every row sees keys 0..keys-1; 0: causal
     float scale
+    float softcap                # > 0: soft-capped scores (vx_attn_shape)
 
 
 cdef struct GluArgs:             # swiglu: y = silu(gate) * up; silu: y = silu(x)
@@ -515,6 +516,7 @@ cdef void run_attention(const Step *s, const RunInput *inp, int me, int team, in
     shape.window = a.window
     shape.keys = a.keys
     shape.scale = a.scale
+    shape.softcap = a.softcap
     cdef const float *kc = a.k_cache if a.k_cache != NULL else inp.k_cache[a.layer]
     cdef const float *vc = a.v_cache if a.v_cache != NULL else inp.v_cache[a.layer]
     _tbl.attention(&shape, a.q, kc, vc, item, a.scratch + me * a.scratch_floats, a.y)

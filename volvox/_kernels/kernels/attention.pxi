@@ -14,7 +14,7 @@
 #   int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y)
 #       swiglu over the leading whole blocks of 8 with the vector expf (rows.pxi finishes the rest)
 # and its vector layer's vf_* (VL float lanes) for the weighted sum of values (wv_lanes).
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, tanhf
 from libc.stdint cimport int64_t
 from volvox._kernels.vx cimport vx_attn_shape
 
@@ -166,12 +166,25 @@ cdef inline float head_scores(const vx_attn_shape *s, const float *K, const floa
     return mx
 
 
+cdef inline float softcap8(float cap, int64_t j0, int64_t nk, float *w) noexcept nogil:
+    """w[j] = cap * tanhf(w[j] * (1 / cap)) for the visible j0 <= j < nk of these 8 (ggml_scale, ggml_tanh,
+    ggml_scale: llama.cpp's Gemma 2 scores); returns the largest."""
+    cdef float inv = 1.0 / cap, mx = -INFINITY
+    cdef int k
+    for k in range(8):
+        if j0 <= k < nk:
+            w[k] = tanhf(w[k] * inv) * cap
+            mx = w[k] if w[k] > mx else mx
+    return mx
+
+
 cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc, const float *vc,
                         int64_t item, float *scratch, float *out) noexcept nogil:
     """One work item of causal GQA attention over the KV cache (vx.pxd): head h and query row i, item =
     h * seq + i; or, for one query row (decode), kv head `item` and its query heads together, which
     read each key and value row once (from memory) for all of them. out[i, h] = softmax(scale * K q,
-    masked) . V, ggml's f32 CPU attention step for step, per head."""
+    masked) . V, ggml's f32 CPU attention step for step, per head. Soft-capped (softcap > 0, Gemma 2),
+    as llama.cpp builds it: the query scaled first, then softmax(softcap * tanh(K q / softcap))."""
     cdef int64_t hd = s.head_dim, nh = s.n_heads
     cdef int64_t group = nh // s.n_kv_heads
     cdef int64_t heads = group if s.seq == 1 else 1                   # query heads of this item
@@ -181,7 +194,7 @@ cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc,
     cdef int64_t nk = s.keys if s.keys > 0 else s.start + i + 1       # keys 0..start+i (causal)
     cdef int64_t j0 = nk - s.window if s.window > 0 and nk > s.window else 0  # first visible
     cdef int64_t np = (nk + 7) // 8 * 8
-    cdef int64_t per = np + 32 * hd + 16                              # scratch floats per head (vx.pxd)
+    cdef int64_t per = np + 33 * hd + 16                              # scratch floats per head (vx.pxd)
     cdef const float *K = kc + kvh * s.kv_head_stride                 # (capacity, hd)
     cdef const float *V = vc + kvh * s.kv_head_stride                 # (capacity, hd)
     cdef int chains = 4 if s.seq == 1 else 1
@@ -195,6 +208,17 @@ cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc,
     cdef double total
     cdef float l[8]                                                   # (8,) one output's lanes
     cdef float *o
+    cdef const float *qh                                              # (hd,) head g's query (scaled when capped)
+    cdef float *qs                                                    # (hd,) after mx: its scaled copy
+    cdef vx_attn_shape capped = s[0]                                  # soft-capped: the scale is q's, not the scores'
+    cdef const vx_attn_shape *sh = s
+    if s.softcap > 0:
+        capped.scale = 1.0
+        sh = &capped
+        for g in range(heads):
+            qs = scratch + g * per + np + 32 * hd + 16
+            for d in range(hd):
+                qs[d] = q[i * nh * hd + (h0 + g) * hd + d] * s.scale  # ggml_scale(Qcur, f_attention_scale)
     for g in range(heads):
         scratch[g * per + np + 32 * hd] = -INFINITY
     # kq = k . q (ggml_mul_mat), * scale (ggml_vec_scale_f32), masked to -inf: 8 keys at a time for
@@ -207,7 +231,10 @@ cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc,
         for g in range(heads):
             w = scratch + g * per
             mx = w + np + 32 * hd
-            bm = head_scores(s, K, q + i * nh * hd + (h0 + g) * hd, j0, nk, b, w)
+            qh = w + np + 32 * hd + 16 if s.softcap > 0 else q + i * nh * hd + (h0 + g) * hd
+            bm = head_scores(sh, K, qh, j0, nk, b, w)
+            if s.softcap > 0:
+                bm = softcap8(s.softcap, j0 - 8 * b, nk - 8 * b, w + 8 * b)
             mx[0] = bm if bm > mx[0] else mx[0]
     # softmax (ggml_vec_soft_max_f32): exp in chunks of 8, their sums added in double
     for g in range(heads):
