@@ -54,28 +54,44 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
 # Each sums function below spells out the positions its shifts depend on (q2k_group(.., 0, ..) ..
 # q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
 # register (a loop over them kept the chains on the stack).
+cdef inline int dot_shift(int s) noexcept nogil:
+    """log2 of the factor a group dot of bit pair s (q2_K, q3_K's low bits) carries: its bits stay in
+    place (bits 2 s) for s < 3 and move to bits 4-5 for s = 3, so that no unsigned weight reaches 128
+    (AVX2's maddubs sums two products in int16) and only one pair in four needs a shift."""
+    return 2 * s if s < 2 else 4
+
+
 cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
-    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16]."""
-    cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, 0, 3), vi_bcast4(x))
-    t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, 0, 3), vi_bcast4(x + 4))
-    t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, 0, 3), vi_bcast4(x + 8))
-    return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, 0, 3), vi_bcast4(x + 12))
+    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16], times 2 ** dot_shift(s)."""
+    cdef int k = dot_shift(s)
+    cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, k, 3 << k), vi_bcast4(x))
+    t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, k, 3 << k), vi_bcast4(x + 4))
+    t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 8))
+    return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 12))
+
+
+cdef inline vi unscaled(vi t, int s) noexcept nogil:
+    """A group dot of bit pair s divided by the 2 ** dot_shift(s) it carries (exact: every product
+    is a multiple of it)."""
+    return vi_sra32(t, dot_shift(s)) if s else t
 
 
 cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs, vi *si,
                          vi *sm) noexcept nogil:
     """q2_K: sub-block 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
-    into si (sc dot) and sm (mn bsum)."""
+    into si (sc dot) and sm (mn bsum). Each product has a factor in int16 (|dot| <= 16 * 3 * 127,
+    |bsum| <= 16 * 127) and one below 16: vi_mul16."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
     cdef const uint8_t *scales = blk + 4 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] scale | min << 4
     cdef vi sc0 = vi_u8(scales)
     cdef vi sc1 = vi_u8(scales + VI_ROWS)
     cdef vi m4 = vi_set1(15)
-    si[0] = vi_add(si[0], vi_add(vi_mul(q2k_dot16(lanes, s, x + 32 * j), vi_and(sc0, m4)),
-                                 vi_mul(q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16), vi_and(sc1, m4))))
-    sm[0] = vi_add(sm[0], vi_add(vi_mul(vi_shr16(sc0, 4), vi_set1(bs[2 * j])),
-                                 vi_mul(vi_shr16(sc1, 4), vi_set1(bs[2 * j + 1]))))
+    si[0] = vi_add(si[0], vi_add(vi_mul16(unscaled(q2k_dot16(lanes, s, x + 32 * j), s), vi_and(sc0, m4)),
+                                 vi_mul16(unscaled(q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16), s),
+                                          vi_and(sc1, m4))))
+    sm[0] = vi_add(sm[0], vi_add(vi_mul16(vi_set1(bs[2 * j]), vi_shr16(sc0, 4)),
+                                 vi_mul16(vi_set1(bs[2 * j + 1]), vi_shr16(sc1, 4))))
 
 
 cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
@@ -92,12 +108,14 @@ cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t 
 
 
 cdef inline vi q3k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int s, int j, const int8_t *x) noexcept nogil:
-    """q3_K: one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set) . x[0:16]."""
+    """q3_K: one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set) . x[0:16],
+    times 2 ** dot_shift(s) (the 3 bits assembled at bit dot_shift(s))."""
+    cdef int k = dot_shift(s)
     cdef vi t = vi_zero()
     cdef int l
     for l in range(4):
-        t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, 0, 3),
-                            bits_at(vi_load(hlanes + l * LANE), j, 2, 4)), vi_bcast4(x + 4 * l))
+        t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, k, 3 << k),
+                            bits_at(vi_load(hlanes + l * LANE), j, k + 2, 4 << k)), vi_bcast4(x + 4 * l))
     return t
 
 
@@ -108,8 +126,9 @@ cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const 
     cdef const uint8_t *hlanes = blk + 18 * VI_ROWS                  # hmask lanes
     cdef const uint8_t *scales = blk + 2 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] int8
     return vi_add(
-        vi_mul(vi_sub(q3k_dot16(lanes, hlanes, s, j, x + 32 * j), vi_set1(4 * bs[2 * j])), vi_s8(scales)),
-        vi_mul(vi_sub(q3k_dot16(lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16),
+        vi_mul(vi_sub(unscaled(q3k_dot16(lanes, hlanes, s, j, x + 32 * j), s), vi_set1(4 * bs[2 * j])),
+               vi_s8(scales)),
+        vi_mul(vi_sub(unscaled(q3k_dot16(lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16), s),
                       vi_set1(4 * bs[2 * j + 1])), vi_s8(scales + VI_ROWS)))
 
 

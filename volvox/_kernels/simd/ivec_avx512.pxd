@@ -73,6 +73,17 @@ cdef inline vi vi_mul(vi a, vi b) noexcept nogil:
     return _mm512_mullo_epi32(a, b)
 
 
+cdef inline vi vi_mul16(vi a, vi b) noexcept nogil:
+    """a * b per lane where a's lanes lie in int16's range and b's in 0 .. 32767 (one madd of the
+    16-bit halves: b's high half is 0, so a's high half multiplies nothing)."""
+    return _mm512_madd_epi16(a, b)
+
+
+cdef inline vi vi_sra32(vi a, int n) noexcept nogil:
+    """a's int32 lanes shifted right by n, arithmetically (a constant where the callers inline)."""
+    return _mm512_srai_epi32(a, n)
+
+
 cdef inline vi vi_u8(const uint8_t *p) noexcept nogil:
     """VI_ROWS uint8 at p as int32 lanes."""
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(<const void *>p))
