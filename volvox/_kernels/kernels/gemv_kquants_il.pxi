@@ -9,7 +9,10 @@
 #   isum = sum_g sc_g dot_g                 (q2_K, q4_K, q5_K; the mins' msum = sum_g mn_g bsum_g)
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
-# is acc - accm. The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
+# is acc - accm. Cheaper steps to the same integers: q2_K / q3_K's bit pairs are masked where they lie
+# (dot_shift) and each group dot shifted back once; q3_K / q6_K's chains start at -off bsum_g (times
+# the chain's factor) instead of subtracting it; products of two int16-range factors are one madd
+# (vi_mul16). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from volvox._kernels.vx cimport (
@@ -107,11 +110,12 @@ cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t 
         q2k_sub(blk, h, 3, x, bs, isum, msum)
 
 
-cdef inline vi q3k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int s, int j, const int8_t *x) noexcept nogil:
-    """q3_K: one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set) . x[0:16],
-    times 2 ** dot_shift(s) (the 3 bits assembled at bit dot_shift(s))."""
+cdef inline vi q3k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int s, int j,
+                         const int8_t *x) noexcept nogil:
+    """q3_K: start + one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set)
+    . x[0:16] times 2 ** dot_shift(s) (the 3 bits assembled at bit dot_shift(s))."""
     cdef int k = dot_shift(s)
-    cdef vi t = vi_zero()
+    cdef vi t = vi_set1(start)
     cdef int l
     for l in range(4):
         t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, k, 3 << k),
@@ -119,25 +123,24 @@ cdef inline vi q3k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int s, int
     return t
 
 
-cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs) noexcept nogil:
-    """q3_K: sub-block 4 h + s's sc (dot - 4 bsum) over its two groups."""
+cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *start) noexcept nogil:
+    """q3_K: sub-block 4 h + s's sc (dot - 4 bsum) over its two groups (start: kq_il_group's)."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 50 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
     cdef const uint8_t *hlanes = blk + 18 * VI_ROWS                  # hmask lanes
     cdef const uint8_t *scales = blk + 2 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] int8
     return vi_add(
-        vi_mul(vi_sub(unscaled(q3k_dot16(lanes, hlanes, s, j, x + 32 * j), s), vi_set1(4 * bs[2 * j])),
-               vi_s8(scales)),
-        vi_mul(vi_sub(unscaled(q3k_dot16(lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16), s),
-                      vi_set1(4 * bs[2 * j + 1])), vi_s8(scales + VI_ROWS)))
+        vi_mul(unscaled(q3k_dot16(start[2 * j], lanes, hlanes, s, j, x + 32 * j), s), vi_s8(scales)),
+        vi_mul(unscaled(q3k_dot16(start[2 * j + 1], lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16), s),
+               vi_s8(scales + VI_ROWS)))
 
 
-cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q3_K: isum of one group super-block against 256 act values (module comment)."""
-    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, 0, x, bs), q3k_sub(blk, 0, 1, x, bs)),
-                         vi_add(q3k_sub(blk, 0, 2, x, bs), q3k_sub(blk, 0, 3, x, bs))),
-                  vi_add(vi_add(q3k_sub(blk, 1, 0, x, bs), q3k_sub(blk, 1, 1, x, bs)),
-                         vi_add(q3k_sub(blk, 1, 2, x, bs), q3k_sub(blk, 1, 3, x, bs))))
+    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, 0, x, start), q3k_sub(blk, 0, 1, x, start)),
+                         vi_add(q3k_sub(blk, 0, 2, x, start), q3k_sub(blk, 0, 3, x, start))),
+                  vi_add(vi_add(q3k_sub(blk, 1, 0, x, start), q3k_sub(blk, 1, 1, x, start)),
+                         vi_add(q3k_sub(blk, 1, 2, x, start), q3k_sub(blk, 1, 3, x, start))))
 
 
 cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
@@ -178,14 +181,15 @@ cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, 
                      vi_add(vi_add(q45k_sub(has_qh, blk, 2, 0, x), q45k_sub(has_qh, blk, 2, 1, x)),
                             vi_add(q45k_sub(has_qh, blk, 3, 0, x), q45k_sub(has_qh, blk, 3, 1, x))))
     for j in range(8):
-        sm = vi_add(sm, vi_mul(vi_u8(mn + j * VI_ROWS), vi_set1(bs[2 * j] + bs[2 * j + 1])))
+        sm = vi_add(sm, vi_mul16(vi_set1(bs[2 * j] + bs[2 * j + 1]), vi_u8(mn + j * VI_ROWS)))  # |bsums| < 2 ** 12
     msum[0] = sm
 
 
-cdef inline vi q6k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int c, int hi, const int8_t *x) noexcept nogil:
-    """q6_K: one group of 16 (4 ql lanes' low (hi 0) or high nibbles, qh bits 2 c (+ 4 if hi) as bits
-    4-5) . x[0:16]."""
-    cdef vi t = vi_zero()
+cdef inline vi q6k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int c, int hi,
+                         const int8_t *x) noexcept nogil:
+    """q6_K: start + one group of 16 (4 ql lanes' low (hi 0) or high nibbles, qh bits 2 c (+ 4 if hi)
+    as bits 4-5) . x[0:16]."""
+    cdef vi t = vi_set1(start)
     cdef vi v, u
     cdef int l
     for l in range(4):
@@ -197,23 +201,23 @@ cdef inline vi q6k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int c, int
 
 
 cdef inline vi q6k_sub(const uint8_t *blk, int h, int lhalf, int c, int hi, const int8_t *x,
-                       const int32_t *bs) noexcept nogil:
-    """q6_K: group 8 h + 4 hi + 2 c + lhalf's sc (dot - 32 bsum) (ql chunk 2 h + c, lanes 4 lhalf ..)."""
+                       const int32_t *start) noexcept nogil:
+    """q6_K: group 8 h + 4 hi + 2 c + lhalf's sc (dot - 32 bsum) (ql chunk 2 h + c, lanes 4 lhalf ..;
+    start: kq_il_group's)."""
     cdef int g = 8 * h + 4 * hi + 2 * c + lhalf
     cdef const uint8_t *lanes = blk + 82 * VI_ROWS + ((2 * h + c) * 8 + 4 * lhalf) * LANE
     cdef const uint8_t *hlanes = blk + 18 * VI_ROWS + (8 * h + 4 * lhalf) * LANE
-    return vi_mul(vi_sub(q6k_dot16(lanes, hlanes, c, hi, x + 16 * g), vi_set1(32 * bs[g])),
-                  vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
+    return vi_mul(q6k_dot16(start[g], lanes, hlanes, c, hi, x + 16 * g), vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
 
 
-cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q6_K: isum of one group super-block against 256 act values (module comment)."""
     cdef vi si = vi_zero()
     cdef int h, lhalf
     for h in range(2):
         for lhalf in range(2):
-            si = vi_add(si, vi_add(vi_add(q6k_sub(blk, h, lhalf, 0, 0, x, bs), q6k_sub(blk, h, lhalf, 0, 1, x, bs)),
-                                   vi_add(q6k_sub(blk, h, lhalf, 1, 0, x, bs), q6k_sub(blk, h, lhalf, 1, 1, x, bs))))
+            si = vi_add(si, vi_add(vi_add(q6k_sub(blk, h, lhalf, 0, 0, x, start), q6k_sub(blk, h, lhalf, 0, 1, x, start)),
+                                   vi_add(q6k_sub(blk, h, lhalf, 1, 0, x, start), q6k_sub(blk, h, lhalf, 1, 1, x, start))))
     return si
 
 
@@ -228,6 +232,8 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
     cdef vf accm = vf_zero()     # (VI_ROWS,) sum of dmin xd msum
     cdef vf dx
     cdef vi isum, msum
+    cdef int32_t start[16]       # (16,) q3_K / q6_K: each group dot's start, - off bsum times its factor
+    cdef int g
     cdef const uint8_t *blk
     cdef const int8_t *x
     cdef const int32_t *bs
@@ -240,9 +246,13 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
         bs = bsums + 16 * b
         dx = vf_set1(xd[b])
         if fmt == VX_Q3_K:
-            isum = q3k_il_sums(blk, x, bs)
+            for g in range(16):
+                start[g] = -4 * bs[g] * (1 << dot_shift((g >> 1) & 3))
+            isum = q3k_il_sums(blk, x, start)
         elif fmt == VX_Q6_K:
-            isum = q6k_il_sums(blk, x, bs)
+            for g in range(16):
+                start[g] = -32 * bs[g]
+            isum = q6k_il_sums(blk, x, start)
         else:
             if fmt == VX_Q2_K:
                 q2k_il_sums(blk, x, bs, &isum, &msum)
