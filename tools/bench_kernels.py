@@ -73,7 +73,7 @@ def timeit(fn, min_time: float) -> float:
 TYPE_GEMV = [("ffn_down", 576, 1536), ("wide", 4096, 1536)]
 
 
-TYPE_ROUNDS = 5     # --types: every type timed once per round, rounds interleaved; the best round counts
+TYPE_ROUNDS = 20    # --types: every type timed once per round, rounds interleaved; the best round counts
 
 
 def bench_types(threads: int, min_time: float, qtypes: list[str]) -> None:
