@@ -10,11 +10,12 @@
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
 # is acc - accm. Cheaper steps to the same integers: q2_K / q3_K's bit pairs are masked where they lie
-# (dot_shift) and each group dot shifted back once; q3_K / q6_K's chains start at -off bsum_g (times
-# the chain's factor) instead of subtracting it; products of two int16-range factors are one madd
-# (vi_mul16). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
+# or moved by one shift (q2k_dot_shift, dot_shift), the factor taken back once per sum; q3_K / q6_K's
+# chains start at -off bsum_g (times the chain's factor) instead of subtracting it; products of two
+# int16-range factors are one madd (vi_mul16), q2_K's two groups of a sub-block one madd together
+# (their dots, scales, mins and bsums paired in 16-bit halves: vi_mul16x2). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K, VX_Q6_K, VX_QK_K, vx_il_superblock_bytes, vx_table)
 
@@ -58,15 +59,23 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
 # q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
 # register (a loop over them kept the chains on the stack).
 cdef inline int dot_shift(int s) noexcept nogil:
-    """log2 of the factor a group dot of bit pair s (q2_K, q3_K's low bits) carries: its bits stay in
-    place (bits 2 s) for s < 3 and move to bits 4-5 for s = 3, so that no unsigned weight reaches 128
-    (AVX2's maddubs sums two products in int16) and only one pair in four needs a shift."""
+    """log2 of the factor a q3_K group dot of bit pair s carries: its low bits stay in place (bits
+    2 s) for s < 3 and move to bits 4-5 for s = 3, the hmask bit above them, so that no unsigned
+    weight reaches 128 (AVX2's maddubs sums two products in int16) and only one pair in four needs a
+    shift."""
     return 2 * s if s < 2 else 4
 
 
+cdef inline int q2k_dot_shift(int s) noexcept nogil:
+    """log2 of the factor q2_K's group dot of bit pair s carries: pairs 0 and 1 masked where they lie,
+    2 and 3 moved to bits 2-3, so that a dot times its factor (|dot| <= 16 * 3 * 127) stays in int16
+    for vi_mul16x2."""
+    return 0 if s == 0 else 2
+
+
 cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
-    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16], times 2 ** dot_shift(s)."""
-    cdef int k = dot_shift(s)
+    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16], times 2 ** q2k_dot_shift(s)."""
+    cdef int k = q2k_dot_shift(s)
     cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, k, 3 << k), vi_bcast4(x))
     t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, k, 3 << k), vi_bcast4(x + 4))
     t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 8))
@@ -74,40 +83,39 @@ cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept 
 
 
 cdef inline vi unscaled(vi t, int s) noexcept nogil:
-    """A group dot of bit pair s divided by the 2 ** dot_shift(s) it carries (exact: every product
-    is a multiple of it)."""
+    """A q3_K group dot of bit pair s divided by the 2 ** dot_shift(s) it carries (exact: every
+    product is a multiple of it)."""
     return vi_sra32(t, dot_shift(s)) if s else t
 
 
-cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs, vi *si,
+cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bspair, vi *si,
                          vi *sm) noexcept nogil:
-    """q2_K: sub-block 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
-    into si (sc dot) and sm (mn bsum). Each product has a factor in int16 (|dot| <= 16 * 3 * 127,
-    |bsum| <= 16 * 127) and one below 16: vi_mul16."""
+    """q2_K: sub-block j = 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
+    into si (sc dot, times 2 ** q2k_dot_shift(s)) and sm (mn bsum): the two groups' dots packed into
+    the halves of one lane and multiplied with the pair of scales (or mins) in one madd."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
-    cdef const uint8_t *scales = blk + 4 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] scale | min << 4
-    cdef vi sc0 = vi_u8(scales)
-    cdef vi sc1 = vi_u8(scales + VI_ROWS)
-    cdef vi m4 = vi_set1(15)
-    si[0] = vi_add(si[0], vi_add(vi_mul16(unscaled(q2k_dot16(lanes, s, x + 32 * j), s), vi_and(sc0, m4)),
-                                 vi_mul16(unscaled(q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16), s),
-                                          vi_and(sc1, m4))))
-    sm[0] = vi_add(sm[0], vi_add(vi_mul16(vi_set1(bs[2 * j]), vi_shr16(sc0, 4)),
-                                 vi_mul16(vi_set1(bs[2 * j + 1]), vi_shr16(sc1, 4))))
+    cdef vi pair = vi_u8x2(blk + 4 * VI_ROWS + 2 * j * VI_ROWS)       # [R][2] scale | min << 4 as int16 halves
+    si[0] = vi_add(si[0], vi_mul16x2(vi_pack16(q2k_dot16(lanes, s, x + 32 * j),
+                                               q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16)),
+                                     vi_and(pair, vi_set1(0x000F000F))))
+    sm[0] = vi_add(sm[0], vi_mul16x2(vi_shr16(pair, 4), vi_set1(bspair[j])))
 
 
-cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
+cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bspair, vi *isum,
                              vi *msum) noexcept nogil:
-    """q2_K: isum, msum of one group super-block against 256 act values (module comment)."""
+    """q2_K: isum, msum of one group super-block against 256 act values (module comment; bspair:
+    kq_il_group's)."""
+    cdef vi si0 = vi_zero()      # bit pairs 0: factor 1
+    cdef vi si2 = vi_zero()      # bit pairs 1 .. 3: factor 4
     cdef int h
-    isum[0] = vi_zero()
     msum[0] = vi_zero()
     for h in range(2):
-        q2k_sub(blk, h, 0, x, bs, isum, msum)
-        q2k_sub(blk, h, 1, x, bs, isum, msum)
-        q2k_sub(blk, h, 2, x, bs, isum, msum)
-        q2k_sub(blk, h, 3, x, bs, isum, msum)
+        q2k_sub(blk, h, 0, x, bspair, &si0, msum)
+        q2k_sub(blk, h, 1, x, bspair, &si2, msum)
+        q2k_sub(blk, h, 2, x, bspair, &si2, msum)
+        q2k_sub(blk, h, 3, x, bspair, &si2, msum)
+    isum[0] = vi_add(si0, vi_sra32(si2, 2))
 
 
 cdef inline vi q3k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int s, int j,
@@ -233,6 +241,7 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
     cdef vf dx
     cdef vi isum, msum
     cdef int32_t start[16]       # (16,) q3_K / q6_K: each group dot's start, - off bsum times its factor
+    cdef int32_t bspair[8]       # (8,) q2_K: bsums 2 j, 2 j + 1 as the low, high 16 bits
     cdef int g
     cdef const uint8_t *blk
     cdef const int8_t *x
@@ -255,7 +264,9 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
             isum = q6k_il_sums(blk, x, start)
         else:
             if fmt == VX_Q2_K:
-                q2k_il_sums(blk, x, bs, &isum, &msum)
+                for g in range(8):
+                    bspair[g] = <int32_t>((<uint32_t>bs[2 * g + 1] << 16) | (<uint32_t>bs[2 * g] & 0xFFFF))
+                q2k_il_sums(blk, x, bspair, &isum, &msum)
             else:
                 q45k_il_sums(fmt == VX_Q5_K, blk, x, bs, &isum, &msum)
             accm = vf_fma(vi_fmul(vi_f16(blk + 2 * VI_ROWS), dx), vi_float(msum), accm)
