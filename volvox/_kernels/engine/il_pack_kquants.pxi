@@ -57,7 +57,7 @@ cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst,
     elif wtype == VX_Q3_K:       # hmask[32] qs[64] scales[12] d
         memcpy(dst + 2 * r, src + 108, 2)
         q3k_scales(src + 96, sc3)
-        put_scales(dst + 2 * R, <const uint8_t *>sc3, 16, r, R)
+        put_scale_pairs(dst + 2 * R, <const uint8_t *>sc3, 16, r, R)
         put_lanes(dst + 18 * R, src, 8, r, R)
         put_lanes(dst + 50 * R, src + 32, 16, r, R)
     elif wtype == VX_Q4_K or wtype == VX_Q5_K:   # d dmin scales[12] (qh[32]) qs[128]

@@ -135,7 +135,7 @@ cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int
                     q = (il_byte(blk + 50 * R, R, r, 32 * h + l) >> (2 * s)) & 3
                     if not (il_byte(blk + 18 * R, R, r, l) >> (4 * h + s)) & 1:
                         q -= 4
-                    out[128 * h + 32 * s + l] = d * <float>sc8[g * R + r] * <float>q
+                    out[128 * h + 32 * s + l] = d * <float>sc8[(g >> 1) * 2 * R + 2 * r + (g & 1)] * <float>q
     elif wtype == VX_Q4_K or wtype == VX_Q5_K:   # value 64 j + l: low nibble of qs byte 32 j + l, + 32: high
         for j in range(4):
             for l in range(32):

@@ -10,9 +10,9 @@
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
 # is acc - accm. Cheaper steps to the same integers: q2_K / q3_K's bit pairs are masked where they lie
-# or moved by one shift (q2k_dot_shift, dot_shift), the factor taken back once per sum; q3_K / q6_K's
-# chains start at -off bsum_g (times the chain's factor) instead of subtracting it; products of two
-# int16-range factors are one madd (vi_mul16), q2_K's two groups of a sub-block one madd together
+# or moved by one shift (pair_shift), the factor taken back once per sum; q3_K / q6_K's chains start
+# at -off bsum_g (times the chain's factor) instead of subtracting it; products of two int16-range
+# factors are one madd (vi_mul16), the two groups of a q2_K / q3_K sub-block one madd together
 # (their dots, scales, mins and bsums paired in 16-bit halves: vi_mul16x2). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
@@ -58,40 +58,28 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
 # Each sums function below spells out the positions its shifts depend on (q2k_group(.., 0, ..) ..
 # q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
 # register (a loop over them kept the chains on the stack).
-cdef inline int dot_shift(int s) noexcept nogil:
-    """log2 of the factor a q3_K group dot of bit pair s carries: its low bits stay in place (bits
-    2 s) for s < 3 and move to bits 4-5 for s = 3, the hmask bit above them, so that no unsigned
-    weight reaches 128 (AVX2's maddubs sums two products in int16) and only one pair in four needs a
-    shift."""
-    return 2 * s if s < 2 else 4
-
-
-cdef inline int q2k_dot_shift(int s) noexcept nogil:
-    """log2 of the factor q2_K's group dot of bit pair s carries: pairs 0 and 1 masked where they lie,
-    2 and 3 moved to bits 2-3, so that a dot times its factor (|dot| <= 16 * 3 * 127) stays in int16
-    for vi_mul16x2."""
+cdef inline int pair_shift(int s) noexcept nogil:
+    """log2 of the factor a q2_K / q3_K group dot of bit pair s carries: pairs 0 and 1 masked where
+    they lie, 2 and 3 moved to bits 2-3 (q3_K's hmask bit right above them), so that a dot times its
+    factor stays in int16 for vi_mul16x2 (q2_K: |dot| <= 16 * 3 * 127; q3_K: |dot - 4 bsum| <= 16 *
+    4 * 127, times 4: 32512) and no unsigned weight reaches 128 (AVX2's maddubs sums two products
+    in int16)."""
     return 0 if s == 0 else 2
 
 
 cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
-    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16], times 2 ** q2k_dot_shift(s)."""
-    cdef int k = q2k_dot_shift(s)
+    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16], times 2 ** pair_shift(s)."""
+    cdef int k = pair_shift(s)
     cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, k, 3 << k), vi_bcast4(x))
     t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, k, 3 << k), vi_bcast4(x + 4))
     t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 8))
     return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 12))
 
 
-cdef inline vi unscaled(vi t, int s) noexcept nogil:
-    """A q3_K group dot of bit pair s divided by the 2 ** dot_shift(s) it carries (exact: every
-    product is a multiple of it)."""
-    return vi_sra32(t, dot_shift(s)) if s else t
-
-
 cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bspair, vi *si,
                          vi *sm) noexcept nogil:
     """q2_K: sub-block j = 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
-    into si (sc dot, times 2 ** q2k_dot_shift(s)) and sm (mn bsum): the two groups' dots packed into
+    into si (sc dot, times 2 ** pair_shift(s)) and sm (mn bsum): the two groups' dots packed into
     the halves of one lane and multiplied with the pair of scales (or mins) in one madd."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
@@ -121,8 +109,8 @@ cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t 
 cdef inline vi q3k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int s, int j,
                          const int8_t *x) noexcept nogil:
     """q3_K: start + one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set)
-    . x[0:16] times 2 ** dot_shift(s) (the 3 bits assembled at bit dot_shift(s))."""
-    cdef int k = dot_shift(s)
+    . x[0:16] times 2 ** pair_shift(s) (the 3 bits assembled at bit pair_shift(s))."""
+    cdef int k = pair_shift(s)
     cdef vi t = vi_set1(start)
     cdef int l
     for l in range(4):
@@ -132,23 +120,24 @@ cdef inline vi q3k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hla
 
 
 cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *start) noexcept nogil:
-    """q3_K: sub-block 4 h + s's sc (dot - 4 bsum) over its two groups (start: kq_il_group's)."""
+    """q3_K: sub-block j = 4 h + s's sc (dot - 4 bsum) over its two groups, times 2 ** pair_shift(s)
+    (start: kq_il_group's): the two groups' sums packed into the halves of a lane and multiplied with
+    the pair of int8 scales in one madd."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 50 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
     cdef const uint8_t *hlanes = blk + 18 * VI_ROWS                  # hmask lanes
-    cdef const uint8_t *scales = blk + 2 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] int8
-    return vi_add(
-        vi_mul(unscaled(q3k_dot16(start[2 * j], lanes, hlanes, s, j, x + 32 * j), s), vi_s8(scales)),
-        vi_mul(unscaled(q3k_dot16(start[2 * j + 1], lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16), s),
-               vi_s8(scales + VI_ROWS)))
+    return vi_mul16x2(vi_pack16(q3k_dot16(start[2 * j], lanes, hlanes, s, j, x + 32 * j),
+                                q3k_dot16(start[2 * j + 1], lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16)),
+                      vi_s8x2(blk + 2 * VI_ROWS + 2 * j * VI_ROWS))   # [R][2] int8 scales as int16 halves
 
 
 cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q3_K: isum of one group super-block against 256 act values (module comment)."""
-    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, 0, x, start), q3k_sub(blk, 0, 1, x, start)),
-                         vi_add(q3k_sub(blk, 0, 2, x, start), q3k_sub(blk, 0, 3, x, start))),
-                  vi_add(vi_add(q3k_sub(blk, 1, 0, x, start), q3k_sub(blk, 1, 1, x, start)),
-                         vi_add(q3k_sub(blk, 1, 2, x, start), q3k_sub(blk, 1, 3, x, start))))
+    cdef vi si0 = vi_add(q3k_sub(blk, 0, 0, x, start), q3k_sub(blk, 1, 0, x, start))     # factor 1
+    cdef vi si2 = vi_add(vi_add(vi_add(q3k_sub(blk, 0, 1, x, start), q3k_sub(blk, 0, 2, x, start)),
+                                vi_add(q3k_sub(blk, 0, 3, x, start), q3k_sub(blk, 1, 1, x, start))),
+                         vi_add(q3k_sub(blk, 1, 2, x, start), q3k_sub(blk, 1, 3, x, start)))  # factor 4
+    return vi_add(si0, vi_sra32(si2, 2))
 
 
 cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
@@ -256,7 +245,7 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
         dx = vf_set1(xd[b])
         if fmt == VX_Q3_K:
             for g in range(16):
-                start[g] = -4 * bs[g] * (1 << dot_shift((g >> 1) & 3))
+                start[g] = -4 * bs[g] * (1 << pair_shift((g >> 1) & 3))
             isum = q3k_il_sums(blk, x, start)
         elif fmt == VX_Q6_K:
             for g in range(16):

@@ -100,6 +100,11 @@ cdef inline vi vi_u8x2(const uint8_t *p) noexcept nogil:
     return _mm256_cvtepu8_epi16(_mm_loadu_si128(<const void *>p))
 
 
+cdef inline vi vi_s8x2(const uint8_t *p) noexcept nogil:
+    """VI_ROWS pairs of int8 at p (row r's at 2 r) as the 16-bit halves of int32 lanes."""
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(<const void *>p))
+
+
 cdef inline vi vi_u8(const uint8_t *p) noexcept nogil:
     """VI_ROWS uint8 at p as int32 lanes."""
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(<const void *>p))

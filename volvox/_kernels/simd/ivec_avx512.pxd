@@ -99,6 +99,11 @@ cdef inline vi vi_u8x2(const uint8_t *p) noexcept nogil:
     return _mm512_cvtepu8_epi16(_mm256_loadu_si256(<const void *>p))
 
 
+cdef inline vi vi_s8x2(const uint8_t *p) noexcept nogil:
+    """VI_ROWS pairs of int8 at p (row r's at 2 r) as the 16-bit halves of int32 lanes."""
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(<const void *>p))
+
+
 cdef inline vi vi_u8(const uint8_t *p) noexcept nogil:
     """VI_ROWS uint8 at p as int32 lanes."""
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(<const void *>p))
