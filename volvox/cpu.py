@@ -86,8 +86,6 @@ ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
 _QTYPE_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q4_k": 3, "q6_k": 4,
                "q5_0": 7, "q5_1": 8, "iq4_nl": 9, "q2_k": 10, "q3_k": 11, "q5_k": 12}
 _F32, _F16 = 5, 6
-# the interleaved layouts matmul_t reads; other types' transposed products read their rows as stored
-_MATMUL_T_INTERLEAVED = (_QTYPE_CODE["q4_0"], _QTYPE_CODE["q4_1"], _QTYPE_CODE["q8_0"])
 
 
 # ----------------------------------------------------------------------------- ISA tiers
@@ -1050,7 +1048,7 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
     else:
         _check_out(out, (m, k))
         _check_apart(out, "matmul_t", dy=dy2)
-    il = interleaved_weights(w) if code in _MATMUL_T_INTERLEAVED and _read_only(w) else None
+    il = interleaved_weights(w) if code not in (_F32, _F16) and _read_only(w) else None
     if il is not None:
         data, row_bytes, group_bytes, rows = il[0], 0, il[1], engine.il_rows(code)
     else:

@@ -65,14 +65,14 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     def rowminor(a):                          # (groups, nb, rows, count) -> [count][rows] bytes
         return a.swapaxes(2, 3).reshape(groups, nb, -1)
 
-    def lanes(a):                             # (groups, nb, rows, 4 L) -> [L][rows][4] bytes
-        return a.reshape(groups, nb, rows, -1, 4).transpose(0, 1, 3, 2, 4).reshape(groups, nb, -1)
+    def lanes(a, width=4):                    # (groups, nb, rows, width L) -> [L][rows][width] bytes
+        return a.reshape(groups, nb, rows, -1, width).transpose(0, 1, 3, 2, 4).reshape(groups, nb, -1)
 
     if qtype == "q2_k":
-        parts = [rowminor(b[..., 80:82]), rowminor(b[..., 82:84]), rowminor(b[..., 0:16]), lanes(b[..., 16:80])]
+        parts = [rowminor(b[..., 80:82]), rowminor(b[..., 82:84]), lanes(b[..., 0:16], 2), lanes(b[..., 16:80])]
     elif qtype == "q3_k":
         real = (np.arange(groups * rows) < n).reshape(groups, 1, rows, 1)          # rows past n: all zero
-        parts = [rowminor(b[..., 108:110]), rowminor(_q3k_scales(b[..., 96:108]).view(np.uint8) * real),
+        parts = [rowminor(b[..., 108:110]), lanes(_q3k_scales(b[..., 96:108]).view(np.uint8) * real, 2),
                  lanes(b[..., 0:32]), lanes(b[..., 32:96])]
     elif qtype in ("q4_k", "q5_k"):
         sc, mn = _scale_min_k4(b[..., 4:16])

@@ -155,9 +155,10 @@ cdef inline int64_t vx_il_block_bytes(int wtype, int R) noexcept nogil:
 # super-block, each decoded at load from the rows' GGUF super-blocks (engine: il_pack) into
 # R-wide arrays, every field row-minor:
 #   lanes[L][R][4]  lane l of row r: the row's 4 bytes of quants at 4 l (of its 32-byte chunk)
-#   q2_K (84 R):  d[R] dmin[R] (f16) | scales[16][R] (as stored: scale | min << 4) | qs lanes[2 * 8]
-#                 (chunk h: qs[32 h ..])
-#   q3_K (114 R): d[R] | scales[16][R] (int8: the 6-bit scale - 32) | hmask lanes[8] | qs lanes[2 * 8]
+#   q2_K (84 R):  d[R] dmin[R] (f16) | scales[8][R][2] (group 2 j + t of row r at [j][r][t]; as
+#                 stored: scale | min << 4) | qs lanes[2 * 8] (chunk h: qs[32 h ..])
+#   q3_K (114 R): d[R] | scales[8][R][2] (int8: the 6-bit scale - 32; paired as q2_K's) | hmask
+#                 lanes[8] | qs lanes[2 * 8]
 #   q4_K (148 R): d[R] dmin[R] | sc[8][R] mn[8][R] (uint8, get_scale_min_k4's) | qs lanes[4 * 8]
 #   q5_K (180 R): d[R] dmin[R] | sc[8][R] mn[8][R] | qh lanes[8] | qs lanes[4 * 8]
 #   q6_K (210 R): d[R] | scales[16][R] (int8) | qh lanes[2 * 8] | ql lanes[4 * 8] (chunk c: ql[32 c ..])

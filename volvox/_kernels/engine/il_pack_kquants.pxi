@@ -37,6 +37,13 @@ cdef inline void put_scales(uint8_t *dst, const uint8_t *values, int count, int 
         dst[i * R + r] = values[i]
 
 
+cdef inline void put_scale_pairs(uint8_t *dst, const uint8_t *values, int count, int r, int R) noexcept nogil:
+    """Scales [count / 2][R][2] at dst: row r's scales 2 j, 2 j + 1 side by side."""
+    cdef int j
+    for j in range(count // 2):
+        memcpy(dst + (j * R + r) * 2, values + 2 * j, 2)
+
+
 cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst, int r, int R) noexcept nogil:
     """Row r's GGUF super-block src into the group super-block dst (vx.pxd's interleaved k-quant layout)."""
     cdef uint8_t sc[8]           # (8,) q4_K / q5_K scales
@@ -45,12 +52,12 @@ cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst,
     if wtype == VX_Q2_K:         # scales[16] qs[64] d dmin
         memcpy(dst + 2 * r, src + 80, 2)
         memcpy(dst + 2 * R + 2 * r, src + 82, 2)
-        put_scales(dst + 4 * R, src, 16, r, R)
+        put_scale_pairs(dst + 4 * R, src, 16, r, R)
         put_lanes(dst + 20 * R, src + 16, 16, r, R)
     elif wtype == VX_Q3_K:       # hmask[32] qs[64] scales[12] d
         memcpy(dst + 2 * r, src + 108, 2)
         q3k_scales(src + 96, sc3)
-        put_scales(dst + 2 * R, <const uint8_t *>sc3, 16, r, R)
+        put_scale_pairs(dst + 2 * R, <const uint8_t *>sc3, 16, r, R)
         put_lanes(dst + 18 * R, src, 8, r, R)
         put_lanes(dst + 50 * R, src + 32, 16, r, R)
     elif wtype == VX_Q4_K or wtype == VX_Q5_K:   # d dmin scales[12] (qh[32]) qs[128]

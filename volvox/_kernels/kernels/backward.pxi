@@ -2,7 +2,7 @@
 # them over OpenMP work items). One body for every tier: the tier's vector layer (vf_*), its
 # dot_vec_f32 and exp8 (kernels/<tier>/attention.pxi) and its dequantizers (the table's dequant).
 #   matmul_t_strip       dx = dy @ W on a frozen weight as inference holds it (any weight type, rows as
-#                        stored or interleaved): one strip of W's input columns (32; 256 for k-quants)
+#                        stored or in any interleaved layout of vx.pxd): one strip of W's input columns (32; 256 for k-quants)
 #                        is dequantized block by block, 256 of W's rows at a time, into a panel in
 #                        thread scratch, then multiplied in register tiles of 4 dy rows x 32 columns.
 #                        The hot spot of LoRA over a quantized base.
@@ -22,10 +22,12 @@ from libc.math cimport INFINITY, expf, log, logf, sqrtf
 from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.string cimport memset
 from volvox._kernels.vx cimport (
-    VX_F16, VX_F32, VX_Q2_K, VX_Q3_K, VX_Q4_1, VX_Q4_K, VX_Q5_0, VX_Q5_1, VX_Q5_K, VX_Q6_K, VX_Q8_0,
+    VX_F16, VX_F32, VX_IQ4_NL, VX_Q2_K, VX_Q3_K, VX_Q4_0, VX_Q4_1, VX_Q4_K, VX_Q5_0, VX_Q5_1, VX_Q5_K, VX_Q6_K,
+    VX_Q8_0,
     vx_attn_train_shape, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
     vx_block_q5_0, vx_block_q5_1, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_dequant_fn, vx_f16,
-    vx_il_block_bytes, vx_matmul_t_strip, vx_train_table, VX_MATMUL_T_ROWS)
+    vx_il_block_bytes, vx_il_superblock_bytes, vx_is_kquant, vx_matmul_t_strip, vx_train_table,
+    VX_MATMUL_T_ROWS)
 
 cdef enum:
     BW_MR = 4           # dy rows per register tile of the transposed product
@@ -61,24 +63,102 @@ cdef inline int64_t bw_strip_bytes(int wtype, int64_t S) noexcept nogil:
     return sizeof(vx_block_q4_0)      # q4_0, iq4_nl
 
 
+cdef inline uint8_t il_byte(const uint8_t *lanes, int R, int64_t r, int i) noexcept nogil:
+    """Byte i of row r's field stored as lanes [L][R][4] (vx.pxd: lane l holds the field's bytes 4 l ..)."""
+    return lanes[((i >> 2) * R + r) * 4 + (i & 3)]
+
+
+cdef inline float il_f16(const uint8_t *p, int64_t r) noexcept nogil:
+    """Row r's fp16 of an array [R] of them at p, as a float."""
+    return vx_f16_to_f32((<const vx_f16 *>p)[r])
+
+
 cdef inline void bw_il_decode(int wtype, int R, const uint8_t *group, int64_t b, int64_t r,
                               float *out) noexcept nogil:
-    """out (32,) = block b of row r of an interleaved group of R rows (vx.pxd's layout), as floats."""
+    """out (32,) = block b of row r of an interleaved group of R rows of a 32-block type (vx.pxd's
+    layout), as floats."""
     cdef const uint8_t *blk = group + b * vx_il_block_bytes(wtype, R)
-    cdef const vx_f16 *scales = <const vx_f16 *>blk        # (R,) d, then (R,) m for q4_1
-    cdef float d = vx_f16_to_f32(scales[r]), m
-    cdef const uint8_t *qs = blk + (4 if wtype == VX_Q4_1 else 2) * R    # (L, R, 4)
+    cdef bint has_m = wtype == VX_Q4_1 or wtype == VX_Q5_1
+    cdef bint has_qh = wtype == VX_Q5_0 or wtype == VX_Q5_1
+    cdef const uint8_t *qh = blk + (4 if has_m else 2) * R + 4 * r     # (4,) row r's 5th-bit bytes
+    cdef const uint8_t *qs = blk + (4 if has_m else 2) * R + (4 * R if has_qh else 0)   # (L, R, 4)
+    cdef float d = il_f16(blk, r), m
+    cdef int lo, hi
     cdef uint8_t byte
     cdef int j
     if wtype == VX_Q8_0:
         for j in range(32):
-            out[j] = d * <float>(<int8_t>(qs[((j >> 2) * R + r) * 4 + (j & 3)] ^ 0x80))
+            out[j] = d * <float>(<int8_t>(il_byte(qs, R, r, j) ^ 0x80))
         return
-    m = vx_f16_to_f32(scales[R + r]) if wtype == VX_Q4_1 else <float>-8.0 * d
+    m = il_f16(blk + 2 * R, r) if has_m else (<float>-8.0 * d if wtype == VX_Q4_0 else <float>0.0)
     for j in range(16):
-        byte = qs[((j >> 2) * R + r) * 4 + (j & 3)]
-        out[j] = d * <float>(byte & 0x0F) + m
-        out[j + 16] = d * <float>(byte >> 4) + m
+        byte = il_byte(qs, R, r, j)
+        lo = byte & 0x0F
+        hi = byte >> 4
+        if has_qh:
+            lo |= ((qh[j >> 2] >> (j & 3)) & 1) << 4
+            hi |= ((qh[j >> 2] >> (4 + (j & 3))) & 1) << 4
+        if wtype == VX_IQ4_NL:
+            out[j] = d * <float>IQ4_NL_LEVELS[lo]
+            out[j + 16] = d * <float>IQ4_NL_LEVELS[hi]
+        else:
+            if wtype == VX_Q5_0:
+                lo -= 16
+                hi -= 16
+            out[j] = d * <float>lo + m
+            out[j + 16] = d * <float>hi + m
+
+
+cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int64_t b, int64_t r,
+                                     float *out) noexcept nogil:
+    """out (256,) = super-block b of row r of an interleaved k-quant group of R rows (vx.pxd's layout),
+    as floats: ggml's dequantize_row_<type> on the unpacked scales."""
+    cdef const uint8_t *blk = group + b * vx_il_superblock_bytes(wtype, R)
+    cdef const int8_t *sc8 = <const int8_t *>(blk + 2 * R)   # (16, R) q3_K / q6_K scales
+    cdef bint has_min = wtype == VX_Q2_K or wtype == VX_Q4_K or wtype == VX_Q5_K
+    cdef float d = il_f16(blk, r), dmin = il_f16(blk + 2 * R, r) if has_min else <float>0.0
+    cdef int h, s, l, j, g, q, lo, hi
+    cdef uint8_t sm
+    if wtype == VX_Q2_K:         # value 128 h + 32 s + l: bits 2 s of qs byte 32 h + l, group 8 h + 2 s + l / 16
+        for h in range(2):
+            for s in range(4):
+                for l in range(32):
+                    g = 8 * h + 2 * s + l // 16
+                    sm = blk[4 * R + (g >> 1) * 2 * R + 2 * r + (g & 1)]
+                    out[128 * h + 32 * s + l] = (d * <float>(sm & 0x0F) * <float>((il_byte(blk + 20 * R, R, r, 32 * h + l) >> (2 * s)) & 3)
+                                                 - dmin * <float>(sm >> 4))
+    elif wtype == VX_Q3_K:       # the same positions; 4 subtracted where hmask bit 4 h + s of byte l is clear
+        for h in range(2):
+            for s in range(4):
+                for l in range(32):
+                    g = 8 * h + 2 * s + l // 16
+                    q = (il_byte(blk + 50 * R, R, r, 32 * h + l) >> (2 * s)) & 3
+                    if not (il_byte(blk + 18 * R, R, r, l) >> (4 * h + s)) & 1:
+                        q -= 4
+                    out[128 * h + 32 * s + l] = d * <float>sc8[(g >> 1) * 2 * R + 2 * r + (g & 1)] * <float>q
+    elif wtype == VX_Q4_K or wtype == VX_Q5_K:   # value 64 j + l: low nibble of qs byte 32 j + l, + 32: high
+        for j in range(4):
+            for l in range(32):
+                q = il_byte(blk + (52 if wtype == VX_Q5_K else 20) * R, R, r, 32 * j + l)
+                lo = q & 0x0F
+                hi = q >> 4
+                if wtype == VX_Q5_K:
+                    lo += 16 * ((il_byte(blk + 20 * R, R, r, l) >> (2 * j)) & 1)
+                    hi += 16 * ((il_byte(blk + 20 * R, R, r, l) >> (2 * j + 1)) & 1)
+                out[64 * j + l] = d * <float>blk[4 * R + 2 * j * R + r] * <float>lo - dmin * <float>blk[12 * R + 2 * j * R + r]
+                out[64 * j + 32 + l] = (d * <float>blk[4 * R + (2 * j + 1) * R + r] * <float>hi
+                                        - dmin * <float>blk[12 * R + (2 * j + 1) * R + r])
+    else:                        # q6_K: ggml's dequantize_row_q6_K, 128 values per half h
+        for h in range(2):
+            for l in range(32):
+                g = 8 * h + l // 16
+                q = il_byte(blk + 18 * R, R, r, 32 * h + l)                  # qh
+                lo = il_byte(blk + 82 * R, R, r, 64 * h + l)                 # ql[l]
+                hi = il_byte(blk + 82 * R, R, r, 64 * h + 32 + l)            # ql[l + 32]
+                out[128 * h + l] = d * <float>sc8[g * R + r] * <float>(((lo & 0x0F) | ((q & 3) << 4)) - 32)
+                out[128 * h + 32 + l] = d * <float>sc8[(g + 2) * R + r] * <float>(((hi & 0x0F) | (((q >> 2) & 3) << 4)) - 32)
+                out[128 * h + 64 + l] = d * <float>sc8[(g + 4) * R + r] * <float>(((lo >> 4) | (((q >> 4) & 3) << 4)) - 32)
+                out[128 * h + 96 + l] = d * <float>sc8[(g + 6) * R + r] * <float>(((hi >> 4) | (((q >> 6) & 3) << 4)) - 32)
 
 
 cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, const float *panel, int64_t S,
@@ -136,8 +216,12 @@ cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *
         n = N - o0 if N - o0 < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS
         for o in range(n):  # the (n, S) panel of W's rows o0 .., one block at a time
             if group_bytes > 0:
-                bw_il_decode(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip, (o0 + o) % il_rows,
-                             panel + o * S)
+                if vx_is_kquant(wtype):
+                    bw_il_decode_kquant(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip,
+                                        (o0 + o) % il_rows, panel + o * S)
+                else:
+                    bw_il_decode(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip,
+                                 (o0 + o) % il_rows, panel + o * S)
             else:
                 dq(cols, w + (o0 + o) * row_bytes + strip * sb, panel + o * S)
                 if cols < S:

@@ -9,9 +9,13 @@
 #   isum = sum_g sc_g dot_g                 (q2_K, q4_K, q5_K; the mins' msum = sum_g mn_g bsum_g)
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
-# is acc - accm. The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
+# is acc - accm. Cheaper steps to the same integers: q2_K / q3_K's bit pairs are masked where they lie
+# or moved by one shift (pair_shift), the factor taken back once per sum; q3_K / q6_K's chains start
+# at -off bsum_g (times the chain's factor) instead of subtracting it; products of two int16-range
+# factors are one madd (vi_mul16), the two groups of a q2_K / q3_K sub-block one madd together
+# (their dots, scales, mins and bsums paired in 16-bit halves: vi_mul16x2). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K, VX_Q6_K, VX_QK_K, vx_il_superblock_bytes, vx_table)
 
@@ -54,71 +58,86 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
 # Each sums function below spells out the positions its shifts depend on (q2k_group(.., 0, ..) ..
 # q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
 # register (a loop over them kept the chains on the stack).
+cdef inline int pair_shift(int s) noexcept nogil:
+    """log2 of the factor a q2_K / q3_K group dot of bit pair s carries: pairs 0 and 1 masked where
+    they lie, 2 and 3 moved to bits 2-3 (q3_K's hmask bit right above them), so that a dot times its
+    factor stays in int16 for vi_mul16x2 (q2_K: |dot| <= 16 * 3 * 127; q3_K: |dot - 4 bsum| <= 16 *
+    4 * 127, times 4: 32512) and no unsigned weight reaches 128 (AVX2's maddubs sums two products
+    in int16)."""
+    return 0 if s == 0 else 2
+
+
 cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
-    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16]."""
-    cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, 0, 3), vi_bcast4(x))
-    t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, 0, 3), vi_bcast4(x + 4))
-    t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, 0, 3), vi_bcast4(x + 8))
-    return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, 0, 3), vi_bcast4(x + 12))
+    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16], times 2 ** pair_shift(s)."""
+    cdef int k = pair_shift(s)
+    cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, k, 3 << k), vi_bcast4(x))
+    t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, k, 3 << k), vi_bcast4(x + 4))
+    t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 8))
+    return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 12))
 
 
-cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs, vi *si,
+cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bspair, vi *si,
                          vi *sm) noexcept nogil:
-    """q2_K: sub-block 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
-    into si (sc dot) and sm (mn bsum)."""
+    """q2_K: sub-block j = 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
+    into si (sc dot, times 2 ** pair_shift(s)) and sm (mn bsum): the two groups' dots packed into
+    the halves of one lane and multiplied with the pair of scales (or mins) in one madd."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
-    cdef const uint8_t *scales = blk + 4 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] scale | min << 4
-    cdef vi sc0 = vi_u8(scales)
-    cdef vi sc1 = vi_u8(scales + VI_ROWS)
-    cdef vi m4 = vi_set1(15)
-    si[0] = vi_add(si[0], vi_add(vi_mul(q2k_dot16(lanes, s, x + 32 * j), vi_and(sc0, m4)),
-                                 vi_mul(q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16), vi_and(sc1, m4))))
-    sm[0] = vi_add(sm[0], vi_add(vi_mul(vi_shr16(sc0, 4), vi_set1(bs[2 * j])),
-                                 vi_mul(vi_shr16(sc1, 4), vi_set1(bs[2 * j + 1]))))
+    cdef vi pair = vi_u8x2(blk + 4 * VI_ROWS + 2 * j * VI_ROWS)       # [R][2] scale | min << 4 as int16 halves
+    si[0] = vi_add(si[0], vi_mul16x2(vi_pack16(q2k_dot16(lanes, s, x + 32 * j),
+                                               q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16)),
+                                     vi_and(pair, vi_set1(0x000F000F))))
+    sm[0] = vi_add(sm[0], vi_mul16x2(vi_shr16(pair, 4), vi_set1(bspair[j])))
 
 
-cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
+cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bspair, vi *isum,
                              vi *msum) noexcept nogil:
-    """q2_K: isum, msum of one group super-block against 256 act values (module comment)."""
+    """q2_K: isum, msum of one group super-block against 256 act values (module comment; bspair:
+    kq_il_group's)."""
+    cdef vi si0 = vi_zero()      # bit pairs 0: factor 1
+    cdef vi si2 = vi_zero()      # bit pairs 1 .. 3: factor 4
     cdef int h
-    isum[0] = vi_zero()
     msum[0] = vi_zero()
     for h in range(2):
-        q2k_sub(blk, h, 0, x, bs, isum, msum)
-        q2k_sub(blk, h, 1, x, bs, isum, msum)
-        q2k_sub(blk, h, 2, x, bs, isum, msum)
-        q2k_sub(blk, h, 3, x, bs, isum, msum)
+        q2k_sub(blk, h, 0, x, bspair, &si0, msum)
+        q2k_sub(blk, h, 1, x, bspair, &si2, msum)
+        q2k_sub(blk, h, 2, x, bspair, &si2, msum)
+        q2k_sub(blk, h, 3, x, bspair, &si2, msum)
+    isum[0] = vi_add(si0, vi_sra32(si2, 2))
 
 
-cdef inline vi q3k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int s, int j, const int8_t *x) noexcept nogil:
-    """q3_K: one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set) . x[0:16]."""
-    cdef vi t = vi_zero()
+cdef inline vi q3k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int s, int j,
+                         const int8_t *x) noexcept nogil:
+    """q3_K: start + one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set)
+    . x[0:16] times 2 ** pair_shift(s) (the 3 bits assembled at bit pair_shift(s))."""
+    cdef int k = pair_shift(s)
+    cdef vi t = vi_set1(start)
     cdef int l
     for l in range(4):
-        t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, 0, 3),
-                            bits_at(vi_load(hlanes + l * LANE), j, 2, 4)), vi_bcast4(x + 4 * l))
+        t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, k, 3 << k),
+                            bits_at(vi_load(hlanes + l * LANE), j, k + 2, 4 << k)), vi_bcast4(x + 4 * l))
     return t
 
 
-cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bs) noexcept nogil:
-    """q3_K: sub-block 4 h + s's sc (dot - 4 bsum) over its two groups."""
+cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *start) noexcept nogil:
+    """q3_K: sub-block j = 4 h + s's sc (dot - 4 bsum) over its two groups, times 2 ** pair_shift(s)
+    (start: kq_il_group's): the two groups' sums packed into the halves of a lane and multiplied with
+    the pair of int8 scales in one madd."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 50 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
     cdef const uint8_t *hlanes = blk + 18 * VI_ROWS                  # hmask lanes
-    cdef const uint8_t *scales = blk + 2 * VI_ROWS + 2 * j * VI_ROWS  # [2][R] int8
-    return vi_add(
-        vi_mul(vi_sub(q3k_dot16(lanes, hlanes, s, j, x + 32 * j), vi_set1(4 * bs[2 * j])), vi_s8(scales)),
-        vi_mul(vi_sub(q3k_dot16(lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16),
-                      vi_set1(4 * bs[2 * j + 1])), vi_s8(scales + VI_ROWS)))
+    return vi_mul16x2(vi_pack16(q3k_dot16(start[2 * j], lanes, hlanes, s, j, x + 32 * j),
+                                q3k_dot16(start[2 * j + 1], lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16)),
+                      vi_s8x2(blk + 2 * VI_ROWS + 2 * j * VI_ROWS))   # [R][2] int8 scales as int16 halves
 
 
-cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q3_K: isum of one group super-block against 256 act values (module comment)."""
-    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, 0, x, bs), q3k_sub(blk, 0, 1, x, bs)),
-                         vi_add(q3k_sub(blk, 0, 2, x, bs), q3k_sub(blk, 0, 3, x, bs))),
-                  vi_add(vi_add(q3k_sub(blk, 1, 0, x, bs), q3k_sub(blk, 1, 1, x, bs)),
-                         vi_add(q3k_sub(blk, 1, 2, x, bs), q3k_sub(blk, 1, 3, x, bs))))
+    cdef vi si0 = vi_add(q3k_sub(blk, 0, 0, x, start), q3k_sub(blk, 1, 0, x, start))     # factor 1
+    cdef vi si2 = vi_add(vi_add(vi_add(q3k_sub(blk, 0, 1, x, start), q3k_sub(blk, 0, 2, x, start)),
+                                vi_add(q3k_sub(blk, 0, 3, x, start), q3k_sub(blk, 1, 1, x, start))),
+                         vi_add(q3k_sub(blk, 1, 2, x, start), q3k_sub(blk, 1, 3, x, start)))  # factor 4
+    return vi_add(si0, vi_sra32(si2, 2))
 
 
 cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
@@ -159,14 +178,15 @@ cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, 
                      vi_add(vi_add(q45k_sub(has_qh, blk, 2, 0, x), q45k_sub(has_qh, blk, 2, 1, x)),
                             vi_add(q45k_sub(has_qh, blk, 3, 0, x), q45k_sub(has_qh, blk, 3, 1, x))))
     for j in range(8):
-        sm = vi_add(sm, vi_mul(vi_u8(mn + j * VI_ROWS), vi_set1(bs[2 * j] + bs[2 * j + 1])))
+        sm = vi_add(sm, vi_mul16(vi_set1(bs[2 * j] + bs[2 * j + 1]), vi_u8(mn + j * VI_ROWS)))  # |bsums| < 2 ** 12
     msum[0] = sm
 
 
-cdef inline vi q6k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int c, int hi, const int8_t *x) noexcept nogil:
-    """q6_K: one group of 16 (4 ql lanes' low (hi 0) or high nibbles, qh bits 2 c (+ 4 if hi) as bits
-    4-5) . x[0:16]."""
-    cdef vi t = vi_zero()
+cdef inline vi q6k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int c, int hi,
+                         const int8_t *x) noexcept nogil:
+    """q6_K: start + one group of 16 (4 ql lanes' low (hi 0) or high nibbles, qh bits 2 c (+ 4 if hi)
+    as bits 4-5) . x[0:16]."""
+    cdef vi t = vi_set1(start)
     cdef vi v, u
     cdef int l
     for l in range(4):
@@ -178,23 +198,23 @@ cdef inline vi q6k_dot16(const uint8_t *lanes, const uint8_t *hlanes, int c, int
 
 
 cdef inline vi q6k_sub(const uint8_t *blk, int h, int lhalf, int c, int hi, const int8_t *x,
-                       const int32_t *bs) noexcept nogil:
-    """q6_K: group 8 h + 4 hi + 2 c + lhalf's sc (dot - 32 bsum) (ql chunk 2 h + c, lanes 4 lhalf ..)."""
+                       const int32_t *start) noexcept nogil:
+    """q6_K: group 8 h + 4 hi + 2 c + lhalf's sc (dot - 32 bsum) (ql chunk 2 h + c, lanes 4 lhalf ..;
+    start: kq_il_group's)."""
     cdef int g = 8 * h + 4 * hi + 2 * c + lhalf
     cdef const uint8_t *lanes = blk + 82 * VI_ROWS + ((2 * h + c) * 8 + 4 * lhalf) * LANE
     cdef const uint8_t *hlanes = blk + 18 * VI_ROWS + (8 * h + 4 * lhalf) * LANE
-    return vi_mul(vi_sub(q6k_dot16(lanes, hlanes, c, hi, x + 16 * g), vi_set1(32 * bs[g])),
-                  vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
+    return vi_mul(q6k_dot16(start[g], lanes, hlanes, c, hi, x + 16 * g), vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
 
 
-cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bs) noexcept nogil:
+cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q6_K: isum of one group super-block against 256 act values (module comment)."""
     cdef vi si = vi_zero()
     cdef int h, lhalf
     for h in range(2):
         for lhalf in range(2):
-            si = vi_add(si, vi_add(vi_add(q6k_sub(blk, h, lhalf, 0, 0, x, bs), q6k_sub(blk, h, lhalf, 0, 1, x, bs)),
-                                   vi_add(q6k_sub(blk, h, lhalf, 1, 0, x, bs), q6k_sub(blk, h, lhalf, 1, 1, x, bs))))
+            si = vi_add(si, vi_add(vi_add(q6k_sub(blk, h, lhalf, 0, 0, x, start), q6k_sub(blk, h, lhalf, 0, 1, x, start)),
+                                   vi_add(q6k_sub(blk, h, lhalf, 1, 0, x, start), q6k_sub(blk, h, lhalf, 1, 1, x, start))))
     return si
 
 
@@ -209,6 +229,9 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
     cdef vf accm = vf_zero()     # (VI_ROWS,) sum of dmin xd msum
     cdef vf dx
     cdef vi isum, msum
+    cdef int32_t start[16]       # (16,) q3_K / q6_K: each group dot's start, - off bsum times its factor
+    cdef int32_t bspair[8]       # (8,) q2_K: bsums 2 j, 2 j + 1 as the low, high 16 bits
+    cdef int g
     cdef const uint8_t *blk
     cdef const int8_t *x
     cdef const int32_t *bs
@@ -221,12 +244,18 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
         bs = bsums + 16 * b
         dx = vf_set1(xd[b])
         if fmt == VX_Q3_K:
-            isum = q3k_il_sums(blk, x, bs)
+            for g in range(16):
+                start[g] = -4 * bs[g] * (1 << pair_shift((g >> 1) & 3))
+            isum = q3k_il_sums(blk, x, start)
         elif fmt == VX_Q6_K:
-            isum = q6k_il_sums(blk, x, bs)
+            for g in range(16):
+                start[g] = -32 * bs[g]
+            isum = q6k_il_sums(blk, x, start)
         else:
             if fmt == VX_Q2_K:
-                q2k_il_sums(blk, x, bs, &isum, &msum)
+                for g in range(8):
+                    bspair[g] = <int32_t>((<uint32_t>bs[2 * g + 1] << 16) | (<uint32_t>bs[2 * g] & 0xFFFF))
+                q2k_il_sums(blk, x, bspair, &isum, &msum)
             else:
                 q45k_il_sums(fmt == VX_Q5_K, blk, x, bs, &isum, &msum)
             accm = vf_fma(vi_fmul(vi_f16(blk + 2 * VI_ROWS), dx), vi_float(msum), accm)
