@@ -8,7 +8,7 @@ from volvox._kernels.vx cimport vx_attn_bwd_kv_items, vx_attn_train_shape, vx_ma
 
 cdef enum:
     SCATTER_COLS = 64       # embedding_backward: columns per work item
-    SUM_COLS = 64           # column_sums, layer_norm_backward's weight / bias sums: columns per work item
+    SUM_COLS = 64           # column_sums and the norms' weight (bias) sums: columns per work item
     RUN_ELEMENTS = 16384    # elementwise grads and optimiser updates: elements per work item
 
 
@@ -121,20 +121,18 @@ def rms_norm_backward(const float[:, ::1] x, const float[::1] weight, const floa
                       float[:, ::1] dx, float[::1] dweight, float[::1] rinv):
     """dx (rows, D) and dweight (D,) = sum over rows of g x / rms of y = x / rms * weight given g = dL/dy;
     rinv (rows,) receives each row's 1 / rms."""
-    cdef int64_t rows = x.shape[0], D = x.shape[1], r, c
+    cdef int64_t rows = x.shape[0], D = x.shape[1], r, c, item, c0
     cdef int team = threads_for(rows * D * 4)
-    cdef double acc
     if rows == 0:
         for c in range(D):
             dweight[c] = 0.0
         return
     for r in prange(rows, nogil=True, schedule="static", num_threads=team):
         rinv[r] = _tbl.train.rms_norm_bwd_row(D, &x[r, 0], &weight[0], &g[r, 0], eps, &dx[r, 0])
-    for c in prange(D, nogil=True, schedule="static", num_threads=team):
-        acc = 0.0
-        for r in range(rows):
-            acc = acc + <double>g[r, c] * <double>x[r, c] * <double>rinv[r]
-        dweight[c] = <float>acc
+    for item in prange((D + SUM_COLS - 1) // SUM_COLS, nogil=True, schedule="static", num_threads=team):
+        c0 = item * SUM_COLS
+        column_block_sums(&x[0, 0], &g[0, 0], NULL, &rinv[0], rows, D, c0, c0 + SUM_COLS if c0 + SUM_COLS < D else D,
+                          NULL, &dweight[0])
 
 
 def embedding_backward(const int64_t[::1] ids, const float[:, ::1] dy, float[:, ::1] dtable):
@@ -159,9 +157,10 @@ def embedding_backward(const int64_t[::1] ids, const float[:, ::1] dy, float[:, 
 
 cdef void column_block_sums(const float *x, const float *dy, const float *mean, const float *rinv, int64_t rows,
                             int64_t D, int64_t c0, int64_t c1, float *sums, float *xhat_sums) noexcept nogil:
-    """For columns c0 .. c1 - 1 (at most SUM_COLS): sums[c] = sum over rows r of dy[r, c] and, when
-    xhat_sums is not NULL, xhat_sums[c] = sum over r of dy[r, c] (x[r, c] - mean[r]) rinv[r]; rows in
-    order, sums in double (a bias's and a LayerNorm weight's gradients)."""
+    """For columns c0 .. c1 - 1 (at most SUM_COLS): sums[c] = sum over rows r of dy[r, c] (when sums is
+    not NULL) and xhat_sums[c] = sum over r of dy[r, c] (x[r, c] - mean[r]) rinv[r] (when xhat_sums is
+    not NULL; mean NULL: 0); rows in order, sums in double (a bias's, a LayerNorm's and an RMSNorm's
+    weight gradients)."""
     cdef double acc[SUM_COLS]         # (columns,) sum of dy
     cdef double acc_x[SUM_COLS]       # (columns,) sum of dy xhat
     cdef int64_t n = c1 - c0, r, c
@@ -173,14 +172,16 @@ cdef void column_block_sums(const float *x, const float *dy, const float *mean, 
         acc_x[c] = 0.0
     for r in range(rows):
         row = dy + r * D + c0
-        for c in range(n):
-            acc[c] += row[c]
+        if sums != NULL:
+            for c in range(n):
+                acc[c] += row[c]
         if xhat_sums != NULL:
-            xrow, mu, ri = x + r * D + c0, mean[r], rinv[r]
+            xrow, mu, ri = x + r * D + c0, (mean[r] if mean != NULL else 0.0), rinv[r]
             for c in range(n):
                 acc_x[c] += <double>row[c] * ((<double>xrow[c] - mu) * ri)
     for c in range(n):
-        sums[c0 + c] = <float>acc[c]
+        if sums != NULL:
+            sums[c0 + c] = <float>acc[c]
         if xhat_sums != NULL:
             xhat_sums[c0 + c] = <float>acc_x[c]
 
