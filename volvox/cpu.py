@@ -36,6 +36,9 @@ Training (the backward kernels of the LLM path):
     cross_entropy(logits, labels, ignore_index, grad, in_place) -> (loss, dlogits, lse)
     cross_entropy_grad(logits, labels, lse, dloss, ignore_index, out) -> dlogits (from the saved lse)
     rms_norm_backward(x, weight, dy, eps) -> (dx, dweight); embedding_backward(ids, dy, vocab, out)
+    layer_norm_backward(x, weight, dy, eps) -> (dx, dweight, dbias); column_sums(x) -> (D,) (bias grads)
+    gelu_backward(x, dy, approximate, out), silu_backward(x, dy, out) -> dx (out may be dy)
+    adamw_update(p, g, m, v, ...), sgd_update(p, g, buf, ...)   one optimiser step over flat buffers, in place
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "gelu", "attention",
            "quantize_i8", "dequantize_i8", "qavg_pool2d", "qsoftmax", "isa",
            "available_isas", "set_num_threads", "get_num_threads",
            "matmul_t", "weight_grad", "attention_train", "attention_backward", "cross_entropy", "cross_entropy_grad",
-           "rms_norm_backward",
+           "rms_norm_backward", "layer_norm_backward", "column_sums", "gelu_backward", "silu_backward",
+           "adamw_update", "sgd_update",
            "embedding_backward"]
 
 ALL_ISAS = ("generic", "avx2", "avx512", "neon", "dotprod")
@@ -1206,6 +1210,97 @@ def rms_norm_backward(x, weight, dy, eps) -> tuple:
     rinv = np.empty(m, np.float32)  # (M,) each row's 1 / rms
     engine.rms_norm_backward(x2, w, g, float(eps), dx, dweight, rinv)
     return dx, dweight
+
+
+def layer_norm_backward(x, weight, dy, eps) -> tuple:
+    """(dx (M, D), dweight (D,), dbias (D,)) of ``layer_norm(x, weight, bias, eps)`` given dy = dL/dy,
+    float32; each row's statistics in double as the forward's, the weight's and bias's sums over rows
+    in double, rows in order."""
+    x2 = _f32_rows(x, "layer_norm_backward: x")
+    m, d = x2.shape
+    w = _c_array(weight, np.float32, 1, "layer_norm_backward: weight")
+    if w.shape != (d,):
+        raise ShapeError(f"layer_norm_backward: weight must have shape ({d},), got {w.shape}")
+    g = _f32_rows(dy, "layer_norm_backward: dy", d)
+    if g.shape[0] != m:
+        raise ShapeError(f"layer_norm_backward: dy {g.shape} and x {x2.shape} differ")
+    if not float(eps) >= 0.0:
+        raise KernelError(f"layer_norm_backward: eps must be >= 0, got {eps}")
+    dx = np.empty_like(x2)  # (M, D)
+    dweight, dbias = np.empty(d, np.float32), np.empty(d, np.float32)  # (D,) each
+    mean, rinv = np.empty(m, np.float32), np.empty(m, np.float32)  # (M,) each row's mean and 1 / std
+    engine.layer_norm_backward(x2, w, g, float(eps), dx, dweight, dbias, mean, rinv)
+    return dx, dweight, dbias
+
+
+def column_sums(x) -> np.ndarray:
+    """float32 (D,): x (M, D) float32 summed over its rows (in double, rows in order)."""
+    x2 = _f32_rows(x, "column_sums: x")
+    out = np.empty(x2.shape[1], np.float32)  # (D,)
+    engine.column_sums(x2, out)
+    return out
+
+
+def _activation_grad(kind: int, x, dy, out, op: str) -> np.ndarray:
+    """dx = dy * act'(x) through the engine's activation_backward (``kind``: its code)."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or not isinstance(dy, np.ndarray) or dy.dtype != np.float32:
+        raise KernelError(f"{op}: x and dy must be float32 numpy arrays")
+    if x.shape != dy.shape:
+        raise ShapeError(f"{op}: dy {dy.shape} is not shaped like x {x.shape}")
+    xf, gf = np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(dy).reshape(-1)  # (size,) each
+    if out is None:
+        out = np.empty(x.shape, np.float32)  # x's shape
+    else:
+        _check_out(out, x.shape)
+        if not _same_elements(out, gf):  # out may be dy itself, nothing else it overlaps
+            _check_apart(out, op, x=xf, dy=gf)
+        elif np.may_share_memory(out, xf):
+            raise KernelError(f"{op}: out must not overlap x")
+    engine.activation_backward(kind, xf, gf, out.reshape(-1))
+    return out
+
+
+def gelu_backward(x, dy, approximate: str = "none", out=None) -> np.ndarray:
+    """dx = dy * gelu'(x) for float32 x, dy of one shape: exact (Phi(x) + x phi(x), Phi through gelu's
+    erfc fit) or ``"tanh"``'s derivative; ``out`` (x's shape) may be dy itself."""
+    if approximate not in ("none", "tanh"):
+        raise KernelError(f"gelu_backward: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _activation_grad(1 if approximate == "tanh" else 0, x, dy, out, "gelu_backward")
+
+
+def silu_backward(x, dy, out=None) -> np.ndarray:
+    """dx = dy * s (1 + x (1 - s)), s = sigmoid(x), for float32 x, dy of one shape; ``out`` may be dy."""
+    return _activation_grad(2, x, dy, out, "silu_backward")
+
+
+def _flat_f32(a, n: int, name: str) -> np.ndarray:
+    """``a`` itself when it is a writeable-or-not C-contiguous float32 vector of n elements; else KernelError."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != (n,) or not a.flags.c_contiguous:
+        raise KernelError(f"{name} must be a C-contiguous float32 ({n},) array, got "
+                          f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    return a
+
+
+def adamw_update(p, g, m, v, lr: float, b1: float, b2: float, eps: float, weight_decay: float, t: int) -> None:
+    """Step ``t`` (from 1) of AdamW over the flat float32 parameters ``p`` with gradient ``g`` and moments
+    ``m``, ``v`` (all (n,), updated in place), as torch.optim.AdamW (amsgrad off)."""
+    n = _flat_f32(p, np.size(p), "adamw_update: p").shape[0]
+    for name, a in (("g", g), ("m", m), ("v", v)):
+        _flat_f32(a, n, f"adamw_update: {name}")
+    if t < 1:
+        raise KernelError(f"adamw_update: step must be >= 1, got {t}")
+    engine.adamw_update(p, g, m, v, 1.0 - lr * weight_decay, 1.0 - b1, b2, 1.0 - b2, eps, lr / (1.0 - b1 ** t),
+                        float(np.sqrt(1.0 - b2 ** t)))
+
+
+def sgd_update(p, g, buf, lr: float, momentum: float, dampening: float, weight_decay: float, nesterov: bool,
+               first: bool) -> None:
+    """One torch.optim.SGD step over the flat float32 parameters ``p`` with gradient ``g`` and momentum
+    buffer ``buf`` (all (n,), updated in place); ``first``: the first step (the buffer becomes the direction)."""
+    n = _flat_f32(p, np.size(p), "sgd_update: p").shape[0]
+    for name, a in (("g", g), ("buf", buf)):
+        _flat_f32(a, n, f"sgd_update: {name}")
+    engine.sgd_update(p, g, buf, lr, momentum, 1.0 - dampening, weight_decay, bool(nesterov), bool(first))
 
 
 def embedding_backward(ids, dy, vocab: int, out=None) -> np.ndarray:

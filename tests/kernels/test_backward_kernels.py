@@ -1,5 +1,6 @@
 """The training kernels (volvox.cpu's matmul_t, weight_grad, attention_train / attention_backward,
-cross_entropy, rms_norm_backward, embedding_backward) on every ISA tier this machine runs, against
+cross_entropy, rms_norm_backward, layer_norm_backward, column_sums, gelu_backward, silu_backward,
+embedding_backward) on every ISA tier this machine runs, against
 torch autograd on the same inputs (quantized weights dequantized by the independent `gguf` package),
 on awkward shapes: odd rows, widths that are no multiple of a block or a vector, GQA ratio 3, a
 sliding window shorter than the sequence, ignored labels."""
@@ -264,3 +265,80 @@ def test_embedding_backward_matches_torch(tier):
     assert_close(got, 2 * table.grad.numpy(), 1e-6)
     with pytest.raises(KernelError, match="id 10 at position 1"):
         K.embedding_backward(np.array([0, 10]), dy[:2], 10)
+
+
+# ------------------------------------------------------------------ LayerNorm, bias sums, activations
+@pytest.mark.parametrize("rows,dim", [(7, 37), (1, 576), (130, 65)])   # 65: one column past a work item
+def test_layer_norm_backward_matches_torch(tier, rows, dim):
+    rng = np.random.default_rng(rows * dim)
+    x = rng.standard_normal((rows, dim)) * 3 + 1.5     # an offset mean: the centring matters
+    w, b, dy = rng.standard_normal(dim), rng.standard_normal(dim), rng.standard_normal((rows, dim))
+
+    def f(x, w, b):
+        return (torch.nn.functional.layer_norm(x, (dim,), w, b, 1e-5) * torch.tensor(dy)).sum()
+
+    _, (dx_want, dw_want, db_want) = torch_grads(f, x, w, b)
+    dx, dw, db = K.layer_norm_backward(x.astype(np.float32), w.astype(np.float32), dy.astype(np.float32), 1e-5)
+    assert_close(dx, dx_want, 1e-5)
+    assert_close(dw, dw_want, 1e-5)
+    assert_close(db, db_want, 1e-5)
+
+
+def test_layer_norm_backward_and_column_sums_same_bits_on_any_thread_count(tier):
+    rng = np.random.default_rng(6)
+    x, dy = rng.standard_normal((333, 200)).astype(np.float32), rng.standard_normal((333, 200)).astype(np.float32)
+    w = rng.standard_normal(200).astype(np.float32)
+    before = K.get_num_threads()
+    try:
+        K.set_num_threads(1)
+        one = K.layer_norm_backward(x, w, dy, 1e-5) + (K.column_sums(dy),)
+        K.set_num_threads(2)
+        for got, want in zip(K.layer_norm_backward(x, w, dy, 1e-5) + (K.column_sums(dy),), one):
+            np.testing.assert_array_equal(got, want)
+    finally:
+        K.set_num_threads(before)
+
+
+@pytest.mark.parametrize("rows,dim", [(5, 3), (1000, 70), (0, 4)])
+def test_column_sums_match_torch(tier, rows, dim):
+    x = np.random.default_rng(rows + dim).standard_normal((rows, dim)).astype(np.float32)
+    assert_close(K.column_sums(x), torch.tensor(x, dtype=torch.float64).sum(0).numpy(), 1e-6)
+
+
+def _activation_inputs(n: int):
+    """x spanning the range where exp saturates (|x| up to 40), zeros and tiny values; dy random."""
+    rng = np.random.default_rng(n)
+    x = np.concatenate([rng.uniform(-40, 40, n // 2), rng.standard_normal(n - n // 2 - 3), [0.0, 1e-30, -1e-30]])
+    return x.astype(np.float32), rng.standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [5, 13, 40003])   # 40003: three work items, the last one ragged
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_backward_matches_torch(tier, n, approximate):
+    x, dy = _activation_inputs(n)
+    _, (want,) = torch_grads(lambda t: (torch.nn.functional.gelu(t, approximate=approximate) * torch.tensor(dy)).sum(), x)
+    got = K.gelu_backward(x, dy, approximate)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6 * float(np.abs(dy).max()))
+    out = dy.copy()
+    assert K.gelu_backward(x, out, approximate, out=out) is out   # in place over dy
+    np.testing.assert_array_equal(out, got)
+
+
+@pytest.mark.parametrize("n", [5, 13, 40003])
+def test_silu_backward_matches_torch(tier, n):
+    x, dy = _activation_inputs(n)
+    _, (want,) = torch_grads(lambda t: (torch.nn.functional.silu(t) * torch.tensor(dy)).sum(), x)
+    got = K.silu_backward(x.reshape(-1, 1), dy.reshape(-1, 1)).reshape(-1)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6 * float(np.abs(dy).max()))
+
+
+def test_activation_backward_refuses_bad_operands():
+    x = np.zeros(8, np.float32)
+    with pytest.raises(ShapeError, match="not shaped like x"):
+        K.gelu_backward(x, np.zeros(9, np.float32))
+    with pytest.raises(KernelError, match="float32"):
+        K.silu_backward(x.astype(np.float64), x)
+    with pytest.raises(KernelError, match="approximate"):
+        K.gelu_backward(x, x.copy(), "erf")
+    with pytest.raises(KernelError, match="overlap x"):
+        K.gelu_backward(x, x, out=x)

@@ -493,6 +493,15 @@ CASES += [  # gradient ops with training kernels (kernels/backward.pxi)
          outputs=("dx", "dweight"), bound=1e-10, gpu=False, plan="no native step"),
     Case("embedding_grad", "embedding_grad", dict(ids=np.array([[3, 0, 3], [8, 3, 1]], np.int64), dy=f32(2, 3, 70)),
          dict(table=f32(9, 70)), outputs=("dtable",), bound=1e-10, gpu=False, plan="int64"),
+    *[Case(f"gelu_grad_{approx}", "gelu_grad", dict(x=f32(3, 37, lo=-9, hi=9), dy=f32(3, 37)),
+           params=dict(approximate=approx), outputs=("dx",), bound=1e-10, gpu=False) for approx in ("none", "tanh")],
+    Case("silu_grad", "silu_grad", dict(x=f32(3, 37, lo=-9, hi=9), dy=f32(3, 37)), outputs=("dx",), bound=1e-10,
+         gpu=False),
+    Case("swiglu_grad", "swiglu_grad", dict(x=f32(2, 3, 2 * 37, lo=-9, hi=9), dy=f32(2, 3, 37)), outputs=("dx",),
+         bound=1e-10, gpu=False),
+    Case("layer_norm_grad", "layer_norm_grad", dict(x=f32(2, 3, 37, lo=0, hi=4), dy=f32(2, 3, 37)), dict(weight=f32(37)),
+         dict(eps=1e-5), outputs=("dx", "dweight", "dbias"), bound=1e-10, gpu=False, plan="no native step"),
+    Case("sum_to_bias", "sum_to", dict(x=f32(2, 5, 70)), params=dict(lead=2, axes=[]), bound=1e-10, gpu=False),
 ]
 
 def build_graph(case: Case) -> tuple[Graph, dict]:

@@ -365,6 +365,12 @@ ctypedef struct vx_train_table:
     # dx (D,) of one RMSNorm row given dL/dy g; returns the row's 1 / rms
     float (*rms_norm_bwd_row)(int64_t D, const float *x, const float *weight, const float *g,
                               float eps, float *dx) noexcept nogil
+    # dx (D,) of one LayerNorm row given dL/dy g; writes the row's mean, returns its 1 / std
+    float (*layer_norm_bwd_row)(int64_t D, const float *x, const float *weight, const float *g,
+                                float eps, float *dx, float *mean) noexcept nogil
+    # dx (n,) = dy * gelu'(x) (exact or the tanh form); dx = dy * silu'(x); dx may be dy
+    void (*gelu_grad_run)(int64_t n, const float *x, const float *dy, bint tanh_approx, float *dx) noexcept nogil
+    void (*silu_grad_run)(int64_t n, const float *x, const float *dy, float *dx) noexcept nogil
 
 
 # ------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import numpy as np
 
+from volvox import cpu
 from volvox.errors import KernelError, UnsupportedError
 from volvox.ir.graph import expect, same_dim
 from volvox.ops.registry import OpDef, register
@@ -150,6 +151,16 @@ def sum_to_ref(ctx, p, x):
     return np.asarray(y, dtype=x.dtype)
 
 
+def sum_to_fast(ctx, p, x):
+    """sum_to_ref through cpu.column_sums when only leading axes are summed (a bias's gradient: float32,
+    double sums, rows in order); the reference otherwise."""
+    lead = int(p["lead"])
+    if x.dtype != np.float32 or p["axes"] or not lead or x.ndim == lead:
+        return sum_to_ref(ctx, p, x)
+    rest = x.shape[lead:]
+    return cpu.column_sums(np.ascontiguousarray(x).reshape(-1, math.prod(rest))).reshape(rest)
+
+
 def scale_ref(ctx, p, x):
     """x * ``factor`` (a constant)."""
     return (x * np.asarray(p["factor"], x.dtype)).astype(x.dtype)
@@ -220,7 +231,7 @@ def matmul_backward(g, node) -> None:
         g.accumulate(node, "b", g.reduce_to(db, g.shape(b)))
 
 
-register(OpDef("sum_to", "reduce", ("x",), ("y",), _sum_to_infer, sum_to_ref))
+register(OpDef("sum_to", "reduce", ("x",), ("y",), _sum_to_infer, sum_to_ref, sum_to_fast))
 register(OpDef("scale", "elementwise", ("x",), ("y",), _unary_infer, scale_ref, backward=scale_backward))
 register(OpDef("sub", "elementwise", ("a", "b"), ("y",), _binary_infer, sub_ref, into=binary_into(np.subtract), cpu=binary_cpu,
                gpu=binary_lowering("sub"), backward=sub_backward))

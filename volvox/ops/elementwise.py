@@ -250,14 +250,46 @@ def gelu_grad_ref(ctx, p, x, dy):
     return (dy * d).astype(x.dtype)
 
 
+def silu_grad_fast(ctx, p, x, dy):
+    """silu_grad_ref's dx through cpu.silu_backward (float32)."""
+    if x.dtype != np.float32 or dy.dtype != np.float32:
+        return silu_grad_ref(ctx, p, x, dy)
+    return cpu.silu_backward(x, dy)
+
+
+def silu_grad_into(ctx, p, out, x, dy):
+    """silu_grad_fast written into ``out``."""
+    if x.dtype != np.float32 or dy.dtype != np.float32:
+        np.copyto(out, silu_grad_ref(ctx, p, x, dy))
+        return out
+    return cpu.silu_backward(x, dy, out=out)
+
+
+def gelu_grad_fast(ctx, p, x, dy):
+    """gelu_grad_ref's dx through cpu.gelu_backward (float32; exact or the tanh form)."""
+    if x.dtype != np.float32 or dy.dtype != np.float32:
+        return gelu_grad_ref(ctx, p, x, dy)
+    return cpu.gelu_backward(x, dy, p.get("approximate", "none"))
+
+
+def gelu_grad_into(ctx, p, out, x, dy):
+    """gelu_grad_fast written into ``out``."""
+    if x.dtype != np.float32 or dy.dtype != np.float32:
+        np.copyto(out, gelu_grad_ref(ctx, p, x, dy))
+        return out
+    return cpu.gelu_backward(x, dy, p.get("approximate", "none"), out=out)
+
+
 def unary_backward(g, node) -> None:
     """d(silu / gelu) through its grad op (``<op>_grad``: x, dy -> dx)."""
     g.accumulate(node, "x", g.emit(node.op + "_grad", {"x": node.inputs["x"], "dy": g.grad(node, "y")}, node.params,
                                    outputs=("dx",))[0])
 
 
-register(OpDef("silu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, silu_grad_ref))
-register(OpDef("gelu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, gelu_grad_ref))
+register(OpDef("silu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, silu_grad_ref, silu_grad_fast,
+               into=silu_grad_into))
+register(OpDef("gelu_grad", "activation", ("x", "dy"), ("dx",), _unary_grad_infer, gelu_grad_ref, gelu_grad_fast,
+               into=gelu_grad_into))
 register(OpDef("fill_like", "elementwise", ("x",), ("y",), _fill_like_infer, fill_like_ref, backward=constant_backward))
 register(OpDef("add", "elementwise", ("a", "b"), ("y",), _binary_infer, add_ref, into=binary_into(np.add), cpu=binary_cpu,
                gpu=binary_lowering("add"), backward=add_backward))

@@ -222,6 +222,12 @@ def linear_grad_input_fast(ctx, p, dy, weight):
     return dx.reshape(dy.shape[:-1] + (dx.shape[1],))
 
 
+def linear_grad_input_into(ctx, p, out, dy, weight):
+    """linear_grad_input_fast written into ``out``."""
+    cpu.matmul_t(dy.reshape(-1, dy.shape[-1]), weight, out=out.reshape(-1, out.shape[-1]))
+    return out
+
+
 def _linear_grad_weight_infer(specs, params):
     x, dy = specs["x"], specs["dy"]
     expect(x.dtype == dy.dtype == "float32" and len(x.shape) >= 1 and len(x.shape) == len(dy.shape),
@@ -289,7 +295,7 @@ def embedding_backward(g, node) -> None:
 register(OpDef("embedding_grad", "gather", ("table", "ids", "dy"), ("dtable",), _embedding_grad_infer, embedding_grad_ref,
                embedding_grad_fast))
 register(OpDef("linear_grad_input", "matmul", ("dy", "weight"), ("dx",), _linear_grad_input_infer, linear_grad_input_ref,
-               linear_grad_input_fast))
+               linear_grad_input_fast, into=linear_grad_input_into))
 register(OpDef("linear_grad_weight", "matmul", ("x", "dy"), ("dw",), _linear_grad_weight_infer, linear_grad_weight_ref,
                linear_grad_weight_fast))
 register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast, cpu=linear_cpu,

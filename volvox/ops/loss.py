@@ -94,6 +94,19 @@ def cross_entropy_grad_fast(ctx, p, logits, labels, lse, dloss):
     return dlogits.reshape(logits.shape)
 
 
+def cross_entropy_grad_into(ctx, p, out, logits, labels, lse, dloss):
+    """cross_entropy_grad_fast written into ``out`` (an arena buffer reused step after step instead of a
+    fresh (rows, vocab) array each time)."""
+    if logits.dtype != np.float32:
+        np.copyto(out, cross_entropy_grad_ref(ctx, p, logits, labels, lse, dloss))
+        return out
+    vocab = logits.shape[-1]
+    cpu.cross_entropy_grad(logits.reshape(-1, vocab), labels.reshape(-1), lse.reshape(-1),
+                           float(np.asarray(dloss).reshape(-1)[0]), int(p.get("ignore_index", IGNORE_INDEX)),
+                           out=out.reshape(-1, vocab))
+    return out
+
+
 def cross_entropy_backward(g, node) -> None:
     """d(cross_entropy) / d logits through cross_entropy_grad (labels get none)."""
     if g.needs(node, "logits"):
@@ -141,6 +154,6 @@ def mse_backward(g, node) -> None:
 register(OpDef("cross_entropy", "loss", ("logits", "labels"), ("loss", "lse"), _cross_entropy_infer, cross_entropy_ref,
                cross_entropy_fast, backward=cross_entropy_backward))
 register(OpDef("cross_entropy_grad", "loss", ("logits", "labels", "lse", "dloss"), ("dlogits",), _cross_entropy_grad_infer,
-               cross_entropy_grad_ref, cross_entropy_grad_fast))
+               cross_entropy_grad_ref, cross_entropy_grad_fast, into=cross_entropy_grad_into))
 register(OpDef("mse", "loss", ("x", "target"), ("loss",), _mse_infer, mse_ref, backward=mse_backward))
 register(OpDef("mse_grad", "loss", ("x", "target", "dloss"), ("dx", "dtarget"), _mse_grad_infer, mse_grad_ref))

@@ -156,6 +156,14 @@ def layer_norm_grad_ref(ctx, p, x, weight, dy):
             dy64.sum(axis=0).astype(np.float32))
 
 
+def layer_norm_grad_fast(ctx, p, x, weight, dy):
+    """layer_norm_grad_ref's (dx, dweight, dbias) through cpu.layer_norm_backward (float32, each row's
+    statistics and the weight's and bias's sums in double)."""
+    dim = x.shape[-1]
+    dx, dweight, dbias = cpu.layer_norm_backward(x.reshape(-1, dim), weight, dy.reshape(-1, dim), p.get("eps", 1e-5))
+    return dx.reshape(x.shape), dweight, dbias
+
+
 def norm_backward(g, node) -> None:
     """d(rms_norm / layer_norm) through its grad op: dx, dweight (and layer_norm's dbias) from one node."""
     ports = ("dx", "dweight") if node.op == "rms_norm" else ("dx", "dweight", "dbias")
@@ -174,7 +182,7 @@ def _rms_norm_grad_infer(specs, params):
 register(OpDef("rms_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight"), _rms_norm_grad_infer, rms_norm_grad_ref,
                rms_norm_grad_fast))
 register(OpDef("layer_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight", "dbias"), _norm_grad_infer,
-               layer_norm_grad_ref))
+               layer_norm_grad_ref, layer_norm_grad_fast))
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,
                into=rms_norm_into, cpu=norm_cpu,
                gpu=Lowering(("rms_norm",), _lower_rms, float_only("x")), backward=norm_backward))

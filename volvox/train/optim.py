@@ -1,18 +1,18 @@
 """Optimisers over one flat float32 parameter buffer: SGD (momentum, Nesterov, weight decay), AdamW
 (decoupled weight decay, bias correction), global-norm gradient clipping and gradient accumulation.
 
-Every trainable tensor is a view into ``Parameters.flat``, so one optimiser step is a handful of
-in-place numpy passes over a single contiguous vector, whatever the number of tensors. The update
+Every trainable tensor is a view into ``Parameters.flat``, so one optimiser step is one fused kernel
+call (cpu.adamw_update / cpu.sgd_update: OpenMP over runs of the vector, each element's moments and
+parameter updated in one pass) over a single contiguous vector, whatever the number of tensors. The update
 rules are torch.optim's (``SGD``, ``AdamW`` with ``amsgrad=False``), step for step, so that a run
 here and a run there from the same start agree.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from volvox import cpu
 from volvox.errors import ShapeError, VolvoxError
 
 
@@ -131,24 +131,10 @@ class SGD(Optimizer):
             raise VolvoxError("Nesterov momentum needs momentum > 0 and dampening 0")
         self.momentum, self.dampening, self.weight_decay, self.nesterov = momentum, dampening, weight_decay, nesterov
         self.buf = np.zeros_like(params.flat)  # (total elements,) the momentum buffer
-        self._d = np.empty_like(params.flat)   # (total elements,) this step's direction
 
     def _update(self, grad, lr):
-        p, d = self.params.flat, self._d
-        np.copyto(d, grad)
-        if self.weight_decay:
-            d += np.float32(self.weight_decay) * p
-        if self.momentum:
-            if self.t == 1:
-                np.copyto(self.buf, d)
-            else:
-                self.buf *= np.float32(self.momentum)
-                self.buf += np.float32(1.0 - self.dampening) * d
-            if self.nesterov:
-                d += np.float32(self.momentum) * self.buf
-            else:
-                np.copyto(d, self.buf)
-        p -= np.float32(lr) * d
+        cpu.sgd_update(self.params.flat, np.ascontiguousarray(grad, np.float32), self.buf, lr, self.momentum,
+                       self.dampening, self.weight_decay, self.nesterov, self.t == 1)
 
     def _buffers(self):
         return {"momentum": self.buf}
@@ -167,22 +153,10 @@ class AdamW(Optimizer):
         self.b1, self.b2, self.eps, self.weight_decay = float(b1), float(b2), float(eps), float(weight_decay)
         self.m = np.zeros_like(params.flat)    # (total elements,) first moment
         self.v = np.zeros_like(params.flat)    # (total elements,) second moment
-        self._d = np.empty_like(params.flat)   # (total elements,) scratch
 
     def _update(self, grad, lr):
-        p, m, v, d = self.params.flat, self.m, self.v, self._d
-        if self.weight_decay:
-            p *= np.float32(1.0 - lr * self.weight_decay)
-        m += np.float32(1.0 - self.b1) * (grad - m)        # m.lerp_(g, 1 - b1)
-        v *= np.float32(self.b2)
-        np.multiply(grad, grad, out=d)
-        v += np.float32(1.0 - self.b2) * d
-        step_size = lr / (1.0 - self.b1 ** self.t)
-        np.sqrt(v, out=d)
-        d /= np.float32(math.sqrt(1.0 - self.b2 ** self.t))
-        d += np.float32(self.eps)
-        np.divide(m, d, out=d)
-        p -= np.float32(step_size) * d
+        cpu.adamw_update(self.params.flat, np.ascontiguousarray(grad, np.float32), self.m, self.v, lr, self.b1,
+                         self.b2, self.eps, self.weight_decay, self.t)
 
     def _buffers(self):
         return {"exp_avg": self.m, "exp_avg_sq": self.v}

@@ -3,10 +3,13 @@
 # scratch indexed by the thread's number. Items never write the same output: every result is
 # deterministic and independent of the thread count.
 from cython.parallel cimport prange, threadid
+from libc.math cimport sqrtf
 from volvox._kernels.vx cimport vx_attn_bwd_kv_items, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_strip
 
 cdef enum:
     SCATTER_COLS = 64       # embedding_backward: columns per work item
+    SUM_COLS = 64           # column_sums and the norms' weight (bias) sums: columns per work item
+    RUN_ELEMENTS = 16384    # elementwise grads and optimiser updates: elements per work item
 
 
 def matmul_t_panel_floats(int wtype, int64_t N):
@@ -118,20 +121,18 @@ def rms_norm_backward(const float[:, ::1] x, const float[::1] weight, const floa
                       float[:, ::1] dx, float[::1] dweight, float[::1] rinv):
     """dx (rows, D) and dweight (D,) = sum over rows of g x / rms of y = x / rms * weight given g = dL/dy;
     rinv (rows,) receives each row's 1 / rms."""
-    cdef int64_t rows = x.shape[0], D = x.shape[1], r, c
+    cdef int64_t rows = x.shape[0], D = x.shape[1], r, c, item, c0
     cdef int team = threads_for(rows * D * 4)
-    cdef double acc
     if rows == 0:
         for c in range(D):
             dweight[c] = 0.0
         return
     for r in prange(rows, nogil=True, schedule="static", num_threads=team):
         rinv[r] = _tbl.train.rms_norm_bwd_row(D, &x[r, 0], &weight[0], &g[r, 0], eps, &dx[r, 0])
-    for c in prange(D, nogil=True, schedule="static", num_threads=team):
-        acc = 0.0
-        for r in range(rows):
-            acc = acc + <double>g[r, c] * <double>x[r, c] * <double>rinv[r]
-        dweight[c] = <float>acc
+    for item in prange((D + SUM_COLS - 1) // SUM_COLS, nogil=True, schedule="static", num_threads=team):
+        c0 = item * SUM_COLS
+        column_block_sums(&x[0, 0], &g[0, 0], NULL, &rinv[0], rows, D, c0, c0 + SUM_COLS if c0 + SUM_COLS < D else D,
+                          NULL, &dweight[0])
 
 
 def embedding_backward(const int64_t[::1] ids, const float[:, ::1] dy, float[:, ::1] dtable):
@@ -152,3 +153,156 @@ def embedding_backward(const int64_t[::1] ids, const float[:, ::1] dy, float[:, 
             src = &dy[i, 0]
             for c in range(item * SCATTER_COLS, c1):
                 dst[c] = dst[c] + src[c]
+
+
+cdef void column_block_sums(const float *x, const float *dy, const float *mean, const float *rinv, int64_t rows,
+                            int64_t D, int64_t c0, int64_t c1, float *sums, float *xhat_sums) noexcept nogil:
+    """For columns c0 .. c1 - 1 (at most SUM_COLS): sums[c] = sum over rows r of dy[r, c] (when sums is
+    not NULL) and xhat_sums[c] = sum over r of dy[r, c] (x[r, c] - mean[r]) rinv[r] (when xhat_sums is
+    not NULL; mean NULL: 0); rows in order, sums in double (a bias's, a LayerNorm's and an RMSNorm's
+    weight gradients)."""
+    cdef double acc[SUM_COLS]         # (columns,) sum of dy
+    cdef double acc_x[SUM_COLS]       # (columns,) sum of dy xhat
+    cdef int64_t n = c1 - c0, r, c
+    cdef const float *row
+    cdef const float *xrow
+    cdef double mu, ri
+    for c in range(n):
+        acc[c] = 0.0
+        acc_x[c] = 0.0
+    for r in range(rows):
+        row = dy + r * D + c0
+        if sums != NULL:
+            for c in range(n):
+                acc[c] += row[c]
+        if xhat_sums != NULL:
+            xrow, mu, ri = x + r * D + c0, (mean[r] if mean != NULL else 0.0), rinv[r]
+            for c in range(n):
+                acc_x[c] += <double>row[c] * ((<double>xrow[c] - mu) * ri)
+    for c in range(n):
+        if sums != NULL:
+            sums[c0 + c] = <float>acc[c]
+        if xhat_sums != NULL:
+            xhat_sums[c0 + c] = <float>acc_x[c]
+
+
+def column_sums(const float[:, ::1] x, float[::1] out):
+    """out (D,) = x (rows, D) summed over its rows, in double, rows in order: one work item per SUM_COLS
+    columns (a bias's gradient; sum_to over leading axes)."""
+    cdef int64_t rows = x.shape[0], D = x.shape[1], item, c0
+    if D == 0:
+        return
+    if rows == 0:
+        out[:] = 0.0
+        return
+    for item in prange((D + SUM_COLS - 1) // SUM_COLS, nogil=True, schedule="static", num_threads=threads_for(rows * D)):
+        c0 = item * SUM_COLS
+        column_block_sums(NULL, &x[0, 0], NULL, NULL, rows, D, c0, c0 + SUM_COLS if c0 + SUM_COLS < D else D,
+                          &out[0], NULL)
+
+
+def layer_norm_backward(const float[:, ::1] x, const float[::1] weight, const float[:, ::1] g, float eps,
+                        float[:, ::1] dx, float[::1] dweight, float[::1] dbias, float[::1] mean, float[::1] rinv):
+    """dx (rows, D), dweight (D,) = sum over rows of g xhat and dbias (D,) = sum over rows of g, for
+    y = xhat weight + bias given g = dL/dy; mean, rinv (rows,) receive each row's mean and 1 / std."""
+    cdef int64_t rows = x.shape[0], D = x.shape[1], r, item, c0
+    cdef int team = threads_for(rows * D * 6)
+    if D == 0:
+        return
+    if rows == 0:
+        dweight[:] = 0.0
+        dbias[:] = 0.0
+        return
+    for r in prange(rows, nogil=True, schedule="static", num_threads=team):
+        rinv[r] = _tbl.train.layer_norm_bwd_row(D, &x[r, 0], &weight[0], &g[r, 0], eps, &dx[r, 0], &mean[r])
+    for item in prange((D + SUM_COLS - 1) // SUM_COLS, nogil=True, schedule="static", num_threads=team):
+        c0 = item * SUM_COLS
+        column_block_sums(&x[0, 0], &g[0, 0], &mean[0], &rinv[0], rows, D, c0,
+                          c0 + SUM_COLS if c0 + SUM_COLS < D else D, &dbias[0], &dweight[0])
+
+
+def activation_backward(int kind, const float[::1] x, const float[::1] dy, float[::1] dx):
+    """dx (n,) = dy * act'(x) for act = exact GELU (kind 0), tanh GELU (1) or SiLU (2); dx may be dy. One
+    work item per RUN_ELEMENTS elements."""
+    cdef int64_t n = x.shape[0], item, i0
+    for item in prange((n + RUN_ELEMENTS - 1) // RUN_ELEMENTS, nogil=True, schedule="static",
+                       num_threads=threads_for(n * 32)):
+        i0 = item * RUN_ELEMENTS
+        if kind == 2:
+            _tbl.train.silu_grad_run(RUN_ELEMENTS if n - i0 > RUN_ELEMENTS else n - i0, &x[i0], &dy[i0], &dx[i0])
+        else:
+            _tbl.train.gelu_grad_run(RUN_ELEMENTS if n - i0 > RUN_ELEMENTS else n - i0, &x[i0], &dy[i0], kind == 1,
+                                     &dx[i0])
+
+
+
+# The optimiser updates run here, at the engine's baseline flags, not in a tier: every product and sum
+# is rounded on its own in torch.optim's order (no FMA contraction), so that a run agrees with torch's
+# step for step (tests/train/test_optim.py: ten steps to 1e-6). Each loop vectorises.
+cdef struct AdamWStep:
+    float decay                  # 1 - lr * weight_decay
+    float c1, b2, c2, eps        # 1 - b1, b2, 1 - b2 (each difference rounded once from double, as torch's)
+    float step_size              # lr / (1 - b1^t)
+    float bc2_sqrt               # sqrt(1 - b2^t)
+
+
+cdef struct SGDStep:
+    float lr, momentum, weight_decay
+    float undamped               # 1 - dampening (rounded once from double)
+    bint nesterov
+    bint first                   # the first step: the momentum buffer becomes the direction itself
+
+
+cdef void adamw_run(int64_t n, float *p, const float *g, float *m, float *v, const AdamWStep *s) noexcept nogil:
+    """One AdamW step over n parameters as torch.optim.AdamW: p *= decay; m += (1 - b1) (g - m);
+    v = b2 v + (1 - b2) g^2; p -= step_size m / (sqrt(v) / bc2_sqrt + eps)."""
+    cdef int64_t i
+    cdef float d, gg
+    for i in range(n):
+        p[i] = p[i] * s.decay
+        m[i] = m[i] + s.c1 * (g[i] - m[i])
+        gg = g[i] * g[i]
+        v[i] = v[i] * s.b2
+        v[i] = v[i] + s.c2 * gg
+        d = sqrtf(v[i]) / s.bc2_sqrt + s.eps
+        p[i] = p[i] - s.step_size * (m[i] / d)
+
+
+cdef void sgd_run(int64_t n, float *p, const float *g, float *buf, const SGDStep *s) noexcept nogil:
+    """One SGD step over n parameters as torch.optim.SGD: d = g + wd p; with momentum, buf = d on the first
+    step, else momentum buf + (1 - dampening) d, and d = d + momentum buf (Nesterov) or buf; p -= lr d."""
+    cdef int64_t i
+    cdef float d
+    for i in range(n):
+        d = g[i] + s.weight_decay * p[i]
+        if s.momentum != <float>0.0:
+            buf[i] = d if s.first else buf[i] * s.momentum + s.undamped * d
+            d = d + s.momentum * buf[i] if s.nesterov else buf[i]
+        p[i] = p[i] - s.lr * d
+
+
+def adamw_update(float[::1] p, const float[::1] g, float[::1] m, float[::1] v, float decay, float c1, float b2,
+                 float c2, float eps, float step_size, float bc2_sqrt):
+    """One AdamW step over every parameter (p, g, m, v of one length), in place: one work item per
+    RUN_ELEMENTS elements."""
+    cdef AdamWStep s
+    s.decay, s.c1, s.b2, s.c2, s.eps, s.step_size, s.bc2_sqrt = decay, c1, b2, c2, eps, step_size, bc2_sqrt
+    cdef int64_t n = p.shape[0], item, i0
+    for item in prange((n + RUN_ELEMENTS - 1) // RUN_ELEMENTS, nogil=True, schedule="static",
+                       num_threads=threads_for(n * 16)):
+        i0 = item * RUN_ELEMENTS
+        adamw_run(RUN_ELEMENTS if n - i0 > RUN_ELEMENTS else n - i0, &p[i0], &g[i0], &m[i0], &v[i0], &s)
+
+
+def sgd_update(float[::1] p, const float[::1] g, float[::1] buf, float lr, float momentum, float undamped,
+               float weight_decay, bint nesterov, bint first):
+    """One SGD step over every parameter (p, g, buf of one length), in place: one work item per
+    RUN_ELEMENTS elements."""
+    cdef SGDStep s
+    s.lr, s.momentum, s.undamped, s.weight_decay = lr, momentum, undamped, weight_decay
+    s.nesterov, s.first = nesterov, first
+    cdef int64_t n = p.shape[0], item, i0
+    for item in prange((n + RUN_ELEMENTS - 1) // RUN_ELEMENTS, nogil=True, schedule="static",
+                       num_threads=threads_for(n * 8)):
+        i0 = item * RUN_ELEMENTS
+        sgd_run(RUN_ELEMENTS if n - i0 > RUN_ELEMENTS else n - i0, &p[i0], &g[i0], &buf[i0], &s)

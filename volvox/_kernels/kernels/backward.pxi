@@ -16,9 +16,13 @@
 #                        gradient written over the logits when the caller allows it
 #   cross_entropy_grad_row   dlogits alone from the forward's saved logsumexp: one pass
 #   rms_norm_bwd_row     dx of one RMSNorm row (the weight's gradient is summed by the engine)
+#   layer_norm_bwd_row   dx of one LayerNorm row, and the row's mean and 1 / std (the engine sums the
+#                        weight's and bias's gradients from them)
+#   gelu_grad_run        dx = dy gelu'(x) (exact or tanh form), silu_grad_run dx = dy silu'(x): eight
+#                        lanes at a time through the tier's exp8, the rest plain loops that vectorise
 # No kernel here holds a (seq, seq) matrix: attention keeps one row of scores per thread (forward)
 # or none (backward).
-from libc.math cimport INFINITY, expf, log, logf, sqrtf
+from libc.math cimport INFINITY, expf, fabsf, log, logf, sqrt, sqrtf
 from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.string cimport memset
 from volvox._kernels.vx cimport (
@@ -401,6 +405,101 @@ cdef float rms_norm_bwd_row(int64_t D, const float *x, const float *weight, cons
     return r
 
 
+cdef float layer_norm_bwd_row(int64_t D, const float *x, const float *weight, const float *g, float eps,
+                              float *dx, float *mean) noexcept nogil:
+    """dx (D,) of y = xhat weight + bias, xhat = (x - mean) r, r = 1 / sqrt(var + eps), given g = dL/dy (D,):
+    dx = r (g weight - mean(g weight) - xhat mean(g weight xhat)). Writes the row's mean to ``mean`` and
+    returns r (statistics in double, as the forward's layer_norm_row)."""
+    cdef double total = 0.0, sq = 0.0, sg = 0.0, sgx = 0.0, c
+    cdef int64_t j
+    for j in range(D):
+        total += x[j]
+    cdef double mu = total / <double>D
+    for j in range(D):
+        c = x[j] - mu
+        sq += c * c
+    cdef double r = 1.0 / sqrt(sq / <double>D + <double>eps)
+    for j in range(D):
+        c = <double>g[j] * <double>weight[j]
+        sg += c
+        sgx += c * (x[j] - mu)
+    cdef float rf = <float>r, muf = <float>mu
+    cdef float mg = <float>(sg / <double>D), mgx = <float>(sgx * r / <double>D)   # mean(g w), mean(g w xhat)
+    cdef float xhat
+    for j in range(D):
+        xhat = (x[j] - muf) * rf
+        dx[j] = rf * (g[j] * weight[j] - mg - xhat * mgx)
+    mean[0] = muf
+    return rf
+
+
+cdef void gelu_grad_run(int64_t n, const float *x, const float *dy, bint tanh_approx, float *dx) noexcept nogil:
+    """dx (n,) = dy gelu'(x); dx may be dy. Exact: Phi(x) + x phi(x), Phi through the forward's erfc fit
+    (erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z = |x| / sqrt 2); tanh form: with u = c (x +
+    0.044715 x^3), e = exp(-2 |u|): 0.5 (1 + tanh u) = 1 / (1 + e) (u >= 0) or e / (1 + e), 1 - tanh^2 u =
+    4 e / (1 + e)^2, gelu' = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 0.044715 x^2)."""
+    cdef float v[8]                       # (8,) x, zero past the end
+    cdef float a[8]                       # (8,) exp's argument, then exp of it
+    cdef float b[8]                       # (8,) exact: exp(-z^2)
+    cdef float t[8]                       # (8,) exact: 1 / (1 + z / 2)
+    cdef float c = <float>0.7978845608028654, inv_sqrt_2pi = <float>0.3989422804014327
+    cdef float p, z, e, half, d
+    cdef int64_t i0
+    cdef int l, m
+    for i0 in range(0, n, 8):
+        m = <int>(n - i0) if n - i0 < 8 else 8
+        for l in range(8):
+            v[l] = x[i0 + l] if l < m else <float>0.0
+        if tanh_approx:
+            for l in range(8):
+                a[l] = <float>-2.0 * fabsf(c * (v[l] + <float>0.044715 * v[l] * v[l] * v[l]))
+            exp8(a, <float>0.0, a)
+            for l in range(m):
+                e = a[l]
+                half = (<float>1.0 if v[l] >= <float>0.0 else e) / (<float>1.0 + e)   # u has x's sign
+                d = half + <float>2.0 * v[l] * e / ((<float>1.0 + e) * (<float>1.0 + e)) * c * (
+                    <float>1.0 + <float>0.134145 * v[l] * v[l])
+                dx[i0 + l] = dy[i0 + l] * d
+            continue
+        for l in range(8):
+            z = fabsf(v[l]) * <float>0.70710678118654752
+            t[l] = <float>1.0 / (<float>1.0 + <float>0.5 * z)
+            p = <float>0.17087277
+            p = p * t[l] - <float>0.82215223
+            p = p * t[l] + <float>1.48851587
+            p = p * t[l] - <float>1.13520398
+            p = p * t[l] + <float>0.27886807
+            p = p * t[l] - <float>0.18628806
+            p = p * t[l] + <float>0.09678418
+            p = p * t[l] + <float>0.37409196
+            p = p * t[l] + <float>1.00002368
+            p = p * t[l] - <float>1.26551223
+            a[l] = p - z * z
+            b[l] = -z * z
+        exp8(a, <float>0.0, a)
+        exp8(b, <float>0.0, b)
+        for l in range(m):
+            half = <float>0.5 * t[l] * a[l]                  # Phi(-|x|)
+            d = (half if v[l] < <float>0.0 else <float>1.0 - half) + v[l] * b[l] * inv_sqrt_2pi
+            dx[i0 + l] = dy[i0 + l] * d
+
+
+cdef void silu_grad_run(int64_t n, const float *x, const float *dy, float *dx) noexcept nogil:
+    """dx (n,) = dy s (1 + x (1 - s)), s = sigmoid(x) = 1 / (1 + exp(-x)); dx may be dy."""
+    cdef float a[8]                       # (8,) -x, then exp(-x)
+    cdef float s
+    cdef int64_t i0
+    cdef int l, m
+    for i0 in range(0, n, 8):
+        m = <int>(n - i0) if n - i0 < 8 else 8
+        for l in range(8):
+            a[l] = -x[i0 + l] if l < m else <float>0.0
+        exp8(a, <float>0.0, a)
+        for l in range(m):
+            s = <float>1.0 / (<float>1.0 + a[l])
+            dx[i0 + l] = dy[i0 + l] * (s * (<float>1.0 + x[i0 + l] * (<float>1.0 - s)))
+
+
 cdef void fill_backward(vx_train_table *t) noexcept:
     """Point t's entries at this tier's backward kernels."""
     t.matmul_t_strip = matmul_t_strip
@@ -410,3 +509,6 @@ cdef void fill_backward(vx_train_table *t) noexcept:
     t.cross_entropy_row = cross_entropy_row
     t.cross_entropy_grad_row = cross_entropy_grad_row
     t.rms_norm_bwd_row = rms_norm_bwd_row
+    t.layer_norm_bwd_row = layer_norm_bwd_row
+    t.gelu_grad_run = gelu_grad_run
+    t.silu_grad_run = silu_grad_run
