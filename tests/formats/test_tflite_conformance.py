@@ -614,12 +614,17 @@ def int16x8_cases(rng) -> list[Case]:
                                                                  q_in=Q16_IN, q_out=dict(scale=0.05, zero_point=0),
                                                                  version=3), a, b)
 
-    every = np.arange(-32768, 32768, dtype=np.int16).reshape(256, 256)   # every int16 input
-    for op, (name, scale) in itertools.product(("LOGISTIC", "TANH"), (("pot-12", 2.0 ** -12), ("pot-11", 2.0 ** -11),
-                                                                     ("pot-13", 2.0 ** -13), ("general", 0.0002))):
+    # every int16 input through LiteRT's sigmoid table: the power-of-two scales it takes as such (2**-12; TANH also
+    # 2**-11), one within CheckedLog2's 1e-3 of 2**-12, the others through its truncated multiplier and shift
+    every = np.arange(-32768, 32768, dtype=np.int16).reshape(256, 256)
+    for op, (name, scale) in itertools.product(("LOGISTIC", "TANH"), (
+            ("pot-12", 2.0 ** -12), ("pot-11", 2.0 ** -11), ("pot-13", 2.0 ** -13), ("near-pot-12", 2.0 ** -12 * 1.0004),
+            ("general", 0.0002), ("coarse", 0.01), ("fine", 1e-6), ("wide", 2.0))):
         add(op, f"int16-every-value-{name}", single_op(op, [(256, 256)], [(256, 256)], "int16", q_in=dict(scale=scale, zero_point=0),
-                                                       q_out=dict(scale=2.0 ** -15, zero_point=0), version=3), every,
-            refused=True)   # LiteRT's int16 sigmoid table is not reproduced (docs/vision.md)
+                                                       q_out=dict(scale=2.0 ** -15, zero_point=0), version=3), every)
+    add("TANH", "int16-every-value-out-near-pot", single_op("TANH", [(256, 256)], [(256, 256)], "int16", q_in=Q16_IN,
+                                                            q_out=dict(scale=2.0 ** -15 * 1.0004, zero_point=0), version=3),
+        every)   # LiteRT's TANH takes any output scale whose CheckedLog2 is -15 and writes Q0.15 regardless
 
     for name, shape, scale, beta in (("rows", (3, 11), 0.0002, 1.0), ("wide-beta", (2, 4, 50), 0.0004, 0.7),
                                      ("coarse", (5, 7), 0.002, 1.0), ("fine", (1, 2, 3, 9), 0.00001, 1.0)):
@@ -747,6 +752,19 @@ def test_unsupported_fused_activation_and_types_are_refused(tmp_path):
     concat_relu = single_op("CONCATENATION", [(2, 3), (2, 3)], [(2, 6)], options="ConcatenationOptions",
                             fields=[("i", 1), ("b", 1)])
     _refused(tmp_path, concat_relu, r"operator 0 \(CONCATENATION v1\): fused relu")
+
+
+def test_int16_sigmoid_table_scales_litert_rejects_or_would_overflow_are_refused(tmp_path):
+    """int16 LOGISTIC / TANH: an output scale other than 2**-15 (LiteRT's Prepare fails), a nonzero zero point,
+    and an input scale whose table multiplier times an int16 passes int32 (LiteRT would overflow) are refused."""
+    q15 = dict(scale=2.0 ** -15, zero_point=0)
+    for op, q_in, q_out, match in (
+            ("LOGISTIC", Q16_IN, dict(scale=2.0 ** -14, zero_point=0), "needs output scale 2\\*\\*-15"),
+            ("TANH", Q16_IN, dict(scale=2.0 ** -15 * 1.01, zero_point=0), "needs output scale 2\\*\\*-15"),
+            ("TANH", dict(scale=0.0002, zero_point=3), q15, "needs zero points 0"),
+            ("LOGISTIC", dict(scale=6.0, zero_point=0), q15, "input scale 6.0 is too large: its table multiplier 73728")):
+        model = single_op(op, [(2, 3)], [(2, 3)], "int16", q_in=q_in, q_out=q_out, version=3)
+        _refused(tmp_path, model, rf"operator 0 \({op} v3\): int16 {op} {match}")
 
 
 def test_int8_residual_block_equals_litert(tmp_path):

@@ -22,7 +22,7 @@ from volvox.errors import UnsupportedError, WeightsError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops.conv import same_padding
 from volvox.ops.int8 import INT8_MAX, INT8_MIN, quantize_multiplier, tflite_round
-from volvox.ops.int16x8 import ACCUMULATOR_BOUND, INT16_MAX, INT16_MIN
+from volvox.ops.int16x8 import ACCUMULATOR_BOUND, INT16_MAX, INT16_MIN, sigmoid_input_rescale_16x8
 from volvox.ops.quantized import (float32_exp, float32_tanh, hard_swish_table_int8, lut_int8, qlog_softmax_params,
                                    rsqrt_table_int8)
 from volvox.ops.shape import MAX_CONCAT_INPUTS
@@ -629,7 +629,8 @@ class _Importer:
 
     def int16_unary(self, node_id, op, opts, x, out, xname, out_idx, where) -> None:
         """int16 RELU, RELU6 and LEAKY_RELU: LiteRT's rescale by the in / out scale ratio
-        (LEAKY_RELU: another for the values below zero), clamped to the activation's range."""
+        (LEAKY_RELU: another for the values below zero), clamped to the activation's range; LOGISTIC and
+        TANH through LiteRT's sigmoid table."""
         (sx, zx), (sy, zy) = x.qparams(), out.qparams()
         if op in ("RELU", "RELU6"):
             m, shift = quantize_multiplier(sx / sy)
@@ -642,12 +643,30 @@ class _Importer:
             self.add("qrescale_16x8", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
                      multiplier=m, shift=shift, negative_multiplier=m_neg, negative_shift=shift_neg)
         elif op in ("LOGISTIC", "TANH"):
-            raise UnsupportedError(f"{where}: int16 {op} is not supported: LiteRT interpolates a fixed 256-entry "
-                                   "sigmoid table that no formula volvox tried reproduces (sigmoid(i / 24) rounded is "
-                                   "off by one in 44 of its entries)")
+            self.int16_sigmoid_table(node_id, op, sx, zx, sy, zy, xname, out_idx, where)
         else:
-            raise UnsupportedError(f"{where}: int16 {op} is not supported (int16 RELU, RELU6, LEAKY_RELU; "
+            raise UnsupportedError(f"{where}: int16 {op} is not supported (int16 RELU, RELU6, LEAKY_RELU, LOGISTIC, TANH; "
                                    "LiteRT has no int16 RELU_N1_TO_1)")
+
+    def int16_sigmoid_table(self, node_id, op, sx, zx, sy, zy, xname, out_idx, where) -> None:
+        """int16 LOGISTIC / TANH as LiteRT's reference kernels: its 256-entry sigmoid table interpolated on the
+        input rescaled as its Prepare does (power-of-two input scales 2**-12, and 2**-11 for TANH, by 3 << shift;
+        any other by a truncated multiplier and a rounding shift). The output must be Q0.15."""
+        if zx or zy:
+            raise UnsupportedError(f"{where}: int16 {op} needs zero points 0")
+        # LiteRT: LOGISTIC asks for an output scale of exactly 1 / 32768, TANH for one whose CheckedLog2 is -15
+        if (sy != 1 / 32768) if op == "LOGISTIC" else pot_log2(sy) != -15:
+            raise UnsupportedError(f"{where}: int16 {op} needs output scale 2**-15, got {sy}")
+        log2 = pot_log2(sx)
+        pot_shift = None if log2 is None else 12 + log2
+        if pot_shift not in ((0,) if op == "LOGISTIC" else (0, 1)):
+            pot_shift = None
+        multiplier, shift = sigmoid_input_rescale_16x8(sx, pot_shift)
+        if multiplier > 0xFFFF:   # int16 * multiplier must stay inside int32, as LiteRT computes it
+            raise UnsupportedError(f"{where}: int16 {op} input scale {sx} is too large: its table multiplier "
+                                   f"{multiplier} times int16 passes int32")
+        self.add("qsigmoid_16x8" if op == "LOGISTIC" else "qtanh_16x8", node_id, {"x": xname}, out_idx,
+                 multiplier=multiplier, shift=shift)
 
     def prelu(self, k, op, opts, ins, outs, where) -> None:
         """PRELU: float32 as relu(x) + alpha * (x - relu(x)), exactly x or alpha * x as TFLite; int8 as

@@ -18,7 +18,9 @@ bit-exact to its reference kernels (OpResolverType.BUILTIN_REF of ai-edge-litert
 - ``qmean_16x8`` (MEAN) and ``qmatmul_16x8`` (BATCH_MATMUL): the int8 arithmetic without zero points,
   saturated to int16;
 - ``qsoftmax_16x8`` (SOFTMAX): LiteRT's two interpolated 513-entry tables (exp, 1 / (1 + x)), built here as
-  its LUTPopulate builds them, in double.
+  its LUTPopulate builds them, in double;
+- ``qsigmoid_16x8`` / ``qtanh_16x8`` (LOGISTIC, TANH): LiteRT's fixed 256-entry sigmoid table (ported, not
+  computed: no formula reproduces it), interpolated on the input rescaled to its units.
 
 The importer computes the (multiplier, shift) pairs and the double scales once and refuses what these
 formulas would not reproduce (an accumulator that could pass 2**47, a shift past 7). Every product of an
@@ -358,6 +360,80 @@ def qsoftmax_16x8_ref(ctx, p, x):
     return np.clip(y, 0, INT16_MAX).astype(np.int16)
 
 
+# ----------------------------------------------------------------------------- logistic / tanh
+# sigmoid(i / 24) for i in 0..255 in unsigned 0.16 fixed point, as LiteRT's sigmoid_table_uint16
+# (tflite/kernels/internal/common.h, Apache-2.0).
+SIGMOID_TABLE_UINT16 = np.array([
+    32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
+    43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,
+    51865, 52311, 52745, 53169, 53581, 53983, 54374, 54755, 55125, 55485, 55834, 56174, 56503, 56823, 57133, 57433,
+    57724, 58007, 58280, 58544, 58800, 59048, 59288, 59519, 59743, 59959, 60168, 60370, 60565, 60753, 60935, 61110,
+    61279, 61441, 61599, 61750, 61896, 62036, 62172, 62302, 62428, 62549, 62666, 62778, 62886, 62990, 63090, 63186,
+    63279, 63368, 63454, 63536, 63615, 63691, 63765, 63835, 63903, 63968, 64030, 64090, 64148, 64204, 64257, 64308,
+    64357, 64405, 64450, 64494, 64536, 64576, 64614, 64652, 64687, 64721, 64754, 64786, 64816, 64845, 64873, 64900,
+    64926, 64950, 64974, 64997, 65019, 65039, 65060, 65079, 65097, 65115, 65132, 65149, 65164, 65179, 65194, 65208,
+    65221, 65234, 65246, 65258, 65269, 65280, 65291, 65301, 65310, 65319, 65328, 65337, 65345, 65352, 65360, 65367,
+    65374, 65381, 65387, 65393, 65399, 65404, 65410, 65415, 65420, 65425, 65429, 65433, 65438, 65442, 65445, 65449,
+    65453, 65456, 65459, 65462, 65465, 65468, 65471, 65474, 65476, 65479, 65481, 65483, 65485, 65488, 65489, 65491,
+    65493, 65495, 65497, 65498, 65500, 65501, 65503, 65504, 65505, 65507, 65508, 65509, 65510, 65511, 65512, 65513,
+    65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
+    65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
+    65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535,
+], np.int64)                                                                   # (256,)
+
+
+def sigmoid_input_rescale_16x8(input_scale: float, pot_shift: int | None) -> tuple[int, int]:
+    """(multiplier, shift) taking an int16 LOGISTIC / TANH input to units of 1 / (3 * 4096) (a table step,
+    1 / 24, is 512 of them; TANH reads sigmoid(2x), 256), as LiteRT's SigmoidPrepare / TanhPrepare: 3 << pot_shift for the
+    power-of-two scales it takes that way (2**(pot_shift - 12)), else input_scale * 3 * 4096 doubled until
+    past 32767 / 2 (at most 31 times), truncated."""
+    if pot_shift is not None:
+        return 3 << pot_shift, 0
+    multiplier, shift = input_scale * 4096.0 * 3.0, 0
+    while multiplier <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        multiplier *= 2.0
+    return int(multiplier), shift
+
+
+def _sigmoid_table_infer(specs, params):
+    x = specs["x"]
+    expect(x.dtype == "int16", f"x must be int16, got {x.describe()}")
+    return {"y": (x.shape, "int16")}
+
+
+def _table_interpolate(x: np.ndarray, p: dict, fraction_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rescaled input and the table interpolated at its magnitude with ``fraction_bits`` bits between
+    entries (0.16 << fraction_bits), saturated to the last entry's ceiling past the table."""
+    multiplier, shift = int(p["multiplier"]), int(p["shift"])
+    rounding = (1 << (shift - 1)) if shift > 0 else 0
+    v = (x.astype(np.int64) * multiplier + rounding) >> shift                   # x.shape, units of 1 / 12288
+    magnitude = np.abs(v)
+    index = magnitude >> fraction_bits                                          # x.shape, table entry below
+    low = np.minimum(index, 254)
+    a, b = SIGMOID_TABLE_UINT16[low], SIGMOID_TABLE_UINT16[low + 1]
+    frac = magnitude & ((1 << fraction_bits) - 1)
+    ceiling = 0x7FFF << 10 if fraction_bits == 9 else 0xFFFF << 8
+    return v, np.where(index >= 255, ceiling, (a << fraction_bits) + frac * (b - a))
+
+
+def qsigmoid_16x8_ref(ctx, p, x):
+    """int16 LOGISTIC (output scale 2**-15) as reference_integer_ops::Logistic: the table interpolated with
+    9 fraction bits, mirrored as 1 - sigmoid(-x) for negative inputs, rounded to 15 bits."""
+    v, t = _table_interpolate(x, p, 9)
+    y = np.where(v >= 0, t + (1 << 9), (1 << 25) - t + (1 << 9) - 1) >> 10
+    return y.astype(np.int16)
+
+
+def qtanh_16x8_ref(ctx, p, x):
+    """int16 TANH (output scale 2**-15) as reference_integer_ops::Tanh: 2 * sigmoid(2x) - 1 through the
+    same table interpolated with 8 fraction bits, odd-mirrored for negative inputs, rounded to 15 bits."""
+    v, t = _table_interpolate(x, p, 8)
+    y = np.where(v >= 0, t - (1 << 23) + (1 << 7), -t + (1 << 23) + (1 << 7) - 1) >> 8
+    return y.astype(np.int16)
+
+
 register(OpDef("qconv2d_16x8", "quantized", ("x", "weight", "bias?", "multiplier", "shift"), ("y",), _qconv_infer,
                qconv2d_16x8_ref, qconv2d_16x8_fast))
 register(OpDef("qlinear_16x8", "quantized", ("x", "weight", "bias?", "scale"), ("y",), _qlinear_infer,
@@ -372,3 +448,5 @@ register(OpDef("qmul_16x8", "quantized", ("a", "b"), ("y",), _binary_infer, qmul
 register(OpDef("qmean_16x8", "quantized", ("x",), ("y",), _qmean_infer, qmean_16x8_ref))
 register(OpDef("qmatmul_16x8", "quantized", ("a", "b"), ("y",), _qmatmul_infer, qmatmul_16x8_ref))
 register(OpDef("qsoftmax_16x8", "quantized", ("x",), ("y",), _softmax_infer, qsoftmax_16x8_ref))
+register(OpDef("qsigmoid_16x8", "quantized", ("x",), ("y",), _sigmoid_table_infer, qsigmoid_16x8_ref))
+register(OpDef("qtanh_16x8", "quantized", ("x",), ("y",), _sigmoid_table_infer, qtanh_16x8_ref))
