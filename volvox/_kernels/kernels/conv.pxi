@@ -21,6 +21,7 @@ cdef extern from *:
 
 cdef enum:
     SG_NR = 32    # output features per packed panel
+    SG_INPLACE_BYTES = 1 << 20   # conv_f32 reads its input in place for weights up to this (L2-sized)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,30 +273,43 @@ cdef void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t
         next_pixel(s, &b, &oh, &ow)
 
 
+cdef inline int64_t inplace_run(const vx_conv_shape *s, int64_t p, int64_t left, int64_t owa,
+                                int64_t owb) noexcept nogil:
+    """Output pixels from pixel p (at most `left`) that conv_f32 reads in place: the ones of p's output
+    row inside [owa, owb), in whole SG_MR-row register tiles (0: none)."""
+    cdef int64_t ow = p % s.ow, run
+    if ow < owa or ow >= owb:
+        return 0
+    run = owb - ow if owb - ow < left else left
+    return run - run % SG_MR
+
+
 cdef void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, const float *packed, int64_t n,
                    const float *bias, int act, float *cols, float *y, int64_t ldy) noexcept nogil:
     """Output pixels p0 .. p0+np-1 (flattened b, oh, ow) of a conv: y[q*ldy + r] = act(bias[r] + the
-    pixel's window . W[r]) for r < n, W packed (kh*kw*C per row). A run of pixels in one output
-    row whose kernel rows lie inside the image columns (no column dilation) reads the input in
-    place, one kw*C run per kernel row (rows in the padding skipped: they add zeros); the other
-    pixels go through im2col rows in cols (np rows of kh*kw*C floats)."""
+    pixel's window . W[r]) for r < n, W packed (kh*kw*C per row). Whole register tiles of pixels in
+    one output row whose kernel rows lie inside the image columns (no column dilation) read the
+    input in place, one kw*C run per kernel row (rows in the padding skipped: they add zeros); the
+    pixels between them (a row's last few, the border columns) go through im2col rows in cols (np
+    rows of kh*kw*C floats), one GEMM per run of them. Weights of more than SG_INPLACE_BYTES take
+    the whole block through im2col: each GEMM call streams all of them (from L3 once past L2), and
+    a 7x7 map's rows read in place are three calls of 1, 5 and 1 pixels."""
     cdef int64_t C = s.c, K = s.kh * s.kw * C
     cdef int64_t owa = (s.pl + s.sw - 1) // s.sw                    # [owa, owb): in-place columns
     cdef int64_t owb = (s.w - s.kw + s.pl) // s.sw + 1 if s.w >= s.kw else 0
-    cdef int64_t q, p, b, oh, ow, row_end, mm, stop, i0, i1, j0, j1
+    cdef int64_t q, p, b, oh, ow, mm, stop, i0, i1, j0, j1
     cdef sg_rows A
     owb = owb if owb < s.ow else s.ow
-    if s.dw != 1 or owa >= owb:
+    if s.dw != 1 or owa >= owb or K * n * <int64_t>sizeof(float) > SG_INPLACE_BYTES:
         owa = owb = 0
     q = 0
     while q < np:
         p = p0 + q
-        b = p // (s.oh * s.ow)
-        oh = p // s.ow % s.oh
-        ow = p % s.ow
-        row_end = q + s.ow - ow if q + s.ow - ow < np else np      # this output row's pixels
-        if ow >= owa and ow < owb:
-            mm = (row_end if row_end < q + owb - ow else q + owb - ow) - q
+        mm = inplace_run(s, p, np - q, owa, owb)
+        if mm > 0:
+            b = p // (s.oh * s.ow)
+            oh = p // s.ow % s.oh
+            ow = p % s.ow
             valid_taps(s, oh, ow, &i0, &i1, &j0, &j1)
             A.a = x + ((b * s.h + oh * s.sh - s.pt + i0 * s.dh) * s.w + ow * s.sw - s.pl) * C
             A.lda = s.sw * C
@@ -305,7 +319,9 @@ cdef void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t n
             sgemm_rows(K, i0 * s.kw * C, packed, n, A, mm, y + q * ldy, ldy, bias, act)
             q += mm
         else:
-            stop = q + owa - ow if ow < owa and q + owa - ow < row_end else row_end
+            stop = q + 1
+            while stop < np and inplace_run(s, p0 + stop, np - stop, owa, owb) == 0:
+                stop += 1
             im2col_f32(s, x, p, stop - q, cols)
             sgemm(K, packed, n, cols, K, stop - q, y + q * ldy, ldy, bias, act)
             q = stop
