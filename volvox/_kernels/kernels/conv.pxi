@@ -21,7 +21,6 @@ cdef extern from *:
 
 cdef enum:
     SG_NR = 32    # output features per packed panel
-    SG_INPLACE_BYTES = 1 << 20   # conv_f32 reads its input in place for weights up to this (L2-sized)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -104,8 +103,8 @@ cdef inline vf act_vf(const int act, vf v) noexcept nogil:
 
 
 # A register tile's activation rows: row i's K values are `runs` runs of `run` floats, run r at
-# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K; a conv reading its input in place:
-# one run per kernel row). The packed panel's k walks them in order.
+# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K; the f32 conv read its input in place
+# as one run per kernel row until im2col rows measured faster). The packed panel's k walks them in order.
 ctypedef struct sg_rows:
     const float *a
     int64_t lda, runs, run, run_stride
@@ -243,7 +242,7 @@ cdef void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64
 
 
 # ------------------------------------------------------------------------------------------------
-# f32 convolution: im2col rows, the packed GEMM over them or over the input in place.
+# f32 convolution: im2col rows, the packed GEMM over them.
 # ------------------------------------------------------------------------------------------------
 cdef void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols) noexcept nogil:
     """cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding)."""
@@ -273,58 +272,16 @@ cdef void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t
         next_pixel(s, &b, &oh, &ow)
 
 
-cdef inline int64_t inplace_run(const vx_conv_shape *s, int64_t p, int64_t left, int64_t owa,
-                                int64_t owb) noexcept nogil:
-    """Output pixels from pixel p (at most `left`) that conv_f32 reads in place: the ones of p's output
-    row inside [owa, owb), in whole SG_MR-row register tiles (0: none)."""
-    cdef int64_t ow = p % s.ow, run
-    if ow < owa or ow >= owb:
-        return 0
-    run = owb - ow if owb - ow < left else left
-    return run - run % SG_MR
-
-
 cdef void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, const float *packed, int64_t n,
                    const float *bias, int act, float *cols, float *y, int64_t ldy) noexcept nogil:
     """Output pixels p0 .. p0+np-1 (flattened b, oh, ow) of a conv: y[q*ldy + r] = act(bias[r] + the
-    pixel's window . W[r]) for r < n, W packed (kh*kw*C per row). Whole register tiles of pixels in
-    one output row whose kernel rows lie inside the image columns (no column dilation) read the
-    input in place, one kw*C run per kernel row (rows in the padding skipped: they add zeros); the
-    pixels between them (a row's last few, the border columns) go through im2col rows in cols (np
-    rows of kh*kw*C floats), one GEMM per run of them. Weights of more than SG_INPLACE_BYTES take
-    the whole block through im2col: each GEMM call streams all of them (from L3 once past L2), and
-    a 7x7 map's rows read in place are three calls of 1, 5 and 1 pixels."""
-    cdef int64_t C = s.c, K = s.kh * s.kw * C
-    cdef int64_t owa = (s.pl + s.sw - 1) // s.sw                    # [owa, owb): in-place columns
-    cdef int64_t owb = (s.w - s.kw + s.pl) // s.sw + 1 if s.w >= s.kw else 0
-    cdef int64_t q, p, b, oh, ow, mm, stop, i0, i1, j0, j1
-    cdef sg_rows A
-    owb = owb if owb < s.ow else s.ow
-    if s.dw != 1 or owa >= owb or K * n * <int64_t>sizeof(float) > SG_INPLACE_BYTES:
-        owa = owb = 0
-    q = 0
-    while q < np:
-        p = p0 + q
-        mm = inplace_run(s, p, np - q, owa, owb)
-        if mm > 0:
-            b = p // (s.oh * s.ow)
-            oh = p // s.ow % s.oh
-            ow = p % s.ow
-            valid_taps(s, oh, ow, &i0, &i1, &j0, &j1)
-            A.a = x + ((b * s.h + oh * s.sh - s.pt + i0 * s.dh) * s.w + ow * s.sw - s.pl) * C
-            A.lda = s.sw * C
-            A.runs = i1 - i0
-            A.run = s.kw * C
-            A.run_stride = s.dh * s.w * C
-            sgemm_rows(K, i0 * s.kw * C, packed, n, A, mm, y + q * ldy, ldy, bias, act)
-            q += mm
-        else:
-            stop = q + 1
-            while stop < np and inplace_run(s, p0 + stop, np - stop, owa, owb) == 0:
-                stop += 1
-            im2col_f32(s, x, p, stop - q, cols)
-            sgemm(K, packed, n, cols, K, stop - q, y + q * ldy, ldy, bias, act)
-            q = stop
+    pixel's window . W[r]) for r < n, W packed (kh*kw*C per row): the pixels' im2col rows in cols
+    (np rows of kh*kw*C floats), then one GEMM over them. (Reading the input in place, one kw*C run
+    per kernel row, took more time: a row's border pixels and its last few went through GEMM calls
+    of 1 to 7 rows, each streaming all the weights, and every tile read kh strided runs.)"""
+    cdef int64_t K = s.kh * s.kw * s.c
+    im2col_f32(s, x, p0, np, cols)
+    sgemm(K, packed, n, cols, K, np, y, ldy, bias, act)
 
 
 # ------------------------------------------------------------------------------------------------
