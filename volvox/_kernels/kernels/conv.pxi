@@ -103,8 +103,8 @@ cdef inline vf act_vf(const int act, vf v) noexcept nogil:
 
 
 # A register tile's activation rows: row i's K values are `runs` runs of `run` floats, run r at
-# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K; the f32 conv read its input in place
-# as one run per kernel row until im2col rows measured faster). The packed panel's k walks them in order.
+# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K, kept a runtime count: see sgemm).
+# The packed panel's k walks them in order.
 ctypedef struct sg_rows:
     const float *a
     int64_t lda, runs, run, run_stride
@@ -171,10 +171,10 @@ cdef inline void sg_passes(const int MR, sg_rows A, const float *p, int nr, cons
                 y + SG_NV * VL, ldy, NULL)
 
 
-cdef void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg_rows A, int64_t m, float *y,
-                     int64_t ldy, const float *bias, int act) noexcept nogil:
-    """y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k0 + k]) for i < m, r < n; W
-    packed with K per row (A's runs cover k0 .. k0 + runs*run)."""
+cdef void sgemm_rows(int64_t K, const float *packed, int64_t n, sg_rows A, int64_t m, float *y, int64_t ldy,
+                     const float *bias, int act) noexcept nogil:
+    """y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k]) for i < m, r < n; W packed
+    with K per row (A's runs cover the K)."""
     cdef const float *a = A.a
     cdef const float *pp
     cdef const float *bp
@@ -183,7 +183,7 @@ cdef void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg_r
     cdef int64_t p0 = 0, i0, rows, tiles, full, short_tiles, t, rest
     cdef int nr
     while p0 < n:
-        pp = packed + p0 * K + k0 * SG_NR                           # (K, 32) from row k0
+        pp = packed + p0 * K                                        # (K, 32)
         nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
         bp = bias + p0 if bias != NULL else NULL
         A.a = a
@@ -237,7 +237,7 @@ cdef void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64
                                    # reloaded its input rows from the stack in the k loop)
     A.run = K
     A.run_stride = 0
-    sgemm_rows(K, 0, packed, n, A, m, y, ldy, bias, act)
+    sgemm_rows(K, packed, n, A, m, y, ldy, bias, act)
 
 
 
