@@ -5,7 +5,8 @@
 
 Each thread count runs in a fresh process with OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set
 (numpy's BLAS reads them at import). Median wall time of --runs calls after 5 warm-up calls;
-ratio = volvox / peer (lower is better for volvox). "per-op ms" is the per-op executor on
+ratio = volvox / peer (lower is better for volvox); --cpu-time (one thread) times the calling thread's
+CPU time instead, which a loaded machine disturbs far less. "per-op ms" is the per-op executor on
 the same model (what Model.run does when the graph has no vision plan), "plan" whether
 Model.run ran a native step plan (runtime/plan.py). Inputs: scikit-image's astronaut photo,
 a rendered text line for the OCR model; an .onnx path without a preprocessing recipe gets seeded
@@ -38,14 +39,17 @@ TWIN = "-fp32"  # "<int8 model>-fp32": that model's float twin
 TOOLS = Path(__file__).resolve().parent
 
 
+CLOCK = time.perf_counter  # --cpu-time: time.thread_time
+
+
 def median_ms(fn, runs: int) -> float:
     for _ in range(5):
         fn()
     times = []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(CLOCK() - t0)
     return statistics.median(times) * 1e3
 
 
@@ -202,8 +206,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time the calling thread's CPU time, not wall time (--threads 1 only: every runtime then "
+                         "computes on that thread; on a loaded machine the time other processes take drops out)")
     ap.add_argument("--child", nargs=2, metavar=("MODEL", "THREADS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.cpu_time:
+        if not a.child and a.threads != [1]:
+            ap.error("--cpu-time times one thread: use it with --threads 1")
+        global CLOCK
+        CLOCK = time.thread_time
     if a.child:
         print(json.dumps(bench_one(a.child[0], int(a.child[1]), a.runs)))
         return
@@ -214,8 +226,8 @@ def main() -> None:
     for name in a.models:
         for n in a.threads:
             env = dict(os.environ, OPENBLAS_NUM_THREADS=str(n), OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n))
-            proc = subprocess.run([sys.executable, __file__, "--runs", str(a.runs), "--child", name, str(n)],
-                                  env=env, capture_output=True, text=True)
+            proc = subprocess.run([sys.executable, __file__, "--runs", str(a.runs), "--child", name, str(n)]
+                                  + ["--cpu-time"] * a.cpu_time, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{name:<28}{n:>8}  failed: {proc.stderr.strip().splitlines()[-1:]}")
                 continue

@@ -691,3 +691,16 @@ def test_model_plan_is_the_per_op_executor(name, lowers, pairs, threads):
     assert len(fused_pairs(model)) == pairs
     for name_ in per_op:
         assert same_bits(native[name_], per_op[name_]), name_
+
+
+@pytest.mark.parametrize("shape,perm", [((1, 3, 40, 200), (0, 2, 3, 1)),   # NCHW -> NHWC: items start mid-row
+                                        ((2, 30, 25, 3), (0, 3, 1, 2)),    # NHWC -> NCHW
+                                        ((5, 700, 3), (2, 0, 1)), ((300, 70), (1, 0)), ((4, 50, 60), (0, 2, 1))])
+def test_transpose_steps_copy_every_element(shape, perm, threads):
+    m = GraphMaker(x=(shape, "float32"))
+    y = m.node("relu", x=m.node("transpose", dict(perm=list(perm)), x="x"))
+    model = m.model([y])
+    x = rng.standard_normal(shape).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert model._plan.plan is not None, model._plan.why
+    assert same_bits(native[y], np.maximum(x.transpose(perm), 0)) and same_bits(native[y], per_op[y])

@@ -378,24 +378,34 @@ cdef void binary_run(int op, int64_t i0, int64_t i1, const float *a, const float
 
 cdef void gather_rows(const int64_t *d, const float *x, int64_t r0, int64_t r1, float *y) noexcept nogil:
     """Output rows [r0, r1) of a strided view's contiguous copy: d = (ndim, shape[ndim],
-    strides[ndim]) in elements."""
+    strides[ndim]) in elements. Rows go by runs along the second-last axis (the offset of a run's
+    start from divisions, then steps of that axis's stride); a strided last axis is copied one of
+    its elements at a time across the run (an NCHW image to NHWC: C passes over contiguous
+    reads, not a division per pixel and C strided reads)."""
     cdef int64_t nd = d[0]
     cdef const int64_t *shape = d + 1
     cdef const int64_t *stride = d + 1 + nd
     cdef int64_t L = shape[nd - 1], sl = stride[nd - 1]
-    cdef int64_t r, k, off, rem, i
+    cdef int64_t M = shape[nd - 2] if nd > 1 else 1                 # rows per run
+    cdef int64_t sm = stride[nd - 2] if nd > 1 else 0
+    cdef int64_t r = r0, j, j0, j1, k, off, rem, i
     cdef const float *src
     cdef float *dst
-    for r in range(r0, r1):
+    while r < r1:
+        j0 = r % M
+        j1 = M if M - j0 < r1 - r else j0 + r1 - r
         off = 0
-        rem = r
-        for k in range(nd - 2, -1, -1):
+        rem = r // M
+        for k in range(nd - 3, -1, -1):
             off += (rem % shape[k]) * stride[k]
             rem = rem // shape[k]
-        src = x + off
-        dst = y + r * L
+        dst = y + (r - j0) * L                                      # (M, L): row j at dst + j*L
         if sl == 1:
-            memcpy(dst, src, <size_t>L * sizeof(float))
+            for j in range(j0, j1):
+                memcpy(dst + j * L, x + off + j * sm, <size_t>L * sizeof(float))
         else:
             for i in range(L):
-                dst[i] = src[i * sl]
+                src = x + off + i * sl
+                for j in range(j0, j1):
+                    dst[j * L + i] = src[j * sm]
+        r += j1 - j0

@@ -103,8 +103,8 @@ cdef inline vf act_vf(const int act, vf v) noexcept nogil:
 
 
 # A register tile's activation rows: row i's K values are `runs` runs of `run` floats, run r at
-# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K; a conv reading its input in place:
-# one run per kernel row). The packed panel's k walks them in order.
+# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K, kept a runtime count: see sgemm).
+# The packed panel's k walks them in order.
 ctypedef struct sg_rows:
     const float *a
     int64_t lda, runs, run, run_stride
@@ -171,10 +171,10 @@ cdef inline void sg_passes(const int MR, sg_rows A, const float *p, int nr, cons
                 y + SG_NV * VL, ldy, NULL)
 
 
-cdef void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg_rows A, int64_t m, float *y,
-                     int64_t ldy, const float *bias, int act) noexcept nogil:
-    """y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k0 + k]) for i < m, r < n; W
-    packed with K per row (A's runs cover k0 .. k0 + runs*run)."""
+cdef void sgemm_rows(int64_t K, const float *packed, int64_t n, sg_rows A, int64_t m, float *y, int64_t ldy,
+                     const float *bias, int act) noexcept nogil:
+    """y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k]) for i < m, r < n; W packed
+    with K per row (A's runs cover the K)."""
     cdef const float *a = A.a
     cdef const float *pp
     cdef const float *bp
@@ -183,7 +183,7 @@ cdef void sgemm_rows(int64_t K, int64_t k0, const float *packed, int64_t n, sg_r
     cdef int64_t p0 = 0, i0, rows, tiles, full, short_tiles, t, rest
     cdef int nr
     while p0 < n:
-        pp = packed + p0 * K + k0 * SG_NR                           # (K, 32) from row k0
+        pp = packed + p0 * K                                        # (K, 32)
         nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
         bp = bias + p0 if bias != NULL else NULL
         A.a = a
@@ -237,12 +237,12 @@ cdef void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64
                                    # reloaded its input rows from the stack in the k loop)
     A.run = K
     A.run_stride = 0
-    sgemm_rows(K, 0, packed, n, A, m, y, ldy, bias, act)
+    sgemm_rows(K, packed, n, A, m, y, ldy, bias, act)
 
 
 
 # ------------------------------------------------------------------------------------------------
-# f32 convolution: im2col rows, the packed GEMM over them or over the input in place.
+# f32 convolution: im2col rows, the packed GEMM over them.
 # ------------------------------------------------------------------------------------------------
 cdef void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, float *cols) noexcept nogil:
     """cols[q * KK + (i*kw + j)*C + c] = x at tap (i, j) of output pixel p0 + q (0 in the padding)."""
@@ -275,40 +275,13 @@ cdef void im2col_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t
 cdef void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np, const float *packed, int64_t n,
                    const float *bias, int act, float *cols, float *y, int64_t ldy) noexcept nogil:
     """Output pixels p0 .. p0+np-1 (flattened b, oh, ow) of a conv: y[q*ldy + r] = act(bias[r] + the
-    pixel's window . W[r]) for r < n, W packed (kh*kw*C per row). A run of pixels in one output
-    row whose kernel rows lie inside the image columns (no column dilation) reads the input in
-    place, one kw*C run per kernel row (rows in the padding skipped: they add zeros); the other
-    pixels go through im2col rows in cols (np rows of kh*kw*C floats)."""
-    cdef int64_t C = s.c, K = s.kh * s.kw * C
-    cdef int64_t owa = (s.pl + s.sw - 1) // s.sw                    # [owa, owb): in-place columns
-    cdef int64_t owb = (s.w - s.kw + s.pl) // s.sw + 1 if s.w >= s.kw else 0
-    cdef int64_t q, p, b, oh, ow, row_end, mm, stop, i0, i1, j0, j1
-    cdef sg_rows A
-    owb = owb if owb < s.ow else s.ow
-    if s.dw != 1 or owa >= owb:
-        owa = owb = 0
-    q = 0
-    while q < np:
-        p = p0 + q
-        b = p // (s.oh * s.ow)
-        oh = p // s.ow % s.oh
-        ow = p % s.ow
-        row_end = q + s.ow - ow if q + s.ow - ow < np else np      # this output row's pixels
-        if ow >= owa and ow < owb:
-            mm = (row_end if row_end < q + owb - ow else q + owb - ow) - q
-            valid_taps(s, oh, ow, &i0, &i1, &j0, &j1)
-            A.a = x + ((b * s.h + oh * s.sh - s.pt + i0 * s.dh) * s.w + ow * s.sw - s.pl) * C
-            A.lda = s.sw * C
-            A.runs = i1 - i0
-            A.run = s.kw * C
-            A.run_stride = s.dh * s.w * C
-            sgemm_rows(K, i0 * s.kw * C, packed, n, A, mm, y + q * ldy, ldy, bias, act)
-            q += mm
-        else:
-            stop = q + owa - ow if ow < owa and q + owa - ow < row_end else row_end
-            im2col_f32(s, x, p, stop - q, cols)
-            sgemm(K, packed, n, cols, K, stop - q, y + q * ldy, ldy, bias, act)
-            q = stop
+    pixel's window . W[r]) for r < n, W packed (kh*kw*C per row): the pixels' im2col rows in cols
+    (np rows of kh*kw*C floats), then one GEMM over them. (Reading the input in place, one kw*C run
+    per kernel row, took more time: a row's border pixels and its last few went through GEMM calls
+    of 1 to 7 rows, each streaming all the weights, and every tile read kh strided runs.)"""
+    cdef int64_t K = s.kh * s.kw * s.c
+    im2col_f32(s, x, p0, np, cols)
+    sgemm(K, packed, n, cols, K, np, y, ldy, bias, act)
 
 
 # ------------------------------------------------------------------------------------------------
