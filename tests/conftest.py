@@ -8,6 +8,7 @@ collects: a test that needs the kernels is skipped, saying so, and the pure-Pyth
 tokenizers, graph tools) run.
 """
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -27,24 +28,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(Path(volvox.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
 
 
-def _llama_cpp_without_extra_buffers() -> None:
-    """llama.cpp (llama-cpp-python) loads weights without its extra CPU buffer types: on a CPU with AMX its
-    AMX repack segfaults in llama_decode on any block-quantized model (llama-cpp-python 0.3.36), and
-    the tests compare against ggml's plain CPU kernels."""
-    try:
-        import llama_cpp.llama_cpp as lib
-    except ImportError:
-        return
-    default = lib.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-    lib.llama_model_default_params = params
-
-
-_llama_cpp_without_extra_buffers()
+# llama.cpp loads without its extra CPU buffer types: its AMX repack crashes on AMX CPUs, and the
+# tests compare against ggml's plain CPU kernels (tools/llama_peer.py).
+_peer_spec = importlib.util.spec_from_file_location(
+    "llama_peer", Path(__file__).resolve().parents[1] / "tools" / "llama_peer.py")
+llama_peer = importlib.util.module_from_spec(_peer_spec)
+_peer_spec.loader.exec_module(llama_peer)
+llama_peer.use_plain_cpu_buffers()
 
 
 def pytest_collection_modifyitems(config, items):

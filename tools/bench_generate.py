@@ -139,6 +139,9 @@ def bench_volvox(path: str, threads: int, short: list[int], long: list[int], n_n
 def bench_llama_cpp(path: str, threads: int, short: list[int], long: list[int], n_new: int,
                     contexts: list[list[int]]) -> dict:
     import llama_cpp
+    import llama_peer
+
+    llama_peer.use_plain_cpu_buffers()
 
     n_ctx = max([1024] + [len(p) + n_new + 8 for p in contexts])
     t0 = time.perf_counter()

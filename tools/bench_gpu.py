@@ -169,6 +169,9 @@ def bench_generate(backend: str, model_path: str, n_prompt: int, n_new: int) -> 
 def bench_llama_cpp(model_path: str, n_prompt: int, n_new: int) -> dict:
     """llama-cpp-python on the same GGUF, every layer offloaded: prefill and greedy decode tok/s."""
     import llama_cpp
+    import llama_peer
+
+    llama_peer.use_plain_cpu_buffers()
 
     llm = llama_cpp.Llama(model_path=model_path, n_ctx=n_prompt + n_new + 16, n_batch=512, n_gpu_layers=-1,
                           verbose=False)

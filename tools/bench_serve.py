@@ -29,6 +29,8 @@ from pathlib import Path
 
 import httpx
 
+import llama_peer
+
 PROMPTS = ["Once upon a time", "The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):",
            "The three laws of robotics are", "In 1969, humans", "A recipe for bread:", "The quick brown fox",
            "My favourite book is", "Photosynthesis is", "The weather today", "Dear diary,",
@@ -50,9 +52,9 @@ def start(engine: str, gguf: str, model: str, threads: int, max_batch: int) -> t
                "--max-batch", str(max_batch), "--max-queue", "256", "--log-level", "warning"]
         probe = "/health"
     else:
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", gguf, "--port", str(port), "--host", "127.0.0.1",
-               "--n_threads", str(threads), "--n_ctx", "2048",
-               "--interrupt_requests", "False"]  # its default: a new request cuts the one being streamed
+        cmd = llama_peer.server_command(sys.executable, [
+            "--model", gguf, "--port", str(port), "--host", "127.0.0.1", "--n_threads", str(threads),
+            "--n_ctx", "2048", "--interrupt_requests", "False"])  # its default: a new request cuts the one being streamed
         probe = "/v1/models"
     log = tempfile.TemporaryFile(mode="w+")  # not a pipe: llama.cpp's logging would fill it and block
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
