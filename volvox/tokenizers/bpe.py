@@ -8,16 +8,14 @@ the vocabulary is dropped, as both of them do. Special (control) tokens written
 literally in the text are matched before any of that.
 """
 
-import codecs
 import heapq
 import json
-import operator
 from pathlib import Path
 
 import regex
 
 from volvox.errors import TokenizerError
-from volvox.tokenizers.chat import render_chat_template
+from volvox.tokenizers.byte_vocab import ByteVocabulary
 from volvox.tokenizers.pretokenize import Pretokenizer, pre_name_from_hf
 
 # GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
@@ -72,28 +70,7 @@ def _token_text_bytes(token: str) -> bytes:
     return token.translate(_TO_LATIN1).encode("latin-1")
 
 
-class StreamDecoder:
-    """Incremental detokenizer: returns only complete UTF-8 characters per pushed id."""
-
-    def __init__(self, tokenizer: "ByteLevelBPETokenizer", skip_special: bool = False):
-        """Start an empty stream over ``tokenizer``'s vocabulary."""
-        self._tokenizer = tokenizer
-        self._skip_special = skip_special
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token_id) -> str:
-        """Add one id; return the text it completes (a partial multi-byte character is held back)."""
-        data = self._tokenizer._bytes_of(token_id, self._skip_special)
-        return self._utf8.decode(data)
-
-    def flush(self) -> str:
-        """End the stream: return held-back bytes (invalid ones as U+FFFD) and reset."""
-        text = self._utf8.decode(b"", final=True)
-        self._utf8.reset()
-        return text
-
-
-class ByteLevelBPETokenizer:
+class ByteLevelBPETokenizer(ByteVocabulary):
     """GPT-2-style byte-level BPE tokenizer with special tokens and a chat template."""
 
     def __init__(
@@ -136,9 +113,9 @@ class ByteLevelBPETokenizer:
 
         self.special_tokens = self._check_literals(special_tokens, "special token")
         self.added_tokens = self._check_literals(added_tokens, "added token")
-        self._special_ids = frozenset(self.special_tokens.values())
-        literal_ids = self._special_ids | frozenset(self.added_tokens.values())
-        self._token_bytes = [
+        self._skip_ids = frozenset(self.special_tokens.values())
+        literal_ids = self._skip_ids | frozenset(self.added_tokens.values())
+        self._id_bytes = [
             t.encode("utf-8") if i in literal_ids else _token_text_bytes(t) for i, t in enumerate(tokens)
         ]
         self._literal_to_id = {**self.added_tokens, **self.special_tokens}
@@ -160,18 +137,6 @@ class ByteLevelBPETokenizer:
         self._word_cache: dict[str, tuple[int, ...]] = {}
 
     # ---- construction helpers -------------------------------------------------
-
-    def _check_id(self, token_id, what: str) -> int | None:
-        """``token_id`` as an int inside the vocabulary (None stays None)."""
-        if token_id is None:
-            return None
-        try:
-            token_id = operator.index(token_id)
-        except TypeError:
-            raise TokenizerError(f"{what} must be an integer, got {token_id!r}") from None
-        if not 0 <= token_id < self.vocab_size:
-            raise TokenizerError(f"{what} {token_id} is outside the vocabulary (size {self.vocab_size})")
-        return token_id
 
     def _check_literals(self, literals: dict[str, int] | None, what: str) -> dict[str, int]:
         """A copy of a text -> id map with every text non-empty and every id valid."""
@@ -382,43 +347,10 @@ class ByteLevelBPETokenizer:
 
     # ---- decode ---------------------------------------------------------------
 
-    def _bytes_of(self, token_id, skip_special: bool) -> bytes:
-        """Bytes of one id (empty for a special id when ``skip_special``); bad ids raise."""
-        try:
-            i = operator.index(token_id)
-        except TypeError:
-            raise TokenizerError(f"token id must be an integer, got {token_id!r}") from None
-        if not 0 <= i < self.vocab_size:
-            raise TokenizerError(f"token id {i} is outside the vocabulary (size {self.vocab_size})")
-        if skip_special and i in self._special_ids:
-            return b""
-        return self._token_bytes[i]
-
-    def token_bytes(self, token_id) -> bytes:
-        """The raw bytes token ``token_id`` stands for (special tokens: their text in UTF-8)."""
-        return self._bytes_of(token_id, False)
-
     def decode(self, ids, skip_special: bool = False) -> str:
         """Text of ``ids``; invalid UTF-8 in the joined bytes becomes U+FFFD."""
         data = b"".join(self._bytes_of(i, skip_special) for i in ids)
         return data.decode("utf-8", errors="replace")
-
-    def stream_decoder(self, skip_special: bool = False) -> StreamDecoder:
-        """A fresh incremental decoder for generated ids."""
-        return StreamDecoder(self, skip_special)
-
-    # ---- chat -----------------------------------------------------------------
-
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
-        """Render ``messages`` with the model's chat template (ChatML when it has none)."""
-        return render_chat_template(
-            self.chat_template,
-            messages,
-            bos_token=self.tokens[self.bos_id] if self.bos_id is not None else "",
-            eos_token=self.tokens[self.eos_id] if self.eos_id is not None else "",
-            add_generation_prompt=add_generation_prompt,
-            **extra,
-        )
 
 
 def _read_tokenizer_config(path: Path) -> dict:

@@ -27,8 +27,7 @@ import heapq
 import operator
 
 from volvox.errors import TokenizerError
-from volvox.tokenizers.bpe import StreamDecoder
-from volvox.tokenizers.chat import render_chat_template
+from volvox.tokenizers.byte_vocab import ByteVocabulary
 
 # GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -46,7 +45,7 @@ _C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale
 _SPACE_MARK = "\u2581"    # "▁"
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(ByteVocabulary):
     """llama.cpp's SPM tokenizer over a GGUF vocabulary (tokens, scores, token types)."""
 
     def __init__(self, tokens: list[str], scores: list[float], types: list[int], *, bos_id: int | None = 1,
@@ -86,7 +85,7 @@ class SentencePieceTokenizer:
         self.eog_ids = eog_by_text | {self._check_id(i, "end-of-generation id") for i in extra_eog_ids}
         if self.eos_id is not None:
             self.eog_ids.add(self.eos_id)
-        self._control_ids = frozenset(i for i, k in enumerate(self.types) if k in (CONTROL, UNKNOWN))
+        self._skip_ids = frozenset(i for i, k in enumerate(self.types) if k in (CONTROL, UNKNOWN))
         # (id, text, strip the whitespace after it), longest text first, then lowest id
         specials = [i for i, k in enumerate(self.types) if k in (CONTROL, USER_DEFINED, UNKNOWN) and tokens[i]]
         specials.sort(key=lambda i: -len(tokens[i].encode("utf-8")))
@@ -97,7 +96,7 @@ class SentencePieceTokenizer:
             i = self._vocab.get(f"<0x{b:02X}>", self._vocab.get(chr(b)) if b < 0x80 else None)
             if i is not None:
                 self._byte_ids[b] = i
-        self._pieces = [self._piece(i) for i in range(self.vocab_size)]
+        self._id_bytes = [self._piece(i) for i in range(self.vocab_size)]
 
     @classmethod
     def from_gguf_metadata(cls, md: dict) -> "SentencePieceTokenizer":
@@ -133,18 +132,6 @@ class SentencePieceTokenizer:
                    extra_eog_ids=extra, rstrip_special="phi-3" in name or "phi3" in name,
                    chat_template=md.get("tokenizer.chat_template"))
 
-    def _check_id(self, token_id, what: str) -> int | None:
-        """``token_id`` as an int inside the vocabulary (None stays None)."""
-        if token_id is None:
-            return None
-        try:
-            token_id = operator.index(token_id)
-        except TypeError:
-            raise TokenizerError(f"{what} must be an integer, got {token_id!r}") from None
-        if not 0 <= token_id < self.vocab_size:
-            raise TokenizerError(f"{what} {token_id} is outside the vocabulary (size {self.vocab_size})")
-        return token_id
-
     # ---- encode ---------------------------------------------------------------
 
     def encode(self, text: str, add_bos: bool | None = None, parse_special: bool = True,
@@ -179,7 +166,7 @@ class SentencePieceTokenizer:
         tokenizer_st_partition: each special token in turn, longest first, cut out of every text fragment."""
         parts = [text] if text else []
         for token_id, literal, rstrip in self._specials:
-            if not parse_special and token_id in self._control_ids:
+            if not parse_special and token_id in self._skip_ids:
                 continue  # control and unknown tokens are matched only when asked; user-defined always
             out = []
             for part in parts:
@@ -266,22 +253,6 @@ class SentencePieceTokenizer:
                 raise TokenizerError(f"byte token {token_id} {text!r} is not of the form <0xXX>") from None
         return b""  # unused or undefined: nothing, as llama.cpp
 
-    def _bytes_of(self, token_id, skip_special: bool) -> bytes:
-        """Bytes of one id (empty for a control or unknown id when ``skip_special``); bad ids raise."""
-        try:
-            i = operator.index(token_id)
-        except TypeError:
-            raise TokenizerError(f"token id must be an integer, got {token_id!r}") from None
-        if not 0 <= i < self.vocab_size:
-            raise TokenizerError(f"token id {i} is outside the vocabulary (size {self.vocab_size})")
-        if skip_special and i in self._control_ids:
-            return b""
-        return self._pieces[i]
-
-    def token_bytes(self, token_id) -> bytes:
-        """The raw bytes token ``token_id`` stands for (special tokens: their text in UTF-8)."""
-        return self._bytes_of(token_id, False)
-
     def decode(self, ids, skip_special: bool = False) -> str:
         """Text of ``ids``: one leading space dropped after a leading BOS; invalid UTF-8 becomes U+FFFD."""
         ids = list(ids)
@@ -289,17 +260,3 @@ class SentencePieceTokenizer:
         if ids and self.bos_id is not None and operator.index(ids[0]) == self.bos_id and data[:1] == b" ":
             data = data[1:]
         return codecs.decode(data, "utf-8", errors="replace")
-
-    def stream_decoder(self, skip_special: bool = False) -> StreamDecoder:
-        """A fresh incremental decoder for generated ids (each token's piece, spaces kept)."""
-        return StreamDecoder(self, skip_special)
-
-    # ---- chat -----------------------------------------------------------------
-
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
-        """Render ``messages`` with the model's chat template (ChatML when it has none)."""
-        return render_chat_template(
-            self.chat_template, messages,
-            bos_token=self.tokens[self.bos_id] if self.bos_id is not None else "",
-            eos_token=self.tokens[self.eos_id] if self.eos_id is not None else "",
-            add_generation_prompt=add_generation_prompt, **extra)
