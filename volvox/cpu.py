@@ -1192,19 +1192,26 @@ def _counted_labels(labels, rows: int, vocab: int, ignore_index: int, op: str) -
     return lab, int(counted.sum())
 
 
+def _norm_backward_operands(op: str, x, weight, dy, eps) -> tuple:
+    """(x (M, D), weight (D,), dy (M, D)) of a norm's backward as contiguous float32, checked."""
+    x2 = _f32_rows(x, f"{op}: x")
+    d = x2.shape[1]
+    w = _c_array(weight, np.float32, 1, f"{op}: weight")
+    if w.shape != (d,):
+        raise ShapeError(f"{op}: weight must have shape ({d},), got {w.shape}")
+    g = _f32_rows(dy, f"{op}: dy", d)
+    if g.shape[0] != x2.shape[0]:
+        raise ShapeError(f"{op}: dy {g.shape} and x {x2.shape} differ")
+    if not float(eps) >= 0.0:
+        raise KernelError(f"{op}: eps must be >= 0, got {eps}")
+    return x2, w, g
+
+
 def rms_norm_backward(x, weight, dy, eps) -> tuple:
     """(dx (M, D), dweight (D,)) of ``rms_norm(x, weight, eps)`` given dy = dL/dy, float32; each row's
     sums in double as the forward's."""
-    x2 = _f32_rows(x, "rms_norm_backward: x")
+    x2, w, g = _norm_backward_operands("rms_norm_backward", x, weight, dy, eps)
     m, d = x2.shape
-    w = _c_array(weight, np.float32, 1, "rms_norm_backward: weight")
-    if w.shape != (d,):
-        raise ShapeError(f"rms_norm_backward: weight must have shape ({d},), got {w.shape}")
-    g = _f32_rows(dy, "rms_norm_backward: dy", d)
-    if g.shape[0] != m:
-        raise ShapeError(f"rms_norm_backward: dy {g.shape} and x {x2.shape} differ")
-    if not float(eps) >= 0.0:
-        raise KernelError(f"rms_norm_backward: eps must be >= 0, got {eps}")
     dx = np.empty_like(x2)  # (M, D)
     dweight = np.empty(d, np.float32)  # (D,)
     rinv = np.empty(m, np.float32)  # (M,) each row's 1 / rms
@@ -1216,16 +1223,8 @@ def layer_norm_backward(x, weight, dy, eps) -> tuple:
     """(dx (M, D), dweight (D,), dbias (D,)) of ``layer_norm(x, weight, bias, eps)`` given dy = dL/dy,
     float32; each row's statistics in double as the forward's, the weight's and bias's sums over rows
     in double, rows in order."""
-    x2 = _f32_rows(x, "layer_norm_backward: x")
+    x2, w, g = _norm_backward_operands("layer_norm_backward", x, weight, dy, eps)
     m, d = x2.shape
-    w = _c_array(weight, np.float32, 1, "layer_norm_backward: weight")
-    if w.shape != (d,):
-        raise ShapeError(f"layer_norm_backward: weight must have shape ({d},), got {w.shape}")
-    g = _f32_rows(dy, "layer_norm_backward: dy", d)
-    if g.shape[0] != m:
-        raise ShapeError(f"layer_norm_backward: dy {g.shape} and x {x2.shape} differ")
-    if not float(eps) >= 0.0:
-        raise KernelError(f"layer_norm_backward: eps must be >= 0, got {eps}")
     dx = np.empty_like(x2)  # (M, D)
     dweight, dbias = np.empty(d, np.float32), np.empty(d, np.float32)  # (D,) each
     mean, rinv = np.empty(m, np.float32), np.empty(m, np.float32)  # (M,) each row's mean and 1 / std
