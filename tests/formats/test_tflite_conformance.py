@@ -708,6 +708,25 @@ def compare(ours: np.ndarray, want: np.ndarray, what: str) -> None:
         np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), err_msg=what)
 
 
+def litert_tensors(model: bytes, feed: np.ndarray) -> dict[str, np.ndarray]:
+    """Every tensor of ``model`` (by name) after LiteRT's reference kernels run it on ``feed``."""
+    it = litert.Interpreter(model_content=model, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
+                            experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], feed)
+    it.invoke()
+    return {d["name"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
+
+
+def compare_every_tensor(graph, weights, meta, path, feed, want: dict, what: str) -> None:
+    """volvox's value of each of ``graph.outputs`` on ``feed`` equals ``want``'s, through the numpy
+    references and the production path."""
+    for reference in (True, False):
+        ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
+        for name in graph.outputs:
+            compare(ours[name], want[name], f"{what} {name} ({'reference' if reference else 'production'})")
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_single_op_equals_litert(case, tmp_path):
     path = tmp_path / f"{case.name}.tflite"
@@ -812,16 +831,8 @@ def test_int8_residual_block_equals_litert(tmp_path):
     assert len(graph.outputs) == 7
     for _ in range(3):
         feed = rng.integers(-128, 128, (1, 9, 11, 8)).astype(np.int8)
-        it = litert.Interpreter(model_content=model, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
-                                experimental_preserve_all_tensors=True)
-        it.allocate_tensors()
-        it.set_tensor(it.get_input_details()[0]["index"], feed)
-        it.invoke()
-        want = {d["name"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
-        for reference in (True, False):
-            ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
-            for name in graph.outputs:
-                compare(ours[name], want[name], f"residual block tensor {name} ({'reference' if reference else 'production'})")
+        want = litert_tensors(model, feed)
+        compare_every_tensor(graph, weights, meta, path, feed, want, "residual block tensor")
 
 
 def test_int16x8_conv_net_equals_litert(tmp_path):
@@ -864,17 +875,9 @@ def test_int16x8_conv_net_equals_litert(tmp_path):
     assert len(graph.outputs) == 5
     for _ in range(3):
         feed = rng.integers(-32768, 32768, (1, 9, 11, 4)).astype(np.int16)
-        it = litert.Interpreter(model_content=model, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
-                                experimental_preserve_all_tensors=True)
-        it.allocate_tensors()
-        it.set_tensor(it.get_input_details()[0]["index"], feed)
-        it.invoke()
-        want = {d["name"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
+        want = litert_tensors(model, feed)
         assert want[graph.outputs[-1]].std() > 100   # a live signal at the end, not a saturated one
-        for reference in (True, False):
-            ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
-            for name in graph.outputs:
-                compare(ours[name], want[name], f"16x8 net tensor {name} ({'reference' if reference else 'production'})")
+        compare_every_tensor(graph, weights, meta, path, feed, want, "16x8 net tensor")
 
 
 def test_int16x8_residual_block_equals_litert(tmp_path):
@@ -925,14 +928,6 @@ def test_int16x8_residual_block_equals_litert(tmp_path):
     assert len(graph.outputs) == 9   # every operator's output
     for _ in range(3):
         feed = (rng.standard_normal((1, 9, 11, 6)) * 2).astype(np.float32)
-        it = litert.Interpreter(model_content=model, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
-                                experimental_preserve_all_tensors=True)
-        it.allocate_tensors()
-        it.set_tensor(it.get_input_details()[0]["index"], feed)
-        it.invoke()
-        want = {d["name"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
+        want = litert_tensors(model, feed)
         assert np.sort(want[graph.outputs[-2]].ravel())[-2] > 1000   # a second class above 3%: not one-hot
-        for reference in (True, False):
-            ours = Model(graph, weights, meta, str(path), reference=reference).run({graph.inputs[0].name: feed})
-            for name in graph.outputs:
-                compare(ours[name], want[name], f"16x8 residual tensor {name} ({'reference' if reference else 'production'})")
+        compare_every_tensor(graph, weights, meta, path, feed, want, "16x8 residual tensor")
