@@ -136,9 +136,10 @@ cdef inline const int32_t *vx_act_corrections(const void *act, int64_t K) noexce
 # R g .. R g + R - 1 (rows past n: zero scales), block after block; block b of a group is
 #   vx_f16 d[R]                the rows' scales
 #   vx_f16 m[R]                q4_1 / q5_1 only: the rows' mins
-#   uint8  qh[R][4]            q5_0 / q5_1 only: byte l of row r holds the 5th bits of the values in
-#                              lane l: bits 4l .. 4l+3 of the block's qh (low nibbles) in its bits 0-3,
-#                              bits 16+4l .. 19+4l (high nibbles) in bits 4-7
+#   uint8  qh[4][2][R/2]       q5_0 / q5_1 only: per lane l and half h (0: low nibbles, 1: high), a
+#                              4R-bit mask whose bit 4r + k is the 5th bit of row r's value
+#                              4l + k + 16h (qh bit 4l + k + 16h): the mask of the bytes of lane l
+#                              (qs below) whose nibble gains 16, loaded as is into a mask register
 #   uint8  qs[L][R][4]         lane l of row r: the row's block bytes 4l .. 4l+3, as stored (q4_0 /
 #                              q4_1 / iq4_nl / q5_0 / q5_1: L = 4 packed nibble bytes) or plus 128
 #                              (q8_0: L = 8, byte ^ 0x80)
