@@ -41,10 +41,12 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     parts = [blocks[..., 0:2].reshape(groups, nb, -1)]
     if qtype in ("q4_1", "q5_1"):
         parts.append(blocks[..., 2:4].reshape(groups, nb, -1))
-    if qtype in ("q5_0", "q5_1"):  # byte l: qh bits 4l .. 4l+3 low, 16+4l .. 19+4l high
+    if qtype in ("q5_0", "q5_1"):  # lane l, half h: bit 4r + k = row r's qh bit 4l + k + 16h
         qh = blocks[..., head - 4:head].copy().view("<u4")[..., 0]               # (groups, nb, rows)
-        spread = [((qh >> (4 * l)) & 0xF) | (((qh >> (16 + 4 * l)) & 0xF) << 4) for l in range(4)]
-        parts.append(np.stack(spread, -1).astype(np.uint8).reshape(groups, nb, -1))
+        bits = (qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1              # (groups, nb, rows, 32)
+        bits = bits.reshape(groups, nb, rows, 2, 4, 4).transpose(0, 1, 4, 3, 2, 5)  # (.., lane, half, rows, k)
+        masks = np.packbits(bits.reshape(groups, nb, 8, rows * 4).astype(np.uint8), axis=-1, bitorder="little")
+        parts.append(masks.reshape(groups, nb, -1))
     parts.append(lanes.reshape(groups, nb, -1))
     return np.concatenate(parts, axis=2).reshape(-1)
 

@@ -91,6 +91,10 @@ cdef inline size_t VX_ALIGN(size_t n) noexcept nogil:
 #     float ds[K/32][2]        at VX_ALIGN(K): d and s per block, held in f32 but with ggml's
 #                              values: d = fp16(amax / 127); s = fp16(d * sum(qs)) (q8_1, q4_1
 #                              weights) or the exact d16 * sum(qs) (q8_0)
+#     int32 corr[K/4]          q5_0 / iq4_nl weights only, at VX_ALIGN(K) + VX_ALIGN(8 * K/32):
+#                              -(qs[4 j] + .. + qs[4 j + 3]) * 16 (q5_0) or * 128 (iq4_nl), the
+#                              start of lane j's dot in the avx512 interleaved kernels (unsigned
+#                              weights q + 16 / level + 128), once per act row instead of per group
 #     q = round-half-even(x * (127 / amax)), so |q| <= 127.
 #   k-quant weights (q2_K .. q6_K), ggml's q8_K (quantize_row_q8_K_ref):
 #     int8  qs[K]              at 0: min(127, round-half-even(x * (-127 / max))), max the first
@@ -114,7 +118,14 @@ cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
         return VX_ALIGN(K) + VX_ALIGN(4 * (K // VX_QK_K)) + VX_ALIGN(4 * (K // 16))
     if wtype == VX_F32 or wtype == VX_F16:
         return 0
+    if wtype == VX_Q5_0 or wtype == VX_IQ4_NL:
+        return VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK)) + VX_ALIGN(K)
     return VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK))
+
+
+cdef inline const int32_t *vx_act_corrections(const void *act, int64_t K) noexcept nogil:
+    """corr (K/4,) of a q5_0 / iq4_nl act row (see above)."""
+    return <const int32_t *>(<const char *>act + VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -125,9 +136,10 @@ cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
 # R g .. R g + R - 1 (rows past n: zero scales), block after block; block b of a group is
 #   vx_f16 d[R]                the rows' scales
 #   vx_f16 m[R]                q4_1 / q5_1 only: the rows' mins
-#   uint8  qh[R][4]            q5_0 / q5_1 only: byte l of row r holds the 5th bits of the values in
-#                              lane l: bits 4l .. 4l+3 of the block's qh (low nibbles) in its bits 0-3,
-#                              bits 16+4l .. 19+4l (high nibbles) in bits 4-7
+#   uint8  qh[4][2][R/2]       q5_0 / q5_1 only: per lane l and half h (0: low nibbles, 1: high), a
+#                              4R-bit mask whose bit 4r + k is the 5th bit of row r's value
+#                              4l + k + 16h (qh bit 4l + k + 16h): the mask of the bytes of lane l
+#                              (qs below) whose nibble gains 16, loaded as is into a mask register
 #   uint8  qs[L][R][4]         lane l of row r: the row's block bytes 4l .. 4l+3, as stored (q4_0 /
 #                              q4_1 / iq4_nl / q5_0 / q5_1: L = 4 packed nibble bytes) or plus 128
 #                              (q8_0: L = 8, byte ^ 0x80)

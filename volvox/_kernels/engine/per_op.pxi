@@ -136,10 +136,11 @@ cdef void il_pack_rows(int wtype, int64_t K, const uint8_t *w, int64_t w_stride,
             memcpy(dst + 2 * r, src, 2)                        # d
             if has_m:
                 memcpy(dst + 2 * R + 2 * r, src + 2, 2)        # m
-            if has_qh:                                         # byte l: lane l's 5th bits (vx.pxd)
+            if has_qh:                                         # lane l, half h: bits 4r .. 4r+3 of its mask (vx.pxd)
                 memcpy(&qh, src + qhsrc, 4)
-                for l in range(4):
-                    dst[qhsrc * R + 4 * r + l] = <uint8_t>(((qh >> (4 * l)) & 0x0F) | (((qh >> (16 + 4 * l)) & 0x0F) << 4))
+                for l in range(8):                             # l: lane l // 2, half l % 2
+                    dst[qhsrc * R + l * (R // 2) + r // 2] |= <uint8_t>(
+                        ((qh >> (4 * (l // 2) + 16 * (l % 2))) & 0x0F) << (4 * (r % 2)))
             for l in range(lanes):
                 memcpy(&v, src + qsrc + 4 * l, 4)
                 v ^= flip

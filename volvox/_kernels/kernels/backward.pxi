@@ -77,6 +77,11 @@ cdef inline float il_f16(const uint8_t *p, int64_t r) noexcept nogil:
     return vx_f16_to_f32((<const vx_f16 *>p)[r])
 
 
+cdef inline int il_mask_bit(const uint8_t *mask, int64_t i) noexcept nogil:
+    """Bit i of a little-endian bit mask."""
+    return (mask[i >> 3] >> (i & 7)) & 1
+
+
 cdef inline void bw_il_decode(int wtype, int R, const uint8_t *group, int64_t b, int64_t r,
                               float *out) noexcept nogil:
     """out (32,) = block b of row r of an interleaved group of R rows of a 32-block type (vx.pxd's
@@ -84,7 +89,7 @@ cdef inline void bw_il_decode(int wtype, int R, const uint8_t *group, int64_t b,
     cdef const uint8_t *blk = group + b * vx_il_block_bytes(wtype, R)
     cdef bint has_m = wtype == VX_Q4_1 or wtype == VX_Q5_1
     cdef bint has_qh = wtype == VX_Q5_0 or wtype == VX_Q5_1
-    cdef const uint8_t *qh = blk + (4 if has_m else 2) * R + 4 * r     # (4,) row r's 5th-bit bytes
+    cdef const uint8_t *qh = blk + (4 if has_m else 2) * R              # (4, 2, R/2) the 5th-bit masks
     cdef const uint8_t *qs = blk + (4 if has_m else 2) * R + (4 * R if has_qh else 0)   # (L, R, 4)
     cdef float d = il_f16(blk, r), m
     cdef int lo, hi
@@ -100,8 +105,8 @@ cdef inline void bw_il_decode(int wtype, int R, const uint8_t *group, int64_t b,
         lo = byte & 0x0F
         hi = byte >> 4
         if has_qh:
-            lo |= ((qh[j >> 2] >> (j & 3)) & 1) << 4
-            hi |= ((qh[j >> 2] >> (4 + (j & 3))) & 1) << 4
+            lo |= il_mask_bit(qh + (2 * (j >> 2)) * (R // 2), 4 * r + (j & 3)) << 4
+            hi |= il_mask_bit(qh + (2 * (j >> 2) + 1) * (R // 2), 4 * r + (j & 3)) << 4
         if wtype == VX_IQ4_NL:
             out[j] = d * <float>IQ4_NL_LEVELS[lo]
             out[j + 16] = d * <float>IQ4_NL_LEVELS[hi]

@@ -11,8 +11,8 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_IQ4_NL, VX_Q5_0, VX_Q5_1, VX_QK, vx_block_iq4_nl, vx_block_q5_0, vx_block_q5_1,
-    vx_f16, vx_table)
+    VX_ALIGN, VX_IQ4_NL, VX_Q5_0, VX_Q5_1, VX_QK, vx_act_corrections, vx_block_iq4_nl, vx_block_q5_0,
+    vx_block_q5_1, vx_f16, vx_table)
 
 # ggml's kvalues_iq4nl: the 16 levels an iq4_nl nibble selects.
 cdef int8_t IQ4_NL_LEVELS[16]
@@ -182,12 +182,33 @@ cdef void dequant_iq4_nl(int64_t K, const uint8_t *w, float *y) noexcept nogil:
     dequant_b32x(VX_IQ4_NL, K, w, y)
 
 
+cdef inline void act_lane_corrections(int64_t K, void *act, int32_t factor) noexcept nogil:
+    """The q8_0 act row's corr (vx.pxd): corr[j] = -factor * sum(qs[4 j .. 4 j + 3]) for j < K/4."""
+    cdef const int8_t *qs = <const int8_t *>act                                  # (K,)
+    cdef int32_t *corr = <int32_t *>vx_act_corrections(act, K)                   # (K/4,)
+    cdef int64_t j
+    for j in range(K // 4):
+        corr[j] = -factor * (<int32_t>qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3])
+
+
+cdef void quantize_q8_0_q5_0(int64_t K, const float *x, void *act) noexcept nogil:
+    """Act row of x for q5_0 weights: ggml's q8_0, then its corr for unsigned weights q (q - 16)."""
+    quantize_q8_0(K, x, act)
+    act_lane_corrections(K, act, 16)
+
+
+cdef void quantize_q8_0_iq4_nl(int64_t K, const float *x, void *act) noexcept nogil:
+    """Act row of x for iq4_nl weights: ggml's q8_0, then its corr for unsigned levels + 128."""
+    quantize_q8_0(K, x, act)
+    act_lane_corrections(K, act, 128)
+
+
 cdef void fill_gemv_q5_iq4(vx_table *t) noexcept:
     """Point t's q5_0 / q5_1 / iq4_nl entries at these kernels (the act quantizers are the tier's
-    q8_0 / q8_1 ones, as ggml pairs them)."""
-    t.quantize[VX_Q5_0] = quantize_q8_0
+    q8_0 / q8_1 ones, as ggml pairs them; q5_0's and iq4_nl's add the lane corrections)."""
+    t.quantize[VX_Q5_0] = quantize_q8_0_q5_0
     t.quantize[VX_Q5_1] = quantize_q8_1
-    t.quantize[VX_IQ4_NL] = quantize_q8_0
+    t.quantize[VX_IQ4_NL] = quantize_q8_0_iq4_nl
     t.gemm[VX_Q5_0] = gemm_q5_0
     t.gemm[VX_Q5_1] = gemm_q5_1
     t.gemm[VX_IQ4_NL] = gemm_iq4_nl

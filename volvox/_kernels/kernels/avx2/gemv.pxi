@@ -109,7 +109,7 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
     the lanes summed in hsum_ps256's order and the m-term added. acc[l] holds lane l of the 8 rows.
     q8_0 bytes are stored + 128 (vx.pxd): xor gives the signed weights back, and |w| times x with w's
     sign is ggml's q8_0 product; iq4_nl's nibbles select its levels (pshufb), multiplied the same way
-    (as b32x_row); q5_0 / q5_1's 5th bits (a byte per lane and row, vx.pxd) add 16 to their nibbles
+    (as b32x_row); q5_0 / q5_1's 5th bits (a mask per lane and half, vx.pxd) add 16 to their nibbles
     (q5_0: then - 16, signed as q8_0's)."""
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
@@ -117,13 +117,16 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
     cdef bint has_qh = fmt == VX_Q5_0 or fmt == VX_Q5_1
     cdef int qhoff = (4 if has_m else 2) * IL_ROWS             # offset of q5's 5th bits in the block
     cdef int qoff = qhoff + (4 * IL_ROWS if has_qh else 0)     # offset of qs in the block
-    # pshufb control for lane 0 of the 5th-bit bytes: row j of each 128-bit lane takes its byte 0
-    cdef __m256i bytes0 = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808,
-                                            0x0C0C0C0C)
-    cdef __m256i sel_lo = _mm256_set1_epi32(0x08040201)        # byte k of a lane: bit k (low nibbles)
-    cdef __m256i sel_hi = _mm256_set1_epi32(<int>0x80402010)   # bit 4 + k (high nibbles)
+    # pshufb control spreading a lane's two 32-bit 5th-bit masks (low, high nibbles) over its bytes:
+    # byte j takes mask byte j / 8 (spread_lo) or 4 + j / 8 (spread_hi), then tests bit j % 8 (bit)
+    cdef __m256i spread_lo = _mm256_setr_epi32(0, 0, 0x01010101, 0x01010101, 0x02020202, 0x02020202,
+                                               0x03030303, 0x03030303)
+    cdef __m256i spread_hi = _mm256_setr_epi32(0x04040404, 0x04040404, 0x05050505, 0x05050505, 0x06060606,
+                                               0x06060606, 0x07070707, 0x07070707)
+    cdef __m256i bit = _mm256_set1_epi64x(-0x7fbfdfeff7fbfdff)   # bytes 0x01, 0x02 .. 0x80
     cdef __m256i sixteen = _mm256_set1_epi8(16)
-    cdef __m256i hq, r5
+    cdef __m256i hq
+    cdef long long h5            # lane l's two 5th-bit masks: bit 4 r + k, row r's byte k
     cdef __m256i m4 = _mm256_set1_epi8(0x0F)
     cdef __m256i flip = _mm256_set1_epi8(<char>-128)
     cdef __m256 acc[8]           # (lane,) 8 rows each
@@ -159,14 +162,14 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
                 acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(
                     _mm256_sign_epi8(whi, whi), _mm256_sign_epi8(_mm256_set1_epi32(xl[l + 4]), whi))), dd, acc[l + 4])
         elif has_qh:
-            hq = _mm256_loadu_si256(<const void *>(blk + qhoff))
             for l in range(4):
                 p = _mm256_loadu_si256(<const void *>(blk + qoff + 32 * l))
-                r5 = _mm256_shuffle_epi8(hq, _mm256_add_epi32(bytes0, _mm256_set1_epi32(0x01010101 * l)))
+                memcpy(&h5, blk + qhoff + 8 * l, 8)
+                hq = _mm256_set1_epi64x(h5)
                 wlo = _mm256_or_si256(_mm256_and_si256(p, m4), _mm256_and_si256(
-                    _mm256_cmpeq_epi8(_mm256_and_si256(r5, sel_lo), sel_lo), sixteen))
+                    _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(hq, spread_lo), bit), bit), sixteen))
                 whi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p, 4), m4), _mm256_and_si256(
-                    _mm256_cmpeq_epi8(_mm256_and_si256(r5, sel_hi), sel_hi), sixteen))
+                    _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(hq, spread_hi), bit), bit), sixteen))
                 if fmt == VX_Q5_1:
                     acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(wlo, _mm256_set1_epi32(xl[l]))), dd, acc[l])
                     acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(whi, _mm256_set1_epi32(xl[l + 4]))),

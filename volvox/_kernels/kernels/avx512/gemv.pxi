@@ -1,8 +1,10 @@
 # The avx512 tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies; the x86 code it
 # shares with the avx2 tier is kernels/avx2/gemv_x86.pxi).
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
-from volvox._kernels.vx cimport VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_il_block_bytes, vx_table
+from volvox._kernels.vx cimport (
+    VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_act_corrections,
+    vx_il_block_bytes, vx_table)
 
 include "../avx2/gemv_x86.pxi"
 from volvox._kernels.simd.ivec_avx512 cimport *
@@ -233,8 +235,9 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     (the row-by-row tile: 2) and the unpacked weights serve MR act rows. q8_0 bytes are stored + 128
     (VNNI multiplies u8 by s8): each lane starts from -128 * (its 4 act values' sum), so it ends at
     the same int32. iq4_nl's nibbles select its levels + 128 (pshufb), corrected the same way; q5_0 /
-    q5_1's 5th bits (a byte per lane and row, vx.pxd) add 16 to their nibbles, q5_0's lanes starting
-    from -16 * the sum (its weights are q - 16)."""
+    q5_1's 5th bits (a mask per lane and half, vx.pxd) add 16 to their nibbles, q5_0's lanes starting
+    from -16 * the sum (its weights are q - 16). q5_0's and iq4_nl's starts come with their act rows
+    (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
@@ -242,15 +245,8 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     cdef bint has_qh = fmt == VX_Q5_0 or fmt == VX_Q5_1
     cdef int qhoff = (4 if has_m else 2) * IL_ROWS             # offset of q5's 5th bits in the block
     cdef int qoff = qhoff + (4 * IL_ROWS if has_qh else 0)     # offset of qs in the block
-    cdef int corr_shift = 4 if fmt == VX_Q5_0 else 7           # corrections: -16 or -128 * the sums
-    # pshufb control for lane 0 of the 5th-bit bytes: row j of each 128-bit lane takes its byte 0
-    cdef __m512i bytes0 = _mm512_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808,
-                                            0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404,
-                                            0x08080808, 0x0C0C0C0C)
-    cdef __m512i sel_lo = _mm512_set1_epi32(0x08040201)        # byte k of a lane: bit k (low nibbles)
-    cdef __m512i sel_hi = _mm512_set1_epi32(<int>0x80402010)   # bit 4 + k (high nibbles)
     cdef __m512i sixteen = _mm512_set1_epi8(16)
-    cdef __m512i hq, r5
+    cdef uint64_t h5[2]          # (half,) lane l's 5th-bit masks: bit 4 r + k, row r's byte k
     cdef __m512i m4 = _mm512_set1_epi8(0x0F)
     cdef __m512i levels = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS),
                                                                _mm_set1_epi8(<char>-128)))   # levels + 128
@@ -262,6 +258,8 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     cdef __m256i sums
     cdef int32_t xl[2][8]        # (MR, group) the block's act values as 8 groups of 4 bytes
     cdef int32_t corr[2][8]      # (MR, group) q8_0: -128 * each group's sum
+    cdef const int32_t *cs[2]    # (MR,) q5_0 / iq4_nl: the act rows' corr (K/4,)
+    cdef const int32_t *c[2]     # (MR,) this block's 8 lane starts (q8_0: corr[i])
     cdef const uint8_t *blk
     cdef int64_t b
     cdef int i, l
@@ -269,6 +267,8 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
         accm[i] = _mm512_setzero_ps()
         for l in range(8):
             acc[i][l] = _mm512_setzero_ps()
+        cs[i] = vx_act_corrections(xq[i], K)
+        c[i] = corr[i]
     for b in range(nb):
         blk = g + b * sb
         for l in range(0, sb, 64):
@@ -277,18 +277,21 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
         for i in range(MR):
             dd[i] = _mm512_mul_ps(dw, _mm512_set1_ps(ds[i][2 * b]))
             memcpy(xl[i], xq[i] + b * VX_QK, VX_QK)
-        if fmt == VX_Q8_0 or fmt == VX_IQ4_NL or fmt == VX_Q5_0:
+        if fmt == VX_Q8_0:
             for i in range(MR):
                 sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
                                            _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))
                 _mm256_storeu_si256(<void *>corr[i], _mm256_sub_epi32(_mm256_setzero_si256(),
-                                                                      _mm256_slli_epi32(sums, corr_shift)))
+                                                                      _mm256_slli_epi32(sums, 7)))
+        elif fmt == VX_IQ4_NL or fmt == VX_Q5_0:
+            for i in range(MR):
+                c[i] = cs[i] + 8 * b
         if fmt == VX_Q8_0:
             for l in range(8):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(corr[i][l]), p, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                        _mm512_set1_epi32(c[i][l]), p, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
         elif fmt == VX_IQ4_NL:
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
@@ -296,26 +299,24 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
                 hi = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4))
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(corr[i][l]), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                        _mm512_set1_epi32(c[i][l]), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
                     acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(corr[i][l + 4]), hi, _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
+                        _mm512_set1_epi32(c[i][l + 4]), hi, _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
         else:
-            if has_qh:
-                hq = _mm512_loadu_si512(<const void *>(blk + qhoff))
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
                 lo = _mm512_and_si512(p, m4)
                 hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4)
-                if has_qh:      # each row's byte l spread over its 4 bytes, bit k (4 + k) -> + 16
-                    r5 = _mm512_shuffle_epi8(hq, _mm512_add_epi32(bytes0, _mm512_set1_epi32(0x01010101 * l)))
-                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(r5, sel_lo), lo, sixteen)
-                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(r5, sel_hi), hi, sixteen)
+                if has_qh:      # the bytes whose nibble has its 5th bit: + 16
+                    memcpy(h5, blk + qhoff + 16 * l, 16)
+                    lo = _mm512_mask_add_epi8(lo, <__mmask64>h5[0], lo, sixteen)
+                    hi = _mm512_mask_add_epi8(hi, <__mmask64>h5[1], hi, sixteen)
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(corr[i][l]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), lo,
+                        _mm512_set1_epi32(c[i][l]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), lo,
                         _mm512_set1_epi32(xl[i][l]))), acc[i][l])
                     acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(corr[i][l + 4]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), hi,
+                        _mm512_set1_epi32(c[i][l + 4]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), hi,
                         _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
             if fmt == VX_Q5_0:
                 continue
