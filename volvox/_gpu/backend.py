@@ -52,6 +52,17 @@ class BackendUnavailable(UnsupportedError):
     """The driver, library or device a GPU backend needs is missing; the message says which."""
 
 
+# Renderer / adapter names of GPU APIs implemented on the CPU: Mesa's llvmpipe (GL), lavapipe (Vulkan,
+# which names itself llvmpipe) and softpipe, Google's SwiftShader, Microsoft's WARP ("Basic Render Driver").
+SOFTWARE_ADAPTERS = re.compile(r"llvmpipe|lavapipe|softpipe|swiftshader|basic render driver", re.IGNORECASE)
+
+
+def software_adapter(description: str, adapter_type: str = "") -> bool:
+    """True when an adapter is a CPU implementation of the GPU API: its type says CPU (Vulkan's
+    VK_PHYSICAL_DEVICE_TYPE_CPU, wgpu's adapter_type "CPU") or its name is a known software rasterizer."""
+    return adapter_type.strip().lower() == "cpu" or bool(SOFTWARE_ADAPTERS.search(description))
+
+
 GL_ERRORS = {0x500: "invalid enum", 0x501: "invalid value", 0x502: "invalid operation", 0x505: "out of memory",
              0x506: "invalid framebuffer operation", 0x507: "context lost"}
 
@@ -239,7 +250,7 @@ class Device:
 
     def __init__(self):
         self.description = "?"       # adapter / renderer name
-        self.software = False        # a CPU implementation (lavapipe, llvmpipe)
+        self.software = False        # a CPU implementation (lavapipe, llvmpipe): software_adapter()
         self.submits = 0             # queue submissions so far (tests count them)
         self.dispatches_recorded = 0  # dispatches made native (descriptor sets, bind groups, GL list entries)
         self.bytes_uploaded = 0      # host -> device bytes written by upload() (tests count the KV traffic)
