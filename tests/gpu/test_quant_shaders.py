@@ -283,12 +283,10 @@ def test_weight_types_without_a_shader_stay_on_the_cpu(backend):
 
 
 def test_shaders_share_one_weight_reader():
-    """matmul_q, gemv_q and embedding_q carry the same weight_at block, whose WT_* codes are gpu_weights'."""
-    blocks = set()
+    """matmul_q, gemv_q and embedding_q include the one weight_at file, whose WT_* codes are gpu_weights'."""
+    block = (ROOT / "shaders" / "include" / "weight_at.wgsl").read_text()
     for name in ("matmul_q", "gemv_q", "embedding_q"):
-        text = (ROOT / "shaders" / f"{name}.wgsl").read_text()
-        blocks.add(re.search(r"// BEGIN weight_at.*?// END weight_at", text, re.S).group(0))
-    (block,) = blocks
+        assert '// #include "include/weight_at.wgsl"' in (ROOT / "shaders" / f"{name}.wgsl").read_text(), name
     codes = {m[0]: int(m[1]) for m in re.findall(r"const WT_(\w+): u32 = (\d+)u;", block)}
     names = {"F32": "float32", "F16": "float16"}
     assert {names.get(c, c.lower()): v for c, v in codes.items()} == {d: lay.code for d, lay in LAYOUTS.items()}
