@@ -74,7 +74,8 @@ _INCLUDE = _wgsl_include()
 
 
 def wgsl_lines(path: Path) -> list[tuple[str, Path, int]]:
-    """A kernel's lines with its includes expanded, each with its file and line; ShaderError when an include fails."""
+    """A kernel's lines with its includes expanded, each with its file and line; ShaderError when an
+    include fails."""
     try:
         return _INCLUDE.wgsl_lines(path)
     except _INCLUDE.IncludeError as e:

@@ -53,7 +53,8 @@ class VulkanDevice(Device):
             queues = vk.vkGetPhysicalDeviceQueueFamilyProperties(pd)
             family = next((i for i, q in enumerate(queues) if q.queueFlags & vk.VK_QUEUE_COMPUTE_BIT), None)
             if family is not None:
-                software = software_adapter(props.deviceName, "cpu" if props.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU else "")
+                cpu_type = props.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU
+                software = software_adapter(props.deviceName, "cpu" if cpu_type else "")
                 candidates.append((software, pd, props, family))
         if not candidates:
             raise BackendUnavailable("no Vulkan device with a compute queue")
