@@ -5,6 +5,7 @@ with --generate, generation: prefill and decode tok/s per backend and where the 
     python tools/bench_gpu.py --model model.gguf --prompt 128 --backends cpu vulkan webgpu
     python tools/bench_gpu.py --prompt 16 --image 32   # small shapes: recording overhead shows
     python tools/bench_gpu.py --generate --model model.gguf --prompt 128 --new 64 --llama-cpp
+    python tools/bench_gpu.py --generate --model model.gguf --backends cpu auto vulkan --llama-cpp
 
 The default LLaMA (dim 256, 4 layers, written with tests/support/tiny_gguf.py) and CNN (a MobileNet-style
 stack on a square image) are random: only speed is measured. Per backend: the first forward after
@@ -127,9 +128,9 @@ def bench_backend(backend: str, model_path: str, n_prompt: int, size: int, runs:
 
 def bench_generate(backend: str, model_path: str, n_prompt: int, n_new: int) -> dict:
     """Prefill and decode tok/s on one backend, with host / submit / wait milliseconds per token."""
-    if backend != "cpu":
+    if backend not in ("cpu", "auto"):
         open_device(backend).close()  # BackendUnavailable (with its reason) instead of a quiet CPU run
-    lm = volvox.load(model_path, backend=backend)
+    lm = volvox.load(model_path, backend=backend)  # "auto": a hardware GPU if there is one, else the CPU
     ex = lm.executor
     dev, commands = getattr(ex, "device", None), getattr(ex, "commands", None)
     r = np.random.default_rng(0)
@@ -157,7 +158,8 @@ def bench_generate(backend: str, model_path: str, n_prompt: int, n_new: int) -> 
     def per_token(rows) -> tuple:
         return tuple(statistics.median(row[k] for row in rows) * 1e3 for k in range(1, 4))
 
-    label = "cpu" if dev is None else f"{backend} ({dev.description.split(' (')[0]})"
+    label = "cpu" if dev is None else f"{dev.name} ({dev.description.split(' (')[0]})"
+    label = f"auto: {label}" if backend == "auto" else label
     out = {"backend": label, "prefill tok/s": n_prompt / prefill[0], "prefill ms": (prefill[0] * 1e3, *prefill[1:4]),
            "decode tok/s": len(decode) / sum(row[0] for row in decode) if decode else 0.0,
            "decode ms": (statistics.median(row[0] for row in decode) * 1e3, *per_token(decode)) if decode else None,
@@ -227,7 +229,8 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens per prefill")
     ap.add_argument("--image", type=int, default=96, help="CNN input height and width")
     ap.add_argument("--runs", type=int, default=10, help="steady-state forwards (median)")
-    ap.add_argument("--backends", nargs="+", default=["cpu", *GPU_BACKENDS])
+    ap.add_argument("--backends", nargs="+", default=["cpu", *GPU_BACKENDS],
+                    help='cpu and GPU backends; with --generate also "auto" (what backend="auto" picks)')
     ap.add_argument("--generate", action="store_true", help="time generation (prefill, decode) instead")
     ap.add_argument("--new", type=int, default=32, help="--generate: greedy tokens decoded")
     ap.add_argument("--llama-cpp", action="store_true", help="--generate: add llama-cpp-python, layers offloaded")

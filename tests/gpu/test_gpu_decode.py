@@ -5,13 +5,14 @@ pickers (argmax.wgsl, sample.wgsl) against a numpy transcription of their docume
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from gpu_helpers import BACKENDS, device_or_skip
+from gpu_helpers import BACKENDS, device_or_skip, nmse
 from hf_models import build_causal_lm, torch_greedy, train_bpe_tokenizer
 from tiny_gguf import write_tiny_llama
 import volvox
@@ -320,32 +321,130 @@ def smollm2_files(smollm2_gguf_path, tmp_path_factory):
     return {"q4_1": smollm2_gguf_path, "q8_0": dst}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("qtype", ["q4_1", "q8_0"])
-def test_smollm2_greedy_32_tokens_on_the_gpu(smollm2_files, qtype):
-    """The GPU multiplies packed weights by float32 activations, as the ops' numpy references do; the
-    CPU's fast kernels quantize activations to 8 bits first, as llama.cpp's do. So greedy tokens are
-    compared one for one with the CPU reference executor (a flip only at a near tie, < 1e-3
-    relative, and top-1 agreement >= 99% over 256 teacher-forced positions), and the fast CPU run
-    may part from them only where the float logits of the two tokens are within 1%."""
-    device_or_skip("vulkan")  # lavapipe here: the slowest part of this test is the software rasterizer
-    path = smollm2_files[qtype]
-    with volvox.load(path, backend="vulkan") as gpu, volvox.load(path, reference=True) as ref, \
-            volvox.load(path) as cpu:
-        assert set(gpu.executor.node_backends().values()) == {"vulkan"}, gpu.executor.describe()
-        ids = cpu.tokenizer.encode("Once upon a time, there")  # <= 8 tokens: the prefill takes the GEMV too
-        got, want = _tokens(gpu, ids, 32), _tokens(ref, ids, 32)
-        if got != want:  # float order may flip a near tie: show it is one, and that such flips are rare
-            i = next(j for j, (a, b) in enumerate(zip(got, want)) if a != b)
-            row = Session(ref).forward(ids + want[:i])[-1]  # (vocab,) the float logits at the divergence
-            assert abs(row[got[i]] - row[want[i]]) < 1e-3 * abs(row[want[i]]), (i, got, want)
+def _product_on_q8_rows(x: np.ndarray, weight) -> np.ndarray:
+    """x (M, K) @ weight.T (N, K) as the CPU's 8-bit activation rows make it (ggml's q8_0 / q8_1), in
+    float64: per 32 values d = amax / 127, q = round_half_even(x * (127 / amax)), the row q * fp16(d);
+    for q4_1 weights (q8_1 rows) each block's minimum m multiplies s = fp16(d * sum(q)), not fp16(d) * sum(q)."""
+    from volvox.ops.linear import dense_weight
+
+    b = np.asarray(x, np.float32).reshape(x.shape[0], -1, 32)      # (M, K/32, 32)
+    amax = np.abs(b).max(-1, keepdims=True)                        # (M, K/32, 1)
+    q = np.rint(b * np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0))
+    d = amax / np.float32(127)                                     # (M, K/32, 1) float32
+    d16 = d.astype(np.float16).astype(np.float64)
+    y = (q * d16).reshape(x.shape).astype(np.float64) @ dense_weight(weight).astype(np.float64).T  # (M, N)
+    if weight.qtype == "q4_1":  # blocks (d: f16, m: f16, 16 bytes of nibbles)
+        m = weight.data.reshape(weight.shape[0], -1, 20)[..., 2:4].copy().view(np.float16)[..., 0]  # (N, K/32)
+        qsum = q.sum(-1)                                           # (M, K/32)
+        s = (d[..., 0] * qsum.astype(np.float32)).astype(np.float16).astype(np.float64)
+        y += (s - d16[..., 0] * qsum) @ m.astype(np.float64).T
+    return y
+
+
+def _teacher_forced(lm, seq) -> tuple[np.ndarray, np.ndarray]:
+    """(argmax per position (len(seq) - 1,), the logits (len(seq) - 1, vocab)) of ``seq`` fed in one forward."""
+    logits = Session(lm).forward(seq, all_logits=True)[:-1]
+    return logits.argmax(-1), logits
+
+
+def _relative_margin(row: np.ndarray, a: int, b: int) -> float:
+    """How far apart tokens a and b are in one float logits row, relative to b's logit."""
+    return float(abs(row[a] - row[b]) / abs(row[b]))
+
+
+@pytest.fixture(scope="module")
+def smollm2_cpu_runs(smollm2_files):
+    """Per qtype, what the GPU runs are compared with (computed once): the prompt, the 32 greedy tokens
+    of the reference executor (float32 activations) and of the fast CPU (8-bit activations), and the
+    256-position teacher-forced sequence with both executors' argmax and the reference's logits."""
+    out = {}
+    for qtype, path in smollm2_files.items():
+        ref = volvox.load(path, reference=True)  # kept: the GPU tests read its logits at a divergence
+        with volvox.load(path) as cpu:
+            ids = cpu.tokenizer.encode("Once upon a time, there")  # <= 8 tokens: the prefill takes the GEMV too
             text = cpu.tokenizer.encode(" ".join(["The little robot read books about the sea and the stars."] * 24))
             seq = (ids + text)[:257]
-            on_ref = Session(ref).forward(seq, all_logits=True)[:-1].argmax(-1)  # (256,)
-            on_gpu = Session(gpu).forward(seq, all_logits=True)[:-1].argmax(-1)  # (256,)
-            assert (on_ref == on_gpu).mean() >= 0.99
-        fast = _tokens(cpu, ids, 32)
-        if fast != got:
-            i = next(j for j, (a, b) in enumerate(zip(got, fast)) if a != b)
-            row = Session(ref).forward(ids + got[:i])[-1]  # (vocab,)
-            assert abs(row[fast[i]] - row[got[i]]) < 1e-2 * abs(row[got[i]]), (i, got, fast)
+            want, fast = _tokens(ref, ids, 32), _tokens(cpu, ids, 32)
+            on_ref, ref_logits = _teacher_forced(ref, seq)
+            on_fast, _ = _teacher_forced(cpu, seq)
+            out[qtype] = dict(path=path, ids=ids, want=want, fast=fast, seq=seq, on_ref=on_ref, on_fast=on_fast,
+                              ref_logits=ref_logits, ref=ref)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qtype", ["q4_1", "q8_0"])
+def test_smollm2_fast_cpu_differs_from_float_only_by_its_8bit_activations(smollm2_files, qtype):
+    """Where the fast CPU's tokens part from the float ones: each linear of SmolLM2, on the activations
+    the model itself produces, equals the float product of its 8-bit activation rows (q8_0 / q8_1
+    rounded back to floats) to NMSE 1e-11 (measured <= 7e-13), while it is 3e-7..2e-4 (median 6e-5)
+    from the float product of the activations themselves; with its linears swapped for the float
+    reference ones, the fast run's logits equal the reference executor's."""
+    from volvox.ir.quant_blocks import QuantTensor
+
+    with volvox.load(smollm2_files[qtype], profile=True) as lm:  # the per-node path, whose steps can be wrapped
+        seen = []
+
+        def check(fast, ctx, p, x, weight, bias=None):
+            from volvox.ops.linear import dense_weight
+
+            assert isinstance(weight, QuantTensor) and weight.qtype in ("q4_1", "q8_0") and bias is None, weight
+            y = fast(ctx, p, x, weight)
+            rows = np.concatenate(y, -1) if isinstance(y, (list, tuple)) else y  # (M, N)
+            on_f32 = x.astype(np.float64) @ dense_weight(weight).astype(np.float64).T
+            seen.append((nmse(rows, _product_on_q8_rows(x, weight)), nmse(rows, on_f32)))
+            return y
+
+        for st in lm.executor.steps:
+            if st.op in ("linear", "linear_act", "linear_split"):
+                assert st.op != "linear_act", st.node_id  # SmolLM2's graph has none (swiglu is its own op)
+                st.fn = functools.partial(check, st.fn)
+        lm.executor._arena_buffers = lambda arrays: lm.executor._no_buffers  # every step returns its result
+        Session(lm).forward(lm.tokenizer.encode("Once upon a time, there"), all_logits=True)
+    assert len(seen) == 30 * 4 + 1  # qkv, o, gate+up, down per layer, and the tied output head
+    to_q8, to_f32 = np.array(seen).T
+    assert to_q8.max() < 1e-11
+    assert np.median(to_f32) > 1e-6 and to_f32.min() > 1e3 * to_q8.max()
+    from volvox.ops.registry import get_op
+
+    ids = list(range(100, 112))
+    path = smollm2_files[qtype]
+    with volvox.load(path, profile=True) as lm, volvox.load(path, reference=True) as ref:
+        for st in lm.executor.steps:
+            if st.op in ("linear", "linear_split"):
+                st.fn = get_op(st.op, st.node_id).ref
+        lm.executor._arena_buffers = lambda arrays: lm.executor._no_buffers
+        assert nmse(Session(lm).forward(ids, all_logits=True), Session(ref).forward(ids, all_logits=True)) < 1e-10
+
+
+@pytest.mark.slow
+@BACKENDS
+@pytest.mark.parametrize("qtype", ["q4_1", "q8_0"])
+def test_smollm2_greedy_32_tokens_on_the_gpu(smollm2_cpu_runs, qtype, backend):
+    """The GPU multiplies packed weights by float32 activations, as the ops' numpy references do. Against
+    the reference executor (the same arithmetic) the issue's bounds hold: 32 greedy tokens equal, or
+    a flip only at a near tie (< 1e-3 relative), and top-1 agreement >= 99% over 256 teacher-forced
+    positions. The fast CPU quantizes activations to 8 bits (as llama.cpp's CPU backend; the test
+    above shows that is its whole difference), which moves logits by more than that: measured, it
+    agrees with the float run at 100% (Q4_1) and 98.0% (Q8_0) of those positions, its disagreements
+    pairs within 1% in the float logits. So the GPU is held to the same, stated, bounds against it."""
+    device_or_skip(backend)  # Mesa's software drivers here: the rasterizer is the slowest part of this test
+    run = smollm2_cpu_runs[qtype]
+    ids, want, seq = run["ids"], run["want"], run["seq"]
+    with volvox.load(run["path"], backend=backend) as gpu:
+        assert set(gpu.executor.node_backends().values()) == {backend}, gpu.executor.describe()
+        got = _tokens(gpu, ids, 32)
+        on_gpu, _ = _teacher_forced(gpu, seq)
+    if got != want:  # float order may flip a near tie: show it is one
+        i = next(j for j, (a, b) in enumerate(zip(got, want)) if a != b)
+        row = Session(run["ref"]).forward(ids + want[:i])[-1]  # (vocab,) the float logits at the divergence
+        assert _relative_margin(row, got[i], want[i]) < 1e-3, (i, got, want)
+    assert (on_gpu == run["on_ref"]).mean() >= 0.99
+    # the fast CPU (8-bit activations): agreement per position, every disagreement a pair within 1%
+    assert (on_gpu == run["on_fast"]).mean() >= 0.97
+    for j in np.flatnonzero(on_gpu != run["on_fast"]):
+        assert _relative_margin(run["ref_logits"][j], int(on_gpu[j]), int(run["on_fast"][j])) < 1e-2, j
+    if run["fast"] != got:
+        i = next(j for j, (a, b) in enumerate(zip(got, run["fast"])) if a != b)
+        row = Session(run["ref"]).forward(ids + got[:i])[-1]  # (vocab,)
+        assert _relative_margin(row, run["fast"][i], got[i]) < 1e-2, (i, got, run["fast"])

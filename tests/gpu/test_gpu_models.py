@@ -182,6 +182,54 @@ def test_auto_takes_a_hardware_gpu_or_quietly_the_cpu(tiny_llama, capsys):
         lm.close()
 
 
+@pytest.mark.parametrize("description, adapter_type, software", [
+    ("llvmpipe (LLVM 15.0.6, 256 bits)", "", True),                 # Mesa llvmpipe (GL) and lavapipe (Vulkan)
+    ("llvmpipe (LLVM 15.0.6, 256 bits) via Vulkan", "CPU", True),   # wgpu on lavapipe
+    ("Mesa lavapipe", "", True),
+    ("softpipe", "", True),
+    ("SwiftShader Device (Subzero)", "", True),
+    ("Microsoft Basic Render Driver via D3D12", "", True),          # WARP
+    ("AMD EPYC 7B13", "cpu", True),                                 # any adapter whose type is CPU
+    ("NVIDIA GeForce RTX 4090", "", False),
+    ("NVIDIA H200 via Vulkan", "DiscreteGPU", False),
+    ("AMD Radeon RX 7900 XTX (RADV NAVI31)", "", False),
+    ("Mesa Intel(R) UHD Graphics 620 (KBL GT2)", "", False),
+    ("Apple M2 Pro via Metal", "IntegratedGPU", False),
+    ("Adreno (TM) 740", "", False),
+])
+def test_software_adapters_are_told_from_hardware_gpus(description, adapter_type, software):
+    from volvox._gpu.backend import software_adapter
+    assert software_adapter(description, adapter_type) is software
+
+
+class _FakeDevice:
+    def __init__(self, software):
+        self.software, self.closed = software, False
+
+    def close(self):
+        self.closed = True
+
+
+def test_auto_skips_software_adapters_and_takes_the_first_hardware_one(monkeypatch, capsys):
+    from volvox._gpu.backend import BackendUnavailable
+    from volvox.loader import _select_backend
+
+    opened = {"vulkan": _FakeDevice(True), "gles": _FakeDevice(False), "webgpu": _FakeDevice(False)}
+
+    def fake_open(name):
+        if name not in opened:
+            raise BackendUnavailable("no driver")
+        return opened[name]
+
+    monkeypatch.setattr("volvox._gpu.devices.open_device", fake_open)
+    assert _select_backend("auto") is opened["gles"]       # vulkan was a software one, opengl had no driver
+    assert opened["vulkan"].closed and not opened["gles"].closed
+    opened.update(gles=_FakeDevice(True), webgpu=_FakeDevice(True))
+    assert _select_backend("auto") is None                  # only software adapters: the CPU, silently
+    assert _select_backend("vulkan") is opened["vulkan"]    # asked by name, a software adapter is used
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["pp-ocrv4-rec", "blazeface-short-range"])
 def test_float_vision_models_run_whole_on_the_gpu(name):

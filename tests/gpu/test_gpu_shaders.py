@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from volvox._gpu.backend import SHADER_DIR, gles_from_glsl, glsl_source, kernel_info, kernel_names, wgsl_dir
+from volvox._gpu.backend import (SHADER_DIR, gles_from_glsl, glsl_source, kernel_info, kernel_names, wgsl_dir,
+                                 wgsl_source)
+from volvox._gpu.wgsl_include import IncludeError, expand_wgsl, wgsl_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "compile_shaders.py"
@@ -68,14 +70,14 @@ def test_generated_shaders_are_up_to_date():
 
 def test_generated_files_are_marked_and_recorded():
     """Every GLSL file says it is generated (after its #version line); GENERATED.md lists every
-    generated file with the sha256 of the WGSL it came from (the current one) and its own."""
+    generated file with the sha256 of the WGSL it came from (the current one, includes expanded) and its own."""
     import hashlib
 
     record = (ROOT / "volvox" / "_gpu" / "shaders" / "GENERATED.md").read_text()
     for name in kernel_names():
         lines = (SHADER_DIR / "glsl" / f"{name}.comp").read_text().splitlines()
         assert lines[:2] == ["#version 430", MARK.format(name)], name
-        src_sha = hashlib.sha256((ROOT / "shaders" / f"{name}.wgsl").read_bytes()).hexdigest()
+        src_sha = hashlib.sha256(wgsl_source(name).encode()).hexdigest()
         for rel in (f"spv/{name}.spv", f"glsl/{name}.comp"):
             sha = hashlib.sha256((SHADER_DIR / rel).read_bytes()).hexdigest()
             assert f"| `{rel}` | `shaders/{name}.wgsl` | `{src_sha}` | `{sha}` |" in record, rel
@@ -105,6 +107,12 @@ def test_check_with_another_spirv_cross_uses_the_record(copy_of_generated, monke
     text = "\n".join(problems)
     assert "glsl/copy.comp: edited after generation" in text
     assert "glsl/softmax.comp: generated from another shaders/softmax.wgsl" in text
+    # an edit inside an include makes every includer's GLSL older than its (expanded) source
+    inc = tool.SRC / "include" / "activate.wgsl"
+    inc.write_text(inc.read_text() + "// a new comment\n")
+    text = "\n".join(tool.check()[1])
+    for name in ("matmul", "matmul_q", "gemv_q"):
+        assert f"glsl/{name}.comp: generated from another shaders/{name}.wgsl" in text
     assert "spv/rope.spv: differs from what naga make" in text
     assert "glsl/unary.comp: does not start with" in text
 
@@ -162,7 +170,8 @@ def test_package_holds_what_the_backends_load():
         assert files == want | {"GENERATED.md"}
     else:  # an installed wheel
         assert wgsl_dir() == SHADER_DIR / "wgsl"
-        assert files == want | {f"wgsl/{n}.wgsl" for n in names}
+        includes = {p.relative_to(ROOT / "shaders").as_posix() for p in (ROOT / "shaders" / "include").glob("*.wgsl")}
+        assert files == want | {f"wgsl/{n}.wgsl" for n in names} | {f"wgsl/{n}" for n in includes}
 
 
 def test_gles_is_the_glsl_with_its_version_line_replaced():
@@ -198,3 +207,51 @@ def test_errors_name_file_and_line(tmp_path):
                    "}\n")
     with pytest.raises(tool.ShaderError, match=r"bad\.wgsl:5: .*undefined_name"):
         tool.compile_one(tool.naga(), bad)
+
+
+def test_includes_expand_in_place_nested_and_refuse_cycles(tmp_path):
+    """``// #include "file"`` lines are replaced by the file (relative to the includer), nested, each
+    line knowing where it came from; a missing file or a cycle is an error naming the chain."""
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "a.wgsl").write_text('const A: u32 = 1u;\n  // #include "b.wgsl"\n')
+    (tmp_path / "include" / "b.wgsl").write_text("const B: u32 = 2u;")  # no final newline
+    (tmp_path / "k.wgsl").write_text('// kernel\n// #include "include/a.wgsl"\nconst C: u32 = 3u;\n')
+    assert expand_wgsl(tmp_path / "k.wgsl") == "// kernel\nconst A: u32 = 1u;\nconst B: u32 = 2u;\nconst C: u32 = 3u;\n"
+    assert [(p.name, n) for _, p, n in wgsl_lines(tmp_path / "k.wgsl")] == [("k.wgsl", 1), ("a.wgsl", 1), ("b.wgsl", 1),
+                                                                         ("k.wgsl", 3)]
+    (tmp_path / "include" / "b.wgsl").write_text('// #include "a.wgsl"\n')
+    with pytest.raises(IncludeError, match=r"k\.wgsl -> .*a\.wgsl -> .*b\.wgsl -> .*a\.wgsl: includes itself"):
+        expand_wgsl(tmp_path / "k.wgsl")
+    (tmp_path / "include" / "b.wgsl").write_text('// #include "gone.wgsl"\n')
+    with pytest.raises(IncludeError, match=r"b\.wgsl: no WGSL file .*gone\.wgsl"):
+        expand_wgsl(tmp_path / "k.wgsl")
+
+
+def test_kernels_share_their_includes():
+    """The packed weight reader and the fused activations are written once (shaders/include/) and every
+    kernel that needs them includes them; what webgpu runs and naga compiled is the expanded text."""
+    users = {"include/weight_at.wgsl": ("matmul_q", "gemv_q", "embedding_q"),
+             "include/activate.wgsl": ("matmul", "matmul_q", "gemv_q")}
+    for inc, kernels in users.items():
+        for name in kernels:
+            raw = (ROOT / "shaders" / f"{name}.wgsl").read_text()
+            assert f'// #include "{inc}"' in raw and (ROOT / "shaders" / inc).read_text() in wgsl_source(name), name
+    for name in kernel_names():
+        raw = (ROOT / "shaders" / f"{name}.wgsl").read_text()
+        assert "fn weight_at(" not in raw and "fn activate(" not in raw, name  # no second copy
+        assert "// #include" not in wgsl_source(name), name
+
+
+def test_an_error_in_an_include_names_the_included_file(tmp_path):
+    tool = _tool()
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "helper.wgsl").write_text("fn helper(v: f32) -> f32 {\n    return v * undefined_name;\n}\n")
+    kernel = tmp_path / "k.wgsl"
+    kernel.write_text("@group(0) @binding(0) var<storage, read_write> y: array<f32>;\n"
+                      '// #include "include/helper.wgsl"\n'
+                      "@compute @workgroup_size(64)\n"
+                      "fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n"
+                      "    y[g.x] = helper(y[g.x]);\n"
+                      "}\n")
+    with pytest.raises(tool.ShaderError, match=r"helper\.wgsl:[12]: .*undefined_name"):
+        tool.compile_one(tool.naga(), kernel)

@@ -183,11 +183,40 @@ def test_weight_larger_than_a_binding_is_split_into_chunks(backend, dtype, k, n,
 
 
 @BACKENDS
+@pytest.mark.parametrize("k", [64, 37])
+@pytest.mark.parametrize("m", [1, 5, 8, 9])
+def test_float32_weights_decode_through_the_gemv(backend, k, m):
+    """A float32 weight that fits one binding stays one float buffer; up to GEMV_MAX_ROWS rows it is read
+    by gemv_q as f32 rows (4 values a step, or one when K is not a multiple of 4), beyond by matmul's
+    tiles: linear with bias, linear_act, and linear_split's row blocks."""
+    device = device_or_skip(backend)
+    n = 19
+    w = rng(20).standard_normal((n, k)).astype(np.float32)
+    bias = rng(21).standard_normal(n).astype(np.float32)
+    x = rng(22).standard_normal((m, k)).astype(np.float32)
+    kernel = {"gemv_q" if m <= 8 else "matmul"}
+    ex, got = run_gpu(device, one_node("linear", {"x": x}, {"weight": w, "bias": bias}), {"weight": w, "bias": bias},
+                      {"x": x})
+    assert kernels_of(ex) == kernel and not ex.weight_chunks
+    full = x.astype(np.float64) @ w.astype(np.float64).T  # (m, n)
+    assert nmse(got["y"], full + bias) < BOUND
+    graph = one_node("linear_act", {"x": x}, {"weight": w, "bias": bias}, {"activation": "silu"})
+    ex, got = run_gpu(device, graph, {"weight": w, "bias": bias}, {"x": x})
+    assert kernels_of(ex) == kernel
+    assert nmse(got["y"], act_ref("silu", full + bias)) < 1e-9
+    graph = one_node("linear_split", {"x": x}, {"weight": w}, {"sizes": [5, 6, 8]}, outputs=("y0", "y1", "y2"))
+    ex, got = run_gpu(device, graph, {"weight": w}, {"x": x})
+    assert kernels_of(ex) == kernel
+    for name, (a, b) in zip(("y0", "y1", "y2"), ((0, 5), (5, 11), (11, 19))):
+        assert nmse(got[name], full[:, a:b]) < BOUND, name
+
+
+@BACKENDS
 @pytest.mark.parametrize("dtype, k", [("float32", 40), ("float32", 37), ("float16", 37)])
 @pytest.mark.parametrize("m", [1, 13])
 def test_float_rows_of_any_width(backend, dtype, k, m, monkeypatch):
     """float16 rows of odd width (a row starts mid-word: the one-value path), and float32 weights past the
-    binding limit (packed as f32 chunks; below it they keep the float matmul)."""
+    binding limit (packed as f32 chunks; below it one float buffer, see the test above)."""
     device = device_or_skip(backend)
     monkeypatch.setattr(device, "max_binding", 4096)
     n = 61
@@ -254,12 +283,10 @@ def test_weight_types_without_a_shader_stay_on_the_cpu(backend):
 
 
 def test_shaders_share_one_weight_reader():
-    """matmul_q, gemv_q and embedding_q carry the same weight_at block, whose WT_* codes are gpu_weights'."""
-    blocks = set()
+    """matmul_q, gemv_q and embedding_q include the one weight_at file, whose WT_* codes are gpu_weights'."""
+    block = (ROOT / "shaders" / "include" / "weight_at.wgsl").read_text()
     for name in ("matmul_q", "gemv_q", "embedding_q"):
-        text = (ROOT / "shaders" / f"{name}.wgsl").read_text()
-        blocks.add(re.search(r"// BEGIN weight_at.*?// END weight_at", text, re.S).group(0))
-    (block,) = blocks
+        assert '// #include "include/weight_at.wgsl"' in (ROOT / "shaders" / f"{name}.wgsl").read_text(), name
     codes = {m[0]: int(m[1]) for m in re.findall(r"const WT_(\w+): u32 = (\d+)u;", block)}
     names = {"F32": "float32", "F16": "float16"}
     assert {names.get(c, c.lower()): v for c, v in codes.items()} == {d: lay.code for d, lay in LAYOUTS.items()}

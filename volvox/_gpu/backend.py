@@ -12,7 +12,8 @@ Driver failures (out of memory, device lost, a timeout) surface as ``DeviceError
 backend and what it was doing; after a failed submit the device refuses further work.
 
 Every kernel is a WGSL file (shaders/*.wgsl at the repository root; a wheel carries a copy in
-shaders/wgsl/ here): its storage buffers are bindings 0..n-1 of group 0 in declaration order, and
+shaders/wgsl/ here), whose ``// #include "include/<file>.wgsl"`` lines stand for shared parts
+(wgsl_include.py): its storage buffers are bindings 0..n-1 of group 0 in declaration order, and
 its last binding is ``P``, a read-only struct ``Params`` of 4-byte ``u32`` / ``f32`` fields, packed
 here from the WGSL declaration. tools/compile_shaders.py generates the committed SPIR-V
 (volvox/_gpu/shaders/spv/) and GLSL 430 (volvox/_gpu/shaders/glsl/) from it; the GLSL ES 310 the
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from volvox._gpu.wgsl_include import IncludeError, expand_wgsl
 from volvox.errors import DeviceError, KernelError, UnsupportedError, VolvoxError
 from volvox.ops.gpu import MAX_GROUPS
 
@@ -50,6 +52,17 @@ RECORDING_CACHE = 16    # native recordings a CommandGraph keeps for replay (lea
 
 class BackendUnavailable(UnsupportedError):
     """The driver, library or device a GPU backend needs is missing; the message says which."""
+
+
+# Renderer / adapter names of GPU APIs implemented on the CPU: Mesa's llvmpipe (GL), lavapipe (Vulkan,
+# which names itself llvmpipe) and softpipe, Google's SwiftShader, Microsoft's WARP ("Basic Render Driver").
+SOFTWARE_ADAPTERS = re.compile(r"llvmpipe|lavapipe|softpipe|swiftshader|basic render driver", re.IGNORECASE)
+
+
+def software_adapter(description: str, adapter_type: str = "") -> bool:
+    """True when an adapter is a CPU implementation of the GPU API: its type says CPU (Vulkan's
+    VK_PHYSICAL_DEVICE_TYPE_CPU, wgpu's adapter_type "CPU") or its name is a known software rasterizer."""
+    return adapter_type.strip().lower() == "cpu" or bool(SOFTWARE_ADAPTERS.search(description))
 
 
 GL_ERRORS = {0x500: "invalid enum", 0x501: "invalid value", 0x502: "invalid operation", 0x505: "out of memory",
@@ -111,11 +124,14 @@ def wgsl_dir() -> Path:
 
 
 def wgsl_source(name: str) -> str:
-    """The WGSL of kernel ``name`` (what the webgpu backend runs)."""
+    """The WGSL of kernel ``name`` with its includes expanded (what the webgpu backend runs)."""
     path = wgsl_dir() / f"{name}.wgsl"
     if not path.is_file():
         raise KernelError(f"no shader {path}")
-    return path.read_text()
+    try:
+        return expand_wgsl(path)
+    except IncludeError as e:
+        raise KernelError(str(e)) from None
 
 
 def spirv_code(name: str) -> bytes:
@@ -150,9 +166,7 @@ def glsl_source(name: str, es: bool = False) -> str:
 def kernel_info(name: str) -> KernelInfo:
     """The interface of kernel ``name`` parsed from its WGSL."""
     path = wgsl_dir() / f"{name}.wgsl"
-    if not path.is_file():
-        raise KernelError(f"no shader {path}")
-    src = path.read_text()
+    src = wgsl_source(name)
     body = re.search(r"struct Params\s*\{(.*?)\}", src, re.S)
     if body is None:
         raise KernelError(f"{path}: no struct Params")
@@ -239,7 +253,7 @@ class Device:
 
     def __init__(self):
         self.description = "?"       # adapter / renderer name
-        self.software = False        # a CPU implementation (lavapipe, llvmpipe)
+        self.software = False        # a CPU implementation (lavapipe, llvmpipe): software_adapter()
         self.submits = 0             # queue submissions so far (tests count them)
         self.dispatches_recorded = 0  # dispatches made native (descriptor sets, bind groups, GL list entries)
         self.bytes_uploaded = 0      # host -> device bytes written by upload() (tests count the KV traffic)

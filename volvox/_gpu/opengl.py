@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from volvox._gpu.backend import (PARAM_ALIGN, BackendUnavailable, Buffer, Device, Record, Readback, Recording,
-                                 describe_driver_error, glsl_source, kernel_info, timed_out)
+                                 describe_driver_error, glsl_source, kernel_info, software_adapter, timed_out)
 
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 try:
@@ -69,7 +69,7 @@ class OpenGLDevice(Device):
             op = getattr(getattr(e, "baseOperation", None), "__name__", "")
             what = f"{getattr(e, 'err', '')} in {op}" if op else str(e)
             raise BackendUnavailable(f"no EGL/GL driver ({type(e).__name__}: {what})") from None
-        self.software = "llvmpipe" in self.description or "softpipe" in self.description
+        self.software = software_adapter(self.description)
         self.max_blocks = int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS))
         self.max_binding = int(GL.glGetIntegerv(GL.GL_MAX_SHADER_STORAGE_BLOCK_SIZE))
         if int(GL.glGetIntegerv(GL.GL_SHADER_STORAGE_BUFFER_OFFSET_ALIGNMENT)) > PARAM_ALIGN:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from volvox._gpu.backend import (BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info, spirv_code,
-                                 timed_out)
+                                 software_adapter, timed_out)
 
 try:
     import vulkan as vk
@@ -53,7 +53,8 @@ class VulkanDevice(Device):
             queues = vk.vkGetPhysicalDeviceQueueFamilyProperties(pd)
             family = next((i for i, q in enumerate(queues) if q.queueFlags & vk.VK_QUEUE_COMPUTE_BIT), None)
             if family is not None:
-                software = props.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU
+                cpu_type = props.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU
+                software = software_adapter(props.deviceName, "cpu" if cpu_type else "")
                 candidates.append((software, pd, props, family))
         if not candidates:
             raise BackendUnavailable("no Vulkan device with a compute queue")

@@ -16,7 +16,7 @@ import os
 import tempfile
 
 from volvox._gpu.backend import (BackendUnavailable, Buffer, Device, Record, Readback, Recording, kernel_info,
-                                 wgsl_source)
+                                 software_adapter, wgsl_source)
 
 if not os.environ.get("XDG_RUNTIME_DIR"):
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="volvox-xdg-")
@@ -53,7 +53,7 @@ class WebGPUDevice(Device):
             raise BackendUnavailable(f"no WebGPU adapter ({type(e).__name__}: {e})") from None
         info = adapter.info
         self.description = f"{info.get('device', '?')} via {info.get('backend_type', '?')}"
-        self.software = info.get("adapter_type", "") == "CPU"
+        self.software = software_adapter(self.description, str(info.get("adapter_type", "")))
         self.max_buffers = adapter.limits.get("max-storage-buffers-per-shader-stage", 8)
         self.max_binding = int(self.device.limits["max-storage-buffer-binding-size"])
         self.max_buffer = int(self.device.limits["max-buffer-size"])

@@ -17,7 +17,7 @@ from volvox.ops.activation import (FUSED_ACTIVATIONS, GRAD_FROM_INPUT, activatio
 from volvox.ops.elementwise import add_ref, binary_cpu, broadcast_shape
 from volvox.ops.linear import _linear_infer, linear_cpu, linear_fast, linear_grads, linear_into, linear_ref
 from volvox.ops.shape import MAX_CONCAT_INPUTS, _concat_infer, concat_backward, concat_cpu, concat_ref
-from volvox.ops.gpu import (Call, Dispatch, Lowering, binary_dispatch, float_only, grid_of, matmul_dispatch,
+from volvox.ops.gpu import (Call, Dispatch, Lowering, binary_dispatch, float_linear_dispatch, float_only, grid_of,
                             packed_layout, packed_matmul_dispatches, unary_dispatch)
 from volvox.ops.linear import _lower_linear, check_linear
 from volvox.ops.shape import _check_concat, _lower_concat
@@ -173,7 +173,7 @@ def add_n_into(ctx, p, out, *xs):
 
 # ------------------------------------------------------------------ GPU lowerings
 def _lower_linear_split(c: Call) -> list[Dispatch]:
-    """One matmul per output over its block of the weight's rows (packed: per chunk the block touches)."""
+    """One GEMV / matmul per output over its block of the weight's rows (packed: per chunk the block touches)."""
     rows, k = c.shapes["weight"]
     m = math.prod(c.shapes["x"][:-1])
     layout = packed_layout(c, "weight")
@@ -183,7 +183,7 @@ def _lower_linear_split(c: Call) -> list[Dispatch]:
             if layout is not None:
                 out += packed_matmul_dispatches("x", "weight", None, f"y{i}", m, k, n, layout, rows, w_row=row)
             else:
-                out.append(matmul_dispatch("x", "weight", None, f"y{i}", m, k, n, w_row=row))
+                out.append(float_linear_dispatch("x", "weight", None, f"y{i}", m, k, n, w_row=row))
         row += n
     return out
 

@@ -87,6 +87,17 @@ def matmul_dispatch(x: str, w: str, bias: str | None, y: str, m: int, k: int, n:
                          w_batch=w_batch, has_bias=int(bias is not None), act=FN[act]))
 
 
+def float_linear_dispatch(x: str, w: str, bias: str | None, y: str, m: int, k: int, n: int, w_row: int = 0,
+                          act: str = "none") -> Dispatch:
+    """y (m, n) = act(x (m, k) @ w[w_row:w_row + n]^T + bias) for a float32 weight bound whole: gemv_q
+    over its f32 rows for m <= GEMV_MAX_ROWS (decode), else the tiled matmul (prefill)."""
+    if m > GEMV_MAX_ROWS:
+        return matmul_dispatch(x, w, bias, y, m, k, n, w_row=w_row, act=act)
+    return Dispatch("gemv_q", [x, w, bias or "@dummy", y], grid_1d(-(-n // 4)),
+                    dict(M=m, K=k, N=n, n0=0, rows=n, w_row=w_row, head_off=0, wtype=LAYOUTS["float32"].code,
+                         has_bias=int(bias is not None), act=FN[act]))
+
+
 def packed_layout(c: Call, port: str) -> tuple[str, int] | None:
     """(dtype, rows a chunk) when the executor bound ``port`` packed in chunks ("<port>.<i>"), else None."""
     return c.extra.get(f"{port}_layout")

@@ -12,7 +12,7 @@ from volvox.ir.quant_blocks import QuantTensor, SUPPORTED_QTYPES, dequantize_ref
 from volvox.ops.codes import FN
 from volvox.ops.registry import OpDef, register
 from volvox.ops.conv import plan_blocks
-from volvox.ops.gpu import (Call, Dispatch, Lowering, float_only, grid_of, matmul_dispatch, packed_layout,
+from volvox.ops.gpu import (Call, Dispatch, Lowering, float_linear_dispatch, float_only, grid_of, packed_layout,
                             packed_matmul_dispatches)
 from volvox.ops.gpu_weights import LAYOUTS, check_weight, chunk_spans, chunk_words
 
@@ -169,8 +169,8 @@ def check_linear(specs, params):
 
 
 def _lower_linear(c: Call) -> list[Dispatch]:
-    """linear, and linear_act with its activation in the output write: matmul for a float32 weight,
-    the packed kernels for a weight bound in its stored type."""
+    """linear, and linear_act with its activation in the output write: for a float32 weight gemv_q
+    (decode rows) or matmul, the packed kernels for a weight bound in its stored type."""
     n, k = c.shapes["weight"]
     m = math.prod(c.shapes["x"][:-1])
     bias = "bias" if "bias" in c.shapes else None
@@ -178,7 +178,7 @@ def _lower_linear(c: Call) -> list[Dispatch]:
     layout = packed_layout(c, "weight")
     if layout is not None:
         return packed_matmul_dispatches("x", "weight", bias, "y", m, k, n, layout, n, act=act)
-    return [matmul_dispatch("x", "weight", bias, "y", m, k, n, act=act)]
+    return [float_linear_dispatch("x", "weight", bias, "y", m, k, n, act=act)]
 
 
 def _check_embedding(specs, params):
