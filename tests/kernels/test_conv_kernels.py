@@ -184,7 +184,8 @@ def test_qgemm_requant_in_registers_and_its_fallbacks(tier, cout, edges):
     assert plain.size == 0 or len(np.unique(plain)) > 3
 
 
-@pytest.mark.parametrize("m,n,k", [(16, 33, 5), (40, 6625 // 25, 120), (23, 64, 17), (100, 7, 300), (17, 96, 1)])
+@pytest.mark.parametrize("m,n,k", [(16, 33, 5), (40, 6625 // 25, 120), (23, 64, 17), (100, 7, 300), (17, 96, 1),
+                                   (49, 70, 1100)])  # K in 5 slices of 220
 def test_linear_f32_packed_gemm(tier, m, n, k):
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)

@@ -242,8 +242,10 @@ def direct_conv(window: tuple, wshape: tuple) -> bool:
 
 def plan_blocks(plan, pixels: int, cout: int) -> dict:
     """Work items of a CONV_F32 / QCONV step over ``pixels`` output pixels: ``pixels`` per block and
-    ``cparts`` per block. One thread, or a map of many blocks, takes blocks of CONV_PIXELS; a map of a
-    few (a 14x14 map is 3 blocks and 4 pixels) takes blocks of whole GEMM_TILE-pixel GEMM tiles,
+    ``cparts`` per block. One thread takes the fewest blocks of at most CONV_PIXELS, of equal size
+    (each block streams all the weights: a 14x14 map as 4 of 49 pixels, not 3 of 64 and one of 4
+    that costs nearly as much). A team takes blocks of CONV_PIXELS on a map of many; on a map of a
+    few (a 14x14 map is 3 blocks and 4 pixels), blocks of whole GEMM_TILE-pixel GEMM tiles,
     about BLOCKS_PER_THREAD per thread (each thread's share of a 14x14 map at 2 threads: 96 and 100
     pixels, not 128 and 68); a map of one block splits its output channels instead (plan_cparts).
     Each output sums the same products in the same order whatever its block (a GEMM row's dot
@@ -252,6 +254,8 @@ def plan_blocks(plan, pixels: int, cout: int) -> dict:
     if plan.split > 1 and pixels > CONV_PIXELS:
         tiles = -(-pixels // GEMM_TILE)
         per = min(CONV_PIXELS, GEMM_TILE * -(-tiles // (BLOCKS_PER_THREAD * plan.split)))
+    elif pixels > CONV_PIXELS:
+        per = -(-pixels // -(-pixels // CONV_PIXELS))
     return dict(pixels=per, cparts=plan_cparts(plan.split, -(-pixels // per), cout))
 
 

@@ -1,11 +1,14 @@
 # conv kernels: the bodies every tier shares (each tier's own microkernels: kernels/<tier>/conv.pxi).
 #
 # f32 GEMM: weights (N, K) row-major are packed into panels of SG_NR = 32 output features,
-# [panel][k][32] (zero padded), the same layout on every tier. A register tile of activation rows
-# x 32 features runs over all K (avx512: 8 x 32; avx2: 6 x 16 twice; neon: 5 x 16 twice; generic:
-# 4 x 32 in plain C); bias and ReLU / ReLU6 are applied at the store. Each output is one chain of
-# FMAs (generic x86: multiply-adds) over k in order, from 0, then + bias, then the activation: the
-# same floats on every tier that has FMA, whatever its tile shape.
+# [panel][k][32] (zero padded), the same layout on every tier. K runs in slices of at most SG_KC
+# (equal ones): a panel's slice (SG_KC x 32 floats) stays in L1 while every row of the call runs
+# over it. A register tile of activation rows x 32 features (avx512: 8 x 32; avx2: 6 x 16 twice;
+# neon: 5 x 16 twice; generic: 4 x 32 in plain C) starts from 0 on the first slice and from the
+# partial sums it stored in y on the others; bias and ReLU / ReLU6 are applied at the last slice's
+# store. Each output is one chain of FMAs (generic x86: multiply-adds) over k in order, from 0, then
+# + bias, then the activation (a partial sum stored and reloaded is the same float): the same
+# floats on every tier that has FMA, whatever its tile shape or K slices.
 #
 # A tier's conv.pxi defines: SG_MR (rows of its main tile), sg_tile (its register tile: sg_passes
 # on avx2 and avx512, its own on neon and generic), sg_half_tiles (avx512's 16-row tiles of narrow
@@ -21,6 +24,7 @@ cdef extern from *:
 
 cdef enum:
     SG_NR = 32    # output features per packed panel
+    SG_KC = 256   # most k of a panel slice: 32 KB of weights, in L1 beside a tile's rows
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,11 +107,13 @@ cdef inline vf act_vf(const int act, vf v) noexcept nogil:
 
 
 # A register tile's activation rows: row i's K values are `runs` runs of `run` floats, run r at
-# a + i*lda + r*run_stride (a GEMM or im2col row: one run of K, kept a runtime count: see sgemm).
-# The packed panel's k walks them in order.
+# a + i*lda + r*run_stride (a GEMM or im2col row's K slice: one run, kept a runtime count: see
+# sgemm). The packed panel's k walks them in order. acc: 1 where the tile adds to the partial sums
+# in y (an earlier K slice's), 0 where it starts from 0.
 ctypedef struct sg_rows:
     const float *a
     int64_t lda, runs, run, run_stride
+    int acc
 
 
 cdef inline void sg_prefetch(const float *row) noexcept nogil:
@@ -121,7 +127,8 @@ cdef inline void sg_prefetch(const float *row) noexcept nogil:
 cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, int nr, const float *bias,
                          const int act, float *y, int64_t ldy, const float *pf) noexcept nogil:
     """y (MR rows x nr <= NV*VL features, ldy apart) = act(bias + A's rows . the panel's columns
-    p[0 .. NV*VL)) (p: column 0 of the pass in a packed panel, rows SG_NR apart); pf: another
+    p[0 .. NV*VL)) (p: column 0 of the pass in a packed panel, rows SG_NR apart), plus y's partial
+    sums where A.acc (then the caller passes no bias and FN_NONE until the last slice); pf: another
     panel's rows to prefetch as the pass reads its own (NULL: none). MR * NV accumulators in
     registers: MR and NV are constants once inlined, and every loop over c then unrolls (one that
     did not would keep c in memory: the epilogue is two small nests, not one with branches)."""
@@ -133,8 +140,15 @@ cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, 
     cdef const float *a
     cdef int64_t r, k
     cdef int i, j
-    for i in range(MR * NV):
-        c[i] = vf_zero()
+    for j in range(NV):
+        m[j] = vf_lanes(nr - j * VL if nr > j * VL else 0)          # the features of vector j
+    if A.acc:
+        for i in range(MR):
+            for j in range(NV):
+                c[i * NV + j] = vf_load_part(m[j], y + i * ldy + j * VL)
+    else:
+        for i in range(MR * NV):
+            c[i] = vf_zero()
     for r in range(A.runs):
         a = A.a + r * A.run_stride
         for k in range(A.run):
@@ -148,7 +162,6 @@ cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, 
                     c[i * NV + j] = vf_fma(av, b[j], c[i * NV + j])
         p += SG_NR * A.run
     for j in range(NV):
-        m[j] = vf_lanes(nr - j * VL if nr > j * VL else 0)          # the features of vector j
         bv[j] = vf_load_part(m[j], bias + j * VL) if bias != NULL else vf_zero()
     if VF_MASK_STORES or nr != NV * VL:                             # lane stores: as cheap here, or needed
         for i in range(MR):
@@ -171,58 +184,75 @@ cdef inline void sg_passes(const int MR, sg_rows A, const float *p, int nr, cons
                 y + SG_NV * VL, ldy, NULL)
 
 
+cdef inline void sg_rows_of_slice(sg_rows A, const float *pp, int nr, const float *bp, int act, float *y,
+                                  int64_t ldy, int64_t m, const float *nxt) noexcept nogil:
+    """Rows 0 .. m-1 (A's, y's) times one K slice of a panel (pp: its row k0, (kc, 32)); nxt: the
+    slice after it, prefetched by the first tile (NULL: none)."""
+    cdef const float *a = A.a
+    cdef float *yt
+    cdef int64_t i0, rows, tiles, full, short_tiles, t, rest
+    i0 = sg_half_tiles(A, pp, nr, bp, act, y, ldy, m)
+    # rows that fill SG_MR - 1 row tiles once the full ones are done end in those, not in a
+    # short tile: 49 rows (a 7x7 map) as 7 tiles of 7, not 6 of 8 and a 1-row tile whose two
+    # FMA chains wait on each other
+    rows = m - i0
+    tiles = (rows + SG_MR - 1) // SG_MR
+    full = rows - (SG_MR - 1) * tiles
+    short_tiles = tiles - full if rows % SG_MR != 0 and full >= 0 else 0
+    while i0 + SG_MR <= m - short_tiles * (SG_MR - 1):
+        A.a = a + i0 * A.lda
+        sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy, ldy, nxt if i0 == 0 else NULL)
+        i0 += SG_MR
+    for t in range(short_tiles):
+        A.a = a + i0 * A.lda
+        sg_tile(SG_MR - 1, A, pp, nr, bp, act, y + i0 * ldy, ldy, nxt if i0 == 0 else NULL)
+        i0 += SG_MR - 1
+    A.a = a + i0 * A.lda
+    yt = y + i0 * ldy
+    rest = m - i0                                                   # 0 .. SG_MR - 1 rows
+    if SG_MR > 7:                                                   # (a constant: the tier's cases only)
+        if rest == 7:
+            sg_tile(7, A, pp, nr, bp, act, yt, ldy, NULL)
+        elif rest == 6:
+            sg_tile(6, A, pp, nr, bp, act, yt, ldy, NULL)
+    if SG_MR > 5:
+        if rest == 5:
+            sg_tile(5, A, pp, nr, bp, act, yt, ldy, NULL)
+        elif rest == 4:
+            sg_tile(4, A, pp, nr, bp, act, yt, ldy, NULL)
+    if rest == 3:
+        sg_tile(3, A, pp, nr, bp, act, yt, ldy, NULL)
+    elif rest == 2:
+        sg_tile(2, A, pp, nr, bp, act, yt, ldy, NULL)
+    elif rest == 1:
+        sg_tile(1, A, pp, nr, bp, act, yt, ldy, NULL)
+
+
 cdef void sgemm_rows(int64_t K, const float *packed, int64_t n, sg_rows A, int64_t m, float *y, int64_t ldy,
                      const float *bias, int act) noexcept nogil:
     """y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k]) for i < m, r < n; W packed
-    with K per row (A's runs cover the K)."""
+    with K per row (A: one run of K, or none for K = 0). Panel by panel, K slice by K slice, every
+    row over each slice; bias and act on the last slice."""
     cdef const float *a = A.a
     cdef const float *pp
-    cdef const float *bp
     cdef const float *nxt
-    cdef float *yt
-    cdef int64_t p0 = 0, i0, rows, tiles, full, short_tiles, t, rest
+    cdef int64_t p0 = 0, slices = (K + SG_KC - 1) // SG_KC if K > SG_KC else 1
+    cdef int64_t kc = (K + slices - 1) // slices, k0                # equal slices of at most SG_KC
     cdef int nr
     while p0 < n:
-        pp = packed + p0 * K                                        # (K, 32)
         nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
-        bp = bias + p0 if bias != NULL else NULL
-        A.a = a
-        i0 = sg_half_tiles(A, pp, nr, bp, act, y + p0, ldy, m)
-        # rows that fill SG_MR - 1 row tiles once the full ones are done end in those, not in a
-        # short tile: 49 rows (a 7x7 map) as 7 tiles of 7, not 6 of 8 and a 1-row tile whose two
-        # FMA chains wait on each other
-        rows = m - i0
-        tiles = (rows + SG_MR - 1) // SG_MR
-        full = rows - (SG_MR - 1) * tiles
-        short_tiles = tiles - full if rows % SG_MR != 0 and full >= 0 else 0
-        nxt = pp + SG_NR * K if p0 + SG_NR < n else NULL             # the next panel, same rows
-        while i0 + SG_MR <= m - short_tiles * (SG_MR - 1):
-            A.a = a + i0 * A.lda
-            sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, nxt if i0 == 0 else NULL)
-            i0 += SG_MR
-        for t in range(short_tiles):
-            A.a = a + i0 * A.lda
-            sg_tile(SG_MR - 1, A, pp, nr, bp, act, y + i0 * ldy + p0, ldy, nxt if i0 == 0 else NULL)
-            i0 += SG_MR - 1
-        A.a = a + i0 * A.lda
-        yt = y + i0 * ldy + p0
-        rest = m - i0                                               # 0 .. SG_MR - 1 rows
-        if SG_MR > 7:                                               # (a constant: the tier's cases only)
-            if rest == 7:
-                sg_tile(7, A, pp, nr, bp, act, yt, ldy, NULL)
-            elif rest == 6:
-                sg_tile(6, A, pp, nr, bp, act, yt, ldy, NULL)
-        if SG_MR > 5:
-            if rest == 5:
-                sg_tile(5, A, pp, nr, bp, act, yt, ldy, NULL)
-            elif rest == 4:
-                sg_tile(4, A, pp, nr, bp, act, yt, ldy, NULL)
-        if rest == 3:
-            sg_tile(3, A, pp, nr, bp, act, yt, ldy, NULL)
-        elif rest == 2:
-            sg_tile(2, A, pp, nr, bp, act, yt, ldy, NULL)
-        elif rest == 1:
-            sg_tile(1, A, pp, nr, bp, act, yt, ldy, NULL)
+        k0 = 0
+        while True:
+            pp = packed + p0 * K + k0 * SG_NR                       # (kc, 32): the panel's slice
+            A.a = a + k0
+            A.run = kc if kc < K - k0 else K - k0
+            A.acc = k0 > 0
+            nxt = pp + SG_NR * A.run if p0 + SG_NR < n or k0 + A.run < K else NULL  # the next slice
+            if k0 + A.run >= K:                                     # the last slice: bias, act
+                sg_rows_of_slice(A, pp, nr, bias + p0 if bias != NULL else NULL, act, y + p0, ldy, m, nxt)
+                break
+            sg_rows_of_slice(A, pp, nr, NULL, FN_NONE, y + p0, ldy, m, nxt)
+            k0 += A.run
         p0 += SG_NR
 
 
@@ -237,6 +267,7 @@ cdef void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64
                                    # reloaded its input rows from the stack in the k loop)
     A.run = K
     A.run_stride = 0
+    A.acc = 0
     sgemm_rows(K, packed, n, A, m, y, ldy, bias, act)
 
 

@@ -9,8 +9,8 @@ cdef enum:
 
 cdef inline void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
                          int64_t ldy, const float *pf) noexcept nogil:
-    """y (MR rows x nr <= SG_NR features, ldy apart) = act(bias + A's rows . panel p's columns), in
-    plain C (the compiler vectorises the 32 columns); pf: another panel's rows to prefetch (NULL:
+    """y (MR rows x nr <= SG_NR features, ldy apart) = act(bias + A's rows . panel p's columns) (plus
+    y's partial sums where A.acc), in plain C (the compiler vectorises the 32 columns); pf: another panel's rows to prefetch (NULL:
     none)."""
     cdef float c[SG_MR][SG_NR]                                      # (MR, 32)
     cdef const float *a
@@ -18,6 +18,10 @@ cdef inline void sg_tile(const int MR, sg_rows A, const float *p, int nr, const 
     cdef int64_t r, k
     cdef int i, j
     memset(c, 0, sizeof(c))
+    if A.acc:                                                       # an earlier K slice's sums
+        for i in range(MR):
+            for j in range(nr):
+                c[i][j] = y[i * ldy + j]
     for r in range(A.runs):
         a = A.a + r * A.run_stride
         for k in range(A.run):

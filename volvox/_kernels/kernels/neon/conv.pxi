@@ -32,10 +32,19 @@ cdef inline void sg_row16(int nr, float *y, vf c0, vf c1, vf c2, vf c3, vf b0, v
         vf_store_part(vf_lanes(nr - 12), y + 12, c3)
 
 
+cdef inline void sg_load16(int nr, const float *y, vf *c0, vf *c1, vf *c2, vf *c3) noexcept nogil:
+    """c0..c3 = y[0 .. nr) (nr <= 16; 0 past nr): one row's partial sums of an earlier K slice."""
+    c0[0] = vf_load_part(vf_lanes(nr), y)
+    c1[0] = vf_load_part(vf_lanes(nr - 4 if nr > 4 else 0), y + 4)
+    c2[0] = vf_load_part(vf_lanes(nr - 8 if nr > 8 else 0), y + 8)
+    c3[0] = vf_load_part(vf_lanes(nr - 12 if nr > 12 else 0), y + 12)
+
+
 cdef inline void sg_pass16(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
                            float *y, int64_t ldy, const float *pf) noexcept nogil:
     """y (MR <= 5 rows x nr <= 16 features, ldy apart) = act(bias + A's rows . the panel's columns
-    p[0 .. 16)) (p: column 0 of the pass in a packed panel, rows SG_NR apart); pf: another panel's
+    p[0 .. 16)) (p: column 0 of the pass in a packed panel, rows SG_NR apart), plus y's partial sums
+    where A.acc; pf: another panel's
     rows to prefetch as the pass reads its own (NULL: none). Each output one FMA chain over k in
     order (FMLA by element). The accumulators are named variables c<row><vector>, not an array:
     GCC keeps an array of vectors that a loop it does not unroll touches in memory."""
@@ -46,6 +55,16 @@ cdef inline void sg_pass16(const int MR, sg_rows A, const float *p, int nr, cons
     cdef int64_t r, k
     c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = vf_zero()
     c30 = c31 = c32 = c33 = c40 = c41 = c42 = c43 = vf_zero()
+    if A.acc:                                                       # an earlier K slice's sums
+        sg_load16(nr, y, &c00, &c01, &c02, &c03)
+        if MR > 1:
+            sg_load16(nr, y + ldy, &c10, &c11, &c12, &c13)
+        if MR > 2:
+            sg_load16(nr, y + 2 * ldy, &c20, &c21, &c22, &c23)
+        if MR > 3:
+            sg_load16(nr, y + 3 * ldy, &c30, &c31, &c32, &c33)
+        if MR > 4:
+            sg_load16(nr, y + 4 * ldy, &c40, &c41, &c42, &c43)
     for r in range(A.runs):
         a = A.a + r * A.run_stride
         for k in range(A.run):
