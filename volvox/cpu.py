@@ -1039,7 +1039,7 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
     w:   QuantTensor (N, K) of any SUPPORTED_QTYPES type, or float32 / float16 (N, K); a read-only
          quantized ``w`` is read in the tier's interleaved layout (``linear``'s cached packing)
     out: optional float32 (M, K), C-contiguous, not overlapping dy
-    W is never widened: each work item dequantizes one strip of 32 input columns (256 for the
+    W is never widened: each work item dequantizes up to 128 input columns (one strip of 256 for the
     k-quants) block by block, 256 of W's rows at a time, into per-thread scratch.
     """
     dy2 = _f32_rows(dy, "matmul_t: dy")
