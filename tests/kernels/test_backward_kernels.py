@@ -118,10 +118,12 @@ def test_matmul_t_refuses_bad_operands():
         K.matmul_t(dy, w, out=np.zeros((2, 8), np.float64))
 
 
-def test_weight_grad_matches_torch(tier):
+@pytest.mark.parametrize("m,n,k", [(23, 19, 37), (23, 37, 19),       # dy the narrower, x the narrower
+                                   (70, 8, 96), (70, 96, 8)])        # a LoRA factor's A and B
+def test_weight_grad_matches_torch(tier, m, n, k):
     rng = np.random.default_rng(2)
-    x, dy = rng.standard_normal((23, 37)), rng.standard_normal((23, 19))
-    w = rng.standard_normal((19, 37))
+    x, dy = rng.standard_normal((m, k)), rng.standard_normal((m, n))
+    w = rng.standard_normal((n, k))
     _, (_, dw_want) = torch_grads(lambda x, w: ((x @ w.T) * torch.tensor(dy)).sum(), x, w)
     assert_close(K.weight_grad(dy.astype(np.float32), x.astype(np.float32)), dw_want, 1e-5)
 
