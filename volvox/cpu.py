@@ -1039,7 +1039,7 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
     w:   QuantTensor (N, K) of any SUPPORTED_QTYPES type, or float32 / float16 (N, K); a read-only
          quantized ``w`` is read in the tier's interleaved layout (``linear``'s cached packing)
     out: optional float32 (M, K), C-contiguous, not overlapping dy
-    W is never widened: each work item dequantizes one strip of 32 input columns (256 for the
+    W is never widened: each work item dequantizes up to 128 input columns (one strip of 256 for the
     k-quants) block by block, 256 of W's rows at a time, into per-thread scratch.
     """
     dy2 = _f32_rows(dy, "matmul_t: dy")
@@ -1066,13 +1066,17 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
 
 def weight_grad(dy, x) -> np.ndarray:
     """dW (N, K) = dy.T @ x: the gradient of an f32 ``linear(x, W)``'s weight, dy (M, N), x (M, K)
-    float32, through ``linear``'s f32 GEMM (the transposed operands packed as its panels)."""
+    float32, through matmul_t with the wider operand as its f32 "weight" as it lies: only the narrower
+    one is transposed (a LoRA factor's r columns, not the layer's activations), dW.T transposed back
+    when x is the narrower."""
     dy2, x2 = _f32_rows(dy, "weight_grad: dy"), _f32_rows(x, "weight_grad: x")
     if dy2.shape[0] != x2.shape[0]:
         raise ShapeError(f"weight_grad: dy {dy2.shape} and x {x2.shape} have different rows")
     if dy2.shape[0] == 0:
         return np.zeros((dy2.shape[1], x2.shape[1]), np.float32)
-    return linear(np.ascontiguousarray(dy2.T), np.ascontiguousarray(x2.T))
+    if dy2.shape[1] <= x2.shape[1]:
+        return matmul_t(np.ascontiguousarray(dy2.T), x2)                        # (N, M) @ (M, K)
+    return np.ascontiguousarray(matmul_t(np.ascontiguousarray(x2.T), dy2).T)    # ((K, M) @ (M, N)).T
 
 
 def _attention_operands(q, k, v, n_heads: int, n_kv_heads: int, op: str) -> tuple:

@@ -54,6 +54,7 @@ def assert_close(got, want, rtol=1e-4):
 @pytest.mark.parametrize("qtype,n,k", [
     ("q4_1", 45, 96), ("q4_0", 45, 96), ("q8_0", 45, 96),   # N not a multiple of an interleaved group
     ("q4_1", 300, 64),                                       # W's rows in two panels
+    ("q4_1", 300, 352),                                      # work items of 4 strips and a last of 3
     ("q5_0", 13, 64), ("q5_1", 13, 64), ("iq4_nl", 13, 64),
     ("q4_k", 11, 512), ("q6_k", 11, 256), ("q2_k", 5, 256), ("q3_k", 5, 256), ("q5_k", 5, 256),
 ])
@@ -62,8 +63,8 @@ def test_matmul_t_quantized_matches_torch(tier, qtype, n, k, read_only):
     rng = np.random.default_rng(abs(hash((qtype, n, k))) % 2**32)
     w = random_blocks(rng, qtype, n, k, read_only)
     w_float = gguf_dequantize(w.data, GT_OF[qtype]).reshape(n, k)
-    x = rng.standard_normal((7, k))
-    dy = rng.standard_normal((7, n)).astype(np.float32)
+    x = rng.standard_normal((19, k))                   # 19: whole register tiles of 4 and 8 rows, and a part
+    dy = rng.standard_normal((19, n)).astype(np.float32)
     _, (dx_want,) = torch_grads(lambda x: (x @ torch.tensor(w_float, dtype=torch.float64).T
                                            * torch.tensor(dy, dtype=torch.float64)).sum(), x)
     assert_close(K.matmul_t(dy, w), dx_want, 1e-5)
@@ -81,7 +82,7 @@ def test_matmul_t_stacked_weight_matches_torch(tier, read_only):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("m,n,k", [(5, 17, 37), (9, 64, 100), (1, 3, 1), (3, 600, 37)])   # K no multiple of 32 or of a vector
+@pytest.mark.parametrize("m,n,k", [(5, 17, 37), (9, 64, 100), (1, 3, 1), (3, 600, 37), (17, 300, 330)])   # K no multiple of 32 or of a vector
 def test_matmul_t_float_matches_torch(tier, dtype, m, n, k):
     rng = np.random.default_rng(m * n * k)
     w = rng.standard_normal((n, k)).astype(dtype)
@@ -94,8 +95,8 @@ def test_matmul_t_float_matches_torch(tier, dtype, m, n, k):
 
 def test_matmul_t_same_bits_on_any_thread_count(tier):
     rng = np.random.default_rng(5)
-    w = random_blocks(rng, "q4_1", 40, 192, True)
-    dy = rng.standard_normal((33, 40)).astype(np.float32)
+    w = random_blocks(rng, "q4_1", 300, 576, True)      # 18 strips: 5 work items on 1 thread, 6 on 2
+    dy = rng.standard_normal((33, 300)).astype(np.float32)
     before = K.get_num_threads()
     try:
         K.set_num_threads(1)
@@ -117,10 +118,12 @@ def test_matmul_t_refuses_bad_operands():
         K.matmul_t(dy, w, out=np.zeros((2, 8), np.float64))
 
 
-def test_weight_grad_matches_torch(tier):
+@pytest.mark.parametrize("m,n,k", [(23, 19, 37), (23, 37, 19),       # dy the narrower, x the narrower
+                                   (70, 8, 96), (70, 96, 8)])        # a LoRA factor's A and B
+def test_weight_grad_matches_torch(tier, m, n, k):
     rng = np.random.default_rng(2)
-    x, dy = rng.standard_normal((23, 37)), rng.standard_normal((23, 19))
-    w = rng.standard_normal((19, 37))
+    x, dy = rng.standard_normal((m, k)), rng.standard_normal((m, n))
+    w = rng.standard_normal((n, k))
     _, (_, dw_want) = torch_grads(lambda x, w: ((x @ w.T) * torch.tensor(dy)).sum(), x, w)
     assert_close(K.weight_grad(dy.astype(np.float32), x.astype(np.float32)), dw_want, 1e-5)
 

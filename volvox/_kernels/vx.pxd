@@ -323,16 +323,22 @@ ctypedef struct vx_conv_table:
 # ------------------------------------------------------------------------------------------------
 cdef enum:
     VX_MATMUL_T_ROWS = 256   # weight rows per panel of matmul_t_strip
+    VX_MATMUL_T_COLS = 128   # input columns a work item of matmul_t_strip spans at most (one k-quant strip)
 
 
 cdef inline int64_t vx_matmul_t_strip(int wtype) noexcept nogil:
-    """Input columns per work item of matmul_t_strip: one block (256 for the k-quants, 32 else)."""
+    """Input columns per strip of matmul_t_strip: one block (256 for the k-quants, 32 else)."""
     return VX_QK_K if vx_is_kquant(wtype) else VX_QK
+
+
+cdef inline int64_t vx_matmul_t_span(int wtype) noexcept nogil:
+    """Strips one work item of matmul_t_strip takes at most (VX_MATMUL_T_COLS columns, one strip or more)."""
+    return VX_MATMUL_T_COLS // vx_matmul_t_strip(wtype) if vx_matmul_t_strip(wtype) < VX_MATMUL_T_COLS else 1
 
 
 cdef inline int64_t vx_matmul_t_panel_floats(int wtype, int64_t N) noexcept nogil:
     """Floats of scratch matmul_t_strip needs (one per thread) for a weight of N rows."""
-    return (N if N < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS) * vx_matmul_t_strip(wtype)
+    return (N if N < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS) * vx_matmul_t_strip(wtype) * vx_matmul_t_span(wtype)
 
 
 # Causal grouped-query self-attention over a whole sequence (no KV cache): q, out (seq, n_heads *
@@ -350,12 +356,13 @@ cdef inline int64_t vx_attn_bwd_kv_items(const vx_attn_train_shape *s) noexcept 
 
 
 ctypedef struct vx_train_table:
-    # dx[:, strip] (M, K) = dy (M, N) @ W (N, K)[:, strip], strip = the strip-th vx_matmul_t_strip
-    # columns; W rows row_bytes apart (group_bytes 0) or interleaved groups of il_rows rows;
-    # dq: the table's dequant of wtype; panel: N * vx_matmul_t_strip(wtype) floats of scratch
+    # dx[:, strips] (M, K) = dy (M, N) @ W (N, K)[:, strips], strips = the strip-th .. (strip + span
+    # - 1)-th vx_matmul_t_strip columns (span <= vx_matmul_t_span); W rows row_bytes apart (group_bytes
+    # 0) or interleaved groups of il_rows rows; dq: the table's dequant of wtype; panel:
+    # vx_matmul_t_panel_floats(wtype, N) floats of scratch
     void (*matmul_t_strip)(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
-                           int64_t group_bytes, int il_rows, int64_t N, int64_t strip, const float *dy,
-                           int64_t M, float *dx, float *panel) noexcept nogil
+                           int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
+                           const float *dy, int64_t M, float *dx, float *panel) noexcept nogil
     # item h * seq + i: out's row i, head h, and lse[h, i]; scores: seq floats of scratch
     void (*attention_fwd_row)(const vx_attn_train_shape *s, const float *q, const float *k,
                               const float *v, int64_t item, float *scores, float *out,

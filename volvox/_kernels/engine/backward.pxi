@@ -4,7 +4,8 @@
 # deterministic and independent of the thread count.
 from cython.parallel cimport prange, threadid
 from libc.math cimport sqrtf
-from volvox._kernels.vx cimport vx_attn_bwd_kv_items, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_strip
+from volvox._kernels.vx cimport (vx_attn_bwd_kv_items, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_span,
+                                 vx_matmul_t_strip)
 
 cdef enum:
     SCATTER_COLS = 64       # embedding_backward: columns per work item
@@ -21,16 +22,21 @@ def matmul_t(int wtype, const uint8_t[::1] w, int64_t row_bytes, int64_t group_b
              const float[:, ::1] dy, float[:, ::1] dx, float[::1] panels):
     """dx (M, K) = dy (M, N) @ W (N, K), W of type wtype as inference holds it: rows row_bytes apart, or
     interleaved groups of il_rows rows group_bytes apart (group_bytes > 0). One work item per strip of
-    vx_matmul_t_strip(wtype) input columns; panels: threads * matmul_t_panel_floats(wtype, N) floats."""
+    vx_matmul_t_strip(wtype) input columns, up to vx_matmul_t_span(wtype) strips a work item, the items
+    a multiple of the team; panels: threads * matmul_t_panel_floats(wtype, N) floats."""
     cdef int64_t M = dy.shape[0], N = dy.shape[1], S = vx_matmul_t_strip(wtype)
     cdef int64_t per = vx_matmul_t_panel_floats(wtype, N)
-    cdef int64_t strips = (K + S - 1) // S, strip
+    cdef int64_t strips = (K + S - 1) // S, span_max = vx_matmul_t_span(wtype), items, span, item
     cdef int team = threads_for(M * N * K)
     if M == 0 or K == 0:
         return
-    for strip in prange(strips, nogil=True, schedule="static", num_threads=team):
+    items = team * ((strips + team * span_max - 1) // (team * span_max))
+    span = (strips + items - 1) // items
+    items = (strips + span - 1) // span
+    for item in prange(items, nogil=True, schedule="static", num_threads=team):
         _tbl.train.matmul_t_strip(wtype, _tbl.dequant[wtype], K, &w[0], row_bytes, group_bytes, il_rows, N,
-                                  strip, &dy[0, 0], M, &dx[0, 0], &panels[threadid() * per])
+                                  item * span, min(span, strips - item * span), &dy[0, 0], M, &dx[0, 0],
+                                  &panels[threadid() * per])
 
 
 cdef vx_attn_train_shape attn_shape(int64_t seq, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,

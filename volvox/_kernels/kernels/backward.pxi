@@ -2,10 +2,11 @@
 # them over OpenMP work items). One body for every tier: the tier's vector layer (vf_*), its
 # dot_vec_f32 and exp8 (kernels/<tier>/attention.pxi) and its dequantizers (the table's dequant).
 #   matmul_t_strip       dx = dy @ W on a frozen weight as inference holds it (any weight type, rows as
-#                        stored or in any interleaved layout of vx.pxd): one strip of W's input columns (32; 256 for k-quants)
-#                        is dequantized block by block, 256 of W's rows at a time, into a panel in
-#                        thread scratch, then multiplied in register tiles of 4 dy rows x 32 columns.
-#                        The hot spot of LoRA over a quantized base.
+#                        stored or in any interleaved layout of vx.pxd): up to 128 of W's input columns
+#                        (one or more strips of 32; one of 256 for k-quants) are dequantized block by
+#                        block, 256 of W's rows at a time, into a panel in thread scratch, then
+#                        multiplied in register tiles of 8 dy rows (AVX-512; 4 on the other tiers) x
+#                        32 columns. The hot spot of LoRA over a quantized base.
 #   attention_fwd_row    one query row of one head of causal GQA attention over the whole sequence,
 #                        with the row's logsumexp (what the backward recomputes probabilities from)
 #   attention_bwd_kv     flash-attention-2's backward for one kv head and one tile of keys: the
@@ -34,7 +35,8 @@ from volvox._kernels.vx cimport (
     VX_MATMUL_T_ROWS)
 
 cdef enum:
-    BW_MR = 4           # dy rows per register tile of the transposed product
+    BW_MR = 4 + 4 * (VL / 16)  # dy rows per register tile of the transposed product: 8 on AVX-512 (16 of
+                               # its 32 registers accumulate), 4 on the other tiers
     BW_NC = 32          # panel columns per register tile
     BW_NV = BW_NC / VL  # vectors per tile row
     BW_KEYS = 32        # keys per work item of the attention backward (vx_attn_bwd_kv_items)
@@ -175,9 +177,9 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, 
     """dx[r * ldx + c] (+)= sum_{o < N} dy[r * ldy + o] * panel[o * S + c] for r < rows (<= BW_MR),
     c < cols (<= BW_NC), added to dx's values when accumulate; the panel's BW_NC columns are all
     readable (zero padded)."""
-    cdef vf acc[BW_MR * BW_NV]                 # (rows, vectors of the 32 columns)
+    cdef vf acc[BW_MR * BW_NV]                 # (BW_MR rows, vectors of the 32 columns)
     cdef vf wv[BW_NV]                          # panel row o's 32 columns
-    cdef float out[BW_MR * BW_NC]              # (rows, 32)
+    cdef float out[BW_MR * BW_NC]              # (BW_MR rows, 32): a partial tile on its way to dx
     cdef vf a
     cdef int64_t o, c
     cdef int r, v
@@ -199,6 +201,14 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, 
                 a = vf_set1(dy[r * ldy + o])
                 for v in range(BW_NV):
                     acc[r * BW_NV + v] = vf_fma(a, wv[v], acc[r * BW_NV + v])
+    if cols == BW_NC:  # a whole tile: straight from the accumulators into dx
+        for r in range(rows):
+            for v in range(BW_NV):
+                if accumulate:
+                    vf_store(dx + r * ldx + v * VL, vf_add(vf_load(dx + r * ldx + v * VL), acc[r * BW_NV + v]))
+                else:
+                    vf_store(dx + r * ldx + v * VL, acc[r * BW_NV + v])
+        return
     for r in range(rows):
         for v in range(BW_NV):
             vf_store(out + r * BW_NC + v * VL, acc[r * BW_NV + v])
@@ -211,38 +221,42 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, 
 
 
 cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
-                         int64_t group_bytes, int il_rows, int64_t N, int64_t strip, const float *dy,
-                         int64_t M, float *dx, float *panel) noexcept nogil:
-    """Columns strip * S .. strip * S + S - 1 (fewer in the last strip of float weights) of dx (M, K) =
-    dy (M, N) @ W (N, K); W's rows row_bytes apart, or interleaved groups of il_rows rows group_bytes
+                         int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
+                         const float *dy, int64_t M, float *dx, float *panel) noexcept nogil:
+    """Columns strip * S .. (strip + span) * S - 1 (fewer in the last strip of float weights) of dx (M, K)
+    = dy (M, N) @ W (N, K); W's rows row_bytes apart, or interleaved groups of il_rows rows group_bytes
     apart when group_bytes > 0. W's rows are taken VX_MATMUL_T_ROWS at a time (a panel that stays in
-    cache however large N is), their products summed into dx. panel: vx_matmul_t_panel_floats floats."""
-    cdef int64_t S = vx_matmul_t_strip(wtype), c0 = strip * S
-    cdef int64_t cols = K - c0 if K - c0 < S else S, sb = bw_strip_bytes(wtype, S)
-    cdef int64_t o0, n, o, c, i
+    cache however large N is), their products summed into dx; each tile of dy rows runs over the
+    panel's whole width while those rows are in L1, so dy streams in once per span, not per strip.
+    panel: vx_matmul_t_panel_floats floats."""
+    cdef int64_t S = vx_matmul_t_strip(wtype), P = span * S, c0 = strip * S
+    cdef int64_t cols = K - c0 if K - c0 < P else P, sb = bw_strip_bytes(wtype, S)
+    cdef int64_t o0, n, o, c, i, s, sc
     o0 = 0
     while o0 < N:
         n = N - o0 if N - o0 < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS
-        for o in range(n):  # the (n, S) panel of W's rows o0 .., one block at a time
-            if group_bytes > 0:
-                if vx_is_kquant(wtype):
-                    bw_il_decode_kquant(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip,
-                                        (o0 + o) % il_rows, panel + o * S)
+        for o in range(n):  # the (n, P) panel of W's rows o0 .., one block at a time
+            for s in range(span):
+                if group_bytes > 0:
+                    if vx_is_kquant(wtype):
+                        bw_il_decode_kquant(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip + s,
+                                            (o0 + o) % il_rows, panel + o * P + s * S)
+                    else:
+                        bw_il_decode(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip + s,
+                                     (o0 + o) % il_rows, panel + o * P + s * S)
                 else:
-                    bw_il_decode(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip,
-                                 (o0 + o) % il_rows, panel + o * S)
-            else:
-                dq(cols, w + (o0 + o) * row_bytes + strip * sb, panel + o * S)
-                if cols < S:
-                    memset(panel + o * S + cols, 0, <size_t>(S - cols) * sizeof(float))
-        c = 0
-        while c < cols:
-            i = 0
-            while i < M:
-                bw_tile(n, dy + i * N + o0, N, M - i if M - i < BW_MR else BW_MR, panel + c, S,
+                    sc = cols - s * S if cols - s * S < S else S
+                    dq(sc, w + (o0 + o) * row_bytes + (strip + s) * sb, panel + o * P + s * S)
+                    if sc < S:
+                        memset(panel + o * P + s * S + sc, 0, <size_t>(S - sc) * sizeof(float))
+        i = 0
+        while i < M:
+            c = 0
+            while c < cols:
+                bw_tile(n, dy + i * N + o0, N, M - i if M - i < BW_MR else BW_MR, panel + c, P,
                         cols - c if cols - c < BW_NC else BW_NC, o0 > 0, dx + i * K + c0 + c, K)
-                i += BW_MR
-            c += BW_NC
+                c += BW_NC
+            i += BW_MR
         o0 += n
     if N == 0:  # dy has no columns: dx is zero
         for i in range(M):
