@@ -131,12 +131,14 @@ def test_bfloat16_per_element_arithmetic_rounds_once_per_node(tmp_path, op):
 def test_cli_info_and_run_of_a_model_planned_per_value(tmp_path):
     path = save(tmp_path / "reshape.onnx", [helper.make_node("Reshape", ["x", "shape"], ["y"])],
                 [("x", TensorProto.FLOAT, [2, 6]), ("shape", TensorProto.INT64, [2])], [("y", TensorProto.FLOAT)])
-    r = subprocess.run([sys.executable, "-m", "volvox", "info", str(path)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "volvox", "info", str(path)], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)  # not the source tree: the installed volvox, with its kernels
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["model"]["planned_per_value_of"] == ["shape"]
     np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(2, 6))
     np.save(tmp_path / "shape.npy", np.array([4, 3], np.int64))
     r = subprocess.run([sys.executable, "-m", "volvox", "run", str(path), "--input", f"x={tmp_path / 'x.npy'}",
-                        "--input", f"shape={tmp_path / 'shape.npy'}", "--debug"], capture_output=True, text=True, timeout=300)
+                        "--input", f"shape={tmp_path / 'shape.npy'}", "--debug"], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "float32[4, 3]" in r.stdout and "after fusion" in r.stderr
