@@ -268,13 +268,7 @@ class ByteLevelBPETokenizer(ByteVocabulary):
 
     def encode(self, text: str, add_bos: bool | None = None, parse_special: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens written in it become their ids when ``parse_special``."""
-        if not isinstance(text, str):
-            raise TokenizerError(f"encode() needs a str, got {type(text).__name__}")
-        ids = []
-        if self.add_bos if add_bos is None else add_bos:
-            if self.bos_id is None:
-                raise TokenizerError("add_bos requested but the tokenizer has no bos_id")
-            ids.append(self.bos_id)
+        ids = self._first_ids(text, add_bos)
         literal_re = self._literal_re_all if parse_special else self._literal_re_added
         if literal_re is None:
             self._encode_plain(text, ids)

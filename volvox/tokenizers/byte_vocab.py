@@ -33,7 +33,7 @@ class StreamDecoder:
 
 
 class ByteVocabulary:
-    """Base of a tokenizer whose subclass sets ``tokens``, ``vocab_size``, ``bos_id`` / ``eos_id``,
+    """Base of a tokenizer whose subclass sets ``tokens``, ``vocab_size``, ``bos_id`` / ``eos_id``, ``add_bos``,
     ``chat_template``, ``_id_bytes`` (each id's bytes) and ``_skip_ids`` (the ids ``skip_special``
     drops)."""
 
@@ -41,6 +41,7 @@ class ByteVocabulary:
     vocab_size: int
     bos_id: int | None
     eos_id: int | None
+    add_bos: bool
     chat_template: str | None
     _id_bytes: list[bytes]
     _skip_ids: frozenset[int]
@@ -56,6 +57,17 @@ class ByteVocabulary:
         if not 0 <= token_id < self.vocab_size:
             raise TokenizerError(f"{what} {token_id} is outside the vocabulary (size {self.vocab_size})")
         return token_id
+
+    def _first_ids(self, text, add_bos: bool | None) -> list[int]:
+        """The ids an encoding of ``text`` starts with: [BOS] when asked (``add_bos``, else the
+        tokenizer's default), else none; a non-str ``text`` or a missing BOS raises."""
+        if not isinstance(text, str):
+            raise TokenizerError(f"encode() needs a str, got {type(text).__name__}")
+        if not (self.add_bos if add_bos is None else add_bos):
+            return []
+        if self.bos_id is None:
+            raise TokenizerError("add_bos requested but the tokenizer has no bos_id")
+        return [self.bos_id]
 
     def _bytes_of(self, token_id, skip_special: bool) -> bytes:
         """Bytes of one id (empty for a skipped special id when ``skip_special``); bad ids raise."""

@@ -138,13 +138,7 @@ class SentencePieceTokenizer(ByteVocabulary):
                add_eos: bool | None = None) -> list[int]:
         """Token ids of ``text`` (BOS / EOS as the file says unless given); special tokens written in it
         become their ids when ``parse_special`` (user-defined tokens always do)."""
-        if not isinstance(text, str):
-            raise TokenizerError(f"encode() needs a str, got {type(text).__name__}")
-        ids = []
-        if self.add_bos if add_bos is None else add_bos:
-            if self.bos_id is None:
-                raise TokenizerError("add_bos requested but the tokenizer has no bos_id")
-            ids.append(self.bos_id)
+        ids = self._first_ids(text, add_bos)
         prev_special = True  # the text's start takes the space prefix as a special token's end does
         for part in self._partition(text, parse_special):
             if isinstance(part, int):
