@@ -20,6 +20,14 @@ fn body_byte(word: u32, b: u32) -> u32 {  // byte b of the body starting at word
     return (w[word + (b >> 2u)] >> ((b & 3u) * 8u)) & 0xFFu;
 }
 
+fn q4k_scale_min(base: u32, sub: u32) -> vec2<u32> {  // (scale, min) of Q4_K sub-block `sub`: 6 bits each
+    if (sub < 4u) {
+        return vec2<u32>(body_byte(base, sub) & 63u, body_byte(base, sub + 4u) & 63u);
+    }
+    return vec2<u32>((body_byte(base, sub + 4u) & 15u) | ((body_byte(base, sub - 4u) >> 6u) << 4u),
+                     (body_byte(base, sub + 4u) >> 4u) | ((body_byte(base, sub) >> 6u) << 4u));
+}
+
 fn weight_at(row: u32, k: u32) -> f32 {  // W[row, k] of the chunk, dequantized
     switch P.wtype {
         case WT_F32: { return bitcast<f32>(w[row * P.K + k]); }
@@ -45,16 +53,8 @@ fn weight_at(row: u32, k: u32) -> f32 {  // W[row, k] of the chunk, dequantized
             let sub = j >> 5u;
             let base = blk * 35u;
             let q = f32((body_byte(base, 12u + (sub >> 1u) * 32u + (j & 31u)) >> ((sub & 1u) * 4u)) & 15u);
-            var sc: u32;
-            var mn: u32;
-            if (sub < 4u) {
-                sc = body_byte(base, sub) & 63u;
-                mn = body_byte(base, sub + 4u) & 63u;
-            } else {
-                sc = (body_byte(base, sub + 4u) & 15u) | ((body_byte(base, sub - 4u) >> 6u) << 4u);
-                mn = (body_byte(base, sub + 4u) >> 4u) | ((body_byte(base, sub) >> 6u) << 4u);
-            }
-            return head_half(2u * blk) * f32(sc) * q - head_half(2u * blk + 1u) * f32(mn);
+            let sm = q4k_scale_min(base, sub);
+            return head_half(2u * blk) * f32(sm.x) * q - head_half(2u * blk + 1u) * f32(sm.y);
         }
         case WT_Q6_K: {  // ql[128] qh[64] scales int8[16]; d
             let blk = row * (P.K >> 8u) + (k >> 8u);
@@ -105,16 +105,8 @@ fn weight4_at(row: u32, k: u32) -> vec4<f32> {  // W[row, k..k+3] of the chunk; 
             let sub = j >> 5u;
             let base = blk * 35u;
             let q = nibbles4(w[base + 3u + (sub >> 1u) * 8u + ((j & 31u) >> 2u)], (sub & 1u) * 4u);
-            var sc: u32;
-            var mn: u32;
-            if (sub < 4u) {
-                sc = body_byte(base, sub) & 63u;
-                mn = body_byte(base, sub + 4u) & 63u;
-            } else {
-                sc = (body_byte(base, sub + 4u) & 15u) | ((body_byte(base, sub - 4u) >> 6u) << 4u);
-                mn = (body_byte(base, sub + 4u) >> 4u) | ((body_byte(base, sub) >> 6u) << 4u);
-            }
-            return head_half(2u * blk) * f32(sc) * q - head_half(2u * blk + 1u) * f32(mn);
+            let sm = q4k_scale_min(base, sub);
+            return head_half(2u * blk) * f32(sm.x) * q - head_half(2u * blk + 1u) * f32(sm.y);
         }
         case WT_Q6_K: {
             let blk = row * (P.K >> 8u) + (k >> 8u);
