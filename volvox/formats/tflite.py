@@ -30,6 +30,15 @@ from volvox.formats.flatbuffers import Table, root
 from volvox.ops import validate_file
 
 
+
+def leaky_relu_multipliers(opts, sx: float, sy: float) -> tuple[int, int, int, int]:
+    """(multiplier, shift) of a quantized LEAKY_RELU's identity side and of its alpha side. TFLite: the
+    alpha side's real value is float32 arithmetic, the identity's double."""
+    alpha = np.float32(opts.scalar(0, "<f") if opts else 0.0)
+    m, shift = quantize_multiplier(sx / sy)
+    m_neg, shift_neg = quantize_multiplier(float(np.float32(sx) * alpha / np.float32(sy)))
+    return m, shift, m_neg, shift_neg
+
 class TFLiteError(WeightsError):
     """A .tflite file is truncated, malformed or inconsistent."""
 
@@ -607,10 +616,7 @@ class _Importer:
             self.add("qrescale", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
                      multiplier=m, shift=shift, **self.act_range(act, out))
         elif op == "LEAKY_RELU":
-            # TFLite: the alpha multiplier's real value is float32 arithmetic, the identity's double
-            alpha = np.float32(opts.scalar(0, "<f") if opts else 0.0)
-            m, shift = quantize_multiplier(sx / sy)
-            m_neg, shift_neg = quantize_multiplier(float(np.float32(sx) * alpha / np.float32(sy)))
+            m, shift, m_neg, shift_neg = leaky_relu_multipliers(opts, sx, sy)
             self.add("qrescale", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
                      multiplier=m, shift=shift, negative_multiplier=m_neg, negative_shift=shift_neg)
         elif op == "HARD_SWISH":
@@ -637,9 +643,7 @@ class _Importer:
             self.add("qrescale_16x8", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
                      multiplier=m, shift=shift, **self.act_range(op.lower(), out))
         elif op == "LEAKY_RELU":
-            alpha = np.float32(opts.scalar(0, "<f") if opts else 0.0)
-            m, shift = quantize_multiplier(sx / sy)
-            m_neg, shift_neg = quantize_multiplier(float(np.float32(sx) * alpha / np.float32(sy)))
+            m, shift, m_neg, shift_neg = leaky_relu_multipliers(opts, sx, sy)
             self.add("qrescale_16x8", node_id, {"x": xname}, out_idx, input_zero_point=zx, output_zero_point=zy,
                      multiplier=m, shift=shift, negative_multiplier=m_neg, negative_shift=shift_neg)
         elif op in ("LOGISTIC", "TANH"):
