@@ -28,6 +28,30 @@ fn q4k_scale_min(base: u32, sub: u32) -> vec2<u32> {  // (scale, min) of Q4_K su
                      (body_byte(base, sub + 4u) >> 4u) | ((body_byte(base, sub) >> 6u) << 4u));
 }
 
+struct Q6KAt {  // where W[row, k] of a Q6_K chunk is stored
+    blk: u32,       // its super-block
+    base: u32,      // the super-block's first body word
+    ql: u32,        // byte (from base) holding its low 4 bits
+    qh: u32,        // byte (from base) holding its high 2 bits
+    ql_shift: u32,  // the low bits' shift in their byte
+    qh_shift: u32,  // the high bits' shift in theirs
+}
+
+fn q6k_at(row: u32, k: u32) -> Q6KAt {  // ql[128] qh[64] scales int8[16]; d
+    let blk = row * (P.K >> 8u) + (k >> 8u);
+    let j = k & 255u;
+    let upper = j >> 7u;
+    let nibble = (j >> 6u) & 1u;
+    let part = (j >> 5u) & 1u;
+    let l = j & 31u;
+    return Q6KAt(blk, blk * 52u, upper * 64u + part * 32u + l, 128u + upper * 32u + l, nibble * 4u,
+                 nibble * 4u + part * 2u);
+}
+
+fn q6k_scale(at: Q6KAt, k: u32) -> f32 {  // d * the int8 scale of the 16 values around W[row, k]
+    return head_half(at.blk) * f32(bitcast<i32>(body_byte(at.base, 192u + ((k & 255u) >> 4u)) << 24u) >> 24u);
+}
+
 fn weight_at(row: u32, k: u32) -> f32 {  // W[row, k] of the chunk, dequantized
     switch P.wtype {
         case WT_F32: { return bitcast<f32>(w[row * P.K + k]); }
@@ -56,18 +80,11 @@ fn weight_at(row: u32, k: u32) -> f32 {  // W[row, k] of the chunk, dequantized
             let sm = q4k_scale_min(base, sub);
             return head_half(2u * blk) * f32(sm.x) * q - head_half(2u * blk + 1u) * f32(sm.y);
         }
-        case WT_Q6_K: {  // ql[128] qh[64] scales int8[16]; d
-            let blk = row * (P.K >> 8u) + (k >> 8u);
-            let j = k & 255u;
-            let base = blk * 52u;
-            let upper = j >> 7u;
-            let nibble = (j >> 6u) & 1u;
-            let part = (j >> 5u) & 1u;
-            let l = j & 31u;
-            let lo = (body_byte(base, upper * 64u + part * 32u + l) >> (nibble * 4u)) & 15u;
-            let hi = (body_byte(base, 128u + upper * 32u + l) >> (nibble * 4u + part * 2u)) & 3u;
-            let sc = bitcast<i32>(body_byte(base, 192u + (j >> 4u)) << 24u) >> 24u;
-            return head_half(blk) * f32(sc) * (f32(lo | (hi << 4u)) - 32.0);
+        case WT_Q6_K: {
+            let at = q6k_at(row, k);
+            let lo = (body_byte(at.base, at.ql) >> at.ql_shift) & 15u;
+            let hi = (body_byte(at.base, at.qh) >> at.qh_shift) & 3u;
+            return q6k_scale(at, k) * (f32(lo | (hi << 4u)) - 32.0);
         }
         default: { return 0.0; }
     }
@@ -109,18 +126,11 @@ fn weight4_at(row: u32, k: u32) -> vec4<f32> {  // W[row, k..k+3] of the chunk; 
             return head_half(2u * blk) * f32(sm.x) * q - head_half(2u * blk + 1u) * f32(sm.y);
         }
         case WT_Q6_K: {
-            let blk = row * (P.K >> 8u) + (k >> 8u);
-            let j = k & 255u;
-            let base = blk * 52u;
-            let upper = j >> 7u;
-            let nibble = (j >> 6u) & 1u;
-            let part = (j >> 5u) & 1u;
-            let l = j & 31u;
-            let lo = vec4<u32>(w[base + (upper * 64u + part * 32u + l) / 4u]) >> vec4<u32>(0u, 8u, 16u, 24u);
-            let hi = vec4<u32>(w[base + (128u + upper * 32u + l) / 4u]) >> vec4<u32>(0u, 8u, 16u, 24u);
-            let q = ((lo >> vec4<u32>(nibble * 4u)) & vec4<u32>(15u)) | (((hi >> vec4<u32>(nibble * 4u + part * 2u)) & vec4<u32>(3u)) << vec4<u32>(4u));
-            let sc = bitcast<i32>(body_byte(base, 192u + (j >> 4u)) << 24u) >> 24u;
-            return head_half(blk) * f32(sc) * (vec4<f32>(q) - 32.0);
+            let at = q6k_at(row, k);
+            let lo = vec4<u32>(w[at.base + at.ql / 4u]) >> vec4<u32>(0u, 8u, 16u, 24u);
+            let hi = vec4<u32>(w[at.base + at.qh / 4u]) >> vec4<u32>(0u, 8u, 16u, 24u);
+            let q = ((lo >> vec4<u32>(at.ql_shift)) & vec4<u32>(15u)) | (((hi >> vec4<u32>(at.qh_shift)) & vec4<u32>(3u)) << vec4<u32>(4u));
+            return q6k_scale(at, k) * (vec4<f32>(q) - 32.0);
         }
         default: { return vec4<f32>(0.0); }
     }
