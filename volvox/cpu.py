@@ -1066,17 +1066,26 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
 
 def weight_grad(dy, x) -> np.ndarray:
     """dW (N, K) = dy.T @ x: the gradient of an f32 ``linear(x, W)``'s weight, dy (M, N), x (M, K)
-    float32, through matmul_t with the wider operand as its f32 "weight" as it lies: only the narrower
-    one is transposed (a LoRA factor's r columns, not the layer's activations), dW.T transposed back
-    when x is the narrower."""
+    float32, through matmul_t's f32 path with x as its "weight" and dy read transposed where it lies:
+    nothing is copied. When x has fewer than 128 columns and fewer than dy (a LoRA factor's r), dW.T =
+    x.T @ dy is formed instead, so the work still splits over the wider operand, and transposed back."""
     dy2, x2 = _f32_rows(dy, "weight_grad: dy"), _f32_rows(x, "weight_grad: x")
     if dy2.shape[0] != x2.shape[0]:
         raise ShapeError(f"weight_grad: dy {dy2.shape} and x {x2.shape} have different rows")
     if dy2.shape[0] == 0:
         return np.zeros((dy2.shape[1], x2.shape[1]), np.float32)
-    if dy2.shape[1] <= x2.shape[1]:
-        return matmul_t(np.ascontiguousarray(dy2.T), x2)                        # (N, M) @ (M, K)
-    return np.ascontiguousarray(matmul_t(np.ascontiguousarray(x2.T), dy2).T)    # ((K, M) @ (M, N)).T
+    if x2.shape[1] >= min(dy2.shape[1], 128):
+        return _transposed_product(dy2, x2)                                    # (N, M) @ (M, K)
+    return np.ascontiguousarray(_transposed_product(x2, dy2).T)                 # ((K, M) @ (M, N)).T
+
+
+def _transposed_product(a, b) -> np.ndarray:
+    """a.T @ b (P, Q) for f32 a (M, P), b (M, Q), C-contiguous: matmul_t's f32 path reading a transposed."""
+    out = np.empty((a.shape[1], b.shape[1]), np.float32)  # (P, Q)
+    per = max(engine.matmul_t_panel_floats(_F32, b.shape[0]), 1)
+    panels = np.empty(get_num_threads() * per, np.float32)  # (threads, rows, strip) of b
+    engine.matmul_t(_F32, b.reshape(-1).view(np.uint8), 4 * b.shape[1], 0, 0, b.shape[1], a, out, panels, True)
+    return out
 
 
 def _attention_operands(q, k, v, n_heads: int, n_kv_heads: int, op: str) -> tuple:

@@ -119,13 +119,28 @@ def test_matmul_t_refuses_bad_operands():
 
 
 @pytest.mark.parametrize("m,n,k", [(23, 19, 37), (23, 37, 19),       # dy the narrower, x the narrower
-                                   (70, 8, 96), (70, 96, 8)])        # a LoRA factor's A and B
+                                   (70, 8, 96), (70, 96, 8),         # a LoRA factor's A and B
+                                   (300, 517, 130),                  # x wide but narrower: dy read transposed,
+                                   (257, 45, 300)])                  # x's rows in two panels, odd strips
 def test_weight_grad_matches_torch(tier, m, n, k):
     rng = np.random.default_rng(2)
     x, dy = rng.standard_normal((m, k)), rng.standard_normal((m, n))
     w = rng.standard_normal((n, k))
     _, (_, dw_want) = torch_grads(lambda x, w: ((x @ w.T) * torch.tensor(dy)).sum(), x, w)
     assert_close(K.weight_grad(dy.astype(np.float32), x.astype(np.float32)), dw_want, 1e-5)
+
+
+def test_weight_grad_same_bits_on_any_thread_count(tier):
+    rng = np.random.default_rng(6)
+    dy, x = rng.standard_normal((300, 200)).astype(np.float32), rng.standard_normal((300, 612)).astype(np.float32)
+    before = K.get_num_threads()
+    try:
+        K.set_num_threads(1)
+        one = K.weight_grad(dy, x)
+        K.set_num_threads(2)
+        np.testing.assert_array_equal(K.weight_grad(dy, x), one)
+    finally:
+        K.set_num_threads(before)
 
 
 # ------------------------------------------------------------------ attention

@@ -357,12 +357,13 @@ cdef inline int64_t vx_attn_bwd_kv_items(const vx_attn_train_shape *s) noexcept 
 
 ctypedef struct vx_train_table:
     # dx[:, strips] (M, K) = dy (M, N) @ W (N, K)[:, strips], strips = the strip-th .. (strip + span
-    # - 1)-th vx_matmul_t_strip columns (span <= vx_matmul_t_span); W rows row_bytes apart (group_bytes
-    # 0) or interleaved groups of il_rows rows; dq: the table's dequant of wtype; panel:
-    # vx_matmul_t_panel_floats(wtype, N) floats of scratch
+    # - 1)-th vx_matmul_t_strip columns (span <= vx_matmul_t_span); dy[r, o] at dy[r * dy_row + o *
+    # dy_col]; W rows row_bytes apart (group_bytes 0) or interleaved groups of il_rows rows; dq: the
+    # table's dequant of wtype; panel: vx_matmul_t_panel_floats(wtype, N) floats of scratch
     void (*matmul_t_strip)(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
                            int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
-                           const float *dy, int64_t M, float *dx, float *panel) noexcept nogil
+                           const float *dy, int64_t dy_row, int64_t dy_col, int64_t M, float *dx,
+                           float *panel) noexcept nogil
     # item h * seq + i: out's row i, head h, and lse[h, i]; scores: seq floats of scratch
     void (*attention_fwd_row)(const vx_attn_train_shape *s, const float *q, const float *k,
                               const float *v, int64_t item, float *scores, float *out,

@@ -19,12 +19,14 @@ def matmul_t_panel_floats(int wtype, int64_t N):
 
 
 def matmul_t(int wtype, const uint8_t[::1] w, int64_t row_bytes, int64_t group_bytes, int il_rows, int64_t K,
-             const float[:, ::1] dy, float[:, ::1] dx, float[::1] panels):
+             const float[:, ::1] dy, float[:, ::1] dx, float[::1] panels, bint dy_transposed=False):
     """dx (M, K) = dy (M, N) @ W (N, K), W of type wtype as inference holds it: rows row_bytes apart, or
-    interleaved groups of il_rows rows group_bytes apart (group_bytes > 0). One work item per strip of
+    interleaved groups of il_rows rows group_bytes apart (group_bytes > 0); with dy_transposed, dy is
+    stored (N, M) and read as its transpose, never copied. One work item per strip of
     vx_matmul_t_strip(wtype) input columns, up to vx_matmul_t_span(wtype) strips a work item, the items
     a multiple of the team; panels: threads * matmul_t_panel_floats(wtype, N) floats."""
-    cdef int64_t M = dy.shape[0], N = dy.shape[1], S = vx_matmul_t_strip(wtype)
+    cdef int64_t M = dy.shape[1] if dy_transposed else dy.shape[0], N = dy.shape[0] if dy_transposed else dy.shape[1]
+    cdef int64_t dy_row = 1 if dy_transposed else N, dy_col = M if dy_transposed else 1, S = vx_matmul_t_strip(wtype)
     cdef int64_t per = vx_matmul_t_panel_floats(wtype, N)
     cdef int64_t strips = (K + S - 1) // S, span_max = vx_matmul_t_span(wtype), items, span, item
     cdef int team = threads_for(M * N * K)
@@ -35,7 +37,7 @@ def matmul_t(int wtype, const uint8_t[::1] w, int64_t row_bytes, int64_t group_b
     items = (strips + span - 1) // span
     for item in prange(items, nogil=True, schedule="static", num_threads=team):
         _tbl.train.matmul_t_strip(wtype, _tbl.dequant[wtype], K, &w[0], row_bytes, group_bytes, il_rows, N,
-                                  item * span, min(span, strips - item * span), &dy[0, 0], M, &dx[0, 0],
+                                  item * span, min(span, strips - item * span), &dy[0, 0], dy_row, dy_col, M, &dx[0, 0],
                                   &panels[threadid() * per])
 
 

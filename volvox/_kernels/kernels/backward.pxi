@@ -172,9 +172,10 @@ cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int
                 out[128 * h + 96 + l] = d * <float>sc8[(g + 6) * R + r] * <float>(((hi >> 4) | (((q >> 6) & 3) << 4)) - 32)
 
 
-cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, const float *panel, int64_t S,
-                         int64_t cols, bint accumulate, float *dx, int64_t ldx) noexcept nogil:
-    """dx[r * ldx + c] (+)= sum_{o < N} dy[r * ldy + o] * panel[o * S + c] for r < rows (<= BW_MR),
+cdef inline void bw_tile(int64_t N, const float *dy, int64_t dy_row, int64_t dy_col, int64_t rows,
+                         const float *panel, int64_t S, int64_t cols, bint accumulate, float *dx,
+                         int64_t ldx) noexcept nogil:
+    """dx[r * ldx + c] (+)= sum_{o < N} dy[r * dy_row + o * dy_col] * panel[o * S + c] for r < rows (<= BW_MR),
     c < cols (<= BW_NC), added to dx's values when accumulate; the panel's BW_NC columns are all
     readable (zero padded)."""
     cdef vf acc[BW_MR * BW_NV]                 # (BW_MR rows, vectors of the 32 columns)
@@ -190,7 +191,7 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, 
             for v in range(BW_NV):
                 wv[v] = vf_load(panel + o * S + v * VL)
             for r in range(BW_MR):
-                a = vf_set1(dy[r * ldy + o])
+                a = vf_set1(dy[r * dy_row + o * dy_col])
                 for v in range(BW_NV):
                     acc[r * BW_NV + v] = vf_fma(a, wv[v], acc[r * BW_NV + v])
     else:
@@ -198,7 +199,7 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, 
             for v in range(BW_NV):
                 wv[v] = vf_load(panel + o * S + v * VL)
             for r in range(rows):
-                a = vf_set1(dy[r * ldy + o])
+                a = vf_set1(dy[r * dy_row + o * dy_col])
                 for v in range(BW_NV):
                     acc[r * BW_NV + v] = vf_fma(a, wv[v], acc[r * BW_NV + v])
     if cols == BW_NC:  # a whole tile: straight from the accumulators into dx
@@ -222,9 +223,11 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t ldy, int64_t rows, 
 
 cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
                          int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
-                         const float *dy, int64_t M, float *dx, float *panel) noexcept nogil:
+                         const float *dy, int64_t dy_row, int64_t dy_col, int64_t M, float *dx,
+                         float *panel) noexcept nogil:
     """Columns strip * S .. (strip + span) * S - 1 (fewer in the last strip of float weights) of dx (M, K)
-    = dy (M, N) @ W (N, K); W's rows row_bytes apart, or interleaved groups of il_rows rows group_bytes
+    = dy (M, N) @ W (N, K), dy[r, o] at dy[r * dy_row + o * dy_col] (dy_col 1 as stored, dy_row 1 when
+    dy is read as the transpose of a stored (N, M) array); W's rows row_bytes apart, or interleaved groups of il_rows rows group_bytes
     apart when group_bytes > 0. W's rows are taken VX_MATMUL_T_ROWS at a time (a panel that stays in
     cache however large N is), their products summed into dx; each tile of dy rows runs over the
     panel's whole width while those rows are in L1, so dy streams in once per span, not per strip.
@@ -253,7 +256,7 @@ cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *
         while i < M:
             c = 0
             while c < cols:
-                bw_tile(n, dy + i * N + o0, N, M - i if M - i < BW_MR else BW_MR, panel + c, P,
+                bw_tile(n, dy + i * dy_row + o0 * dy_col, dy_row, dy_col, M - i if M - i < BW_MR else BW_MR, panel + c, P,
                         cols - c if cols - c < BW_NC else BW_NC, o0 > 0, dx + i * K + c0 + c, K)
                 c += BW_NC
             i += BW_MR
