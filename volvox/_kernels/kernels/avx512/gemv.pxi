@@ -1,6 +1,7 @@
 # The avx512 tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies; the x86 code it
 # shares with the avx2 tier is kernels/avx2/gemv_x86.pxi).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport getenv
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_act_corrections,
@@ -221,6 +222,8 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
 # ------------------------------------------------------------------------------------------------
 # Interleaved 32-block weights (vx.pxd): 16 rows per group, lane l of all 16 rows in one zmm.
 # ------------------------------------------------------------------------------------------------
+cdef bint IQ4_NL_VBMI = False  # fill_gemv_il: b32_il_tile's iq4_nl lookup is vpermb (VBMI), not pshufb
+
 cdef enum:
     IL_ROWS = 16                # rows per interleaved group: one int32 lane of a zmm each
     IL_PREFETCH = 2048          # bytes ahead of the block being read that a group asks for
@@ -250,6 +253,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     cdef __m512i m4 = _mm512_set1_epi8(0x0F)
     cdef __m512i levels = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS),
                                                                _mm_set1_epi8(<char>-128)))   # levels + 128
+    cdef bint vbmi = IQ4_NL_VBMI
     cdef __m512 acc[2][8]        # (MR, lane) 16 rows each
     cdef __m512 accm[2]          # (MR,) 16 m-term chains
     cdef __m512 dd[2]            # (MR,) wd * dx
@@ -295,8 +299,12 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
         elif fmt == VX_IQ4_NL:
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
-                lo = _mm512_shuffle_epi8(levels, _mm512_and_si512(p, m4))
-                hi = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4))
+                if vbmi:        # levels (64,) repeats the 16: an index's bits 4, 5 need no mask
+                    lo = vx_permb(p, levels)
+                    hi = vx_permb(_mm512_srli_epi16(p, 4), levels)
+                else:
+                    lo = _mm512_shuffle_epi8(levels, _mm512_and_si512(p, m4))
+                    hi = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4))
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
                         _mm512_set1_epi32(c[i][l]), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
@@ -395,7 +403,11 @@ cdef void gemm_il_q5_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const
 
 
 cdef void fill_gemv_il(vx_table *t) noexcept:
-    """The interleaved GEMVs: 16 rows per group (the k-quants' too: VI_ROWS)."""
+    """The interleaved GEMVs: 16 rows per group (the k-quants' too: VI_ROWS). iq4_nl looks its levels
+    up with vpermb where the CPU has AVX-512 VBMI, unless VOLVOX_IQ4_NL_VBMI=0 (pshufb + masks)."""
+    global IQ4_NL_VBMI
+    cdef const char *env = getenv(b"VOLVOX_IQ4_NL_VBMI")
+    IQ4_NL_VBMI = vx_cpu_has_vbmi() and not (env != NULL and env[0] == b'0')
     t.il_rows = IL_ROWS
     t.gemm_il[VX_Q4_0] = gemm_il_q4_0
     t.gemm_il[VX_Q4_1] = gemm_il_q4_1
