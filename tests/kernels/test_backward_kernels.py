@@ -97,14 +97,21 @@ def test_matmul_t_same_bits_on_any_thread_count(tier):
     rng = np.random.default_rng(5)
     w = random_blocks(rng, "q4_1", 300, 576, True)      # 18 strips: 5 work items on 1 thread, 6 on 2
     dy = rng.standard_normal((33, 300)).astype(np.float32)
+    assert_same_bits_on_1_and_2_threads(lambda: K.matmul_t(dy, w))
+
+
+def assert_same_bits_on_1_and_2_threads(run):
+    """run() gives the same array (or tuple of arrays) bit for bit on 1 and on 2 threads."""
     before = K.get_num_threads()
     try:
         K.set_num_threads(1)
-        one = K.matmul_t(dy, w)
+        one = run()
         K.set_num_threads(2)
-        np.testing.assert_array_equal(K.matmul_t(dy, w), one)
+        two = run()
     finally:
         K.set_num_threads(before)
+    for got, want in zip(two, one) if isinstance(one, tuple) else ((two, one),):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_matmul_t_refuses_bad_operands():
@@ -133,14 +140,7 @@ def test_weight_grad_matches_torch(tier, m, n, k):
 def test_weight_grad_same_bits_on_any_thread_count(tier):
     rng = np.random.default_rng(6)
     dy, x = rng.standard_normal((300, 200)).astype(np.float32), rng.standard_normal((300, 612)).astype(np.float32)
-    before = K.get_num_threads()
-    try:
-        K.set_num_threads(1)
-        one = K.weight_grad(dy, x)
-        K.set_num_threads(2)
-        np.testing.assert_array_equal(K.weight_grad(dy, x), one)
-    finally:
-        K.set_num_threads(before)
+    assert_same_bits_on_1_and_2_threads(lambda: K.weight_grad(dy, x))
 
 
 # ------------------------------------------------------------------ attention
@@ -185,17 +185,11 @@ def test_attention_forward_and_backward_match_torch(tier, T, n_heads, n_kv, D, w
 def test_attention_backward_same_bits_on_any_thread_count(tier):
     rng = np.random.default_rng(8)
     q, k, v, dout = (rng.standard_normal((45, w)).astype(np.float32) for w in (48, 16, 16, 48))
-    before = K.get_num_threads()
-    try:
-        runs = []
-        for threads in (1, 2):
-            K.set_num_threads(threads)
-            out, lse = K.attention_train(q, k, v, 6, 2, 0.25, 20)
-            runs.append((out, lse) + K.attention_backward(q, k, v, out, lse, dout, 6, 2, 0.25, 20))
-    finally:
-        K.set_num_threads(before)
-    for one, two in zip(*runs):
-        np.testing.assert_array_equal(one, two)
+
+    def run():
+        out, lse = K.attention_train(q, k, v, 6, 2, 0.25, 20)
+        return (out, lse) + K.attention_backward(q, k, v, out, lse, dout, 6, 2, 0.25, 20)
+    assert_same_bits_on_1_and_2_threads(run)
 
 
 def test_attention_backward_refuses_mismatched_shapes():
@@ -306,15 +300,7 @@ def test_layer_norm_backward_and_column_sums_same_bits_on_any_thread_count(tier)
     rng = np.random.default_rng(6)
     x, dy = rng.standard_normal((333, 200)).astype(np.float32), rng.standard_normal((333, 200)).astype(np.float32)
     w = rng.standard_normal(200).astype(np.float32)
-    before = K.get_num_threads()
-    try:
-        K.set_num_threads(1)
-        one = K.layer_norm_backward(x, w, dy, 1e-5) + (K.column_sums(dy),)
-        K.set_num_threads(2)
-        for got, want in zip(K.layer_norm_backward(x, w, dy, 1e-5) + (K.column_sums(dy),), one):
-            np.testing.assert_array_equal(got, want)
-    finally:
-        K.set_num_threads(before)
+    assert_same_bits_on_1_and_2_threads(lambda: K.layer_norm_backward(x, w, dy, 1e-5) + (K.column_sums(dy),))
 
 
 @pytest.mark.parametrize("rows,dim", [(5, 3), (1000, 70), (0, 4)])
