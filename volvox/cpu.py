@@ -1058,10 +1058,14 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
     else:
         wb = _weight_bytes(w, "w")[1]
         data, row_bytes, group_bytes, rows = wb.reshape(-1), wb.shape[1], 0, 0
-    per = engine.matmul_t_panel_floats(code, n)
-    panels = np.empty(get_num_threads() * max(per, 1), np.float32)  # (threads, rows, strip) dequantized W
-    engine.matmul_t(code, data, row_bytes, group_bytes, rows, k, dy2, out, panels)
+    engine.matmul_t(code, data, row_bytes, group_bytes, rows, k, dy2, out, _matmul_t_panels(code, n))
     return out
+
+
+def _matmul_t_panels(code: int, n: int) -> np.ndarray:
+    """engine.matmul_t's per-thread scratch for a weight of type ``code`` with ``n`` rows."""
+    per = max(engine.matmul_t_panel_floats(code, n), 1)
+    return np.empty(get_num_threads() * per, np.float32)  # (threads, rows, strip) dequantized W
 
 
 def weight_grad(dy, x) -> np.ndarray:
@@ -1082,9 +1086,8 @@ def weight_grad(dy, x) -> np.ndarray:
 def _transposed_product(a, b) -> np.ndarray:
     """a.T @ b (P, Q) for f32 a (M, P), b (M, Q), C-contiguous: matmul_t's f32 path reading a transposed."""
     out = np.empty((a.shape[1], b.shape[1]), np.float32)  # (P, Q)
-    per = max(engine.matmul_t_panel_floats(_F32, b.shape[0]), 1)
-    panels = np.empty(get_num_threads() * per, np.float32)  # (threads, rows, strip) of b
-    engine.matmul_t(_F32, b.reshape(-1).view(np.uint8), 4 * b.shape[1], 0, 0, b.shape[1], a, out, panels, True)
+    engine.matmul_t(_F32, b.reshape(-1).view(np.uint8), 4 * b.shape[1], 0, 0, b.shape[1], a, out,
+                    _matmul_t_panels(_F32, b.shape[0]), True)
     return out
 
 
