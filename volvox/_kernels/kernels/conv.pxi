@@ -2,21 +2,18 @@
 #
 # f32 GEMM: weights (N, K) row-major are packed into panels of SG_NR = 32 output features,
 # [panel][k][32] (zero padded), the same layout on every tier. K runs in slices of at most SG_KC
-# (equal ones), rows in blocks of at most SG_MB, each block's K slice packed into the tiles' row
-# groups (sg_pack_rows: k-major, one pointer per tile) and run against every panel's slice. A
-# register tile of activation rows x 32 features (avx512: 8 x 32; avx2: 6 x 16 twice; neon: 5 x
-# 16 twice; generic: 4 x 32 in plain C) starts from 0 on the first slice and from the
+# (equal ones): a panel's slice (SG_KC x 32 floats) stays in L1 while every row of the call runs
+# over it. A register tile of activation rows x 32 features (avx512: 8 x 32; avx2: 6 x 16 twice;
+# neon: 5 x 16 twice; generic: 4 x 32 in plain C) starts from 0 on the first slice and from the
 # partial sums it stored in y on the others; bias and ReLU / ReLU6 are applied at the last slice's
 # store. Each output is one chain of FMAs (generic x86: multiply-adds) over k in order, from 0, then
 # + bias, then the activation (a partial sum stored and reloaded is the same float): the same
 # floats on every tier that has FMA, whatever its tile shape or K slices.
 #
-# A tier's conv.pxi defines: SG_MR (rows of its main tile), sg_tile (its register tile over one
-# row group: sg_passes on avx2 and avx512, its own on neon and generic), SG_PAIRS and sg_tile_pair
-# (1 where a panel of at most VL features runs two groups of the same rows as one tile of twice
-# the rows and one vector: avx512; 0 elsewhere, its sg_tile_pair two sg_tiles), and for sg_pass
-# (the x86 tiers' pass) SG_NV (vectors per row of a pass) and
-# SG_ACC (its accumulators: the largest MR * NV).
+# A tier's conv.pxi defines: SG_MR (rows of its main tile), sg_tile (its register tile: sg_passes
+# on avx2 and avx512, its own on neon and generic), sg_half_tiles (avx512's 16-row tiles of narrow
+# panels; 0 rows elsewhere), and for sg_pass (the x86 tiers' pass) SG_NV (vectors per row of a
+# pass) and SG_ACC (its accumulators: the largest MR * NV).
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy, memset
 from volvox._kernels.vx cimport vx_conv_shape
@@ -28,7 +25,6 @@ cdef extern from *:
 cdef enum:
     SG_NR = 32    # output features per packed panel
     SG_KC = 256   # most k of a panel slice: 32 KB of weights, in L1 beside a tile's rows
-    SG_MB = 64    # most rows of a packed block (its slice: 64 KB)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -110,242 +106,169 @@ cdef inline vf act_vf(const int act, vf v) noexcept nogil:
     return v
 
 
-# The GEMM's activation rows in the tiles' panel layout: a block of m rows is split into groups
-# (sg_groups: SG_MR rows, then SG_MR - 1, then the rest), and the group of r rows from row i0 of a
-# block of kc k per row lies at i0 * kc, k-major: (kc, r), row i0 + i's value k at [k * r + i]. A
-# tile reads its rows from one pointer that advances r floats per k (constant offsets: the
-# broadcasts need no row pointers). sg_rows: a tile's view, a at its first group; run: the k per
-# row of the block (a second group of the same rows at a + r * run); acc: 1 where the tile adds
-# to the partial sums in y (an earlier K slice's), 0 where it starts from 0.
+# A register tile's activation rows: row i's K values are `runs` runs of `run` floats, run r at
+# a + i*lda + r*run_stride (a GEMM or im2col row's K slice: one run, kept a runtime count: see
+# sgemm). The packed panel's k walks them in order. acc: 1 where the tile adds to the partial sums
+# in y (an earlier K slice's), 0 where it starts from 0.
 ctypedef struct sg_rows:
     const float *a
-    int64_t run
+    int64_t lda, runs, run, run_stride
     int acc
 
 
-cdef inline void sg_groups(int64_t m, int64_t *full, int64_t *short_groups) noexcept nogil:
-    """The row groups of a block of m rows: *full of SG_MR rows, then *short_groups of SG_MR - 1,
-    then the rest (0 .. SG_MR - 1 rows). Rows that fill SG_MR - 1 row groups once the full ones are
-    done end in those, not in a short one: 49 rows (a 7x7 map) as 7 groups of 7, not 6 of 8 and a
-    1-row tile whose two FMA chains wait on each other."""
-    cdef int64_t tiles = (m + SG_MR - 1) // SG_MR, extra = m - (SG_MR - 1) * tiles
-    short_groups[0] = tiles - extra if m % SG_MR != 0 and extra >= 0 else 0
-    full[0] = (m - short_groups[0] * (SG_MR - 1)) // SG_MR
-
-
-cdef inline void sg_pack_group(const int R, const float *a, int64_t lda, int64_t kc, float *dst) noexcept nogil:
-    """dst (kc, R) = the R rows a, a + lda, ... (kc floats each) in the tile's k-major layout."""
-    cdef int64_t k
-    cdef int i
-    for k in range(kc):
-        for i in range(R):
-            dst[k * R + i] = a[i * lda + k]
-
-
-cdef void sg_pack_rows(const float *a, int64_t lda, int64_t m, int64_t kc, float *dst) noexcept nogil:
-    """dst (m * kc floats) = rows 0 .. m-1 of a (lda apart, kc floats each) as sg_groups(m)'s groups."""
-    cdef int64_t full, short_groups, t, k, i0 = 0, rest
-    sg_groups(m, &full, &short_groups)
-    for t in range(full):
-        sg_pack_group(SG_MR, a + i0 * lda, lda, kc, dst + i0 * kc)
-        i0 += SG_MR
-    for t in range(short_groups):
-        sg_pack_group(SG_MR - 1, a + i0 * lda, lda, kc, dst + i0 * kc)
-        i0 += SG_MR - 1
-    rest = m - i0
-    for t in range(rest):                                           # (rest, kc) -> (kc, rest)
-        for k in range(kc):
-            dst[i0 * kc + k * rest + t] = a[(i0 + t) * lda + k]
-
-
 cdef inline void sg_prefetch(const float *row) noexcept nogil:
-    """Ask for a panel row (SG_NR floats, two cache lines) toward L2: a slice's first tile fetches
-    the next slice's rows as it goes, so weights that other layers pushed out of the caches (a 7x7
-    map's 1x1 convs: 0.9-1.6 MB) arrive before their slice starts."""
+    """Ask for a panel row (SG_NR floats, two cache lines) toward L2: sgemm_rows's first tile of a
+    panel fetches the next panel's rows as it goes, so weights that other layers pushed out of the
+    caches (a 7x7 map's 1x1 convs: 0.9-1.6 MB) arrive before their panel starts."""
     __builtin_prefetch(row, 0, 2)
     __builtin_prefetch(row + 16, 0, 2)
 
 
-cdef inline void sg_pass(const int MR, const int NV, const int GR, sg_rows A, const float *p, int nr,
-                         const float *bias, const int act, float *y, int64_t ldy, const float *pf) noexcept nogil:
+cdef inline void sg_pass(const int MR, const int NV, sg_rows A, const float *p, int nr, const float *bias,
+                         const int act, float *y, int64_t ldy, const float *pf) noexcept nogil:
     """y (MR rows x nr <= NV*VL features, ldy apart) = act(bias + A's rows . the panel's columns
-    p[0 .. NV*VL)) (p: column 0 of the pass in a packed panel slice, rows SG_NR apart); A's rows in
-    groups of GR (MR = GR, or 2 * GR: two groups), plus y's partial sums where A.acc (then the caller
-    passes no bias and FN_NONE until the last slice); pf: another slice's rows to prefetch as the
-    pass reads its own (NULL: none). MR * NV accumulators in registers: MR, NV and GR are constants
-    once inlined, and every loop over c then unrolls (one that did not would keep c in memory)."""
+    p[0 .. NV*VL)) (p: column 0 of the pass in a packed panel, rows SG_NR apart), plus y's partial
+    sums where A.acc (then the caller passes no bias and FN_NONE until the last slice); pf: another
+    panel's rows to prefetch as the pass reads its own (NULL: none). MR * NV accumulators in
+    registers: MR and NV are constants once inlined, and every loop over c then unrolls (one that
+    did not would keep c in memory: the epilogue is two small nests, not one with branches)."""
     cdef vf c[SG_ACC]                                               # (MR, NV) accumulators
     cdef vf b[4]                                                    # (NV,) the panel's row k
     cdef vf bv[4]                                                   # (NV,) bias
     cdef vf_mask m[4]                                               # (NV,) lanes stored
     cdef vf av
-    cdef const float *a = A.a                                       # (run, GR) per group: its rows' values at k
-    cdef int64_t k, gs = GR * A.run                                 # floats from one group to the next
-    cdef int g, i, j
+    cdef const float *a
+    cdef int64_t r, k
+    cdef int i, j
     for j in range(NV):
         m[j] = vf_lanes(nr - j * VL if nr > j * VL else 0)          # the features of vector j
-    for g in range(MR // GR):                                       # (every loop over c: at most 16 trips,
-        for i in range(GR):                                         # which GCC unrolls whole)
+    if A.acc:
+        for i in range(MR):
             for j in range(NV):
-                c[(g * GR + i) * NV + j] = (vf_load_part(m[j], y + (g * GR + i) * ldy + j * VL) if A.acc
-                                            else vf_zero())
-    for k in range(A.run):
-        if pf != NULL:
-            sg_prefetch(pf + SG_NR * k)
-        for j in range(NV):
-            b[j] = vf_load(p + SG_NR * k + j * VL)
-        for g in range(MR // GR):
-            for i in range(GR):
-                av = vf_set1(a[g * gs + i])
+                c[i * NV + j] = vf_load_part(m[j], y + i * ldy + j * VL)
+    else:
+        for i in range(MR * NV):
+            c[i] = vf_zero()
+    for r in range(A.runs):
+        a = A.a + r * A.run_stride
+        for k in range(A.run):
+            if pf != NULL:
+                sg_prefetch(pf + SG_NR * (r * A.run + k))
+            for j in range(NV):
+                b[j] = vf_load(p + SG_NR * k + j * VL)
+            for i in range(MR):
+                av = vf_set1(a[i * A.lda + k])
                 for j in range(NV):
-                    c[(g * GR + i) * NV + j] = vf_fma(av, b[j], c[(g * GR + i) * NV + j])
-        a += GR
+                    c[i * NV + j] = vf_fma(av, b[j], c[i * NV + j])
+        p += SG_NR * A.run
     for j in range(NV):
         bv[j] = vf_load_part(m[j], bias + j * VL) if bias != NULL else vf_zero()
-    for g in range(MR // GR):
-        for i in range(GR):
+    if VF_MASK_STORES or nr != NV * VL:                             # lane stores: as cheap here, or needed
+        for i in range(MR):
             for j in range(NV):
-                if VF_MASK_STORES or nr != NV * VL:                 # lane stores: as cheap here, or needed
-                    vf_store_part(m[j], y + (g * GR + i) * ldy + j * VL,
-                                  act_vf(act, vf_add(c[(g * GR + i) * NV + j], bv[j])))
-                else:                                               # every feature: whole vectors
-                    vf_store(y + (g * GR + i) * ldy + j * VL, act_vf(act, vf_add(c[(g * GR + i) * NV + j], bv[j])))
+                vf_store_part(m[j], y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
+    else:                                                           # every feature: whole vectors
+        for i in range(MR):
+            for j in range(NV):
+                vf_store(y + i * ldy + j * VL, act_vf(act, vf_add(c[i * NV + j], bv[j])))
 
 
 cdef inline void sg_passes(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act,
                            float *y, int64_t ldy, const float *pf) noexcept nogil:
-    """sg_tile of the vector tiers: a group of MR rows x nr <= SG_NR features as passes of SG_NV
-    vectors (one pass where that is the whole panel, avx512; two of 16 features on avx2 and neon,
-    the second only for nr > 16 and without the prefetch)."""
-    sg_pass(MR, SG_NV, MR, A, p, nr if nr < SG_NV * VL else SG_NV * VL, bias, act, y, ldy, pf)
+    """sg_tile of the vector tiers: MR rows x nr <= SG_NR features as passes of SG_NV vectors (one
+    pass where that is the whole panel, avx512; two of 16 features on avx2 and neon, the second
+    only for nr > 16 and without the prefetch)."""
+    sg_pass(MR, SG_NV, A, p, nr if nr < SG_NV * VL else SG_NV * VL, bias, act, y, ldy, pf)
     if SG_NV * VL < SG_NR and nr > SG_NV * VL:
-        sg_pass(MR, SG_NV, MR, A, p + SG_NV * VL, nr - SG_NV * VL, bias + SG_NV * VL if bias != NULL else NULL, act,
+        sg_pass(MR, SG_NV, A, p + SG_NV * VL, nr - SG_NV * VL, bias + SG_NV * VL if bias != NULL else NULL, act,
                 y + SG_NV * VL, ldy, NULL)
-
-
-cdef inline void sg_group_run(const int GR, sg_rows A, const float *pp, int nr, const float *bp, int act, float *y,
-                              int64_t ldy, int64_t groups, const float *nxt) noexcept nogil:
-    """`groups` consecutive groups of GR rows (A.a: the first) times one K slice of a panel (pp: its
-    row k0, (A.run, 32)); nxt: another slice, prefetched by the first tile (NULL: none). A panel
-    of at most VL features runs them in pairs where the tier has such a tile (SG_PAIRS)."""
-    cdef const float *a = A.a
-    cdef int64_t t = 0
-    if SG_PAIRS and nr <= VL:
-        while t + 1 < groups:
-            A.a = a + t * GR * A.run
-            sg_tile_pair(GR, A, pp, nr, bp, act, y + t * GR * ldy, ldy, nxt if t == 0 else NULL)
-            t += 2
-    while t < groups:
-        A.a = a + t * GR * A.run
-        sg_tile(GR, A, pp, nr, bp, act, y + t * GR * ldy, ldy, nxt if t == 0 else NULL)
-        t += 1
-
-
-cdef void sg_full_groups(sg_rows A, const float *pp, int nr, const float *bp, int act, float *y, int64_t ldy,
-                         int64_t groups, const float *nxt) noexcept nogil:
-    """sg_group_run of SG_MR rows (a function of its own: GCC keeps the tiles of a function this
-    small inlined, where one body with every tile shape left most of them as calls that keep the
-    accumulators in memory)."""
-    sg_group_run(SG_MR, A, pp, nr, bp, act, y, ldy, groups, nxt)
-
-
-cdef void sg_short_groups(sg_rows A, const float *pp, int nr, const float *bp, int act, float *y, int64_t ldy,
-                          int64_t groups, const float *nxt) noexcept nogil:
-    """sg_group_run of SG_MR - 1 rows (its own function: see sg_full_groups)."""
-    sg_group_run(SG_MR - 1, A, pp, nr, bp, act, y, ldy, groups, nxt)
-
-
-cdef void sg_rest_group(sg_rows A, const float *pp, int nr, const float *bp, int act, float *y, int64_t ldy,
-                        int64_t rest) noexcept nogil:
-    """The last group's tile (0 .. SG_MR - 1 rows; its own function: see sg_full_groups)."""
-    if SG_MR > 11:
-        if rest == 11:
-            sg_tile(11, A, pp, nr, bp, act, y, ldy, NULL)
-        elif rest == 10:
-            sg_tile(10, A, pp, nr, bp, act, y, ldy, NULL)
-    if SG_MR > 9:
-        if rest == 9:
-            sg_tile(9, A, pp, nr, bp, act, y, ldy, NULL)
-        elif rest == 8:
-            sg_tile(8, A, pp, nr, bp, act, y, ldy, NULL)
-    if SG_MR > 7:                                                   # (a constant: the tier's cases only)
-        if rest == 7:
-            sg_tile(7, A, pp, nr, bp, act, y, ldy, NULL)
-        elif rest == 6:
-            sg_tile(6, A, pp, nr, bp, act, y, ldy, NULL)
-    if SG_MR > 5:
-        if rest == 5:
-            sg_tile(5, A, pp, nr, bp, act, y, ldy, NULL)
-        elif rest == 4:
-            sg_tile(4, A, pp, nr, bp, act, y, ldy, NULL)
-    if rest == 3:
-        sg_tile(3, A, pp, nr, bp, act, y, ldy, NULL)
-    elif rest == 2:
-        sg_tile(2, A, pp, nr, bp, act, y, ldy, NULL)
-    elif rest == 1:
-        sg_tile(1, A, pp, nr, bp, act, y, ldy, NULL)
 
 
 cdef inline void sg_rows_of_slice(sg_rows A, const float *pp, int nr, const float *bp, int act, float *y,
                                   int64_t ldy, int64_t m, const float *nxt) noexcept nogil:
-    """Rows 0 .. m-1 (A.a: the packed block, sg_groups(m)) times one K slice of a panel (pp: its
-    row k0, (A.run, 32)); nxt: another slice, prefetched by the first tile (NULL: none)."""
+    """Rows 0 .. m-1 (A's, y's) times one K slice of a panel (pp: its row k0, (kc, 32)); nxt: the
+    slice after it, prefetched by the first tile (NULL: none)."""
     cdef const float *a = A.a
-    cdef int64_t full, short_groups, i0
-    sg_groups(m, &full, &short_groups)
-    if full > 0:
-        sg_full_groups(A, pp, nr, bp, act, y, ldy, full, nxt)
-    i0 = full * SG_MR
-    if short_groups > 0:
-        A.a = a + i0 * A.run
-        sg_short_groups(A, pp, nr, bp, act, y + i0 * ldy, ldy, short_groups, nxt if i0 == 0 else NULL)
-    i0 += short_groups * (SG_MR - 1)
-    if i0 < m:
-        A.a = a + i0 * A.run
-        sg_rest_group(A, pp, nr, bp, act, y + i0 * ldy, ldy, m - i0)
+    cdef float *yt
+    cdef int64_t i0, rows, tiles, full, short_tiles, t, rest
+    i0 = sg_half_tiles(A, pp, nr, bp, act, y, ldy, m)
+    # rows that fill SG_MR - 1 row tiles once the full ones are done end in those, not in a
+    # short tile: 49 rows (a 7x7 map) as 7 tiles of 7, not 6 of 8 and a 1-row tile whose two
+    # FMA chains wait on each other
+    rows = m - i0
+    tiles = (rows + SG_MR - 1) // SG_MR
+    full = rows - (SG_MR - 1) * tiles
+    short_tiles = tiles - full if rows % SG_MR != 0 and full >= 0 else 0
+    while i0 + SG_MR <= m - short_tiles * (SG_MR - 1):
+        A.a = a + i0 * A.lda
+        sg_tile(SG_MR, A, pp, nr, bp, act, y + i0 * ldy, ldy, nxt if i0 == 0 else NULL)
+        i0 += SG_MR
+    for t in range(short_tiles):
+        A.a = a + i0 * A.lda
+        sg_tile(SG_MR - 1, A, pp, nr, bp, act, y + i0 * ldy, ldy, nxt if i0 == 0 else NULL)
+        i0 += SG_MR - 1
+    A.a = a + i0 * A.lda
+    yt = y + i0 * ldy
+    rest = m - i0                                                   # 0 .. SG_MR - 1 rows
+    if SG_MR > 7:                                                   # (a constant: the tier's cases only)
+        if rest == 7:
+            sg_tile(7, A, pp, nr, bp, act, yt, ldy, NULL)
+        elif rest == 6:
+            sg_tile(6, A, pp, nr, bp, act, yt, ldy, NULL)
+    if SG_MR > 5:
+        if rest == 5:
+            sg_tile(5, A, pp, nr, bp, act, yt, ldy, NULL)
+        elif rest == 4:
+            sg_tile(4, A, pp, nr, bp, act, yt, ldy, NULL)
+    if rest == 3:
+        sg_tile(3, A, pp, nr, bp, act, yt, ldy, NULL)
+    elif rest == 2:
+        sg_tile(2, A, pp, nr, bp, act, yt, ldy, NULL)
+    elif rest == 1:
+        sg_tile(1, A, pp, nr, bp, act, yt, ldy, NULL)
+
+
+cdef void sgemm_rows(int64_t K, const float *packed, int64_t n, sg_rows A, int64_t m, float *y, int64_t ldy,
+                     const float *bias, int act) noexcept nogil:
+    """y[i*ldy + r] = act(bias[r] + sum_k A row i's k-th value * W[r][k]) for i < m, r < n; W packed
+    with K per row (A: one run of K, or none for K = 0). Panel by panel, K slice by K slice, every
+    row over each slice; bias and act on the last slice."""
+    cdef const float *a = A.a
+    cdef const float *pp
+    cdef const float *nxt
+    cdef int64_t p0 = 0, slices = (K + SG_KC - 1) // SG_KC if K > SG_KC else 1
+    cdef int64_t kc = (K + slices - 1) // slices, k0                # equal slices of at most SG_KC
+    cdef int nr
+    while p0 < n:
+        nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
+        k0 = 0
+        while True:
+            pp = packed + p0 * K + k0 * SG_NR                       # (kc, 32): the panel's slice
+            A.a = a + k0
+            A.run = kc if kc < K - k0 else K - k0
+            A.acc = k0 > 0
+            nxt = pp + SG_NR * A.run if p0 + SG_NR < n or k0 + A.run < K else NULL  # the next slice
+            if k0 + A.run >= K:                                     # the last slice: bias, act
+                sg_rows_of_slice(A, pp, nr, bias + p0 if bias != NULL else NULL, act, y + p0, ldy, m, nxt)
+                break
+            sg_rows_of_slice(A, pp, nr, NULL, FN_NONE, y + p0, ldy, m, nxt)
+            k0 += A.run
+        p0 += SG_NR
 
 
 cdef void sgemm(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda, int64_t m, float *y,
                 int64_t ldy, const float *bias, int act) noexcept nogil:
-    """y[i*ldy + r] = act(bias[r] + sum_k a[i*lda + k] * W[r][k]) for i < m, r < n; W packed. Rows in
-    equal blocks of at most SG_MB, K in equal slices of at most SG_KC: each block's slice is packed
-    into the tiles' layout (sg_pack_rows) once, then every panel's slice runs over it; bias and act
-    on the last slice."""
-    cdef float ap[SG_MB * SG_KC]                                    # (mb * kc): the block's slice, packed
-    cdef const float *pp
-    cdef const float *nxt
-    cdef int64_t blocks = (m + SG_MB - 1) // SG_MB, mb = (m + blocks - 1) // blocks if m > 0 else 0
-    cdef int64_t slices = (K + SG_KC - 1) // SG_KC if K > SG_KC else 1
-    cdef int64_t kc = (K + slices - 1) // slices                    # equal slices of at most SG_KC
-    cdef int64_t i0 = 0, k0, run, p0, rows
+    """y[i*ldy + r] = act(bias[r] + sum_k a[i*lda + k] * W[r][k]) for i < m, r < n; W packed."""
     cdef sg_rows A
-    cdef int nr
-    cdef bint last
-    while i0 < m:
-        rows = mb if mb < m - i0 else m - i0
-        k0 = 0
-        while True:
-            run = kc if kc < K - k0 else K - k0
-            last = k0 + run >= K
-            sg_pack_rows(a + i0 * lda + k0, lda, rows, run, ap)
-            A.a = ap
-            A.run = run
-            A.acc = k0 > 0
-            p0 = 0
-            while p0 < n:
-                nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
-                pp = packed + p0 * K + k0 * SG_NR                   # (run, 32): the panel's slice
-                if p0 + SG_NR < n:                                  # the next panel's slice, or the next slice's first
-                    nxt = pp + SG_NR * K
-                else:
-                    nxt = packed + (k0 + run) * SG_NR if not last else NULL
-                sg_rows_of_slice(A, pp, nr, bias + p0 if bias != NULL and last else NULL, act if last else FN_NONE,
-                                 y + i0 * ldy + p0, ldy, rows, nxt)
-                p0 += SG_NR
-            if last:
-                break
-            k0 += run
-        i0 += rows
+    A.a = a
+    A.lda = lda
+    A.runs = 1 if K > 0 else 0     # (K = 0: no run. Not the constant 1: GCC's copy of sgemm_rows for
+                                   # sgemm then kept the avx512 tile's output rows in registers and
+                                   # reloaded its input rows from the stack in the k loop)
+    A.run = K
+    A.run_stride = 0
+    A.acc = 0
+    sgemm_rows(K, packed, n, A, m, y, ldy, bias, act)
 
 
 

@@ -4,7 +4,6 @@ cdef enum:
     SG_MR = 6     # rows of the f32 GEMM's register tile: 6 x 16 features (two vectors), twice per panel
     SG_NV = 2     # vectors per row of a pass
     SG_ACC = 12   # accumulators: 6 x 2 ymm (+ 2 panel vectors and a broadcast: 15 of 16)
-    SG_PAIRS = 0  # (sg_tile_pair: two sg_tiles)
 
 
 cdef inline void sg_tile(const int MR, sg_rows A, const float *p, int nr, const float *bias, const int act, float *y,
@@ -14,9 +13,7 @@ cdef inline void sg_tile(const int MR, sg_rows A, const float *p, int nr, const 
     sg_passes(MR, A, p, nr, bias, act, y, ldy, pf)
 
 
-cdef inline void sg_tile_pair(const int GR, sg_rows A, const float *p, int nr, const float *bias, const int act,
-                              float *y, int64_t ldy, const float *pf) noexcept nogil:
-    """Two groups of GR rows (A.a: the first) as two sg_tiles (SG_PAIRS = 0: not called)."""
-    sg_tile(GR, A, p, nr, bias, act, y, ldy, pf)
-    A.a = A.a + GR * A.run
-    sg_tile(GR, A, p, nr, bias, act, y + GR * ldy, ldy, NULL)
+cdef inline int64_t sg_half_tiles(sg_rows A, const float *p, int nr, const float *bias, int act, float *y,
+                                  int64_t ldy, int64_t m) noexcept nogil:
+    """None here (a narrow panel already takes one 16-feature pass): 0 rows done."""
+    return 0

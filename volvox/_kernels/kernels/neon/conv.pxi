@@ -7,7 +7,6 @@ cdef enum:
                   # (6 rows would need 34: the compiler spills)
     SG_NV = 4     # (sg_pass, the x86 tiers' pass: not used here)
     SG_ACC = 1
-    SG_PAIRS = 0  # (sg_tile_pair: two sg_tiles)
 
 
 cdef inline void sg_row16(int nr, float *y, vf c0, vf c1, vf c2, vf c3, vf b0, vf b1, vf b2, vf b3,
@@ -51,9 +50,9 @@ cdef inline void sg_pass16(const int MR, sg_rows A, const float *p, int nr, cons
     GCC keeps an array of vectors that a loop it does not unroll touches in memory."""
     cdef vf c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33, c40, c41, c42, c43
     cdef vf b0, b1, b2, b3, av
-    cdef const float *a = A.a                                       # (run, MR): the rows' values at k
+    cdef const float *a
     cdef const float *pk
-    cdef int64_t k
+    cdef int64_t r, k
     c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = vf_zero()
     c30 = c31 = c32 = c33 = c40 = c41 = c42 = c43 = vf_zero()
     if A.acc:                                                       # an earlier K slice's sums
@@ -66,44 +65,46 @@ cdef inline void sg_pass16(const int MR, sg_rows A, const float *p, int nr, cons
             sg_load16(nr, y + 3 * ldy, &c30, &c31, &c32, &c33)
         if MR > 4:
             sg_load16(nr, y + 4 * ldy, &c40, &c41, &c42, &c43)
-    for k in range(A.run):
-        if pf != NULL:
-            sg_prefetch(pf + SG_NR * k)
-        pk = p + SG_NR * k
-        b0 = vf_load(pk)
-        b1 = vf_load(pk + 4)
-        b2 = vf_load(pk + 8)
-        b3 = vf_load(pk + 12)
-        av = vf_set1(a[0])
-        c00 = vf_fma(av, b0, c00)
-        c01 = vf_fma(av, b1, c01)
-        c02 = vf_fma(av, b2, c02)
-        c03 = vf_fma(av, b3, c03)
-        if MR > 1:
-            av = vf_set1(a[1])
-            c10 = vf_fma(av, b0, c10)
-            c11 = vf_fma(av, b1, c11)
-            c12 = vf_fma(av, b2, c12)
-            c13 = vf_fma(av, b3, c13)
-        if MR > 2:
-            av = vf_set1(a[2])
-            c20 = vf_fma(av, b0, c20)
-            c21 = vf_fma(av, b1, c21)
-            c22 = vf_fma(av, b2, c22)
-            c23 = vf_fma(av, b3, c23)
-        if MR > 3:
-            av = vf_set1(a[3])
-            c30 = vf_fma(av, b0, c30)
-            c31 = vf_fma(av, b1, c31)
-            c32 = vf_fma(av, b2, c32)
-            c33 = vf_fma(av, b3, c33)
-        if MR > 4:
-            av = vf_set1(a[4])
-            c40 = vf_fma(av, b0, c40)
-            c41 = vf_fma(av, b1, c41)
-            c42 = vf_fma(av, b2, c42)
-            c43 = vf_fma(av, b3, c43)
-        a += MR
+    for r in range(A.runs):
+        a = A.a + r * A.run_stride
+        for k in range(A.run):
+            if pf != NULL:
+                sg_prefetch(pf + SG_NR * (r * A.run + k))
+            pk = p + SG_NR * k
+            b0 = vf_load(pk)
+            b1 = vf_load(pk + 4)
+            b2 = vf_load(pk + 8)
+            b3 = vf_load(pk + 12)
+            av = vf_set1(a[k])
+            c00 = vf_fma(av, b0, c00)
+            c01 = vf_fma(av, b1, c01)
+            c02 = vf_fma(av, b2, c02)
+            c03 = vf_fma(av, b3, c03)
+            if MR > 1:
+                av = vf_set1(a[A.lda + k])
+                c10 = vf_fma(av, b0, c10)
+                c11 = vf_fma(av, b1, c11)
+                c12 = vf_fma(av, b2, c12)
+                c13 = vf_fma(av, b3, c13)
+            if MR > 2:
+                av = vf_set1(a[2 * A.lda + k])
+                c20 = vf_fma(av, b0, c20)
+                c21 = vf_fma(av, b1, c21)
+                c22 = vf_fma(av, b2, c22)
+                c23 = vf_fma(av, b3, c23)
+            if MR > 3:
+                av = vf_set1(a[3 * A.lda + k])
+                c30 = vf_fma(av, b0, c30)
+                c31 = vf_fma(av, b1, c31)
+                c32 = vf_fma(av, b2, c32)
+                c33 = vf_fma(av, b3, c33)
+            if MR > 4:
+                av = vf_set1(a[4 * A.lda + k])
+                c40 = vf_fma(av, b0, c40)
+                c41 = vf_fma(av, b1, c41)
+                c42 = vf_fma(av, b2, c42)
+                c43 = vf_fma(av, b3, c43)
+        p += SG_NR * A.run
     if bias != NULL:                                                # (16,) masked to nr
         b0 = vf_load_part(vf_lanes(nr), bias)
         b1 = vf_load_part(vf_lanes(nr - 4 if nr > 4 else 0), bias + 4)
@@ -132,9 +133,7 @@ cdef inline void sg_tile(const int MR, sg_rows A, const float *p, int nr, const 
         sg_pass16(MR, A, p + 16, nr - 16, bias + 16 if bias != NULL else NULL, act, y + 16, ldy, NULL)
 
 
-cdef inline void sg_tile_pair(const int GR, sg_rows A, const float *p, int nr, const float *bias, const int act,
-                              float *y, int64_t ldy, const float *pf) noexcept nogil:
-    """Two groups of GR rows (A.a: the first) as two sg_tiles (SG_PAIRS = 0: not called)."""
-    sg_tile(GR, A, p, nr, bias, act, y, ldy, pf)
-    A.a = A.a + GR * A.run
-    sg_tile(GR, A, p, nr, bias, act, y + GR * ldy, ldy, NULL)
+cdef inline int64_t sg_half_tiles(sg_rows A, const float *p, int nr, const float *bias, int act, float *y,
+                                  int64_t ldy, int64_t m) noexcept nogil:
+    """None here (a narrow panel already takes one 16-feature pass): 0 rows done."""
+    return 0
