@@ -1040,9 +1040,7 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
          quantized ``w`` is read in the tier's interleaved layout (``linear``'s cached packing)
     out: optional float32 (M, K), C-contiguous, not overlapping dy
     W is never widened: each work item dequantizes up to 128 input columns (one strip of 256 for the
-    k-quants) block by block, 256 of W's rows at a time, into per-thread scratch. From 64 rows of dy a
-    quantized W's work item spans up to 512 input columns, dequantized 256 rows at a time into the f32
-    GEMM's packed panels that the tier's sgemm runs every row of dy over.
+    k-quants) block by block, 256 of W's rows at a time, into per-thread scratch.
     """
     dy2 = _f32_rows(dy, "matmul_t: dy")
     code, n, k = _weight_meta(w, "w")
@@ -1060,14 +1058,14 @@ def matmul_t(dy, w, out=None) -> np.ndarray:
     else:
         wb = _weight_bytes(w, "w")[1]
         data, row_bytes, group_bytes, rows = wb.reshape(-1), wb.shape[1], 0, 0
-    engine.matmul_t(code, data, row_bytes, group_bytes, rows, k, dy2, out, _matmul_t_panels(code, n, m))
+    engine.matmul_t(code, data, row_bytes, group_bytes, rows, k, dy2, out, _matmul_t_panels(code, n))
     return out
 
 
-def _matmul_t_panels(code: int, n: int, m: int, dy_transposed: bool = False) -> np.ndarray:
-    """engine.matmul_t's per-thread scratch for a weight of type ``code`` with ``n`` rows and dy of ``m`` rows."""
-    per = max(engine.matmul_t_panel_floats(code, n, m, dy_transposed), 1)
-    return np.empty(get_num_threads() * per, np.float32)  # (threads, per) dequantized W (and a product)
+def _matmul_t_panels(code: int, n: int) -> np.ndarray:
+    """engine.matmul_t's per-thread scratch for a weight of type ``code`` with ``n`` rows."""
+    per = max(engine.matmul_t_panel_floats(code, n), 1)
+    return np.empty(get_num_threads() * per, np.float32)  # (threads, rows, strip) dequantized W
 
 
 def weight_grad(dy, x) -> np.ndarray:
@@ -1089,7 +1087,7 @@ def _transposed_product(a, b) -> np.ndarray:
     """a.T @ b (P, Q) for f32 a (M, P), b (M, Q), C-contiguous: matmul_t's f32 path reading a transposed."""
     out = np.empty((a.shape[1], b.shape[1]), np.float32)  # (P, Q)
     engine.matmul_t(_F32, b.reshape(-1).view(np.uint8), 4 * b.shape[1], 0, 0, b.shape[1], a, out,
-                    _matmul_t_panels(_F32, b.shape[0], a.shape[1], True), True)
+                    _matmul_t_panels(_F32, b.shape[0]), True)
     return out
 
 

@@ -324,9 +324,6 @@ ctypedef struct vx_conv_table:
 cdef enum:
     VX_MATMUL_T_ROWS = 256   # weight rows per panel of matmul_t_strip
     VX_MATMUL_T_COLS = 128   # input columns a work item of matmul_t_strip spans at most (one k-quant strip)
-    VX_MATMUL_T_GEMM_M = 64  # dy rows from which matmul_t runs a quantized weight through matmul_t_gemm_strip
-    VX_MATMUL_T_GEMM_ROWS = 256   # weight rows per chunk of matmul_t_gemm_strip (dy's 256 columns stay in cache)
-    VX_MATMUL_T_GEMM_COLS = 512   # input columns a work item of matmul_t_gemm_strip spans at most
 
 
 cdef inline int64_t vx_matmul_t_strip(int wtype) noexcept nogil:
@@ -342,17 +339,6 @@ cdef inline int64_t vx_matmul_t_span(int wtype) noexcept nogil:
 cdef inline int64_t vx_matmul_t_panel_floats(int wtype, int64_t N) noexcept nogil:
     """Floats of scratch matmul_t_strip needs (one per thread) for a weight of N rows."""
     return (N if N < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS) * vx_matmul_t_strip(wtype) * vx_matmul_t_span(wtype)
-
-
-cdef inline int64_t vx_matmul_t_gemm_span(int wtype) noexcept nogil:
-    """Strips one work item of matmul_t_gemm_strip takes at most (VX_MATMUL_T_GEMM_COLS columns)."""
-    return VX_MATMUL_T_GEMM_COLS // vx_matmul_t_strip(wtype)
-
-
-cdef inline int64_t vx_matmul_t_gemm_floats(int64_t M) noexcept nogil:
-    """Floats of scratch matmul_t_gemm_strip needs (one per thread): the dequantized panels of a chunk
-    of W's rows, and M x 32 for a later chunk's product."""
-    return <int64_t>VX_MATMUL_T_GEMM_ROWS * VX_MATMUL_T_GEMM_COLS + M * 32
 
 
 # Causal grouped-query self-attention over a whole sequence (no KV cache): q, out (seq, n_heads *
@@ -378,12 +364,6 @@ ctypedef struct vx_train_table:
                            int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
                            const float *dy, int64_t dy_row, int64_t dy_col, int64_t M, float *dx,
                            float *panel) noexcept nogil
-    # dx[:, strips] as matmul_t_strip's (span <= vx_matmul_t_gemm_span) for a quantized W and M >=
-    # VX_MATMUL_T_GEMM_M, dy stored (M, N): W's columns dequantized into the f32 GEMM's packed panels,
-    # then the tier's sgemm over every row of dy; scratch: vx_matmul_t_gemm_floats(M) floats
-    void (*matmul_t_gemm_strip)(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
-                                int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
-                                const float *dy, int64_t M, float *dx, float *scratch) noexcept nogil
     # item h * seq + i: out's row i, head h, and lse[h, i]; scores: seq floats of scratch
     void (*attention_fwd_row)(const vx_attn_train_shape *s, const float *q, const float *k,
                               const float *v, int64_t item, float *scores, float *out,

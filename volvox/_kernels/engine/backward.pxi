@@ -4,8 +4,7 @@
 # deterministic and independent of the thread count.
 from cython.parallel cimport prange, threadid
 from libc.math cimport sqrtf
-from volvox._kernels.vx cimport (VX_F16, VX_F32, VX_MATMUL_T_GEMM_M, vx_attn_bwd_kv_items, vx_attn_train_shape,
-                                 vx_matmul_t_gemm_floats, vx_matmul_t_gemm_span, vx_matmul_t_panel_floats, vx_matmul_t_span,
+from volvox._kernels.vx cimport (vx_attn_bwd_kv_items, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_span,
                                  vx_matmul_t_strip)
 
 cdef enum:
@@ -14,15 +13,8 @@ cdef enum:
     RUN_ELEMENTS = 16384    # elementwise grads and optimiser updates: elements per work item
 
 
-cdef inline bint matmul_t_by_gemm(int wtype, int64_t M, bint dy_transposed) noexcept nogil:
-    """Whether matmul_t runs matmul_t_gemm_strip: a quantized weight, dy as stored, many rows."""
-    return wtype != VX_F32 and wtype != VX_F16 and not dy_transposed and M >= VX_MATMUL_T_GEMM_M
-
-
-def matmul_t_panel_floats(int wtype, int64_t N, int64_t M, bint dy_transposed=False):
-    """Floats of scratch matmul_t needs per thread for a weight of type wtype with N rows and dy of M rows."""
-    if matmul_t_by_gemm(wtype, M, dy_transposed):
-        return vx_matmul_t_gemm_floats(M)
+def matmul_t_panel_floats(int wtype, int64_t N):
+    """Floats of scratch matmul_t needs per thread for a weight of type wtype with N rows."""
     return vx_matmul_t_panel_floats(wtype, N)
 
 
@@ -30,30 +22,19 @@ def matmul_t(int wtype, const uint8_t[::1] w, int64_t row_bytes, int64_t group_b
              const float[:, ::1] dy, float[:, ::1] dx, float[::1] panels, bint dy_transposed=False):
     """dx (M, K) = dy (M, N) @ W (N, K), W of type wtype as inference holds it: rows row_bytes apart, or
     interleaved groups of il_rows rows group_bytes apart (group_bytes > 0); with dy_transposed, dy is
-    stored (N, M) and read as its transpose, never copied. A quantized W with dy of VX_MATMUL_T_GEMM_M
-    rows or more runs matmul_t_gemm_strip (the tier's sgemm over dequantized panels), else
-    matmul_t_strip. Work items of one or more strips of vx_matmul_t_strip(wtype) input columns (up
-    to vx_matmul_t_gemm_span or vx_matmul_t_span), the items a multiple of the team; panels:
-    threads * matmul_t_panel_floats(wtype, N, M, dy_transposed) floats."""
+    stored (N, M) and read as its transpose, never copied. One work item per strip of
+    vx_matmul_t_strip(wtype) input columns, up to vx_matmul_t_span(wtype) strips a work item, the items
+    a multiple of the team; panels: threads * matmul_t_panel_floats(wtype, N) floats."""
     cdef int64_t M = dy.shape[1] if dy_transposed else dy.shape[0], N = dy.shape[0] if dy_transposed else dy.shape[1]
     cdef int64_t dy_row = 1 if dy_transposed else N, dy_col = M if dy_transposed else 1, S = vx_matmul_t_strip(wtype)
-    cdef int64_t per = matmul_t_panel_floats(wtype, N, M, dy_transposed)
+    cdef int64_t per = vx_matmul_t_panel_floats(wtype, N)
     cdef int64_t strips = (K + S - 1) // S, span_max = vx_matmul_t_span(wtype), items, span, item
     cdef int team = threads_for(M * N * K)
-    cdef bint by_gemm = matmul_t_by_gemm(wtype, M, dy_transposed)
     if M == 0 or K == 0:
         return
-    if by_gemm:
-        span_max = vx_matmul_t_gemm_span(wtype)
     items = team * ((strips + team * span_max - 1) // (team * span_max))
     span = (strips + items - 1) // items
     items = (strips + span - 1) // span
-    if by_gemm:
-        for item in prange(items, nogil=True, schedule="static", num_threads=team):
-            _tbl.train.matmul_t_gemm_strip(wtype, _tbl.dequant[wtype], K, &w[0], row_bytes, group_bytes, il_rows, N,
-                                           item * span, min(span, strips - item * span), &dy[0, 0], M, &dx[0, 0],
-                                           &panels[threadid() * per])
-        return
     for item in prange(items, nogil=True, schedule="static", num_threads=team):
         _tbl.train.matmul_t_strip(wtype, _tbl.dequant[wtype], K, &w[0], row_bytes, group_bytes, il_rows, N,
                                   item * span, min(span, strips - item * span), &dy[0, 0], dy_row, dy_col, M, &dx[0, 0],

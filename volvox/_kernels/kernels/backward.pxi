@@ -7,9 +7,6 @@
 #                        block, 256 of W's rows at a time, into a panel in thread scratch, then
 #                        multiplied in register tiles of 8 dy rows (AVX-512; 4 on the other tiers) x
 #                        32 columns. The hot spot of LoRA over a quantized base.
-#   matmul_t_gemm_strip  the same product for a quantized W and many dy rows (training's 512): up to
-#                        512 of W's columns, 256 of its rows at a time, dequantized into the f32
-#                        GEMM's packed panels, then the tier's sgemm (conv.pxi) over every dy row
 #   attention_fwd_row    one query row of one head of causal GQA attention over the whole sequence,
 #                        with the row's logsumexp (what the backward recomputes probabilities from)
 #   attention_bwd_kv     flash-attention-2's backward for one kv head and one tile of keys: the
@@ -28,15 +25,14 @@
 # or none (backward).
 from libc.math cimport INFINITY, expf, fabsf, log, logf, sqrt, sqrtf
 from libc.stdint cimport int8_t, int64_t, uint8_t
-from libc.string cimport memcpy, memset
-from volvox._kernels.codes cimport FN_NONE
+from libc.string cimport memset
 from volvox._kernels.vx cimport (
-    VX_F16, VX_F32, VX_IQ4_NL, VX_QK_K, VX_Q2_K, VX_Q3_K, VX_Q4_0, VX_Q4_1, VX_Q4_K, VX_Q5_0, VX_Q5_1, VX_Q5_K, VX_Q6_K,
+    VX_F16, VX_F32, VX_IQ4_NL, VX_Q2_K, VX_Q3_K, VX_Q4_0, VX_Q4_1, VX_Q4_K, VX_Q5_0, VX_Q5_1, VX_Q5_K, VX_Q6_K,
     VX_Q8_0,
     vx_attn_train_shape, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K,
     vx_block_q5_0, vx_block_q5_1, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_dequant_fn, vx_f16,
     vx_il_block_bytes, vx_il_superblock_bytes, vx_is_kquant, vx_matmul_t_strip, vx_train_table,
-    VX_MATMUL_T_GEMM_COLS, VX_MATMUL_T_GEMM_ROWS, VX_MATMUL_T_ROWS)
+    VX_MATMUL_T_ROWS)
 
 cdef enum:
     BW_MR = 4 + 4 * (VL / 16)  # dy rows per register tile of the transposed product: 8 on AVX-512 (16 of
@@ -225,24 +221,6 @@ cdef inline void bw_tile(int64_t N, const float *dy, int64_t dy_row, int64_t dy_
                 dx[r * ldx + c] = out[r * BW_NC + c]
 
 
-cdef inline void bw_decode_strip(int wtype, vx_dequant_fn dq, const uint8_t *w, int64_t row_bytes,
-                                 int64_t group_bytes, int il_rows, int64_t o, int64_t strip, int64_t cols,
-                                 float *out) noexcept nogil:
-    """out (S,) = strip `strip` (S = vx_matmul_t_strip(wtype) columns) of W's row o as floats, its first
-    cols values (all S but in the last strip of a float weight) and zeros after them; W's rows
-    row_bytes apart, or interleaved groups of il_rows rows group_bytes apart when group_bytes > 0."""
-    cdef int64_t S = vx_matmul_t_strip(wtype)
-    if group_bytes > 0:
-        if vx_is_kquant(wtype):
-            bw_il_decode_kquant(wtype, il_rows, w + (o // il_rows) * group_bytes, strip, o % il_rows, out)
-        else:
-            bw_il_decode(wtype, il_rows, w + (o // il_rows) * group_bytes, strip, o % il_rows, out)
-        return
-    dq(cols, w + o * row_bytes + strip * bw_strip_bytes(wtype, S), out)
-    if cols < S:
-        memset(out + cols, 0, <size_t>(S - cols) * sizeof(float))
-
-
 cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
                          int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
                          const float *dy, int64_t dy_row, int64_t dy_col, int64_t M, float *dx,
@@ -255,15 +233,25 @@ cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *
     panel's whole width while those rows are in L1, so dy streams in once per span, not per strip.
     panel: vx_matmul_t_panel_floats floats."""
     cdef int64_t S = vx_matmul_t_strip(wtype), P = span * S, c0 = strip * S
-    cdef int64_t cols = K - c0 if K - c0 < P else P
-    cdef int64_t o0, n, o, c, i, s
+    cdef int64_t cols = K - c0 if K - c0 < P else P, sb = bw_strip_bytes(wtype, S)
+    cdef int64_t o0, n, o, c, i, s, sc
     o0 = 0
     while o0 < N:
         n = N - o0 if N - o0 < VX_MATMUL_T_ROWS else VX_MATMUL_T_ROWS
         for o in range(n):  # the (n, P) panel of W's rows o0 .., one block at a time
             for s in range(span):
-                bw_decode_strip(wtype, dq, w, row_bytes, group_bytes, il_rows, o0 + o, strip + s,
-                                cols - s * S if cols - s * S < S else S, panel + o * P + s * S)
+                if group_bytes > 0:
+                    if vx_is_kquant(wtype):
+                        bw_il_decode_kquant(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip + s,
+                                            (o0 + o) % il_rows, panel + o * P + s * S)
+                    else:
+                        bw_il_decode(wtype, il_rows, w + ((o0 + o) // il_rows) * group_bytes, strip + s,
+                                     (o0 + o) % il_rows, panel + o * P + s * S)
+                else:
+                    sc = cols - s * S if cols - s * S < S else S
+                    dq(sc, w + (o0 + o) * row_bytes + (strip + s) * sb, panel + o * P + s * S)
+                    if sc < S:
+                        memset(panel + o * P + s * S + sc, 0, <size_t>(S - sc) * sizeof(float))
         i = 0
         while i < M:
             c = 0
@@ -289,43 +277,6 @@ cdef inline void bw_axpy(int64_t n, float alpha, const float *x, float *y) noexc
         y[k] = vx_fma(alpha, x[k], y[k])
         k += 1
 
-
-cdef void matmul_t_gemm_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *w, int64_t row_bytes,
-                              int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
-                              const float *dy, int64_t M, float *dx, float *scratch) noexcept nogil:
-    """Columns strip * S .. (strip + span) * S - 1 of dx (M, K) = dy (M, N) @ W (N, K), W quantized (S =
-    vx_matmul_t_strip(wtype), K a multiple of S), dy stored (M, N), M large. W's rows are taken
-    VX_MATMUL_T_GEMM_ROWS at a time: the span's columns of those rows are dequantized into the f32
-    GEMM's packed panels (panel j: columns 32 j .. 32 j + 31 of the span, [row][32], the weight of a
-    32-feature GEMM whose k runs over those rows), then the tier's sgemm runs every row of dy over
-    each panel while dy's columns of those rows stay in cache. The first chunk of rows writes dx, a
-    later one's product lands in scratch and is added. scratch: vx_matmul_t_gemm_floats floats."""
-    cdef int64_t S = vx_matmul_t_strip(wtype), c0 = strip * S, P = span * S, PS = S // BW_NC
-    cdef int64_t o0 = 0, n, o, s, j, i
-    cdef float *panels = scratch               # (P / 32, n, 32) the span's columns of W's rows o0 .. o0 + n
-    cdef float *part = scratch + <int64_t>VX_MATMUL_T_GEMM_ROWS * VX_MATMUL_T_GEMM_COLS   # (M, 32) a later chunk's product
-    cdef float row[VX_QK_K]                    # (S,) one strip of one row
-    cdef float *dxj
-    while o0 < N:
-        n = N - o0 if N - o0 < VX_MATMUL_T_GEMM_ROWS else VX_MATMUL_T_GEMM_ROWS
-        for o in range(n):
-            for s in range(span):
-                if PS == 1:
-                    bw_decode_strip(wtype, dq, w, row_bytes, group_bytes, il_rows, o0 + o, strip + s, S,
-                                    panels + (s * n + o) * BW_NC)
-                else:
-                    bw_decode_strip(wtype, dq, w, row_bytes, group_bytes, il_rows, o0 + o, strip + s, S, row)
-                    for j in range(PS):
-                        memcpy(panels + ((s * PS + j) * n + o) * BW_NC, row + j * BW_NC, BW_NC * sizeof(float))
-        for j in range(P // BW_NC):
-            dxj = dx + c0 + j * BW_NC
-            if o0 == 0:
-                sgemm(n, panels + j * n * BW_NC, BW_NC, dy, N, M, dxj, K, NULL, FN_NONE)
-            else:
-                sgemm(n, panels + j * n * BW_NC, BW_NC, dy + o0, N, M, part, BW_NC, NULL, FN_NONE)
-                for i in range(M):
-                    bw_axpy(BW_NC, <float>1.0, part + i * BW_NC, dxj + i * K)
-        o0 += n
 
 cdef inline int64_t bw_first_key(const vx_attn_train_shape *s, int64_t i) noexcept nogil:
     """The first key query row i sees (causal, within the window)."""
@@ -574,7 +525,6 @@ cdef void silu_grad_run(int64_t n, const float *x, const float *dy, float *dx) n
 cdef void fill_backward(vx_train_table *t) noexcept:
     """Point t's entries at this tier's backward kernels."""
     t.matmul_t_strip = matmul_t_strip
-    t.matmul_t_gemm_strip = matmul_t_gemm_strip
     t.attention_fwd_row = attention_fwd_row
     t.attention_bwd_kv = attention_bwd_kv
     t.attention_bwd_q = attention_bwd_q

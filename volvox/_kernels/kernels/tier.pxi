@@ -58,7 +58,6 @@ cdef list _missing_kernels():
                      ("qgemm", <size_t>_conv.qgemm), ("qdwconv", <size_t>_conv.qdwconv),
                      ("quantize_i8", <size_t>_conv.quantize_i8),
                      ("matmul_t_strip", <size_t>_train.matmul_t_strip),
-                     ("matmul_t_gemm_strip", <size_t>_train.matmul_t_gemm_strip),
                      ("attention_fwd_row", <size_t>_train.attention_fwd_row),
                      ("attention_bwd_kv", <size_t>_train.attention_bwd_kv),
                      ("attention_bwd_q", <size_t>_train.attention_bwd_q),
