@@ -70,6 +70,26 @@ def test_matmul_t_quantized_matches_torch(tier, qtype, n, k, read_only):
     assert_close(K.matmul_t(dy, w), dx_want, 1e-5)
 
 
+@pytest.mark.parametrize("qtype,n,k", [
+    ("q4_0", 45, 96), ("q4_1", 45, 96), ("q8_0", 45, 96), ("q5_1", 13, 64),
+    ("q4_1", 300, 1088),                 # W's rows in panels of 256 and 44; 34 strips
+    ("q4_k", 11, 512), ("q6_k", 600, 256),   # k-quants; 600 rows: panels of 256, 256, 88
+])
+@pytest.mark.parametrize("read_only", [True, False], ids=["interleaved", "rows"])
+def test_matmul_t_quantized_many_rows_matches_torch(tier, qtype, n, k, read_only):
+    """A training batch's many rows of dy (every register tile of rows over each panel of W's rows)."""
+    rng = np.random.default_rng(abs(hash((qtype, n, k, 70))) % 2**32)
+    w = random_blocks(rng, qtype, n, k, read_only)
+    w_float = gguf_dequantize(w.data, GT_OF[qtype]).reshape(n, k)
+    x = rng.standard_normal((70, k))                   # 70: whole register tiles of 4 and 8 rows, and a part
+    dy = rng.standard_normal((70, n)).astype(np.float32)
+    _, (dx_want,) = torch_grads(lambda x: (x @ torch.tensor(w_float, dtype=torch.float64).T
+                                           * torch.tensor(dy, dtype=torch.float64)).sum(), x)
+    out = np.full((70, k), np.nan, np.float32)
+    assert K.matmul_t(dy, w, out=out) is out
+    assert_close(out, dx_want, 1e-5)
+
+
 @pytest.mark.parametrize("read_only", [True, False], ids=["interleaved", "rows"])
 def test_matmul_t_stacked_weight_matches_torch(tier, read_only):
     """A fused Q/K/V weight (parts whose rows end inside an interleaved group), as linear_split holds it."""
@@ -97,6 +117,13 @@ def test_matmul_t_same_bits_on_any_thread_count(tier):
     rng = np.random.default_rng(5)
     w = random_blocks(rng, "q4_1", 300, 576, True)      # 18 strips: 5 work items on 1 thread, 6 on 2
     dy = rng.standard_normal((33, 300)).astype(np.float32)
+    assert_same_bits_on_1_and_2_threads(lambda: K.matmul_t(dy, w))
+
+
+def test_matmul_t_many_rows_same_bits_on_any_thread_count(tier):
+    rng = np.random.default_rng(6)
+    w = random_blocks(rng, "q4_1", 600, 576, True)     # 18 strips: 5 work items on 1 thread, 6 on 2; 3 panels of rows
+    dy = rng.standard_normal((64, 600)).astype(np.float32)
     assert_same_bits_on_1_and_2_threads(lambda: K.matmul_t(dy, w))
 
 
