@@ -17,7 +17,8 @@
 # factors are one madd (vi_mul16), the two groups of a q2_K / q3_K sub-block one madd together
 # (their dots, scales, mins and bsums paired in 16-bit halves: vi_mul16x2). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K, VX_Q6_K, VX_QK_K, vx_il_superblock_bytes, vx_table)
 
@@ -237,6 +238,7 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
     cdef vi isum, msum
     cdef int32_t start[16]       # (16,) q3_K / q6_K: each group dot's start, - off bsum (q3_K's odd groups: times 16)
     cdef int32_t bspair[8]       # (8,) q2_K: bsums 2 j, 2 j + 1 as the low, high 16 bits
+    cdef int16_t bs16[16]        # (16,) q2_K: the bsums truncated to 16 bits (|bsum| <= 16 * 128)
     cdef int g
     cdef const uint8_t *blk
     cdef const int8_t *x
@@ -255,8 +257,9 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
         bs = bsums + 16 * b
         dx = vf_set1(xd[b])
         if fmt == VX_Q3_K:
-            for g in range(16):
-                start[g] = -4 * bs[g] * (16 if g & 1 else 1)
+            for g in range(0, 16, 2):        # (one vector multiply once unrolled)
+                start[g] = -4 * bs[g]
+                start[g + 1] = -64 * bs[g + 1]
             isum = q3k_il_sums(blk, x, start)
         elif fmt == VX_Q6_K:
             for g in range(16):
@@ -264,8 +267,9 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
             isum = q6k_il_sums(blk, x, start)
         else:
             if fmt == VX_Q2_K:
-                for g in range(8):
-                    bspair[g] = <int32_t>((<uint32_t>bs[2 * g + 1] << 16) | (<uint32_t>bs[2 * g] & 0xFFFF))
+                for g in range(16):          # bsums 2 j, 2 j + 1 as int16 halves (one vpmovdw)
+                    bs16[g] = <int16_t>bs[g]
+                memcpy(bspair, bs16, sizeof(bs16))
                 q2k_il_sums(blk, x, bspair, &isum, &msum)
             else:
                 q45k_il_sums(fmt == VX_Q5_K, blk, x, bs, &isum, &msum)
