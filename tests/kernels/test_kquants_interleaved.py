@@ -54,6 +54,24 @@ def _q3k_scales(s: np.ndarray) -> np.ndarray:
     return ((low | (high << 4)).astype(np.int16) - 32).astype(np.int8)
 
 
+def _q3k_value_lanes(hmask: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """q3_K's (..., 96) value lanes of vx.pxd from (..., 32) hmask and (..., 64) qs bytes: sub-block j's
+    values v = q + 4 (value 32 j + i: qs byte 32 (j // 4) + i bits 2 (j % 4), hmask byte i bit j) in
+    its lanes t = 0, 1, 2 (bytes 12 j + 4 t + i % 4): i = 16 h + 4 w + k in nibble h, as bits 0 .. 2
+    of lane w's for w < 3, bit by bit in bit 3 of lane t's (bit t of the value) for w = 3."""
+    out = np.zeros(hmask.shape[:-1] + (8, 3, 4), np.uint8)       # (..., sub-block, lane, byte)
+    for j in range(8):
+        for i in range(32):
+            v = ((qs[..., 32 * (j // 4) + i] >> (2 * (j % 4))) & 3) | (((hmask[..., i] >> j) & 1) << 2)
+            h, w, k = i // 16, i // 4 % 4, i % 4
+            if w < 3:
+                out[..., j, w, k] |= (v << (4 * h)).astype(np.uint8)
+            else:
+                for t in range(3):
+                    out[..., j, t, k] |= (((v >> t) & 1) << (4 * h + 3)).astype(np.uint8)
+    return out.reshape(hmask.shape[:-1] + (96,))
+
+
 def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     """vx.pxd's interleaved k-quant layout, written from its description with numpy."""
     n, nb, bsz = wb.shape[0], k // 256, GGML_FORMATS[qtype].type_size
@@ -73,7 +91,7 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     elif qtype == "q3_k":
         real = (np.arange(groups * rows) < n).reshape(groups, 1, rows, 1)          # rows past n: all zero
         parts = [rowminor(b[..., 108:110]), lanes(_q3k_scales(b[..., 96:108]).view(np.uint8) * real, 2),
-                 lanes(b[..., 0:32]), lanes(b[..., 32:96])]
+                 lanes(_q3k_value_lanes(b[..., 0:32], b[..., 32:96]))]
     elif qtype in ("q4_k", "q5_k"):
         sc, mn = _scale_min_k4(b[..., 4:16])
         parts = [rowminor(b[..., 0:2]), rowminor(b[..., 2:4]), rowminor(sc), rowminor(mn)]

@@ -169,8 +169,11 @@ cdef inline int64_t vx_il_block_bytes(int wtype, int R) noexcept nogil:
 #   lanes[L][R][4]  lane l of row r: the row's 4 bytes of quants at 4 l (of its 32-byte chunk)
 #   q2_K (84 R):  d[R] dmin[R] (f16) | scales[8][R][2] (group 2 j + t of row r at [j][r][t]; as
 #                 stored: scale | min << 4) | qs lanes[2 * 8] (chunk h: qs[32 h ..])
-#   q3_K (114 R): d[R] | scales[8][R][2] (int8: the 6-bit scale - 32; paired as q2_K's) | hmask
-#                 lanes[8] | qs lanes[2 * 8]
+#   q3_K (114 R): d[R] | scales[8][R][2] (int8: the 6-bit scale - 32; paired as q2_K's) | value
+#                 lanes[8 * 3]: sub-block j's 32 values v = q + 4 (0 .. 7: 2 qs bits, hmask bit as 4)
+#                 in its lanes t = 0, 1, 2 (3 j + t); value 16 h + 4 w + k of the sub-block lies in
+#                 byte k of the lanes' row r, nibble h: for w < 3 in bits 0 .. 2 of lane w's nibble,
+#                 for w = 3 bit t of it in bit 3 of lane t's nibble
 #   q4_K (148 R): d[R] dmin[R] | sc[8][R] mn[8][R] (uint8, get_scale_min_k4's) | qs lanes[4 * 8]
 #   q5_K (180 R): d[R] dmin[R] | sc[8][R] mn[8][R] | qh lanes[8] | qs lanes[4 * 8]
 #   q6_K (210 R): d[R] | scales[16][R] (int8) | qh lanes[2 * 8] | ql lanes[4 * 8] (chunk c: ql[32 c ..])

@@ -49,6 +49,8 @@ cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst,
     cdef uint8_t sc[8]           # (8,) q4_K / q5_K scales
     cdef uint8_t mn[8]           # (8,) q4_K / q5_K mins
     cdef int8_t sc3[16]          # (16,) q3_K scales - 32
+    cdef uint8_t v3[96]          # (8, 3, 4) q3_K value lanes a, b, c of each sub-block (vx.pxd)
+    cdef int j, i, t, v
     if wtype == VX_Q2_K:         # scales[16] qs[64] d dmin
         memcpy(dst + 2 * r, src + 80, 2)
         memcpy(dst + 2 * R + 2 * r, src + 82, 2)
@@ -58,8 +60,16 @@ cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst,
         memcpy(dst + 2 * r, src + 108, 2)
         q3k_scales(src + 96, sc3)
         put_scale_pairs(dst + 2 * R, <const uint8_t *>sc3, 16, r, R)
-        put_lanes(dst + 18 * R, src, 8, r, R)
-        put_lanes(dst + 50 * R, src + 32, 16, r, R)
+        memset(v3, 0, 96)
+        for j in range(8):       # value 32 j + i: qs byte 32 (j / 4) + i bits 2 (j % 4), hmask byte i bit j
+            for i in range(32):
+                v = ((src[32 + 32 * (j >> 2) + i] >> (2 * (j & 3))) & 3) | (((src[i] >> j) & 1) << 2)
+                if (i >> 2) & 3 < 3:     # value 16 h + 4 w + k: nibble h of lane w's byte k
+                    v3[12 * j + 4 * ((i >> 2) & 3) + (i & 3)] |= v << (4 * (i >> 4))
+                else:                    # w = 3: bit t in bit 3 of nibble h of lane t's byte k
+                    for t in range(3):
+                        v3[12 * j + 4 * t + (i & 3)] |= ((v >> t) & 1) << (4 * (i >> 4) + 3)
+        put_lanes(dst + 18 * R, v3, 24, r, R)
     elif wtype == VX_Q4_K or wtype == VX_Q5_K:   # d dmin scales[12] (qh[32]) qs[128]
         memcpy(dst + 2 * r, src, 2)
         memcpy(dst + 2 * R + 2 * r, src + 2, 2)

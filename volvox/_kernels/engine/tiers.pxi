@@ -1,12 +1,14 @@
 # ISA tiers and threads: which tier module's kernels the engine runs, on how many threads.
 import importlib
 import importlib.util
+import os
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from volvox._kernels.vx cimport vx_table
 
-# Whether this CPU may run tier `name`'s instructions: compiler builtins that take string
-# literals, behind per-platform #if (the few lines of C the engine has; Cython can say neither).
+# Whether this CPU may run tier `name`'s instructions, and whether it has AVX-512 VBMI (which the
+# avx512 tier does not require; its iq4_nl GEMV uses it when present): compiler builtins that take
+# string literals, behind per-platform #if (the few lines of C the engine has; Cython can say neither).
 cdef extern from *:
     """
     #include <string.h>
@@ -41,8 +43,17 @@ cdef extern from *:
     #endif
         return 0;
     }
+    static int vx_cpu_has_avx512vbmi(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512vbmi");
+    #else
+        return 0;
+    #endif
+    }
     """
     int vx_cpu_runs(const char *name) nogil
+    int vx_cpu_has_avx512vbmi() nogil
 
 # OpenMP shim (scikit-learn style): a build without OpenMP runs every plan on one thread.
 cdef extern from *:
@@ -62,6 +73,9 @@ cdef extern from *:
 TIERS = ("generic", "avx2", "avx512", "neon", "dotprod")
 
 cdef const vx_table *_tbl = NULL    # the tier every kernel runs on
+# Whether the avx512 tier's iq4_nl GEMV looks its levels up with VBMI's vpermb: the CPU has it and
+# VOLVOX_IQ4_NL_VBMI=0 does not turn it off (so that pshufb's path is tested on such a CPU too).
+IQ4_NL_VBMI = bool(vx_cpu_has_avx512vbmi()) and os.environ.get("VOLVOX_IQ4_NL_VBMI", "").strip() != "0"
 cdef int _nthreads = 1              # threads a plan or per-op call may use
 _tier_modules = {}                  # name -> imported tier module (its table lives as long as it does)
 
@@ -85,7 +99,7 @@ def set_isa(str name):
     module = _tier_modules.get(name)
     if module is None:
         module = _tier_modules[name] = importlib.import_module(f"volvox._kernels.tier_{name}")
-    _tbl = <const vx_table *> PyCapsule_GetPointer(module.TABLE, "volvox._kernels.vx_table")
+    _tbl = <const vx_table *> PyCapsule_GetPointer(module.table(IQ4_NL_VBMI), "volvox._kernels.vx_table")
 
 
 def get_isa():

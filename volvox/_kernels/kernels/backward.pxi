@@ -138,15 +138,17 @@ cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int
                     sm = blk[4 * R + (g >> 1) * 2 * R + 2 * r + (g & 1)]
                     out[128 * h + 32 * s + l] = (d * <float>(sm & 0x0F) * <float>((il_byte(blk + 20 * R, R, r, 32 * h + l) >> (2 * s)) & 3)
                                                  - dmin * <float>(sm >> 4))
-    elif wtype == VX_Q3_K:       # the same positions; 4 subtracted where hmask bit 4 h + s of byte l is clear
-        for h in range(2):
-            for s in range(4):
-                for l in range(32):
-                    g = 8 * h + 2 * s + l // 16
-                    q = (il_byte(blk + 50 * R, R, r, 32 * h + l) >> (2 * s)) & 3
-                    if not (il_byte(blk + 18 * R, R, r, l) >> (4 * h + s)) & 1:
-                        q -= 4
-                    out[128 * h + 32 * s + l] = d * <float>sc8[(g >> 1) * 2 * R + 2 * r + (g & 1)] * <float>q
+    elif wtype == VX_Q3_K:       # value 32 j + l: 3 bits of sub-block j's lanes a, b, c (vx.pxd), minus 4
+        for j in range(8):
+            for l in range(32):
+                g = 2 * j + l // 16
+                if (l >> 2) & 3 < 3:     # value 16 h + 4 w + k: nibble h of lane w's byte k, bits 0 .. 2
+                    q = (il_byte(blk + 18 * R, R, r, 12 * j + 4 * ((l >> 2) & 3) + (l & 3)) >> (4 * (l >> 4))) & 7
+                else:                    # w = 3: bit s of the value in bit 3 of nibble h of lane s's byte k
+                    q = 0
+                    for s in range(3):
+                        q |= ((il_byte(blk + 18 * R, R, r, 12 * j + 4 * s + (l & 3)) >> (4 * (l >> 4) + 3)) & 1) << s
+                out[32 * j + l] = d * <float>sc8[(g >> 1) * 2 * R + 2 * r + (g & 1)] * <float>(q - 4)
     elif wtype == VX_Q4_K or wtype == VX_Q5_K:   # value 64 j + l: low nibble of qs byte 32 j + l, + 32: high
         for j in range(4):
             for l in range(32):

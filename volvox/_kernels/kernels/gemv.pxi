@@ -752,9 +752,10 @@ cdef void dequant_f16(int64_t K, const uint8_t *w, float *y) noexcept nogil:
 # ------------------------------------------------------------------------------------------------
 # The tier's table entries.
 # ------------------------------------------------------------------------------------------------
-cdef void fill_gemv(vx_table *t) noexcept:
+cdef void fill_gemv(vx_table *t, bint vbmi) noexcept:
     """Point t's quantize / gemm / dequant entries at this tier's kernels (k-quant activations: the
-    tier's quantize_aK, ggml's quantize_row_q8_K_ref bit for bit on every tier)."""
+    tier's quantize_aK, ggml's quantize_row_q8_K_ref bit for bit on every tier); vbmi: the CPU's
+    AVX-512 VBMI may serve (engine/tiers.pxi), as fill_gemv_il takes it."""
     t.quantize[VX_Q4_0] = quantize_q8_0
     t.quantize[VX_Q4_1] = quantize_q8_1
     t.quantize[VX_Q8_0] = quantize_q8_0
@@ -776,4 +777,4 @@ cdef void fill_gemv(vx_table *t) noexcept:
     t.dequant[VX_Q6_K] = dequant_q6_K
     t.dequant[VX_F32] = dequant_f32
     t.dequant[VX_F16] = dequant_f16
-    fill_gemv_il(t)
+    fill_gemv_il(t, vbmi)

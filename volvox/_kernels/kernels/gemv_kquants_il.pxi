@@ -9,13 +9,16 @@
 #   isum = sum_g sc_g dot_g                 (q2_K, q4_K, q5_K; the mins' msum = sum_g mn_g bsum_g)
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
-# is acc - accm. Cheaper steps to the same integers: q2_K / q3_K's bit pairs are masked where they lie
-# or moved by one shift (pair_shift), the factor taken back once per sum; q3_K / q6_K's chains start
-# at -off bsum_g (times the chain's factor) instead of subtracting it; products of two int16-range
+# is acc - accm. Cheaper steps to the same integers: q2_K's bit pairs are masked where they lie or
+# moved by one shift (pair_shift), the factor taken back once per sum; q3_K's 3-bit values are packed
+# at load in nibbles (vx.pxd: 8 lanes of values from 3 loads, masked where they lie, the high nibbles'
+# factor 16 dropped in the pack of the two group sums; not its 2-bit and 1-bit fields shifted and
+# merged); q3_K / q6_K's chains start at -off bsum_g instead of subtracting it; products of two int16-range
 # factors are one madd (vi_mul16), the two groups of a q2_K / q3_K sub-block one madd together
 # (their dots, scales, mins and bsums paired in 16-bit halves: vi_mul16x2). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K, VX_Q6_K, VX_QK_K, vx_il_superblock_bytes, vx_table)
 
@@ -59,11 +62,10 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
 # q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
 # register (a loop over them kept the chains on the stack).
 cdef inline int pair_shift(int s) noexcept nogil:
-    """log2 of the factor a q2_K / q3_K group dot of bit pair s carries: pairs 0 and 1 masked where
-    they lie, 2 and 3 moved to bits 2-3 (q3_K's hmask bit right above them), so that a dot times its
-    factor stays in int16 for vi_mul16x2 (q2_K: |dot| <= 16 * 3 * 127; q3_K: |dot - 4 bsum| <= 16 *
-    4 * 127, times 4: 32512) and no unsigned weight reaches 128 (AVX2's maddubs sums two products
-    in int16)."""
+    """log2 of the factor a q2_K group dot of bit pair s carries: pairs 0 and 1 masked where they lie,
+    2 and 3 moved to bits 2-3, so that a dot times its factor stays in int16 for vi_mul16x2 (|dot| <=
+    16 * 3 * 128, times 4) and no unsigned weight reaches 128 (AVX2's maddubs sums two products in
+    int16)."""
     return 0 if s == 0 else 2
 
 
@@ -106,38 +108,43 @@ cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t 
     isum[0] = vi_add(si0, vi_sra32(si2, 2))
 
 
-cdef inline vi q3k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int s, int j,
-                         const int8_t *x) noexcept nogil:
-    """q3_K: start + one group of 16 of sub-block j (4 lanes' bits 2 s, 4 where hmask bit j is set)
-    . x[0:16] times 2 ** pair_shift(s) (the 3 bits assembled at bit pair_shift(s))."""
-    cdef int k = pair_shift(s)
-    cdef vi t = vi_set1(start)
-    cdef int l
-    for l in range(4):
-        t = vi_dot(t, vi_or(bits_at(vi_load(lanes + l * LANE), 2 * s, k, 3 << k),
-                            bits_at(vi_load(hlanes + l * LANE), j, k + 2, 4 << k)), vi_bcast4(x + 4 * l))
-    return t
+cdef inline vi q3k_dot16(int32_t start, vi u0, vi u1, vi u2, vi u3, const int8_t *x) noexcept nogil:
+    """q3_K: start + one group of 16 (the 4 unpacked lanes u0 .. u3) . x[0:16]."""
+    return vi_dot(vi_dot(vi_dot(vi_dot(vi_set1(start), u0, vi_bcast4(x)), u1, vi_bcast4(x + 4)),
+                         u2, vi_bcast4(x + 8)), u3, vi_bcast4(x + 12))
 
 
-cdef inline vi q3k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *start) noexcept nogil:
-    """q3_K: sub-block j = 4 h + s's sc (dot - 4 bsum) over its two groups, times 2 ** pair_shift(s)
-    (start: kq_il_group's): the two groups' sums packed into the halves of a lane and multiplied with
-    the pair of int8 scales in one madd."""
-    cdef int j = 4 * h + s
-    cdef const uint8_t *lanes = blk + 50 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
-    cdef const uint8_t *hlanes = blk + 18 * VI_ROWS                  # hmask lanes
-    return vi_mul16x2(vi_pack16(q3k_dot16(start[2 * j], lanes, hlanes, s, j, x + 32 * j),
-                                q3k_dot16(start[2 * j + 1], lanes + 4 * LANE, hlanes + 4 * LANE, s, j, x + 32 * j + 16)),
+cdef inline vi q3k_sub(const uint8_t *blk, int j, const int8_t *x, const int32_t *start) noexcept nogil:
+    """q3_K: sub-block j's sc (dot - 4 bsum) over its two groups (start: kq_il_group's, the second
+    group's times 16): its 3 lanes a, b, c (vx.pxd) as 8 lanes of values, those of nibble 0 (group 2 j)
+    masked to bits 0 .. 2, those of nibble 1 (group 2 j + 1) to bits 4 .. 6 (16 v: the group's sum
+    comes out 16 times, and its 16th is what the pack keeps); the 4th lanes of both gathered from the
+    nibbles' bit 3 of a, b, c. The two groups' sums packed into the halves of a lane and multiplied
+    with the pair of int8 scales in one madd."""
+    cdef const uint8_t *lanes = blk + 18 * VI_ROWS + 3 * j * LANE     # lanes a, b, c of sub-block j
+    cdef vi lo3 = vi_bytes(0x07)
+    cdef vi hi3 = vi_bytes(0x70)
+    cdef vi a = vi_load(lanes)
+    cdef vi b = vi_load(lanes + LANE)
+    cdef vi c = vi_load(lanes + 2 * LANE)
+    # bits 3 and 7 of a, b, c at bits 0 .. 2 and 4 .. 6 (a 16-bit shift by n carries the next byte's
+    # bits into the top n bits of each byte: none of the bits kept)
+    cdef vi top = vi_select(vi_bytes(0x33), vi_select(vi_bytes(0x11), vi_shr16(a, 3), vi_shr16(b, 2)),
+                            vi_shr16(c, 1))
+    return vi_mul16x2(vi_pack16_sixteenth(
+                          q3k_dot16(start[2 * j], vi_and(a, lo3), vi_and(b, lo3), vi_and(c, lo3), vi_and(top, lo3),
+                                    x + 32 * j),
+                          q3k_dot16(start[2 * j + 1], vi_and(a, hi3), vi_and(b, hi3), vi_and(c, hi3),
+                                    vi_and(top, hi3), x + 32 * j + 16)),
                       vi_s8x2(blk + 2 * VI_ROWS + 2 * j * VI_ROWS))   # [R][2] int8 scales as int16 halves
 
 
 cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q3_K: isum of one group super-block against 256 act values (module comment)."""
-    cdef vi si0 = vi_add(q3k_sub(blk, 0, 0, x, start), q3k_sub(blk, 1, 0, x, start))     # factor 1
-    cdef vi si2 = vi_add(vi_add(vi_add(q3k_sub(blk, 0, 1, x, start), q3k_sub(blk, 0, 2, x, start)),
-                                vi_add(q3k_sub(blk, 0, 3, x, start), q3k_sub(blk, 1, 1, x, start))),
-                         vi_add(q3k_sub(blk, 1, 2, x, start), q3k_sub(blk, 1, 3, x, start)))  # factor 4
-    return vi_add(si0, vi_sra32(si2, 2))
+    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, x, start), q3k_sub(blk, 1, x, start)),
+                         vi_add(q3k_sub(blk, 2, x, start), q3k_sub(blk, 3, x, start))),
+                  vi_add(vi_add(q3k_sub(blk, 4, x, start), q3k_sub(blk, 5, x, start)),
+                         vi_add(q3k_sub(blk, 6, x, start), q3k_sub(blk, 7, x, start))))
 
 
 cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
@@ -229,8 +236,9 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
     cdef vf accm = vf_zero()     # (VI_ROWS,) sum of dmin xd msum
     cdef vf dx
     cdef vi isum, msum
-    cdef int32_t start[16]       # (16,) q3_K / q6_K: each group dot's start, - off bsum times its factor
+    cdef int32_t start[16]       # (16,) q3_K / q6_K: each group dot's start, - off bsum (q3_K's odd groups: times 16)
     cdef int32_t bspair[8]       # (8,) q2_K: bsums 2 j, 2 j + 1 as the low, high 16 bits
+    cdef int16_t bs16[16]        # (16,) q2_K: the bsums truncated to 16 bits (|bsum| <= 16 * 128)
     cdef int g
     cdef const uint8_t *blk
     cdef const int8_t *x
@@ -238,14 +246,20 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
     cdef int64_t b, off
     for b in range(nb):
         blk = grp + b * sb
-        for off in range(0, sb, 64):
+        off = 0
+        while off < sb:          # 4 lines a turn: the loop's own instructions cost the GEMV where it is compute-bound
             _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off), _MM_HINT_T0)
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 64), _MM_HINT_T0)
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 128), _MM_HINT_T0)
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 192), _MM_HINT_T0)
+            off += 256
         x = xq + VX_QK_K * b
         bs = bsums + 16 * b
         dx = vf_set1(xd[b])
         if fmt == VX_Q3_K:
-            for g in range(16):
-                start[g] = -4 * bs[g] * (1 << pair_shift((g >> 1) & 3))
+            for g in range(0, 16, 2):        # (one vector multiply once unrolled)
+                start[g] = -4 * bs[g]
+                start[g + 1] = -64 * bs[g + 1]
             isum = q3k_il_sums(blk, x, start)
         elif fmt == VX_Q6_K:
             for g in range(16):
@@ -253,8 +267,9 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
             isum = q6k_il_sums(blk, x, start)
         else:
             if fmt == VX_Q2_K:
-                for g in range(8):
-                    bspair[g] = <int32_t>((<uint32_t>bs[2 * g + 1] << 16) | (<uint32_t>bs[2 * g] & 0xFFFF))
+                for g in range(16):          # bsums 2 j, 2 j + 1 as int16 halves (one vpmovdw)
+                    bs16[g] = <int16_t>bs[g]
+                memcpy(bspair, bs16, sizeof(bs16))
                 q2k_il_sums(blk, x, bspair, &isum, &msum)
             else:
                 q45k_il_sums(fmt == VX_Q5_K, blk, x, bs, &isum, &msum)

@@ -1,6 +1,7 @@
 # Every tier module's body: the kernel families, each filling its entries of the tier's table, then
-# the table itself, handed to the engine as a capsule. Included by tier_<name>.pyx after its vector
-# layer and its own microkernels (kernels/<tier>/<family>.pxi).
+# the table itself, handed to the engine as a capsule (table(): the engine passes what it detected
+# of the CPU beyond the tier's flags). Included by tier_<name>.pyx after its vector layer and its own
+# microkernels (kernels/<tier>/<family>.pxi).
 from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memset
 from volvox._kernels.vx cimport (
@@ -27,20 +28,7 @@ if (sizeof(vx_block_q4_0), sizeof(vx_block_q4_1), sizeof(vx_block_q8_0), sizeof(
 cdef vx_table _table
 cdef vx_conv_table _conv
 cdef vx_train_table _train
-memset(&_table, 0, sizeof(_table))
-memset(&_conv, 0, sizeof(_conv))
-memset(&_train, 0, sizeof(_train))
-_table.name = TIER_NAME
-_table.conv = &_conv
-_table.train = &_train
-fill_rows(&_table)
-fill_gemv(&_table)
-fill_gemv_q5_iq4(&_table)
-fill_gemv_kquants(&_table)
-fill_conv(&_table)
-fill_qconv(&_table)
-fill_attention(&_table)
-fill_backward(&_train)
+cdef object _capsule = None     # the filled table, once
 
 
 cdef list _missing_kernels():
@@ -69,8 +57,28 @@ cdef list _missing_kernels():
     return missing
 
 
-_missing = _missing_kernels()
-if _missing:
-    raise ImportError(f"{__name__}: no kernel for {', '.join(_missing)}")
-
-TABLE = PyCapsule_New(&_table, "volvox._kernels.vx_table", NULL)
+def table(bint vbmi):
+    """This tier's kernel table as a capsule for the engine, filled on the first call. vbmi: the CPU
+    has AVX-512 VBMI and VOLVOX_IQ4_NL_VBMI does not turn it off (engine/tiers.pxi detects both)."""
+    global _capsule
+    if _capsule is not None:
+        return _capsule
+    memset(&_table, 0, sizeof(_table))
+    memset(&_conv, 0, sizeof(_conv))
+    memset(&_train, 0, sizeof(_train))
+    _table.name = TIER_NAME
+    _table.conv = &_conv
+    _table.train = &_train
+    fill_rows(&_table)
+    fill_gemv(&_table, vbmi)
+    fill_gemv_q5_iq4(&_table)
+    fill_gemv_kquants(&_table)
+    fill_conv(&_table)
+    fill_qconv(&_table)
+    fill_attention(&_table)
+    fill_backward(&_train)
+    missing = _missing_kernels()
+    if missing:
+        raise ImportError(f"{__name__}: no kernel for {', '.join(missing)}")
+    _capsule = PyCapsule_New(&_table, "volvox._kernels.vx_table", NULL)
+    return _capsule

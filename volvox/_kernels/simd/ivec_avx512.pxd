@@ -45,6 +45,11 @@ cdef inline vi vi_or(vi a, vi b) noexcept nogil:
     return _mm512_or_si512(a, b)
 
 
+cdef inline vi vi_select(vi m, vi a, vi b) noexcept nogil:
+    """a's bits where m has a 1, b's elsewhere (one vpternlogd)."""
+    return _mm512_ternarylogic_epi32(a, b, m, 0xE4)
+
+
 cdef inline vi vi_shr16(vi a, int n) noexcept nogil:
     """a's 16-bit halves shifted right by n (a constant where the callers inline)."""
     return _mm512_srli_epi16(a, n)
@@ -87,6 +92,11 @@ cdef inline vi vi_sra32(vi a, int n) noexcept nogil:
 cdef inline vi vi_pack16(vi a, vi b) noexcept nogil:
     """Per lane a's low 16 bits in the low half, b's in the high half (a pair for vi_mul16x2)."""
     return vi_or(vi_and(a, vi_set1(0xFFFF)), _mm512_slli_epi32(b, 16))
+
+
+cdef inline vi vi_pack16_sixteenth(vi a, vi b) noexcept nogil:
+    """Per lane a's low 16 bits in the low half, b / 16's in the high half (b a multiple of 16)."""
+    return vi_select(vi_set1(0xFFFF), a, _mm512_slli_epi32(b, 12))
 
 
 cdef inline vi vi_mul16x2(vi a, vi b) noexcept nogil:

@@ -6,15 +6,11 @@ cdef enum:
 
 # AVX-512 VBMI's vpermb, which this tier's flags do not enable (it does not require VBMI): inline asm
 # (the assembler takes it whatever the flags; an intrinsic would need the target for the whole caller),
-# run only when vx_cpu_has_vbmi() says so. The emulated build (tools/test_avx512_emulated.sh) has no
-# zmm registers: there SIMDe's permutexvar stands in.
+# run only when the engine found VBMI (engine/tiers.pxi hands the tier's fill that flag). The emulated
+# build (tools/test_avx512_emulated.sh) has no zmm registers: there SIMDe's permutexvar stands in.
 cdef extern from *:
     """
     #include <immintrin.h>
-    static inline int vx_cpu_has_vbmi(void) {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512vbmi");
-    }
     static inline __m512i vx_permb(__m512i idx, __m512i table) {
     #ifdef __AVX512BW__
         __m512i r;
@@ -25,7 +21,6 @@ cdef extern from *:
     #endif
     }
     """
-    bint vx_cpu_has_vbmi() nogil
     __m512i vx_permb(__m512i idx, __m512i table) nogil      # table[idx & 63], byte by byte
 
 ctypedef __m512 vf

@@ -219,6 +219,7 @@ cdef extern from "immintrin.h" nogil:
     __m512i _mm512_srav_epi32(__m512i X, __m512i Y)
     __m512i _mm512_srav_epi64(__m512i X, __m512i Y)
     __m512i _mm512_srli_epi16(__m512i A, unsigned int B)
+    __m512i _mm512_ternarylogic_epi32(__m512i A, __m512i B, __m512i C, const int imm)
     __m512i _mm512_slli_epi16(__m512i A, unsigned int B)
     __m512i _mm512_or_si512(__m512i A, __m512i B)
     __m512i _mm512_shuffle_epi8(__m512i A, __m512i B)

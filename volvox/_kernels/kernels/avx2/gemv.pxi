@@ -253,8 +253,8 @@ cdef void gemm_il_q5_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const
     gemm_il_b32(VX_Q5_1, K, w, gs, n, a, as_, m, y, ldy)
 
 
-cdef void fill_gemv_il(vx_table *t) noexcept:
-    """The interleaved GEMVs: 8 rows per group (the k-quants' too: VI_ROWS)."""
+cdef void fill_gemv_il(vx_table *t, bint vbmi) noexcept:
+    """The interleaved GEMVs: 8 rows per group (the k-quants' too: VI_ROWS); vbmi (AVX-512 only) unused."""
     t.il_rows = IL_ROWS
     t.gemm_il[VX_Q4_0] = gemm_il_q4_0
     t.gemm_il[VX_Q4_1] = gemm_il_q4_1

@@ -1,7 +1,6 @@
 # The avx512 tier's own gemv microkernels (kernels/gemv.pxi has the shared bodies; the x86 code it
 # shares with the avx2 tier is kernels/avx2/gemv_x86.pxi).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
-from libc.stdlib cimport getenv
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
     VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_act_corrections,
@@ -222,15 +221,13 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
 # ------------------------------------------------------------------------------------------------
 # Interleaved 32-block weights (vx.pxd): 16 rows per group, lane l of all 16 rows in one zmm.
 # ------------------------------------------------------------------------------------------------
-cdef bint IQ4_NL_VBMI = False  # fill_gemv_il: b32_il_tile's iq4_nl lookup is vpermb (VBMI), not pshufb
-
 cdef enum:
     IL_ROWS = 16                # rows per interleaved group: one int32 lane of a zmm each
     IL_PREFETCH = 2048          # bytes ahead of the block being read that a group asks for
 
 
-cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *g, const int8_t **xq,
-                             const float **ds, float *out) noexcept nogil:
+cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K, const uint8_t *g,
+                             const int8_t **xq, const float **ds, float *out) noexcept nogil:
     """One group's 16 weight rows against MR act rows: out[16 i + r] = dot(row r, act row i), each formed
     as b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an exact int32 times
     wd * dx into float lane l; the m-term an FMA chain; then the lanes summed in hsum_ps256's order
@@ -240,7 +237,8 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     the same int32. iq4_nl's nibbles select its levels + 128 (pshufb), corrected the same way; q5_0 /
     q5_1's 5th bits (a mask per lane and half, vx.pxd) add 16 to their nibbles, q5_0's lanes starting
     from -16 * the sum (its weights are q - 16). q5_0's and iq4_nl's starts come with their act rows
-    (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block."""
+    (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block.
+    vbmi: iq4_nl looks its levels up with vpermb (the CPU has AVX-512 VBMI), not pshufb + masks."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
@@ -253,7 +251,6 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     cdef __m512i m4 = _mm512_set1_epi8(0x0F)
     cdef __m512i levels = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS),
                                                                _mm_set1_epi8(<char>-128)))   # levels + 128
-    cdef bint vbmi = IQ4_NL_VBMI
     cdef __m512 acc[2][8]        # (MR, lane) 16 rows each
     cdef __m512 accm[2]          # (MR,) 16 m-term chains
     cdef __m512 dd[2]            # (MR,) wd * dx
@@ -341,10 +338,10 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
             accm[i]))
 
 
-cdef inline void gemm_il_b32(int fmt, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n, const void *a,
-                             int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
+cdef inline void gemm_il_b32(int fmt, bint vbmi, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
+                             const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved weights w (groups of 16 rows, group_bytes apart): each group
-    against the act rows 2 at a time (then the last alone)."""
+    against the act rows 2 at a time (then the last alone); vbmi as b32_il_tile's."""
     cdef int64_t g, i0, r, rows
     cdef int i, mr
     cdef const int8_t *xq[2]     # (mr, K)
@@ -358,9 +355,9 @@ cdef inline void gemm_il_b32(int fmt, int64_t K, const uint8_t *w, int64_t group
                 xq[i] = <const int8_t *>a + (i0 + i) * a_stride
                 ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
             if mr == 2:
-                b32_il_tile(<const count_2 *>NULL, fmt, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(<const count_2 *>NULL, fmt, vbmi, K, w + g * group_bytes, xq, ds, out)
             else:
-                b32_il_tile(<const count_1 *>NULL, fmt, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(<const count_1 *>NULL, fmt, vbmi, K, w + g * group_bytes, xq, ds, out)
             for i in range(mr):
                 for r in range(rows):
                     y[(i0 + i) * ldy + g * IL_ROWS + r] = out[IL_ROWS * i + r]
@@ -369,50 +366,54 @@ cdef inline void gemm_il_b32(int fmt, int64_t K, const uint8_t *w, int64_t group
 cdef void gemm_il_q4_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q4_0 weights."""
-    gemm_il_b32(VX_Q4_0, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(VX_Q4_0, False, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q4_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q4_1 weights."""
-    gemm_il_b32(VX_Q4_1, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(VX_Q4_1, False, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q8_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q8_0 weights."""
-    gemm_il_b32(VX_Q8_0, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(VX_Q8_0, False, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_iq4_nl(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                          int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved iq4_nl weights."""
-    gemm_il_b32(VX_IQ4_NL, K, w, gs, n, a, as_, m, y, ldy)
+    """y (m, n) = act rows a . interleaved iq4_nl weights (pshufb lookup)."""
+    gemm_il_b32(VX_IQ4_NL, False, K, w, gs, n, a, as_, m, y, ldy)
+
+
+cdef void gemm_il_iq4_nl_vbmi(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
+                              int64_t m, float *y, int64_t ldy) noexcept nogil:
+    """y (m, n) = act rows a . interleaved iq4_nl weights (vpermb lookup: AVX-512 VBMI CPUs only)."""
+    gemm_il_b32(VX_IQ4_NL, True, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q5_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q5_0 weights."""
-    gemm_il_b32(VX_Q5_0, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(VX_Q5_0, False, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q5_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q5_1 weights."""
-    gemm_il_b32(VX_Q5_1, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(VX_Q5_1, False, K, w, gs, n, a, as_, m, y, ldy)
 
 
-cdef void fill_gemv_il(vx_table *t) noexcept:
-    """The interleaved GEMVs: 16 rows per group (the k-quants' too: VI_ROWS). iq4_nl looks its levels
-    up with vpermb where the CPU has AVX-512 VBMI, unless VOLVOX_IQ4_NL_VBMI=0 (pshufb + masks)."""
-    global IQ4_NL_VBMI
-    cdef const char *env = getenv(b"VOLVOX_IQ4_NL_VBMI")
-    IQ4_NL_VBMI = vx_cpu_has_vbmi() and not (env != NULL and env[0] == b'0')
+cdef void fill_gemv_il(vx_table *t, bint vbmi) noexcept:
+    """The interleaved GEMVs: 16 rows per group (the k-quants' too: VI_ROWS). vbmi (engine/tiers.pxi:
+    the CPU has AVX-512 VBMI, not turned off by VOLVOX_IQ4_NL_VBMI=0): iq4_nl looks its levels up
+    with vpermb, else with pshufb + masks."""
     t.il_rows = IL_ROWS
     t.gemm_il[VX_Q4_0] = gemm_il_q4_0
     t.gemm_il[VX_Q4_1] = gemm_il_q4_1
     t.gemm_il[VX_Q8_0] = gemm_il_q8_0
-    t.gemm_il[VX_IQ4_NL] = gemm_il_iq4_nl
+    t.gemm_il[VX_IQ4_NL] = gemm_il_iq4_nl_vbmi if vbmi else gemm_il_iq4_nl
     t.gemm_il[VX_Q5_0] = gemm_il_q5_0
     t.gemm_il[VX_Q5_1] = gemm_il_q5_1
     fill_gemv_kquants_il(t)

@@ -292,6 +292,6 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
     return k
 
 
-cdef void fill_gemv_il(vx_table *t) noexcept:
+cdef void fill_gemv_il(vx_table *t, bint vbmi) noexcept:
     """No interleaved weights on this tier (vx.pxd): il_rows stays 0, decode reads the rows as stored."""
     pass
