@@ -288,8 +288,9 @@ def ggml_expf_avx512(x):
                                          "0x1.0e4020p-7")]
     j = fma(fma(fma(np.full_like(b, c[4]), b, c[3]), u, fma(np.full_like(b, c[2]), b, c[1])), u,
             fma(np.full_like(b, c[0]), b, f32(1)))
-    res = np.ldexp(j, n.astype(np.int32)).astype(f32)
-    return np.where(np.abs(n) > 192, np.where(n <= 0, f32(np.inf), f32(0)), res).astype(f32)
+    with np.errstate(over="ignore", invalid="ignore"):  # the lanes past |n| > 192, replaced below
+        res = np.ldexp(j, np.clip(n, -300, 300).astype(np.int32)).astype(f32)
+    return np.where(np.abs(n) > 192, np.where(n <= 0, f32(0), f32(np.inf)), res).astype(f32)
 
 
 # simd_attention_digest on the SIMD tiers, whose attention is llama.cpp's AVX2 CPU arithmetic
@@ -313,6 +314,11 @@ def test_simd_tiers_give_ggml_bits(tier):
     silu = (gate / (np.float32(1) + ggml_expf_avx512(np.float32(0) - gate))).astype(np.float32)
     np.testing.assert_array_equal(K.swiglu(x), silu * up)
     np.testing.assert_array_equal(K.silu(gate.copy()), silu)
+    # past |n| > 192 ggml's AVX-512 expf gives inf / 0 (silu -0 / x)
+    far = np.array([-200.0, 200.0, -1e4, 1e4, -150.0, 150.0, -3e38, 3e38] * 2, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(ggml_expf_avx512(far), np.where(far > 0, np.float32(np.inf), np.float32(0)))
+        np.testing.assert_array_equal(K.silu(far), far / (np.float32(1) + ggml_expf_avx512(-far)))
 
 
 def test_long_encoder_attention_runs_as_gemms_like_the_reference(tier):
