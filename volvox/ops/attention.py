@@ -111,7 +111,8 @@ def ggml_rope_scaling(p: dict) -> tuple[float, tuple | None] | None:
     def corr_dim(turns):  # ggml_rope_yarn_corr_dim, in float32
         return np.float32(rd) * np.log(np.float32(y["original_context"]) / np.float32(turns * 2 * np.float32(np.pi)),
                                        dtype=np.float32) / (np.float32(2) * np.log(np.float32(theta), dtype=np.float32))
-    corr = (max(0.0, float(np.floor(corr_dim(y["beta_fast"])))), min(rd - 1.0, float(np.ceil(corr_dim(y["beta_slow"])))))
+    corr = (max(0.0, float(np.floor(corr_dim(y["beta_fast"])))),
+            min(rd - 1.0, float(np.ceil(corr_dim(y["beta_slow"])))))
     # ggml's rope_yarn multiplies cos / sin by attn_factor (1 + 0.1 ln factor): mscale (1 without it) over that gain
     gain = 1.0 + 0.1 * math.log(y["factor"]) if y["factor"] > 1 else 1.0
     return y["factor"], (factors, 1.0 if y["factor"] > 1 else 0.0, corr, float(p.get("mscale", 1.0)) / gain)
