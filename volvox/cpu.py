@@ -528,13 +528,17 @@ def attention(q, k_cache, v_cache, start: int, n_heads: int, scale: float, windo
 
 
 def rope(x, positions, head_dim: int, rope_dim: int | None = None, theta: float = 10000.0,
-         scale: float = 1.0, interleaved: bool = False, out=None) -> np.ndarray:
+         scale: float = 1.0, interleaved: bool = False, out=None, yarn: tuple | None = None) -> np.ndarray:
     """Rotary position embedding of x (seq, heads * head_dim) at `positions` (seq,) ints, into a
     new array or ``out`` (float32, x's shape, not overlapping x); x is never modified.
 
     Pairs (2i, 2i+1) when interleaved (GGUF / ggml LLaMA layout), else (i, i + rope_dim/2);
     angle pos / scale * theta^(-2i/rope_dim), computed as ggml does (float32, repeated
-    multiplication, cosf / sinf), so results match llama.cpp bit for bit.
+    multiplication, cosf / sinf), so results match llama.cpp bit for bit. ``yarn``: ggml's
+    rope_yarn scaling, (freq_factors (rope_dim/2,) or None, ext_factor, (corr_lo, corr_hi),
+    attn_factor): each pair's theta divided by its factor, YaRN's ramp between the interpolated
+    (pos / scale ...) and kept angles over the correction dims, cos / sin times attn_factor (times
+    1 + 0.1 ln(scale) where the ramp applies).
     """
     x2 = _f32_rows(x, "x")
     rd = head_dim if rope_dim is None else int(rope_dim)
@@ -549,8 +553,15 @@ def rope(x, positions, head_dim: int, rope_dim: int | None = None, theta: float 
     else:
         y = _check_out(out, x2.shape)
         _check_apart(out, "rope", x=x2)
+    if yarn is not None:
+        factors, ext_factor, (corr_lo, corr_hi), attn_factor = yarn
+        if factors is not None:
+            factors = np.ascontiguousarray(factors, dtype=np.float32)  # (rd/2,)
+            if factors.shape != (rd // 2,):
+                raise ShapeError(f"rope: freq_factors must be ({rd // 2},), got {factors.shape}")
+        yarn = (factors, float(ext_factor), float(corr_lo), float(corr_hi), float(attn_factor))
     engine.rope(x2, np.ascontiguousarray(positions, dtype=np.longlong), x2.shape[1] // head_dim, head_dim,
-               rd, int(bool(interleaved)), float(theta), float(np.float32(1.0) / np.float32(scale)), y)
+               rd, int(bool(interleaved)), float(theta), float(np.float32(1.0) / np.float32(scale)), y, yarn)
     return y
 
 

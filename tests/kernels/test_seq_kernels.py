@@ -242,9 +242,8 @@ def test_swiglu(tier):
     assert K.silu(np.zeros((0, 3), np.float32)).shape == (0, 3)
 
 
-def simd_seq_digest():
-    """sha256 of attention (the dot chains, the vector expf, the weighted-sum trees) and swiglu /
-    silu over whole blocks of 8 (the vector expf only: no libm) on fixed inputs."""
+def simd_attention_digest():
+    """sha256 of attention (the dot chains, the vector expf, the weighted-sum trees) on fixed inputs."""
     rng = np.random.default_rng(11)
     outs = []
     for nh, nkv, hd, start, seq, window, amp in [(9, 3, 64, 0, 5, 0, 2.0), (9, 3, 64, 5, 1, 0, 2.0),
@@ -255,22 +254,71 @@ def simd_seq_digest():
         vc = rng.standard_normal((nkv, start + seq, hd)).astype(np.float32)
         q = (rng.standard_normal((seq, nh * hd)) * amp).astype(np.float32)
         outs.append(K.attention(q, kc, vc, start, nh, float(np.float32(hd ** -0.5)), window))
-    x = (rng.standard_normal((3, 2 * 96)) * 6).astype(np.float32)
-    x[0, :8] = [-100.0, 100.0, -0.0, 88.0, 89.0, -104.0, -87.5, 1e-30]  # the expf flush / scale paths
-    outs += [K.swiglu(x), K.silu(x[:, :96].copy())]
     return hashlib.sha256(b"".join(o.tobytes() for o in outs)).hexdigest()
 
 
-# simd_seq_digest on the x86 SIMD tiers, whose attention and SwiGLU are llama.cpp's AVX2 CPU bits
-# (test_llama_exact.py): the arm64 SIMD tiers run the same sums in the same order with the same
-# vector expf, so they give the same bits (the generic tier uses libm's expf: close, not equal).
-SIMD_SEQ_DIGEST = "4a51be98ae0bc2409dc351e9cf0193f0506c48bbbc7504012c4b0693253d705c"
+def swiglu_block_inputs():
+    """(3, 2 * 96) gates and ups: whole blocks of 8 and 16 (the vector expf only, no libm), with the
+    expf flush / scale paths in the first gates."""
+    x = (np.random.default_rng(12).standard_normal((3, 2 * 96)) * 6).astype(np.float32)
+    x[0, :8] = [-100.0, 100.0, -0.0, 88.0, 89.0, -104.0, -87.5, 1e-30]
+    return x
 
 
-def test_simd_tiers_give_ggml_avx2_bits(tier):
+def simd_swiglu_digest():
+    """sha256 of swiglu and silu over swiglu_block_inputs."""
+    x = swiglu_block_inputs()
+    return hashlib.sha256(K.swiglu(x).tobytes() + K.silu(x[:, :96].copy()).tobytes()).hexdigest()
+
+
+def ggml_expf_avx512(x):
+    """ggml's AVX-512 ggml_v_expf (vec.h) in numpy, step for step in float32: each FMA is one float64
+    multiply-add rounded once to float32 (exact for these magnitudes), _mm512_scalef_ps is ldexp."""
+    f32 = np.float32
+
+    def fma(a, b, c):
+        return (a.astype(np.float64) * b + c).astype(f32)
+    x = x.astype(f32)
+    r = f32(1.5 * 2 ** 23)
+    z = fma(x, f32(float.fromhex("0x1.715476p+0")), r)
+    n = z - r
+    b = fma(-n, f32(float.fromhex("0x1.7f7d1cp-20")), fma(-n, f32(float.fromhex("0x1.62e4p-1")), x))
+    u = b * b
+    c = [f32(float.fromhex(h)) for h in ("0x1.ffffecp-1", "0x1.fffdb6p-2", "0x1.555e66p-3", "0x1.573e2ep-5",
+                                         "0x1.0e4020p-7")]
+    j = fma(fma(fma(np.full_like(b, c[4]), b, c[3]), u, fma(np.full_like(b, c[2]), b, c[1])), u,
+            fma(np.full_like(b, c[0]), b, f32(1)))
+    with np.errstate(over="ignore", invalid="ignore"):  # the lanes past |n| > 192, replaced below
+        res = np.ldexp(j, np.clip(n, -300, 300).astype(np.int32)).astype(f32)
+    return np.where(np.abs(n) > 192, np.where(n <= 0, f32(0), f32(np.inf)), res).astype(f32)
+
+
+# simd_attention_digest on the SIMD tiers, whose attention is llama.cpp's AVX2 CPU arithmetic
+# (test_llama_exact.py): the arm64 SIMD tiers run the same sums in the same order with the same vector
+# expf, so they give the same bits (the generic tier uses libm's expf: close, not equal). SwiGLU is
+# ggml's AVX2 one (blocks of 8, SIMD_SWIGLU_DIGEST) on avx2 and arm64, its AVX-512 one on avx512.
+SIMD_ATTENTION_DIGEST = "3b280b9034ce9a07af4f35a2593c37e67f0543b57e5bb6ebf0b0ee8c716ff665"
+SIMD_SWIGLU_DIGEST = "d9183e8ad15c1d481e3cff32527d9c5b8b41f2b9d061d98a5a0d997ded662509"
+
+
+def test_simd_tiers_give_ggml_bits(tier):
     if tier == "generic":
         pytest.skip("the portable tier's expf is libm's")
-    assert simd_seq_digest() == SIMD_SEQ_DIGEST
+    assert simd_attention_digest() == SIMD_ATTENTION_DIGEST
+    if tier != "avx512":
+        assert simd_swiglu_digest() == SIMD_SWIGLU_DIGEST
+        return
+    # ggml's AVX-512 ggml_vec_swiglu_f32: x / (1 + expf(0 - x)) * g in blocks of 16 (all of these)
+    x = swiglu_block_inputs()
+    gate, up = x[:, :96], x[:, 96:]
+    silu = (gate / (np.float32(1) + ggml_expf_avx512(np.float32(0) - gate))).astype(np.float32)
+    np.testing.assert_array_equal(K.swiglu(x), silu * up)
+    np.testing.assert_array_equal(K.silu(gate.copy()), silu)
+    # past |n| > 192 ggml's AVX-512 expf gives inf / 0 (silu -0 / x)
+    far = np.array([-200.0, 200.0, -1e4, 1e4, -150.0, 150.0, -3e38, 3e38] * 2, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(ggml_expf_avx512(far), np.where(far > 0, np.float32(np.inf), np.float32(0)))
+        np.testing.assert_array_equal(K.silu(far), far / (np.float32(1) + ggml_expf_avx512(-far)))
 
 
 def test_long_encoder_attention_runs_as_gemms_like_the_reference(tier):

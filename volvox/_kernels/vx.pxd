@@ -254,9 +254,16 @@ ctypedef void (*vx_swiglu_fn)(int64_t F, const float *gate, const float *up, flo
 # Rotary embedding of one row of n_heads heads at absolute position pos, as ggml's rope (f32). Pairs
 # are (2i, 2i+1) when interleaved (ggml's NORM), else (i, i + rope_dim/2) (NEOX); the dims from
 # rope_dim to head_dim are copied. x and y may be the same row.
+# yarn (NULL: none) scales the angles as ggml's rope_yarn: each pair's theta divided by its freq factor,
+# YaRN's ramp blend of interpolated and kept angles, and cos / sin times attn_factor.
+ctypedef struct vx_rope_yarn:
+    const float *freq_factors    # (rope_dim/2,) per-pair divisors of theta (GGUF rope_freqs), or NULL
+    float ext_factor             # YaRN's ramp weight (0: interpolated angles only)
+    float corr_lo, corr_hi       # YaRN's correction dims (ggml_rope_yarn_corr_dims)
+    float attn_factor            # cos / sin multiplier (times 1 + 0.1 ln(1 / freq_scale) with a ramp)
 ctypedef void (*vx_rope_fn)(int64_t n_heads, int64_t head_dim, int64_t rope_dim,
                             int interleaved, int64_t pos, float base, float freq_scale,
-                            const float *x, float *y) noexcept nogil
+                            const vx_rope_yarn *yarn, const float *x, float *y) noexcept nogil
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ KV cache and the number of tokens already cached (``ctx.pos``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from volvox import cpu
@@ -89,6 +91,33 @@ def scaled_inv_freq(p: dict, positions: np.ndarray | None = None) -> np.ndarray:
     return inv_freq
 
 
+def ggml_rope_scaling(p: dict) -> tuple[float, tuple | None] | None:
+    """The linear scale and cpu.rope's ``yarn`` argument that compute these rope params as ggml's
+    rope_yarn does (per-pair freq_factors, YaRN's ramp with ggml's correction dims, the attention
+    factor), or None where the kernel has no such form (LLaMA-3.1's and LongRoPE's scalings, a YaRN
+    over a linear scale, mscale without YaRN): those run in the reference."""
+    if "llama3" in p or "longrope_short" in p or ("mscale" in p and "yarn" not in p):
+        return None
+    scale = float(p.get("scale", 1.0))
+    factors = np.asarray(p["freq_factors"], np.float32) if "freq_factors" in p else None  # (rd/2,)
+    if "yarn" not in p:
+        return scale, None if factors is None else (factors, 0.0, (0.0, 0.0), 1.0)
+    if scale != 1.0:
+        return None
+    y = {k: float(v) for k, v in p["yarn"].items()}
+    rd = int(p.get("rope_dim", p["head_dim"]))
+    theta = float(p.get("theta", 10000.0))
+
+    def corr_dim(turns):  # ggml_rope_yarn_corr_dim, in float32
+        return np.float32(rd) * np.log(np.float32(y["original_context"]) / np.float32(turns * 2 * np.float32(np.pi)),
+                                       dtype=np.float32) / (np.float32(2) * np.log(np.float32(theta), dtype=np.float32))
+    corr = (max(0.0, float(np.floor(corr_dim(y["beta_fast"])))),
+            min(rd - 1.0, float(np.ceil(corr_dim(y["beta_slow"])))))
+    # ggml's rope_yarn multiplies cos / sin by attn_factor (1 + 0.1 ln factor): mscale (1 without it) over that gain
+    gain = 1.0 + 0.1 * math.log(y["factor"]) if y["factor"] > 1 else 1.0
+    return y["factor"], (factors, 1.0 if y["factor"] > 1 else 0.0, corr, float(p.get("mscale", 1.0)) / gain)
+
+
 def rope_angles(positions: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin tables (seq, rope_dim/2) for ``positions``, with linear position scaling
     (``scale``), the frequency scalings of scaled_inv_freq, and cos / sin multiplied by ``mscale``
@@ -130,21 +159,22 @@ def rope_rotate(x, positions, p, inverse: bool):
 
 
 def rope_fast(ctx, p, x, positions):
-    """RoPE through the CPU kernel (ggml's float32 angle arithmetic); frequency scaling other than
-    linear (SCALED_ROPE_KEYS) uses the reference."""
-    if any(key in p for key in SCALED_ROPE_KEYS):
+    """RoPE through the CPU kernel (ggml's float32 angle arithmetic, its rope_yarn for freq_factors
+    and YaRN); the scalings ggml_rope_scaling has no kernel form for use the reference."""
+    if ggml_rope_scaling(p) is None:
         return rope_ref(ctx, p, x, positions)
     return rope_into(ctx, p, np.empty(x.shape, np.float32), x, positions)
 
 
 def rope_into(ctx, p, out, x, positions):
     """rope_fast written into ``out`` (x's shape; x is left as it was)."""
-    if any(key in p for key in SCALED_ROPE_KEYS):
+    scaling = ggml_rope_scaling(p)
+    if scaling is None:
         np.copyto(out, rope_ref(ctx, p, x, positions))
         return out
     hd = int(p["head_dim"])
-    return cpu.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)),
-                        float(p.get("scale", 1.0)), p.get("style", "half") == "interleaved", out=out)
+    return cpu.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)), scaling[0],
+                    p.get("style", "half") == "interleaved", out=out, yarn=scaling[1])
 
 
 def _attention_infer(specs, params):
@@ -315,13 +345,22 @@ def rope_cpu(plan, node) -> None:
     p = node.params
     x, y = plan.input(node, "x"), plan.output(node)
     hd = int(p["head_dim"])
-    plan.need(node, not any(key in p for key in SCALED_ROPE_KEYS) and plan.run_input(node, "positions") == "positions",
-              "frequency scaling other than linear, or positions other than the run's")
+    scaling = ggml_rope_scaling(p)
+    plan.need(node, scaling is not None and plan.run_input(node, "positions") == "positions",
+              "LLaMA-3.1 or LongRoPE frequency scaling, or positions other than the run's")
     plan.need(node, x.dtype == np.float32 and x.size % hd == 0 and x.size == y.size, "x is not whole heads")
+    scale, yarn = scaling
+    ramp = {}
+    if yarn is not None:
+        factors = None if yarn[0] is None else np.ascontiguousarray(yarn[0], np.float32)  # (rope_dim/2,)
+        if factors is not None:
+            plan.keep(factors)
+        ramp = dict(scaled=True, freq_factors=0 if factors is None else cpu.address(factors), ext_factor=yarn[1],
+                    corr_lo=yarn[2][0], corr_hi=yarn[2][1], attn_factor=yarn[3])
     plan.add("rope", x=cpu.address(x), y=cpu.address(y), n_heads=x.size // hd, head_dim=hd,
              rope_dim=int(p.get("rope_dim", hd)), base=float(p.get("theta", 10000.0)),
-             freq_scale=float(np.float32(1.0) / np.float32(p.get("scale", 1.0))),
-             interleaved=p.get("style", "half") == "interleaved")
+             freq_scale=float(np.float32(1.0) / np.float32(scale)),
+             interleaved=p.get("style", "half") == "interleaved", **ramp)
 
 
 def attention_cpu(plan, node) -> None:

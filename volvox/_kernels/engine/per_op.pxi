@@ -296,8 +296,10 @@ def swiglu(const float[:, ::1] x, float[:, ::1] y, bint gated):
 
 
 def rope(const float[:, ::1] x, const long long[::1] pos, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
-         int interleaved, float base, float freq_scale, float[:, ::1] y):
-    """y[i] = x[i] rotated for position pos[i] (heads of head_dim, their first rope_dim dims)."""
+         int interleaved, float base, float freq_scale, float[:, ::1] y, yarn=None):
+    """y[i] = x[i] rotated for position pos[i] (heads of head_dim, their first rope_dim dims); yarn:
+    None or (freq_factors float32 (rope_dim/2,) or None, ext_factor, corr_lo, corr_hi, attn_factor)."""
+    cdef const float[::1] factors = None
     cdef int64_t M = x.shape[0]
     if M == 0:
         return
@@ -307,6 +309,11 @@ def rope(const float[:, ::1] x, const long long[::1] pos, int64_t n_heads, int64
     s.a.rope.x, s.a.rope.positions, s.a.rope.y = &x[0, 0], <const int64_t *> &pos[0], &y[0, 0]
     s.a.rope.n_heads, s.a.rope.head_dim, s.a.rope.rope_dim, s.a.rope.rows = n_heads, head_dim, rope_dim, M
     s.a.rope.base, s.a.rope.freq_scale, s.a.rope.interleaved = base, freq_scale, interleaved != 0
+    if yarn is not None:
+        factors = yarn[0]
+        s.a.rope.scaled = True
+        s.a.rope.yarn.freq_factors = &factors[0] if factors is not None else NULL
+        s.a.rope.yarn.ext_factor, s.a.rope.yarn.corr_lo, s.a.rope.yarn.corr_hi, s.a.rope.yarn.attn_factor = yarn[1:]
     with nogil:
         run_local(&s, 1, threads_for(M * n_heads * rope_dim * 8))
 

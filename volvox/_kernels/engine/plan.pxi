@@ -165,12 +165,18 @@ cdef class StepPlan:
         set_moe_combine(self._next(STEP_MOE_COMBINE), x, weights, shared, y, dim, top_k)
 
     def rope(self, *, uintptr_t x, uintptr_t y, int64_t n_heads, int64_t head_dim, int64_t rope_dim, float base,
-             float freq_scale, bint interleaved):
-        """y = x (n_heads heads) rotated for the run's position."""
+             float freq_scale, bint interleaved, bint scaled=False, uintptr_t freq_factors=0, float ext_factor=0.0,
+             float corr_lo=0.0, float corr_hi=0.0, float attn_factor=1.0):
+        """y = x (n_heads heads) rotated for the run's position (scaled: ggml's rope_yarn angles, the
+        freq_factors (rope_dim/2,) floats at that address, kept alive by the caller, or none at 0)."""
         cdef Step *s = self._next(STEP_ROPE)
         s.a.rope.x, s.a.rope.y = <const float *> ptr(x), <float *> ptr(y)
         s.a.rope.n_heads, s.a.rope.head_dim, s.a.rope.rope_dim, s.a.rope.rows = n_heads, head_dim, rope_dim, 1
         s.a.rope.base, s.a.rope.freq_scale, s.a.rope.interleaved = base, freq_scale, interleaved
+        s.a.rope.scaled = scaled
+        s.a.rope.yarn.freq_factors = <const float *> freq_factors
+        s.a.rope.yarn.ext_factor, s.a.rope.yarn.corr_lo, s.a.rope.yarn.corr_hi = ext_factor, corr_lo, corr_hi
+        s.a.rope.yarn.attn_factor = attn_factor
 
     def kv_store(self, *, uintptr_t k, uintptr_t v, int64_t n_kv_heads, int64_t head_dim, int64_t layer):
         """The k, v rows into the layer's cache at the run's position."""

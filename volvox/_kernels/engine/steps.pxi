@@ -4,7 +4,7 @@
 # the kind; sizes and parameters follow. Every output element is computed by one thread in a
 # fixed order, so results do not depend on the team.
 from libc.stdint cimport int16_t, uint8_t
-from volvox._kernels.vx cimport VX_F16, vx_act_row_bytes, vx_attn_shape
+from volvox._kernels.vx cimport VX_F16, vx_act_row_bytes, vx_attn_shape, vx_rope_yarn
 
 cdef enum:
     TEAM_MAX = 64        # threads a plan's work is split among (a larger team is capped to it)
@@ -115,6 +115,8 @@ cdef struct RopeArgs:
     int64_t n_heads, head_dim, rope_dim, rows
     float base, freq_scale
     bint interleaved
+    bint scaled                  # whether yarn applies (ggml's rope_yarn angles)
+    vx_rope_yarn yarn            # yarn.freq_factors: (rope_dim/2,) or NULL
 
 
 cdef struct KVStoreArgs:
@@ -482,8 +484,8 @@ cdef void run_rope(const Step *s, const RunInput *inp, int me, int team, int64_t
     cdef const RopeArgs *a = &s.a.rope
     cdef int64_t row = a.n_heads * a.head_dim
     cdef int64_t pos = a.positions[item] if a.positions != NULL else inp.pos
-    _tbl.rope(a.n_heads, a.head_dim, a.rope_dim, a.interleaved, pos, a.base, a.freq_scale, a.x + item * row,
-              a.y + item * row)
+    _tbl.rope(a.n_heads, a.head_dim, a.rope_dim, a.interleaved, pos, a.base, a.freq_scale,
+              &a.yarn if a.scaled else NULL, a.x + item * row, a.y + item * row)
 
 
 cdef int64_t rows_of_rope(const Step *s, int team) noexcept nogil:

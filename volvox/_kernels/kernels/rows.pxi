@@ -1,5 +1,5 @@
 # Row kernels: RMSNorm, SwiGLU / SiLU, RoPE (the other row kernels follow as they are ported).
-from libc.math cimport sqrtf, expf, powf, cosf, sinf, fmaf
+from libc.math cimport sqrtf, expf, powf, cosf, sinf, fmaf, logf, fmaxf, fminf
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
@@ -28,20 +28,41 @@ cdef void swiglu_f32(int64_t F, const float *gate, const float *up, float *y) no
         f += 1
 
 
+cdef inline void rope_yarn_angle(const vx_rope_yarn *yarn, float theta, float freq_scale, int64_t k,
+                                 float *c, float *sn) noexcept nogil:
+    """cos and sin of pair k's angle as ggml's rope_cache_init / rope_yarn (float32 steps in its order)."""
+    cdef float extrap = theta / yarn.freq_factors[k] if yarn.freq_factors != NULL else theta
+    cdef float interp = freq_scale * extrap
+    cdef float t = interp
+    cdef float mscale = yarn.attn_factor
+    cdef float ramp, mix
+    if yarn.ext_factor != <float>0.0:
+        ramp = (<float>k - yarn.corr_lo) / fmaxf(<float>0.001, yarn.corr_hi - yarn.corr_lo)
+        mix = (<float>1.0 - fminf(<float>1.0, fmaxf(<float>0.0, ramp))) * yarn.ext_factor
+        t = interp * (<float>1.0 - mix) + extrap * mix
+        mscale *= <float>1.0 + <float>0.1 * logf(<float>1.0 / freq_scale)
+    c[0] = cosf(t) * mscale
+    sn[0] = sinf(t) * mscale
+
+
 cdef void rope_f32(int64_t n_heads, int64_t head_dim, int64_t rope_dim, int interleaved, int64_t pos,
-                   float base, float freq_scale, const float *x, float *y) noexcept nogil:
+                   float base, float freq_scale, const vx_rope_yarn *yarn, const float *x, float *y) noexcept nogil:
     """Rotary embedding of one row (n_heads, head_dim) at position pos, as ggml's f32 rope:
     theta_k = pos * base^(-2k/rope_dim) by repeated float multiplication, cosf / sinf of
-    freq_scale * theta_k, one fmaf per output. Pairs (2k, 2k+1) when interleaved (NORM), else
-    (k, k + rope_dim/2) (NEOX); dims rope_dim..head_dim copied. x and y may be the same row."""
+    freq_scale * theta_k (with yarn: ggml's rope_yarn of theta_k / freq_factor_k), one fmaf per
+    output. Pairs (2k, 2k+1) when interleaved (NORM), else (k, k + rope_dim/2) (NEOX); dims
+    rope_dim..head_dim copied. x and y may be the same row."""
     cdef float theta_scale = powf(base, <float>-2.0 / <float>rope_dim)
     cdef float theta = <float>pos
     cdef float t, c, sn, x0, x1
     cdef int64_t k, h, i0, i1
     for k in range(rope_dim // 2):
-        t = freq_scale * theta
-        c = cosf(t)
-        sn = sinf(t)
+        if yarn == NULL:
+            t = freq_scale * theta
+            c = cosf(t)
+            sn = sinf(t)
+        else:
+            rope_yarn_angle(yarn, theta, freq_scale, k, &c, &sn)
         i0 = 2 * k if interleaved else k
         i1 = 2 * k + 1 if interleaved else k + rope_dim // 2
         for h in range(n_heads):

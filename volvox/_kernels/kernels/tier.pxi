@@ -7,7 +7,7 @@ from libc.string cimport memset
 from volvox._kernels.vx cimport (
     VX_F16, VX_F32, VX_NTYPES, vx_block_iq4_nl, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0,
     vx_block_q4_1, vx_block_q4_K, vx_block_q5_0, vx_block_q5_1, vx_block_q5_K, vx_block_q6_K,
-    vx_block_q8_0, vx_conv_table, vx_table, vx_train_table)
+    vx_block_q8_0, vx_conv_table, vx_rope_yarn, vx_table, vx_train_table)
 
 include "rows.pxi"
 include "gemv.pxi"

@@ -112,20 +112,3 @@ cdef inline float scores8(const float *K, const float *q, int64_t hd, float scal
     for k in range(8):
         mx = w[k] if w[k] > mx else mx
     return mx
-
-
-cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
-    """y[f] = silu(gate[f]) (* up[f] unless up is NULL) over the leading whole blocks of 8, as
-    ggml_vec_swiglu_f32 / ggml_v_silu: x / (1 + v_expf(0 - x)); returns the elements done."""
-    cdef int64_t f = 0
-    cdef __m256 one = _mm256_set1_ps(<float>1.0)
-    cdef __m256 xv, silu
-    while f + 8 <= F:
-        xv = _mm256_loadu_ps(gate + f)
-        silu = _mm256_div_ps(xv, _mm256_add_ps(one, v_expf(_mm256_sub_ps(_mm256_setzero_ps(), xv))))
-        if up != NULL:
-            _mm256_storeu_ps(y + f, _mm256_mul_ps(silu, _mm256_loadu_ps(up + f)))
-        else:
-            _mm256_storeu_ps(y + f, silu)
-        f += 8
-    return f
