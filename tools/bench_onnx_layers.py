@@ -37,7 +37,7 @@ def conv_shapes(path: str) -> dict:
             continue
         _, cin, h, w = dims[node.input[0]]
         _, cout, oh, ow = dims[node.output[0]]
-        cout_, cin_g, kh, kw = weights[node.input[1]]
+        _, cin_g, kh, kw = weights[node.input[1]]  # (C out, C in per group, kh, kw)
         stride = next((list(a.ints) for a in node.attribute if a.name == "strides"), [1, 1])[0]
         shapes[node.name] = (h, w, cin, cout, kh, kw, stride, oh * ow * cout * cin_g * kh * kw)
     return shapes
