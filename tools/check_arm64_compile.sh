@@ -5,7 +5,7 @@
 # code). It catches what only an arm64 build would (a NEON intrinsic misspelt, a kernel table entry
 # a tier forgot) in a minute; tools/test_arm64.sh builds and runs the tests under QEMU (much slower).
 #
-#   bash tools/check_arm64_compile.sh        (needs: apt-get install gcc-aarch64-linux-gnu)
+#   bash tools/check_arm64_compile.sh        (needs: apt-get install gcc-aarch64-linux-gnu; Cython >= 3)
 #
 # The host's pyconfig.h stands in for arm64's (both are 64-bit little-endian glibc builds of the
 # same Python): enough for a syntax check, not for linking.
@@ -13,6 +13,7 @@ set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 cc=aarch64-linux-gnu-gcc
 command -v "$cc" >/dev/null || { echo "check_arm64_compile: $cc not found (apt-get install gcc-aarch64-linux-gnu)" >&2; exit 2; }
+python -c 'import Cython' 2>/dev/null || { echo "check_arm64_compile: Cython not installed (pip install 'cython>=3.0')" >&2; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 pyinc="$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
