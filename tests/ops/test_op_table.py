@@ -146,6 +146,25 @@ def test_every_op_a_backend_runs_has_a_case(backend, op):
                     f"(its cases: {[case.id for case in cases]})")
 
 
+FRESH_CASES = [case for case in CASES if OPS[case.op].fresh]
+
+
+def test_fresh_ops_have_cases():
+    assert {case.op for case in FRESH_CASES} == {name for name, op in OPS.items() if op.fresh}
+
+
+@pytest.mark.parametrize("case", FRESH_CASES, ids=case_id)
+def test_fresh_ops_return_no_view_of_an_input(case):
+    # OpDef.fresh lets the arena planner drop an input's buffer once the op has read it: no output of its
+    # fast path or its reference may share memory with an input or a weight
+    graph, weights = build_graph(case)
+    given = list(case.inputs.values()) + [w for w in case.weights.values() if isinstance(w, np.ndarray)]
+    for reference in (False, True):
+        got = Executor(graph, weights, reference=reference).run(run_context(case), case.inputs)
+        for name, out in got.items():
+            assert not any(np.shares_memory(out, a) for a in given), f"{case.id} ({'ref' if reference else 'fast'}): {name}"
+
+
 # ------------------------------------------------------------------------------------ every case, every tier
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_per_op_executor_matches_reference(tier, case):

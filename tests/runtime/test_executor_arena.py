@@ -4,6 +4,7 @@ in it, a second thread runs without it, and a run no longer allocates the placed
 Also the kernels' ``out=`` buffers the ops' ``into`` write through: the allocating call's bits,
 and a clear volvox error for a buffer they cannot take."""
 
+import math
 import threading
 import tracemalloc
 
@@ -441,3 +442,49 @@ def test_embedding_out_untouched_on_a_bad_id():
         cpu.embedding(table, np.array([1, 9]), out=out)
     assert not out.any()
     assert issubclass(KernelError, VolvoxError)
+
+
+def test_lora_step_logits_and_dlogits_live_in_the_arena(tmp_path):
+    # The joint graph's loss and weight gradients (graph outputs) read the logits and the adapters'
+    # inputs; their ops are fresh (no view of an input), so those buffers are still placed: a second
+    # step allocates no logits, and the arena leaves every result bit for bit as the allocating path.
+    from volvox.architectures.lora import LoraConfig, add_lora, find_sites
+    from volvox.train.finetune import Trainer
+    from volvox.train.graph import trainable_graph, training_graph
+    from volvox.train.lora import init_adapters
+    from volvox.train.optim import Parameters
+
+    path = write_tiny_llama(tmp_path / "t.gguf", n_layers=2, qtype="q4_1", embed_qtype="q8_0")
+    tg = training_graph(path)
+    try:
+        config = LoraConfig(r=4, alpha=8.0, targets=("q", "v", "down"))
+        sites = find_sites(tg.graph, config)
+        adapters = {n: a + 0.01 for n, a in init_adapters(sites, config).items()}  # B != 0: every gradient flows
+        graph, weights = add_lora(tg.graph, tg.weights, sites, adapters, config.scale)
+        graph, frozen = trainable_graph(graph, weights, list(adapters))
+        params = Parameters(adapters)
+        trainer = Trainer(graph, frozen, params)
+        rng = np.random.default_rng(3)
+        vocab = graph.weights["token_embd.weight"].shape[0]
+        tokens, labels = (rng.integers(0, vocab, (2, 32)).astype(np.int32) for _ in range(2))
+        feeds = {"tokens": tokens, "labels": labels}
+        ex = trainer.backward
+        plan = ex.arena_plan(ex.check_feeds({**feeds, **params.views}))
+        ops = {n.id: n.op for n in trainer.joint.nodes}
+        logits_bytes = 2 * 32 * vocab * 4
+        assert {"linear", "cross_entropy_grad"} <= {ops[n] for n, s in plan.slots.items() if math.prod(s[1]) * 4 == logits_bytes}
+        assert max(plan.allocating.values()) < logits_bytes  # nothing outside the arena is as large as the logits
+        run = lambda: trainer.loss_and_grads(feeds)  # noqa: E731
+        first = run()
+        left = bytes_left_per_step(ex, run)
+        ex.use_arena = False
+        left_without = bytes_left_per_step(ex, run)
+        on, off = with_and_without_arena(ex, run)
+    finally:
+        tg.close()
+    slack = 256 * len(ex.steps)  # array objects, views and shape tuples (tracemalloc sees them too)
+    assert left <= sum(b for b in plan.allocating.values() if b > 0) + slack  # only what the arena does not hold
+    assert left_without >= left + 2 * logits_bytes  # the allocating path: the logits and dlogits afresh
+    loss_and_grads = lambda r: (np.array([r[0]]), r[1])  # noqa: E731
+    assert_bits_equal(loss_and_grads(first), loss_and_grads(on))  # a second step over the same arena
+    assert_bits_equal(loss_and_grads(on), loss_and_grads(off))

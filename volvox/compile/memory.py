@@ -12,8 +12,9 @@ gap fits it among the already-placed buffers whose lifetimes overlap its own.
 
 ``plan_run_arena`` is the arena the per-op executor (runtime/executor.py) actually runs on:
 only nodes whose op can write into a preallocated buffer (``OpDef.into``) are placed, graph
-outputs never are, and the output of any other node is taken to be possibly a view of its
-inputs (a reshape, a slice or a transpose may return one), keeping their buffers alive.
+outputs never are, and the output of any other node not marked ``OpDef.fresh`` is taken to be
+possibly a view of its inputs (a reshape, a slice or a transpose may return one), keeping their
+buffers alive (and out of the arena, when that output is a graph output).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def plan_run_arena(graph: Graph, dims: dict[str, int], writers: set[str]) -> Run
     preallocated buffer (their op has ``into`` and returns no view of an input).
 
     A writer is placed when ``dims`` fix its buffer's shape and no graph output may view it (the
-    caller keeps those). Any other node's outputs may be views of its inputs' buffers, so a buffer
+    caller keeps those). Any other node's outputs, unless its op is ``fresh`` (a loss, a weight's
+    gradient: graph outputs that read large activations), may be views of its inputs' buffers, so a buffer
     lives until the last reader of any tensor that may view it; graph inputs, weights and the KV
     cache are never in it."""
     empty: frozenset[str] = frozenset()
@@ -209,8 +211,8 @@ def plan_run_arena(graph: Graph, dims: dict[str, int], writers: set[str]) -> Run
         if shape is not None:
             born[outs[0]] = (node.id, i, shape, graph.specs[outs[0]].dtype)
             mine = frozenset(outs[:1])
-        elif node.id in writers:
-            mine = empty  # runs its allocating path: fresh outputs
+        elif node.id in writers or get_op(node.op).fresh:
+            mine = empty  # an allocating path: fresh outputs
         else:
             mine = empty.union(*(views.get(n, empty) for n in node.inputs.values()))
         for name in outs:

@@ -606,11 +606,12 @@ def softcap_backward(g, node) -> None:
 
 
 register(OpDef("sequence_positions", "position", ("ids",), ("y",), _sequence_positions_infer, sequence_positions_ref))
-register(OpDef("rope_grad", "position", ("dy", "positions"), ("dx",), _rope_grad_infer, rope_grad_ref, rope_grad_fast))
+register(OpDef("rope_grad", "position", ("dy", "positions"), ("dx",), _rope_grad_infer, rope_grad_ref, rope_grad_fast,
+               fresh=True))
 register(OpDef("causal_attention", "attention", ("q", "k", "v"), ("y", "lse"), _causal_attention_infer,
-               causal_attention_ref, causal_attention_fast, backward=causal_attention_backward))
+               causal_attention_ref, causal_attention_fast, backward=causal_attention_backward, fresh=True))
 register(OpDef("attention_grad", "attention", ("q", "k", "v", "y", "dy", "lse"), ("dq", "dk", "dv"),
-               _attention_grad_infer, attention_grad_ref, attention_grad_fast))
+               _attention_grad_infer, attention_grad_ref, attention_grad_fast, fresh=True))
 register(OpDef("rope", "position", ("x", "positions"), ("y",), _rope_infer, rope_ref, rope_fast, into=rope_into, cpu=rope_cpu,
                gpu=Lowering(("rope",), _lower_rope, _check_rope, lambda p: {"inv_freq": rope_inv_freq(p)}),
                backward=rope_backward))

@@ -297,7 +297,7 @@ register(OpDef("embedding_grad", "gather", ("table", "ids", "dy"), ("dtable",), 
 register(OpDef("linear_grad_input", "matmul", ("dy", "weight"), ("dx",), _linear_grad_input_infer, linear_grad_input_ref,
                linear_grad_input_fast, into=linear_grad_input_into))
 register(OpDef("linear_grad_weight", "matmul", ("x", "dy"), ("dw",), _linear_grad_weight_infer, linear_grad_weight_ref,
-               linear_grad_weight_fast))
+               linear_grad_weight_fast, fresh=True))
 register(OpDef("linear", "matmul", ("x", "weight", "bias?"), ("y",), _linear_infer, linear_ref, linear_fast, cpu=linear_cpu,
                into=linear_into,
                gpu=Lowering(("matmul", "matmul_q", "gemv_q"), _lower_linear, check_linear), backward=linear_backward))

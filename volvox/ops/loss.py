@@ -152,7 +152,7 @@ def mse_backward(g, node) -> None:
 
 
 register(OpDef("cross_entropy", "loss", ("logits", "labels"), ("loss", "lse"), _cross_entropy_infer, cross_entropy_ref,
-               cross_entropy_fast, backward=cross_entropy_backward))
+               cross_entropy_fast, backward=cross_entropy_backward, fresh=True))
 register(OpDef("cross_entropy_grad", "loss", ("logits", "labels", "lse", "dloss"), ("dlogits",), _cross_entropy_grad_infer,
                cross_entropy_grad_ref, cross_entropy_grad_fast, into=cross_entropy_grad_into))
 register(OpDef("mse", "loss", ("x", "target"), ("loss",), _mse_infer, mse_ref, backward=mse_backward))

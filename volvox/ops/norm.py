@@ -180,7 +180,7 @@ def _rms_norm_grad_infer(specs, params):
 
 
 register(OpDef("rms_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight"), _rms_norm_grad_infer, rms_norm_grad_ref,
-               rms_norm_grad_fast))
+               rms_norm_grad_fast, fresh=True))
 register(OpDef("layer_norm_grad", "norm", ("x", "weight", "dy"), ("dx", "dweight", "dbias"), _norm_grad_infer,
                layer_norm_grad_ref, layer_norm_grad_fast))
 register(OpDef("rms_norm", "norm", ("x", "weight"), ("y",), _norm_infer, rms_norm_ref, rms_norm_fast,

@@ -48,6 +48,10 @@ class OpDef:
     # view: its output "y" is its input "x" reinterpreted (same elements): a plan gives it no step
     # and no buffer of its own (reshape; output_rows keeping every row)
     view: bool = False
+    # fresh: no output is ever a view of an input (``fast`` and ``ref`` build new arrays), so the arena
+    # planner (compile/memory.plan_run_arena) need not keep its inputs' buffers alive for its outputs'
+    # readers. An op with ``into`` is fresh already; this marks ops without one (the loss, weight gradients)
+    fresh: bool = False
     # backward(g, node): how reverse-mode autodiff (compile/autodiff.py) propagates gradients through it:
     # reads g.grad(node, port) of its outputs, adds backward nodes with g.emit and hands each input's
     # gradient to g.accumulate(node, port, tensor); None: the op cannot be differentiated through
