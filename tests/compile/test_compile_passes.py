@@ -317,6 +317,31 @@ def test_other_arithmetic_is_not_hard_swish(kw):
     assert [n.op for n in fused.nodes] == ["add", "clip", "mul", "div"]
 
 
+# ------------------------------------------------------------------------------ silu
+def _silu_graph(swap=False, shared=False, other=False):
+    x = {"x": np.linspace(-30, 30, 60, dtype=np.float32).reshape(1, 3, 4, 5),
+         "z": rng.standard_normal((1, 3, 4, 5)).astype(np.float32)}
+    nodes = [Node("s", "sigmoid", {"x": "z" if other else "x"}, {"y": "g"}),
+             Node("m", "mul", {"a": "g", "b": "x"} if swap else {"a": "x", "b": "g"}, {"y": "out"})]
+    return graph_of(x, {}, nodes, ["out"] + (["g"] if shared else [])), x
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_x_times_its_sigmoid_is_one_silu(swap):
+    g, x = _silu_graph(swap=swap)
+    fused, fw = compiled(g, {}, ["recognize_silu"])
+    assert [(n.id, n.op, n.inputs) for n in fused.nodes] == [("m", "silu", {"x": "x"})]
+    want = x["x"].astype(np.float64) / (1 + np.exp(-x["x"].astype(np.float64)))  # independent of both ops
+    np.testing.assert_allclose(outputs(fused, fw, x)["out"], want, rtol=1e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("kw", [dict(shared=True), dict(other=True)])
+def test_other_sigmoid_products_are_not_silu(kw):
+    g, _ = _silu_graph(**kw)
+    fused, _ = compiled(g, {}, ["recognize_silu"])
+    assert [n.op for n in fused.nodes] == ["sigmoid", "mul"]
+
+
 def test_fused_ops_refuse_bad_params_naming_the_node():
     from volvox.errors import ShapeError
     g = Graph([TensorSpec("x", (2, 3), "float32")], {"w": TensorSpec("w", (4, 3), "float32")},

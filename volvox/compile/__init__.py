@@ -20,7 +20,7 @@ from volvox.compile.fuse_add import fold_linear_bias, fuse_add_chains
 from volvox.compile.fuse_conv import fuse_depthwise_pointwise, fuse_expand_dwpw
 from volvox.compile.fuse_linear import fuse_swiglu, merge_sibling_linears
 from volvox.compile.prepack import prepack_weights
-from volvox.compile.recognize import recognize_hard_swish
+from volvox.compile.recognize import recognize_hard_swish, recognize_silu
 from volvox.ops import validate
 
 Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
@@ -36,6 +36,7 @@ Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 PASSES: dict[str, Pass] = {
     "elide_noop_reshapes": elide_noop_reshapes,
     "recognize_hard_swish": recognize_hard_swish,
+    "recognize_silu": recognize_silu,
     "fold_conv_output_affine": fold_conv_output_affine,
     "fold_conv_input_affine": fold_conv_input_affine,
     "fuse_conv_activation": fuse_conv_activation,
