@@ -2,7 +2,7 @@
 # kernels light next to the matmuls around them (LayerNorm, GELU) and the int8 / pooling /
 # elementwise / copy loops of the vision steps, each giving the exact bits of the numpy reference
 # in volvox/ops that the per-op executor and the tests compare with.
-from libc.math cimport fabs, fabsf, sqrt, sqrtf, INFINITY
+from libc.math cimport fabs, fabsf, sqrt, sqrtf, INFINITY, NAN
 from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from volvox._kernels.codes cimport *
@@ -295,11 +295,11 @@ cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, 
     sigmoid (exp_poly's e^x: within a few ulp of the float64 reference)."""
     cdef int64_t i
     cdef float t, e
-    if fn == FN_SIGMOID:  # e = exp(-|x|); y = 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow); NaN stays NaN
-        for i in range(n):
+    if fn == FN_SIGMOID:  # e = exp(-|x|); y = 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow);
+        for i in range(n):  # NaN: the positive quiet NaN, as numpy's tanh gives (a NaN's sign is no result)
             e = exp_poly(-fabsf(x[i]))
             t = (<float>1.0 if x[i] >= 0 else e) / (<float>1.0 + e)
-            y[i] = t if x[i] == x[i] else x[i]
+            y[i] = t if x[i] == x[i] else NAN
     elif fn == FN_HARD_SWISH:  # t = clip(x + 3, 0, 6); y = (x * t) / 6
         for i in range(n):
             t = np_clip(x[i] + <float>3.0, <float>0.0, <float>6.0)
