@@ -317,6 +317,32 @@ def test_other_arithmetic_is_not_hard_swish(kw):
     assert [n.op for n in fused.nodes] == ["add", "clip", "mul", "div"]
 
 
+# ------------------------------------------------------------------------------ channel affine
+def _affine_chain_graph(second_reader=False, per_channel=True):
+    x = {"x": rng.standard_normal((1, 5, 6, 7)).astype(np.float32)}
+    w = {"s": (rng.uniform(0.5, 2, 7 if per_channel else (6, 7))).astype(np.float32),
+         "t": rng.standard_normal(7).astype(np.float32)}
+    nodes = [Node("m", "mul", {"a": "x", "b": "s"}, {"y": "xs"}),
+             Node("a", "add", {"a": "t", "b": "xs"}, {"y": "xst"}),
+             Node("r", "relu", {"x": "xst"}, {"y": "out"})]
+    return graph_of(x, w, nodes, ["out"] + (["xs"] if second_reader else [])), w, x
+
+
+def test_channel_affine_between_other_nodes_is_one_depthwise_conv_with_its_relu():
+    g, w, x = _affine_chain_graph()
+    fused, fw = compiled(g, w, ["channel_affine_to_depthwise", "fuse_conv_activation"])
+    assert [(n.op, n.params) for n in fused.nodes] == [("conv2d", {"groups": 7, "activation": "relu"})]
+    want = np.maximum(x["x"].astype(np.float64) * w["s"] + w["t"], 0)  # numpy, not the ops
+    np.testing.assert_allclose(outputs(fused, fw, x)["out"], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [dict(second_reader=True), dict(per_channel=False)])
+def test_shared_or_spatial_affines_stay_mul_and_add(kw):
+    g, w, _ = _affine_chain_graph(**kw)
+    fused, _ = compiled(g, w, ["channel_affine_to_depthwise"])
+    assert [n.op for n in fused.nodes] == ["mul", "add", "relu"]
+
+
 # ------------------------------------------------------------------------------ silu
 def _silu_graph(swap=False, shared=False, other=False):
     x = {"x": np.linspace(-30, 30, 60, dtype=np.float32).reshape(1, 3, 4, 5),
