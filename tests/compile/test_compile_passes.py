@@ -317,6 +317,57 @@ def test_other_arithmetic_is_not_hard_swish(kw):
     assert [n.op for n in fused.nodes] == ["add", "clip", "mul", "div"]
 
 
+# ------------------------------------------------------------------------------ channel affine
+def _affine_chain_graph(second_reader=False, per_channel=True):
+    x = {"x": rng.standard_normal((1, 5, 6, 7)).astype(np.float32)}
+    w = {"s": (rng.uniform(0.5, 2, 7 if per_channel else (6, 7))).astype(np.float32),
+         "t": rng.standard_normal(7).astype(np.float32)}
+    nodes = [Node("m", "mul", {"a": "x", "b": "s"}, {"y": "xs"}),
+             Node("a", "add", {"a": "t", "b": "xs"}, {"y": "xst"}),
+             Node("r", "relu", {"x": "xst"}, {"y": "out"})]
+    return graph_of(x, w, nodes, ["out"] + (["xs"] if second_reader else [])), w, x
+
+
+def test_channel_affine_between_other_nodes_is_one_depthwise_conv_with_its_relu():
+    g, w, x = _affine_chain_graph()
+    fused, fw = compiled(g, w, ["channel_affine_to_depthwise", "fuse_conv_activation"])
+    assert [(n.op, n.params) for n in fused.nodes] == [("conv2d", {"groups": 7, "activation": "relu"})]
+    want = np.maximum(x["x"].astype(np.float64) * w["s"] + w["t"], 0)  # numpy, not the ops
+    np.testing.assert_allclose(outputs(fused, fw, x)["out"], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [dict(second_reader=True), dict(per_channel=False)])
+def test_shared_or_spatial_affines_stay_mul_and_add(kw):
+    g, w, _ = _affine_chain_graph(**kw)
+    fused, _ = compiled(g, w, ["channel_affine_to_depthwise"])
+    assert [n.op for n in fused.nodes] == ["mul", "add", "relu"]
+
+
+# ------------------------------------------------------------------------------ silu
+def _silu_graph(swap=False, shared=False, other=False):
+    x = {"x": np.linspace(-30, 30, 60, dtype=np.float32).reshape(1, 3, 4, 5),
+         "z": rng.standard_normal((1, 3, 4, 5)).astype(np.float32)}
+    nodes = [Node("s", "sigmoid", {"x": "z" if other else "x"}, {"y": "g"}),
+             Node("m", "mul", {"a": "g", "b": "x"} if swap else {"a": "x", "b": "g"}, {"y": "out"})]
+    return graph_of(x, {}, nodes, ["out"] + (["g"] if shared else [])), x
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_x_times_its_sigmoid_is_one_silu(swap):
+    g, x = _silu_graph(swap=swap)
+    fused, fw = compiled(g, {}, ["recognize_silu"])
+    assert [(n.id, n.op, n.inputs) for n in fused.nodes] == [("m", "silu", {"x": "x"})]
+    want = x["x"].astype(np.float64) / (1 + np.exp(-x["x"].astype(np.float64)))  # independent of both ops
+    np.testing.assert_allclose(outputs(fused, fw, x)["out"], want, rtol=1e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("kw", [dict(shared=True), dict(other=True)])
+def test_other_sigmoid_products_are_not_silu(kw):
+    g, _ = _silu_graph(**kw)
+    fused, _ = compiled(g, {}, ["recognize_silu"])
+    assert [n.op for n in fused.nodes] == ["sigmoid", "mul"]
+
+
 def test_fused_ops_refuse_bad_params_naming_the_node():
     from volvox.errors import ShapeError
     g = Graph([TensorSpec("x", (2, 3), "float32")], {"w": TensorSpec("w", (4, 3), "float32")},

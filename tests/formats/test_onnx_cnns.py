@@ -328,6 +328,48 @@ def test_recurrent_layers_equal_onnxruntime(tmp_path, opset):
     assert np.abs(got - want).max() <= 1e-5 * max(np.abs(want).max(), 1.0)
 
 
+class DenseBlock(nn.Module):
+    """torchvision's dense block: each of ``layers`` convs reads the concat of the input and every
+    layer before it, the block returns the concat of all (DenseNet-121's last block concatenates 17)."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Sequential(nn.BatchNorm2d(2 + 2 * i), nn.ReLU(), nn.Conv2d(2 + 2 * i, 2, 3, 1, 1))
+                                   for i in range(layers))
+
+    def forward(self, x):
+        features = [x]
+        for conv in self.convs:
+            features.append(conv(torch.cat(features, 1)))
+        return torch.cat(features, 1)
+
+
+@pytest.mark.parametrize("layers, opset", [(20, 9), (24, 17), (63, 17)])
+def test_wide_concat_equals_onnxruntime(tmp_path, layers, opset):
+    torch.manual_seed(0)
+    net = DenseBlock(layers)
+    randomize_batch_norms(net, torch.Generator().manual_seed(1))
+    path = tmp_path / f"dense-{layers}.onnx"
+    torch.onnx.export(net.eval(), (torch.zeros(1, 2, 6, 5),), str(path), opset_version=opset, input_names=["x"],
+                      output_names=["y"], dynamo=False)
+    x = np.random.default_rng(5).standard_normal((1, 2, 6, 5)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    model = volvox.load(path)
+    got = model.run({"x": x})["y"]
+    assert got.shape == want.shape == (1, 2 + 2 * layers, 6, 5)
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    assert model._plan is not None and model._plan.plan is not None, "the block runs as a native step plan"
+
+
+def test_concat_of_more_than_64_inputs_is_refused(tmp_path):
+    net = DenseBlock(64)
+    path = tmp_path / "dense-64.onnx"
+    torch.onnx.export(net.eval(), (torch.zeros(1, 2, 4, 4),), str(path), opset_version=17, input_names=["x"],
+                      output_names=["y"], dynamo=False)
+    with pytest.raises(volvox.UnsupportedError, match="65 inputs"):
+        volvox.load(path)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_cnn_with_a_dynamic_batch_equals_onnxruntime(tmp_path, name):

@@ -81,6 +81,15 @@ def test_float_unary_fast_matches_ref(op, params):
     np.testing.assert_allclose(run(op, params, x), run(op, params, x, which="ref"), rtol=1e-5, atol=1e-6)
 
 
+def test_sigmoid_kernel_at_the_extremes():
+    x = np.array([-np.inf, -200, -88.5, -87, -30, -1e-8, 0, 1e-8, 1, 17, 30, 88.5, 200, np.inf, np.nan], np.float32)
+    got = run("sigmoid", {}, x)
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-x.astype(np.float64)))  # numpy's float64 exp: independent of the kernel
+    np.testing.assert_allclose(got, want, rtol=3e-7, atol=1e-37)
+    assert np.isnan(got[-1]) and 0 <= got[0] < 2e-38 and got[-2] == 1  # e^x floors at e^-87
+
+
 @pytest.mark.parametrize("op", ["div", "pow", "matmul"])
 def test_float_binary_fast_matches_ref(op):
     a = np.abs(rng.standard_normal((2, 3, 4, 5))).astype(np.float32) + 0.1

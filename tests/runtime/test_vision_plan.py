@@ -395,6 +395,33 @@ def test_small_maps_split_output_channels_across_threads(threads):
     assert same_bits(native[c], per_op[c])
 
 
+def test_silu_and_hard_swish_fold_into_the_conv_step_before_them(tier, threads):
+    """An f32 conv or depthwise conv step applies the silu / hard_swish after it to each block it
+    writes (no step of their own), bit for bit the per-op executor's conv then activation, on
+    every tier, 70 and 37 channels (not whole vectors); an activation whose input has a second
+    reader stays a step."""
+    m = GraphMaker(x=((1, 9, 11, 13), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    a = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x="x", weight=m.w("c1", f(70, 3, 3, 13)), bias=m.w("b1", f(70)))
+    b = m.node("silu", x=a)                                                                    # folds (im2col)
+    c = m.node("conv2d", dict(groups=70, strides=[2, 2], pads=[1, 1, 1, 1]), x=b, weight=m.w("dw", f(70, 3, 3, 1)),
+               bias=m.w("bdw", f(70)))
+    d = m.node("hard_swish", x=c)                                                              # folds (depthwise)
+    e = m.node("conv2d", {}, x=d, weight=m.w("pw", f(37, 1, 1, 70)), bias=m.w("bpw", f(37)))
+    g = m.node("silu", x=e)                                                                    # folds (1x1 rows)
+    h = m.node("conv2d", {}, x=g, weight=m.w("pw2", f(37, 1, 1, 37)))
+    k = m.node("hard_swish", x=h)                                                              # h read twice: a step
+    model = m.model([m.node("add", a=k, b=h)])
+    x = rng.standard_normal((1, 9, 11, 13)).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert [op for _, op in model._plan.plan.step_nodes] == ["conv2d"] * 4 + ["hard_swish", "add"]
+    for name in per_op:
+        assert same_bits(native[name], per_op[name]), name
+    oracle = reference_model(model).run({"x": x})
+    for name in oracle:
+        np.testing.assert_allclose(native[name], oracle[name], rtol=1e-4, atol=1e-4 * np.abs(oracle[name]).max())
+
+
 def test_dwpw_with_large_pointwise_weights_runs_as_two_steps(threads):
     """A float32 depthwise -> 1x1 pair whose 1x1 weights pass DWPW_SPLIT_BYTES (512 -> 160
     channels: 320 KB) runs as a depthwise step into a buffer of the plan's and one GEMM step over
@@ -503,14 +530,14 @@ def test_maps_of_a_few_blocks_split_into_tile_blocks(dtype, threads):
 def test_steps_read_the_callers_input_array_in_place():
     """A run points the steps that read a graph input (here a conv's a and an add's b) at the
     caller's array, each run's own, so the arena copy is skipped (it stays NaN); an unaligned
-    array, an input an island reads (sigmoid) or one that is also an output (through a reshape)
+    array, an input an island reads (tanh) or one that is also an output (through a reshape)
     is copied in. Outputs are the per-op executor's every time."""
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
 
     def model_of(extra: str | None) -> tuple[Model, str]:
         m = GraphMaker(x=((1, 9, 8, 4), "float32"))
         a = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x="x", weight=m.w("c", f(4, 3, 3, 4)))
-        y = m.node("add", a=a, b=m.node("sigmoid", x="x") if extra == "island" else "x")
+        y = m.node("add", a=a, b=m.node("tanh", x="x") if extra == "island" else "x")
         outputs = [y, m.node("reshape", dict(shape=[9, 32]), x="x")] if extra == "output" else [y]
         return m.model(outputs), y
 
@@ -607,7 +634,7 @@ def test_the_pacer_times_the_native_steps_only(threads):
     m = GraphMaker(x=((1, 9, 8, 4), "float32"))
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     a = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x="x", weight=m.w("c", f(4, 3, 3, 4)))
-    y = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=m.node("sigmoid", x=a), weight=m.w("d", f(4, 3, 3, 4)))
+    y = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=m.node("tanh", x=a), weight=m.w("d", f(4, 3, 3, 4)))
     model = m.model([y])
     x = {"x": f(1, 9, 8, 4)}
     want = model.run(x)[y]

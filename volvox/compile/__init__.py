@@ -13,21 +13,22 @@ from typing import Any, Callable
 from volvox.errors import UnsupportedError
 from volvox.ir.graph import Graph
 from volvox.compile.elide import elide_noop_reshapes
-from volvox.compile.fold_affine import fold_conv_input_affine, fold_conv_output_affine
+from volvox.compile.fold_affine import channel_affine_to_depthwise, fold_conv_input_affine, fold_conv_output_affine
 from volvox.compile.fuse_activation import (fuse_add_activation, fuse_concat_activation, fuse_conv_activation,
                                             fuse_linear_activation)
 from volvox.compile.fuse_add import fold_linear_bias, fuse_add_chains
 from volvox.compile.fuse_conv import fuse_depthwise_pointwise, fuse_expand_dwpw
 from volvox.compile.fuse_linear import fuse_swiglu, merge_sibling_linears
 from volvox.compile.prepack import prepack_weights
-from volvox.compile.recognize import recognize_hard_swish
+from volvox.compile.recognize import recognize_hard_swish, recognize_silu
 from volvox.ops import validate
 
 Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 
 # In order: activations spelled out in elementwise nodes recognised first (later passes match
 # the ops); affines into convs before conv activations are folded (the affine sits between
-# them); depthwise -> 1x1 pairs after conv activations (each conv keeps its own), expand convs
+# them), the affines left as depthwise convs after those and before conv activations (the ReLU
+# after one folds into it); depthwise -> 1x1 pairs after conv activations (each conv keeps its own), expand convs
 # into the pairs after those; swiglu before
 # sibling merging (it takes the gate/up pairs first); biases into their
 # linears before activations are folded (linear + bias + act -> one node) and before add chains
@@ -36,8 +37,10 @@ Pass = Callable[[Graph, dict[str, Any]], tuple[Graph, dict[str, Any]]]
 PASSES: dict[str, Pass] = {
     "elide_noop_reshapes": elide_noop_reshapes,
     "recognize_hard_swish": recognize_hard_swish,
+    "recognize_silu": recognize_silu,
     "fold_conv_output_affine": fold_conv_output_affine,
     "fold_conv_input_affine": fold_conv_input_affine,
+    "channel_affine_to_depthwise": channel_affine_to_depthwise,
     "fuse_conv_activation": fuse_conv_activation,
     "fuse_depthwise_pointwise": fuse_depthwise_pointwise,
     "fuse_expand_dwpw": fuse_expand_dwpw,

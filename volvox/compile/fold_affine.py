@@ -1,5 +1,7 @@
 """Constant per-channel affines folded into a float conv's weights: y * s + t after a conv (on
-its output side), and x * s + t before an unpadded conv (on its input side).
+its output side), and x * s + t before an unpadded conv (on its input side); one left between
+other nodes (DenseNet's pre-activation BatchNorm after a concat) becomes a 1x1 depthwise conv,
+one pass over x instead of one per mul and add, which then takes the ReLU after it too.
 
 Paddle's LearnableAffineBlock (PP-OCRv4's backbone) exports as a Mul and an Add of scalar
 weights around every activation; the ONNX importer folds BatchNorm, not these. Folding
@@ -128,5 +130,41 @@ def fold_conv_input_affine(graph: Graph, weights: dict) -> tuple[Graph, dict]:
                   "bias": _new_weight(graph, weights, specs, conv.inputs.get("bias", conv.id + ".bias"), b)}
         replaced[conv.id] = Node(conv.id, "conv2d", inputs, dict(conv.outputs), dict(conv.params))
         dropped |= {n.id for n in chain}
+    nodes = [replaced.get(n.id, n) for n in graph.nodes if n.id not in dropped]
+    return rebuild_graph(graph, weights, nodes, specs)
+
+
+def channel_affine_to_depthwise(graph: Graph, weights: dict) -> tuple[Graph, dict]:
+    """A mul and add chain by per-channel constants (each read only by the next, at least a mul and
+    an add) on a 4-D float32 NHWC tensor -> one 1x1 depthwise conv2d, weight s, bias t."""
+    idx, weights, specs = GraphIndex(graph), dict(weights), {}
+    replaced: dict[str, Node] = {}
+    dropped: set[str] = set()
+    for head in graph.nodes:
+        if head.op not in AFFINE_OPS or head.id in dropped:
+            continue
+        src = next((t for t in head.inputs.values() if t not in graph.weights), None)
+        spec = graph.specs.get(src) if src is not None else None
+        if spec is None or spec.dtype != "float32" or len(spec.shape) != 4 or not isinstance(spec.shape[3], int):
+            continue
+        channels, out, chain, steps = spec.shape[3], src, [], []
+        node = head
+        while True:
+            c = _affine_step(graph, weights, node, out, channels)
+            if c is None or graph.specs[node.outputs["y"]].shape != spec.shape:
+                break
+            chain.append(node)
+            steps.append((node.op, c))
+            out = node.outputs["y"]
+            if out in idx.outputs or len(idx.consumers[out]) != 1:
+                break
+            node = idx.consumers[out][0]
+        if len(chain) < 2 or {op for op, _ in steps} != set(AFFINE_OPS):
+            continue
+        scale, shift = _compose(steps, channels)
+        inputs = {"x": src, "weight": _new_weight(graph, weights, specs, head.id + ".scale", scale.reshape(channels, 1, 1, 1)),
+                  "bias": _new_weight(graph, weights, specs, head.id + ".shift", shift)}
+        replaced[head.id] = Node(head.id, "conv2d", inputs, {"y": out}, {"groups": channels})
+        dropped |= {n.id for n in chain[1:]}
     nodes = [replaced.get(n.id, n) for n in graph.nodes if n.id not in dropped]
     return rebuild_graph(graph, weights, nodes, specs)

@@ -1,7 +1,8 @@
 """Decomposed activations recognised as the op they spell, as exporters leave them:
 ``x * relu6(x + 3) / 6`` (Paddle's hardswish through ONNX) -> hard_swish, whose fast path is
 the same four float32 steps (bit-identical) in one node with one temporary, not four nodes
-and four buffers.
+and four buffers; ``x * sigmoid(x)`` (torch.onnx's SiLU) -> silu, one pass over x with no
+sigmoid buffer (silu's kernel rounds differently from the two ops: within a few ulp).
 """
 
 from __future__ import annotations
@@ -55,5 +56,24 @@ def recognize_hard_swish(graph: Graph, weights: dict) -> tuple[Graph, dict]:
             x, nodes = found
             replaced[node.id] = Node(node.id, "hard_swish", {"x": x}, dict(node.outputs))
             dropped |= {n.id for n in nodes if n.id != node.id}
+    nodes = [replaced.get(n.id, n) for n in graph.nodes if n.id not in dropped]
+    return rebuild_graph(graph, weights, nodes, {})
+
+
+def recognize_silu(graph: Graph, weights: dict) -> tuple[Graph, dict]:
+    """mul(x, sigmoid(x)) (either order, the sigmoid read by the mul alone) becomes one silu (float32)."""
+    idx = GraphIndex(graph)
+    replaced: dict[str, Node] = {}
+    dropped: set[str] = set()
+    for mul in graph.nodes:
+        if mul.op != "mul" or graph.specs[mul.outputs["y"]].dtype != "float32":
+            continue
+        for x, s in (mul.inputs["a"], mul.inputs["b"]), (mul.inputs["b"], mul.inputs["a"]):
+            sig = idx.producer.get(s)
+            if sig is not None and sig.op == "sigmoid" and sig.inputs["x"] == x and idx.sole_consumer(s, mul) \
+                    and graph.specs[x].shape == graph.specs[mul.outputs["y"]].shape:
+                replaced[mul.id] = Node(mul.id, "silu", {"x": x}, dict(mul.outputs))
+                dropped.add(sig.id)
+                break
     nodes = [replaced.get(n.id, n) for n in graph.nodes if n.id not in dropped]
     return rebuild_graph(graph, weights, nodes, {})

@@ -48,17 +48,9 @@ def sigmoid_ref(ctx, p, x):
 
 
 def sigmoid_into(x, out):
-    """out = 1 / (1 + exp(-x)) in float32, as 0.5 * (1 + tanh(x / 2)) (no overflow); ``out`` may be ``x``."""
-    np.multiply(x, np.float32(0.5), out=out)
-    np.tanh(out, out=out)
-    out += np.float32(1)
-    out *= np.float32(0.5)
-    return out
-
-
-def sigmoid_fast(ctx, p, x):
-    """1 / (1 + exp(-x)) in float32."""
-    return sigmoid_into(x, np.empty_like(x))
+    """out = 1 / (1 + exp(-x)) in float32 through the engine's unary step (the sigmoid op's kernel, so a
+    fused sigmoid changes no bits); ``out`` may be ``x``."""
+    return cpu.unary(x, FN["sigmoid"], out=out)
 
 
 def hard_sigmoid_ref(ctx, p, x):
@@ -223,9 +215,8 @@ register(OpDef("relu", "activation", ("x",), ("y",), _float_unary_infer, relu_re
                gpu=unary_lowering("relu"), backward=activation_backward))
 register(OpDef("clip", "activation", ("x",), ("y",), _float_unary_infer, clip_ref,
                gpu=unary_lowering("clip"), backward=activation_backward))
-register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref, sigmoid_fast,
-               into=unary_into(sigmoid_into),
-               gpu=unary_lowering("sigmoid"), backward=activation_backward))
+register(OpDef("sigmoid", "activation", ("x",), ("y",), _float_unary_infer, sigmoid_ref,
+               **unary_kernels("sigmoid"), backward=activation_backward))
 register(OpDef("tanh", "activation", ("x",), ("y",), _float_unary_infer, tanh_ref, backward=activation_backward))
 register(OpDef("hard_sigmoid", "activation", ("x",), ("y",), _float_unary_infer, hard_sigmoid_ref,
                **unary_kernels("hard_sigmoid"), backward=activation_backward))

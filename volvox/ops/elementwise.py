@@ -160,6 +160,8 @@ def unary_cpu(fn: str, port: str = "x"):
         x, y = plan.input(node, port), plan.output(node)
         plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "dtype or broadcasting")
         code, alpha, beta = fn_args(fn, node.params)
+        if port == "x" and plan.fold_activation(node, code):  # hard_swish: into the conv step before it
+            return
         plan.add("unary", x=cpu.address(x), y=cpu.address(y), count=x.size, fn=code, alpha=alpha, beta=beta)
     return lower
 
@@ -182,6 +184,8 @@ def silu_cpu(plan, node) -> None:
     """silu with swiglu's arithmetic, row by row along the last axis (as cpu.silu)."""
     x, y = plan.input(node, "x"), plan.output(node)
     plan.need(node, x.dtype == np.float32 and x.shape == y.shape, "float32")
+    if plan.fold_activation(node, FN["silu"]):  # into the conv step before it
+        return
     width = max(x.shape[-1], 1) if x.ndim else 1
     plan.add("glu", x=cpu.address(x), y=cpu.address(y), F=width, gated=False, rows=x.size // width)
 

@@ -114,7 +114,7 @@ def slice_ref(ctx, p, x):
     return np.ascontiguousarray(x[tuple(index)])
 
 
-MAX_CONCAT_INPUTS = 16
+MAX_CONCAT_INPUTS = 64  # DenseNet-201's widest dense block concatenates 49
 
 # ------------------------------------------------------------------ GPU lowerings
 def _lower_transpose(c: Call) -> list[Dispatch]:

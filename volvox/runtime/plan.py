@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,9 @@ MACS_PER_THREAD = 2 << 20
 # Under load a team collapses instead: a stalled multi-thread run sends the next ones to one
 # thread (runtime/pacing.py).
 
+
+# Activations a conv step applies to each block it writes (fold_activation).
+FOLDED_ACTIVATIONS = ("silu", "hard_swish")
 
 class Unsupported(Exception):
     """The graph has something a plan does not lower (the per-op executor runs it)."""
@@ -96,6 +99,8 @@ class Plan:
         alias = {node.outputs["y"]: node.inputs["x"] for node in graph.nodes
                  if get_op(node.op, node.id).view and node.inputs["x"] not in weights
                  and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
+        in_place = self._conv_activations_in_place()
+        alias.update(in_place)
         for node in graph.nodes:
             op = get_op(node.op)
             if op.cpu is None and node.outputs.get("y") not in alias and (op.stateful or len(node.outputs) != 1):
@@ -115,7 +120,8 @@ class Plan:
                     last[root(name)] = i
         for name in graph.outputs:
             last[root(name)] = len(graph.nodes)
-        skip = {node.id for node in graph.nodes if node.outputs.get("y") in alias}  # views: no step
+        skip = {node.id for node in graph.nodes if node.outputs.get("y") in alias}  # views, in place: no buffer
+        views = {node.id for node in graph.nodes if node.id in skip and node.outputs["y"] not in in_place}  # no step
         # each node's outputs side by side (linear_split's column blocks are one GEMV row), alive from
         # the node to its outputs' last reader; inputs from the start
         buffers = [LiveRange(s.name, 4 * self._floats(s.name), -1, last.get(s.name, -1))
@@ -145,7 +151,7 @@ class Plan:
         self._input_bytes = [(address(self.arena) + 4 * self._home[s.name],
                               address(self.arena) + 4 * (self._home[s.name] + self._floats(s.name))) for s in inputs]
         self._copied = {i for i, s in enumerate(inputs) if s.name in {root(o) for o in graph.outputs}}
-        nodes = [node for node in graph.nodes if node.id not in skip]
+        nodes = [node for node in graph.nodes if node.id not in views]
         self.solo_steps = self._lower_nodes(nodes, 1)
         islands, ports = [i[0] for i in self.islands], self._ports
         if self.threads > 1:  # the team's steps: the same steps, their work split for the team
@@ -195,6 +201,29 @@ class Plan:
                         self._ports.append((step, port, i, at - lo))
                     else:
                         self._copied.add(i)
+
+    def _conv_activations_in_place(self) -> dict[str, str]:
+        """{output: input} of each silu / hard_swish node whose input a conv2d writes and it alone reads:
+        it runs in place (its output stored as its input), so that fold_activation can hand it to the
+        conv's step."""
+        graph = self.graph
+        producer = {name: node for node in graph.nodes for name in node.outputs.values()}
+        readers = Counter(name for node in graph.nodes for name in node.inputs.values())
+        readers.update(graph.outputs)
+        return {node.outputs["y"]: node.inputs["x"] for node in graph.nodes
+                if node.op in FOLDED_ACTIVATIONS and getattr(producer.get(node.inputs["x"]), "op", None) == "conv2d"
+                and readers[node.inputs["x"]] == 1 and graph.specs[node.inputs["x"]].dtype == "float32"
+                and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
+
+    def fold_activation(self, node: Node, fn: int) -> bool:
+        """Whether the step before ``node`` (silu or hard_swish, FN code ``fn``, in place: see
+        _conv_activations_in_place) now applies it: an f32 conv or depthwise conv step with no
+        activation writing ``node``'s input applies it to each block it writes (one pass over the
+        conv's output fewer; the same bits)."""
+        x, y = node.inputs["x"], node.outputs["y"]
+        if x in self.weights or self._root(y) != self._root(x):
+            return False
+        return self.steps.fold_activation(fn, address(self._tensor(x)))
 
     def need(self, node: Node, cond: bool, what: str) -> None:
         """Unsupported (naming the node) unless ``cond``."""

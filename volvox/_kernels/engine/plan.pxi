@@ -270,6 +270,17 @@ cdef class StepPlan:
         self._window(s, window, cout, None, 0, 0, act)
         self._operands(s, x, w, bias, y, 0)
 
+    def fold_activation(self, int fn, uintptr_t y):
+        """Whether the last step, a CONV_F32 or DWCONV_F32 with no activation writing y, now applies fn
+        (FN_SILU or FN_HARD_SWISH) in place to each block it writes."""
+        if self.n == 0 or (fn != FN_SILU and fn != FN_HARD_SWISH):
+            return False
+        cdef Step *s = &self.steps[self.n - 1]
+        if (s.kind != STEP_CONV_F32 and s.kind != STEP_DWCONV_F32) or s.w.act != FN_NONE or <uintptr_t> s.a.win.y != y:
+            return False
+        self.windows[self.n - 1].act = fn
+        return True
+
     def dwpw_f32(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t scratch, tuple window,
                  int64_t cout, int64_t per_thread, int act, tuple pointwise, int64_t cparts=1):
         """A depthwise conv's output rows (w (kh*kw, C), bias) through the thread's scratch (ow * C floats)

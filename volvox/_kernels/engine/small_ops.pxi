@@ -2,7 +2,7 @@
 # kernels light next to the matmuls around them (LayerNorm, GELU) and the int8 / pooling /
 # elementwise / copy loops of the vision steps, each giving the exact bits of the numpy reference
 # in volvox/ops that the per-op executor and the tests compare with.
-from libc.math cimport fabs, fabsf, sqrt, sqrtf, INFINITY
+from libc.math cimport fabs, fabsf, sqrt, sqrtf, INFINITY, NAN
 from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from volvox._kernels.codes cimport *
@@ -286,15 +286,21 @@ cdef void global_avg_run(int64_t HW, int64_t C, int64_t c0, const float *x, floa
 
 # ----------------------------------------------------------------------------- elementwise
 # Functions and operators by their codes (volvox/ops/codes.py, generated into codes.pxd).
-UNARY_FNS = frozenset({FN_RELU, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # unary_run's
+UNARY_FNS = frozenset({FN_RELU, FN_SIGMOID, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # unary_run's
 
 
 cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, float *y) noexcept nogil:
     """y (n,) = fn(x) for fn in UNARY_FNS (an FN_* code; alpha, beta: its parameters, volvox/ops/codes.py),
-    each with numpy's float32 arithmetic (the ops' references in ops/activation.py, ops/arith.py)."""
+    each with numpy's float32 arithmetic (the ops' references in ops/activation.py, ops/arith.py) but
+    sigmoid (exp_poly's e^x: within a few ulp of the float64 reference)."""
     cdef int64_t i
-    cdef float t
-    if fn == FN_HARD_SWISH:  # t = clip(x + 3, 0, 6); y = (x * t) / 6
+    cdef float t, e
+    if fn == FN_SIGMOID:  # e = exp(-|x|); y = 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow);
+        for i in range(n):  # NaN: the positive quiet NaN, as numpy's tanh gives (a NaN's sign is no result)
+            e = exp_poly(-fabsf(x[i]))
+            t = (<float>1.0 if x[i] >= 0 else e) / (<float>1.0 + e)
+            y[i] = t if x[i] == x[i] else NAN
+    elif fn == FN_HARD_SWISH:  # t = clip(x + 3, 0, 6); y = (x * t) / 6
         for i in range(n):
             t = np_clip(x[i] + <float>3.0, <float>0.0, <float>6.0)
             y[i] = (x[i] * t) / <float>6.0

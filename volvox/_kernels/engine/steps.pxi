@@ -53,7 +53,8 @@ cdef struct Window:
     int64_t per_thread           # scratch elements per thread
     int64_t cparts               # output-channel parts per pixel block, row or band (<= 1: one)
     int64_t pixels               # CONV_F32 / QCONV: output pixels per block (0: CONV_PIXELS)
-    int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32 convs)
+    int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32 convs); CONV_F32 / DWCONV_F32 also
+                                 # FN_SILU, FN_HARD_SWISH (post_activation)
     Pointwise pw                 # DWPW / QDWPW / EXDWPW: the 1x1 conv after the depthwise one
     Pointwise ex                 # EXDWPW: the 1x1 conv before it (cout: the depthwise conv's channels)
 
@@ -635,6 +636,24 @@ cdef int64_t rows_of_window(const Step *s, int team) noexcept nogil:
     return s.w.s.n * s.w.s.oh
 
 
+cdef inline int kernel_act(int act) noexcept nogil:
+    """The activation a conv kernel applies in its store for a step's act (post_activation's: none)."""
+    return FN_NONE if act == FN_SILU or act == FN_HARD_SWISH else act
+
+
+cdef void post_activation(int act, int64_t rows, int64_t cols, float *y, int64_t ldy) noexcept nogil:
+    """y (rows x cols, ldy apart) = act(y) in place, while the block a conv step just wrote is in
+    cache: FN_SILU with the glu step's kernel, FN_HARD_SWISH with the unary step's (the bits of the
+    standalone silu / hard_swish step, blocks of 8 channels from a multiple of 32); else nothing."""
+    cdef int64_t r
+    if act == FN_SILU:
+        for r in range(rows):
+            _tbl.swiglu(cols, y + r * ldy, NULL, y + r * ldy)
+    elif act == FN_HARD_SWISH:
+        for r in range(rows):
+            unary_run(FN_HARD_SWISH, cols, y + r * ldy, <float>0.0, <float>0.0, y + r * ldy)
+
+
 cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """A block of output pixels (im2col rows, or a 1x1 conv's input rows) times a part of the
     packed weights' output channels."""
@@ -648,17 +667,20 @@ cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int
     cdef float *y = <float *> a.y + p0 * w.cout + c0
     if w.ldc != 0:
         _tbl.conv.conv_f32(&w.s, <const float *> a.x, p0, np_, packed, c1 - c0, bias + c0 if bias != NULL else NULL,
-                           w.act, <float *> a.scratch + me * w.per_thread, y, w.cout)
+                           kernel_act(w.act), <float *> a.scratch + me * w.per_thread, y, w.cout)
     else:                                                       # 1x1 direct: the input rows
         _tbl.conv.sgemm(KK, packed, c1 - c0, <const float *> a.x + p0 * KK, KK, np_, y, w.cout,
-                        bias + c0 if bias != NULL else NULL, w.act)
+                        bias + c0 if bias != NULL else NULL, kernel_act(w.act))
+    post_activation(w.act, np_, c1 - c0, y, w.cout)
 
 
 cdef void run_dwconv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     cdef const WindowArgs *a = &s.a.win
     cdef const vx_conv_shape *g = &s.w.s
-    _tbl.conv.dwconv_f32(g, <const float *> a.x, <const float *> a.w, <const float *> a.extra, s.w.act, item,
-                         <float *> a.y + item * g.ow * g.c)
+    cdef float *y = <float *> a.y + item * g.ow * g.c                # (ow, c): output row `item`
+    _tbl.conv.dwconv_f32(g, <const float *> a.x, <const float *> a.w, <const float *> a.extra, kernel_act(s.w.act),
+                         item, y)
+    post_activation(s.w.act, g.ow, g.c, y, g.c)
 
 
 cdef void run_dwpw_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:

@@ -9,6 +9,7 @@ import numpy as np
 from volvox.errors import UnsupportedError
 from volvox.ops.codes import FN_PARAMS
 from volvox.ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
+from volvox.ops.shape import MAX_CONCAT_INPUTS
 from volvox.formats.onnx.importer import TO_NHWC, Importer, arg, output_used
 from volvox.formats.onnx.reader import OnnxNode
 
@@ -277,6 +278,8 @@ def gemm(imp: Importer, n: OnnxNode, where: str) -> None:
 def concat(imp: Importer, n: OnnxNode, where: str) -> None:
     """Concat: on the NHWC layout when every input has it (the axis remapped), else in logical layout."""
     ins = [i for i in n.inputs if i]
+    if len(ins) > MAX_CONCAT_INPUTS:
+        raise UnsupportedError(f"{where}: {len(ins)} inputs (at most {MAX_CONCAT_INPUTS})")
     axis = n.attrs["axis"]
     if all(i in imp.nhwc for i in ins):
         imp.emit("concat", n.name, {f"x{k}": i for k, i in enumerate(ins)}, n.outputs[0], nhwc=True,
