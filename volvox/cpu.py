@@ -1253,7 +1253,7 @@ def rms_norm_backward(x, weight, dy, eps) -> tuple:
 
 def layer_norm_backward(x, weight, dy, eps) -> tuple:
     """(dx (M, D), dweight (D,), dbias (D,)) of ``layer_norm(x, weight, bias, eps)`` given dy = dL/dy,
-    float32; each row's statistics in double as the forward's, the weight's and bias's sums over rows
+    float32; each row's statistics as float lane sums taken in double, the weight's and bias's sums over rows
     in double, rows in order."""
     x2, w, g = _norm_backward_operands("layer_norm_backward", x, weight, dy, eps)
     m, d = x2.shape

@@ -490,24 +490,50 @@ cdef float rms_norm_bwd_row(int64_t D, const float *x, const float *weight, cons
     return r
 
 
+cdef inline double bw_lanes_sum(vf v) noexcept nogil:
+    """v's VL lanes summed in double, lane 0 first."""
+    cdef float lanes[VL]                  # (VL,) v
+    cdef double total = 0.0
+    cdef int l
+    vf_store(lanes, v)
+    for l in range(VL):
+        total += <double>lanes[l]
+    return total
+
+
 cdef float layer_norm_bwd_row(int64_t D, const float *x, const float *weight, const float *g, float eps,
                               float *dx, float *mean) noexcept nogil:
     """dx (D,) of y = xhat weight + bias, xhat = (x - mean) r, r = 1 / sqrt(var + eps), given g = dL/dy (D,):
     dx = r (g weight - mean(g weight) - xhat mean(g weight xhat)). Writes the row's mean to ``mean`` and
-    returns r (statistics in double, as the forward's layer_norm_row)."""
-    cdef double total = 0.0, sq = 0.0, sg = 0.0, sgx = 0.0, c
-    cdef int64_t j
-    for j in range(D):
+    returns r. Two passes of VL-lane float sums (each lane's sum taken in double at the end): x's, then
+    (x - mean)^2's, g weight's and g weight (x - mean)'s together."""
+    cdef vf sx = vf_zero(), sq_v = vf_zero(), sg_v = vf_zero(), sgx_v = vf_zero(), xc, gw, mu_v
+    cdef vf minus_one = vf_set1(<float>-1.0)
+    cdef double total, sq, sg, sgx, c, mu
+    cdef int64_t j = 0, tail = D - D % VL
+    while j < tail:
+        sx = vf_add(sx, vf_load(x + j))
+        j += VL
+    total = bw_lanes_sum(sx)
+    for j in range(tail, D):
         total += x[j]
-    cdef double mu = total / <double>D
-    for j in range(D):
-        c = x[j] - mu
+    mu = total / <double>D
+    mu_v = vf_set1(<float>mu)
+    j = 0
+    while j < tail:
+        xc = vf_fma(minus_one, mu_v, vf_load(x + j))                       # x - mean
+        gw = vf_fma(vf_load(g + j), vf_load(weight + j), vf_zero())         # g weight
+        sq_v = vf_fma(xc, xc, sq_v)
+        sg_v = vf_add(sg_v, gw)
+        sgx_v = vf_fma(gw, xc, sgx_v)
+        j += VL
+    sq, sg, sgx = bw_lanes_sum(sq_v), bw_lanes_sum(sg_v), bw_lanes_sum(sgx_v)
+    for j in range(tail, D):
+        c = <double>(x[j] - <float>mu)
         sq += c * c
+        sg += <double>(g[j] * weight[j])
+        sgx += <double>(g[j] * weight[j]) * c
     cdef double r = 1.0 / sqrt(sq / <double>D + <double>eps)
-    for j in range(D):
-        c = <double>g[j] * <double>weight[j]
-        sg += c
-        sgx += c * (x[j] - mu)
     cdef float rf = <float>r, muf = <float>mu
     cdef float mg = <float>(sg / <double>D), mgx = <float>(sgx * r / <double>D)   # mean(g w), mean(g w xhat)
     cdef float xhat
