@@ -1140,24 +1140,40 @@ def attention_backward(q, k, v, out, lse, dout, n_heads: int, n_kv_heads: int, s
                        window: int = 0) -> tuple:
     """(dq, dk, dv) of attention_train given dout = dL/dout and its forward's out and lse, float32.
 
-    Flash-attention-2's backward: the probabilities are recomputed per key from lse; dk and dv are
-    summed per (kv head, 32 keys) over the group's heads, dq per (head, query row); nothing of size
-    (seq, seq) is held.
+    One sequence (q, out, dout (seq, n_heads * head_dim), k, v (seq, n_kv_heads * head_dim), lse
+    (n_heads, seq)) or a batch of them (each with a leading batch axis). Flash-attention-2's backward
+    in one pass per (sequence, kv head): per block of 32 queries x 32 keys the probabilities are
+    recomputed once from lse and dv, dk, dq accumulated from them; nothing of size (seq, seq) is held.
     """
-    q2, k2, v2, hd = _attention_operands(q, k, v, n_heads, n_kv_heads, "attention_backward")
-    out2 = _f32_rows(out, "attention_backward: out", q2.shape[1])
-    dout2 = _f32_rows(dout, "attention_backward: dout", q2.shape[1])
-    lse2 = _f32_rows(lse, "attention_backward: lse", q2.shape[0])
-    seq = q2.shape[0]
-    if out2.shape[0] != seq or dout2.shape[0] != seq or lse2.shape[0] != n_heads:
+    batched = isinstance(q, np.ndarray) and q.ndim == 3
+    seqs = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout))
+    if batched:
+        for name, a in seqs:
+            if not isinstance(a, np.ndarray) or a.ndim != 3 or a.shape[0] != q.shape[0]:
+                raise ShapeError(f"attention_backward: {name} must be 3-D with q's batch {q.shape[0]}, "
+                                 f"got {getattr(a, 'shape', type(a).__name__)}")
+        rows = [a.reshape(-1, a.shape[-1]) for _, a in seqs]
+    else:
+        rows = [a for _, a in seqs]
+    q2, k2, v2, hd = _attention_operands(rows[0], rows[1], rows[2], n_heads, n_kv_heads, "attention_backward")
+    out2 = _f32_rows(rows[3], "attention_backward: out", q2.shape[1])
+    lse2 = _f32_rows(rows[4], "attention_backward: lse")
+    dout2 = _f32_rows(rows[5], "attention_backward: dout", q2.shape[1])
+    batch = q.shape[0] if batched else 1
+    seq = q2.shape[0] // batch if batch else 0
+    if out2.shape[0] != q2.shape[0] or dout2.shape[0] != q2.shape[0] or lse2.shape != (batch * n_heads, seq):
         raise ShapeError(f"attention_backward: out {out2.shape}, dout {dout2.shape}, lse {lse2.shape} "
                          f"do not match q {q2.shape} and {n_heads} heads")
     if window < 0:
         raise KernelError(f"attention_backward: window must be >= 0, got {window}")
-    dq, dk, dv = np.empty_like(q2), np.empty_like(k2), np.empty_like(v2)  # q's, k's, v's shapes
-    delta = np.empty((n_heads, seq), np.float32)  # (n_heads, seq) rowwise dout . out
-    engine.attention_backward(q2, k2, v2, out2, dout2, lse2, n_heads, n_kv_heads, float(scale), int(window),
-                              dq, dk, dv, delta)
+    q3, k3, v3, out3, dout3 = (a.reshape(batch, seq, a.shape[1]) for a in (q2, k2, v2, out2, dout2))
+    dq, dk, dv = np.empty_like(q3), np.empty_like(k3), np.empty_like(v3)  # q's, k's, v's (batch, seq, width)
+    delta = np.empty((batch, n_heads, seq), np.float32)  # (batch, n_heads, seq) rowwise dout . out
+    scratch = np.empty(get_num_threads() * engine.attention_backward_scratch_floats(hd), np.float32)  # (threads, per)
+    engine.attention_backward(q3, k3, v3, out3, dout3, lse2.reshape(batch, n_heads, seq), n_heads, n_kv_heads,
+                              float(scale), int(window), dq, dk, dv, delta, scratch)
+    if not batched:
+        return dq[0], dk[0], dv[0]
     return dq, dk, dv
 
 
@@ -1249,7 +1265,7 @@ def rms_norm_backward(x, weight, dy, eps) -> tuple:
 
 def layer_norm_backward(x, weight, dy, eps) -> tuple:
     """(dx (M, D), dweight (D,), dbias (D,)) of ``layer_norm(x, weight, bias, eps)`` given dy = dL/dy,
-    float32; each row's statistics in double as the forward's, the weight's and bias's sums over rows
+    float32; each row's statistics as float lane sums taken in double, the weight's and bias's sums over rows
     in double, rows in order."""
     x2, w, g = _norm_backward_operands("layer_norm_backward", x, weight, dy, eps)
     m, d = x2.shape

@@ -190,6 +190,9 @@ def torch_attention(q, k, v, n_heads, n_kv, scale, window):
     (70, 3, 3, 16, 9),      # MHA, a window shorter than the sequence, 3 key tiles
     (5, 2, 1, 64, 0),       # fewer rows than a tile
     (40, 4, 1, 8, 40),      # a window as long as the sequence
+    (70, 2, 1, 80, 0),      # head_dim 80 (five AVX-512 vectors), 3 blocks of 32 keys, the last of 6
+    (33, 2, 2, 64, 0),      # one query past a whole block
+    (100, 4, 2, 8, 45),     # a window crossing block edges, head_dim 8 (half a vector)
 ])
 def test_attention_forward_and_backward_match_torch(tier, T, n_heads, n_kv, D, window):
     rng = np.random.default_rng(T * D + window)
@@ -209,6 +212,23 @@ def test_attention_forward_and_backward_match_torch(tier, T, n_heads, n_kv, D, w
         assert_close(g, w)
 
 
+def test_attention_backward_of_a_batch_matches_torch(tier):
+    """Sequences of one batch in one call: each row's grads as torch's for that row alone."""
+    B, T, n_heads, n_kv, D, window = 3, 50, 4, 2, 24, 0
+    rng = np.random.default_rng(5)
+    q, k, v, dout = (rng.standard_normal((B, T, h * D)).astype(np.float32) for h in (n_heads, n_kv, n_kv, n_heads))
+    scale = 1.0 / np.sqrt(D)
+    fwd = [K.attention_train(q[b], k[b], v[b], n_heads, n_kv, scale, window) for b in range(B)]
+    out, lse = np.stack([f[0] for f in fwd]), np.stack([f[1] for f in fwd])
+    got = K.attention_backward(q, k, v, out, lse, dout, n_heads, n_kv, scale, window)
+    for b in range(B):
+        _, want = torch_grads(lambda q, k, v: (torch_attention(q, k, v, n_heads, n_kv, scale, window)[0]
+                                               * torch.tensor(dout[b], dtype=torch.float64)).sum(), q[b], k[b], v[b])
+        for g, w in zip(got, want):
+            assert g[b].shape == w.shape
+            assert_close(g[b], w)
+
+
 def test_attention_backward_same_bits_on_any_thread_count(tier):
     rng = np.random.default_rng(8)
     q, k, v, dout = (rng.standard_normal((45, w)).astype(np.float32) for w in (48, 16, 16, 48))
@@ -226,6 +246,8 @@ def test_attention_backward_refuses_mismatched_shapes():
         K.attention_train(q, kv, kv, 3, 1, 1.0)
     with pytest.raises(ShapeError):
         K.attention_backward(q, kv, kv, q, np.zeros((2, 3), np.float32), q, 2, 1, 1.0)
+    with pytest.raises(ShapeError):
+        K.attention_backward(q[None], kv[None], kv[None], q[None], np.zeros((2, 2, 4), np.float32), q[None], 2, 1, 1.0)
 
 
 # ------------------------------------------------------------------ cross-entropy

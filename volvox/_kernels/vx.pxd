@@ -360,9 +360,10 @@ ctypedef struct vx_attn_train_shape:
     float scale                  # applied to q.k before the softmax
 
 
-cdef inline int64_t vx_attn_bwd_kv_items(const vx_attn_train_shape *s) noexcept nogil:
-    """Work items of attention_bwd_kv: one per kv head and tile of 32 keys."""
-    return s.n_kv_heads * ((s.seq + 31) // 32)
+cdef inline int64_t vx_attn_bwd_scratch_floats(int64_t head_dim) noexcept nogil:
+    """Floats of scratch attention_bwd_group needs (one per thread): k and v of a block of 32 keys
+    transposed, and the block's P and dS for 32 queries."""
+    return 2 * head_dim * 32 + 2 * 32 * 32
 
 
 ctypedef struct vx_train_table:
@@ -378,14 +379,12 @@ ctypedef struct vx_train_table:
     void (*attention_fwd_row)(const vx_attn_train_shape *s, const float *q, const float *k,
                               const float *v, int64_t item, float *scores, float *out,
                               float *lse) noexcept nogil
-    # item g * ceil(seq / 32) + t: dk, dv rows 32 t .. 32 t + 31 of kv head g
-    void (*attention_bwd_kv)(const vx_attn_train_shape *s, const float *q, const float *k,
-                             const float *v, const float *dout, const float *lse, const float *delta,
-                             int64_t item, float *dk, float *dv) noexcept nogil
-    # item h * seq + i: dq's row i, head h
-    void (*attention_bwd_q)(const vx_attn_train_shape *s, const float *q, const float *k,
-                            const float *v, const float *dout, const float *lse, const float *delta,
-                            int64_t item, float *dq) noexcept nogil
+    # kv head g of one sequence: dk, dv of head g and dq of its query heads, delta (n_heads, seq) of
+    # those heads written on the way; scratch: vx_attn_bwd_scratch_floats(head_dim) floats
+    void (*attention_bwd_group)(const vx_attn_train_shape *s, const float *q, const float *k,
+                                const float *v, const float *out, const float *dout, const float *lse,
+                                int64_t g, float *delta, float *dq, float *dk, float *dv,
+                                float *scratch) noexcept nogil
     # one row of V logits: loss, logsumexp and (dx not NULL) dx = scale (softmax - onehot(label))
     void (*cross_entropy_row)(int64_t V, const float *x, int64_t label, float scale, float *dx,
                               float *loss, float *lse) noexcept nogil

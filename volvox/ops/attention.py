@@ -569,14 +569,11 @@ def attention_grad_ref(ctx, p, q, k, v, y, dy, lse):
 
 
 def attention_grad_fast(ctx, p, q, k, v, y, dy, lse):
-    """attention_grad_ref's (dq, dk, dv) through cpu.attention_backward, one batch row at a time:
-    flash-attention 2's backward, the probabilities recomputed per key from lse, no (seq, seq) matrix."""
+    """attention_grad_ref's (dq, dk, dv) through cpu.attention_backward over the whole batch at once:
+    flash-attention 2's backward in one pass per (batch row, kv head), no (seq, seq) matrix."""
     args, (q3, k3, v3, y3, dy3) = _batch_rows(p, q, k, v, y, dy)
     lse3 = lse.reshape(q3.shape[0], args[0], q3.shape[1])                # (batch, n_heads, seq)
-    grads = [np.empty(t.shape, np.float32) for t in (q3, k3, v3)]       # q's, k's, v's (batch, seq, width)
-    for b in range(q3.shape[0]):
-        for out, grad in zip(grads, cpu.attention_backward(q3[b], k3[b], v3[b], y3[b], lse3[b], dy3[b], *args)):
-            out[b] = grad
+    grads = cpu.attention_backward(q3, k3, v3, y3, lse3, dy3, *args)
     return tuple(g.reshape(t.shape) for g, t in zip(grads, (q, k, v)))
 
 

@@ -4,7 +4,7 @@
 # deterministic and independent of the thread count.
 from cython.parallel cimport prange, threadid
 from libc.math cimport sqrtf
-from volvox._kernels.vx cimport (vx_attn_bwd_kv_items, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_span,
+from volvox._kernels.vx cimport (vx_attn_bwd_scratch_floats, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_span,
                                  vx_matmul_t_strip)
 
 cdef enum:
@@ -63,32 +63,31 @@ def attention_train_forward(const float[:, ::1] q, const float[:, ::1] k, const 
                                      &out[0, 0], &lse[0, 0])
 
 
-def attention_backward(const float[:, ::1] q, const float[:, ::1] k, const float[:, ::1] v,
-                       const float[:, ::1] out, const float[:, ::1] dout, const float[:, ::1] lse,
+def attention_backward_scratch_floats(int64_t head_dim):
+    """Floats of scratch attention_backward needs per thread for heads of head_dim."""
+    return vx_attn_bwd_scratch_floats(head_dim)
+
+
+def attention_backward(const float[:, :, ::1] q, const float[:, :, ::1] k, const float[:, :, ::1] v,
+                       const float[:, :, ::1] out, const float[:, :, ::1] dout, const float[:, :, ::1] lse,
                        int64_t n_heads, int64_t n_kv_heads, float scale, int64_t window,
-                       float[:, ::1] dq, float[:, ::1] dk, float[:, ::1] dv, float[:, ::1] delta):
-    """dq, dk, dv of causal GQA self-attention given dout and the forward's out and lse (n_heads, seq):
-    delta (n_heads, seq) = rowwise dout . out, then dk / dv per (kv head, 32 keys) and dq per (head,
-    query row), the probabilities recomputed from lse."""
-    cdef int64_t seq = q.shape[0], D = q.shape[1] // n_heads, item, h, i, d
+                       float[:, :, ::1] dq, float[:, :, ::1] dk, float[:, :, ::1] dv, float[:, :, ::1] delta,
+                       float[::1] scratch):
+    """dq, dk, dv of causal GQA self-attention of each of a batch of sequences given dout and the forward's
+    out and lse (batch, n_heads, seq); delta (batch, n_heads, seq) = rowwise dout . out on the way. One
+    work item per (sequence, kv head): its blocks of queries x keys in one pass; scratch: threads *
+    vx_attn_bwd_scratch_floats(head_dim) floats."""
+    cdef int64_t B = q.shape[0], seq = q.shape[1], D = q.shape[2] // n_heads, item, b
+    cdef int64_t per = vx_attn_bwd_scratch_floats(D)
     cdef vx_attn_train_shape s = attn_shape(seq, n_heads, n_kv_heads, D, window, scale)
-    cdef int team = threads_for(seq * seq * q.shape[1])
-    cdef double acc
-    if seq == 0:
+    if seq == 0 or B == 0:
         return
-    for item in prange(n_heads * seq, nogil=True, schedule="static", num_threads=team):
-        h = item // seq
-        i = item % seq
-        acc = 0.0
-        for d in range(D):
-            acc = acc + <double>dout[i, h * D + d] * <double>out[i, h * D + d]
-        delta[h, i] = <float>acc
-    for item in prange(vx_attn_bwd_kv_items(&s), nogil=True, schedule="dynamic", num_threads=team):
-        _tbl.train.attention_bwd_kv(&s, &q[0, 0], &k[0, 0], &v[0, 0], &dout[0, 0], &lse[0, 0], &delta[0, 0],
-                                    item, &dk[0, 0], &dv[0, 0])
-    for item in prange(n_heads * seq, nogil=True, schedule="static", num_threads=team):
-        _tbl.train.attention_bwd_q(&s, &q[0, 0], &k[0, 0], &v[0, 0], &dout[0, 0], &lse[0, 0], &delta[0, 0],
-                                   item, &dq[0, 0])
+    for item in prange(B * n_kv_heads, nogil=True, schedule="static",
+                       num_threads=threads_for(B * seq * seq * q.shape[2])):
+        b = item // n_kv_heads
+        _tbl.train.attention_bwd_group(&s, &q[b, 0, 0], &k[b, 0, 0], &v[b, 0, 0], &out[b, 0, 0], &dout[b, 0, 0],
+                                       &lse[b, 0, 0], item % n_kv_heads, &delta[b, 0, 0], &dq[b, 0, 0],
+                                       &dk[b, 0, 0], &dv[b, 0, 0], &scratch[threadid() * per])
 
 
 def cross_entropy(const float[:, ::1] logits, const int64_t[::1] labels, int64_t ignore_index, float scale,

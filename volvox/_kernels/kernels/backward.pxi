@@ -9,10 +9,10 @@
 #                        32 columns. The hot spot of LoRA over a quantized base.
 #   attention_fwd_row    one query row of one head of causal GQA attention over the whole sequence,
 #                        with the row's logsumexp (what the backward recomputes probabilities from)
-#   attention_bwd_kv     flash-attention-2's backward for one kv head and one tile of keys: the
-#                        probabilities recomputed from the saved logsumexp, dk and dv accumulated over
-#                        every query head of the group and every query row that sees the tile
-#   attention_bwd_q      the same recomputation for one query row of one head: dq
+#   attention_bwd_group  flash-attention-2's backward for one kv head of one sequence in one pass: per
+#                        query head of the group and block of 32 queries x 32 keys, the scores and
+#                        probabilities recomputed once from the saved logsumexp, then dv, dk and dq
+#                        accumulated from the block's P and dS (register tiles of 4 rows)
 #   cross_entropy_row    one row's loss, logsumexp and dlogits in three passes over the logits, the
 #                        gradient written over the logits when the caller allows it
 #   cross_entropy_grad_row   dlogits alone from the forward's saved logsumexp: one pass
@@ -22,7 +22,7 @@
 #   gelu_grad_run        dx = dy gelu'(x) (exact or tanh form), silu_grad_run dx = dy silu'(x): eight
 #                        lanes at a time through the tier's exp8, the rest plain loops that vectorise
 # No kernel here holds a (seq, seq) matrix: attention keeps one row of scores per thread (forward)
-# or none (backward).
+# or one 32 x 32 block (backward).
 from libc.math cimport INFINITY, expf, fabsf, log, logf, sqrt, sqrtf
 from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.string cimport memset
@@ -39,7 +39,8 @@ cdef enum:
                                # its 32 registers accumulate), 4 on the other tiers
     BW_NC = 32          # panel columns per register tile
     BW_NV = BW_NC / VL  # vectors per tile row
-    BW_KEYS = 32        # keys per work item of the attention backward (vx_attn_bwd_kv_items)
+    BW_KEYS = 32        # keys per block of the attention backward (= BW_NC: one register tile wide)
+    BW_QUERIES = 32     # queries per block of the attention backward
 
 
 cdef inline int64_t bw_strip_bytes(int wtype, int64_t S) noexcept nogil:
@@ -310,57 +311,119 @@ cdef void attention_fwd_row(const vx_attn_train_shape *s, const float *q, const 
     lse[h * T + i] = mx + logf(total)
 
 
-cdef void attention_bwd_kv(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
-                           const float *dout, const float *lse, const float *delta, int64_t item,
-                           float *dk, float *dv) noexcept nogil:
-    """Item g * tiles + t: rows t * BW_KEYS .. of kv head g of dk and dv (seq, n_kv_heads * head_dim),
-    summed over the group's query heads h and the query rows i that see each key j:
-    p = exp(scale q_i . k_j - lse[h, i]); dv_j += p do_i; dk_j += scale p (do_i . v_j - delta[h, i]) q_i,
-    delta[h, i] = do_i . out_i (the engine's first pass)."""
+cdef inline void bw_rows_axpy(const int JR, int64_t D, int64_t n, const float *a, int64_t a_row, int64_t a_col,
+                              const float *b, int64_t ldb, float *y, int64_t ldy) noexcept nogil:
+    """y[r * ldy + c] += sum_{t < n} a[r * a_row + t * a_col] b[t * ldb + c] for r < JR (<= 4), c < D:
+    JR rows of y held in registers one vector of columns at a time."""
+    cdef vf acc[4]                             # (JR rows) one vector of y's columns
+    cdef vf bv
+    cdef vf_mask m
+    cdef int64_t c = 0, t
+    cdef int r
+    while c + VL <= D:
+        for r in range(JR):
+            acc[r] = vf_load(y + r * ldy + c)
+        for t in range(n):
+            bv = vf_load(b + t * ldb + c)
+            for r in range(JR):
+                acc[r] = vf_fma(vf_set1(a[r * a_row + t * a_col]), bv, acc[r])
+        for r in range(JR):
+            vf_store(y + r * ldy + c, acc[r])
+        c += VL
+    if c < D:
+        m = vf_lanes(D - c)
+        for r in range(JR):
+            acc[r] = vf_load_part(m, y + r * ldy + c)
+        for t in range(n):
+            bv = vf_load_part(m, b + t * ldb + c)
+            for r in range(JR):
+                acc[r] = vf_fma(vf_set1(a[r * a_row + t * a_col]), bv, acc[r])
+        for r in range(JR):
+            vf_store_part(m, y + r * ldy + c, acc[r])
+
+
+cdef inline void bw_block_axpy(int64_t rows, int64_t D, int64_t n, const float *a, int64_t a_row, int64_t a_col,
+                               const float *b, int64_t ldb, float *y, int64_t ldy) noexcept nogil:
+    """bw_rows_axpy over rows rows of y, four at a time."""
+    cdef int64_t r = 0
+    while r + 4 <= rows:
+        bw_rows_axpy(4, D, n, a + r * a_row, a_row, a_col, b, ldb, y + r * ldy, ldy)
+        r += 4
+    while r < rows:
+        bw_rows_axpy(1, D, n, a + r * a_row, a_row, a_col, b, ldb, y + r * ldy, ldy)
+        r += 1
+
+
+cdef inline void bw_block_scores(int64_t D, const float *x, int64_t ldx, int64_t rows, const float *panel,
+                                 float *out) noexcept nogil:
+    """out (rows, BW_KEYS) = x (rows, D; rows ldx apart) @ panel (D, BW_KEYS), BW_MR rows at a time."""
+    cdef int64_t r = 0, n
+    while r < rows:
+        n = rows - r if rows - r < BW_MR else BW_MR
+        bw_tile(D, x + r * ldx, ldx, 1, n, panel, BW_KEYS, BW_KEYS, False, out + r * BW_KEYS, BW_KEYS)
+        r += n
+
+
+cdef void attention_bwd_group(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
+                              const float *out, const float *dout, const float *lse, int64_t g, float *delta,
+                              float *dq, float *dk, float *dv, float *scratch) noexcept nogil:
+    """kv head g of one sequence: dk, dv (seq, n_kv_heads * head_dim) of head g and dq (seq, n_heads *
+    head_dim) of the group's query heads, in one pass over blocks of BW_QUERIES queries x BW_KEYS keys
+    per query head h: S = scale q k^T, P = exp(S - lse[h]) (zero where unseen), dv += P^T do, dP = do v^T,
+    dS = scale P (dP - delta[h]), dq += dS k, dk += dS^T q, with delta[h, i] = do_i . out_i written
+    first. q, out, dout (seq, n_heads * head_dim); lse, delta (n_heads, seq); scratch:
+    vx_attn_bwd_scratch_floats(head_dim) floats."""
     cdef int64_t D = s.head_dim, T = s.seq, group = s.n_heads // s.n_kv_heads
-    cdef int64_t tiles = (T + BW_KEYS - 1) // BW_KEYS, g = item // tiles, t = item % tiles
-    cdef int64_t j0 = t * BW_KEYS, j1 = j0 + BW_KEYS if j0 + BW_KEYS < T else T
     cdef int64_t qw = s.n_heads * D, kw = s.n_kv_heads * D
-    cdef int64_t i_end = T if s.window <= 0 or j1 - 1 + s.window > T else j1 - 1 + s.window
-    cdef int64_t h, i, j, jlo, jhi
-    cdef const float *qi
-    cdef const float *doi
-    cdef float p, ds, L, dl
-    for j in range(j0, j1):
+    cdef float *kt = scratch                          # (D, BW_KEYS) scale k^T of the key block, zero padded
+    cdef float *vt = kt + D * BW_KEYS                 # (D, BW_KEYS) v^T of the key block, zero padded
+    cdef float *pb = vt + D * BW_KEYS                 # (BW_QUERIES, BW_KEYS) P of the block
+    cdef float *dsb = pb + BW_QUERIES * BW_KEYS       # (BW_QUERIES, BW_KEYS) dP, then dS
+    cdef int64_t h, i, j, j0, nk, i0, i_end, nq, r, c, lo, hi, d
+    cdef float L, dl
+    cdef double acc
+    for h in range(g * group, g * group + group):
+        for i in range(T):
+            acc = 0.0
+            for d in range(D):
+                acc = acc + <double>dout[i * qw + h * D + d] * <double>out[i * qw + h * D + d]
+            delta[h * T + i] = <float>acc
+            memset(dq + i * qw + h * D, 0, <size_t>D * sizeof(float))
+    for j in range(T):
         memset(dk + j * kw + g * D, 0, <size_t>D * sizeof(float))
         memset(dv + j * kw + g * D, 0, <size_t>D * sizeof(float))
-    for h in range(g * group, g * group + group):
-        for i in range(j0, i_end):
-            qi = q + i * qw + h * D
-            doi = dout + i * qw + h * D
-            L = lse[h * T + i]
-            dl = delta[h * T + i]
-            jlo = bw_first_key(s, i)
-            jlo = jlo if jlo > j0 else j0
-            jhi = i + 1 if i + 1 < j1 else j1
-            for j in range(jlo, jhi):
-                p = expf(s.scale * dot_vec_f32(qi, k + j * kw + g * D, D) - L)
-                bw_axpy(D, p, doi, dv + j * kw + g * D)
-                ds = p * (dot_vec_f32(doi, v + j * kw + g * D, D) - dl)
-                bw_axpy(D, s.scale * ds, qi, dk + j * kw + g * D)
-
-
-cdef void attention_bwd_q(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
-                          const float *dout, const float *lse, const float *delta, int64_t item,
-                          float *dq) noexcept nogil:
-    """Item h * seq + i: dq's row i, head h = sum over the keys j row i sees of
-    scale p (do_i . v_j - delta[h, i]) k_j, p recomputed as in attention_bwd_kv."""
-    cdef int64_t D = s.head_dim, T = s.seq, h = item // T, i = item % T
-    cdef int64_t g = h // (s.n_heads // s.n_kv_heads), qw = s.n_heads * D, kw = s.n_kv_heads * D, j
-    cdef const float *qi = q + i * qw + h * D
-    cdef const float *doi = dout + i * qw + h * D
-    cdef float *dqi = dq + i * qw + h * D
-    cdef float L = lse[h * T + i], dl = delta[h * T + i], p, ds
-    memset(dqi, 0, <size_t>D * sizeof(float))
-    for j in range(bw_first_key(s, i), i + 1):
-        p = expf(s.scale * dot_vec_f32(qi, k + j * kw + g * D, D) - L)
-        ds = p * (dot_vec_f32(doi, v + j * kw + g * D, D) - dl)
-        bw_axpy(D, s.scale * ds, k + j * kw + g * D, dqi)
+    j0 = 0
+    while j0 < T:
+        nk = T - j0 if T - j0 < BW_KEYS else BW_KEYS
+        for d in range(D):
+            for c in range(BW_KEYS):
+                kt[d * BW_KEYS + c] = s.scale * k[(j0 + c) * kw + g * D + d] if c < nk else <float>0.0
+                vt[d * BW_KEYS + c] = v[(j0 + c) * kw + g * D + d] if c < nk else <float>0.0
+        i_end = T if s.window <= 0 or j0 + nk - 1 + s.window > T else j0 + nk - 1 + s.window
+        for h in range(g * group, g * group + group):
+            i0 = j0
+            while i0 < i_end:
+                nq = i_end - i0 if i_end - i0 < BW_QUERIES else BW_QUERIES
+                bw_block_scores(D, q + i0 * qw + h * D, qw, nq, kt, pb)
+                bw_block_scores(D, dout + i0 * qw + h * D, qw, nq, vt, dsb)
+                for r in range(nq):
+                    i = i0 + r
+                    L = lse[h * T + i]
+                    dl = delta[h * T + i]
+                    for c in range(BW_KEYS // 8):
+                        exp8(pb + r * BW_KEYS + 8 * c, L, pb + r * BW_KEYS + 8 * c)
+                    lo = bw_first_key(s, i) - j0
+                    hi = i - j0 + 1 if i - j0 + 1 < nk else nk
+                    for c in range(BW_KEYS):
+                        if c < lo or c >= hi:
+                            pb[r * BW_KEYS + c] = 0.0
+                    for c in range(BW_KEYS):
+                        dsb[r * BW_KEYS + c] = s.scale * pb[r * BW_KEYS + c] * (dsb[r * BW_KEYS + c] - dl)
+                bw_block_axpy(nk, D, nq, pb, 1, BW_KEYS, dout + i0 * qw + h * D, qw, dv + j0 * kw + g * D, kw)
+                bw_block_axpy(nk, D, nq, dsb, 1, BW_KEYS, q + i0 * qw + h * D, qw, dk + j0 * kw + g * D, kw)
+                bw_block_axpy(nq, D, nk, dsb, BW_KEYS, 1, k + j0 * kw + g * D, kw, dq + i0 * qw + h * D, qw)
+                i0 += BW_QUERIES
+        j0 += BW_KEYS
 
 
 cdef void cross_entropy_row(int64_t V, const float *x, int64_t label, float scale, float *dx,
@@ -429,24 +492,50 @@ cdef float rms_norm_bwd_row(int64_t D, const float *x, const float *weight, cons
     return r
 
 
+cdef inline double bw_lanes_sum(vf v) noexcept nogil:
+    """v's VL lanes summed in double, lane 0 first."""
+    cdef float lanes[VL]                  # (VL,) v
+    cdef double total = 0.0
+    cdef int l
+    vf_store(lanes, v)
+    for l in range(VL):
+        total += <double>lanes[l]
+    return total
+
+
 cdef float layer_norm_bwd_row(int64_t D, const float *x, const float *weight, const float *g, float eps,
                               float *dx, float *mean) noexcept nogil:
     """dx (D,) of y = xhat weight + bias, xhat = (x - mean) r, r = 1 / sqrt(var + eps), given g = dL/dy (D,):
     dx = r (g weight - mean(g weight) - xhat mean(g weight xhat)). Writes the row's mean to ``mean`` and
-    returns r (statistics in double, as the forward's layer_norm_row)."""
-    cdef double total = 0.0, sq = 0.0, sg = 0.0, sgx = 0.0, c
-    cdef int64_t j
-    for j in range(D):
+    returns r. Two passes of VL-lane float sums (each lane's sum taken in double at the end): x's, then
+    (x - mean)^2's, g weight's and g weight (x - mean)'s together."""
+    cdef vf sx = vf_zero(), sq_v = vf_zero(), sg_v = vf_zero(), sgx_v = vf_zero(), xc, gw, mu_v
+    cdef vf minus_one = vf_set1(<float>-1.0)
+    cdef double total, sq, sg, sgx, c, mu
+    cdef int64_t j = 0, tail = D - D % VL
+    while j < tail:
+        sx = vf_add(sx, vf_load(x + j))
+        j += VL
+    total = bw_lanes_sum(sx)
+    for j in range(tail, D):
         total += x[j]
-    cdef double mu = total / <double>D
-    for j in range(D):
-        c = x[j] - mu
+    mu = total / <double>D
+    mu_v = vf_set1(<float>mu)
+    j = 0
+    while j < tail:
+        xc = vf_fma(minus_one, mu_v, vf_load(x + j))                       # x - mean
+        gw = vf_fma(vf_load(g + j), vf_load(weight + j), vf_zero())         # g weight
+        sq_v = vf_fma(xc, xc, sq_v)
+        sg_v = vf_add(sg_v, gw)
+        sgx_v = vf_fma(gw, xc, sgx_v)
+        j += VL
+    sq, sg, sgx = bw_lanes_sum(sq_v), bw_lanes_sum(sg_v), bw_lanes_sum(sgx_v)
+    for j in range(tail, D):
+        c = <double>(x[j] - <float>mu)
         sq += c * c
+        sg += <double>(g[j] * weight[j])
+        sgx += <double>(g[j] * weight[j]) * c
     cdef double r = 1.0 / sqrt(sq / <double>D + <double>eps)
-    for j in range(D):
-        c = <double>g[j] * <double>weight[j]
-        sg += c
-        sgx += c * (x[j] - mu)
     cdef float rf = <float>r, muf = <float>mu
     cdef float mg = <float>(sg / <double>D), mgx = <float>(sgx * r / <double>D)   # mean(g w), mean(g w xhat)
     cdef float xhat
@@ -528,8 +617,7 @@ cdef void fill_backward(vx_train_table *t) noexcept:
     """Point t's entries at this tier's backward kernels."""
     t.matmul_t_strip = matmul_t_strip
     t.attention_fwd_row = attention_fwd_row
-    t.attention_bwd_kv = attention_bwd_kv
-    t.attention_bwd_q = attention_bwd_q
+    t.attention_bwd_group = attention_bwd_group
     t.cross_entropy_row = cross_entropy_row
     t.cross_entropy_grad_row = cross_entropy_grad_row
     t.rms_norm_bwd_row = rms_norm_bwd_row

@@ -47,8 +47,7 @@ cdef list _missing_kernels():
                      ("quantize_i8", <size_t>_conv.quantize_i8),
                      ("matmul_t_strip", <size_t>_train.matmul_t_strip),
                      ("attention_fwd_row", <size_t>_train.attention_fwd_row),
-                     ("attention_bwd_kv", <size_t>_train.attention_bwd_kv),
-                     ("attention_bwd_q", <size_t>_train.attention_bwd_q),
+                     ("attention_bwd_group", <size_t>_train.attention_bwd_group),
                      ("cross_entropy_row", <size_t>_train.cross_entropy_row),
                      ("cross_entropy_grad_row", <size_t>_train.cross_entropy_grad_row),
                      ("rms_norm_bwd_row", <size_t>_train.rms_norm_bwd_row)):
