@@ -10,8 +10,9 @@ as separate objects; the best one this CPU runs is chosen at import.
 ``VOLVOX_ISA=<tier>`` forces a tier, and a tier that is unknown, not built or not
 runnable on this CPU raises :class:`~volvox.errors.KernelError` at import (never a
 silent fallback). ``VOLVOX_IQ4_NL_VBMI=0`` makes the avx512 tier's iq4_nl GEMV look its levels
-up with pshufb on a CPU with AVX-512 VBMI too (detected in the engine's tiers.pxi; default: vpermb). ``VOLVOX_NUM_THREADS`` sets the initial thread count (default: the
-number of physical cores available to this process).
+up with pshufb on a CPU with AVX-512 VBMI too (detected in the engine's tiers.pxi; default:
+vpermb). ``VOLVOX_NUM_THREADS`` sets the initial thread count (default: the number of physical
+cores available to this process).
 
     linear(x, w, out=None)          y = x @ w.T   (quantized or f32/f16 weights)
     embedding(table, ids, out=None) rows of a (quantized) table

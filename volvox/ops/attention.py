@@ -161,9 +161,10 @@ def rope_rotate(x, positions, p, inverse: bool):
 def rope_fast(ctx, p, x, positions):
     """RoPE through the CPU kernel (ggml's float32 angle arithmetic, its rope_yarn for freq_factors
     and YaRN); the scalings ggml_rope_scaling has no kernel form for use the reference."""
-    if ggml_rope_scaling(p) is None:
+    scaling = ggml_rope_scaling(p)
+    if scaling is None:
         return rope_ref(ctx, p, x, positions)
-    return rope_into(ctx, p, np.empty(x.shape, np.float32), x, positions)
+    return _rope_kernel(p, scaling, x, positions, np.empty(x.shape, np.float32))
 
 
 def rope_into(ctx, p, out, x, positions):
@@ -172,6 +173,11 @@ def rope_into(ctx, p, out, x, positions):
     if scaling is None:
         np.copyto(out, rope_ref(ctx, p, x, positions))
         return out
+    return _rope_kernel(p, scaling, x, positions, out)
+
+
+def _rope_kernel(p, scaling, x, positions, out):
+    """cpu.rope of x into out with ggml_rope_scaling(p)'s (scale, yarn)."""
     hd = int(p["head_dim"])
     return cpu.rope(x, positions, hd, int(p.get("rope_dim", hd)), float(p.get("theta", 10000.0)), scaling[0],
                     p.get("style", "half") == "interleaved", out=out, yarn=scaling[1])
