@@ -32,13 +32,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from volvox import cpu
 from volvox.cpu import address, aligned_empty
+from volvox.compile.fuse_linear import GraphIndex
 from volvox.compile.memory import RUN_TIME_DIMS, LiveRange, bind_dims, pack_arena
 from volvox.errors import VolvoxError
 from volvox.ir.graph import Graph, Node, TensorSpec
@@ -206,13 +207,10 @@ class Plan:
         """{output: input} of each silu / hard_swish node whose input a conv2d writes and it alone reads:
         it runs in place (its output stored as its input), so that fold_activation can hand it to the
         conv's step."""
-        graph = self.graph
-        producer = {name: node for node in graph.nodes for name in node.outputs.values()}
-        readers = Counter(name for node in graph.nodes for name in node.inputs.values())
-        readers.update(graph.outputs)
+        graph, idx = self.graph, GraphIndex(self.graph)
         return {node.outputs["y"]: node.inputs["x"] for node in graph.nodes
-                if node.op in FOLDED_ACTIVATIONS and getattr(producer.get(node.inputs["x"]), "op", None) == "conv2d"
-                and readers[node.inputs["x"]] == 1 and graph.specs[node.inputs["x"]].dtype == "float32"
+                if node.op in FOLDED_ACTIVATIONS and getattr(idx.producer.get(node.inputs["x"]), "op", None) == "conv2d"
+                and idx.sole_consumer(node.inputs["x"], node) and graph.specs[node.inputs["x"]].dtype == "float32"
                 and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
 
     def fold_activation(self, node: Node, fn: int) -> bool:
