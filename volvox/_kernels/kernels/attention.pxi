@@ -11,7 +11,7 @@
 # Each tier defines (kernels/<tier>/attention.pxi):
 #   float exp8(const float *x, float mx, float *y)      y[l] = exp(x[l] - mx), l < 8; their hsum8_tree
 #   float dot_vec_f32(const float *a, const float *b, int64_t n)   ggml_vec_dot_f32's a . b
-#   int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y)   (<tier>/swiglu.pxi on x86)
+#   int64_t swiglu_blocks(int64_t F, const float *gate, const float *up, float *y)   (<tier>/swiglu.pxi on x86)
 #       swiglu over the leading whole blocks of 8 (avx512: of 16, ggml's AVX-512 expf) with the vector
 #       expf (rows.pxi finishes the rest)
 # and its vector layer's vf_* (VL float lanes) for the weighted sum of values (wv_lanes).

@@ -3,7 +3,7 @@
 from libc.stdint cimport int64_t
 
 
-cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
+cdef inline int64_t swiglu_blocks(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """y[f] = silu(gate[f]) (* up[f] unless up is NULL) over the leading whole blocks of 8, as
     ggml_vec_swiglu_f32 / ggml_v_silu: x / (1 + v_expf(0 - x)); returns the elements done."""
     cdef int64_t f = 0

@@ -26,7 +26,7 @@ cdef inline __m512 v_expf16(__m512 x) noexcept nogil:
     return _mm512_mask_blend_ps(d, res, alt)
 
 
-cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
+cdef inline int64_t swiglu_blocks(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """y[f] = silu(gate[f]) (* up[f] unless up is NULL) over the leading whole blocks of 16 (this tier's
     blocks are ggml's AVX-512 ones), as ggml_vec_swiglu_f32 / ggml_v_silu: x / (1 + v_expf16(0 - x));
     returns the elements done."""

@@ -44,6 +44,6 @@ cdef inline float scores8(const float *K, const float *q, int64_t hd, float scal
     return scores8_each(K, q, hd, scale, w)
 
 
-cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
+cdef inline int64_t swiglu_blocks(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """No vector expf here: rows.pxi's swiglu_f32 does every element with libm's expf."""
     return 0

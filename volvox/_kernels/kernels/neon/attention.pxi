@@ -79,7 +79,7 @@ cdef inline float scores8(const float *K, const float *q, int64_t hd, float scal
     return scores8_each(K, q, hd, scale, w)
 
 
-cdef inline int64_t swiglu_blocks8(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
+cdef inline int64_t swiglu_blocks(int64_t F, const float *gate, const float *up, float *y) noexcept nogil:
     """y[f] = silu(gate[f]) (* up[f] unless up is NULL) over the leading whole blocks of 8 (as the
     x86 tiers, so the same elements get the vector expf), as ggml_v_silu: x / (1 + v_expf(0 - x));
     returns the elements done."""
