@@ -10,12 +10,12 @@
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
 # is acc - accm. Cheaper steps to the same integers: q2_K's bit pairs are masked where they lie or
-# moved by one shift (pair_shift), the factor taken back once per sum; q3_K's 3-bit values are packed
+# after one shift by 4 shared by pairs 2 and 3 (pair_shift), the factor taken back once per sum; q3_K's 3-bit values are packed
 # at load in nibbles (vx.pxd: 8 lanes of values from 3 loads, masked where they lie, the high nibbles'
 # factor 16 dropped in the pack of the two group sums; not its 2-bit and 1-bit fields shifted and
 # merged); q3_K / q6_K's chains start at -off bsum_g instead of subtracting it; products of two int16-range
-# factors are one madd (vi_mul16), the two groups of a q2_K / q3_K sub-block one madd together
-# (their dots, scales, mins and bsums paired in 16-bit halves: vi_mul16x2). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
+# factors are multiplied and added to their sum in one vi_dot16x2 (VNNI's dpwssd), the two groups of a
+# q2_K / q3_K sub-block together (their dots, scales, mins and bsums paired in 16-bit halves). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
@@ -63,10 +63,11 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
 # register (a loop over them kept the chains on the stack).
 cdef inline int pair_shift(int s) noexcept nogil:
     """log2 of the factor a q2_K group dot of bit pair s carries: pairs 0 and 1 masked where they lie,
-    2 and 3 moved to bits 2-3, so that a dot times its factor stays in int16 for vi_mul16x2 (|dot| <=
-    16 * 3 * 128, times 4) and no unsigned weight reaches 128 (AVX2's maddubs sums two products in
-    int16)."""
-    return 0 if s == 0 else 2
+    2 and 3 after one shift of the byte by 4 (the same for both: one shift serves two pairs), so even
+    pairs sit at bits 0-1 (factor 1) and odd ones at bits 2-3 (factor 4). A dot times its factor stays
+    in int16 (|dot| <= 16 * 3 * 128, times 4), as a pair of vi_dot16x2 needs, and no unsigned weight
+    reaches 128 (AVX2's maddubs sums two products in int16)."""
+    return 2 * (s & 1)
 
 
 cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
@@ -82,30 +83,30 @@ cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, cons
                          vi *sm) noexcept nogil:
     """q2_K: sub-block j = 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
     into si (sc dot, times 2 ** pair_shift(s)) and sm (mn bsum): the two groups' dots packed into
-    the halves of one lane and multiplied with the pair of scales (or mins) in one madd."""
+    the halves of one lane, multiplied with the pair of scales (or mins) and summed in one vi_dot16x2."""
     cdef int j = 4 * h + s
     cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
     cdef vi pair = vi_u8x2(blk + 4 * VI_ROWS + 2 * j * VI_ROWS)       # [R][2] scale | min << 4 as int16 halves
-    si[0] = vi_add(si[0], vi_mul16x2(vi_pack16(q2k_dot16(lanes, s, x + 32 * j),
-                                               q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16)),
-                                     vi_and(pair, vi_set1(0x000F000F))))
-    sm[0] = vi_add(sm[0], vi_mul16x2(vi_shr16(pair, 4), vi_set1(bspair[j])))
+    si[0] = vi_dot16x2(si[0], vi_pack16(q2k_dot16(lanes, s, x + 32 * j),
+                                        q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16)),
+                       vi_and(pair, vi_set1(0x000F000F)))
+    sm[0] = vi_dot16x2(sm[0], vi_shr16(pair, 4), vi_set1(bspair[j]))
 
 
 cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bspair, vi *isum,
                              vi *msum) noexcept nogil:
     """q2_K: isum, msum of one group super-block against 256 act values (module comment; bspair:
     kq_il_group's)."""
-    cdef vi si0 = vi_zero()      # bit pairs 0: factor 1
-    cdef vi si2 = vi_zero()      # bit pairs 1 .. 3: factor 4
+    cdef vi si1 = vi_zero()      # bit pairs 0, 2: factor 1
+    cdef vi si4 = vi_zero()      # bit pairs 1, 3: factor 4
     cdef int h
     msum[0] = vi_zero()
     for h in range(2):
-        q2k_sub(blk, h, 0, x, bspair, &si0, msum)
-        q2k_sub(blk, h, 1, x, bspair, &si2, msum)
-        q2k_sub(blk, h, 2, x, bspair, &si2, msum)
-        q2k_sub(blk, h, 3, x, bspair, &si2, msum)
-    isum[0] = vi_add(si0, vi_sra32(si2, 2))
+        q2k_sub(blk, h, 0, x, bspair, &si1, msum)
+        q2k_sub(blk, h, 1, x, bspair, &si4, msum)
+        q2k_sub(blk, h, 2, x, bspair, &si1, msum)
+        q2k_sub(blk, h, 3, x, bspair, &si4, msum)
+    isum[0] = vi_add(si1, vi_sra32(si4, 2))
 
 
 cdef inline vi q3k_dot16(int32_t start, vi u0, vi u1, vi u2, vi u3, const int8_t *x) noexcept nogil:
@@ -114,13 +115,13 @@ cdef inline vi q3k_dot16(int32_t start, vi u0, vi u1, vi u2, vi u3, const int8_t
                          u2, vi_bcast4(x + 8)), u3, vi_bcast4(x + 12))
 
 
-cdef inline vi q3k_sub(const uint8_t *blk, int j, const int8_t *x, const int32_t *start) noexcept nogil:
-    """q3_K: sub-block j's sc (dot - 4 bsum) over its two groups (start: kq_il_group's, the second
+cdef inline vi q3k_sub(vi acc, const uint8_t *blk, int j, const int8_t *x, const int32_t *start) noexcept nogil:
+    """q3_K: acc + sub-block j's sc (dot - 4 bsum) over its two groups (start: kq_il_group's, the second
     group's times 16): its 3 lanes a, b, c (vx.pxd) as 8 lanes of values, those of nibble 0 (group 2 j)
     masked to bits 0 .. 2, those of nibble 1 (group 2 j + 1) to bits 4 .. 6 (16 v: the group's sum
     comes out 16 times, and its 16th is what the pack keeps); the 4th lanes of both gathered from the
     nibbles' bit 3 of a, b, c. The two groups' sums packed into the halves of a lane and multiplied
-    with the pair of int8 scales in one madd."""
+    with the pair of int8 scales and added to acc in one vi_dot16x2."""
     cdef const uint8_t *lanes = blk + 18 * VI_ROWS + 3 * j * LANE     # lanes a, b, c of sub-block j
     cdef vi lo3 = vi_bytes(0x07)
     cdef vi hi3 = vi_bytes(0x70)
@@ -131,7 +132,7 @@ cdef inline vi q3k_sub(const uint8_t *blk, int j, const int8_t *x, const int32_t
     # bits into the top n bits of each byte: none of the bits kept)
     cdef vi top = vi_select(vi_bytes(0x33), vi_select(vi_bytes(0x11), vi_shr16(a, 3), vi_shr16(b, 2)),
                             vi_shr16(c, 1))
-    return vi_mul16x2(vi_pack16_sixteenth(
+    return vi_dot16x2(acc, vi_pack16_sixteenth(
                           q3k_dot16(start[2 * j], vi_and(a, lo3), vi_and(b, lo3), vi_and(c, lo3), vi_and(top, lo3),
                                     x + 32 * j),
                           q3k_dot16(start[2 * j + 1], vi_and(a, hi3), vi_and(b, hi3), vi_and(c, hi3),
@@ -140,11 +141,17 @@ cdef inline vi q3k_sub(const uint8_t *blk, int j, const int8_t *x, const int32_t
 
 
 cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
-    """q3_K: isum of one group super-block against 256 act values (module comment)."""
-    return vi_add(vi_add(vi_add(q3k_sub(blk, 0, x, start), q3k_sub(blk, 1, x, start)),
-                         vi_add(q3k_sub(blk, 2, x, start), q3k_sub(blk, 3, x, start))),
-                  vi_add(vi_add(q3k_sub(blk, 4, x, start), q3k_sub(blk, 5, x, start)),
-                         vi_add(q3k_sub(blk, 6, x, start), q3k_sub(blk, 7, x, start))))
+    """q3_K: isum of one group super-block against 256 act values (module comment): two chains of
+    vi_dot16x2, even and odd sub-blocks."""
+    cdef vi even = q3k_sub(vi_zero(), blk, 0, x, start)
+    cdef vi odd = q3k_sub(vi_zero(), blk, 1, x, start)
+    even = q3k_sub(even, blk, 2, x, start)
+    odd = q3k_sub(odd, blk, 3, x, start)
+    even = q3k_sub(even, blk, 4, x, start)
+    odd = q3k_sub(odd, blk, 5, x, start)
+    even = q3k_sub(even, blk, 6, x, start)
+    odd = q3k_sub(odd, blk, 7, x, start)
+    return vi_add(even, odd)
 
 
 cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
@@ -185,7 +192,7 @@ cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, 
                      vi_add(vi_add(q45k_sub(has_qh, blk, 2, 0, x), q45k_sub(has_qh, blk, 2, 1, x)),
                             vi_add(q45k_sub(has_qh, blk, 3, 0, x), q45k_sub(has_qh, blk, 3, 1, x))))
     for j in range(8):
-        sm = vi_add(sm, vi_mul16(vi_set1(bs[2 * j] + bs[2 * j + 1]), vi_u8(mn + j * VI_ROWS)))  # |bsums| < 2 ** 12
+        sm = vi_dot16x2(sm, vi_set1(bs[2 * j] + bs[2 * j + 1]), vi_u8(mn + j * VI_ROWS))  # |bsums| < 2 ** 12
     msum[0] = sm
 
 

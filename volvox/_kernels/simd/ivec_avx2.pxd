@@ -79,19 +79,13 @@ cdef inline vi vi_mul(vi a, vi b) noexcept nogil:
     return _mm256_mullo_epi32(a, b)
 
 
-cdef inline vi vi_mul16(vi a, vi b) noexcept nogil:
-    """a * b per lane where a's lanes lie in int16's range and b's in 0 .. 32767 (one madd of the
-    16-bit halves: b's high half is 0, so a's high half multiplies nothing)."""
-    return _mm256_madd_epi16(a, b)
-
-
 cdef inline vi vi_sra32(vi a, int n) noexcept nogil:
     """a's int32 lanes shifted right by n, arithmetically (a constant where the callers inline)."""
     return _mm256_srai_epi32(a, n)
 
 
 cdef inline vi vi_pack16(vi a, vi b) noexcept nogil:
-    """Per lane a's low 16 bits in the low half, b's in the high half (a pair for vi_mul16x2)."""
+    """Per lane a's low 16 bits in the low half, b's in the high half (a pair for vi_dot16x2)."""
     return vi_or(vi_and(a, vi_set1(0xFFFF)), _mm256_slli_epi32(b, 16))
 
 
@@ -100,9 +94,14 @@ cdef inline vi vi_pack16_sixteenth(vi a, vi b) noexcept nogil:
     return vi_select(vi_set1(0xFFFF), a, _mm256_slli_epi32(b, 12))
 
 
-cdef inline vi vi_mul16x2(vi a, vi b) noexcept nogil:
-    """Per lane lo(a) lo(b) + hi(a) hi(b), the 16-bit halves signed (one madd)."""
-    return _mm256_madd_epi16(a, b)
+cdef inline vi vi_dot16x2(vi acc, vi a, vi b) noexcept nogil:
+    """acc + per lane lo(a) lo(b) + hi(a) hi(b), the 16-bit halves signed (one madd, one add)."""
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+
+
+cdef inline vi vi_shl32(vi a, int n) noexcept nogil:
+    """a's int32 lanes shifted left by n (a constant where the callers inline)."""
+    return _mm256_slli_epi32(a, n)
 
 
 cdef inline vi vi_u8x2(const uint8_t *p) noexcept nogil:
