@@ -132,3 +132,30 @@ def test_unknown_op_names_op_and_node(tmp_path):
     with pytest.raises(volvox.UnsupportedError,
                        match=r"noise.onnx: node 'noise1' \(TfIdfVectorizer\): op TfIdfVectorizer is not supported"):
         volvox.load(path)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 1], pads=[1, 0, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 2], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1], count_include_pad=1)),
+])
+def test_pools_match_onnxruntime(tmp_path, op, attrs):
+    """MaxPool / AveragePool on odd sizes and channel counts past a vector (19), with padding, ceil_mode and
+    dilations, against onnxruntime."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 19, 11, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / f"{op}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = np.random.default_rng(5).standard_normal((2, 19, 11, 9)).astype(np.float32)
+    want = ort_session(path).run(None, {"x": x})[0]
+    graph, weights, meta = read_onnx(path)
+    native = {n.op for n in graph.nodes} & {"max_pool2d", "avg_pool2d"}
+    assert bool(native) == ("dilations" not in attrs)  # the NHWC kernels (dilated pools: numpy's pool_nd)
+    got = Model(graph, weights, meta, str(path)).run({"x": x})[graph.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

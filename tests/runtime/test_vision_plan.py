@@ -189,6 +189,35 @@ def float_graph() -> Model:
     return m.model([out, cat])
 
 
+POOL_CASES = [  # (x shape, params): odd sizes, tails of every tier's vectors, padded windows, kernels past the stride
+    ((1, 7, 7, 3), dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 9, 11, 17), dict(kernel=[3, 2], strides=[2, 3], pads=[1, 0, 2, 1])),       # bottom pad 2: windows half padding
+    ((1, 6, 5, 69), dict(kernel=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1])),        # ceil_mode's extra pads
+    ((1, 5, 8, 64), dict(kernel=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2])),
+    ((1, 4, 4, 1), dict(kernel=[4, 4], strides=[1, 1], pads=[3, 3, 0, 0])),         # windows of 1 in-image tap
+]
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "avg_pool2d", "avg_pool2d_incl"])
+@pytest.mark.parametrize("shape,params", POOL_CASES)
+def test_pool_steps_are_numpy_on_every_tier(tier, op, shape, params):
+    """The tier's max / avg pool kernels (the plan's steps) against numpy's fast paths (the per-op
+    executor) bit for bit, and the float64 reference; with NaN, infinities and signed zeros."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[::7] = x.flat[3::7]  # ties
+    params = dict(params, count_include_pad=True) if op == "avg_pool2d_incl" else params
+    op = op.replace("_incl", "")
+    specials = [np.nan, -np.inf, np.inf] if op == "max_pool2d" else [np.inf]  # avg_pool2d_ref takes NaN for padding
+    x.flat[:6] = (specials + [-0.0, 0.0, -0.0])[:x.size]
+    m = GraphMaker(x=(shape, "float32"))
+    model = m.model([m.node(op, params, x="x")])
+    (planned,), (per_op,) = (list(r.values()) for r in plan_and_per_op(model, {"x": x}))
+    assert model._plan.plan is not None
+    assert same_bits(planned, per_op)
+    ref = get_op(op).ref(None, params, x)
+    np.testing.assert_allclose(planned, ref, rtol=1e-6, atol=1e-6)  # NaN and infinities where ref has them
+
+
 def reference_model(model: Model) -> Model:
     """``model``'s compiled graph and weights run by the numpy references (no plan)."""
     weights = {n: w for (_, w), n in zip(model.executor.weight_slots, model.graph.weights)}

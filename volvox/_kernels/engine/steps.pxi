@@ -790,11 +790,11 @@ cdef void run_qavg_pool(const Step *s, const RunInput *inp, int me, int team, in
 
 
 cdef void run_max_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    max_pool_row(&s.w.s, <const float *> s.a.win.x, item, <float *> s.a.win.y)
+    _tbl.conv.max_pool_f32(&s.w.s, <const float *> s.a.win.x, item, <float *> s.a.win.y)
 
 
 cdef void run_avg_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    avg_pool_row(&s.w.s, s.a.win.include_pad, <const float *> s.a.win.x, item, <float *> s.a.win.y)
+    _tbl.conv.avg_pool_f32(&s.w.s, s.a.win.include_pad, <const float *> s.a.win.x, item, <float *> s.a.win.y)
 
 
 cdef void run_qsoftmax(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
