@@ -18,6 +18,7 @@ from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.tasks.image import preprocess
 from volvox.model import Model
 from volvox.ops import get_op
+from volvox.ops.codes import FN
 from volvox.ops.int8 import quantize_multiplier
 from volvox.ops.context import RunContext
 from volvox.runtime.plan import PLANS_PER_GRAPH
@@ -187,6 +188,16 @@ def float_graph() -> Model:
     h = m.node("linear_act", dict(activation="relu"), x=r, weight=m.w("l1", f(24, 80)), bias=m.w("lb1", f(24)))
     out = m.node("linear", x=h, weight=m.w("l2", f(7, 24)), bias=m.w("lb2", f(7)))
     return m.model([out, cat])
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 37, 4099])
+def test_hard_swish_is_numpy_on_every_tier(tier, n):
+    """The tier's hard_swish (the unary step, and what conv steps fold) against numpy's float32
+    (x * clip(x + 3, 0, 6)) / 6, bit for bit: both clip ends, signed zeros, infinities, NaN, a partial vector."""
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    x[:8] = [-3.0, 3.0, -0.0, 0.0, np.inf, -np.inf, np.nan, -2.9999998][:n]
+    want = (x * np.clip(x + np.float32(3), np.float32(0), np.float32(6))) / np.float32(6)
+    assert same_bits(cpu.unary(x, FN["hard_swish"]), want)
 
 
 POOL_CASES = [  # (x shape, params): odd sizes, tails of every tier's vectors, padded windows, kernels past the stride

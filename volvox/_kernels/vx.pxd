@@ -332,6 +332,8 @@ ctypedef struct vx_conv_table:
     void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil
     void (*avg_pool_f32)(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
                          float *y) noexcept nogil
+    # y (n) = (x * clip(x + 3, 0, 6)) / 6, numpy's float32 bits (kernels/activation.pxi); y may be x
+    void (*hard_swish_f32)(int64_t n, const float *x, float *y) noexcept nogil
 
 
 # ------------------------------------------------------------------------------------------------

@@ -234,12 +234,12 @@ cdef void global_avg_run(int64_t HW, int64_t C, int64_t c0, const float *x, floa
 
 # ----------------------------------------------------------------------------- elementwise
 # Functions and operators by their codes (volvox/ops/codes.py, generated into codes.pxd).
-UNARY_FNS = frozenset({FN_RELU, FN_SIGMOID, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # unary_run's
+UNARY_FNS = frozenset({FN_RELU, FN_SIGMOID, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # the unary step's
 
 
 cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, float *y) noexcept nogil:
-    """y (n,) = fn(x) for fn in UNARY_FNS (an FN_* code; alpha, beta: its parameters, volvox/ops/codes.py),
-    each with numpy's float32 arithmetic (the ops' references in ops/activation.py, ops/arith.py) but
+    """y (n,) = fn(x) for fn in UNARY_FNS but FN_HARD_SWISH (the tier's hard_swish_f32, kernels/activation.pxi)
+    (an FN_* code; alpha, beta: its parameters, volvox/ops/codes.py), each with numpy's float32 arithmetic (the ops' references in ops/activation.py, ops/arith.py) but
     sigmoid (exp_poly's e^x: within a few ulp of the float64 reference)."""
     cdef int64_t i
     cdef float t, e
@@ -248,10 +248,6 @@ cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, 
             e = exp_poly(-fabsf(x[i]))
             t = (<float>1.0 if x[i] >= 0 else e) / (<float>1.0 + e)
             y[i] = t if x[i] == x[i] else NAN
-    elif fn == FN_HARD_SWISH:  # t = clip(x + 3, 0, 6); y = (x * t) / 6
-        for i in range(n):
-            t = np_clip(x[i] + <float>3.0, <float>0.0, <float>6.0)
-            y[i] = (x[i] * t) / <float>6.0
     elif fn == FN_HARD_SIGMOID:  # y = clip(alpha * x + beta, 0, 1)
         for i in range(n):
             t = alpha * x[i]  # rounded before the sum (the engine is built without FMA)

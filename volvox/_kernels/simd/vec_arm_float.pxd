@@ -66,6 +66,10 @@ cdef inline vf vf_div(vf a, vf b) noexcept nogil:
     """a / b per lane, correctly rounded."""
     return vdivq_f32(a, b)
 
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return vmulq_f32(a, b)
+
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """The first n lanes (n >= 0; all of them from VL on)."""
     return <vf_mask>(n if n < 4 else 4)

@@ -65,6 +65,10 @@ cdef inline vf vf_div(vf a, vf b) noexcept nogil:
     """a / b per lane, correctly rounded."""
     return _mm256_div_ps(a, b)
 
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return _mm256_mul_ps(a, b)
+
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """The mask of the first n lanes (n >= 0; all of them from VL on)."""
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(<int>(n if n < 8 else 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))

@@ -83,6 +83,10 @@ cdef inline vf vf_div(vf a, vf b) noexcept nogil:
     """a / b per lane, correctly rounded."""
     return _mm512_div_ps(a, b)
 
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return _mm512_mul_ps(a, b)
+
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """The mask of the first n lanes (n >= 0; all of them from VL on)."""
     return 0xFFFF if n >= 16 else <vf_mask>((<unsigned int>1 << n) - 1)

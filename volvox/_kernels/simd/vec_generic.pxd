@@ -65,6 +65,10 @@ cdef inline vf vf_div(vf a, vf b) noexcept nogil:
     """a / b per lane, correctly rounded (b 0 gives inf or NaN, as C does)."""
     return a / b
 
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return a * b
+
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """1 lane when n >= 1, else none."""
     return 1 if n >= 1 else 0
