@@ -331,7 +331,7 @@ cdef void gather_rows(const int64_t *d, const float *x, int64_t r0, int64_t r1, 
     strides[ndim]) in elements. Rows go by runs along the second-last axis (the offset of a run's
     start from divisions, then steps of that axis's stride); a strided last axis is copied one of
     its elements at a time across the run (an NCHW image to NHWC: C passes over contiguous
-    reads, not a division per pixel and C strided reads)."""
+    reads, not a division per pixel and C strided reads); two contiguous runs are interleaved in one pass."""
     cdef int64_t nd = d[0]
     cdef const int64_t *shape = d + 1
     cdef const int64_t *stride = d + 1 + nd
@@ -353,6 +353,11 @@ cdef void gather_rows(const int64_t *d, const float *x, int64_t r0, int64_t r1, 
         if sl == 1:
             for j in range(j0, j1):
                 memcpy(dst + j * L, x + off + j * sm, <size_t>L * sizeof(float))
+        elif L == 2 and sm == 1:  # two contiguous runs interleaved (a channel shuffle of 2 groups): one
+            src = x + off         # pass, which GCC vectorises (unpack, not 2 strided passes)
+            for j in range(j0, j1):
+                dst[j * 2] = src[j]
+                dst[j * 2 + 1] = src[j + sl]
         else:
             for i in range(L):
                 src = x + off + i * sl
