@@ -132,3 +132,81 @@ def test_unknown_op_names_op_and_node(tmp_path):
     with pytest.raises(volvox.UnsupportedError,
                        match=r"noise.onnx: node 'noise1' \(TfIdfVectorizer\): op TfIdfVectorizer is not supported"):
         volvox.load(path)
+
+
+def shuffle_model(path, groups: int, extra_reader: bool):
+    """Conv -> ShuffleNet's channel shuffle (Reshape (N, G, C/G, H, W), Transpose [0, 2, 1, 3, 4], Reshape
+    (N, C, H, W)) -> Slice into halves (one through a Conv) -> Concat; extra_reader: the transposed groups are
+    also read as they are (a ReduceSum over them), which needs them in logical layout."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    c = 4 * groups
+    init = [numpy_helper.from_array(rng.standard_normal((c, 3, 3, 3)).astype(np.float32), "w1"),
+            numpy_helper.from_array(rng.standard_normal((c // 2, c // 2, 1, 1)).astype(np.float32), "w2"),
+            numpy_helper.from_array(np.array([1, groups, c // groups, 5, 7], np.int64), "split"),
+            numpy_helper.from_array(np.array([1, c, -1, 7], np.int64), "merge")]
+    init += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             [("s0", [0]), ("half", [c // 2]), ("end", [c]), ("axis", [1]), ("red", [2])]]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["c1", "split"], ["grouped"]),
+        helper.make_node("Transpose", ["grouped"], ["swapped"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["swapped", "merge"], ["shuffled"]),
+        helper.make_node("Slice", ["shuffled", "s0", "half", "axis"], ["left"]),
+        helper.make_node("Slice", ["shuffled", "half", "end", "axis"], ["right"]),
+        helper.make_node("Conv", ["right", "w2"], ["c2"]),
+        helper.make_node("Concat", ["left", "c2"], ["y"], axis=1),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        nodes.append(helper.make_node("ReduceSum", ["swapped", "red"], ["sums"], keepdims=0))
+        outputs.append(helper.make_tensor_value_info("sums", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "shuffle", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 7])],
+                              outputs, init)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("groups, extra_reader", [(2, False), (3, False), (2, True)])
+def test_channel_shuffle_stays_nhwc_and_matches_onnxruntime(tmp_path, groups, extra_reader):
+    """The shuffle runs as one transpose of channel groups in NHWC (no transpose to NCHW and back), the
+    Slices on NHWC channels; a reader of the groups themselves gets them in logical layout."""
+    path = shuffle_model(tmp_path / "shuffle.onnx", groups, extra_reader)
+    x = np.random.default_rng(4).standard_normal((1, 3, 5, 7)).astype(np.float32)
+    want = ort_session(path).run(None, {"x": x})
+    graph, weights, meta = read_onnx(path)
+    perms = [n.params["perm"] for n in graph.nodes if n.op == "transpose"]
+    assert [0, 1, 2, 4, 3] in perms and [0, 2, 3, 1] in perms   # the shuffle; the input to NHWC
+    assert len(perms) == 3 + extra_reader                        # + the output back to NCHW (+ the groups)
+    for reference in (False, True):
+        got = Model(graph, weights, meta, str(path), reference=reference).run({"x": x})
+        for name, value in zip(graph.outputs, want):
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 1], pads=[1, 0, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 2], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1], count_include_pad=1)),
+])
+def test_pools_match_onnxruntime(tmp_path, op, attrs):
+    """MaxPool / AveragePool on odd sizes and channel counts past a vector (19), with padding, ceil_mode and
+    dilations, against onnxruntime."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 19, 11, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / f"{op}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = np.random.default_rng(5).standard_normal((2, 19, 11, 9)).astype(np.float32)
+    want = ort_session(path).run(None, {"x": x})[0]
+    graph, weights, meta = read_onnx(path)
+    native = {n.op for n in graph.nodes} & {"max_pool2d", "avg_pool2d"}
+    assert bool(native) == ("dilations" not in attrs)  # the NHWC kernels (dilated pools: numpy's pool_nd)
+    got = Model(graph, weights, meta, str(path)).run({"x": x})[graph.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -18,6 +18,7 @@ from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.tasks.image import preprocess
 from volvox.model import Model
 from volvox.ops import get_op
+from volvox.ops.codes import FN
 from volvox.ops.int8 import quantize_multiplier
 from volvox.ops.context import RunContext
 from volvox.runtime.plan import PLANS_PER_GRAPH
@@ -187,6 +188,45 @@ def float_graph() -> Model:
     h = m.node("linear_act", dict(activation="relu"), x=r, weight=m.w("l1", f(24, 80)), bias=m.w("lb1", f(24)))
     out = m.node("linear", x=h, weight=m.w("l2", f(7, 24)), bias=m.w("lb2", f(7)))
     return m.model([out, cat])
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 37, 4099])
+def test_hard_swish_is_numpy_on_every_tier(tier, n):
+    """The tier's hard_swish (the unary step, and what conv steps fold) against numpy's float32
+    (x * clip(x + 3, 0, 6)) / 6, bit for bit: both clip ends, signed zeros, infinities, NaN, a partial vector."""
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    x[:8] = [-3.0, 3.0, -0.0, 0.0, np.inf, -np.inf, np.nan, -2.9999998][:n]
+    want = (x * np.clip(x + np.float32(3), np.float32(0), np.float32(6))) / np.float32(6)
+    assert same_bits(cpu.unary(x, FN["hard_swish"]), want)
+
+
+POOL_CASES = [  # (x shape, params): odd sizes, tails of every tier's vectors, padded windows, kernels past the stride
+    ((1, 7, 7, 3), dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 9, 11, 17), dict(kernel=[3, 2], strides=[2, 3], pads=[1, 0, 2, 1])),       # bottom pad 2: windows half padding
+    ((1, 6, 5, 69), dict(kernel=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1])),        # ceil_mode's extra pads
+    ((1, 5, 8, 64), dict(kernel=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2])),
+    ((1, 4, 4, 1), dict(kernel=[4, 4], strides=[1, 1], pads=[3, 3, 0, 0])),         # windows of 1 in-image tap
+]
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "avg_pool2d", "avg_pool2d_incl"])
+@pytest.mark.parametrize("shape,params", POOL_CASES)
+def test_pool_steps_are_numpy_on_every_tier(tier, op, shape, params):
+    """The tier's max / avg pool kernels (the plan's steps) against numpy's fast paths (the per-op
+    executor) bit for bit, and the float64 reference; with NaN, infinities and signed zeros."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[::7] = x.flat[3::7]  # ties
+    params = dict(params, count_include_pad=True) if op == "avg_pool2d_incl" else params
+    op = op.replace("_incl", "")
+    specials = [np.nan, -np.inf, np.inf] if op == "max_pool2d" else [np.inf]  # avg_pool2d_ref takes NaN for padding
+    x.flat[:6] = (specials + [-0.0, 0.0, -0.0])[:x.size]
+    m = GraphMaker(x=(shape, "float32"))
+    model = m.model([m.node(op, params, x="x")])
+    (planned,), (per_op,) = (list(r.values()) for r in plan_and_per_op(model, {"x": x}))
+    assert model._plan.plan is not None
+    assert same_bits(planned, per_op)
+    ref = get_op(op).ref(None, params, x)
+    np.testing.assert_allclose(planned, ref, rtol=1e-6, atol=1e-6)  # NaN and infinities where ref has them
 
 
 def reference_model(model: Model) -> Model:

@@ -326,6 +326,14 @@ ctypedef struct vx_conv_table:
                     const vx_requant *rq, int64_t item, int64_t rows, int8_t *y) noexcept nogil
     # y (n) = clamp(round_half_away(x / scale) + zp) as int8 (ops/quantized.py's quantize)
     void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) noexcept nogil
+    # f32 pools (kernels/pool.pxi), output row item = b*oh_total + oh into y (ow, C): max (numpy's
+    # maximum over the in-image taps); average (the in-image taps summed in row-major order, / the
+    # in-image count, or kh*kw with include_pad)
+    void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil
+    void (*avg_pool_f32)(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
+                         float *y) noexcept nogil
+    # y (n) = (x * clip(x + 3, 0, 6)) / 6, numpy's float32 bits (kernels/activation.pxi); y may be x
+    void (*hard_swish_f32)(int64_t n, const float *x, float *y) noexcept nogil
 
 
 # ------------------------------------------------------------------------------------------------

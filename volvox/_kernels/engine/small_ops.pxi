@@ -1,8 +1,9 @@
 # The engine's own small kernels, compiled once at baseline flags (no FMA contraction): row
-# kernels light next to the matmuls around them (LayerNorm, GELU) and the int8 / pooling /
-# elementwise / copy loops of the vision steps, each giving the exact bits of the numpy reference
-# in volvox/ops that the per-op executor and the tests compare with.
-from libc.math cimport fabs, fabsf, sqrt, sqrtf, INFINITY, NAN
+# kernels light next to the matmuls around them (LayerNorm, GELU) and the int8 / global pooling /
+# elementwise / copy loops of the vision steps (the f32 window pools are per tier: kernels/pool.pxi),
+# each giving the exact bits of the numpy reference in volvox/ops that the per-op executor and the
+# tests compare with.
+from libc.math cimport fabs, fabsf, sqrt, sqrtf, NAN
 from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from volvox._kernels.codes cimport *
@@ -195,7 +196,7 @@ cdef void qsoftmax_row(int64_t n, const int8_t *x, const float *table, float out
         y[i] = clamp_i8(round_away_i64(table[mx - x[i]] * inv), zp_out, -128, 127)
 
 
-# ------------------------------------------------------------------------------ float32 pools
+# --------------------------------------------------------------------------- numpy's float ops
 cdef inline float np_maximum(float a, float b) noexcept nogil:
     """numpy's maximum(a, b): a when a >= b or a is NaN, else b. (The two tests are or'ed bitwise,
     not with `or`, whose short circuit Cython writes as branches that GCC then does not vectorise: a
@@ -210,59 +211,6 @@ cdef inline float np_clip(float v, float lo, float hi) noexcept nogil:
         return v
     v = v if v > lo else lo
     return v if v < hi else hi
-
-
-cdef void max_pool_row(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil:
-    """f32 max pool output row `item`: numpy's maximum over the in-image taps in row-major order."""
-    cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
-    cdef int64_t ow, i0, i1, j0, j1, i, j, c
-    cdef const float *xp
-    cdef const float *xr
-    cdef float *yo
-    for ow in range(s.ow):
-        pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
-        xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
-        yo = y + (item * s.ow + ow) * C                                       # (C,)
-        for c in range(C):
-            yo[c] = -INFINITY
-        for i in range(i0, i1):
-            for j in range(j0, j1):
-                xr = xp + (i * s.w + j) * C
-                for c in range(C):
-                    yo[c] = np_maximum(yo[c], xr[c])
-
-
-cdef void avg_pool_row(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
-                       float *y) noexcept nogil:
-    """f32 average pool output row `item` (ops/pool.py's fast path): y = tap (0, 0), then + each
-    other tap in row-major order (padding adds 0), then / the in-image count (or kh*kw)."""
-    cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
-    cdef int64_t ow, i0, i1, j0, j1, i, j, c
-    cdef bint inside
-    cdef float count
-    cdef const float *xp
-    cdef const float *xr
-    cdef float *yo
-    for ow in range(s.ow):
-        pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
-        xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
-        yo = y + (item * s.ow + ow) * C                                       # (C,)
-        for i in range(s.kh):
-            for j in range(s.kw):
-                inside = i >= i0 and i < i1 and j >= j0 and j < j1
-                xr = xp + (i * s.w + j) * C
-                if i == 0 and j == 0:
-                    for c in range(C):
-                        yo[c] = xr[c] if inside else <float>0.0
-                elif inside:
-                    for c in range(C):
-                        yo[c] = yo[c] + xr[c]
-                else:
-                    for c in range(C):
-                        yo[c] = yo[c] + <float>0.0
-        count = <float>(s.kh * s.kw) if include_pad else <float>((i1 - i0) * (j1 - j0))
-        for c in range(C):
-            yo[c] = yo[c] / count
 
 
 cdef enum:
@@ -286,12 +234,12 @@ cdef void global_avg_run(int64_t HW, int64_t C, int64_t c0, const float *x, floa
 
 # ----------------------------------------------------------------------------- elementwise
 # Functions and operators by their codes (volvox/ops/codes.py, generated into codes.pxd).
-UNARY_FNS = frozenset({FN_RELU, FN_SIGMOID, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # unary_run's
+UNARY_FNS = frozenset({FN_RELU, FN_SIGMOID, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # the unary step's
 
 
 cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, float *y) noexcept nogil:
-    """y (n,) = fn(x) for fn in UNARY_FNS (an FN_* code; alpha, beta: its parameters, volvox/ops/codes.py),
-    each with numpy's float32 arithmetic (the ops' references in ops/activation.py, ops/arith.py) but
+    """y (n,) = fn(x) for fn in UNARY_FNS but FN_HARD_SWISH (the tier's hard_swish_f32, kernels/activation.pxi)
+    (an FN_* code; alpha, beta: its parameters, volvox/ops/codes.py), each with numpy's float32 arithmetic (the ops' references in ops/activation.py, ops/arith.py) but
     sigmoid (exp_poly's e^x: within a few ulp of the float64 reference)."""
     cdef int64_t i
     cdef float t, e
@@ -300,10 +248,6 @@ cdef void unary_run(int fn, int64_t n, const float *x, float alpha, float beta, 
             e = exp_poly(-fabsf(x[i]))
             t = (<float>1.0 if x[i] >= 0 else e) / (<float>1.0 + e)
             y[i] = t if x[i] == x[i] else NAN
-    elif fn == FN_HARD_SWISH:  # t = clip(x + 3, 0, 6); y = (x * t) / 6
-        for i in range(n):
-            t = np_clip(x[i] + <float>3.0, <float>0.0, <float>6.0)
-            y[i] = (x[i] * t) / <float>6.0
     elif fn == FN_HARD_SIGMOID:  # y = clip(alpha * x + beta, 0, 1)
         for i in range(n):
             t = alpha * x[i]  # rounded before the sum (the engine is built without FMA)
@@ -387,7 +331,7 @@ cdef void gather_rows(const int64_t *d, const float *x, int64_t r0, int64_t r1, 
     strides[ndim]) in elements. Rows go by runs along the second-last axis (the offset of a run's
     start from divisions, then steps of that axis's stride); a strided last axis is copied one of
     its elements at a time across the run (an NCHW image to NHWC: C passes over contiguous
-    reads, not a division per pixel and C strided reads)."""
+    reads, not a division per pixel and C strided reads); two contiguous runs are interleaved in one pass."""
     cdef int64_t nd = d[0]
     cdef const int64_t *shape = d + 1
     cdef const int64_t *stride = d + 1 + nd
@@ -409,6 +353,11 @@ cdef void gather_rows(const int64_t *d, const float *x, int64_t r0, int64_t r1, 
         if sl == 1:
             for j in range(j0, j1):
                 memcpy(dst + j * L, x + off + j * sm, <size_t>L * sizeof(float))
+        elif L == 2 and sm == 1:  # two contiguous runs interleaved (a channel shuffle of 2 groups): one
+            src = x + off         # pass, which GCC vectorises (unpack, not 2 strided passes)
+            for j in range(j0, j1):
+                dst[j * 2] = src[j]
+                dst[j * 2 + 1] = src[j + sl]
         else:
             for i in range(L):
                 src = x + off + i * sl

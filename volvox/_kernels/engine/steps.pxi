@@ -556,7 +556,10 @@ cdef void run_unary(const Step *s, const RunInput *inp, int me, int team, int64_
     cdef const ElementArgs *a = &s.a.elem
     cdef int64_t i0, i1
     chunk(item, a.count, &i0, &i1)
-    unary_run(a.fn, i1 - i0, <const float *> a.x + i0, a.alpha, a.beta, <float *> a.y + i0)
+    if a.fn == FN_HARD_SWISH:  # the tier's vectors (numpy's bits, as unary_run's functions)
+        _tbl.conv.hard_swish_f32(i1 - i0, <const float *> a.x + i0, <float *> a.y + i0)
+    else:
+        unary_run(a.fn, i1 - i0, <const float *> a.x + i0, a.alpha, a.beta, <float *> a.y + i0)
 
 
 cdef void run_quantize_i8(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
@@ -643,15 +646,15 @@ cdef inline int kernel_act(int act) noexcept nogil:
 
 cdef void post_activation(int act, int64_t rows, int64_t cols, float *y, int64_t ldy) noexcept nogil:
     """y (rows x cols, ldy apart) = act(y) in place, while the block a conv step just wrote is in
-    cache: FN_SILU with the glu step's kernel, FN_HARD_SWISH with the unary step's (the bits of the
-    standalone silu / hard_swish step, blocks of 8 channels from a multiple of 32); else nothing."""
+    cache: FN_SILU with the glu step's kernel, FN_HARD_SWISH with the unary step's (the tier's
+    hard_swish_f32: the bits of the standalone silu / hard_swish step); else nothing."""
     cdef int64_t r
     if act == FN_SILU:
         for r in range(rows):
             _tbl.swiglu(cols, y + r * ldy, NULL, y + r * ldy)
     elif act == FN_HARD_SWISH:
         for r in range(rows):
-            unary_run(FN_HARD_SWISH, cols, y + r * ldy, <float>0.0, <float>0.0, y + r * ldy)
+            _tbl.conv.hard_swish_f32(cols, y + r * ldy, y + r * ldy)
 
 
 cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
@@ -790,11 +793,11 @@ cdef void run_qavg_pool(const Step *s, const RunInput *inp, int me, int team, in
 
 
 cdef void run_max_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    max_pool_row(&s.w.s, <const float *> s.a.win.x, item, <float *> s.a.win.y)
+    _tbl.conv.max_pool_f32(&s.w.s, <const float *> s.a.win.x, item, <float *> s.a.win.y)
 
 
 cdef void run_avg_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    avg_pool_row(&s.w.s, s.a.win.include_pad, <const float *> s.a.win.x, item, <float *> s.a.win.y)
+    _tbl.conv.avg_pool_f32(&s.w.s, s.a.win.include_pad, <const float *> s.a.win.x, item, <float *> s.a.win.y)
 
 
 cdef void run_qsoftmax(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:

@@ -15,6 +15,8 @@ include "gemv_q5_iq4.pxi"
 include "gemv_kquants.pxi"
 include "conv.pxi"
 include "qconv.pxi"
+include "pool.pxi"
+include "activation.pxi"
 include "attention.pxi"
 include "backward.pxi"
 
@@ -45,6 +47,8 @@ cdef list _missing_kernels():
                      ("qgemm_pack", <size_t>_conv.qgemm_pack), ("im2col_u8", <size_t>_conv.im2col_u8),
                      ("qgemm", <size_t>_conv.qgemm), ("qdwconv", <size_t>_conv.qdwconv),
                      ("quantize_i8", <size_t>_conv.quantize_i8),
+                     ("max_pool_f32", <size_t>_conv.max_pool_f32), ("avg_pool_f32", <size_t>_conv.avg_pool_f32),
+                     ("hard_swish_f32", <size_t>_conv.hard_swish_f32),
                      ("matmul_t_strip", <size_t>_train.matmul_t_strip),
                      ("attention_fwd_row", <size_t>_train.attention_fwd_row),
                      ("attention_bwd_group", <size_t>_train.attention_bwd_group),
@@ -74,6 +78,8 @@ def table(bint vbmi):
     fill_gemv_kquants(&_table)
     fill_conv(&_table)
     fill_qconv(&_table)
+    fill_pool(&_table)
+    fill_activation(&_table)
     fill_attention(&_table)
     fill_backward(&_train)
     missing = _missing_kernels()

@@ -58,6 +58,18 @@ cdef inline vf vf_min(vf a, vf b) noexcept nogil:
     """a < b ? a : b per lane (b where a is NaN: FMINNM)."""
     return vminnmq_f32(a, b)
 
+cdef inline vf vf_max_nan(vf acc, vf x) noexcept nogil:
+    """numpy's maximum(acc, x) per lane: x where x > acc or x is NaN, else acc (a NaN acc stays)."""
+    return vbslq_f32(vorrq_u32(vcgtq_f32(x, acc), vmvnq_u32(vceqq_f32(x, x))), x, acc)
+
+cdef inline vf vf_div(vf a, vf b) noexcept nogil:
+    """a / b per lane, correctly rounded."""
+    return vdivq_f32(a, b)
+
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return vmulq_f32(a, b)
+
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """The first n lanes (n >= 0; all of them from VL on)."""
     return <vf_mask>(n if n < 4 else 4)

@@ -57,6 +57,18 @@ cdef inline vf vf_min(vf a, vf b) noexcept nogil:
     """a < b ? a : b per lane (b where a is NaN)."""
     return _mm256_min_ps(a, b)
 
+cdef inline vf vf_max_nan(vf acc, vf x) noexcept nogil:
+    """numpy's maximum(acc, x) per lane: x where x > acc or x is NaN, else acc (a NaN acc stays)."""
+    return _mm256_blendv_ps(_mm256_max_ps(x, acc), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
+
+cdef inline vf vf_div(vf a, vf b) noexcept nogil:
+    """a / b per lane, correctly rounded."""
+    return _mm256_div_ps(a, b)
+
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return _mm256_mul_ps(a, b)
+
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """The mask of the first n lanes (n >= 0; all of them from VL on)."""
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(<int>(n if n < 8 else 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))

@@ -75,6 +75,18 @@ cdef inline vf vf_min(vf a, vf b) noexcept nogil:
     """a < b ? a : b per lane (b where a is NaN)."""
     return _mm512_min_ps(a, b)
 
+cdef inline vf vf_max_nan(vf acc, vf x) noexcept nogil:
+    """numpy's maximum(acc, x) per lane: x where x > acc or x is NaN, else acc (a NaN acc stays)."""
+    return _mm512_mask_mov_ps(_mm512_max_ps(x, acc), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x)
+
+cdef inline vf vf_div(vf a, vf b) noexcept nogil:
+    """a / b per lane, correctly rounded."""
+    return _mm512_div_ps(a, b)
+
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return _mm512_mul_ps(a, b)
+
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """The mask of the first n lanes (n >= 0; all of them from VL on)."""
     return 0xFFFF if n >= 16 else <vf_mask>((<unsigned int>1 << n) - 1)

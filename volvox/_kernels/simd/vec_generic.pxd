@@ -16,6 +16,7 @@ cdef inline float vx_fma(float a, float b, float c) noexcept nogil:
 # --- conv ---
 # One float per "vector": the shared vector bodies compile here too (the generic tier's own
 # kernels are plain C loops). vf_lanes(n): 1 when n >= 1.
+cimport cython
 from libc.stdint cimport int64_t
 
 cdef enum:
@@ -54,6 +55,19 @@ cdef inline vf vf_max(vf a, vf b) noexcept nogil:
 cdef inline vf vf_min(vf a, vf b) noexcept nogil:
     """a < b ? a : b (b where a is NaN)."""
     return a if a < b else b
+
+cdef inline vf vf_max_nan(vf acc, vf x) noexcept nogil:
+    """numpy's maximum(acc, x) per lane: x where x > acc or x is NaN, else acc (a NaN acc stays)."""
+    return x if (x > acc) | (x != x) else acc
+
+@cython.cdivision(True)
+cdef inline vf vf_div(vf a, vf b) noexcept nogil:
+    """a / b per lane, correctly rounded (b 0 gives inf or NaN, as C does)."""
+    return a / b
+
+cdef inline vf vf_mul(vf a, vf b) noexcept nogil:
+    """a * b per lane."""
+    return a * b
 
 cdef inline vf_mask vf_lanes(int64_t n) noexcept nogil:
     """1 lane when n >= 1, else none."""

@@ -31,6 +31,7 @@ cdef extern from "immintrin.h" nogil:
         _CMP_LE_OQ
         _CMP_LT_OQ
         _CMP_GE_OQ
+        _CMP_UNORD_Q
 
     # SSE .. SSE4.1
     __m128 _mm_add_ps(__m128 A, __m128 B)
@@ -68,6 +69,7 @@ cdef extern from "immintrin.h" nogil:
     __m128i _mm256_extracti128_si256(__m256i X, const int M)
     __m256 _mm256_add_ps(__m256 A, __m256 B)
     __m256 _mm256_and_ps(__m256 A, __m256 B)
+    __m256 _mm256_blendv_ps(__m256 A, __m256 B, __m256 M)
     __m256 _mm256_andnot_ps(__m256 A, __m256 B)
     __m256 _mm256_castsi256_ps(__m256i A)
     __m256 _mm256_cmp_ps(__m256 X, __m256 Y, const int P)
@@ -158,6 +160,7 @@ cdef extern from "immintrin.h" nogil:
     __m512 _mm512_fmadd_ps(__m512 A, __m512 B, __m512 C)
     __m512 _mm512_fnmadd_ps(__m512 A, __m512 B, __m512 C)
     __m512 _mm512_mask_blend_ps(__mmask16 U, __m512 A, __m512 W)
+    __m512 _mm512_mask_mov_ps(__m512 W, __mmask16 U, __m512 A)
     __m512 _mm512_scalef_ps(__m512 A, __m512 B)
     int _mm512_kortestz(__mmask16 A, __mmask16 B)
     __m512 _mm512_loadu_ps(const void *P)

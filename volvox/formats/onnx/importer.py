@@ -18,6 +18,7 @@ from volvox.ops import get_op
 from volvox.formats.onnx.reader import ONNXError, OnnxNode
 
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+GROUPED_TO_LOGICAL = [0, 3, 4, 1, 2]  # a channel-grouped NHWC tensor (N, H, W, A, B) -> its logical (N, A, B, H, W)
 CLAMP = 2 ** 62   # ONNX's INT64_MAX / INT64_MIN slice bounds mean "to the end"
 # ops that only move values: folding them keeps a shape vector's symbolic dims as they are
 MOVES_VALUES = ("slice", "concat", "gather", "reshape", "transpose", "expand", "tile")
@@ -63,6 +64,8 @@ class Importer:
         self.consts: dict[str, np.ndarray] = {}   # initializers, Constant outputs, folded values
         self.shapes: dict[str, tuple] = {}        # run-time tensor -> logical (ONNX) shape
         self.nhwc: set[str] = set()               # run-time tensors laid out NHWC
+        self.grouped: set[str] = set()            # 5-D run-time tensors of logical shape (N, A, B, H, W) laid out
+                                                  # (N, H, W, A, B): an NHWC tensor's channels split in groups
         self.weights: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
         self.specs: dict[str, TensorSpec] = {}
@@ -135,13 +138,14 @@ class Importer:
         return self.logical(name, where)
 
     def logical(self, name: str, where: str) -> str:
-        """The run-time tensor in ONNX (NCHW) layout, transposing an NHWC-laid one once."""
+        """The run-time tensor in ONNX (NCHW) layout, transposing an NHWC-laid (or channel-grouped) one once."""
         self.runtime(name, where)
-        if name not in self.nhwc:
+        if name not in self.nhwc and name not in self.grouped:
             return name
         if name not in self.nchw_copies:
             self.nchw_copies[name] = self.emit("transpose", f"{name}.to_nchw", {"x": name}, f"{name}.nchw",
-                                               logical=self.shapes[name], perm=TO_NCHW)
+                                               logical=self.shapes[name],
+                                               perm=TO_NCHW if name in self.nhwc else GROUPED_TO_LOGICAL)
         return self.nchw_copies[name]
 
     def laid_nhwc(self, name: str, where: str) -> str:

@@ -1,6 +1,7 @@
 """Translations of the ops CNNs are made of onto volvox's fast NHWC kernels: Conv (BatchNormalization
 folded in), pools, Resize / Upsample, float32 activations and arithmetic that keep the NHWC layout,
-MatMul / Gemm as linear, Concat on a remapped axis."""
+MatMul / Gemm as linear, Concat and Slice on a remapped axis, and the channel shuffle (ShuffleNet's
+Reshape -> Transpose -> Reshape) as one transpose of channel groups in the NHWC layout."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from volvox.errors import UnsupportedError
 from volvox.ops.codes import FN_PARAMS
 from volvox.ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
 from volvox.ops.shape import MAX_CONCAT_INPUTS
-from volvox.formats.onnx.importer import TO_NHWC, Importer, arg, output_used
+from volvox.formats.onnx import generic
+from volvox.formats.onnx.importer import CLAMP, TO_NHWC, Importer, arg, is_symbolic, output_used
 from volvox.formats.onnx.reader import OnnxNode
 
 # ONNX float32 activations -> volvox ops; their attributes are the function's parameters (ops/codes.py)
@@ -388,3 +390,73 @@ def conv_integer(imp: Importer, n: OnnxNode, where: str, out: str | None = None)
     return imp.emit("conv_integer", n.name if out is None else f"{n.name}.acc", ports, n.outputs[0] if out is None else out,
                     strides=list(strides), dilations=list(dilations), groups=n.attrs.get("group", 1),
                     pads=window_pads(imp, n, x, w.shape[2:], strides, dilations, where))
+
+
+# ------------------------------------------------------------------ channel shuffle in NHWC
+# ShuffleNet's shuffle of an NCHW tensor is Reshape (N, G, C/G, H, W) -> Transpose [0, 2, 1, 3, 4] ->
+# Reshape (N, C, H, W). On an NHWC-laid tensor the same values are a reshape of its channels into
+# (G, C/G) (a view), one transpose of those two axes (a strided copy) and a reshape back (a view),
+# instead of a transpose to NCHW, a 5-D transpose and a transpose back to NHWC.
+def _reshape_dims(imp: Importer, n: OnnxNode, where: str) -> list | None:
+    """A Reshape's target shape resolved against its input's logical shape (0 copies a dim, -1 is
+    inferred), or None when it is not a plain static reshape of a run-time tensor."""
+    x = n.inputs[0]
+    if x in imp.consts or n.attrs.get("allowzero", 0) or n.inputs[1] not in imp.consts:
+        return None
+    in_shape, target = imp.shapes[x], np.asarray(imp.consts[n.inputs[1]])
+    if is_symbolic(target) or not all(isinstance(d, int) for d in in_shape):
+        return None
+    dims = [int(d) for d in target.reshape(-1)]
+    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+        return None
+    out = [in_shape[i] if d == 0 and i < len(in_shape) else d for i, d in enumerate(dims)]
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1]))
+        if known <= 0 or int(np.prod(in_shape)) % known:
+            return None
+        out[out.index(-1)] = int(np.prod(in_shape)) // known
+    return out if int(np.prod(out)) == int(np.prod(in_shape)) else None
+
+
+def reshape(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Reshape; an NHWC-laid (N, C, H, W) to (N, G, C/G, H, W) keeps the layout as channel groups
+    (N, H, W, G, C/G), and channel groups back to (N, C, H, W) are NHWC again (both views)."""
+    x, dims = n.inputs[0], _reshape_dims(imp, n, where)
+    shape = imp.shapes.get(x)
+    if dims is not None and x in imp.nhwc and len(dims) == 5 and dims[0] == shape[0] and dims[3:] == list(shape[2:]):
+        imp.emit("reshape", n.name, {"x": x}, n.outputs[0], logical=tuple(dims), shape=[0, 0, 0, dims[1], dims[2]])
+        imp.grouped.add(n.outputs[0])
+    elif (dims is not None and x in imp.grouped and len(dims) == 4 and dims[0] == shape[0]
+          and dims[2:] == list(shape[3:])):
+        imp.emit("reshape", n.name, {"x": x}, n.outputs[0], nhwc=True, shape=[0, 0, 0, -1])
+    else:
+        generic.reshape(imp, n, where)
+
+
+def transpose(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Transpose; swapping the two channel-group axes of a channel-grouped tensor ([0, 2, 1, 3, 4]) is
+    the transpose of its last two axes in the NHWC layout."""
+    x = n.inputs[0]
+    if x in imp.grouped and list(n.attrs.get("perm", [])) == [0, 2, 1, 3, 4]:
+        n_, a, b, h, w = imp.shapes[x]
+        imp.emit("transpose", n.name, {"x": x}, n.outputs[0], logical=(n_, b, a, h, w), perm=[0, 1, 2, 4, 3])
+        imp.grouped.add(n.outputs[0])
+    else:
+        generic.transpose(imp, n, where)
+
+
+def slice_(imp: Importer, n: OnnxNode, where: str) -> None:
+    """Slice; of an NHWC-laid tensor, on its remapped axes (the layout kept)."""
+    x = n.inputs[0]
+    if x not in imp.nhwc or imp.opset < 10:
+        generic.slice_(imp, n, where)
+        return
+    starts, ends = generic.int_list(imp, n, 1, where, "starts"), generic.int_list(imp, n, 2, where, "ends")
+    axes, steps = generic.int_list(imp, n, 3, where, "axes"), generic.int_list(imp, n, 4, where, "steps")
+    axes = list(range(len(starts))) if axes is None else [a % 4 for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if 0 in steps:
+        raise UnsupportedError(f"{where}: Slice step 0")
+    clamp = lambda v: int(max(min(v, CLAMP), -CLAMP))  # noqa: E731
+    imp.emit("slice", n.name, {"x": x}, n.outputs[0], nhwc=True, axes=[TO_NHWC.index(a) for a in axes],
+             starts=[clamp(s) for s in starts], ends=[clamp(e) for e in ends], steps=list(steps))

@@ -1,0 +1,113 @@
+# Float32 max / average pooling over NHWC (the MAX_POOL / AVG_POOL steps; ops/pool.py's numpy fast
+# paths give the same bits): each output pixel's channels go in blocks of POOL_VECTORS vectors whose
+# accumulators stay in registers across the window's taps, then a vector (the last one partial).
+from libc.math cimport INFINITY
+from volvox._kernels.vx cimport vx_conv_shape
+
+cdef enum:
+    POOL_VECTORS = 4    # vectors of channels per block
+
+
+cdef inline void window_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1,
+                             int64_t *j0, int64_t *j1) noexcept nogil:
+    """In-image taps [i0, i1) x [j0, j1) of output pixel (oh, ow)'s window (no dilation)."""
+    cdef int64_t h0 = oh * s.sh - s.pt, w0 = ow * s.sw - s.pl
+    i0[0] = -h0 if h0 < 0 else 0
+    i1[0] = s.h - h0 if h0 + s.kh > s.h else s.kh
+    j0[0] = -w0 if w0 < 0 else 0
+    j1[0] = s.w - w0 if w0 + s.kw > s.w else s.kw
+
+
+cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil:
+    """Output row item = b * oh_total + oh into y (ow, C): per channel numpy's maximum over the
+    in-image taps in row-major order, from -inf (padding never wins)."""
+    cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
+    cdef int64_t ow, i0, i1, j0, j1, i, j, c, v
+    cdef const float *xp
+    cdef const float *xr
+    cdef float *yo
+    cdef vf acc[POOL_VECTORS]
+    cdef vf one
+    cdef vf_mask k
+    for ow in range(s.ow):
+        window_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+        xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
+        yo = y + (item * s.ow + ow) * C                                       # (C,)
+        c = 0
+        while c + POOL_VECTORS * VL <= C:
+            for v in range(POOL_VECTORS):
+                acc[v] = vf_set1(-INFINITY)
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    xr = xp + (i * s.w + j) * C + c
+                    for v in range(POOL_VECTORS):
+                        acc[v] = vf_max_nan(acc[v], vf_load(xr + v * VL))
+            for v in range(POOL_VECTORS):
+                vf_store(yo + c + v * VL, acc[v])
+            c += POOL_VECTORS * VL
+        while c < C:
+            k = vf_lanes(C - c)
+            one = vf_set1(-INFINITY)
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    one = vf_max_nan(one, vf_load_part(k, xp + (i * s.w + j) * C + c))
+            vf_store_part(k, yo + c, one)
+            c += VL
+
+
+cdef void avg_pool_f32(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
+                       float *y) noexcept nogil:
+    """Output row item = b * oh_total + oh into y (ow, C): per channel the in-image taps summed in
+    row-major order, + 0.0 when the window has padded taps (adding the padding's zeros tap by tap
+    gives the same bits: only a -0 sum changes, to +0), / the in-image count (or kh * kw)."""
+    cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
+    cdef int64_t ow, i0, i1, j0, j1, i, j, c, v, taps
+    cdef bint padded
+    cdef const float *xp
+    cdef const float *x0
+    cdef const float *xr
+    cdef float *yo
+    cdef vf acc[POOL_VECTORS]
+    cdef vf one, count
+    cdef vf_mask k
+    for ow in range(s.ow):
+        window_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+        taps = (i1 - i0) * (j1 - j0) if i1 > i0 and j1 > j0 else 0
+        padded = taps < s.kh * s.kw
+        count = vf_set1(<float>(s.kh * s.kw) if include_pad else <float>taps)
+        xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
+        x0 = xp + (i0 * s.w + j0) * C                                         # the first in-image tap
+        yo = y + (item * s.ow + ow) * C                                       # (C,)
+        c = 0
+        while c + POOL_VECTORS * VL <= C:
+            for v in range(POOL_VECTORS):
+                acc[v] = vf_load(x0 + c + v * VL) if taps else vf_zero()
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    if i != i0 or j != j0:
+                        xr = xp + (i * s.w + j) * C + c
+                        for v in range(POOL_VECTORS):
+                            acc[v] = vf_add(acc[v], vf_load(xr + v * VL))
+            for v in range(POOL_VECTORS):
+                if padded:
+                    acc[v] = vf_add(acc[v], vf_zero())
+                vf_store(yo + c + v * VL, vf_div(acc[v], count))
+            c += POOL_VECTORS * VL
+        while c < C:
+            k = vf_lanes(C - c)
+            one = vf_load_part(k, x0 + c) if taps else vf_zero()
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    if i != i0 or j != j0:
+                        one = vf_add(one, vf_load_part(k, xp + (i * s.w + j) * C + c))
+            if padded:
+                one = vf_add(one, vf_zero())
+            vf_store_part(k, yo + c, vf_div(one, count))
+            c += VL
+
+
+cdef void fill_pool(vx_table *t) noexcept:
+    """The f32 pool entries of the conv table."""
+    cdef vx_conv_table *ct = <vx_conv_table *> t.conv
+    ct.max_pool_f32 = max_pool_f32
+    ct.avg_pool_f32 = avg_pool_f32
