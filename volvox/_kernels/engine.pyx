@@ -5,7 +5,7 @@
 Python plans, native runs. A *step* is one kernel call over typed arguments (engine/steps.pxi),
 cut into work items; a *plan* is an array of steps over buffers its builder keeps alive
 (volvox/runtime/plan.py). The runner (engine/runner.pxi) executes a plan
-in one nogil call and one OpenMP region. A per-op call (volvox.cpu) is a plan of one or two
+in one nogil call, on the calling thread and the team's workers (engine/team.pxi). A per-op call (volvox.cpu) is a plan of one or two
 steps built on the stack (engine/per_op.pxi): every kernel's work split is written once, in its
 step kind.
 
@@ -21,6 +21,7 @@ include "engine/small_ops.pxi"
 include "engine/quantized_ops.pxi"
 include "engine/steps.pxi"
 include "engine/runner.pxi"
+include "engine/team.pxi"
 include "engine/plan.pxi"
 include "kernels/ssm.pxi"
 include "kernels/conv_backward.pxi"

@@ -1,8 +1,9 @@
 """When a native plan's multi-thread team stalls, the next runs go to one thread.
 
-The step runner (volvox/_kernels/engine/runner.pxi) opens one OpenMP region per run. Under load the OS deschedules a
-team thread for whole scheduler ticks (4 ms here), and the region's opening and closing, or a
-step waiting on the item that thread holds, wait with it: with one CPU-bound process beside it,
+Under load the OS deschedules a team thread for whole scheduler ticks (4 ms here), and a step
+waiting on the item that thread holds waits with it (the team's runs no longer wait for a late
+worker at their end: volvox/_kernels/engine/team.pxi; the figures below are from the OpenMP region
+runs had before, which did): with one CPU-bound process beside it,
 the person detector on 2 threads took 8-12 ms (median; EfficientNet 16-52 ms) against 0.52 ms
 (8.5-17 ms) on one; SmolLM2 decode at 2 threads beside another SmolLM2 process ran 41 tok/s
 against 110 on one.

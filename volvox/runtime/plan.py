@@ -6,7 +6,8 @@ arithmetic). For a graph whose every shape is fixed, ``Plan`` lowers each node o
 op's ``cpu`` entry in the op table (volvox/ops), into the engine's typed steps
 (volvox/_kernels/engine/steps.pxi) over one arena placed by lifetime (compile/memory.pack_arena:
 a node's outputs side by side, float32 offsets, int8 tensors rounded up to whole floats); a run
-executes every step in one nogil call inside one OpenMP region. An op without a ``cpu`` entry runs
+executes every step in one nogil call, on the calling thread and the engine's team of worker threads
+(volvox/_kernels/engine/team.pxi). An op without a ``cpu`` entry runs
 as an *island*: its numpy fast path on arena views, between native step ranges, exactly as the
 per-op executor runs it. An op whose output is a view of its input (``OpDef.view``: reshape,
 output_rows) has no step: its output is its input's buffer.

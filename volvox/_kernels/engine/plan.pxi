@@ -46,7 +46,7 @@ cdef class StepPlan:
     """A fixed array of kernel steps plus the KV cache they read (engine/steps.pxi)."""
     cdef Step *steps
     cdef Window *windows         # one per step (window steps point at theirs)
-    cdef StepSync sync
+    cdef StepSync sync           # counters of an OpenMP-region run (another thread's plan has the team)
     cdef void *sync_block        # sync.rows' allocation (rows start at its first cache line)
     cdef int64_t n, cap, layers
     cdef float **k_cache
@@ -435,8 +435,13 @@ cdef class StepPlan:
         inp.k_cache, inp.v_cache = self.k_cache, self.v_cache
         cdef double *tp = NULL if times is None else &times[0]
         cdef int nt = _nthreads if nthreads <= 0 else max(1, min(nthreads, _nthreads))
+        cdef int rc = 0
         with nogil:
-            run_steps(self.steps, self.n, &inp, nt, &self.sync, 0, tp)
+            rc = team_run(self.steps, self.n, &inp, nt, tp)
+            if rc == TEAM_BUSY:                                 # another thread's plan has the team
+                run_steps(self.steps, self.n, &inp, nt, &self.sync, 0, tp)
+        if rc < 0:
+            raise MemoryError("step plan run counters")
 
     def run_range(self, int nthreads, double[::1] times=None, int64_t start=0, int64_t stop=-1):
         """Run steps [start, stop) (stop -1: to the end) once, for a graph without a KV cache, on
@@ -449,5 +454,10 @@ cdef class StepPlan:
         if start < 0 or start > stop:
             raise ValueError("step range")
         cdef double *tp = NULL if times is None else &times[start]
+        cdef int rc = 0
         with nogil:
-            run_steps(self.steps + start, stop - start, &inp, nt, &self.sync, start, tp)
+            rc = team_run(self.steps + start, stop - start, &inp, nt, tp)
+            if rc == TEAM_BUSY:                                 # another thread's plan has the team
+                run_steps(self.steps + start, stop - start, &inp, nt, &self.sync, start, tp)
+        if rc < 0:
+            raise MemoryError("step plan run counters")

@@ -1,5 +1,7 @@
-# The runner: one nogil call runs a plan's steps on a team of threads inside one OpenMP region,
-# with no barrier between steps.
+# The runner: one nogil call runs a plan's steps on a team of threads, with no barrier between
+# steps. A plan runs on the team's persistent workers (team.pxi: team_run); run_steps opens one
+# OpenMP region instead, for a per-op call (counters on its stack) and for a plan run while another
+# Python thread's plan has the team.
 #
 # Every thread walks the same step array. For step i it claims items until none are left: first
 # its own contiguous share of the step's items (the same image rows as its share of the step
