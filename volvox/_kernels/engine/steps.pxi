@@ -55,6 +55,9 @@ cdef struct Window:
     int64_t pixels               # CONV_F32 / QCONV: output pixels per block (0: CONV_PIXELS)
     int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32 convs); CONV_F32 / DWCONV_F32 also
                                  # FN_SILU, FN_HARD_SWISH (post_activation)
+    const float *residual        # CONV_F32: (n, oh, ow, cout) added to the output, then residual_act
+                                 # (a residual add folded into the step: add_residual), or NULL
+    int32_t residual_act         # FN_NONE, FN_RELU or FN_RELU6: the folded add's activation
     Pointwise pw                 # DWPW / QDWPW / EXDWPW: the 1x1 conv after the depthwise one
     Pointwise ex                 # EXDWPW: the 1x1 conv before it (cout: the depthwise conv's channels)
 
@@ -654,6 +657,15 @@ cdef void post_activation(int act, int64_t rows, int64_t cols, float *y, int64_t
             unary_run(FN_HARD_SWISH, cols, y + r * ldy, <float>0.0, <float>0.0, y + r * ldy)
 
 
+cdef void add_residual(int act, int64_t rows, int64_t cols, const float *r, float *y, int64_t ld) noexcept nogil:
+    """y = act(y + r) in place (rows x cols, both ld apart), while the block a conv step just wrote is
+    in cache: the binary step's sum and activation, so a folded residual add keeps its bits."""
+    cdef int64_t i
+    for i in range(rows):
+        binary_run(BIN_ADD, 0, cols, y + i * ld, r + i * ld, 0, 1, y + i * ld)
+        apply_act(act, y + i * ld, 0, cols)
+
+
 cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """A block of output pixels (im2col rows, or a 1x1 conv's input rows) times a part of the
     packed weights' output channels."""
@@ -672,6 +684,8 @@ cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int
         _tbl.conv.sgemm(KK, packed, c1 - c0, <const float *> a.x + p0 * KK, KK, np_, y, w.cout,
                         bias + c0 if bias != NULL else NULL, kernel_act(w.act))
     post_activation(w.act, np_, c1 - c0, y, w.cout)
+    if w.residual != NULL:
+        add_residual(w.residual_act, np_, c1 - c0, w.residual + p0 * w.cout + c0, y, w.cout)
 
 
 cdef void run_dwconv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
