@@ -59,6 +59,8 @@ MACS_PER_THREAD = 2 << 20
 # thread (runtime/pacing.py).
 
 
+# The ops whose f32 steps can take the residual add after them (fold_residual).
+RESIDUAL_CONVS = ("conv2d", "dwpw_conv2d", "expand_dwpw_conv2d")
 # Activations a conv step applies to each block it writes (fold_activation).
 FOLDED_ACTIVATIONS = ("silu", "hard_swish")
 
@@ -215,7 +217,8 @@ class Plan:
 
     def _conv_residuals_in_place(self) -> dict[str, str]:
         """{output: input} of each float32 two-input add / add_n of one shape (a residual block's sum)
-        one of whose inputs a conv2d writes and it alone reads: it runs in place on that input, so
+        one of whose inputs a conv2d (or a fused pair ending in a 1x1 conv: dwpw_conv2d,
+        expand_dwpw_conv2d) writes and it alone reads: it runs in place on that input, so
         that fold_residual can hand it to the conv's step (of two such inputs, the later conv's: the
         step just before the add)."""
         graph, idx = self.graph, GraphIndex(self.graph)
@@ -226,15 +229,16 @@ class Plan:
             if node.op not in ("add", "add_n") or len(xs) != 2 or xs[0] == xs[1] or \
                     graph.specs[y].dtype != "float32" or any(graph.specs[x].shape != graph.specs[y].shape for x in xs):
                 continue
-            convs = [x for x in xs if getattr(idx.producer.get(x), "op", None) == "conv2d" and idx.sole_consumer(x, node)]
+            convs = [x for x in xs if getattr(idx.producer.get(x), "op", None) in RESIDUAL_CONVS
+                     and idx.sole_consumer(x, node)]
             if convs:
                 in_place[y] = max(convs, key=lambda x: order[idx.producer[x].id])
         return in_place
 
     def fold_residual(self, node: Node, act: int) -> bool:
         """Whether the step before ``node`` (a residual add in place on a conv's output: see
-        _conv_residuals_in_place; FN code ``act``) now applies it: an f32 conv step with no
-        activation writing that output adds the add's other input, then act, to each block it
+        _conv_residuals_in_place; FN code ``act``) now applies it: an f32 conv step (or DWPW /
+        EXDWPW step) with no activation writing that output adds the add's other input, then act, to each block it
         writes (one step and one pass over the output fewer; the same bits)."""
         xs, y = list(node.inputs.values()), node.outputs["y"]
         conv = next((x for x in xs if self._root(x) == self._root(y)), None)
