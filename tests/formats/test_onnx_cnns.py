@@ -361,6 +361,41 @@ def test_wide_concat_equals_onnxruntime(tmp_path, layers, opset):
     assert model._plan is not None and model._plan.plan is not None, "the block runs as a native step plan"
 
 
+class Residuals(nn.Module):
+    """Residual sums a conv step takes over (the conv's output read by the add alone, the add's other
+    input read elsewhere too; with and without the ReLU after) and one it cannot (that output is
+    also a graph output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1)
+        self.c3, self.c4, self.c5 = nn.Conv2d(16, 24, 1), nn.Conv2d(16, 24, 3, padding=1), nn.Conv2d(24, 24, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))
+        y = torch.relu(self.c2(a) + a)      # a: also c2's input
+        z = self.c4(y) + self.c3(y)         # two convs' outputs, no ReLU
+        e = self.c5(z)
+        return torch.relu(z + e), e         # e: an output too
+
+
+@pytest.mark.parametrize("opset", [9, 17])
+def test_residual_adds_equal_onnxruntime(tmp_path, opset):
+    torch.manual_seed(0)
+    path = tmp_path / "residuals.onnx"
+    torch.onnx.export(Residuals().eval(), (torch.zeros(1, 3, 10, 9),), str(path), opset_version=opset,
+                      input_names=["x"], output_names=["y", "e"], dynamo=False)
+    x = np.random.default_rng(6).standard_normal((1, 3, 10, 9)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    model = volvox.load(path)
+    got = list(model.run({"x": x}).values())  # y, e
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()
+    ops = [op for _, op in model._plan.plan.step_nodes]
+    assert ops.count("conv2d") == 5 and ops.count("add") + ops.count("add_n") == 1, ops  # two adds in conv steps
+
+
 def test_concat_of_more_than_64_inputs_is_refused(tmp_path):
     net = DenseBlock(64)
     path = tmp_path / "dense-64.onnx"

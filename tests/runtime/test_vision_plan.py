@@ -462,6 +462,67 @@ def test_silu_and_hard_swish_fold_into_the_conv_step_before_them(tier, threads):
         np.testing.assert_allclose(native[name], oracle[name], rtol=1e-4, atol=1e-4 * np.abs(oracle[name]).max())
 
 
+def test_residual_adds_fold_into_the_conv_step_before_them(tier, threads):
+    """A two-input add (a residual block's sum; with its ReLU, an add_n) whose one input an f32 conv
+    writes and it alone reads runs in that conv's step, each block summed and activated as it is
+    written (no step of its own), bit for bit the per-op executor's conv then add, on every tier, 20
+    and 37 channels (not whole vectors), im2col and 1x1 convs; the add's other input may have other
+    readers. An add whose conv output has a second reader, or whose conv applies its own activation,
+    stays a step (run in place)."""
+    m = GraphMaker(x=((1, 9, 11, 13), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    a = m.node("conv2d", dict(pads=[1, 1, 1, 1], activation="relu"), x="x", weight=m.w("c1", f(20, 3, 3, 13)))
+    b = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=a, weight=m.w("c2", f(20, 3, 3, 20)), bias=m.w("b2", f(20)))
+    r1 = m.node("relu", x=m.node("add", a=b, b=a))            # folds into b (a: read by b too)
+    c = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=r1, weight=m.w("c3", f(37, 3, 3, 20)))
+    d = m.node("conv2d", {}, x=r1, weight=m.w("c4", f(37, 1, 1, 20)), bias=m.w("b4", f(37)))
+    s2 = m.node("add", a=c, b=d)                              # folds into d (the later conv), no activation
+    e = m.node("conv2d", {}, x=s2, weight=m.w("c5", f(37, 1, 1, 37)))
+    s3 = m.node("add", a=s2, b=e)                             # e is an output too: a step
+    g = m.node("conv2d", dict(activation="relu6"), x=s3, weight=m.w("c6", f(37, 1, 1, 37)))
+    s4 = m.node("relu", x=m.node("add", a=s3, b=g))           # g's own ReLU6 first: a step, in place
+    model = m.model([s4, e], optimize=True)
+    x = rng.standard_normal((1, 9, 11, 13)).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    assert [op for _, op in model._plan.plan.step_nodes] == ["conv2d"] * 5 + ["add", "conv2d", "add_n"]
+    for name in per_op:
+        assert same_bits(native[name], per_op[name]), name
+    oracle = reference_model(model).run({"x": x})
+    for name in oracle:
+        np.testing.assert_allclose(native[name], oracle[name], rtol=1e-4, atol=1e-4 * np.abs(oracle[name]).max())
+
+
+def test_residual_adds_fold_into_dwpw_and_expand_dwpw_steps(threads):
+    """MobileNetV2's inverted residuals: the add after a fused depthwise -> 1x1 pair (a DWPW step)
+    or expand -> depthwise -> 1x1 chain (an EXDWPW step, the expanded tensor over 2 MB) runs in that
+    step, each output row summed as it is written, bit for bit the unfused graph's convs then adds;
+    an add whose other input is the graph's input (the caller's array) stays a step."""
+    m = GraphMaker(x=((2, 30, 53, 24), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
+    x0 = m.node("conv2d", dict(activation="relu"), x="x", weight=m.w("c0", f(24, 1, 1, 24)))
+    e = m.node("conv2d", dict(activation="relu6"), x=x0, weight=m.w("e", f(176, 1, 1, 24)), bias=m.w("eb", f(176)))
+    d = m.node("conv2d", dict(groups=176, pads=[1, 1, 1, 1], activation="relu6"), x=e,
+               weight=m.w("d", f(176, 3, 3, 1)), bias=m.w("db", f(176)))
+    p = m.node("conv2d", {}, x=d, weight=m.w("p", f(24, 1, 1, 176)), bias=m.w("pb", f(24)))
+    s1 = m.node("add", a=x0, b=p)                                      # into the EXDWPW step
+    s2 = m.node("conv2d", dict(activation="relu"), x=s1, weight=m.w("c", f(24, 1, 1, 24)))
+    d2 = m.node("conv2d", dict(groups=24, pads=[1, 1, 1, 1], activation="relu6"), x=s2,
+                weight=m.w("d2", f(24, 3, 3, 1)), bias=m.w("db2", f(24)))
+    p2 = m.node("conv2d", {}, x=d2, weight=m.w("p2", f(24, 1, 1, 24)), bias=m.w("pb2", f(24)))
+    s3 = m.node("add", a=p2, b=s1)                                     # into the DWPW step
+    p3 = m.node("conv2d", {}, x=s3, weight=m.w("p3", f(24, 1, 1, 24)))
+    s4 = m.node("add", a="x", b=p3)                                    # the caller's x: a step
+    fused, unfused = m.model([s4], optimize=True), m.model([s4], optimize=False)
+    assert [n.op for n in fused.graph.nodes] == ["conv2d", "expand_dwpw_conv2d", "add", "conv2d", "dwpw_conv2d",
+                                                 "add", "conv2d", "add"]
+    x = rng.standard_normal((2, 30, 53, 24)).astype(np.float32)
+    native, per_op = plan_and_per_op(fused, {"x": x})
+    assert [op for _, op in fused._plan.plan.step_nodes] == ["conv2d", "expand_dwpw_conv2d", "conv2d", "dwpw_conv2d",
+                                                             "conv2d", "add"]
+    assert same_bits(native[s4], per_op[s4])
+    assert same_bits(native[s4], unfused.run({"x": x})[s4])
+
+
 def test_dwpw_with_large_pointwise_weights_runs_as_two_steps(threads):
     """A float32 depthwise -> 1x1 pair whose 1x1 weights pass DWPW_SPLIT_BYTES (512 -> 160
     channels: 320 KB) runs as a depthwise step into a buffer of the plan's and one GEMM step over

@@ -147,6 +147,8 @@ def binary_cpu(plan, node) -> None:
     plan.need(node, a.shape == y.shape and all(x.shape == y.shape for x in xs[2:]), "a broadcast first operand")
     b_count, b_div = broadcast_plan(plan, node, b.shape, y.shape)
     act = plan_activation(plan, node)
+    if len(xs) == 2 and plan.fold_residual(node, act):  # a residual add: into the conv step before it
+        return
     plan.add("binary", a=cpu.address(a), b=cpu.address(b), y=cpu.address(y), count=y.size, op=BIN.get(node.op, BIN["add"]),
              b_count=b_count, b_div=b_div, act=0 if xs[2:] else act)
     for k, x in enumerate(xs[2:], 3):  # add_n: left to right, in place

@@ -60,6 +60,8 @@ MACS_PER_THREAD = 2 << 20
 # thread (runtime/pacing.py).
 
 
+# The ops whose f32 steps can take the residual add after them (fold_residual).
+RESIDUAL_CONVS = ("conv2d", "dwpw_conv2d", "expand_dwpw_conv2d")
 # Activations a conv step applies to each block it writes (fold_activation).
 FOLDED_ACTIVATIONS = ("silu", "hard_swish")
 
@@ -101,7 +103,7 @@ class Plan:
         alias = {node.outputs["y"]: node.inputs["x"] for node in graph.nodes
                  if get_op(node.op, node.id).view and node.inputs["x"] not in weights
                  and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
-        in_place = self._conv_activations_in_place()
+        in_place = {**self._conv_activations_in_place(), **self._conv_residuals_in_place()}
         alias.update(in_place)
         for node in graph.nodes:
             op = get_op(node.op)
@@ -213,6 +215,40 @@ class Plan:
                 if node.op in FOLDED_ACTIVATIONS and getattr(idx.producer.get(node.inputs["x"]), "op", None) == "conv2d"
                 and idx.sole_consumer(node.inputs["x"], node) and graph.specs[node.inputs["x"]].dtype == "float32"
                 and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
+
+    def _conv_residuals_in_place(self) -> dict[str, str]:
+        """{output: input} of each float32 two-input add / add_n of one shape (a residual block's sum)
+        one of whose inputs a conv2d (or a fused pair ending in a 1x1 conv: dwpw_conv2d,
+        expand_dwpw_conv2d) writes and it alone reads: it runs in place on that input, so
+        that fold_residual can hand it to the conv's step (of two such inputs, the later conv's: the
+        step just before the add)."""
+        graph, idx = self.graph, GraphIndex(self.graph)
+        order = {node.id: i for i, node in enumerate(graph.nodes)}
+        in_place = {}
+        for node in graph.nodes:
+            xs, y = list(node.inputs.values()), node.outputs.get("y")
+            if node.op not in ("add", "add_n") or len(xs) != 2 or xs[0] == xs[1] or \
+                    graph.specs[y].dtype != "float32" or any(graph.specs[x].shape != graph.specs[y].shape for x in xs):
+                continue
+            convs = [x for x in xs if getattr(idx.producer.get(x), "op", None) in RESIDUAL_CONVS
+                     and idx.sole_consumer(x, node)]
+            if convs:
+                in_place[y] = max(convs, key=lambda x: order[idx.producer[x].id])
+        return in_place
+
+    def fold_residual(self, node: Node, act: int) -> bool:
+        """Whether the step before ``node`` (a residual add in place on a conv's output: see
+        _conv_residuals_in_place; FN code ``act``) now applies it: an f32 conv step (or DWPW /
+        EXDWPW step) with no activation writing that output adds the add's other input, then act, to each block it
+        writes (one step and one pass over the output fewer; the same bits)."""
+        xs, y = list(node.inputs.values()), node.outputs["y"]
+        conv = next((x for x in xs if self._root(x) == self._root(y)), None)
+        if conv is None or self._reads:  # not in place, or the other input is the caller's array (_feed)
+            return False
+        other = xs[1] if conv == xs[0] else xs[0]
+        if other in self.weights:
+            return False
+        return self.steps.fold_residual(address(self._tensor(conv)), address(self._tensor(other)), act)
 
     def fold_activation(self, node: Node, fn: int) -> bool:
         """Whether the step before ``node`` (silu or hard_swish, FN code ``fn``, in place: see

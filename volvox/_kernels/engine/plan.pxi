@@ -281,6 +281,26 @@ cdef class StepPlan:
         self.windows[self.n - 1].act = fn
         return True
 
+    def fold_residual(self, uintptr_t y, uintptr_t r, int act):
+        """Whether the last step, a CONV_F32 (or DWPW_F32 / EXDWPW_F32: its 1x1 conv) with no
+        activation writing y, now adds r (the same shape) to each block it writes, then applies act
+        (FN_NONE, FN_RELU or FN_RELU6): a residual add y = act(y + r) run in place on the conv's output."""
+        if self.n == 0 or act not in (FN_NONE, FN_RELU, FN_RELU6):
+            return False
+        cdef Step *s = &self.steps[self.n - 1]
+        cdef int conv_act
+        if s.kind == STEP_CONV_F32:
+            conv_act = s.w.act
+        elif s.kind == STEP_DWPW_F32 or s.kind == STEP_EXDWPW_F32:
+            conv_act = s.w.pw.act
+        else:
+            return False
+        if conv_act != FN_NONE or s.w.residual != NULL or <uintptr_t> s.a.win.y != y:
+            return False
+        self.windows[self.n - 1].residual = <const float *> r
+        self.windows[self.n - 1].residual_act = act
+        return True
+
     def dwpw_f32(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t scratch, tuple window,
                  int64_t cout, int64_t per_thread, int act, tuple pointwise, int64_t cparts=1):
         """A depthwise conv's output rows (w (kh*kw, C), bias) through the thread's scratch (ow * C floats)

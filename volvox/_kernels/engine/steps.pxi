@@ -55,6 +55,10 @@ cdef struct Window:
     int64_t pixels               # CONV_F32 / QCONV: output pixels per block (0: CONV_PIXELS)
     int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32 convs); CONV_F32 / DWCONV_F32 also
                                  # FN_SILU, FN_HARD_SWISH (post_activation)
+    const float *residual        # CONV_F32, DWPW_F32, EXDWPW_F32: (n, oh, ow, cout) added to the output,
+                                 # then residual_act (a residual add folded into the step: add_residual),
+                                 # or NULL
+    int32_t residual_act         # FN_NONE, FN_RELU or FN_RELU6: the folded add's activation
     Pointwise pw                 # DWPW / QDWPW / EXDWPW: the 1x1 conv after the depthwise one
     Pointwise ex                 # EXDWPW: the 1x1 conv before it (cout: the depthwise conv's channels)
 
@@ -657,6 +661,15 @@ cdef void post_activation(int act, int64_t rows, int64_t cols, float *y, int64_t
             _tbl.conv.hard_swish_f32(cols, y + r * ldy, y + r * ldy)
 
 
+cdef void add_residual(int act, int64_t rows, int64_t cols, const float *r, float *y, int64_t ld) noexcept nogil:
+    """y = act(y + r) in place (rows x cols, both ld apart), while the block a conv step just wrote is
+    in cache: the binary step's sum and activation, so a folded residual add keeps its bits."""
+    cdef int64_t i
+    for i in range(rows):
+        binary_run(BIN_ADD, 0, cols, y + i * ld, r + i * ld, 0, 1, y + i * ld)
+        apply_act(act, y + i * ld, 0, cols)
+
+
 cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """A block of output pixels (im2col rows, or a 1x1 conv's input rows) times a part of the
     packed weights' output channels."""
@@ -675,6 +688,8 @@ cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int
         _tbl.conv.sgemm(KK, packed, c1 - c0, <const float *> a.x + p0 * KK, KK, np_, y, w.cout,
                         bias + c0 if bias != NULL else NULL, kernel_act(w.act))
     post_activation(w.act, np_, c1 - c0, y, w.cout)
+    if w.residual != NULL:
+        add_residual(w.residual_act, np_, c1 - c0, w.residual + p0 * w.cout + c0, y, w.cout)
 
 
 cdef void run_dwconv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
@@ -696,9 +711,11 @@ cdef void run_dwpw_f32(const Step *s, const RunInput *inp, int me, int team, int
     conv_part(w, team, w.pw.cout, item % conv_parts(w, team), &c0, &c1)
     cdef float *row = <float *> a.scratch + me * w.per_thread  # (ow, C)
     _tbl.conv.dwconv_f32(g, <const float *> a.x, <const float *> a.w, <const float *> a.extra, w.act, r, row)
-    _tbl.conv.sgemm(g.c, <const float *> w.pw.packed + c0 * g.c, c1 - c0, row, g.c, g.ow,
-                    <float *> a.y + r * g.ow * w.pw.cout + c0, w.pw.cout,
+    cdef float *y = <float *> a.y + r * g.ow * w.pw.cout + c0   # (ow, c1 - c0), w.pw.cout apart
+    _tbl.conv.sgemm(g.c, <const float *> w.pw.packed + c0 * g.c, c1 - c0, row, g.c, g.ow, y, w.pw.cout,
                     w.pw.bias + c0 if w.pw.bias != NULL else NULL, w.pw.act)
+    if w.residual != NULL:
+        add_residual(w.residual_act, g.ow, c1 - c0, w.residual + r * g.ow * w.pw.cout + c0, y, w.pw.cout)
 
 
 cdef int64_t items_of_dwpw_f32(const Step *s, int team) noexcept nogil:
@@ -723,7 +740,7 @@ cdef void run_exdwpw_f32(const Step *s, const RunInput *inp, int me, int team, i
     cdef int64_t lo = first if first > 0 else 0, hi = min64(last + 1, g.h)  # input rows read
     cdef float *rows = <float *> a.scratch + me * w.per_thread  # (hi - lo, w, C)
     cdef float *row = rows + exdwpw_rows(w) * g.w * C           # (ow, C): a depthwise row
-    cdef int64_t r
+    cdef int64_t r, at
     if hi > lo:
         _tbl.conv.sgemm(K, <const float *> w.ex.packed, C, <const float *> a.x + (b * g.h + lo) * g.w * K, K,
                         (hi - lo) * g.w, rows, C, w.ex.bias, w.ex.act)
@@ -734,8 +751,11 @@ cdef void run_exdwpw_f32(const Step *s, const RunInput *inp, int me, int team, i
     band.pt = g.pt + lo - r0 * g.sh
     for r in range(r0, r1):
         _tbl.conv.dwconv_f32(&band, rows, <const float *> a.w, <const float *> a.extra, w.act, r - r0, row)
-        _tbl.conv.sgemm(C, <const float *> w.pw.packed, w.pw.cout, row, C, g.ow,
-                        <float *> a.y + ((b * g.oh + r) * g.ow) * w.pw.cout, w.pw.cout, w.pw.bias, w.pw.act)
+        at = (b * g.oh + r) * g.ow * w.pw.cout                   # output row r: (ow, pw.cout)
+        _tbl.conv.sgemm(C, <const float *> w.pw.packed, w.pw.cout, row, C, g.ow, <float *> a.y + at, w.pw.cout,
+                        w.pw.bias, w.pw.act)
+        if w.residual != NULL:
+            add_residual(w.residual_act, g.ow, w.pw.cout, w.residual + at, <float *> a.y + at, w.pw.cout)
 
 
 cdef int64_t bands_of_exdwpw(const Step *s, int team) noexcept nogil:
