@@ -106,11 +106,7 @@ cdef inline void b32x_row_ref(const act_rows *MR_, int fmt, int64_t K, const uin
 cdef void gemm_b32x(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int64_t n,
                     const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . q5_0 / q5_1 / iq4_nl weight rows w: act rows in groups of up to 4, each
-    weight row read once per group (the tier's b32x_row). An iq4_nl GEMV (one act row, an even
-    number of blocks) sums its blocks in pairs where the tier does (IQ4_NL_PAIRS: ggml's
-    ggml_vec_dot_iq4_nl_q8_0, which llama.cpp runs for one token; its prefill runs llamafile's
-    one-chain tinyBLAS, the order of every other call)."""
-    cdef bint pairs = IQ4_NL_PAIRS and fmt == VX_IQ4_NL and m == 1 and (K // VX_QK) % 2 == 0
+    weight row read once per group (the tier's b32x_row)."""
     cdef int64_t i0, r
     cdef int mr, i
     cdef const int8_t *xq[4]     # (mr, K)
@@ -125,13 +121,13 @@ cdef void gemm_b32x(int fmt, int64_t K, const uint8_t *w, int64_t w_stride, int6
         for r in range(n):
             row = w + r * w_stride
             if mr == 1:
-                b32x_row(<const count_1 *>NULL, fmt, K, row, xq, ds, out, pairs)
+                b32x_row(<const count_1 *>NULL, fmt, K, row, xq, ds, out)
             elif mr == 2:
-                b32x_row(<const count_2 *>NULL, fmt, K, row, xq, ds, out, False)
+                b32x_row(<const count_2 *>NULL, fmt, K, row, xq, ds, out)
             elif mr == 3:
-                b32x_row(<const count_3 *>NULL, fmt, K, row, xq, ds, out, False)
+                b32x_row(<const count_3 *>NULL, fmt, K, row, xq, ds, out)
             else:
-                b32x_row(<const count_4 *>NULL, fmt, K, row, xq, ds, out, False)
+                b32x_row(<const count_4 *>NULL, fmt, K, row, xq, ds, out)
             for i in range(mr):
                 y[(i0 + i) * ldy + r] = out[i]
 

@@ -98,7 +98,6 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
 # Interleaved 32-block weights (vx.pxd): 8 rows per group, lane l of all 8 rows in one ymm.
 # ------------------------------------------------------------------------------------------------
 cdef enum:
-    IQ4_NL_PAIRS = 0            # an iq4_nl GEMV keeps one chain (8 more accumulators would spill)
     IL_ROWS = 8                 # rows per interleaved group: one int32 lane of a ymm each
     IL_PREFETCH = 1024          # bytes ahead of the block being read that a group asks for
 

@@ -445,21 +445,17 @@ cdef inline __m256i b32x_weights(int fmt, const uint8_t *blk) noexcept nogil:
 
 
 cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
-                          const float **ds, float *out, bint pairs) noexcept nogil:
+                          const float **ds, float *out) noexcept nogil:
     """out[i] = dot(the q5_0 / q5_1 / iq4_nl weight row, act row i) for i < MR, as ggml's AVX2 kernels:
     per block the 32 products in 8 int32 lanes (u8 x s8, signed weights through the sign trick) times
-    wd * dx into 8 float lanes, q5_1's wm * sx summed aside; then the lanes summed (hsum_ps256).
-    pairs (iq4_nl, MR 1, an even block count; IQ4_NL_PAIRS tiers only): the odd blocks' FMAs go to a
-    second 8 lanes, added to the first before the sum (ggml_vec_dot_iq4_nl_q8_0's accum1 / accum2)."""
+    wd * dx into 8 float lanes, q5_1's wm * sx summed aside; then the lanes summed (hsum_ps256)."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int bsz = b32x_block_bytes(fmt)
     cdef __m256 acc[4]           # (MR,) 8 float lanes
-    cdef __m256 acc_odd = _mm256_setzero_ps()                  # (8,) pairs: the odd blocks' lanes
     cdef float summ[4]           # (MR,) q5_1's m terms
     cdef const uint8_t *blk
     cdef __m256i w, u
-    cdef __m256 dot
     cdef float wd, wm
     cdef int64_t b
     cdef int i
@@ -478,14 +474,8 @@ cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t
         else:
             u = _mm256_sign_epi8(w, w)  # |w|, and x takes w's sign
             for i in range(MR):
-                dot = _mm256_cvtepi32_ps(dot_u8s8_256(
-                    u, _mm256_sign_epi8(_mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)), w)))
-                if IQ4_NL_PAIRS and pairs and b & 1:
-                    acc_odd = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), dot, acc_odd)
-                else:
-                    acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), dot, acc[i])
-    if IQ4_NL_PAIRS and pairs:
-        acc[0] = _mm256_add_ps(acc[0], acc_odd)
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * ds[i][2 * b]), _mm256_cvtepi32_ps(dot_u8s8_256(
+                    u, _mm256_sign_epi8(_mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)), w))), acc[i])
     for i in range(MR):
         out[i] = hsum_ps256(acc[i]) + summ[i]
 

@@ -225,12 +225,11 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
 # Interleaved 32-block weights (vx.pxd): 16 rows per group, lane l of all 16 rows in one zmm.
 # ------------------------------------------------------------------------------------------------
 cdef enum:
-    IQ4_NL_PAIRS = 1            # an iq4_nl GEMV sums its blocks in pairs (b32x_row, b32_il_tile)
     IL_ROWS = 16                # rows per interleaved group: one int32 lane of a zmm each
     IL_PREFETCH = 2048          # bytes ahead of the block being read that a group asks for
 
 
-cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, bint pairs, int64_t K, const uint8_t *g,
+cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K, const uint8_t *g,
                              const int8_t **xq, const float **ds, float *out) noexcept nogil:
     """One group's 16 weight rows against MR act rows: out[16 i + r] = dot(row r, act row i), each formed
     as b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an exact int32 times
@@ -243,9 +242,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, bint pairs
     from -16 * the sum (its weights are q - 16), q4_0's from -8 * the sum (nibble - 8, ggml's lanes).
     q4_0's, q5_0's and iq4_nl's starts come with their act rows
     (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block.
-    vbmi: iq4_nl looks its levels up with vpermb (the CPU has AVX-512 VBMI), not pshufb + masks.
-    pairs (iq4_nl, MR 1): the odd blocks' FMAs go to acc_odd, added lane by lane before the sum
-    (b32x_row's pairs)."""
+    vbmi: iq4_nl looks its levels up with vpermb (the CPU has AVX-512 VBMI), not pshufb + masks."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
@@ -259,10 +256,9 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, bint pairs
     cdef __m512i levels = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS),
                                                                _mm_set1_epi8(<char>-128)))   # levels + 128
     cdef __m512 acc[2][8]        # (MR, lane) 16 rows each
-    cdef __m512 acc_odd[8]       # (lane,) pairs: the odd blocks' lanes
     cdef __m512 accm[2]          # (MR,) 16 m-term chains
     cdef __m512 dd[2]            # (MR,) wd * dx
-    cdef __m512 dw, wm, plo, phi
+    cdef __m512 dw, wm
     cdef __m512i p, lo, hi
     cdef __m256i sums
     cdef int32_t xl[2][8]        # (MR, group) the block's act values as 8 groups of 4 bytes
@@ -272,8 +268,6 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, bint pairs
     cdef const uint8_t *blk
     cdef int64_t b
     cdef int i, l
-    for l in range(8):
-        acc_odd[l] = _mm512_setzero_ps()
     for i in range(MR):
         accm[i] = _mm512_setzero_ps()
         for l in range(8):
@@ -313,16 +307,10 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, bint pairs
                     lo = _mm512_shuffle_epi8(levels, _mm512_and_si512(p, m4))
                     hi = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4))
                 for i in range(MR):
-                    plo = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_set1_epi32(c[i][l]), lo,
-                                                                _mm512_set1_epi32(xl[i][l])))
-                    phi = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_set1_epi32(c[i][l + 4]), hi,
-                                                                _mm512_set1_epi32(xl[i][l + 4])))
-                    if pairs and b & 1:
-                        acc_odd[l] = _mm512_fmadd_ps(dd[i], plo, acc_odd[l])
-                        acc_odd[l + 4] = _mm512_fmadd_ps(dd[i], phi, acc_odd[l + 4])
-                    else:
-                        acc[i][l] = _mm512_fmadd_ps(dd[i], plo, acc[i][l])
-                        acc[i][l + 4] = _mm512_fmadd_ps(dd[i], phi, acc[i][l + 4])
+                    acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                        _mm512_set1_epi32(c[i][l]), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                    acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                        _mm512_set1_epi32(c[i][l + 4]), hi, _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
         else:
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
@@ -344,9 +332,6 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, bint pairs
             wm = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>(blk + 32)))
             for i in range(MR):
                 accm[i] = _mm512_fmadd_ps(wm, _mm512_set1_ps(ds[i][2 * b + 1]), accm[i])
-    if pairs:
-        for l in range(8):
-            acc[0][l] = _mm512_add_ps(acc[0][l], acc_odd[l])
     for i in range(MR):
         _mm512_storeu_ps(out + IL_ROWS * i, _mm512_add_ps(
             _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][4]), _mm512_add_ps(acc[i][2], acc[i][6])),
@@ -357,9 +342,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, bint pairs
 cdef inline void gemm_il_b32(int fmt, bint vbmi, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
                              const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved weights w (groups of 16 rows, group_bytes apart): each group
-    against the act rows 2 at a time (then the last alone); vbmi as b32_il_tile's; an iq4_nl GEMV
-    (one act row, an even number of blocks) sums its blocks in pairs (gemm_b32x's)."""
-    cdef bint pairs = fmt == VX_IQ4_NL and m == 1 and (K // VX_QK) % 2 == 0
+    against the act rows 2 at a time (then the last alone); vbmi as b32_il_tile's."""
     cdef int64_t g, i0, r, rows
     cdef int i, mr
     cdef const int8_t *xq[2]     # (mr, K)
@@ -373,9 +356,9 @@ cdef inline void gemm_il_b32(int fmt, bint vbmi, int64_t K, const uint8_t *w, in
                 xq[i] = <const int8_t *>a + (i0 + i) * a_stride
                 ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
             if mr == 2:
-                b32_il_tile(<const count_2 *>NULL, fmt, vbmi, False, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(<const count_2 *>NULL, fmt, vbmi, K, w + g * group_bytes, xq, ds, out)
             else:
-                b32_il_tile(<const count_1 *>NULL, fmt, vbmi, pairs, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(<const count_1 *>NULL, fmt, vbmi, K, w + g * group_bytes, xq, ds, out)
             for i in range(mr):
                 for r in range(rows):
                     y[(i0 + i) * ldy + g * IL_ROWS + r] = out[IL_ROWS * i + r]

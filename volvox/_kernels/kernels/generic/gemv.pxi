@@ -57,14 +57,9 @@ cdef inline void kq_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *
     kq_row_ref(MR_, fmt, K, row, x, out)
 
 
-cdef enum:
-    IQ4_NL_PAIRS = 0            # an iq4_nl GEMV keeps one float per block (gemm_b32x)
-
-
 cdef inline void b32x_row(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, const int8_t **xq,
-                          const float **ds, float *out, bint pairs) noexcept nogil:
-    """q5_0 / q5_1 / iq4_nl weight row against MR act rows (portable: one float per block; pairs, the
-    x86 tiers' iq4_nl GEMV order, does not apply)."""
+                          const float **ds, float *out) noexcept nogil:
+    """q5_0 / q5_1 / iq4_nl weight row against MR act rows (portable)."""
     b32x_row_ref(MR_, fmt, K, row, xq, ds, out)
 
 
