@@ -91,10 +91,13 @@ cdef inline size_t VX_ALIGN(size_t n) noexcept nogil:
 #     float ds[K/32][2]        at VX_ALIGN(K): d and s per block, held in f32 but with ggml's
 #                              values: d = fp16(amax / 127); s = fp16(d * sum(qs)) (q8_1, q4_1
 #                              weights) or the exact d16 * sum(qs) (q8_0)
-#     int32 corr[K/4]          q5_0 / iq4_nl weights only, at VX_ALIGN(K) + VX_ALIGN(8 * K/32):
-#                              -(qs[4 j] + .. + qs[4 j + 3]) * 16 (q5_0) or * 128 (iq4_nl), the
-#                              start of lane j's dot in the avx512 interleaved kernels (unsigned
-#                              weights q + 16 / level + 128), once per act row instead of per group
+#     int32 corr[K/4]          q4_0 / q5_0 / iq4_nl weights only, at VX_ALIGN(K) + VX_ALIGN(8 * K/32):
+#                              -(qs[4 j] + .. + qs[4 j + 3]) * 8 (q4_0), * 16 (q5_0) or * 128
+#                              (iq4_nl), the start of lane j's dot in the x86 kernels over unsigned
+#                              weights (q4_0's nibbles: every x86 q4_0 kernel, so that a lane ends
+#                              at ggml's int32 of (nibble - 8) * q; q5_0's q + 16 and iq4_nl's
+#                              level + 128: the avx512 interleaved kernels), once per act row
+#                              instead of per group
 #     q = round-half-even(x * (127 / amax)), so |q| <= 127.
 #   k-quant weights (q2_K .. q6_K), ggml's q8_K (quantize_row_q8_K_ref):
 #     int8  qs[K]              at 0: min(127, round-half-even(x * (-127 / max))), max the first
@@ -118,13 +121,13 @@ cdef inline size_t vx_act_row_bytes(int wtype, int64_t K) noexcept nogil:
         return VX_ALIGN(K) + VX_ALIGN(4 * (K // VX_QK_K)) + VX_ALIGN(4 * (K // 16))
     if wtype == VX_F32 or wtype == VX_F16:
         return 0
-    if wtype == VX_Q5_0 or wtype == VX_IQ4_NL:
+    if wtype == VX_Q4_0 or wtype == VX_Q5_0 or wtype == VX_IQ4_NL:
         return VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK)) + VX_ALIGN(K)
     return VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK))
 
 
 cdef inline const int32_t *vx_act_corrections(const void *act, int64_t K) noexcept nogil:
-    """corr (K/4,) of a q5_0 / iq4_nl act row (see above)."""
+    """corr (K/4,) of a q4_0 / q5_0 / iq4_nl act row (see above)."""
     return <const int32_t *>(<const char *>act + VX_ALIGN(K) + VX_ALIGN(8 * (K // VX_QK)))
 
 

@@ -24,8 +24,8 @@ from libc.math cimport fabsf, fmaf, fmaxf, lrintf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q4_K, VX_Q6_K, VX_Q8_0, VX_QK, VX_QK_K, vx_block_q4_0,
-    vx_block_q4_1, vx_block_q4_K, vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
+    VX_ALIGN, VX_F16, VX_F32, VX_Q4_0, VX_Q4_1, VX_Q4_K, VX_Q6_K, VX_Q8_0, VX_QK, VX_QK_K, vx_act_corrections,
+    vx_block_q4_0, vx_block_q4_1, vx_block_q4_K, vx_block_q6_K, vx_block_q8_0, vx_f16, vx_table)
 from volvox._kernels.kquant_scales cimport q4k_scales
 
 cdef extern from *:
@@ -131,8 +131,24 @@ cdef inline void quantize_a32_ref_impl(int smode, int64_t K, const float *x, voi
 
 
 cdef void quantize_q8_0(int64_t K, const float *x, void *act) noexcept nogil:
-    """Act row of x for q4_0 / q8_0 weights (ggml's q8_0; s exact)."""
+    """Act row of x for q8_0 weights (ggml's q8_0; s exact)."""
     quantize_a32(VX_S_EXACT, K, x, act)
+
+
+cdef inline void act_lane_corrections(int64_t K, void *act, int32_t factor) noexcept nogil:
+    """The q8_0 act row's corr (vx.pxd): corr[j] = -factor * sum(qs[4 j .. 4 j + 3]) for j < K/4."""
+    cdef const int8_t *qs = <const int8_t *>act                                  # (K,)
+    cdef int32_t *corr = <int32_t *>vx_act_corrections(act, K)                   # (K/4,)
+    cdef int64_t j
+    for j in range(K // 4):
+        corr[j] = -factor * (<int32_t>qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3])
+
+
+cdef void quantize_q8_0_q4_0(int64_t K, const float *x, void *act) noexcept nogil:
+    """Act row of x for q4_0 weights: ggml's q8_0 (s exact), then its corr for the unsigned nibbles
+    (nibble - 8)."""
+    quantize_q8_0(K, x, act)
+    act_lane_corrections(K, act, 8)
 
 
 cdef void quantize_q8_1(int64_t K, const float *x, void *act) noexcept nogil:
@@ -177,7 +193,9 @@ cdef void quantize_aK_ref(int64_t K, const float *x, void *act) noexcept nogil:
 #   q4_0: wq = nibble (0..15), wd = d, wm = -8 d    (q4_0 value = d * (nibble - 8))
 #   q4_1: wq = nibble (0..15), wd = d, wm = m       (q4_1 value = d * nibble + m)
 #   q8_0: wq = int8,           wd = d, wm = 0
-# and dx, sx = dx * sum(xq) come from the act row.
+# and dx, sx = dx * sum(xq) come from the act row (the portable tiers' steps). The x86 tiers take q4_0's
+# -8 d into the integer lanes instead (each lane of 4 products starts at the act row's corr, -8 times
+# its 4 act values' sum: ggml's (nibble - 8) * q lanes) and have no m-term for it.
 # ------------------------------------------------------------------------------------------------
 cdef inline int b32_block_bytes(int fmt) noexcept nogil:
     """Bytes per block of a 32-block format."""
@@ -756,7 +774,7 @@ cdef void fill_gemv(vx_table *t, bint vbmi) noexcept:
     """Point t's quantize / gemm / dequant entries at this tier's kernels (k-quant activations: the
     tier's quantize_aK, ggml's quantize_row_q8_K_ref bit for bit on every tier); vbmi: the CPU's
     AVX-512 VBMI may serve (engine/tiers.pxi), as fill_gemv_il takes it."""
-    t.quantize[VX_Q4_0] = quantize_q8_0
+    t.quantize[VX_Q4_0] = quantize_q8_0_q4_0
     t.quantize[VX_Q4_1] = quantize_q8_1
     t.quantize[VX_Q8_0] = quantize_q8_0
     t.quantize[VX_Q4_K] = quantize_aK

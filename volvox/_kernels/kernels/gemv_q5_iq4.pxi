@@ -182,15 +182,6 @@ cdef void dequant_iq4_nl(int64_t K, const uint8_t *w, float *y) noexcept nogil:
     dequant_b32x(VX_IQ4_NL, K, w, y)
 
 
-cdef inline void act_lane_corrections(int64_t K, void *act, int32_t factor) noexcept nogil:
-    """The q8_0 act row's corr (vx.pxd): corr[j] = -factor * sum(qs[4 j .. 4 j + 3]) for j < K/4."""
-    cdef const int8_t *qs = <const int8_t *>act                                  # (K,)
-    cdef int32_t *corr = <int32_t *>vx_act_corrections(act, K)                   # (K/4,)
-    cdef int64_t j
-    for j in range(K // 4):
-        corr[j] = -factor * (<int32_t>qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3])
-
-
 cdef void quantize_q8_0_q5_0(int64_t K, const float *x, void *act) noexcept nogil:
     """Act row of x for q5_0 weights: ggml's q8_0, then its corr for unsigned weights q (q - 16)."""
     quantize_q8_0(K, x, act)

@@ -3,7 +3,8 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, vx_il_block_bytes, vx_table)
+    VX_ALIGN, VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, vx_act_corrections,
+    vx_il_block_bytes, vx_table)
 
 include "gemv_x86.pxi"
 from volvox._kernels.simd.ivec_avx2 cimport *
@@ -105,8 +106,9 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
                               float *out) noexcept nogil:
     """One group's 8 weight rows against one act row: out[r] = dot(row r, act row), each formed as
     b32_avx2_tile forms it (ggml's AVX2 order): per block, lane l's 4 products as an exact int32
-    (maddubs + madd, as dot_u8s8_256) times wd * dx into float lane l; the m-term an FMA chain; then
-    the lanes summed in hsum_ps256's order and the m-term added. acc[l] holds lane l of the 8 rows.
+    (maddubs + madd, as dot_u8s8_256; q4_0's from the act row's corr: (nibble - 8) * q, ggml's lanes)
+    times wd * dx into float lane l; q4_1 / q5_1's m-term an FMA chain; then the lanes summed in
+    hsum_ps256's order and the m-term added. acc[l] holds lane l of the 8 rows.
     q8_0 bytes are stored + 128 (vx.pxd): xor gives the signed weights back, and |w| times x with w's
     sign is ggml's q8_0 product; iq4_nl's nibbles select its levels (pshufb), multiplied the same way
     (as b32x_row); q5_0 / q5_1's 5th bits (a mask per lane and half, vx.pxd) add 16 to their nibbles
@@ -132,9 +134,10 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
     cdef __m256 acc[8]           # (lane,) 8 rows each
     cdef __m256 accm = _mm256_setzero_ps()                     # (8,) m-term chains
     cdef __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS))
-    cdef __m256 dd, wm
+    cdef __m256 dd
     cdef __m256i p, wq, wlo, whi
     cdef int32_t xl[8]           # the block's 32 act values as 8 groups of 4 bytes
+    cdef const int32_t *corr = vx_act_corrections(xq, K)       # (K/4,) q4_0: each lane's start
     cdef const uint8_t *blk
     cdef int64_t b
     cdef int l
@@ -187,15 +190,16 @@ cdef inline void b32_il_group(int fmt, int64_t K, const uint8_t *g, const int8_t
         else:
             for l in range(4):
                 p = _mm256_loadu_si256(<const void *>(blk + qoff + 32 * l))
-                acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(_mm256_and_si256(p, m4), _mm256_set1_epi32(xl[l]))),
-                                         dd, acc[l])
-                acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_256(
-                    _mm256_and_si256(_mm256_srli_epi16(p, 4), m4), _mm256_set1_epi32(xl[l + 4]))), dd, acc[l + 4])
+                wlo = dot_u8s8_256(_mm256_and_si256(p, m4), _mm256_set1_epi32(xl[l]))
+                whi = dot_u8s8_256(_mm256_and_si256(_mm256_srli_epi16(p, 4), m4), _mm256_set1_epi32(xl[l + 4]))
+                if fmt == VX_Q4_0:
+                    wlo = _mm256_add_epi32(wlo, _mm256_set1_epi32(corr[8 * b + l]))
+                    whi = _mm256_add_epi32(whi, _mm256_set1_epi32(corr[8 * b + l + 4]))
+                acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(wlo), dd, acc[l])
+                acc[l + 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whi), dd, acc[l + 4])
             if fmt == VX_Q4_1:
-                wm = _mm256_cvtph_ps(_mm_loadu_si128(<const void *>(blk + 16)))
-            else:
-                wm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(<const void *>blk)), _mm256_set1_ps(-8.0))
-            accm = _mm256_fmadd_ps(wm, _mm256_set1_ps(ds[2 * b + 1]), accm)
+                accm = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(<const void *>(blk + 16))),
+                                       _mm256_set1_ps(ds[2 * b + 1]), accm)
     _mm256_storeu_ps(out, _mm256_add_ps(
         _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
                       _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]))), accm))

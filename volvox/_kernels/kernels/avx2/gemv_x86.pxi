@@ -5,8 +5,9 @@ from libc.math cimport fabsf, fmaf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_ALIGN, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, vx_block_q2_K, vx_block_q3_K, vx_block_q4_0,
-    vx_block_q4_1, vx_block_q4_K, vx_block_q5_K, vx_block_q6_K, vx_block_q8_0, vx_f16)
+    VX_ALIGN, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, vx_act_corrections,
+    vx_block_q2_K, vx_block_q3_K, vx_block_q4_0, vx_block_q4_1, vx_block_q4_K, vx_block_q5_K, vx_block_q6_K,
+    vx_block_q8_0, vx_f16)
 
 include "../gemv_counts.pxi"
 
@@ -144,15 +145,17 @@ cdef void quantize_aK(int64_t K, const float *x, void *act) noexcept nogil:
 cdef inline void b32_avx2_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *row, int64_t pf,
                                const int8_t **xq, const float **ds, float *out) noexcept nogil:
     """One weight row against MR act rows; out[i] = dot(row, act row i); prefetches the row pf bytes
-    ahead (weights stream from DRAM once per GEMV). Per block: 8 int32 lanes of 4 products each,
-    one FMA of (wd * dx) into 8 float lanes, wm * s into a scalar FMA chain; then hsum + the
-    scalar: ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0 (AVX2) exactly."""
+    ahead (weights stream from DRAM once per GEMV). Per block: 8 int32 lanes of 4 products each
+    (q4_0: from the act row's corr, so a lane is ggml's (nibble - 8) * q sum), one FMA of (wd * dx)
+    into 8 float lanes, q4_1's wm * s into a scalar FMA chain; then hsum + the scalar:
+    ggml_vec_dot_q4_0_q8_0 / q4_1_q8_1 / q8_0_q8_0 (AVX2) exactly."""
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int bsz = b32_block_bytes(fmt)
     cdef __m256i m4 = _mm256_set1_epi8(0x0F)
     cdef __m256 acc[4]           # (MR,) 8 lanes each
-    cdef float accm[4]           # (MR,)
+    cdef float accm[4]           # (MR,) q4_1's m-term
+    cdef const int32_t *cs[4]    # (MR,) q4_0: the act rows' corr (K/4,)
     cdef int64_t b
     cdef int i
     cdef __m256i wq, wv, xv, p
@@ -165,6 +168,7 @@ cdef inline void b32_avx2_tile(const act_rows *MR_, int fmt, int64_t K, const ui
     for i in range(MR):
         acc[i] = _mm256_setzero_ps()
         accm[i] = 0.0
+        cs[i] = vx_act_corrections(xq[i], K)
     for b in range(nb):
         if ((b * bsz) & 63) < bsz:
             _mm_prefetch(<const char *>(row + pf + b * bsz + 64), _MM_HINT_T0)
@@ -174,7 +178,6 @@ cdef inline void b32_avx2_tile(const act_rows *MR_, int fmt, int64_t K, const ui
             wv = _mm256_loadu_si256(<const void *>b8.qs)
             wq = _mm256_sign_epi8(wv, wv)
             wd = _cvtsh_ss(b8.d)
-            wm = 0.0
         else:
             if fmt == VX_Q4_1:
                 b41 = <const vx_block_q4_1 *>row + b
@@ -185,7 +188,6 @@ cdef inline void b32_avx2_tile(const act_rows *MR_, int fmt, int64_t K, const ui
                 b40 = <const vx_block_q4_0 *>row + b
                 qs = &b40.qs[0]
                 wd = _cvtsh_ss(b40.d)
-                wm = <float>-8.0 * wd
             t = _mm_loadu_si128(<const void *>qs)
             wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4)
         for i in range(MR):
@@ -193,8 +195,10 @@ cdef inline void b32_avx2_tile(const act_rows *MR_, int fmt, int64_t K, const ui
             if fmt == VX_Q8_0:
                 xv = _mm256_sign_epi8(xv, wv)
             p = dot_u8s8_256(wq, xv)
+            if fmt == VX_Q4_0:
+                p = _mm256_add_epi32(p, _mm256_loadu_si256(<const void *>(cs[i] + 8 * b)))
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ds[i][2 * b]), acc[i])
-            if fmt != VX_Q8_0:
+            if fmt == VX_Q4_1:
                 # one rounding (ggml's contracted FMA) on every path: fmaf keeps it so
                 # whatever GCC's SLP vectoriser makes of the MR chains
                 accm[i] = fmaf(wm, ds[i][2 * b + 1], accm[i])

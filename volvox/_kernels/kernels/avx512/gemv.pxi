@@ -27,8 +27,8 @@ cdef inline void b32_avx512_tile(const row_pairs *NP_, const act_rows *MR_, int 
                                  float *out) noexcept nogil:
     """Weight rows 2 at a time, one per 256-bit half of a zmm, NP zmm (2 * NP rows) per pass over the
     same blocks: each row's 8 lanes see exactly the products and the FMA sequence of the AVX2 tile
-    (and of ggml's ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0), so the tiers give identical bits; the zmm
-    only doubles the work per instruction.
+    (and of ggml's ggml_vec_dot_q4_0_q8_0 / q4_1_q8_1 / q8_0_q8_0: q4_0's lanes start at the act
+    row's corr), so the tiers give identical bits; the zmm only doubles the work per instruction.
     rows: 2 * NP row pointers; out[(2 * NP) * i + j]: act row i, weight row j.
     pf: bytes from each row to the row it prefetches (the next tiles' rows): decode streams the
     weights from DRAM once, and the prefetch keeps that stream ahead of the FMAs."""
@@ -44,7 +44,8 @@ cdef inline void b32_avx512_tile(const row_pairs *NP_, const act_rows *MR_, int 
     pick[0] = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2)
     pick[1] = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)
     cdef __m512 acc[4][2]        # (MR, NP) x [row 2p: 8 lanes | row 2p+1: 8 lanes]
-    cdef __m256 accm[4]          # (MR,) x lanes 2j + 1: sum of wm * s of row j
+    cdef __m256 accm[4]          # (MR,) x lanes 2j + 1: sum of wm * s of row j (q4_1)
+    cdef const int32_t *cs[4]    # (MR,) q4_0: the act rows' corr (K/4,)
     cdef int64_t b, off
     cdef int i, j, p
     cdef int32_t v
@@ -55,13 +56,14 @@ cdef inline void b32_avx512_tile(const row_pairs *NP_, const act_rows *MR_, int 
     cdef __m512 dw[2]
     cdef const uint8_t *q0
     cdef const uint8_t *q1
-    cdef __m512i wv, z, xv, xs, prod
+    cdef __m512i wv, z, xv, xs, prod, start
     cdef __m256i t
     cdef __m512 dx
     cdef float mterm[8]
     cdef float *o
     for i in range(MR):
         accm[i] = _mm256_setzero_ps()
+        cs[i] = vx_act_corrections(xq[i], K)
         for p in range(NP):
             acc[i][p] = _mm512_setzero_ps()
     for b in range(nb):
@@ -81,8 +83,6 @@ cdef inline void b32_avx512_tile(const row_pairs *NP_, const act_rows *MR_, int 
             memcpy(&v, rows[3] + off, 4)
             hdm = _mm_insert_epi32(hdm, v, 3)
         dm = _mm256_cvtph_ps(hdm)
-        if fmt == VX_Q4_0:
-            dm = _mm256_mul_ps(_mm256_moveldup_ps(dm), _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8))
         neg[0] = 0
         neg[1] = 0
         for p in range(NP):
@@ -103,18 +103,21 @@ cdef inline void b32_avx512_tile(const row_pairs *NP_, const act_rows *MR_, int 
         for i in range(MR):
             xv = _mm512_broadcast_i64x4(_mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))
             dx = _mm512_set1_ps(ds[i][2 * b])
+            start = _mm512_setzero_si512()
+            if fmt == VX_Q4_0:
+                start = _mm512_broadcast_i64x4(_mm256_loadu_si256(<const void *>(cs[i] + 8 * b)))
             for p in range(NP):
                 xs = _mm512_mask_sub_epi8(xv, neg[p], _mm512_setzero_si512(), xv) if fmt == VX_Q8_0 else xv
-                prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[p], xs)
+                prod = _mm512_dpbusd_epi32(start, wq[p], xs)
                 acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx), _mm512_cvtepi32_ps(prod), acc[i][p])
-            if fmt != VX_Q8_0:
+            if fmt == VX_Q4_1:
                 accm[i] = _mm256_fmadd_ps(dm, _mm256_set1_ps(ds[i][2 * b + 1]), accm[i])
     for i in range(MR):
         _mm256_storeu_ps(mterm, accm[i])
         for p in range(NP):
             o = out + 2 * NP * i + 2 * p
-            o[0] = hsum_ps256(_mm512_castps512_ps256(acc[i][p])) + (mterm[4 * p + 1] if fmt != VX_Q8_0 else <float>0.0)
-            o[1] = hsum_ps256(_mm512_extractf32x8_ps(acc[i][p], 1)) + (mterm[4 * p + 3] if fmt != VX_Q8_0 else <float>0.0)
+            o[0] = hsum_ps256(_mm512_castps512_ps256(acc[i][p])) + (mterm[4 * p + 1] if fmt == VX_Q4_1 else <float>0.0)
+            o[1] = hsum_ps256(_mm512_extractf32x8_ps(acc[i][p], 1)) + (mterm[4 * p + 3] if fmt == VX_Q4_1 else <float>0.0)
 
 
 cdef inline int64_t b32_wide_rows(const act_rows *MR_, int fmt, int64_t K, const uint8_t *w, int64_t w_stride,
@@ -230,13 +233,14 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                              const int8_t **xq, const float **ds, float *out) noexcept nogil:
     """One group's 16 weight rows against MR act rows: out[16 i + r] = dot(row r, act row i), each formed
     as b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an exact int32 times
-    wd * dx into float lane l; the m-term an FMA chain; then the lanes summed in hsum_ps256's order
-    and the m-term added. acc[i][l] holds lane l of the 16 rows, so every instruction serves 16 rows
+    wd * dx into float lane l; q4_1 / q5_1's m-term an FMA chain; then the lanes summed in hsum_ps256's
+    order and the m-term added. acc[i][l] holds lane l of the 16 rows, so every instruction serves 16 rows
     (the row-by-row tile: 2) and the unpacked weights serve MR act rows. q8_0 bytes are stored + 128
     (VNNI multiplies u8 by s8): each lane starts from -128 * (its 4 act values' sum), so it ends at
     the same int32. iq4_nl's nibbles select its levels + 128 (pshufb), corrected the same way; q5_0 /
     q5_1's 5th bits (a mask per lane and half, vx.pxd) add 16 to their nibbles, q5_0's lanes starting
-    from -16 * the sum (its weights are q - 16). q5_0's and iq4_nl's starts come with their act rows
+    from -16 * the sum (its weights are q - 16), q4_0's from -8 * the sum (nibble - 8, ggml's lanes).
+    q4_0's, q5_0's and iq4_nl's starts come with their act rows
     (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block.
     vbmi: iq4_nl looks its levels up with vpermb (the CPU has AVX-512 VBMI), not pshufb + masks."""
     cdef int MR = sizeof(act_rows)
@@ -259,7 +263,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
     cdef __m256i sums
     cdef int32_t xl[2][8]        # (MR, group) the block's act values as 8 groups of 4 bytes
     cdef int32_t corr[2][8]      # (MR, group) q8_0: -128 * each group's sum
-    cdef const int32_t *cs[2]    # (MR,) q5_0 / iq4_nl: the act rows' corr (K/4,)
+    cdef const int32_t *cs[2]    # (MR,) q4_0 / q5_0 / iq4_nl: the act rows' corr (K/4,)
     cdef const int32_t *c[2]     # (MR,) this block's 8 lane starts (q8_0: corr[i])
     cdef const uint8_t *blk
     cdef int64_t b
@@ -284,7 +288,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                                            _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))
                 _mm256_storeu_si256(<void *>corr[i], _mm256_sub_epi32(_mm256_setzero_si256(),
                                                                       _mm256_slli_epi32(sums, 7)))
-        elif fmt == VX_IQ4_NL or fmt == VX_Q5_0:
+        elif fmt == VX_IQ4_NL or fmt == VX_Q5_0 or fmt == VX_Q4_0:
             for i in range(MR):
                 c[i] = cs[i] + 8 * b
         if fmt == VX_Q8_0:
@@ -318,17 +322,14 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                     hi = _mm512_mask_add_epi8(hi, <__mmask64>h5[1], hi, sixteen)
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(c[i][l]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), lo,
+                        _mm512_setzero_si512() if has_m else _mm512_set1_epi32(c[i][l]), lo,
                         _mm512_set1_epi32(xl[i][l]))), acc[i][l])
                     acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(c[i][l + 4]) if fmt == VX_Q5_0 else _mm512_setzero_si512(), hi,
+                        _mm512_setzero_si512() if has_m else _mm512_set1_epi32(c[i][l + 4]), hi,
                         _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
-            if fmt == VX_Q5_0:
+            if not has_m:
                 continue
-            if has_m:
-                wm = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>(blk + 32)))
-            else:
-                wm = _mm512_mul_ps(dw, _mm512_set1_ps(-8.0))
+            wm = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>(blk + 32)))
             for i in range(MR):
                 accm[i] = _mm512_fmadd_ps(wm, _mm512_set1_ps(ds[i][2 * b + 1]), accm[i])
     for i in range(MR):
