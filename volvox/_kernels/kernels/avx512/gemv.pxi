@@ -223,10 +223,7 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
 # ------------------------------------------------------------------------------------------------
 cdef enum:
     IL_ROWS = 16                # rows per interleaved group: one int32 lane of a zmm each
-    IL_PREFETCH = 8192          # bytes ahead of the block being read that a group asks for: groups lie
-                                # back to back, so this runs on into the next groups (and, for the
-                                # last, a little past the matrix); at 2 KiB a DRAM-bound GEMV on Zen 4
-                                # outran it and stalled on the blocks' first loads
+    IL_PREFETCH = 2048          # bytes ahead of the block being read that a group asks for
 
 
 cdef inline __m512i act_lane(const int8_t *xb, int l) noexcept nogil:
