@@ -179,6 +179,38 @@ cdef inline float softcap8(float cap, int64_t j0, int64_t nk, float *w) noexcept
     return mx
 
 
+cdef inline vf chain_lane(const float *acc, int64_t hd, int k, int64_t d) noexcept nogil:
+    """Lane k of the four chains' sums at columns d ..: (c0 + c2) + (c1 + c3)."""
+    return vf_add(vf_add(vf_load(acc + k * hd + d), vf_load(acc + (16 + k) * hd + d)),
+                  vf_add(vf_load(acc + (8 + k) * hd + d), vf_load(acc + (24 + k) * hd + d)))
+
+
+cdef inline int64_t lane_sums_out(const float *acc, int64_t hd, int chains, float *o) noexcept nogil:
+    """o[d] for d below hd rounded down to VL: acc's lane sums (rows k * hd, 8 per chain) added as the
+    scalar loop after it adds them, VL columns at a time (the same additions, lane by lane); returns
+    the first d left."""
+    cdef int64_t d = 0
+    cdef vf l0, l1, l2, l3, l4, l5, l6, l7
+    while d + VL <= hd:
+        if chains == 1:   # hsum8_tree
+            vf_store(o + d, vf_add(vf_add(vf_add(vf_load(acc + d), vf_load(acc + 4 * hd + d)),
+                                          vf_add(vf_load(acc + 2 * hd + d), vf_load(acc + 6 * hd + d))),
+                                   vf_add(vf_add(vf_load(acc + hd + d), vf_load(acc + 5 * hd + d)),
+                                          vf_add(vf_load(acc + 3 * hd + d), vf_load(acc + 7 * hd + d)))))
+        else:             # GGML_F32x8_REDUCE
+            l0 = chain_lane(acc, hd, 0, d)
+            l1 = chain_lane(acc, hd, 1, d)
+            l2 = chain_lane(acc, hd, 2, d)
+            l3 = chain_lane(acc, hd, 3, d)
+            l4 = chain_lane(acc, hd, 4, d)
+            l5 = chain_lane(acc, hd, 5, d)
+            l6 = chain_lane(acc, hd, 6, d)
+            l7 = chain_lane(acc, hd, 7, d)
+            vf_store(o + d, vf_add(vf_add(vf_add(l0, l4), vf_add(l1, l5)), vf_add(vf_add(l2, l6), vf_add(l3, l7))))
+        d += VL
+    return d
+
+
 cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc, const float *vc,
                         int64_t item, float *scratch, float *out) noexcept nogil:
     """One work item of causal GQA attention over the KV cache (vx.pxd): head h and query row i, item =
@@ -262,7 +294,8 @@ cdef void attention_f32(const vx_attn_shape *s, const float *q, const float *kc,
     for g in range(heads):
         acc = scratch + g * per + np
         o = out + i * nh * hd + (h0 + g) * hd                        # (hd,)
-        for d in range(hd):
+        d = lane_sums_out(acc, hd, chains, o)
+        for d in range(d, hd):
             if chains == 1:
                 for k in range(8):
                     l[k] = acc[k * hd + d]

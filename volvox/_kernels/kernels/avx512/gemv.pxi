@@ -229,6 +229,15 @@ cdef enum:
     IL_PREFETCH = 2048          # bytes ahead of the block being read that a group asks for
 
 
+cdef inline __m512i act_lane(const int8_t *xb, int l) noexcept nogil:
+    """Act values 4 l .. 4 l + 3 of a block (xb: its 32 int8) in all 16 int32 lanes. Read from the act
+    row itself: from a copy of the block on the stack, each broadcast waits on a store it only partly
+    overlaps (store-to-load forwarding), which slows the tile on AMD Zen 4."""
+    cdef int32_t v
+    memcpy(&v, xb + 4 * l, 4)
+    return _mm512_set1_epi32(v)
+
+
 cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K, const uint8_t *g,
                              const int8_t **xq, const float **ds, float *out) noexcept nogil:
     """One group's 16 weight rows against MR act rows: out[16 i + r] = dot(row r, act row i), each formed
@@ -261,7 +270,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
     cdef __m512 dw, wm
     cdef __m512i p, lo, hi
     cdef __m256i sums
-    cdef int32_t xl[2][8]        # (MR, group) the block's act values as 8 groups of 4 bytes
+    cdef const int8_t *xb[2]     # (MR,) the block's 32 act values: lane l's 4 bytes at xb[i] + 4 l
     cdef int32_t corr[2][8]      # (MR, group) q8_0: -128 * each group's sum
     cdef const int32_t *cs[2]    # (MR,) q4_0 / q5_0 / iq4_nl: the act rows' corr (K/4,)
     cdef const int32_t *c[2]     # (MR,) this block's 8 lane starts (q8_0: corr[i])
@@ -281,7 +290,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
         dw = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>blk))
         for i in range(MR):
             dd[i] = _mm512_mul_ps(dw, _mm512_set1_ps(ds[i][2 * b]))
-            memcpy(xl[i], xq[i] + b * VX_QK, VX_QK)
+            xb[i] = xq[i] + b * VX_QK
         if fmt == VX_Q8_0:
             for i in range(MR):
                 sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
@@ -296,7 +305,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(c[i][l]), p, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                        _mm512_set1_epi32(c[i][l]), p, act_lane(xb[i], l))), acc[i][l])
         elif fmt == VX_IQ4_NL:
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
@@ -308,9 +317,9 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                     hi = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4))
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(c[i][l]), lo, _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                        _mm512_set1_epi32(c[i][l]), lo, act_lane(xb[i], l))), acc[i][l])
                     acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(c[i][l + 4]), hi, _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
+                        _mm512_set1_epi32(c[i][l + 4]), hi, act_lane(xb[i], l + 4))), acc[i][l + 4])
         else:
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
@@ -323,10 +332,10 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
                         _mm512_setzero_si512() if has_m else _mm512_set1_epi32(c[i][l]), lo,
-                        _mm512_set1_epi32(xl[i][l]))), acc[i][l])
+                        act_lane(xb[i], l))), acc[i][l])
                     acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
                         _mm512_setzero_si512() if has_m else _mm512_set1_epi32(c[i][l + 4]), hi,
-                        _mm512_set1_epi32(xl[i][l + 4]))), acc[i][l + 4])
+                        act_lane(xb[i], l + 4))), acc[i][l + 4])
             if not has_m:
                 continue
             wm = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>(blk + 32)))
