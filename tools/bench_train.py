@@ -1,8 +1,9 @@
 """Training speed and memory: volvox against torch on the same step, in one run.
 
-    python tools/bench_train.py [--threads 1 2] [--steps 5] [--batch 4] [--ctx 128] [--plot bench_train.png]
+    python tools/bench_train.py [--jobs lora full] [--threads 1 2] [--steps 5] [--batch 4] [--ctx 128]
+                                [--plot bench_train.png]
 
-Two jobs, each at every thread count:
+Two jobs (--jobs picks some), each at every thread count:
 - **LoRA step** on SmolLM2-135M-Instruct: volvox trains rank-8 adapters on q,k,v,o,gate,up,down over
   the Q4_1 GGUF as loaded (the base stays packed); torch + peft train the same adapters over the
   same file loaded by transformers (dequantized to float32, as transformers loads a GGUF).
@@ -31,6 +32,7 @@ import numpy as np
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 HF_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+JOBS = ("lora", "full")
 GPT2 = dict(n_layer=4, n_embd=256, n_head=4, n_positions=512, vocab_size=2048)
 
 
@@ -177,6 +179,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", nargs="+", choices=JOBS, default=list(JOBS), help="which steps to time")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=5, help="timed steps after one warm-up")
     ap.add_argument("--batch", type=int, default=4)
@@ -192,11 +195,12 @@ def main() -> None:
         return
     from volvox.hub import resolve_model_file
 
-    lora_model = a.model or str(resolve_model_file("smollm2-135m-instruct"))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        gpt2 = str(tiny_gpt2(Path(tmp) / "gpt2"))
-        for job, model in (("lora", lora_model), ("full", gpt2)):
+        models = {"lora": lambda: a.model or str(resolve_model_file("smollm2-135m-instruct")),
+                  "full": lambda: str(tiny_gpt2(Path(tmp) / "gpt2"))}
+        for job in a.jobs:
+            model = models[job]()
             for threads in a.threads:
                 for engine in ("volvox", "torch"):
                     rows.append({"job": job, "threads": threads, "engine": engine,
@@ -205,7 +209,7 @@ def main() -> None:
     print(f"\nbatch {a.batch} x ctx {a.ctx}, median of {a.steps} steps\n")
     print("| job | threads | volvox tok/s | torch tok/s | ratio | volvox peak RSS MiB | torch peak RSS MiB |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for job in ("lora", "full"):
+    for job in a.jobs:
         for threads in a.threads:
             v, t = (next(r for r in rows if (r["job"], r["threads"], r["engine"]) == (job, threads, e))
                     for e in ("volvox", "torch"))
