@@ -46,7 +46,7 @@ cdef list _missing_kernels():
                      ("qgemm", <size_t>_conv.qgemm), ("qdwconv", <size_t>_conv.qdwconv),
                      ("quantize_i8", <size_t>_conv.quantize_i8),
                      ("matmul_t_strip", <size_t>_train.matmul_t_strip),
-                     ("attention_fwd_row", <size_t>_train.attention_fwd_row),
+                     ("attention_fwd_block", <size_t>_train.attention_fwd_block),
                      ("attention_bwd_group", <size_t>_train.attention_bwd_group),
                      ("cross_entropy_row", <size_t>_train.cross_entropy_row),
                      ("cross_entropy_grad_row", <size_t>_train.cross_entropy_grad_row),
