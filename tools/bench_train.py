@@ -1,8 +1,9 @@
 """Training speed and memory: volvox against torch on the same step, in one run.
 
-    python tools/bench_train.py [--threads 1 2] [--steps 5] [--batch 4] [--ctx 128] [--plot bench_train.png]
+    python tools/bench_train.py [--jobs lora full] [--threads 1 2] [--steps 5] [--batch 4] [--ctx 128]
+                                [--profile] [--plot bench_train.png]
 
-Two jobs, each at every thread count:
+Two jobs (--jobs picks some), each at every thread count:
 - **LoRA step** on SmolLM2-135M-Instruct: volvox trains rank-8 adapters on q,k,v,o,gate,up,down over
   the Q4_1 GGUF as loaded (the base stays packed); torch + peft train the same adapters over the
   same file loaded by transformers (dequantized to float32, as transformers loads a GGUF).
@@ -12,7 +13,8 @@ Two jobs, each at every thread count:
 A step is forward, backward and an AdamW update on a (batch, ctx) batch of random tokens; the
 figure is training tokens per second over --steps steps after one warm-up step. Each side runs in a
 subprocess of its own, so its peak RSS (getrusage's ru_maxrss: load, graph and step together) is its
-own. Prints a markdown table and, with matplotlib, writes a bar plot of tokens/s.
+own. Prints a markdown table and, with matplotlib, writes a bar plot of tokens/s; --profile adds volvox's
+per-op table of each run (the executor's profiler on, so those runs' tokens/s include its cost).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 HF_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+JOBS = ("lora", "full")
 GPT2 = dict(n_layer=4, n_embd=256, n_head=4, n_positions=512, vocab_size=2048)
 
 
@@ -56,8 +59,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def volvox_child(job: str, model: str, threads: int, steps: int, batch: int, ctx: int) -> dict:
-    """One side: volvox's training step of ``job`` (lora | full)."""
+def volvox_child(job: str, model: str, threads: int, steps: int, batch: int, ctx: int, profile: bool = False) -> dict:
+    """One side: volvox's training step of ``job`` (lora | full); ``profile``: with the joint graph's
+    per-op table (Executor profiling, wall ms summed over the timed steps) under "profile"."""
     import volvox
     from volvox.architectures.lora import LoraConfig, add_lora, find_sites
     from volvox.train.finetune import Trainer
@@ -85,8 +89,16 @@ def volvox_child(job: str, model: str, threads: int, steps: int, batch: int, ctx
         _, grads = trainer.loss_and_grads({"tokens": tokens, "labels": labels})
         opt.step(params.gather(grads))
 
+    if profile:
+        from volvox.runtime.executor import Profile
+
+        step()  # the warm-up, unprofiled
+        trainer.backward.profile = Profile()
     seconds = timed_steps(step, steps)
-    return {"tok_s": batch * ctx / seconds, "rss_mb": peak_rss_mb(), "params": int(params.flat.size)}
+    out = {"tok_s": batch * ctx / seconds, "rss_mb": peak_rss_mb(), "params": int(params.flat.size)}
+    if profile:
+        out["profile"] = trainer.backward.profile.table()
+    return out
 
 
 def torch_child(job: str, model: str, threads: int, steps: int, batch: int, ctx: int) -> dict:
@@ -143,7 +155,7 @@ def tiny_gpt2(directory: Path) -> Path:
 def run_child(engine: str, job: str, model: str, threads: int, a) -> dict:
     """One side in its own process; its JSON result."""
     cmd = [sys.executable, __file__, "--child", engine, job, model, "--threads", str(threads), "--steps", str(a.steps),
-           "--batch", str(a.batch), "--ctx", str(a.ctx)]
+           "--batch", str(a.batch), "--ctx", str(a.ctx)] + (["--profile"] if a.profile else [])
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
                                                                  "OMP_NUM_THREADS": str(threads),
                                                                  "OPENBLAS_NUM_THREADS": str(threads)})
@@ -177,41 +189,51 @@ def plot(rows: list[dict], path: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", nargs="+", choices=JOBS, default=list(JOBS), help="which steps to time")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=5, help="timed steps after one warm-up")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--ctx", type=int, default=128)
     ap.add_argument("--model", default=None, help="LoRA model GGUF (default: SmolLM2-135M-Instruct Q4_1)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print volvox's per-op time (Executor profiling; the step is timed with it on)")
     ap.add_argument("--plot", default="bench_train.png", help="PNG to write (needs matplotlib; '' for none)")
     ap.add_argument("--child", nargs=3, metavar=("ENGINE", "JOB", "MODEL"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         engine, job, model = a.child
-        fn = volvox_child if engine == "volvox" else torch_child
-        print(json.dumps(fn(job, model, a.threads[0], a.steps, a.batch, a.ctx)))
+        if engine == "volvox":
+            result = volvox_child(job, model, a.threads[0], a.steps, a.batch, a.ctx, a.profile)
+        else:
+            result = torch_child(job, model, a.threads[0], a.steps, a.batch, a.ctx)
+        print(json.dumps(result))
         return
     from volvox.hub import resolve_model_file
 
-    lora_model = a.model or str(resolve_model_file("smollm2-135m-instruct"))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        gpt2 = str(tiny_gpt2(Path(tmp) / "gpt2"))
-        for job, model in (("lora", lora_model), ("full", gpt2)):
+        models = {"lora": lambda: a.model or str(resolve_model_file("smollm2-135m-instruct")),
+                  "full": lambda: str(tiny_gpt2(Path(tmp) / "gpt2"))}
+        for job in a.jobs:
+            model = models[job]()
             for threads in a.threads:
                 for engine in ("volvox", "torch"):
                     rows.append({"job": job, "threads": threads, "engine": engine,
                                  **run_child(engine, job, model, threads, a)})
-                    print(rows[-1], file=sys.stderr)
+                    print({k: v for k, v in rows[-1].items() if k != "profile"}, file=sys.stderr)
     print(f"\nbatch {a.batch} x ctx {a.ctx}, median of {a.steps} steps\n")
     print("| job | threads | volvox tok/s | torch tok/s | ratio | volvox peak RSS MiB | torch peak RSS MiB |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for job in ("lora", "full"):
+    for job in a.jobs:
         for threads in a.threads:
             v, t = (next(r for r in rows if (r["job"], r["threads"], r["engine"]) == (job, threads, e))
                     for e in ("volvox", "torch"))
             ratio = v["tok_s"] / t["tok_s"] if "tok_s" in v and "tok_s" in t else float("nan")
             print(f"| {job} | {threads} | {v.get('tok_s', float('nan')):.1f} | {t.get('tok_s', float('nan')):.1f} | "
                   f"{ratio:.2f}x | {v.get('rss_mb', float('nan')):.0f} | {t.get('rss_mb', float('nan')):.0f} |")
+    for r in rows:
+        if "profile" in r:
+            print(f"\nvolvox {r['job']} step, {r['threads']} thread(s), ms over {a.steps + 1} profiled steps:\n{r['profile']}")
     if a.plot:
         plot(rows, a.plot)
 

@@ -1124,7 +1124,8 @@ def attention_train(q, k, v, n_heads: int, n_kv_heads: int, scale: float, window
     q (seq, n_heads * head_dim), k, v (seq, n_kv_heads * head_dim) float32; row i sees keys j <= i
     (and j > i - window when window > 0). Returns (out (seq, n_heads * head_dim), lse (n_heads, seq)
     float32), lse being each row's softmax logsumexp (what attention_backward recomputes from).
-    Memory: one score row per thread.
+    Flash-attention's forward per (head, block of 32 queries): scores of 32 keys at a time, a running
+    max and sum per row; nothing of size (seq, seq) is held.
     """
     q2, k2, v2, hd = _attention_operands(q, k, v, n_heads, n_kv_heads, "attention_train")
     if window < 0:
@@ -1132,8 +1133,8 @@ def attention_train(q, k, v, n_heads: int, n_kv_heads: int, scale: float, window
     seq = q2.shape[0]
     out = np.empty_like(q2)  # (seq, n_heads * head_dim)
     lse = np.empty((n_heads, seq), np.float32)  # (n_heads, seq)
-    scores = np.empty(get_num_threads() * max(seq, 1), np.float32)  # (threads, seq)
-    engine.attention_train_forward(q2, k2, v2, n_heads, n_kv_heads, float(scale), int(window), out, lse, scores)
+    scratch = np.empty(get_num_threads() * engine.attention_forward_scratch_floats(hd), np.float32)  # (threads, per)
+    engine.attention_train_forward(q2, k2, v2, n_heads, n_kv_heads, float(scale), int(window), out, lse, scratch)
     return out, lse
 
 

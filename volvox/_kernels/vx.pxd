@@ -371,6 +371,12 @@ ctypedef struct vx_attn_train_shape:
     float scale                  # applied to q.k before the softmax
 
 
+cdef inline int64_t vx_attn_fwd_scratch_floats(int64_t head_dim) noexcept nogil:
+    """Floats of scratch attention_fwd_block needs (one per thread): k of a block of 32 keys transposed,
+    the block's scores for 32 queries, their 32 output rows, and each row's running max and sum."""
+    return 2 * head_dim * 32 + 32 * 32 + 2 * 32
+
+
 cdef inline int64_t vx_attn_bwd_scratch_floats(int64_t head_dim) noexcept nogil:
     """Floats of scratch attention_bwd_group needs (one per thread): k and v of a block of 32 keys
     transposed, and the block's P and dS for 32 queries."""
@@ -386,10 +392,11 @@ ctypedef struct vx_train_table:
                            int64_t group_bytes, int il_rows, int64_t N, int64_t strip, int64_t span,
                            const float *dy, int64_t dy_row, int64_t dy_col, int64_t M, float *dx,
                            float *panel) noexcept nogil
-    # item h * seq + i: out's row i, head h, and lse[h, i]; scores: seq floats of scratch
-    void (*attention_fwd_row)(const vx_attn_train_shape *s, const float *q, const float *k,
-                              const float *v, int64_t item, float *scores, float *out,
-                              float *lse) noexcept nogil
+    # item r * n_heads + h: out's rows and lse[h, rows] of head h's r-th block of 32 queries from
+    # the last; scratch: vx_attn_fwd_scratch_floats(head_dim) floats
+    void (*attention_fwd_block)(const vx_attn_train_shape *s, const float *q, const float *k,
+                                const float *v, int64_t item, float *scratch, float *out,
+                                float *lse) noexcept nogil
     # kv head g of one sequence: dk, dv of head g and dq of its query heads, delta (n_heads, seq) of
     # those heads written on the way; scratch: vx_attn_bwd_scratch_floats(head_dim) floats
     void (*attention_bwd_group)(const vx_attn_train_shape *s, const float *q, const float *k,

@@ -4,7 +4,7 @@
 # deterministic and independent of the thread count.
 from cython.parallel cimport prange, threadid
 from libc.math cimport sqrtf
-from volvox._kernels.vx cimport (vx_attn_bwd_scratch_floats, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_span,
+from volvox._kernels.vx cimport (vx_attn_bwd_scratch_floats, vx_attn_fwd_scratch_floats, vx_attn_train_shape, vx_matmul_t_panel_floats, vx_matmul_t_span,
                                  vx_matmul_t_strip)
 
 cdef enum:
@@ -48,19 +48,27 @@ cdef vx_attn_train_shape attn_shape(int64_t seq, int64_t n_heads, int64_t n_kv_h
     return s
 
 
+def attention_forward_scratch_floats(int64_t head_dim):
+    """Floats of scratch attention_train_forward needs per thread for heads of head_dim."""
+    return vx_attn_fwd_scratch_floats(head_dim)
+
+
 def attention_train_forward(const float[:, ::1] q, const float[:, ::1] k, const float[:, ::1] v, int64_t n_heads,
                             int64_t n_kv_heads, float scale, int64_t window, float[:, ::1] out, float[:, ::1] lse,
-                            float[::1] scores):
+                            float[::1] scratch):
     """Causal GQA self-attention of the whole sequence: out (seq, n_heads * head_dim) and its softmax's
-    logsumexp lse (n_heads, seq). One work item per (head, query row); scores: threads * seq floats."""
-    cdef int64_t seq = q.shape[0], item
-    cdef vx_attn_train_shape s = attn_shape(seq, n_heads, n_kv_heads, q.shape[1] // n_heads, window, scale)
+    logsumexp lse (n_heads, seq). One work item per (block of 32 queries, head), the costliest (last)
+    blocks first, handed out dynamically so that the causal triangle's uneven items balance; scratch:
+    threads * attention_forward_scratch_floats(head_dim) floats."""
+    cdef int64_t seq = q.shape[0], item, D = q.shape[1] // n_heads
+    cdef int64_t per = vx_attn_fwd_scratch_floats(D)
+    cdef vx_attn_train_shape s = attn_shape(seq, n_heads, n_kv_heads, D, window, scale)
     if seq == 0:
         return
-    for item in prange(n_heads * seq, nogil=True, schedule="static",
+    for item in prange(n_heads * ((seq + 31) // 32), nogil=True, schedule="dynamic",  # blocks of 32 queries
                        num_threads=threads_for(seq * seq * q.shape[1])):
-        _tbl.train.attention_fwd_row(&s, &q[0, 0], &k[0, 0], &v[0, 0], item, &scores[threadid() * seq],
-                                     &out[0, 0], &lse[0, 0])
+        _tbl.train.attention_fwd_block(&s, &q[0, 0], &k[0, 0], &v[0, 0], item, &scratch[threadid() * per],
+                                       &out[0, 0], &lse[0, 0])
 
 
 def attention_backward_scratch_floats(int64_t head_dim):

@@ -7,8 +7,10 @@
 #                        block, 256 of W's rows at a time, into a panel in thread scratch, then
 #                        multiplied in register tiles of 8 dy rows (AVX-512; 4 on the other tiers) x
 #                        32 columns. The hot spot of LoRA over a quantized base.
-#   attention_fwd_row    one query row of one head of causal GQA attention over the whole sequence,
-#                        with the row's logsumexp (what the backward recomputes probabilities from)
+#   attention_fwd_block  one block of 32 query rows of one head of causal GQA attention over the whole
+#                        sequence (flash-attention's forward: blocks of 32 keys, the scores in register
+#                        tiles, a running max and sum per row), with each row's logsumexp (what the
+#                        backward recomputes probabilities from)
 #   attention_bwd_group  flash-attention-2's backward for one kv head of one sequence in one pass: per
 #                        query head of the group and block of 32 queries x 32 keys, the scores and
 #                        probabilities recomputed once from the saved logsumexp, then dv, dk and dq
@@ -21,8 +23,7 @@
 #                        weight's and bias's gradients from them)
 #   gelu_grad_run        dx = dy gelu'(x) (exact or tanh form), silu_grad_run dx = dy silu'(x): eight
 #                        lanes at a time through the tier's exp8, the rest plain loops that vectorise
-# No kernel here holds a (seq, seq) matrix: attention keeps one row of scores per thread (forward)
-# or one 32 x 32 block (backward).
+# No kernel here holds a (seq, seq) matrix: attention keeps one 32 x 32 block of scores per thread.
 from libc.math cimport INFINITY, expf, fabsf, log, logf, sqrt, sqrtf
 from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.string cimport memset
@@ -286,29 +287,68 @@ cdef inline int64_t bw_first_key(const vx_attn_train_shape *s, int64_t i) noexce
     return i - s.window + 1 if s.window > 0 and i - s.window + 1 > 0 else 0
 
 
-cdef void attention_fwd_row(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
-                            int64_t item, float *scores, float *y, float *lse) noexcept nogil:
-    """Item h * seq + i: y's row i, head h = softmax(scale q_i . k_j) v_j over the keys row i sees, and
-    lse[h * seq + i] = that softmax's logsumexp. q, y (seq, n_heads * head_dim); k, v (seq, n_kv_heads *
-    head_dim); scores: seq floats of scratch."""
-    cdef int64_t D = s.head_dim, T = s.seq, h = item // T, i = item % T
+cdef void attention_fwd_block(const vx_attn_train_shape *s, const float *q, const float *k, const float *v,
+                              int64_t item, float *scratch, float *y, float *lse) noexcept nogil:
+    """Item r * n_heads + h: head h's block of BW_QUERIES query rows, the r-th block from the last (so the
+    costliest come first), of y = softmax(scale q k^T) v over the keys each row sees, and lse[h * seq +
+    i] = each row's logsumexp: flash-attention's forward over blocks of BW_KEYS keys, the scores in
+    register tiles, a running max and sum per row rescaling the block's output rows. q, y (seq, n_heads
+    * head_dim); k, v (seq, n_kv_heads * head_dim); scratch: vx_attn_fwd_scratch_floats(head_dim)."""
+    cdef int64_t D = s.head_dim, T = s.seq, h = item % s.n_heads
+    cdef int64_t i0 = ((T + BW_QUERIES - 1) // BW_QUERIES - 1 - item // s.n_heads) * BW_QUERIES
+    cdef int64_t nq = T - i0 if T - i0 < BW_QUERIES else BW_QUERIES
     cdef int64_t g = h // (s.n_heads // s.n_kv_heads), qw = s.n_heads * D, kw = s.n_kv_heads * D
-    cdef int64_t j0 = bw_first_key(s, i), j
-    cdef const float *qi = q + i * qw + h * D
-    cdef float *yi = y + i * qw + h * D
-    cdef float mx = -INFINITY, total = 0.0, p
-    for j in range(j0, i + 1):
-        scores[j - j0] = s.scale * dot_vec_f32(qi, k + j * kw + g * D, D)
-        if scores[j - j0] > mx:
-            mx = scores[j - j0]
-    memset(yi, 0, <size_t>D * sizeof(float))
-    for j in range(j0, i + 1):
-        p = expf(scores[j - j0] - mx)
-        total += p
-        bw_axpy(D, p, v + j * kw + g * D, yi)
-    for j in range(D):
-        yi[j] = yi[j] / total
-    lse[h * T + i] = mx + logf(total)
+    cdef float *kt = scratch                          # (D, BW_KEYS) scale k^T of the key block, zero padded
+    cdef float *pb = kt + D * BW_KEYS                 # (BW_QUERIES, BW_KEYS) scores, then P
+    cdef float *ob = pb + BW_QUERIES * BW_KEYS        # (BW_QUERIES, D) the block's unnormalised output rows
+    cdef float *mx = ob + BW_QUERIES * D              # (BW_QUERIES,) running max of each row's scores
+    cdef float *total = mx + BW_QUERIES               # (BW_QUERIES,) running sum of exp(score - mx)
+    cdef int64_t j0, nk, r, c, d, i, lo, hi
+    cdef float m, alpha, row_sum
+    for r in range(nq):
+        mx[r] = -INFINITY
+        total[r] = 0.0
+    memset(ob, 0, <size_t>(nq * D) * sizeof(float))
+    j0 = (bw_first_key(s, i0) // BW_KEYS) * BW_KEYS
+    while j0 < i0 + nq:
+        nk = T - j0 if T - j0 < BW_KEYS else BW_KEYS
+        for d in range(D):
+            for c in range(BW_KEYS):
+                kt[d * BW_KEYS + c] = s.scale * k[(j0 + c) * kw + g * D + d] if c < nk else <float>0.0
+        bw_block_scores(D, q + i0 * qw + h * D, qw, nq, kt, pb)
+        for r in range(nq):
+            i = i0 + r
+            lo = bw_first_key(s, i) - j0
+            if lo < 0:
+                lo = 0
+            hi = i - j0 + 1 if i - j0 + 1 < nk else nk
+            if hi <= lo:  # no key of this block is seen by row i
+                for c in range(BW_KEYS):
+                    pb[r * BW_KEYS + c] = 0.0
+                continue
+            m = mx[r]
+            for c in range(lo, hi):
+                if pb[r * BW_KEYS + c] > m:
+                    m = pb[r * BW_KEYS + c]
+            for c in range(BW_KEYS // 8):
+                exp8(pb + r * BW_KEYS + 8 * c, m, pb + r * BW_KEYS + 8 * c)
+            row_sum = 0.0
+            for c in range(BW_KEYS):
+                if c < lo or c >= hi:
+                    pb[r * BW_KEYS + c] = 0.0
+                row_sum = row_sum + pb[r * BW_KEYS + c]
+            alpha = expf(mx[r] - m)  # 0 on the row's first block (mx -inf)
+            total[r] = total[r] * alpha + row_sum
+            mx[r] = m
+            if alpha != <float>1.0:
+                for d in range(D):
+                    ob[r * D + d] = ob[r * D + d] * alpha
+        bw_block_axpy(nq, D, nk, pb, BW_KEYS, 1, v + j0 * kw + g * D, kw, ob, D)
+        j0 += BW_KEYS
+    for r in range(nq):
+        for d in range(D):
+            y[(i0 + r) * qw + h * D + d] = ob[r * D + d] / total[r]
+        lse[h * T + i0 + r] = mx[r] + logf(total[r])
 
 
 cdef inline void bw_rows_axpy(const int JR, int64_t D, int64_t n, const float *a, int64_t a_row, int64_t a_col,
@@ -616,7 +656,7 @@ cdef void silu_grad_run(int64_t n, const float *x, const float *dy, float *dx) n
 cdef void fill_backward(vx_train_table *t) noexcept:
     """Point t's entries at this tier's backward kernels."""
     t.matmul_t_strip = matmul_t_strip
-    t.attention_fwd_row = attention_fwd_row
+    t.attention_fwd_block = attention_fwd_block
     t.attention_bwd_group = attention_bwd_group
     t.cross_entropy_row = cross_entropy_row
     t.cross_entropy_grad_row = cross_entropy_grad_row

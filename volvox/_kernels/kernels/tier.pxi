@@ -50,7 +50,7 @@ cdef list _missing_kernels():
                      ("max_pool_f32", <size_t>_conv.max_pool_f32), ("avg_pool_f32", <size_t>_conv.avg_pool_f32),
                      ("hard_swish_f32", <size_t>_conv.hard_swish_f32),
                      ("matmul_t_strip", <size_t>_train.matmul_t_strip),
-                     ("attention_fwd_row", <size_t>_train.attention_fwd_row),
+                     ("attention_fwd_block", <size_t>_train.attention_fwd_block),
                      ("attention_bwd_group", <size_t>_train.attention_bwd_group),
                      ("cross_entropy_row", <size_t>_train.cross_entropy_row),
                      ("cross_entropy_grad_row", <size_t>_train.cross_entropy_grad_row),
