@@ -103,7 +103,8 @@ class Plan:
         alias = {node.outputs["y"]: node.inputs["x"] for node in graph.nodes
                  if get_op(node.op, node.id).view and node.inputs["x"] not in weights
                  and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
-        in_place = {**self._conv_activations_in_place(), **self._conv_residuals_in_place()}
+        idx = GraphIndex(graph)
+        in_place = {**self._conv_activations_in_place(idx), **self._conv_residuals_in_place(idx)}
         alias.update(in_place)
         for node in graph.nodes:
             op = get_op(node.op)
@@ -206,23 +207,23 @@ class Plan:
                     else:
                         self._copied.add(i)
 
-    def _conv_activations_in_place(self) -> dict[str, str]:
+    def _conv_activations_in_place(self, idx: GraphIndex) -> dict[str, str]:
         """{output: input} of each silu / hard_swish node whose input a conv2d writes and it alone reads:
         it runs in place (its output stored as its input), so that fold_activation can hand it to the
         conv's step."""
-        graph, idx = self.graph, GraphIndex(self.graph)
+        graph = self.graph
         return {node.outputs["y"]: node.inputs["x"] for node in graph.nodes
                 if node.op in FOLDED_ACTIVATIONS and getattr(idx.producer.get(node.inputs["x"]), "op", None) == "conv2d"
                 and idx.sole_consumer(node.inputs["x"], node) and graph.specs[node.inputs["x"]].dtype == "float32"
                 and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
 
-    def _conv_residuals_in_place(self) -> dict[str, str]:
+    def _conv_residuals_in_place(self, idx: GraphIndex) -> dict[str, str]:
         """{output: input} of each float32 two-input add / add_n of one shape (a residual block's sum)
         one of whose inputs a conv2d (or a fused pair ending in a 1x1 conv: dwpw_conv2d,
         expand_dwpw_conv2d) writes and it alone reads: it runs in place on that input, so
         that fold_residual can hand it to the conv's step (of two such inputs, the later conv's: the
         step just before the add)."""
-        graph, idx = self.graph, GraphIndex(self.graph)
+        graph = self.graph
         order = {node.id: i for i, node in enumerate(graph.nodes)}
         in_place = {}
         for node in graph.nodes:
