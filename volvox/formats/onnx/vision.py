@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from volvox.errors import UnsupportedError
+from volvox.errors import ShapeError, UnsupportedError
 from volvox.ops.codes import FN_PARAMS
 from volvox.ops.resize import ONNX_COORDINATES, ONNX_NEAREST_MODES
-from volvox.ops.shape import MAX_CONCAT_INPUTS
+from volvox.ops.shape import MAX_CONCAT_INPUTS, reshape_target
 from volvox.formats.onnx import generic
 from volvox.formats.onnx.importer import CLAMP, TO_NHWC, Importer, arg, is_symbolic, output_used
 from volvox.formats.onnx.reader import OnnxNode
@@ -406,16 +406,10 @@ def _reshape_dims(imp: Importer, n: OnnxNode, where: str) -> list | None:
     in_shape, target = imp.shapes[x], np.asarray(imp.consts[n.inputs[1]])
     if is_symbolic(target) or not all(isinstance(d, int) for d in in_shape):
         return None
-    dims = [int(d) for d in target.reshape(-1)]
-    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+    try:
+        return list(reshape_target(in_shape, target.reshape(-1)))
+    except (ShapeError, IndexError):  # left to generic.reshape, which names what is wrong
         return None
-    out = [in_shape[i] if d == 0 and i < len(in_shape) else d for i, d in enumerate(dims)]
-    if -1 in out:
-        known = int(np.prod([d for d in out if d != -1]))
-        if known <= 0 or int(np.prod(in_shape)) % known:
-            return None
-        out[out.index(-1)] = int(np.prod(in_shape)) // known
-    return out if int(np.prod(out)) == int(np.prod(in_shape)) else None
 
 
 def reshape(imp: Importer, n: OnnxNode, where: str) -> None:
