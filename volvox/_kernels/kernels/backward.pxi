@@ -270,16 +270,14 @@ cdef void matmul_t_strip(int wtype, vx_dequant_fn dq, int64_t K, const uint8_t *
             memset(dx + i * K + c0, 0, <size_t>cols * sizeof(float))
 
 
-cdef inline void bw_axpy(int64_t n, float alpha, const float *x, float *y) noexcept nogil:
-    """y[k] += alpha * x[k] for k < n."""
-    cdef vf a = vf_set1(alpha)
-    cdef int64_t k = 0
-    while k + VL <= n:
-        vf_store(y + k, vf_fma(a, vf_load(x + k), vf_load(y + k)))
-        k += VL
-    while k < n:
-        y[k] = vx_fma(alpha, x[k], y[k])
-        k += 1
+cdef inline void bw_key_panel(int64_t D, int64_t nk, float scale, const float *x, int64_t ldx,
+                              float *panel) noexcept nogil:
+    """panel (D, BW_KEYS) = scale * the block's nk rows of x (ld ldx apart, D values each) transposed,
+    its columns past nk zero: the operand bw_block_scores multiplies query rows by."""
+    cdef int64_t d, c
+    for d in range(D):
+        for c in range(BW_KEYS):
+            panel[d * BW_KEYS + c] = scale * x[c * ldx + d] if c < nk else <float>0.0
 
 
 cdef inline int64_t bw_first_key(const vx_attn_train_shape *s, int64_t i) noexcept nogil:
@@ -312,9 +310,7 @@ cdef void attention_fwd_block(const vx_attn_train_shape *s, const float *q, cons
     j0 = (bw_first_key(s, i0) // BW_KEYS) * BW_KEYS
     while j0 < i0 + nq:
         nk = T - j0 if T - j0 < BW_KEYS else BW_KEYS
-        for d in range(D):
-            for c in range(BW_KEYS):
-                kt[d * BW_KEYS + c] = s.scale * k[(j0 + c) * kw + g * D + d] if c < nk else <float>0.0
+        bw_key_panel(D, nk, s.scale, k + j0 * kw + g * D, kw, kt)
         bw_block_scores(D, q + i0 * qw + h * D, qw, nq, kt, pb)
         for r in range(nq):
             i = i0 + r
@@ -435,10 +431,8 @@ cdef void attention_bwd_group(const vx_attn_train_shape *s, const float *q, cons
     j0 = 0
     while j0 < T:
         nk = T - j0 if T - j0 < BW_KEYS else BW_KEYS
-        for d in range(D):
-            for c in range(BW_KEYS):
-                kt[d * BW_KEYS + c] = s.scale * k[(j0 + c) * kw + g * D + d] if c < nk else <float>0.0
-                vt[d * BW_KEYS + c] = v[(j0 + c) * kw + g * D + d] if c < nk else <float>0.0
+        bw_key_panel(D, nk, s.scale, k + j0 * kw + g * D, kw, kt)
+        bw_key_panel(D, nk, <float>1.0, v + j0 * kw + g * D, kw, vt)
         i_end = T if s.window <= 0 or j0 + nk - 1 + s.window > T else j0 + nk - 1 + s.window
         for h in range(g * group, g * group + group):
             i0 = j0
