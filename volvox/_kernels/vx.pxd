@@ -280,6 +280,16 @@ ctypedef struct vx_conv_shape:
     int64_t oh, ow               # output rows / columns
     int64_t kh, kw, sh, sw, dh, dw, pt, pl
 
+
+cdef inline void vx_pool_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1,
+                              int64_t *j0, int64_t *j1) noexcept nogil:
+    """In-image taps [i0, i1) x [j0, j1) of output pixel (oh, ow)'s pooling window (no dilation)."""
+    cdef int64_t h0 = oh * s.sh - s.pt, w0 = ow * s.sw - s.pl
+    i0[0] = -h0 if h0 < 0 else 0
+    i1[0] = s.h - h0 if h0 + s.kh > s.h else s.kh
+    j0[0] = -w0 if w0 < 0 else 0
+    j1[0] = s.w - w0 if w0 + s.kw > s.w else s.kw
+
 # Per-output-channel int8 requantization (TFLite's MultiplyByQuantizedMultiplier).
 ctypedef struct vx_requant:
     const int32_t *bias          # (n,) or NULL

@@ -53,7 +53,7 @@ cdef void qmax_pool_row(const vx_conv_shape *s, int32_t lo, int32_t hi, const in
     cdef const int8_t *xr
     cdef int8_t *yo
     for ow in range(s.ow):
-        pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+        vx_pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
         xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
         yo = y + (item * s.ow + ow) * C                                       # (C,)
         for c in range(C):

@@ -7,7 +7,7 @@ from libc.math cimport fabs, fabsf, sqrt, sqrtf, NAN
 from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from volvox._kernels.codes cimport *
-from volvox._kernels.vx cimport vx_conv_shape, vx_requant
+from volvox._kernels.vx cimport vx_conv_shape, vx_pool_taps, vx_requant
 
 
 # ------------------------------------------------------------------------------------ rows
@@ -111,16 +111,6 @@ cdef void dequantize_i8_run(int64_t n, const int8_t *x, float scale, int32_t zp,
         y[i] = scale * (<float>x[i] - z)
 
 
-cdef inline void pool_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1, int64_t *j0,
-                           int64_t *j1) noexcept nogil:
-    """Valid kernel taps [i0, i1) x [j0, j1) of output pixel (oh, ow) of a pooling window (no dilation)."""
-    cdef int64_t h0 = oh * s.sh - s.pt, w0 = ow * s.sw - s.pl
-    i0[0] = -h0 if h0 < 0 else 0
-    i1[0] = s.h - h0 if h0 + s.kh > s.h else s.kh
-    j0[0] = -w0 if w0 < 0 else 0
-    j1[0] = s.w - w0 if w0 + s.kw > s.w else s.kw
-
-
 cdef enum:
     QAVG_CHANNELS = 64  # channels per pass of qavg_pool_row (its int32 sums stay in registers)
 
@@ -139,7 +129,7 @@ cdef void qavg_pool_row(const vx_conv_shape *s, int32_t lo, int32_t hi, const in
     cdef const int8_t *xr
     cdef int8_t *yo
     for ow in range(s.ow):
-        pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+        vx_pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
         count = (i1 - i0) * (j1 - j0)
         half = count // 2
         xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)

@@ -2,20 +2,10 @@
 # paths give the same bits): each output pixel's channels go in blocks of POOL_VECTORS vectors whose
 # accumulators stay in registers across the window's taps, then a vector (the last one partial).
 from libc.math cimport INFINITY
-from volvox._kernels.vx cimport vx_conv_shape
+from volvox._kernels.vx cimport vx_conv_shape, vx_pool_taps
 
 cdef enum:
     POOL_VECTORS = 4    # vectors of channels per block
-
-
-cdef inline void window_taps(const vx_conv_shape *s, int64_t oh, int64_t ow, int64_t *i0, int64_t *i1,
-                             int64_t *j0, int64_t *j1) noexcept nogil:
-    """In-image taps [i0, i1) x [j0, j1) of output pixel (oh, ow)'s window (no dilation)."""
-    cdef int64_t h0 = oh * s.sh - s.pt, w0 = ow * s.sw - s.pl
-    i0[0] = -h0 if h0 < 0 else 0
-    i1[0] = s.h - h0 if h0 + s.kh > s.h else s.kh
-    j0[0] = -w0 if w0 < 0 else 0
-    j1[0] = s.w - w0 if w0 + s.kw > s.w else s.kw
 
 
 cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil:
@@ -30,7 +20,7 @@ cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, flo
     cdef vf one
     cdef vf_mask k
     for ow in range(s.ow):
-        window_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+        vx_pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
         xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
         yo = y + (item * s.ow + ow) * C                                       # (C,)
         c = 0
@@ -71,7 +61,7 @@ cdef void avg_pool_f32(const vx_conv_shape *s, bint include_pad, const float *x,
     cdef vf one, count
     cdef vf_mask k
     for ow in range(s.ow):
-        window_taps(s, oh, ow, &i0, &i1, &j0, &j1)
+        vx_pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
         taps = (i1 - i0) * (j1 - j0) if i1 > i0 and j1 > j0 else 0
         padded = taps < s.kh * s.kw
         count = vf_set1(<float>(s.kh * s.kw) if include_pad else <float>taps)
