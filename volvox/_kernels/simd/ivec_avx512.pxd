@@ -98,11 +98,6 @@ cdef inline vi vi_dot16x2(vi acc, vi a, vi b) noexcept nogil:
     return _mm512_dpwssd_epi32(acc, a, b)
 
 
-cdef inline vi vi_shl32(vi a, int n) noexcept nogil:
-    """a's int32 lanes shifted left by n (a constant where the callers inline)."""
-    return _mm512_slli_epi32(a, n)
-
-
 cdef inline vi vi_u8x2(const uint8_t *p) noexcept nogil:
     """VI_ROWS pairs of uint8 at p (row r's at 2 r) as the 16-bit halves of int32 lanes."""
     return _mm512_cvtepu8_epi16(_mm256_loadu_si256(<const void *>p))
