@@ -72,6 +72,36 @@ def _q3k_value_lanes(hmask: np.ndarray, qs: np.ndarray) -> np.ndarray:
     return out.reshape(hmask.shape[:-1] + (96,))
 
 
+def _q5k_value_lanes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """q5_K's (..., 160) value lanes of vx.pxd from (..., 32) qh and (..., 128) qs bytes: sub-block j's
+    values (value 32 j + i: the low (j even) or high nibble of qs byte 32 (j // 2) + i, qh byte i bit j
+    as 16) as v_w = values 4 w .. 4 w + 3 in planes t = 0 .. 4 (bytes 20 j + 4 t ..): v_t in bits 0 .. 4,
+    v_5's bits 0 .. 2 in plane 0's bits 5 .. 7, its bits 3, 4 in plane 1's bits 5, 6, v_6's bit 0 in plane
+    1's bit 7, its bits 1 .. 3 in plane 2's bits 5 .. 7, its bit 4 in plane 3's bit 7, v_7's bits 0, 1 in
+    plane 3's bits 5, 6, its bits 2 .. 4 in plane 4's bits 5 .. 7."""
+    j = np.arange(8)[:, None]
+    i = np.arange(32)[None, :]
+    v = ((qs[..., 32 * (j // 2) + i] >> (4 * (j % 2))) & 0x0F) | (((qh[..., i] >> j) & 1) << 4)   # (..., 8, 32)
+    v = v.reshape(v.shape[:-1] + (8, 4)).astype(np.uint8)                   # (..., sub-block, lane w, byte)
+    w = [v[..., t, :] for t in range(8)]
+    planes = [w[0] | (w[5] & 7) << 5, w[1] | (w[5] >> 3 & 3) << 5 | (w[6] & 1) << 7, w[2] | (w[6] >> 1 & 7) << 5,
+              w[3] | (w[7] & 3) << 5 | (w[6] >> 4 & 1) << 7, w[4] | (w[7] >> 2 & 7) << 5]
+    return np.stack(planes, -2).astype(np.uint8).reshape(qh.shape[:-1] + (160,))
+
+
+def _q6k_value_lanes(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
+    """q6_K's (..., 192) value lanes of vx.pxd from (..., 128) ql and (..., 64) qh bytes: group g's
+    values (value 128 h + 32 q + i: nibble q // 2 of ql byte 64 h + 32 (q % 2) + i, qh byte 32 h + i
+    bits 2 q as 16, 32) as v_w = values 4 w .. 4 w + 3 in planes t = 0 .. 2 (bytes 12 g + 4 t ..): v_t
+    in bits 0 .. 5, v_3's bits 2 t, 2 t + 1 in bits 6, 7."""
+    n = np.arange(256)
+    h, q, i = n // 128, n // 32 % 4, n % 32
+    v = ((ql[..., 64 * h + 32 * (q % 2) + i] >> (4 * (q // 2))) & 0x0F) | (((qh[..., 32 * h + i] >> (2 * q)) & 3) << 4)
+    v = v.reshape(v.shape[:-1] + (16, 4, 4)).astype(np.uint8)                # (..., group, lane w, byte)
+    planes = [v[..., t, :] | (v[..., 3, :] >> (2 * t) & 3) << 6 for t in range(3)]
+    return np.stack(planes, -2).astype(np.uint8).reshape(ql.shape[:-1] + (192,))
+
+
 def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     """vx.pxd's interleaved k-quant layout, written from its description with numpy."""
     n, nb, bsz = wb.shape[0], k // 256, GGML_FORMATS[qtype].type_size
@@ -95,9 +125,9 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     elif qtype in ("q4_k", "q5_k"):
         sc, mn = _scale_min_k4(b[..., 4:16])
         parts = [rowminor(b[..., 0:2]), rowminor(b[..., 2:4]), rowminor(sc), rowminor(mn)]
-        parts += [lanes(b[..., 16:144])] if qtype == "q4_k" else [lanes(b[..., 16:48]), lanes(b[..., 48:176])]
+        parts += [lanes(b[..., 16:144])] if qtype == "q4_k" else [lanes(_q5k_value_lanes(b[..., 16:48], b[..., 48:176]))]
     else:
-        parts = [rowminor(b[..., 208:210]), rowminor(b[..., 192:208]), lanes(b[..., 128:192]), lanes(b[..., 0:128])]
+        parts = [rowminor(b[..., 208:210]), rowminor(b[..., 192:208]), lanes(_q6k_value_lanes(b[..., 0:128], b[..., 128:192]))]
     # f16 fields are row-minor pairs of bytes: [rows][2], not [2][rows]
     for i, p in enumerate(parts[:2 if qtype in ("q2_k", "q4_k", "q5_k") else 1]):
         parts[i] = p.reshape(groups, nb, 2, rows).swapaxes(2, 3).reshape(groups, nb, -1)

@@ -178,8 +178,14 @@ cdef inline int64_t vx_il_block_bytes(int wtype, int R) noexcept nogil:
 #                 byte k of the lanes' row r, nibble h: for w < 3 in bits 0 .. 2 of lane w's nibble,
 #                 for w = 3 bit t of it in bit 3 of lane t's nibble
 #   q4_K (148 R): d[R] dmin[R] | sc[8][R] mn[8][R] (uint8, get_scale_min_k4's) | qs lanes[4 * 8]
-#   q5_K (180 R): d[R] dmin[R] | sc[8][R] mn[8][R] | qh lanes[8] | qs lanes[4 * 8]
-#   q6_K (210 R): d[R] | scales[16][R] (int8) | qh lanes[2 * 8] | ql lanes[4 * 8] (chunk c: ql[32 c ..])
+#   q5_K (180 R): d[R] dmin[R] | sc[8][R] mn[8][R] | value planes[8 * 5]: sub-block j's 32 values
+#                 (5 bits: the qs nibble, qh bit j as 16) as 8 lanes v_0 .. v_7 (v_w: values 4 w ..
+#                 4 w + 3) in its planes t = 0 .. 4 (5 j + t): v_t in bits 0 .. 4 of plane t; bits 5 .. 7
+#                 of planes 0 .. 4 hold v_5 bits 0 .. 2 | v_5 bits 3, 4 and v_6 bit 0 | v_6 bits 1 .. 3 |
+#                 v_7 bits 0, 1 and v_6 bit 4 | v_7 bits 2 .. 4
+#   q6_K (210 R): d[R] | scales[16][R] (int8) | value planes[16 * 3]: group g's 16 values (6 bits: the ql
+#                 nibble, the qh pair as 16, 32) as 4 lanes v_0 .. v_3 in its planes t = 0, 1, 2 (3 g + t):
+#                 v_t in bits 0 .. 5 of plane t, v_3's bits 2 t, 2 t + 1 in bits 6, 7 of plane t
 # so a group's super-block is R times the plain super-block's bytes, plus R times 4 for the unpacked
 # 6-bit scales of q3_K / q4_K / q5_K.
 # ------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 # il_pack for the k-quants: each row's GGUF super-blocks decoded once, at load, into the interleaved
-# layout of vx.pxd (the 6-bit scales unpacked, the quants' 4-byte lanes of R rows side by side).
+# layout of vx.pxd (the 6-bit scales unpacked, q5_K / q6_K's values re-packed in planes, the quants'
+# 4-byte lanes of R rows side by side).
 # Included by engine/per_op.pxi, whose il_pack calls it.
 from libc.stdint cimport int8_t, int64_t, uint8_t
 from libc.string cimport memcpy, memset
@@ -44,12 +45,55 @@ cdef inline void put_scale_pairs(uint8_t *dst, const uint8_t *values, int count,
         memcpy(dst + (j * R + r) * 2, values + 2 * j, 2)
 
 
+cdef inline void q5k_value_lanes(const uint8_t *src, uint8_t *out) noexcept nogil:
+    """out (8, 5, 4): q5_K's value lanes of vx.pxd from a GGUF super-block src (scales at 4, qh[32] at
+    16, qs[128] at 48): sub-block j's values v_w[k] = value 32 j + 4 w + k (the low (j even) or high
+    nibble of qs[32 (j / 2) + i], bit j of qh[i] as 16), v_0 .. v_4 in bits 0 .. 4 of planes 0 .. 4,
+    v_5 .. v_7 in their bits 5 .. 7 (vx.pxd)."""
+    cdef uint8_t v[8]            # (8,) v_0[k] .. v_7[k]
+    cdef int j, w, k, i
+    cdef uint8_t *p
+    for j in range(8):
+        for k in range(4):
+            for w in range(8):
+                i = 4 * w + k
+                v[w] = ((src[48 + 32 * (j >> 1) + i] >> (4 * (j & 1))) & 0x0F) | (((src[16 + i] >> j) & 1) << 4)
+            p = out + 20 * j + k
+            p[0] = v[0] | ((v[5] & 7) << 5)
+            p[4] = v[1] | (((v[5] >> 3) & 3) << 5) | ((v[6] & 1) << 7)
+            p[8] = v[2] | (((v[6] >> 1) & 7) << 5)
+            p[12] = v[3] | ((v[7] & 3) << 5) | (((v[6] >> 4) & 1) << 7)
+            p[16] = v[4] | (((v[7] >> 2) & 7) << 5)
+
+
+cdef inline void q6k_value_lanes(const uint8_t *src, uint8_t *out) noexcept nogil:
+    """out (16, 3, 4): q6_K's value lanes of vx.pxd from a GGUF super-block src (ql[128], qh[64]):
+    group g's values v_w[k] = value 16 g + 4 w + k (value 128 h + 32 q + i: nibble q / 2 of
+    ql[64 h + 32 (q % 2) + i], bits 2 q of qh[32 h + i] as 16, 32), v_0 .. v_2 in bits 0 .. 5 of planes
+    0 .. 2, bits 2 t of v_3 in bits 6, 7 of plane t."""
+    cdef uint8_t v[4]            # (4,) v_0[k] .. v_3[k]
+    cdef int g, w, k, n, h, q, i
+    for g in range(16):
+        for k in range(4):
+            for w in range(4):
+                n = 16 * g + 4 * w + k
+                h = n >> 7
+                q = (n >> 5) & 3
+                i = n & 31
+                v[w] = (((src[64 * h + 32 * (q & 1) + i] >> (4 * (q >> 1))) & 0x0F)
+                        | (((src[128 + 32 * h + i] >> (2 * q)) & 3) << 4))
+            for w in range(3):
+                out[12 * g + 4 * w + k] = v[w] | (((v[3] >> (2 * w)) & 3) << 6)
+
+
 cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst, int r, int R) noexcept nogil:
     """Row r's GGUF super-block src into the group super-block dst (vx.pxd's interleaved k-quant layout)."""
     cdef uint8_t sc[8]           # (8,) q4_K / q5_K scales
     cdef uint8_t mn[8]           # (8,) q4_K / q5_K mins
     cdef int8_t sc3[16]          # (16,) q3_K scales - 32
     cdef uint8_t v3[96]          # (8, 3, 4) q3_K value lanes a, b, c of each sub-block (vx.pxd)
+    cdef uint8_t v5[160]         # (8, 5, 4) q5_K value lanes of each sub-block (vx.pxd)
+    cdef uint8_t v6[192]         # (16, 3, 4) q6_K value lanes of each group (vx.pxd)
     cdef int j, i, t, v
     if wtype == VX_Q2_K:         # scales[16] qs[64] d dmin
         memcpy(dst + 2 * r, src + 80, 2)
@@ -79,13 +123,13 @@ cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst,
         if wtype == VX_Q4_K:
             put_lanes(dst + 20 * R, src + 16, 32, r, R)
         else:
-            put_lanes(dst + 20 * R, src + 16, 8, r, R)
-            put_lanes(dst + 52 * R, src + 48, 32, r, R)
+            q5k_value_lanes(src, v5)
+            put_lanes(dst + 20 * R, v5, 40, r, R)
     else:                        # q6_K: ql[128] qh[64] scales[16] d
         memcpy(dst + 2 * r, src + 208, 2)
         put_scales(dst + 2 * R, src + 192, 16, r, R)
-        put_lanes(dst + 18 * R, src + 128, 16, r, R)
-        put_lanes(dst + 82 * R, src, 32, r, R)
+        q6k_value_lanes(src, v6)
+        put_lanes(dst + 18 * R, v6, 48, r, R)
 
 
 cdef void il_pack_kquant_rows(int wtype, int64_t K, const uint8_t *w, int64_t w_stride, int64_t N, int R,

@@ -122,6 +122,29 @@ cdef inline void bw_il_decode(int wtype, int R, const uint8_t *group, int64_t b,
             out[j + 16] = d * <float>hi + m
 
 
+cdef inline int il_q5k_value(const uint8_t *planes, int R, int64_t r, int j, int i) noexcept nogil:
+    """Value i (0 .. 31, 5 bits) of sub-block j of row r of interleaved q5_K planes (vx.pxd)."""
+    cdef int w = i >> 2, k = i & 3
+    cdef int p0 = il_byte(planes, R, r, 20 * j + k), p1 = il_byte(planes, R, r, 20 * j + 4 + k)
+    cdef int p3 = il_byte(planes, R, r, 20 * j + 12 + k)
+    if w < 5:
+        return il_byte(planes, R, r, 20 * j + 4 * w + k) & 0x1F
+    if w == 5:
+        return (p0 >> 5) | (((p1 >> 5) & 3) << 3)
+    if w == 6:
+        return (p1 >> 7) | ((il_byte(planes, R, r, 20 * j + 8 + k) >> 5) << 1) | ((p3 >> 7) << 4)
+    return ((p3 >> 5) & 3) | ((il_byte(planes, R, r, 20 * j + 16 + k) >> 5) << 2)
+
+
+cdef inline int il_q6k_value(const uint8_t *planes, int R, int64_t r, int g, int i) noexcept nogil:
+    """Value i (0 .. 15, 6 bits) of group g of row r of interleaved q6_K planes (vx.pxd)."""
+    cdef int w = i >> 2, k = i & 3
+    if w < 3:
+        return il_byte(planes, R, r, 12 * g + 4 * w + k) & 0x3F
+    return ((il_byte(planes, R, r, 12 * g + k) >> 6) | ((il_byte(planes, R, r, 12 * g + 4 + k) >> 6) << 2)
+            | ((il_byte(planes, R, r, 12 * g + 8 + k) >> 6) << 4))
+
+
 cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int64_t b, int64_t r,
                                      float *out) noexcept nogil:
     """out (256,) = super-block b of row r of an interleaved k-quant group of R rows (vx.pxd's layout),
@@ -130,7 +153,7 @@ cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int
     cdef const int8_t *sc8 = <const int8_t *>(blk + 2 * R)   # (16, R) q3_K / q6_K scales
     cdef bint has_min = wtype == VX_Q2_K or wtype == VX_Q4_K or wtype == VX_Q5_K
     cdef float d = il_f16(blk, r), dmin = il_f16(blk + 2 * R, r) if has_min else <float>0.0
-    cdef int h, s, l, j, g, q, lo, hi
+    cdef int h, s, l, j, g, q
     cdef uint8_t sm
     if wtype == VX_Q2_K:         # value 128 h + 32 s + l: bits 2 s of qs byte 32 h + l, group 8 h + 2 s + l / 16
         for h in range(2):
@@ -151,29 +174,22 @@ cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int
                     for s in range(3):
                         q |= ((il_byte(blk + 18 * R, R, r, 12 * j + 4 * s + (l & 3)) >> (4 * (l >> 4) + 3)) & 1) << s
                 out[32 * j + l] = d * <float>sc8[(g >> 1) * 2 * R + 2 * r + (g & 1)] * <float>(q - 4)
-    elif wtype == VX_Q4_K or wtype == VX_Q5_K:   # value 64 j + l: low nibble of qs byte 32 j + l, + 32: high
+    elif wtype == VX_Q4_K:       # value 64 j + l: low nibble of qs byte 32 j + l, + 32: high
         for j in range(4):
             for l in range(32):
-                q = il_byte(blk + (52 if wtype == VX_Q5_K else 20) * R, R, r, 32 * j + l)
-                lo = q & 0x0F
-                hi = q >> 4
-                if wtype == VX_Q5_K:
-                    lo += 16 * ((il_byte(blk + 20 * R, R, r, l) >> (2 * j)) & 1)
-                    hi += 16 * ((il_byte(blk + 20 * R, R, r, l) >> (2 * j + 1)) & 1)
-                out[64 * j + l] = d * <float>blk[4 * R + 2 * j * R + r] * <float>lo - dmin * <float>blk[12 * R + 2 * j * R + r]
-                out[64 * j + 32 + l] = (d * <float>blk[4 * R + (2 * j + 1) * R + r] * <float>hi
+                q = il_byte(blk + 20 * R, R, r, 32 * j + l)
+                out[64 * j + l] = d * <float>blk[4 * R + 2 * j * R + r] * <float>(q & 0x0F) - dmin * <float>blk[12 * R + 2 * j * R + r]
+                out[64 * j + 32 + l] = (d * <float>blk[4 * R + (2 * j + 1) * R + r] * <float>(q >> 4)
                                         - dmin * <float>blk[12 * R + (2 * j + 1) * R + r])
-    else:                        # q6_K: ggml's dequantize_row_q6_K, 128 values per half h
-        for h in range(2):
+    elif wtype == VX_Q5_K:       # value 32 j + l: sub-block j's planes
+        for j in range(8):
             for l in range(32):
-                g = 8 * h + l // 16
-                q = il_byte(blk + 18 * R, R, r, 32 * h + l)                  # qh
-                lo = il_byte(blk + 82 * R, R, r, 64 * h + l)                 # ql[l]
-                hi = il_byte(blk + 82 * R, R, r, 64 * h + 32 + l)            # ql[l + 32]
-                out[128 * h + l] = d * <float>sc8[g * R + r] * <float>(((lo & 0x0F) | ((q & 3) << 4)) - 32)
-                out[128 * h + 32 + l] = d * <float>sc8[(g + 2) * R + r] * <float>(((hi & 0x0F) | (((q >> 2) & 3) << 4)) - 32)
-                out[128 * h + 64 + l] = d * <float>sc8[(g + 4) * R + r] * <float>(((lo >> 4) | (((q >> 4) & 3) << 4)) - 32)
-                out[128 * h + 96 + l] = d * <float>sc8[(g + 6) * R + r] * <float>(((hi >> 4) | (((q >> 6) & 3) << 4)) - 32)
+                out[32 * j + l] = (d * <float>blk[4 * R + j * R + r] * <float>il_q5k_value(blk + 20 * R, R, r, j, l)
+                                   - dmin * <float>blk[12 * R + j * R + r])
+    else:                        # q6_K: value 16 g + l: group g's planes, minus 32
+        for g in range(16):
+            for l in range(16):
+                out[16 * g + l] = d * <float>sc8[g * R + r] * <float>(il_q6k_value(blk + 18 * R, R, r, g, l) - 32)
 
 
 cdef inline void bw_tile(int64_t N, const float *dy, int64_t dy_row, int64_t dy_col, int64_t rows,

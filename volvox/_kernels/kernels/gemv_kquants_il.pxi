@@ -17,6 +17,9 @@
 # factors are multiplied and added to their sum in one vi_dot16x2 (VNNI's dpwssd), the two groups of a
 # q2_K / q3_K sub-block together (their dots, scales, mins and bsums paired in 16-bit halves). The x86 row kernels (gemm_q4_K / gemm_q6_K in kernels/gemv.pxi, kq_row) take the same
 # integer and float steps: a weight gives the same bits read as stored or interleaved.
+# q5_K's 5-bit and q6_K's 6-bit values are re-packed at load in planes (vx.pxd) whose low bits hold
+# whole values (one AND each) and whose top bits gather into the last lanes of a sub-block / group
+# (shifts, two selects, one AND): fewer instructions than nibbles merged with high bits kept apart.
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
@@ -154,31 +157,52 @@ cdef inline vi q3k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *s
     return vi_add(even, odd)
 
 
-cdef inline vi q45k_dot16(bint has_qh, const uint8_t *lanes, const uint8_t *hlanes, int half, int j,
-                          const int8_t *x) noexcept nogil:
-    """q4_K / q5_K: 16 values of sub-block j (4 lanes' low (half 0) or high nibbles, q5_K's qh bit j
-    as 16) . x[0:16]."""
+cdef inline vi q4k_dot16(const uint8_t *lanes, int half, const int8_t *x) noexcept nogil:
+    """q4_K: 16 values of a sub-block (4 lanes' low (half 0) or high nibbles) . x[0:16]."""
     cdef vi t = vi_zero()
     cdef vi v, u
     cdef int l
     for l in range(4):
         v = vi_load(lanes + l * LANE)
         u = bits_at(v, 4, 0, 0x0F) if half else vi_and(v, vi_bytes(0x0F))
-        if has_qh:
-            u = vi_or(u, bits_at(vi_load(hlanes + l * LANE), j, 4, 0x10))
         t = vi_dot(t, u, vi_bcast4(x + 4 * l))
     return t
 
 
-cdef inline vi q45k_sub(bint has_qh, const uint8_t *blk, int p, int half, const int8_t *x) noexcept nogil:
-    """q4_K / q5_K: sub-block j = 2 p + half's sc dot."""
+cdef inline vi q4k_sub(const uint8_t *blk, int p, int half, const int8_t *x) noexcept nogil:
+    """q4_K: sub-block j = 2 p + half's sc dot."""
     cdef int j = 2 * p + half
-    cdef const uint8_t *lanes = blk + (52 if has_qh else 20) * VI_ROWS + 8 * p * LANE   # qs lanes of pair p
-    cdef const uint8_t *hlanes = blk + 20 * VI_ROWS                                   # q5_K's qh lanes
+    cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * p * LANE     # qs lanes of pair p
     cdef const int8_t *xs = x + 64 * p + 32 * half
-    return vi_mul(vi_add(q45k_dot16(has_qh, lanes, hlanes, half, j, xs),
-                         q45k_dot16(has_qh, lanes + 4 * LANE, hlanes + 4 * LANE, half, j, xs + 16)),
+    return vi_mul(vi_add(q4k_dot16(lanes, half, xs), q4k_dot16(lanes + 4 * LANE, half, xs + 16)),
                   vi_u8(blk + 4 * VI_ROWS + j * VI_ROWS))
+
+
+cdef inline vi q5k_sub(const uint8_t *blk, int j, const int8_t *x) noexcept nogil:
+    """q5_K: sub-block j's sc dot: its 5 planes (vx.pxd) hold values 0 .. 4 of each row's 4-value lanes
+    in bits 0 .. 4 and lanes 5 .. 7 in bits 5 .. 7, gathered by shifts that bring each field's bits
+    from their own byte (a 16-bit shift by n carries the next byte's bits into the top n bits only)."""
+    cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 5 * j * LANE     # planes 0 .. 4 of sub-block j
+    cdef const int8_t *xs = x + 32 * j
+    cdef vi m5 = vi_bytes(0x1F)
+    cdef vi p0 = vi_load(lanes)
+    cdef vi p1 = vi_load(lanes + LANE)
+    cdef vi p2 = vi_load(lanes + 2 * LANE)
+    cdef vi p3 = vi_load(lanes + 3 * LANE)
+    cdef vi p4 = vi_load(lanes + 4 * LANE)
+    cdef vi t = vi_dot(vi_zero(), vi_and(p0, m5), vi_bcast4(xs))
+    t = vi_dot(t, vi_and(p1, m5), vi_bcast4(xs + 4))
+    t = vi_dot(t, vi_and(p2, m5), vi_bcast4(xs + 8))
+    t = vi_dot(t, vi_and(p3, m5), vi_bcast4(xs + 12))
+    t = vi_dot(t, vi_and(p4, m5), vi_bcast4(xs + 16))
+    t = vi_dot(t, vi_and(vi_select(vi_bytes(0x07), vi_shr16(p0, 5), vi_shr16(p1, 2)), m5),     # lane 5
+               vi_bcast4(xs + 20))
+    t = vi_dot(t, vi_and(vi_select(vi_bytes(0x01), vi_shr16(p1, 7),                            # lane 6
+                                   vi_select(vi_bytes(0x0E), vi_shr16(p2, 4), vi_shr16(p3, 3))), m5),
+               vi_bcast4(xs + 24))
+    t = vi_dot(t, vi_and(vi_select(vi_bytes(0x03), vi_shr16(p3, 5), vi_shr16(p4, 3)), m5),     # lane 7
+               vi_bcast4(xs + 28))
+    return vi_mul(t, vi_u8(blk + 4 * VI_ROWS + j * VI_ROWS))
 
 
 cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, const int32_t *bs, vi *isum,
@@ -187,49 +211,50 @@ cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, 
     cdef const uint8_t *mn = blk + 12 * VI_ROWS                # [8][R]
     cdef vi sm = vi_zero()
     cdef int j
-    isum[0] = vi_add(vi_add(vi_add(q45k_sub(has_qh, blk, 0, 0, x), q45k_sub(has_qh, blk, 0, 1, x)),
-                            vi_add(q45k_sub(has_qh, blk, 1, 0, x), q45k_sub(has_qh, blk, 1, 1, x))),
-                     vi_add(vi_add(q45k_sub(has_qh, blk, 2, 0, x), q45k_sub(has_qh, blk, 2, 1, x)),
-                            vi_add(q45k_sub(has_qh, blk, 3, 0, x), q45k_sub(has_qh, blk, 3, 1, x))))
+    if has_qh:
+        isum[0] = vi_add(vi_add(vi_add(q5k_sub(blk, 0, x), q5k_sub(blk, 1, x)),
+                                vi_add(q5k_sub(blk, 2, x), q5k_sub(blk, 3, x))),
+                         vi_add(vi_add(q5k_sub(blk, 4, x), q5k_sub(blk, 5, x)),
+                                vi_add(q5k_sub(blk, 6, x), q5k_sub(blk, 7, x))))
+    else:
+        isum[0] = vi_add(vi_add(vi_add(q4k_sub(blk, 0, 0, x), q4k_sub(blk, 0, 1, x)),
+                                vi_add(q4k_sub(blk, 1, 0, x), q4k_sub(blk, 1, 1, x))),
+                         vi_add(vi_add(q4k_sub(blk, 2, 0, x), q4k_sub(blk, 2, 1, x)),
+                                vi_add(q4k_sub(blk, 3, 0, x), q4k_sub(blk, 3, 1, x))))
     for j in range(8):
         sm = vi_dot16x2(sm, vi_set1(bs[2 * j] + bs[2 * j + 1]), vi_u8(mn + j * VI_ROWS))  # |bsums| < 2 ** 12
     msum[0] = sm
 
 
-cdef inline vi q6k_dot16(int32_t start, const uint8_t *lanes, const uint8_t *hlanes, int c, int hi,
-                         const int8_t *x) noexcept nogil:
-    """q6_K: start + one group of 16 (4 ql lanes' low (hi 0) or high nibbles, qh bits 2 c (+ 4 if hi)
-    as bits 4-5) . x[0:16]."""
-    cdef vi t = vi_set1(start)
-    cdef vi v, u
-    cdef int l
-    for l in range(4):
-        v = vi_load(lanes + l * LANE)
-        u = bits_at(v, 4, 0, 0x0F) if hi else vi_and(v, vi_bytes(0x0F))
-        t = vi_dot(t, vi_or(u, bits_at(vi_load(hlanes + l * LANE), 2 * c + 4 * hi, 4, 0x30)),
-                   vi_bcast4(x + 4 * l))
-    return t
-
-
-cdef inline vi q6k_sub(const uint8_t *blk, int h, int lhalf, int c, int hi, const int8_t *x,
-                       const int32_t *start) noexcept nogil:
-    """q6_K: group 8 h + 4 hi + 2 c + lhalf's sc (dot - 32 bsum) (ql chunk 2 h + c, lanes 4 lhalf ..;
-    start: kq_il_group's)."""
-    cdef int g = 8 * h + 4 * hi + 2 * c + lhalf
-    cdef const uint8_t *lanes = blk + 82 * VI_ROWS + ((2 * h + c) * 8 + 4 * lhalf) * LANE
-    cdef const uint8_t *hlanes = blk + 18 * VI_ROWS + (8 * h + 4 * lhalf) * LANE
-    return vi_mul(q6k_dot16(start[g], lanes, hlanes, c, hi, x + 16 * g), vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
+cdef inline vi q6k_group(const uint8_t *blk, int g, const int8_t *x, const int32_t *start) noexcept nogil:
+    """q6_K: group g's sc (dot - 32 bsum) (start: kq_il_group's): its 3 planes (vx.pxd) hold values
+    0 .. 11 of each row's 16 in bits 0 .. 5 and, 2 bits in each plane's bits 6, 7, values 12 .. 15
+    (gathered as q5k_sub gathers its lanes 5 .. 7)."""
+    cdef const uint8_t *lanes = blk + 18 * VI_ROWS + 3 * g * LANE     # planes 0 .. 2 of group g
+    cdef const int8_t *xs = x + 16 * g
+    cdef vi m6 = vi_bytes(0x3F)
+    cdef vi p0 = vi_load(lanes)
+    cdef vi p1 = vi_load(lanes + LANE)
+    cdef vi p2 = vi_load(lanes + 2 * LANE)
+    cdef vi t = vi_dot(vi_set1(start[g]), vi_and(p0, m6), vi_bcast4(xs))
+    t = vi_dot(t, vi_and(p1, m6), vi_bcast4(xs + 4))
+    t = vi_dot(t, vi_and(p2, m6), vi_bcast4(xs + 8))
+    t = vi_dot(t, vi_and(vi_select(vi_bytes(0x0F), vi_select(vi_bytes(0x03), vi_shr16(p0, 6), vi_shr16(p1, 4)),
+                                   vi_shr16(p2, 2)), m6),
+               vi_bcast4(xs + 12))
+    return vi_mul(t, vi_s8(blk + 2 * VI_ROWS + g * VI_ROWS))
 
 
 cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q6_K: isum of one group super-block against 256 act values (module comment)."""
-    cdef vi si = vi_zero()
-    cdef int h, lhalf
-    for h in range(2):
-        for lhalf in range(2):
-            si = vi_add(si, vi_add(vi_add(q6k_sub(blk, h, lhalf, 0, 0, x, start), q6k_sub(blk, h, lhalf, 0, 1, x, start)),
-                                   vi_add(q6k_sub(blk, h, lhalf, 1, 0, x, start), q6k_sub(blk, h, lhalf, 1, 1, x, start))))
-    return si
+    return vi_add(vi_add(vi_add(vi_add(q6k_group(blk, 0, x, start), q6k_group(blk, 1, x, start)),
+                                vi_add(q6k_group(blk, 2, x, start), q6k_group(blk, 3, x, start))),
+                         vi_add(vi_add(q6k_group(blk, 4, x, start), q6k_group(blk, 5, x, start)),
+                                vi_add(q6k_group(blk, 6, x, start), q6k_group(blk, 7, x, start)))),
+                  vi_add(vi_add(vi_add(q6k_group(blk, 8, x, start), q6k_group(blk, 9, x, start)),
+                                vi_add(q6k_group(blk, 10, x, start), q6k_group(blk, 11, x, start))),
+                         vi_add(vi_add(q6k_group(blk, 12, x, start), q6k_group(blk, 13, x, start)),
+                                vi_add(q6k_group(blk, 14, x, start), q6k_group(blk, 15, x, start)))))
 
 
 cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const int8_t *xq, const float *xd,
