@@ -211,11 +211,12 @@ cdef inline void q45k_il_sums(bint has_qh, const uint8_t *blk, const int8_t *x, 
     cdef const uint8_t *mn = blk + 12 * VI_ROWS                # [8][R]
     cdef vi sm = vi_zero()
     cdef int j
+    cdef vi si
     if has_qh:
-        isum[0] = vi_add(vi_add(vi_add(q5k_sub(blk, 0, x), q5k_sub(blk, 1, x)),
-                                vi_add(q5k_sub(blk, 2, x), q5k_sub(blk, 3, x))),
-                         vi_add(vi_add(q5k_sub(blk, 4, x), q5k_sub(blk, 5, x)),
-                                vi_add(q5k_sub(blk, 6, x), q5k_sub(blk, 7, x))))
+        si = vi_zero()
+        for j in range(8):
+            si = vi_add(si, q5k_sub(blk, j, x))
+        isum[0] = si
     else:
         isum[0] = vi_add(vi_add(vi_add(q4k_sub(blk, 0, 0, x), q4k_sub(blk, 0, 1, x)),
                                 vi_add(q4k_sub(blk, 1, 0, x), q4k_sub(blk, 1, 1, x))),
@@ -247,14 +248,11 @@ cdef inline vi q6k_group(const uint8_t *blk, int g, const int8_t *x, const int32
 
 cdef inline vi q6k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *start) noexcept nogil:
     """q6_K: isum of one group super-block against 256 act values (module comment)."""
-    return vi_add(vi_add(vi_add(vi_add(q6k_group(blk, 0, x, start), q6k_group(blk, 1, x, start)),
-                                vi_add(q6k_group(blk, 2, x, start), q6k_group(blk, 3, x, start))),
-                         vi_add(vi_add(q6k_group(blk, 4, x, start), q6k_group(blk, 5, x, start)),
-                                vi_add(q6k_group(blk, 6, x, start), q6k_group(blk, 7, x, start)))),
-                  vi_add(vi_add(vi_add(q6k_group(blk, 8, x, start), q6k_group(blk, 9, x, start)),
-                                vi_add(q6k_group(blk, 10, x, start), q6k_group(blk, 11, x, start))),
-                         vi_add(vi_add(q6k_group(blk, 12, x, start), q6k_group(blk, 13, x, start)),
-                                vi_add(q6k_group(blk, 14, x, start), q6k_group(blk, 15, x, start)))))
+    cdef vi si = vi_zero()
+    cdef int g
+    for g in range(16):
+        si = vi_add(si, q6k_group(blk, g, x, start))
+    return si
 
 
 cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const int8_t *xq, const float *xd,
