@@ -125,9 +125,11 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
     elif qtype in ("q4_k", "q5_k"):
         sc, mn = _scale_min_k4(b[..., 4:16])
         parts = [rowminor(b[..., 0:2]), rowminor(b[..., 2:4]), rowminor(sc), rowminor(mn)]
-        parts += [lanes(b[..., 16:144])] if qtype == "q4_k" else [lanes(_q5k_value_lanes(b[..., 16:48], b[..., 48:176]))]
+        values = b[..., 16:144] if qtype == "q4_k" else _q5k_value_lanes(b[..., 16:48], b[..., 48:176])
+        parts.append(lanes(values))
     else:
-        parts = [rowminor(b[..., 208:210]), rowminor(b[..., 192:208]), lanes(_q6k_value_lanes(b[..., 0:128], b[..., 128:192]))]
+        parts = [rowminor(b[..., 208:210]), rowminor(b[..., 192:208]),
+                 lanes(_q6k_value_lanes(b[..., 0:128], b[..., 128:192]))]
     # f16 fields are row-minor pairs of bytes: [rows][2], not [2][rows]
     for i, p in enumerate(parts[:2 if qtype in ("q2_k", "q4_k", "q5_k") else 1]):
         parts[i] = p.reshape(groups, nb, 2, rows).swapaxes(2, 3).reshape(groups, nb, -1)

@@ -178,7 +178,8 @@ cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int
         for j in range(4):
             for l in range(32):
                 q = il_byte(blk + 20 * R, R, r, 32 * j + l)
-                out[64 * j + l] = d * <float>blk[4 * R + 2 * j * R + r] * <float>(q & 0x0F) - dmin * <float>blk[12 * R + 2 * j * R + r]
+                out[64 * j + l] = (d * <float>blk[4 * R + 2 * j * R + r] * <float>(q & 0x0F)
+                                   - dmin * <float>blk[12 * R + 2 * j * R + r])
                 out[64 * j + 32 + l] = (d * <float>blk[4 * R + (2 * j + 1) * R + r] * <float>(q >> 4)
                                         - dmin * <float>blk[12 * R + (2 * j + 1) * R + r])
     elif wtype == VX_Q5_K:       # value 32 j + l: sub-block j's planes
