@@ -22,12 +22,14 @@ Each thread count runs in its own child process so numpy's BLAS can be pinned to
     python tools/bench_kernels.py --threads 2 --isa avx2 --quick
     python tools/bench_kernels.py --vision --threads 1
     python tools/bench_kernels.py --types                  # GEMV of every weight type, bytes/s vs q4_1
+                                                           # (ffn_down: from L2, wide: L3, stream: DRAM)
     python tools/bench_kernels.py --types q4_1 q2_k q5_k --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -69,8 +71,12 @@ def timeit(fn, min_time: float) -> float:
     return float(np.min(samples))
 
 
-# --types: decode GEMVs (M=1) of SmolLM2-sized matrices whose K is whole k-quant super-blocks.
-TYPE_GEMV = [("ffn_down", 576, 1536), ("wide", 4096, 1536)]
+# --types: decode GEMVs (M=1) of SmolLM2-sized matrices whose K is whole k-quant super-blocks:
+# (label, N, K, bytes of distinct matrices the calls rotate over). ffn_down (L2-size) and wide (L3)
+# run one matrix again and again from the caches; stream rotates over copies of the wide matrix
+# worth twice this machine type's 32 MiB L3 (each type: as many copies as its bytes need), so every
+# call reads its weights from DRAM, as a real decode step does.
+TYPE_GEMV = [("ffn_down", 576, 1536, 0), ("wide", 4096, 1536, 0), ("stream", 4096, 1536, 64 << 20)]
 
 
 TYPE_ROUNDS = 20    # --types: every type timed once per round, rounds interleaved; the best round counts
@@ -82,32 +88,45 @@ def bench_types(threads: int, min_time: float, qtypes: list[str]) -> None:
     by quantize_ref and tiled to N rows (valid blocks; the speed does not depend on them), read-only
     as a model's mapped weights are, so that every type takes the path it takes in a decode step
     (every quantized type on the x86 tiers: their interleaved layout, packed once and cached).
-    The types are timed in TYPE_ROUNDS interleaved rounds, each type's best round kept: on a shared
-    machine a neighbour's burst then slows one round of every type, not every round of one type."""
+    A case with stream bytes rotates its calls over that many bytes of copies of the matrix (each
+    packed before the timing), past the L3. The types are timed in TYPE_ROUNDS interleaved rounds,
+    each type's best round kept: on a shared machine a neighbour's burst then slows one round of
+    every type, not every round of one type."""
     from volvox import cpu as K
     from volvox.ir.quant_blocks import QuantTensor, quantize_ref
 
     rng = np.random.default_rng(0)
     print(f"\n== weight types, threads={threads} isa={K.isa()}")
     print(f"{'case':10s} {'type':7s} {'N':>6s} {'K':>5s} | {'us':>9s} {'GB/s':>6s} | {'vs q4_1':>7s}")
-    for label, n, k in TYPE_GEMV:
+    for label, n, k, stream in TYPE_GEMV:
         x = rng.standard_normal(k).astype(np.float32)
         out = np.empty(n, np.float32)
-        tensors = {}
+        tensors = {}                 # qtype -> the matrix's copies the calls rotate over
         for qtype in ["q4_1"] + [q for q in qtypes if q != "q4_1"]:
             seed = quantize_ref(rng.standard_normal((64, k)).astype(np.float32), qtype)
-            data = np.tile(seed.data, (n // 64, 1))                                # (N, row bytes)
-            data.flags.writeable = False
-            tensors[qtype] = QuantTensor(data, qtype, (n, k))
+            copies = max(1, -(-stream // (seed.nbytes * (n // 64))))
+            tensors[qtype] = []
+            for _ in range(copies):
+                data = np.tile(seed.data, (n // 64, 1))                            # (N, row bytes)
+                data.flags.writeable = False
+                tensors[qtype].append(QuantTensor(data, qtype, (n, k)))
+                K.linear(x, tensors[qtype][-1], out=out)                           # packed now, not timed
+
+        def rotate(qts):
+            turn = itertools.cycle(qts)
+            return lambda: K.linear(x, next(turn), out=out)
+
+        calls = {qtype: rotate(qts) for qtype, qts in tensors.items()}
         best = dict.fromkeys(tensors, float("inf"))
         for _ in range(TYPE_ROUNDS):
-            for qtype, qt in tensors.items():
-                best[qtype] = min(best[qtype], timeit(lambda: K.linear(x, qt, out=out), min_time / TYPE_ROUNDS))
-        base = tensors["q4_1"].nbytes / best["q4_1"]
-        for qtype, qt in tensors.items():
-            rate = qt.nbytes / best[qtype]
+            for qtype, call in calls.items():
+                best[qtype] = min(best[qtype], timeit(call, min_time / TYPE_ROUNDS))
+        base = tensors["q4_1"][0].nbytes / best["q4_1"]
+        for qtype, qts in tensors.items():
+            rate = qts[0].nbytes / best[qtype]
             print(f"{label:10s} {qtype:7s} {n:6d} {k:5d} | {best[qtype] * 1e6:9.1f} {rate / 1e9:6.1f} | "
                   f"{rate / base:6.2f}x", flush=True)
+        del tensors, calls
 
 
 def child(threads: int, isa: str | None, quick: bool, vision: bool, types: list[str] | None = None) -> None:

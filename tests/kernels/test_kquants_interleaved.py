@@ -117,7 +117,8 @@ def _layout_ref(qtype: str, wb: np.ndarray, k: int, rows: int) -> np.ndarray:
         return a.reshape(groups, nb, rows, -1, width).transpose(0, 1, 3, 2, 4).reshape(groups, nb, -1)
 
     if qtype == "q2_k":
-        parts = [rowminor(b[..., 80:82]), rowminor(b[..., 82:84]), lanes(b[..., 0:16], 2), lanes(b[..., 16:80])]
+        quads = b[..., 0:16].reshape(groups, nb, rows, 4, 4)[..., [0, 2, 1, 3]].reshape(groups, nb, rows, 16)
+        parts = [rowminor(b[..., 80:82]), rowminor(b[..., 82:84]), lanes(quads), lanes(b[..., 16:80])]
     elif qtype == "q3_k":
         real = (np.arange(groups * rows) < n).reshape(groups, 1, rows, 1)          # rows past n: all zero
         parts = [rowminor(b[..., 108:110]), lanes(_q3k_scales(b[..., 96:108]).view(np.uint8) * real, 2),

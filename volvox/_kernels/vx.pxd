@@ -170,9 +170,9 @@ cdef inline int64_t vx_il_block_bytes(int wtype, int R) noexcept nogil:
 # super-block, each decoded at load from the rows' GGUF super-blocks (engine: il_pack) into
 # R-wide arrays, every field row-minor:
 #   lanes[L][R][4]  lane l of row r: the row's 4 bytes of quants at 4 l (of its 32-byte chunk)
-#   q2_K (84 R):  d[R] dmin[R] (f16) | scales[8][R][2] (group 2 j + t of row r at [j][r][t]; as
-#                 stored: scale | min << 4) | qs lanes[2 * 8] (chunk h: qs[32 h ..])
-#   q3_K (114 R): d[R] | scales[8][R][2] (int8: the 6-bit scale - 32; paired as q2_K's) | value
+#   q2_K (84 R):  d[R] dmin[R] (f16) | scales[4][R][4] (as stored: scale | min << 4; row r's groups
+#                 4 i, 4 i + 2, 4 i + 1, 4 i + 3 at [i][r]) | qs lanes[2 * 8] (chunk h: qs[32 h ..])
+#   q3_K (114 R): d[R] | scales[8][R][2] (int8: the 6-bit scale - 32; group 2 j + t of row r at [j][r][t]) | value
 #                 lanes[8 * 3]: sub-block j's 32 values v = q + 4 (0 .. 7: 2 qs bits, hmask bit as 4)
 #                 in its lanes t = 0, 1, 2 (3 j + t); value 16 h + 4 w + k of the sub-block lies in
 #                 byte k of the lanes' row r, nibble h: for w < 3 in bits 0 .. 2 of lane w's nibble,

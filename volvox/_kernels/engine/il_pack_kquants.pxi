@@ -38,6 +38,17 @@ cdef inline void put_scales(uint8_t *dst, const uint8_t *values, int count, int 
         dst[i * R + r] = values[i]
 
 
+cdef inline void put_q2k_scale_quads(uint8_t *dst, const uint8_t *scales, int r, int R) noexcept nogil:
+    """q2_K scales [4][R][4] at dst: row r's quad i = its groups 4 i, 4 i + 2, 4 i + 1, 4 i + 3 (the pairs
+    of sub-blocks 2 i and 2 i + 1 in the 16-bit halves of the bytes 0, 2 and 1, 3)."""
+    cdef int i
+    for i in range(4):
+        dst[(i * R + r) * 4] = scales[4 * i]
+        dst[(i * R + r) * 4 + 1] = scales[4 * i + 2]
+        dst[(i * R + r) * 4 + 2] = scales[4 * i + 1]
+        dst[(i * R + r) * 4 + 3] = scales[4 * i + 3]
+
+
 cdef inline void put_scale_pairs(uint8_t *dst, const uint8_t *values, int count, int r, int R) noexcept nogil:
     """Scales [count / 2][R][2] at dst: row r's scales 2 j, 2 j + 1 side by side."""
     cdef int j
@@ -98,7 +109,7 @@ cdef void il_pack_kquant_superblock(int wtype, const uint8_t *src, uint8_t *dst,
     if wtype == VX_Q2_K:         # scales[16] qs[64] d dmin
         memcpy(dst + 2 * r, src + 80, 2)
         memcpy(dst + 2 * R + 2 * r, src + 82, 2)
-        put_scale_pairs(dst + 4 * R, src, 16, r, R)
+        put_q2k_scale_quads(dst + 4 * R, src, r, R)
         put_lanes(dst + 20 * R, src + 16, 16, r, R)
     elif wtype == VX_Q3_K:       # hmask[32] qs[64] scales[12] d
         memcpy(dst + 2 * r, src + 108, 2)

@@ -160,7 +160,7 @@ cdef inline void bw_il_decode_kquant(int wtype, int R, const uint8_t *group, int
             for s in range(4):
                 for l in range(32):
                     g = 8 * h + 2 * s + l // 16
-                    sm = blk[4 * R + (g >> 1) * 2 * R + 2 * r + (g & 1)]
+                    sm = blk[4 * R + (g >> 2) * 4 * R + 4 * r + ((g & 1) << 1 | (g >> 1) & 1)]   # quad g / 4
                     out[128 * h + 32 * s + l] = (d * <float>(sm & 0x0F) * <float>((il_byte(blk + 20 * R, R, r, 32 * h + l) >> (2 * s)) & 3)
                                                  - dmin * <float>(sm >> 4))
     elif wtype == VX_Q3_K:       # value 32 j + l: 3 bits of sub-block j's lanes a, b, c (vx.pxd), minus 4

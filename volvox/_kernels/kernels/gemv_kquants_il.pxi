@@ -9,8 +9,9 @@
 #   isum = sum_g sc_g dot_g                 (q2_K, q4_K, q5_K; the mins' msum = sum_g mn_g bsum_g)
 #   isum = sum_g sc_g (dot_g - off bsum_g)  (q3_K: off 4, q6_K: off 32; no mins)
 # then in float, one FMA per super-block: acc += (d xd) isum, accm += (dmin xd) msum; a row's result
-# is acc - accm. Cheaper steps to the same integers: q2_K's bit pairs are masked where they lie or
-# after one shift by 4 shared by pairs 2 and 3 (pair_shift), the factor taken back once per sum; q3_K's 3-bit values are packed
+# is acc - accm. Cheaper steps to the same integers: q2_K's bit pairs are masked where they lie
+# (q2k_pair_shift), the factor taken back once per pair of group dots or per sum, and one quad of scale
+# bytes per two sub-blocks gives their scales and mins as pairs; q3_K's 3-bit values are packed
 # at load in nibbles (vx.pxd: 8 lanes of values from 3 loads, masked where they lie, the high nibbles'
 # factor 16 dropped in the pack of the two group sums; not its 2-bit and 1-bit fields shifted and
 # merged); q3_K / q6_K's chains start at -off bsum_g instead of subtracting it; products of two int16-range
@@ -61,55 +62,86 @@ cdef inline vi bits_at(vi v, int src, int dst, char mask) noexcept nogil:
     return vi_and(v, vi_bytes(mask))
 
 
-# Each sums function below spells out the positions its shifts depend on (q2k_group(.., 0, ..) ..
-# q2k_group(.., 3, ..)): inlined with constants, every shift is an immediate and every dot chain a
+# Each sums function below spells out the positions its shifts depend on (q2k_quad(.., 0, ..),
+# q2k_quad(.., 2, ..)): inlined with constants, every shift is an immediate and every dot chain a
 # register (a loop over them kept the chains on the stack).
-cdef inline int pair_shift(int s) noexcept nogil:
-    """log2 of the factor a q2_K group dot of bit pair s carries: pairs 0 and 1 masked where they lie,
-    2 and 3 after one shift of the byte by 4 (the same for both: one shift serves two pairs), so even
-    pairs sit at bits 0-1 (factor 1) and odd ones at bits 2-3 (factor 4). A dot times its factor stays
-    in int16 (|dot| <= 16 * 3 * 128, times 4), as a pair of vi_dot16x2 needs, and no unsigned weight
-    reaches 128 (AVX2's maddubs sums two products in int16)."""
-    return 2 * (s & 1)
+cdef inline int q2k_pair_shift(int s) noexcept nogil:
+    """log2 of the factor a q2_K group dot of bit pair s carries: each pair masked where it lies (times
+    4 ** s), except pair 3 on a tier whose vi_dot takes unsigned weights below 64 only (AVX2's maddubs
+    sums two products in int16): there it is shifted to bits 4-5 (times 16)."""
+    return 2 * s if s < 3 or VI_DOT_U8_MAX >= 0xC0 else 4
 
 
-cdef inline vi q2k_dot16(const uint8_t *lanes, int s, const int8_t *x) noexcept nogil:
-    """q2_K: one group of 16 (4 lanes' bits 2 s) . x[0:16], times 2 ** pair_shift(s)."""
-    cdef int k = pair_shift(s)
-    cdef vi t = vi_dot(vi_zero(), bits_at(vi_load(lanes), 2 * s, k, 3 << k), vi_bcast4(x))
-    t = vi_dot(t, bits_at(vi_load(lanes + LANE), 2 * s, k, 3 << k), vi_bcast4(x + 4))
-    t = vi_dot(t, bits_at(vi_load(lanes + 2 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 8))
-    return vi_dot(t, bits_at(vi_load(lanes + 3 * LANE), 2 * s, k, 3 << k), vi_bcast4(x + 12))
+cdef inline vi q2k_pair(vi lane, int s) noexcept nogil:
+    """q2_K: bit pair s of each byte of lane, times 2 ** q2k_pair_shift(s)."""
+    if q2k_pair_shift(s) == 2 * s:
+        return vi_and(lane, vi_bytes(<char>(3 << (2 * s))))
+    return bits_at(lane, 2 * s, 4, 0x30)
 
 
-cdef inline void q2k_sub(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bspair, vi *si,
-                         vi *sm) noexcept nogil:
-    """q2_K: sub-block j = 4 h + s (groups 2 j, 2 j + 1; values 128 h + 32 s + ..: bits 2 s of chunk h)
-    into si (sc dot, times 2 ** pair_shift(s)) and sm (mn bsum): the two groups' dots packed into
-    the halves of one lane, multiplied with the pair of scales (or mins) and summed in one vi_dot16x2."""
+cdef inline vi q2k_dot_pair(vi a, vi b, int k) noexcept nogil:
+    """Two group dots times 2 ** k as a vi_dot16x2 pair: a's in the low 16 bits, b's in the high, each
+    divided by 16 when k >= 4 (the dots then are multiples of 16), so the pair carries 2 ** (k % 4)
+    and both halves fit in int16 (|dot| <= 16 * 3 * 127, times 4)."""
+    if k >= 4:
+        return vi_pack16_sixteenth(vi_sra32(a, 4), b)
+    return vi_pack16(a, b)
+
+
+cdef inline void q2k_quad(const uint8_t *blk, int h, int s, const int8_t *x, const int32_t *bspair, vi *si1,
+                          vi *si4, vi *sm1, vi *sm16) noexcept nogil:
+    """q2_K: sub-blocks j = 4 h + s and j + 1 (s even; groups 2 j .. 2 j + 3; values 128 h + 32 s + ..:
+    bit pairs s, s + 1 of chunk h's 8 lanes) into si1 / si4 (sc dot, the pair's factor 1 / 4) and sm1 /
+    sm16 (mn bsum, times 1 / 16). The four group dots in one pass over the lanes, their chains
+    interleaved; the quad of scale bytes (vx.pxd) gives each sub-block's pair of scales and mins in
+    int16 halves with one mask or shift (sub-block j's mins masked where they lie: times 16)."""
     cdef int j = 4 * h + s
-    cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE    # qs lanes of chunk h
-    cdef vi pair = vi_u8x2(blk + 4 * VI_ROWS + 2 * j * VI_ROWS)       # [R][2] scale | min << 4 as int16 halves
-    si[0] = vi_dot16x2(si[0], vi_pack16(q2k_dot16(lanes, s, x + 32 * j),
-                                        q2k_dot16(lanes + 4 * LANE, s, x + 32 * j + 16)),
-                       vi_and(pair, vi_set1(0x000F000F)))
-    sm[0] = vi_dot16x2(sm[0], vi_shr16(pair, 4), vi_set1(bspair[j]))
+    cdef int k0 = q2k_pair_shift(s)
+    cdef int k1 = q2k_pair_shift(s + 1)
+    cdef const uint8_t *lanes = blk + 20 * VI_ROWS + 8 * h * LANE     # qs lanes of chunk h
+    cdef const int8_t *xj = x + 32 * j
+    cdef vi quad = vi_load(blk + 4 * VI_ROWS + (2 * h + s // 2) * LANE)   # [R][4] scale | min << 4
+    cdef vi a0 = vi_zero()       # group 2 j
+    cdef vi b0 = vi_zero()       # group 2 j + 1
+    cdef vi a1 = vi_zero()       # group 2 j + 2
+    cdef vi b1 = vi_zero()       # group 2 j + 3
+    cdef vi va, vb, p0, p1
+    cdef int l
+    for l in range(4):
+        va = vi_load(lanes + l * LANE)
+        vb = vi_load(lanes + (4 + l) * LANE)
+        a0 = vi_dot(a0, q2k_pair(va, s), vi_bcast4(xj + 4 * l))
+        b0 = vi_dot(b0, q2k_pair(vb, s), vi_bcast4(xj + 16 + 4 * l))
+        a1 = vi_dot(a1, q2k_pair(va, s + 1), vi_bcast4(xj + 32 + 4 * l))
+        b1 = vi_dot(b1, q2k_pair(vb, s + 1), vi_bcast4(xj + 48 + 4 * l))
+    p0 = q2k_dot_pair(a0, b0, k0)
+    p1 = q2k_dot_pair(a1, b1, k1)
+    if k0 % 4 == 0:
+        si1[0] = vi_dot16x2(si1[0], p0, vi_and(quad, vi_set1(0x000F000F)))
+    else:
+        si4[0] = vi_dot16x2(si4[0], p0, vi_and(quad, vi_set1(0x000F000F)))
+    if k1 % 4 == 0:
+        si1[0] = vi_dot16x2(si1[0], p1, vi_and(vi_shr16(quad, 8), vi_set1(0x000F000F)))
+    else:
+        si4[0] = vi_dot16x2(si4[0], p1, vi_and(vi_shr16(quad, 8), vi_set1(0x000F000F)))
+    sm16[0] = vi_dot16x2(sm16[0], vi_and(quad, vi_set1(0x00F000F0)), vi_set1(bspair[j]))
+    sm1[0] = vi_dot16x2(sm1[0], vi_shr16(quad, 12), vi_set1(bspair[j + 1]))
 
 
 cdef inline void q2k_il_sums(const uint8_t *blk, const int8_t *x, const int32_t *bspair, vi *isum,
                              vi *msum) noexcept nogil:
     """q2_K: isum, msum of one group super-block against 256 act values (module comment; bspair:
     kq_il_group's)."""
-    cdef vi si1 = vi_zero()      # bit pairs 0, 2: factor 1
-    cdef vi si4 = vi_zero()      # bit pairs 1, 3: factor 4
-    cdef int h
-    msum[0] = vi_zero()
-    for h in range(2):
-        q2k_sub(blk, h, 0, x, bspair, &si1, msum)
-        q2k_sub(blk, h, 1, x, bspair, &si4, msum)
-        q2k_sub(blk, h, 2, x, bspair, &si1, msum)
-        q2k_sub(blk, h, 3, x, bspair, &si4, msum)
+    cdef vi si1 = vi_zero()      # sc dot pairs of factor 1
+    cdef vi si4 = vi_zero()      # sc dot pairs of factor 4
+    cdef vi sm1 = vi_zero()      # mn bsum
+    cdef vi sm16 = vi_zero()     # 16 mn bsum
+    q2k_quad(blk, 0, 0, x, bspair, &si1, &si4, &sm1, &sm16)
+    q2k_quad(blk, 0, 2, x, bspair, &si1, &si4, &sm1, &sm16)
+    q2k_quad(blk, 1, 0, x, bspair, &si1, &si4, &sm1, &sm16)
+    q2k_quad(blk, 1, 2, x, bspair, &si1, &si4, &sm1, &sm16)
     isum[0] = vi_add(si1, vi_sra32(si4, 2))
+    msum[0] = vi_add(sm1, vi_sra32(sm16, 4))
 
 
 cdef inline vi q3k_dot16(int32_t start, vi u0, vi u1, vi u2, vi u3, const int8_t *x) noexcept nogil:

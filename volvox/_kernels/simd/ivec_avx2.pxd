@@ -7,6 +7,7 @@ from volvox._kernels.simd.x86 cimport *
 
 cdef enum:
     VI_ROWS = 8      # weight rows per vector: one int32 lane each
+    VI_DOT_U8_MAX = 63    # the largest unsigned weight byte vi_dot takes (maddubs' int16 pair sums)
 
 ctypedef __m256i vi
 

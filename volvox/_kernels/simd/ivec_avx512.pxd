@@ -7,6 +7,7 @@ from volvox._kernels.simd.x86 cimport *
 
 cdef enum:
     VI_ROWS = 16     # weight rows per vector: one int32 lane each
+    VI_DOT_U8_MAX = 255   # the largest unsigned weight byte vi_dot takes (dpbusd: any)
 
 ctypedef __m512i vi
 
