@@ -29,7 +29,6 @@ Each thread count runs in its own child process so numpy's BLAS can be pinned to
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import subprocess
 import sys
@@ -80,53 +79,63 @@ TYPE_GEMV = [("ffn_down", 576, 1536, 0), ("wide", 4096, 1536, 0), ("stream", 409
 
 
 TYPE_ROUNDS = 20    # --types: every type timed once per round, rounds interleaved; the best round counts
+TYPE_STEPS = 16     # --types: GEMV steps per plan run on one matrix (ffn_down / wide)
 
 
 def bench_types(threads: int, min_time: float, qtypes: list[str]) -> None:
-    """M=1 linear for each weight type: weight bytes streamed per second, and that against q4_1's
-    (the yardstick: each k-quant within 10% of q4_1's bytes/s). The weights are 64 rows quantized
-    by quantize_ref and tiled to N rows (valid blocks; the speed does not depend on them), read-only
-    as a model's mapped weights are, so that every type takes the path it takes in a decode step
-    (every quantized type on the x86 tiers: their interleaved layout, packed once and cached).
-    A case with stream bytes rotates its calls over that many bytes of copies of the matrix (each
-    packed before the timing), past the L3. The types are timed in TYPE_ROUNDS interleaved rounds,
-    each type's best round kept: on a shared machine a neighbour's burst then slows one round of
-    every type, not every round of one type."""
+    """M=1 linear for each weight type, as a decode step runs it: weight bytes streamed per second,
+    and that against q4_1's (the yardstick: each k-quant within 10% of q4_1's bytes/s). The weights
+    are 64 rows quantized by quantize_ref and tiled to N rows (valid blocks; the speed does not
+    depend on them), interleaved for the tier as a model's read-only weights are. Each type's
+    GEMVs run as the steps of one native plan (one quantize_act, then TYPE_STEPS linear steps, or
+    one per copy for a stream case), so the time per GEMV is the kernel's and the plan's step, not
+    a Python call's: a decode step pays no Python per GEMV. A case with stream bytes rotates its
+    steps over that many bytes of copies of the matrix, past the L3. The types are timed in
+    TYPE_ROUNDS interleaved rounds, each type's best round kept: on a shared machine a neighbour's
+    burst then slows one round of every type, not every round of one type."""
     from volvox import cpu as K
     from volvox.ir.quant_blocks import QuantTensor, quantize_ref
 
     rng = np.random.default_rng(0)
-    print(f"\n== weight types, threads={threads} isa={K.isa()}")
+    print(f"\n== weight types, threads={threads} isa={K.isa()} (per GEMV step of a native plan)")
     print(f"{'case':10s} {'type':7s} {'N':>6s} {'K':>5s} | {'us':>9s} {'GB/s':>6s} | {'vs q4_1':>7s}")
     for label, n, k, stream in TYPE_GEMV:
-        x = rng.standard_normal(k).astype(np.float32)
-        out = np.empty(n, np.float32)
-        tensors = {}                 # qtype -> the matrix's copies the calls rotate over
+        x = rng.standard_normal(k).astype(np.float32)                              # (K,)
+        out = np.empty(n, np.float32)                                              # (N,)
+        plans, nbytes, keep = {}, {}, []
         for qtype in ["q4_1"] + [q for q in qtypes if q != "q4_1"]:
             seed = quantize_ref(rng.standard_normal((64, k)).astype(np.float32), qtype)
-            copies = max(1, -(-stream // (seed.nbytes * (n // 64))))
-            tensors[qtype] = []
+            data = np.tile(seed.data, (n // 64, 1))                                # (N, row bytes)
+            copies = max(1, -(-stream // data.nbytes))
+            code = K._weight_meta(QuantTensor(data, qtype, (n, k)), "w")[0]
+            act = np.empty(K.engine.act_row_bytes(code, k), np.uint8)             # (act row bytes,)
+            steps = copies if stream else TYPE_STEPS
+            plan = K.engine.StepPlan(1 + steps)
+            plan.quantize_act(x=K.address(x), act=K.address(act), K=k, wtype=code)
+            packs = []
             for _ in range(copies):
-                data = np.tile(seed.data, (n // 64, 1))                            # (N, row bytes)
-                data.flags.writeable = False
-                tensors[qtype].append(QuantTensor(data, qtype, (n, k)))
-                K.linear(x, tensors[qtype][-1], out=out)                           # packed now, not timed
-
-        def rotate(qts):
-            turn = itertools.cycle(qts)
-            return lambda: K.linear(x, next(turn), out=out)
-
-        calls = {qtype: rotate(qts) for qtype, qts in tensors.items()}
-        best = dict.fromkeys(tensors, float("inf"))
+                w = QuantTensor(data.copy(), qtype, (n, k))
+                w.data.flags.writeable = False
+                packs.append(K.interleaved_weights(w) or (w.data, 0))             # (packed bytes, group)
+                keep.append((w, packs[-1]))
+            for i in range(steps):
+                wb, group = packs[i % copies]
+                plan.linear(x=K.address(act), w=K.address(wb), bias=0, y=K.address(out), K=k, N=n,
+                            row_bytes=0 if group else data.shape[1], wtype=code, group_bytes=group)
+            keep.append((x, act))
+            plans[qtype] = (plan, steps)
+            nbytes[qtype] = data.nbytes
+        best = dict.fromkeys(plans, float("inf"))
         for _ in range(TYPE_ROUNDS):
-            for qtype, call in calls.items():
-                best[qtype] = min(best[qtype], timeit(call, min_time / TYPE_ROUNDS))
-        base = tensors["q4_1"][0].nbytes / best["q4_1"]
-        for qtype, qts in tensors.items():
-            rate = qts[0].nbytes / best[qtype]
+            for qtype, (plan, steps) in plans.items():
+                t = timeit(lambda: plan.run_range(threads), min_time / TYPE_ROUNDS) / steps
+                best[qtype] = min(best[qtype], t)
+        base = nbytes["q4_1"] / best["q4_1"]
+        for qtype in plans:
+            rate = nbytes[qtype] / best[qtype]
             print(f"{label:10s} {qtype:7s} {n:6d} {k:5d} | {best[qtype] * 1e6:9.1f} {rate / 1e9:6.1f} | "
                   f"{rate / base:6.2f}x", flush=True)
-        del tensors, calls
+        del plans, keep
 
 
 def child(threads: int, isa: str | None, quick: bool, vision: bool, types: list[str] | None = None) -> None:
