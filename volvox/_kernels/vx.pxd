@@ -345,6 +345,10 @@ ctypedef struct vx_conv_table:
     void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil
     void (*avg_pool_f32)(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
                          float *y) noexcept nogil
+    # global average pool of one image's x (HW, C), channels c0 <= c < c1: y[c] = float(the pixels
+    # summed in order in float64 / HW)
+    void (*global_avg_f32)(int64_t HW, int64_t C, int64_t c0, int64_t c1, const float *x,
+                           float *y) noexcept nogil
     # y (n) = (x * clip(x + 3, 0, 6)) / 6, numpy's float32 bits (kernels/activation.pxi); y may be x
     void (*hard_swish_f32)(int64_t n, const float *x, float *y) noexcept nogil
 

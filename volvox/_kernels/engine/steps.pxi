@@ -8,6 +8,7 @@ from volvox._kernels.vx cimport VX_F16, vx_act_row_bytes, vx_attn_shape, vx_rope
 
 cdef enum:
     TEAM_MAX = 64        # threads a plan's work is split among (a larger team is capped to it)
+    GLOBAL_AVG_CHANNELS = 256  # channels per work item of a global average pool
     ELEM_CHUNK = 4096    # elements per work item of the elementwise steps
     COPY_BYTES = 65536   # destination bytes per work item of a copy (whole rows, at least one)
     LINEAR_CHUNK = 16    # weight rows per work item of a matrix-vector product
@@ -857,7 +858,9 @@ cdef void run_global_avg(const Step *s, const RunInput *inp, int me, int team, i
     """An image's run of GLOBAL_AVG_CHANNELS channels."""
     cdef const GlobalAvgArgs *a = &s.a.global_avg
     cdef int64_t runs = div_up(a.C, GLOBAL_AVG_CHANNELS), b = item // runs
-    global_avg_run(a.HW, a.C, item % runs * GLOBAL_AVG_CHANNELS, a.x + b * a.HW * a.C, a.y + b * a.C)
+    cdef int64_t c0 = item % runs * GLOBAL_AVG_CHANNELS
+    _tbl.conv.global_avg_f32(a.HW, a.C, c0, min64(c0 + GLOBAL_AVG_CHANNELS, a.C), a.x + b * a.HW * a.C,
+                             a.y + b * a.C)
 
 
 cdef int64_t runs_of_global_avg(const Step *s, int team) noexcept nogil:

@@ -48,6 +48,7 @@ cdef list _missing_kernels():
                      ("qgemm", <size_t>_conv.qgemm), ("qdwconv", <size_t>_conv.qdwconv),
                      ("quantize_i8", <size_t>_conv.quantize_i8),
                      ("max_pool_f32", <size_t>_conv.max_pool_f32), ("avg_pool_f32", <size_t>_conv.avg_pool_f32),
+                     ("global_avg_f32", <size_t>_conv.global_avg_f32),
                      ("hard_swish_f32", <size_t>_conv.hard_swish_f32),
                      ("matmul_t_strip", <size_t>_train.matmul_t_strip),
                      ("attention_fwd_block", <size_t>_train.attention_fwd_block),
