@@ -315,6 +315,9 @@ ctypedef struct vx_conv_table:
     # y[i*ldy + r] = act(bias[r] + a[i*lda : +K] . W[r]) for i < m, r < n (bias may be NULL)
     void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda,
                   int64_t m, float *y, int64_t ldy, const float *bias, int act) noexcept nogil
+    # y[r] = act(bias[r] + x . W[r]) for r < n: one row x of K floats (bias may be NULL); W packed
+    void (*sgemv)(int64_t K, const float *packed, int64_t n, const float *x, const float *bias, int act,
+                  float *y) noexcept nogil
     # y[q*ldy + r] = act(bias[r] + conv of output pixel p0 + q (flattened b, oh, ow) with W[r]) for
     # q < np, r < n; W packed (kh*kw*C per row); cols: np*kh*kw*C floats of scratch
     void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,

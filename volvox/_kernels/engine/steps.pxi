@@ -673,7 +673,8 @@ cdef void add_residual(int act, int64_t rows, int64_t cols, const float *r, floa
 
 cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """A block of output pixels (im2col rows, or a 1x1 conv's input rows) times a part of the
-    packed weights' output channels."""
+    packed weights' output channels; a 1x1 conv of one output pixel in all (whatever the team, so
+    its sums do not depend on it) through the one-row GEMM."""
     cdef const WindowArgs *a = &s.a.win
     cdef const Window *w = s.w
     cdef int64_t P = w.s.n * w.s.oh * w.s.ow, pixels = conv_pixels(w), p0 = item // conv_parts(w, team) * pixels
@@ -685,6 +686,9 @@ cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int
     if w.ldc != 0:
         _tbl.conv.conv_f32(&w.s, <const float *> a.x, p0, np_, packed, c1 - c0, bias + c0 if bias != NULL else NULL,
                            kernel_act(w.act), <float *> a.scratch + me * w.per_thread, y, w.cout)
+    elif P == 1:                                                # 1x1 direct on one pixel (an SE block's)
+        _tbl.conv.sgemv(KK, packed, c1 - c0, <const float *> a.x, bias + c0 if bias != NULL else NULL,
+                        kernel_act(w.act), y)
     else:                                                       # 1x1 direct: the input rows
         _tbl.conv.sgemm(KK, packed, c1 - c0, <const float *> a.x + p0 * KK, KK, np_, y, w.cout,
                         bias + c0 if bias != NULL else NULL, kernel_act(w.act))
