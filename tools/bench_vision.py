@@ -11,6 +11,9 @@ the same model (what Model.run does when the graph has no vision plan), "plan" w
 Model.run ran a native step plan (runtime/plan.py). Inputs: scikit-image's astronaut photo,
 a rendered text line for the OCR model; an .onnx path without a preprocessing recipe gets seeded
 random inputs of its graph inputs' shapes and dtypes (symbolic dims as 1: pass a static model).
+"solo" (more than one thread): how many of volvox's timed runs its pacer sent to one thread
+(runtime/pacing.py: after a multi-thread run that stalled, as a loaded machine makes them); a
+median over runs of both kinds is neither's time.
 
 Peers that do not ship as .tflite are exported from the graph volvox loads (tools/export_tflite.py):
 EfficientNet-Lite0 is timed against torch and against TFLite (XNNPACK) on that file, the same
@@ -178,11 +181,18 @@ def bench_one(name: str, threads: int, runs: int) -> dict:
         peers.append(("tflite-xnnpack", tflite_peer(export or path, threads, x)))
     from volvox.ops.context import RunContext
 
-    ours = median_ms(lambda: model.run(feeds), runs)
+    solo = []  # (warm-ups + runs,) whether the pacer sent that volvox run to one thread
+
+    def run_ours():
+        plan = model._plan.plan if model._plan is not None else None  # (lowered by the first run)
+        solo.append(threads > 1 and plan is not None and plan.pacer.solo_runs > 0)
+        model.run(feeds)
+    ours = median_ms(run_ours, runs)
     per_op = median_ms(lambda: model.executor.run(RunContext(), feeds), runs)
     timed = [(peer_name, median_ms(peer, runs)) for peer_name, peer in peers]
     return {"model": name, "threads": threads, "volvox_ms": round(ours, 3), "per_op_ms": round(per_op, 3),
-            "plan": model._plan is not None and model._plan.plan is not None, "input": list(np.shape(x)),
+            "plan": model._plan is not None and model._plan.plan is not None, "solo_runs": sum(solo[-runs:]),
+            "input": list(np.shape(x)),
             "peers": [{"peer": p, "peer_ms": round(t, 3), "ratio": round(ours / t, 2)} for p, t in timed]}
 
 
@@ -221,7 +231,7 @@ def main() -> None:
         return
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (numbers mean little when it is high)")
     print(f"{'model':<28}{'threads':>8}{'volvox ms':>11}{'plan':>6}{'per-op ms':>11}"
-          f"{'peer':>16}{'peer ms':>10}{'ratio':>8}")
+          f"{'peer':>16}{'peer ms':>10}{'ratio':>8}{'solo':>8}")
     results = {}
     for name in a.models:
         for n in a.threads:
@@ -232,9 +242,10 @@ def main() -> None:
                 print(f"{name:<28}{n:>8}  failed: {proc.stderr.strip().splitlines()[-1:]}")
                 continue
             r = results[(name, n)] = json.loads(proc.stdout.strip().splitlines()[-1])
+            solo = f"{r['solo_runs']}/{a.runs}" if n > 1 else "-"
             for p in r["peers"]:
                 print(f"{name:<28}{n:>8}{r['volvox_ms']:>11.2f}{'yes' if r['plan'] else 'no':>6}{r['per_op_ms']:>11.2f}"
-                      f"{p['peer']:>16}{p['peer_ms']:>10.3f}{p['ratio']:>8.2f}")
+                      f"{p['peer']:>16}{p['peer_ms']:>10.3f}{p['ratio']:>8.2f}{solo:>8}")
     print_int8_vs_fp32(results)
 
 

@@ -200,6 +200,30 @@ def test_linear_f32_packed_gemm(tier, m, n, k):
     np.testing.assert_array_equal(K.linear(x, w16), K.linear(x, w16.astype(np.float32)))
 
 
+@pytest.mark.parametrize("k,n", [(1, 1), (3, 5), (7, 33), (240, 960), (960, 240), (1151, 47), (20, 480)])
+@pytest.mark.parametrize("act", ["none", "relu", "relu6"])
+def test_one_pixel_1x1_conv_takes_the_one_row_gemm(tier, k, n, act):
+    """A 1x1 conv with one output pixel (an SE block's squeeze / excite on a 1x1 map) runs the one-row
+    GEMM (SV_PHASES partial sums per output): K not a multiple of them, N not of a panel or of a
+    vector, against float64; the same bits at 2 threads (whole panels per thread)."""
+    x = rng.standard_normal((1, 1, 1, k)).astype(np.float32)
+    w = rng.standard_normal((n, 1, 1, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    before = K.get_num_threads()
+    try:
+        for bias in (b, None):
+            runs = []
+            for t in (1, 2):
+                K.set_num_threads(t)
+                runs.append(K.conv2d(x, w, bias, activation=act))
+            ref = conv2d_ref(None, dict(activation=act), x, w, bias)
+            assert runs[0].shape == ref.shape == (1, 1, 1, n)
+            np.testing.assert_allclose(runs[0], ref, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+            assert np.array_equal(runs[0], runs[1])
+    finally:
+        K.set_num_threads(before)
+
+
 @pytest.mark.parametrize("m", [49, 50, 57, 21, 28, 41])  # 16+ rows: the GEMM, not the GEMV
 def test_gemm_rows_do_not_depend_on_their_tile(tier, m):
     """The packed f32 GEMM ends a row count that is not a multiple of its tile height in tiles

@@ -568,13 +568,15 @@ def test_expand_dwpw_step_is_the_per_op_executor(stride, k, pads, dilation, thre
     assert len(np.unique(native[y])) > 1000
 
 
-def test_global_avg_pool_step_is_the_reference(threads):
-    """GLOBAL_AVG items are runs of 256 channels of an image (here 2 images x 2 runs), each
-    channel summed over the pixels in order in float64, as numpy's mean."""
-    m = GraphMaker(x=((2, 5, 3, 300), "float32"))
+@pytest.mark.parametrize("shape", [(2, 5, 3, 300), (1, 1, 1, 37), (1, 13, 13, 1000), (1, 7, 7, 33)])
+def test_global_avg_pool_step_is_the_reference(threads, tier, shape):
+    """GLOBAL_AVG items are runs of 256 channels of an image (2 images x 2 runs; 4 runs, the last of
+    232), each channel summed over the pixels in order in float64, as numpy's mean, by the tier's
+    kernel: blocks of 32 channels, then the rest (300 = 256 + 32 + 12; 37; 33 = 32 + 1)."""
+    m = GraphMaker(x=(shape, "float32"))
     y = m.node("global_avg_pool", x="x")
     model = m.model([y])
-    x = (rng.standard_normal((2, 5, 3, 300)) * 100).astype(np.float32)
+    x = (rng.standard_normal(shape) * 100).astype(np.float32)
     native, per_op = plan_and_per_op(model, {"x": x})
     assert model._plan.plan is not None
     assert same_bits(native[y], per_op[y])

@@ -321,6 +321,9 @@ ctypedef struct vx_conv_table:
     # y[i*ldy + r] = act(bias[r] + a[i*lda : +K] . W[r]) for i < m, r < n (bias may be NULL)
     void (*sgemm)(int64_t K, const float *packed, int64_t n, const float *a, int64_t lda,
                   int64_t m, float *y, int64_t ldy, const float *bias, int act) noexcept nogil
+    # y[r] = act(bias[r] + x . W[r]) for r < n: one row x of K floats (bias may be NULL); W packed
+    void (*sgemv)(int64_t K, const float *packed, int64_t n, const float *x, const float *bias, int act,
+                  float *y) noexcept nogil
     # y[q*ldy + r] = act(bias[r] + conv of output pixel p0 + q (flattened b, oh, ow) with W[r]) for
     # q < np, r < n; W packed (kh*kw*C per row); cols: np*kh*kw*C floats of scratch
     void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
@@ -351,6 +354,10 @@ ctypedef struct vx_conv_table:
     void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil
     void (*avg_pool_f32)(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
                          float *y) noexcept nogil
+    # global average pool of one image's x (HW, C), channels c0 <= c < c1: y[c] = float(the pixels
+    # summed in order in float64 / HW)
+    void (*global_avg_f32)(int64_t HW, int64_t C, int64_t c0, int64_t c1, const float *x,
+                           float *y) noexcept nogil
     # y (n) = (x * clip(x + 3, 0, 6)) / 6, numpy's float32 bits (kernels/activation.pxi); y may be x
     void (*hard_swish_f32)(int64_t n, const float *x, float *y) noexcept nogil
 

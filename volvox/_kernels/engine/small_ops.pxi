@@ -203,25 +203,6 @@ cdef inline float np_clip(float v, float lo, float hi) noexcept nogil:
     return v if v < hi else hi
 
 
-cdef enum:
-    GLOBAL_AVG_CHANNELS = 256  # channels per work item of a global average pool
-
-
-cdef void global_avg_run(int64_t HW, int64_t C, int64_t c0, const float *x, float *y) noexcept nogil:
-    """y[c] = float(sum over hw of double(x[hw][c]) / HW), summed in order, for channels c0 ..
-    c0 + GLOBAL_AVG_CHANNELS - 1 (those below C) of one image's x (HW, C)."""
-    cdef int64_t n = C - c0 if C - c0 < GLOBAL_AVG_CHANNELS else GLOBAL_AVG_CHANNELS
-    cdef double acc[GLOBAL_AVG_CHANNELS]  # (n,): the pixels summed in order
-    cdef int64_t c, p
-    for c in range(n):
-        acc[c] = 0.0
-    for p in range(HW):
-        for c in range(n):
-            acc[c] += <double>x[p * C + c0 + c]
-    for c in range(n):
-        y[c0 + c] = <float>(acc[c] / <double>HW)
-
-
 # ----------------------------------------------------------------------------- elementwise
 # Functions and operators by their codes (volvox/ops/codes.py, generated into codes.pxd).
 UNARY_FNS = frozenset({FN_RELU, FN_SIGMOID, FN_HARD_SWISH, FN_HARD_SIGMOID, FN_SQRT, FN_SQUARE, FN_LEAKY_RELU})  # the unary step's

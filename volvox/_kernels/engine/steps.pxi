@@ -8,6 +8,7 @@ from volvox._kernels.vx cimport VX_F16, vx_act_row_bytes, vx_attn_shape, vx_rope
 
 cdef enum:
     TEAM_MAX = 64        # threads a plan's work is split among (a larger team is capped to it)
+    GLOBAL_AVG_CHANNELS = 256  # channels per work item of a global average pool
     ELEM_CHUNK = 4096    # elements per work item of the elementwise steps
     COPY_BYTES = 65536   # destination bytes per work item of a copy (whole rows, at least one)
     LINEAR_CHUNK = 16    # weight rows per work item of a matrix-vector product
@@ -672,7 +673,8 @@ cdef void add_residual(int act, int64_t rows, int64_t cols, const float *r, floa
 
 cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
     """A block of output pixels (im2col rows, or a 1x1 conv's input rows) times a part of the
-    packed weights' output channels."""
+    packed weights' output channels; a 1x1 conv of one output pixel in all (whatever the team, so
+    its sums do not depend on it) through the one-row GEMM."""
     cdef const WindowArgs *a = &s.a.win
     cdef const Window *w = s.w
     cdef int64_t P = w.s.n * w.s.oh * w.s.ow, pixels = conv_pixels(w), p0 = item // conv_parts(w, team) * pixels
@@ -684,6 +686,9 @@ cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int
     if w.ldc != 0:
         _tbl.conv.conv_f32(&w.s, <const float *> a.x, p0, np_, packed, c1 - c0, bias + c0 if bias != NULL else NULL,
                            kernel_act(w.act), <float *> a.scratch + me * w.per_thread, y, w.cout)
+    elif P == 1:                                                # 1x1 direct on one pixel (an SE block's)
+        _tbl.conv.sgemv(KK, packed, c1 - c0, <const float *> a.x, bias + c0 if bias != NULL else NULL,
+                        kernel_act(w.act), y)
     else:                                                       # 1x1 direct: the input rows
         _tbl.conv.sgemm(KK, packed, c1 - c0, <const float *> a.x + p0 * KK, KK, np_, y, w.cout,
                         bias + c0 if bias != NULL else NULL, kernel_act(w.act))
@@ -857,7 +862,9 @@ cdef void run_global_avg(const Step *s, const RunInput *inp, int me, int team, i
     """An image's run of GLOBAL_AVG_CHANNELS channels."""
     cdef const GlobalAvgArgs *a = &s.a.global_avg
     cdef int64_t runs = div_up(a.C, GLOBAL_AVG_CHANNELS), b = item // runs
-    global_avg_run(a.HW, a.C, item % runs * GLOBAL_AVG_CHANNELS, a.x + b * a.HW * a.C, a.y + b * a.C)
+    cdef int64_t c0 = item % runs * GLOBAL_AVG_CHANNELS
+    _tbl.conv.global_avg_f32(a.HW, a.C, c0, min64(c0 + GLOBAL_AVG_CHANNELS, a.C), a.x + b * a.HW * a.C,
+                             a.y + b * a.C)
 
 
 cdef int64_t runs_of_global_avg(const Step *s, int team) noexcept nogil:

@@ -1,11 +1,14 @@
 # Float32 max / average pooling over NHWC (the MAX_POOL / AVG_POOL steps; ops/pool.py's numpy fast
 # paths give the same bits): each output pixel's channels go in blocks of POOL_VECTORS vectors whose
 # accumulators stay in registers across the window's taps, then a vector (the last one partial).
+# The global average pool (GLOBAL_AVG steps: an SE block's squeeze, a classifier's pool) sums in
+# float64, a block of GAP_BLOCK channels in registers across the pixels.
 from libc.math cimport INFINITY
 from volvox._kernels.vx cimport vx_conv_shape, vx_pool_taps
 
 cdef enum:
     POOL_VECTORS = 4    # vectors of channels per block
+    GAP_BLOCK = 32      # channels whose float64 sums a global average pool keeps in registers
 
 
 cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil:
@@ -96,8 +99,41 @@ cdef void avg_pool_f32(const vx_conv_shape *s, bint include_pad, const float *x,
             c += VL
 
 
+cdef void global_avg_f32(int64_t HW, int64_t C, int64_t c0, int64_t c1, const float *x, float *y) noexcept nogil:
+    """y[c] = float(sum over hw of double(x[hw][c]) / HW), the pixels summed in order, for channels
+    c0 <= c < c1 of one image's x (HW, C). The float64 sums are plain loops of a constant length
+    that the compiler vectorises at the tier's width (the vector layers have no float64 type)."""
+    cdef double acc[GAP_BLOCK]   # (GAP_BLOCK,) a block's sums: in registers once its loops unroll
+    cdef const float *xp
+    cdef int64_t c = c0, p, n
+    cdef int j
+    while c + GAP_BLOCK <= c1:
+        for j in range(GAP_BLOCK):
+            acc[j] = 0.0
+        xp = x + c
+        for p in range(HW):
+            for j in range(GAP_BLOCK):
+                acc[j] += <double>xp[j]
+            xp += C
+        for j in range(GAP_BLOCK):
+            y[c + j] = <float>(acc[j] / <double>HW)
+        c += GAP_BLOCK
+    n = c1 - c                                                  # the last channels: fewer than a block
+    if n > 0:
+        for j in range(n):
+            acc[j] = 0.0
+        xp = x + c
+        for p in range(HW):
+            for j in range(n):
+                acc[j] += <double>xp[j]
+            xp += C
+        for j in range(n):
+            y[c + j] = <float>(acc[j] / <double>HW)
+
+
 cdef void fill_pool(vx_table *t) noexcept:
     """The f32 pool entries of the conv table."""
     cdef vx_conv_table *ct = <vx_conv_table *> t.conv
     ct.max_pool_f32 = max_pool_f32
     ct.avg_pool_f32 = avg_pool_f32
+    ct.global_avg_f32 = global_avg_f32

@@ -14,6 +14,7 @@ include "gemv.pxi"
 include "gemv_q5_iq4.pxi"
 include "gemv_kquants.pxi"
 include "conv.pxi"
+include "sgemv.pxi"
 include "qconv.pxi"
 include "pool.pxi"
 include "activation.pxi"
@@ -43,11 +44,13 @@ cdef list _missing_kernels():
     for name, fn in (("rms_norm", <size_t>_table.rms_norm), ("attention", <size_t>_table.attention),
                      ("swiglu", <size_t>_table.swiglu), ("rope", <size_t>_table.rope),
                      ("sgemm_pack", <size_t>_conv.sgemm_pack), ("sgemm", <size_t>_conv.sgemm),
+                     ("sgemv", <size_t>_conv.sgemv),
                      ("conv_f32", <size_t>_conv.conv_f32), ("dwconv_f32", <size_t>_conv.dwconv_f32),
                      ("qgemm_pack", <size_t>_conv.qgemm_pack), ("im2col_u8", <size_t>_conv.im2col_u8),
                      ("qgemm", <size_t>_conv.qgemm), ("qdwconv", <size_t>_conv.qdwconv),
                      ("quantize_i8", <size_t>_conv.quantize_i8),
                      ("max_pool_f32", <size_t>_conv.max_pool_f32), ("avg_pool_f32", <size_t>_conv.avg_pool_f32),
+                     ("global_avg_f32", <size_t>_conv.global_avg_f32),
                      ("hard_swish_f32", <size_t>_conv.hard_swish_f32),
                      ("matmul_t_strip", <size_t>_train.matmul_t_strip),
                      ("attention_fwd_block", <size_t>_train.attention_fwd_block),
@@ -77,6 +80,7 @@ def table(bint vbmi):
     fill_gemv_q5_iq4(&_table)
     fill_gemv_kquants(&_table)
     fill_conv(&_table)
+    fill_sgemv(&_table)
     fill_qconv(&_table)
     fill_pool(&_table)
     fill_activation(&_table)
