@@ -606,8 +606,9 @@ def test_output_channel_parts_fall_evenly_on_the_threads():
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_maps_of_a_few_blocks_split_into_tile_blocks(dtype, threads):
     """A 14x14 map is 3 blocks of 64 pixels and one of 4: on 2 threads conv steps take blocks of
-    whole 8-pixel GEMM tiles instead (ops/conv.py's plan_blocks: 32 pixels, 7 blocks), an im2col 3x3
-    and a direct 1x1 conv (f32) or two im2col convs (int8); outputs are the per-op executor's."""
+    whole 8-pixel GEMM tiles instead (ops/conv.py's plan_blocks: 32 pixels, 7 blocks): a 3x3 by row
+    bands (3 of 5 rows, in output-channel parts) and a direct 1x1 conv (f32) or two im2col convs
+    (int8); outputs are the per-op executor's."""
     m = GraphMaker(x=((1, 14, 14, 20), "float32"))
     f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
     i8 = lambda *s: rng.integers(-127, 128, s, dtype=np.int8)  # noqa: E731

@@ -297,8 +297,9 @@ def plan_fold_zero_point(plan, window: dict, bias, wsum: np.ndarray, zp_in: int)
 
 
 def conv_cpu(plan, node) -> None:
-    """conv2d / qconv2d as one step: im2col + packed GEMM (or the input rows of a 1x1 conv), or the
-    direct depthwise kernel; int8 requantized as TFLite."""
+    """conv2d / qconv2d as one step: f32 by row bands (cpu.conv_band: the packed GEMM over a padded
+    copy of the band's input rows) or im2col + packed GEMM (or the input rows of a 1x1 conv), or the
+    direct depthwise kernel; int8 im2col, requantized as TFLite."""
     int8 = node.op == "qconv2d"
     x, y = plan.input(node, "x"), plan.output(node)
     if not (x.ndim == 4 and native_conv(x, plan.input(node, "weight"), node.params)):
@@ -323,11 +324,18 @@ def conv_cpu(plan, node) -> None:
                  act=plan_activation(plan, node), **window)
         return
     direct = direct_conv(window["window"], w.shape)
-    per = 0 if direct else CONV_PIXELS * kk
-    scratch = plan.scratch(per, np.float32)  # (split, CONV_PIXELS * kk) im2col rows
+    geo = window["window"][4:]
+    band = 0 if direct else cpu.conv_band(geo)
+    if band:
+        per = cpu.conv_band_floats(x.shape, geo, band)
+        items = dict(band=band, cparts=plan_cparts(plan.split, x.shape[0] * -(-geo[0] // band), cout))
+    else:
+        per = 0 if direct else CONV_PIXELS * kk
+        items = plan_blocks(plan, y.size // cout, cout)
+    scratch = plan.scratch(per, np.float32)  # (split, per): a band's padded input rows, or im2col rows
     plan.add("conv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
              scratch=cpu.address(scratch), ldc=0 if direct else kk, per_thread=per, act=plan_activation(plan, node),
-             **plan_blocks(plan, y.size // cout, cout), **window)
+             **items, **window)
 
 
 # ------------------------------------------------------------------ GPU lowerings
