@@ -703,8 +703,9 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     """NHWC float32 convolution with fused bias and activation ("none", "relu", "relu6").
 
     x: float32 (N, H, W, C); w: float32 (cout, kh, kw, C / groups) (OHWI); pads are
-    [top, left, bottom, right]. Dense convs (groups=1) run im2col (or nothing, for 1x1
-    stride-1 unpadded) + the packed f32 GEMM; depthwise multiplier-1 convs (groups = C =
+    [top, left, bottom, right]. Dense convs (groups=1) run the packed f32 GEMM over row bands
+    read from a padded copy of their input rows (conv_band), im2col rows, or (1x1 stride-1
+    unpadded) the input rows; depthwise multiplier-1 convs (groups = C =
     cout) a direct kernel. Read-only weights are packed once and the packing cached while
     they live (a writeable weight may change, so it is repacked per call). Returns float32
     (N, OH, OW, cout), in ``out`` when given (not overlapping x, w or bias).
@@ -726,9 +727,28 @@ def conv2d(x, w, bias=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
     kk = kh * kw * c
     packed = conv_weights(w, False)
     direct = kh == kw == 1 and geo[4:6] == (1, 1) and geo[8:] == (0, 0) and geo[:2] == x.shape[1:3]
-    scratch = np.empty(0 if direct else get_num_threads() * CONV_PIXELS * kk, np.float32)  # (threads, CONV_PIXELS, kk)
-    engine.conv2d_f32(x, packed, cout, geo, bias, _ACT_CODE[activation], direct, y, scratch)
+    band = 0 if direct else conv_band(geo)
+    per = conv_band_floats(x.shape, geo, band) if band else 0 if direct else CONV_PIXELS * kk
+    scratch = np.empty(get_num_threads() * per, np.float32)  # (threads, per): a band's padded input, or im2col rows
+    engine.conv2d_f32(x, packed, cout, geo, bias, _ACT_CODE[activation], direct, band, per, y, scratch)
     return y
+
+
+def conv_band(geo: tuple) -> int:
+    """Output rows per work item of a dense conv (geo: _conv_geometry's) that runs by row bands
+    (the GEMM reading a padded copy of the band's input rows in place), at least CONV_PIXELS
+    pixels; 0 for one that runs as im2col blocks: column dilation (a kernel row is not one run),
+    a stride wider than the kernel (most of the copied columns unread), or a 1x1 kernel."""
+    oh, ow, kh, kw, sh, sw, dh, dw = geo[:8]
+    if dw != 1 or sw > kw or kh * kw == 1 or ow == 0:
+        return 0
+    return max(1, min(oh, -(-CONV_PIXELS // ow)))
+
+
+def conv_band_floats(x_shape: tuple, geo: tuple, band: int) -> int:
+    """Floats of a band's padded input rows (band output rows of a conv_band conv over x_shape)."""
+    oh, ow, kh, kw, sh, sw, dh, dw = geo[:8]
+    return ((band - 1) * sh + (kh - 1) * dh + 1) * ((ow - 1) * sw + kw) * x_shape[3]
 
 
 DW_GRAD_BAND_ROWS = 8  # output rows a depthwise dW band sums in float32 before the bands are added

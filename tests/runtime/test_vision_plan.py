@@ -605,11 +605,38 @@ def test_output_channel_parts_fall_evenly_on_the_threads():
     assert plan_cparts(2, 4, 192) == 1
 
 
+def test_row_bands_fall_evenly_on_the_threads(threads):
+    """At 2 threads a 27-row map in cpu.conv_band's bands of 4 rows (7 items) would give the threads
+    12 and 15 rows: plan_bands takes bands of 2 (14 and 13 rows); a map of few bands splits output
+    channels instead; one thread keeps the band. The plan's conv (bands of 2 at 2 threads) is the
+    per-op executor's, bit for bit, and the float64 reference's."""
+    from volvox.ops.conv import conv2d_ref, plan_bands
+
+    class Team:
+        split = 2
+    assert plan_bands(Team, 1, 27, 4, 64) == dict(band=2, cparts=1)
+    assert plan_bands(Team, 1, 28, 3, 64) == dict(band=2, cparts=1)
+    assert plan_bands(Team, 2, 28, 3, 64) == dict(band=3, cparts=1)  # 10 bands, one image, per thread
+    assert plan_bands(Team, 1, 14, 5, 256) == dict(band=5, cparts=2)
+    Team.split = 1
+    assert plan_bands(Team, 1, 27, 4, 64) == dict(band=4, cparts=1)
+    m = GraphMaker(x=((1, 27, 20, 8), "float32"))
+    w, b = rng.standard_normal((40, 3, 3, 8)).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    params = dict(pads=[1, 1, 1, 1], activation="relu")
+    y = m.node("conv2d", params, x="x", weight=m.w("c", w), bias=m.w("b", b))
+    x = rng.standard_normal((1, 27, 20, 8)).astype(np.float32)
+    native, per_op = plan_and_per_op(m.model([y]), {"x": x})
+    assert same_bits(native[y], per_op[y])
+    ref = conv2d_ref(None, dict(params, strides=[1, 1], dilations=[1, 1], groups=1), x, w, b)
+    np.testing.assert_allclose(native[y], ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_maps_of_a_few_blocks_split_into_tile_blocks(dtype, threads):
     """A 14x14 map is 3 blocks of 64 pixels and one of 4: on 2 threads conv steps take blocks of
-    whole 8-pixel GEMM tiles instead (ops/conv.py's plan_blocks: 32 pixels, 7 blocks), an im2col 3x3
-    and a direct 1x1 conv (f32) or two im2col convs (int8); outputs are the per-op executor's."""
+    whole 8-pixel GEMM tiles instead (ops/conv.py's plan_blocks: 32 pixels, 7 blocks): a 3x3 by row
+    bands (3 of 5 rows, in output-channel parts) and a direct 1x1 conv (f32) or two im2col convs
+    (int8); outputs are the per-op executor's."""
     m = GraphMaker(x=((1, 14, 14, 20), "float32"))
     f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
     i8 = lambda *s: rng.integers(-127, 128, s, dtype=np.int8)  # noqa: E731

@@ -329,6 +329,12 @@ ctypedef struct vx_conv_table:
     void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
                      const float *packed, int64_t n, const float *bias, int act, float *cols,
                      float *y, int64_t ldy) noexcept nogil
+    # y[(q*ow + j)*ldy + r] = act(bias[r] + conv of output pixel (r0 + q, j) of image b with W[r])
+    # for q < rows, r < n; unit column dilation; band: the rows' padded input (band_input_rows x
+    # band_input_cols x C floats of scratch)
+    void (*conv_band_f32)(const vx_conv_shape *s, const float *x, int64_t b, int64_t r0, int64_t rows,
+                          const float *packed, int64_t n, const float *bias, int act, float *band,
+                          float *y, int64_t ldy) noexcept nogil
     # depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C); w (kh*kw, C)
     void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w,
                        const float *bias, int act, int64_t item, float *y) noexcept nogil

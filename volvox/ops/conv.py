@@ -259,6 +259,23 @@ def plan_blocks(plan, pixels: int, cout: int) -> dict:
     return dict(pixels=per, cparts=plan_cparts(plan.split, -(-pixels // per), cout))
 
 
+def plan_bands(plan, n: int, oh: int, band: int, cout: int) -> dict:
+    """Work items of a CONV_F32 step by row bands (cpu.conv_band's ``band`` output rows each, over n
+    images of oh rows): ``band`` and ``cparts``. A team whose threads' shares of ``band``-row items
+    would differ (a 28x28 map: 10 bands of 3 rows, the last of 1, static shares of 15 and 13 rows)
+    takes the largest narrower band that gives every thread its equal share of rows (2 rows: 7
+    bands each), when the items already outnumber 2 per thread; otherwise output-channel parts
+    even them out (plan_cparts)."""
+    def rows_of_busiest(b: int) -> int:
+        items = n * -(-oh // b)
+        sizes = [min(b, oh - i % -(-oh // b) * b) for i in range(items)]  # (items,) output rows
+        return max(sum(sizes[t * items // plan.split:(t + 1) * items // plan.split]) for t in range(plan.split))
+    if plan.split > 1 and n * -(-oh // band) >= 2 * plan.split:
+        fair = -(-n * oh // plan.split)
+        band = next((b for b in range(band, 0, -1) if rows_of_busiest(b) == fair), band)
+    return dict(band=band, cparts=plan_cparts(plan.split, n * -(-oh // band), cout))
+
+
 def plan_cparts(split: int, items: int, cout: int, per_thread: int = 2) -> int:
     """Output-channel parts per work item (64-pixel block, row, or row band) of a conv step (a
     one-thread run keeps one): ``per_thread`` items per thread when the unsplit ones are fewer (a 7x7
@@ -297,8 +314,9 @@ def plan_fold_zero_point(plan, window: dict, bias, wsum: np.ndarray, zp_in: int)
 
 
 def conv_cpu(plan, node) -> None:
-    """conv2d / qconv2d as one step: im2col + packed GEMM (or the input rows of a 1x1 conv), or the
-    direct depthwise kernel; int8 requantized as TFLite."""
+    """conv2d / qconv2d as one step: f32 by row bands (cpu.conv_band: the packed GEMM over a padded
+    copy of the band's input rows) or im2col + packed GEMM (or the input rows of a 1x1 conv), or the
+    direct depthwise kernel; int8 im2col, requantized as TFLite."""
     int8 = node.op == "qconv2d"
     x, y = plan.input(node, "x"), plan.output(node)
     if not (x.ndim == 4 and native_conv(x, plan.input(node, "weight"), node.params)):
@@ -323,11 +341,18 @@ def conv_cpu(plan, node) -> None:
                  act=plan_activation(plan, node), **window)
         return
     direct = direct_conv(window["window"], w.shape)
-    per = 0 if direct else CONV_PIXELS * kk
-    scratch = plan.scratch(per, np.float32)  # (split, CONV_PIXELS * kk) im2col rows
+    geo = window["window"][4:]
+    band = 0 if direct else cpu.conv_band(geo)
+    if band:
+        items = plan_bands(plan, x.shape[0], geo[0], band, cout)
+        per = cpu.conv_band_floats(x.shape, geo, items["band"])
+    else:
+        per = 0 if direct else CONV_PIXELS * kk
+        items = plan_blocks(plan, y.size // cout, cout)
+    scratch = plan.scratch(per, np.float32)  # (split, per): a band's padded input rows, or im2col rows
     plan.add("conv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
              scratch=cpu.address(scratch), ldc=0 if direct else kk, per_thread=per, act=plan_activation(plan, node),
-             **plan_blocks(plan, y.size // cout, cout), **window)
+             **items, **window)
 
 
 # ------------------------------------------------------------------ GPU lowerings

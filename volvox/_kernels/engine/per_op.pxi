@@ -364,15 +364,20 @@ cdef vx_requant requant_args(const int32_t[::1] bias, const int32_t[::1] mult, c
 
 
 def conv2d_f32(const float[:, :, :, ::1] x, const float[::1] packed, int64_t cout, tuple geo,
-               const float[::1] bias, int act, bint direct, float[:, :, :, ::1] y, float[::1] scratch):
+               const float[::1] bias, int act, bint direct, int64_t band, int64_t band_floats,
+               float[:, :, :, ::1] y, float[::1] scratch):
     """y (N, OH, OW, cout) = act(conv(x, W) + bias), W packed by sgemm_pack as (cout, kh*kw*C); direct: a
-    1x1 stride-1 unpadded conv (x rows are the GEMM rows); else scratch holds get_num_threads() *
-    CONV_PIXELS * kh*kw*C floats of im2col rows."""
+    1x1 stride-1 unpadded conv (x rows are the GEMM rows); band > 0: bands of `band` output rows
+    from padded copies of their input rows, scratch holding get_num_threads() * band_floats
+    (cpu.conv_band_floats); else scratch holds get_num_threads() * CONV_PIXELS * kh*kw*C floats of im2col rows."""
     cdef Window w = window_of((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), geo)
     cdef int64_t KK = w.s.kh * w.s.kw * w.s.c, P = w.s.n * w.s.oh * w.s.ow
     if P == 0 or cout == 0:
         return
     w.cout, w.ldc, w.per_thread, w.act, w.cparts = cout, 0 if direct else KK, CONV_PIXELS * KK, act, 1
+    if band > 0:
+        w.band = band
+        w.per_thread = band_floats
     cdef Step s
     memset(&s, 0, sizeof(s))
     s.kind, s.w = STEP_CONV_F32, &w

@@ -88,11 +88,12 @@ cdef class StepPlan:
         return s
 
     cdef Window *_window(self, Step *s, tuple window, int64_t cout, tuple requant, int64_t ldc=0,
-                         int64_t per_thread=0, int act=0, int64_t cparts=1, int64_t pixels=0):
+                         int64_t per_thread=0, int act=0, int64_t cparts=1, int64_t pixels=0, int64_t band=0):
         cdef Window *w = &self.windows[s - self.steps]
         memset(w, 0, sizeof(Window))
         w.s = shape_of(window)
         w.cout, w.ldc, w.per_thread, w.act, w.cparts, w.pixels = cout, ldc, per_thread, act, cparts, pixels
+        w.band = band
         if requant is not None:
             w.rq = requant_of(requant)
         s.w = w
@@ -254,13 +255,16 @@ cdef class StepPlan:
 
     # ------------------------------------------------------------- window steps
     def conv_f32(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t scratch, tuple window,
-                 int64_t cout, int64_t ldc=0, int64_t per_thread=0, int act=0, int64_t cparts=1, int64_t pixels=0):
+                 int64_t cout, int64_t ldc=0, int64_t per_thread=0, int act=0, int64_t cparts=1, int64_t pixels=0,
+                 int64_t band=0):
         """y = act(conv(x, w packed by sgemm_pack) + bias): im2col rows of ldc floats in scratch (ldc 0:
         a 1x1 stride-1 unpadded conv reading x's rows); items: blocks of `pixels` output pixels, each in
-        cparts ranges of output channels. window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top,
-        pad_left)."""
+        cparts ranges of output channels. band > 0 (unit column dilation): items are bands of `band`
+        output rows instead, each convolved from a padded copy of its input rows in scratch
+        (per_thread floats: cpu.conv_band_floats). window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh,
+        dw, pad_top, pad_left)."""
         cdef Step *s = self._next(STEP_CONV_F32)
-        self._window(s, window, cout, None, ldc, per_thread, act, cparts, pixels)
+        self._window(s, window, cout, None, ldc, per_thread, act, cparts, pixels, band)
         self._operands(s, x, w, bias, y, scratch)
 
     def dwconv_f32(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, tuple window, int64_t cout,

@@ -54,6 +54,8 @@ cdef struct Window:
     int64_t per_thread           # scratch elements per thread
     int64_t cparts               # output-channel parts per pixel block, row or band (<= 1: one)
     int64_t pixels               # CONV_F32 / QCONV: output pixels per block (0: CONV_PIXELS)
+    int64_t band                 # CONV_F32: output rows per item, convolved from their padded input
+                                 # rows (conv_band_f32; per_thread: that copy's floats); 0: pixel blocks
     int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32 convs); CONV_F32 / DWCONV_F32 also
                                  # FN_SILU, FN_HARD_SWISH (post_activation)
     const float *residual        # CONV_F32, DWPW_F32, EXDWPW_F32: (n, oh, ow, cout) added to the output,
@@ -634,8 +636,11 @@ cdef int64_t items_of_gather(const Step *s, int team) noexcept nogil:
 
 # --------------------------------------------------------------------- window steps
 cdef int64_t blocks_of_conv(const Step *s, int team) noexcept nogil:
-    """CONV_F32 / QCONV: blocks of output pixels, each split into output-channel parts."""
+    """CONV_F32 / QCONV: blocks of output pixels (CONV_F32 with a band: bands of output rows), each
+    split into output-channel parts."""
     cdef const Window *w = s.w
+    if w.band > 0:
+        return w.s.n * div_up(w.s.oh, w.band) * conv_parts(w, team)
     return div_up(w.s.n * w.s.oh * w.s.ow, conv_pixels(w)) * conv_parts(w, team)
 
 
@@ -672,18 +677,29 @@ cdef void add_residual(int act, int64_t rows, int64_t cols, const float *r, floa
 
 
 cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    """A block of output pixels (im2col rows, or a 1x1 conv's input rows) times a part of the
-    packed weights' output channels; a 1x1 conv of one output pixel in all (whatever the team, so
-    its sums do not depend on it) through the one-row GEMM."""
+    """A block of output pixels (a band of output rows, im2col rows, or a 1x1 conv's input rows)
+    times a part of the packed weights' output channels; a 1x1 conv of one output pixel in all
+    (whatever the team, so its sums do not depend on it) through the one-row GEMM."""
     cdef const WindowArgs *a = &s.a.win
     cdef const Window *w = s.w
     cdef int64_t P = w.s.n * w.s.oh * w.s.ow, pixels = conv_pixels(w), p0 = item // conv_parts(w, team) * pixels
     cdef int64_t np_ = min64(P - p0, pixels), KK = w.s.kh * w.s.kw * w.s.c, c0, c1
+    cdef int64_t bands = div_up(w.s.oh, w.band) if w.band > 0 else 1, b = 0, r0 = 0, rows = 0
+    if w.band > 0:                                              # band item // parts: image b, rows r0..
+        b = item // conv_parts(w, team) // bands
+        r0 = item // conv_parts(w, team) % bands * w.band
+        p0 = (b * w.s.oh + r0) * w.s.ow
+        rows = min64(w.band, w.s.oh - r0)
+        np_ = rows * w.s.ow
     conv_part(w, team, w.cout, item % conv_parts(w, team), &c0, &c1)
     cdef const float *bias = <const float *> a.extra
     cdef const float *packed = <const float *> a.w + c0 * KK
     cdef float *y = <float *> a.y + p0 * w.cout + c0
-    if w.ldc != 0:
+    if w.band > 0:
+        _tbl.conv.conv_band_f32(&w.s, <const float *> a.x, b, r0, rows, packed, c1 - c0,
+                                bias + c0 if bias != NULL else NULL, kernel_act(w.act),
+                                <float *> a.scratch + me * w.per_thread, y, w.cout)
+    elif w.ldc != 0:
         _tbl.conv.conv_f32(&w.s, <const float *> a.x, p0, np_, packed, c1 - c0, bias + c0 if bias != NULL else NULL,
                            kernel_act(w.act), <float *> a.scratch + me * w.per_thread, y, w.cout)
     elif P == 1:                                                # 1x1 direct on one pixel (an SE block's)

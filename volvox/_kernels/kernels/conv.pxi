@@ -307,12 +307,94 @@ cdef void conv_f32(const vx_conv_shape *s, const float *x, int64_t p0, int64_t n
                    const float *bias, int act, float *cols, float *y, int64_t ldy) noexcept nogil:
     """Output pixels p0 .. p0+np-1 (flattened b, oh, ow) of a conv: y[q*ldy + r] = act(bias[r] + the
     pixel's window . W[r]) for r < n, W packed (kh*kw*C per row): the pixels' im2col rows in cols
-    (np rows of kh*kw*C floats), then one GEMM over them. (Reading the input in place, one kw*C run
-    per kernel row, took more time: a row's border pixels and its last few went through GEMM calls
-    of 1 to 7 rows, each streaming all the weights, and every tile read kh strided runs.)"""
+    (np rows of kh*kw*C floats), then one GEMM over them: the convs conv_band_f32 does not take
+    (column dilation, a stride wider than the kernel, 1x1 kernels). (Reading the unpadded input in
+    place took more time: a row's border pixels and its last few went through GEMM calls of 1 to 7
+    rows, each streaming all the weights; conv_band_f32 reads a padded copy instead.)"""
     cdef int64_t K = s.kh * s.kw * s.c
     im2col_f32(s, x, p0, np, cols)
     sgemm(K, packed, n, cols, K, np, y, ldy, bias, act)
+
+
+# ------------------------------------------------------------------------------------------------
+# f32 convolution by row bands: a band's input rows, zero padded, the packed GEMM reading them in place.
+# ------------------------------------------------------------------------------------------------
+cdef inline int64_t band_input_rows(const vx_conv_shape *s, int64_t rows) noexcept nogil:
+    """Input rows (padding included) that `rows` consecutive output rows read."""
+    return (rows - 1) * s.sh + (s.kh - 1) * s.dh + 1
+
+
+cdef inline int64_t band_input_cols(const vx_conv_shape *s) noexcept nogil:
+    """Input columns (padding included) an output row reads (unit column dilation)."""
+    return (s.ow - 1) * s.sw + s.kw
+
+
+cdef void pad_band_f32(const vx_conv_shape *s, const float *x, int64_t b, int64_t r0, int64_t rows,
+                       float *band) noexcept nogil:
+    """band (band_input_rows(rows), band_input_cols, C) = the input rows output rows r0 .. r0+rows-1
+    of image b read, their columns from -pl on, 0 outside the image."""
+    cdef int64_t C = s.c, wp = band_input_cols(s), iw0 = -s.pl, t, ih, lo, hi
+    cdef float *dst
+    lo = s.pl if s.pl < wp else wp                                  # columns left of the image
+    hi = s.w + s.pl if s.w + s.pl < wp else wp                      # then columns inside it
+    for t in range(band_input_rows(s, rows)):
+        ih = r0 * s.sh - s.pt + t
+        dst = band + t * wp * C                                     # (wp, C)
+        if ih < 0 or ih >= s.h:
+            memset(dst, 0, <size_t>(wp * C) * sizeof(float))
+            continue
+        memset(dst, 0, <size_t>(lo * C) * sizeof(float))
+        memcpy(dst + lo * C, x + ((b * s.h + ih) * s.w + iw0 + lo) * C, <size_t>((hi - lo) * C) * sizeof(float))
+        memset(dst + hi * C, 0, <size_t>((wp - hi) * C) * sizeof(float))
+
+
+cdef void conv_band_f32(const vx_conv_shape *s, const float *x, int64_t b, int64_t r0, int64_t rows,
+                        const float *packed, int64_t n, const float *bias, int act, float *band, float *y,
+                        int64_t ldy) noexcept nogil:
+    """Output rows r0 .. r0+rows-1 of image b of a conv with unit column dilation: y[(q*ow + j)*ldy + r]
+    = act(bias[r] + the window of pixel (r0 + q, j) . W[r]) for r < n, W packed (kh*kw*C per row).
+    The rows' input goes once into band (pad_band_f32); there each kernel row of a pixel's window is
+    one run of kw*C floats, the next pixel's sw*C floats on, so the GEMM tiles read the band in place
+    (no im2col rows). K runs in slices of whole kernel rows (or equal pieces of one, where a row
+    exceeds SG_KC): a panel's slice stays in L1 while every output row of the band runs over it.
+    Each output is the same chain of FMAs over k in order as conv_f32's."""
+    cdef int64_t C = s.c, run = s.kw * C, K = s.kh * run, ld = band_input_cols(s) * C
+    cdef int64_t per = SG_KC // run if run <= SG_KC else 1          # kernel rows per slice
+    cdef int64_t slices = (s.kh + per - 1) // per, pieces = (run + SG_KC - 1) // SG_KC
+    cdef int64_t piece = (run + pieces - 1) // pieces                # floats of a kernel row per slice
+    cdef int64_t p0 = 0, i0, e0, q, k0
+    cdef const float *pp
+    cdef const float *nxt
+    cdef const float *bp
+    cdef int nr, fn
+    cdef sg_rows A
+    per = (s.kh + slices - 1) // slices                             # equal slices
+    pad_band_f32(s, x, b, r0, rows, band)
+    A.lda = s.sw * C
+    A.run_stride = s.dh * ld
+    while p0 < n:
+        nr = <int>(n - p0 if n - p0 < SG_NR else SG_NR)
+        i0 = 0
+        while i0 < s.kh:
+            A.runs = per if per < s.kh - i0 else s.kh - i0
+            e0 = 0
+            while e0 < run:
+                A.run = piece if piece < run - e0 else run - e0
+                k0 = i0 * run + e0
+                A.acc = k0 > 0
+                pp = packed + p0 * K + k0 * SG_NR                   # (A.runs * A.run, 32): the slice
+                nxt = pp + SG_NR * A.runs * A.run if p0 + SG_NR < n or k0 + A.runs * A.run < K else NULL
+                bp = NULL
+                fn = FN_NONE
+                if k0 + A.runs * A.run >= K:                        # the last slice: bias, act
+                    bp = bias + p0 if bias != NULL else NULL
+                    fn = act
+                for q in range(rows):
+                    A.a = band + (q * s.sh + i0 * s.dh) * ld + e0   # pixel 0's run of kernel row i0
+                    sg_rows_of_slice(A, pp, nr, bp, fn, y + q * s.ow * ldy + p0, ldy, s.ow, nxt if q == 0 else NULL)
+                e0 += A.run
+            i0 += A.runs
+        p0 += SG_NR
 
 
 # ------------------------------------------------------------------------------------------------
@@ -460,4 +542,5 @@ cdef void fill_conv(vx_table *t) noexcept:
     ct.sgemm_pack = sgemm_pack
     ct.sgemm = sgemm
     ct.conv_f32 = conv_f32
+    ct.conv_band_f32 = conv_band_f32
     ct.dwconv_f32 = dwconv_f32
