@@ -3,7 +3,7 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_act_corrections,
+    VX_F16, VX_F32, VX_IQ4_NL, VX_NTYPES, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_act_corrections,
     vx_il_block_bytes, vx_table)
 
 include "../avx2/gemv_x86.pxi"
@@ -238,7 +238,22 @@ cdef inline __m512i act_lane(const int8_t *xb, int l) noexcept nogil:
     return _mm512_set1_epi32(v)
 
 
-cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint8_t *g,
+# A q4_0 / q4_1 / q8_0 format as a type: b32_il_tile takes `const b32_format *`, a null pointer whose
+# type's size is the format's VX_ code (modulo VX_NTYPES: VX_Q4_0 is 0), so Cython emits one function
+# per format with its branches folded (as kq_format in kernels/gemv_kquants_il.pxi).
+ctypedef struct b32_q4_0:
+    char n[13]                  # [VX_Q4_0 + VX_NTYPES]
+ctypedef struct b32_q4_1:
+    char n[1]                   # [VX_Q4_1]
+ctypedef struct b32_q8_0:
+    char n[2]                   # [VX_Q8_0]
+ctypedef fused b32_format:
+    b32_q4_0
+    b32_q4_1
+    b32_q8_0
+
+
+cdef inline void b32_il_tile(const b32_format *F_, const act_rows *MR_, int64_t K, const uint8_t *g,
                              const int8_t **xq, const float **ds, float *out) noexcept nogil:
     """One group's 16 q4_0 / q4_1 / q8_0 weight rows against MR act rows: out[16 i + r] = dot(row r, act
     row i), each formed as b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an
@@ -249,6 +264,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
     ends at the same int32; q4_0's from -8 * the sum (nibble - 8, ggml's lanes), which comes with its act
     rows (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block.
     (q5_0 / q5_1 / iq4_nl: b32x_il_tile, kernels/avx512/gemv_il_q5_iq4.pxi.)"""
+    cdef int fmt = sizeof(b32_format) % VX_NTYPES
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
@@ -321,7 +337,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, int64_t K, const uint
             accm[i]))
 
 
-cdef inline void gemm_il_b32(int fmt, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
+cdef inline void gemm_il_b32(const b32_format *F_, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
                              const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q4_0 / q4_1 / q8_0 weights w (groups of 16 rows, group_bytes
     apart): each group against the act rows 2 at a time (then the last alone)."""
@@ -338,9 +354,9 @@ cdef inline void gemm_il_b32(int fmt, int64_t K, const uint8_t *w, int64_t group
                 xq[i] = <const int8_t *>a + (i0 + i) * a_stride
                 ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
             if mr == 2:
-                b32_il_tile(<const count_2 *>NULL, fmt, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(F_, <const count_2 *>NULL, K, w + g * group_bytes, xq, ds, out)
             else:
-                b32_il_tile(<const count_1 *>NULL, fmt, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(F_, <const count_1 *>NULL, K, w + g * group_bytes, xq, ds, out)
             for i in range(mr):
                 for r in range(rows):
                     y[(i0 + i) * ldy + g * IL_ROWS + r] = out[IL_ROWS * i + r]
@@ -352,19 +368,19 @@ include "gemv_il_q5_iq4.pxi"
 cdef void gemm_il_q4_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q4_0 weights."""
-    gemm_il_b32(VX_Q4_0, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32_q4_0 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q4_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q4_1 weights."""
-    gemm_il_b32(VX_Q4_1, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32_q4_1 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q8_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q8_0 weights."""
-    gemm_il_b32(VX_Q8_0, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32_q8_0 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void fill_gemv_il(vx_table *t, bint vbmi) noexcept:
