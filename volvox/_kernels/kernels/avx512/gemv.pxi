@@ -3,7 +3,7 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 from volvox._kernels.vx cimport (
-    VX_F16, VX_F32, VX_IQ4_NL, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_act_corrections,
+    VX_F16, VX_F32, VX_IQ4_NL, VX_NTYPES, VX_Q4_0, VX_Q4_1, VX_Q5_0, VX_Q5_1, VX_Q8_0, VX_QK, VX_ALIGN, vx_act_corrections,
     vx_il_block_bytes, vx_table)
 
 include "../avx2/gemv_x86.pxi"
@@ -238,32 +238,39 @@ cdef inline __m512i act_lane(const int8_t *xb, int l) noexcept nogil:
     return _mm512_set1_epi32(v)
 
 
-cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K, const uint8_t *g,
+# A q4_0 / q4_1 / q8_0 format as a type: b32_il_tile takes `const b32_format *`, a null pointer whose
+# type's size is the format's VX_ code (modulo VX_NTYPES: VX_Q4_0 is 0), so Cython emits one function
+# per format with its branches folded (as kq_format in kernels/gemv_kquants_il.pxi).
+ctypedef struct b32_q4_0:
+    char n[13]                  # [VX_Q4_0 + VX_NTYPES]
+ctypedef struct b32_q4_1:
+    char n[1]                   # [VX_Q4_1]
+ctypedef struct b32_q8_0:
+    char n[2]                   # [VX_Q8_0]
+ctypedef fused b32_format:
+    b32_q4_0
+    b32_q4_1
+    b32_q8_0
+
+
+cdef inline void b32_il_tile(const b32_format *F_, const act_rows *MR_, int64_t K, const uint8_t *g,
                              const int8_t **xq, const float **ds, float *out) noexcept nogil:
-    """One group's 16 weight rows against MR act rows: out[16 i + r] = dot(row r, act row i), each formed
-    as b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an exact int32 times
-    wd * dx into float lane l; q4_1 / q5_1's m-term an FMA chain; then the lanes summed in hsum_ps256's
-    order and the m-term added. acc[i][l] holds lane l of the 16 rows, so every instruction serves 16 rows
-    (the row-by-row tile: 2) and the unpacked weights serve MR act rows. q8_0 bytes are stored + 128
-    (VNNI multiplies u8 by s8): each lane starts from -128 * (its 4 act values' sum), so it ends at
-    the same int32. iq4_nl's nibbles select its levels + 128 (pshufb), corrected the same way; q5_0 /
-    q5_1's 5th bits (a mask per lane and half, vx.pxd) add 16 to their nibbles, q5_0's lanes starting
-    from -16 * the sum (its weights are q - 16), q4_0's from -8 * the sum (nibble - 8, ggml's lanes).
-    q4_0's, q5_0's and iq4_nl's starts come with their act rows
-    (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block.
-    vbmi: iq4_nl looks its levels up with vpermb (the CPU has AVX-512 VBMI), not pshufb + masks."""
+    """One group's 16 q4_0 / q4_1 / q8_0 weight rows against MR act rows: out[16 i + r] = dot(row r, act
+    row i), each formed as b32_avx2_tile forms it (ggml's order): per block, lane l's 4 products as an
+    exact int32 times wd * dx into float lane l; q4_1's m-term an FMA chain; then the lanes summed in
+    hsum_ps256's order and the m-term added. acc[i][l] holds lane l of the 16 rows, so every instruction
+    serves 16 rows (the row-by-row tile: 2) and the unpacked weights serve MR act rows. q8_0 bytes are
+    stored + 128 (VNNI multiplies u8 by s8): each lane starts from -128 * (its 4 act values' sum), so it
+    ends at the same int32; q4_0's from -8 * the sum (nibble - 8, ggml's lanes), which comes with its act
+    rows (vx.pxd's corr, summed once per act row, not per group); q8_0's are summed here, per block.
+    (q5_0 / q5_1 / iq4_nl: b32x_il_tile, kernels/avx512/gemv_il_q5_iq4.pxi.)"""
+    cdef int fmt = sizeof(b32_format) % VX_NTYPES
     cdef int MR = sizeof(act_rows)
     cdef int64_t nb = K // VX_QK
     cdef int64_t sb = vx_il_block_bytes(fmt, IL_ROWS)          # bytes per block of the group
-    cdef bint has_m = fmt == VX_Q4_1 or fmt == VX_Q5_1
-    cdef bint has_qh = fmt == VX_Q5_0 or fmt == VX_Q5_1
-    cdef int qhoff = (4 if has_m else 2) * IL_ROWS             # offset of q5's 5th bits in the block
-    cdef int qoff = qhoff + (4 * IL_ROWS if has_qh else 0)     # offset of qs in the block
-    cdef __m512i sixteen = _mm512_set1_epi8(16)
-    cdef uint64_t h5[2]          # (half,) lane l's 5th-bit masks: bit 4 r + k, row r's byte k
+    cdef bint has_m = fmt == VX_Q4_1
+    cdef int qoff = (4 if has_m else 2) * IL_ROWS              # offset of qs in the block
     cdef __m512i m4 = _mm512_set1_epi8(0x0F)
-    cdef __m512i levels = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(<const void *>IQ4_NL_LEVELS),
-                                                               _mm_set1_epi8(<char>-128)))   # levels + 128
     cdef __m512 acc[2][8]        # (MR, lane) 16 rows each
     cdef __m512 accm[2]          # (MR,) 16 m-term chains
     cdef __m512 dd[2]            # (MR,) wd * dx
@@ -272,7 +279,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
     cdef __m256i sums
     cdef const int8_t *xb[2]     # (MR,) the block's 32 act values: lane l's 4 bytes at xb[i] + 4 l
     cdef int32_t corr[2][8]      # (MR, group) q8_0: -128 * each group's sum
-    cdef const int32_t *cs[2]    # (MR,) q4_0 / q5_0 / iq4_nl: the act rows' corr (K/4,)
+    cdef const int32_t *cs[2]    # (MR,) q4_0: the act rows' corr (K/4,)
     cdef const int32_t *c[2]     # (MR,) this block's 8 lane starts (q8_0: corr[i])
     cdef const uint8_t *blk
     cdef int64_t b
@@ -297,7 +304,7 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                                            _mm256_loadu_si256(<const void *>(xq[i] + b * VX_QK)))
                 _mm256_storeu_si256(<void *>corr[i], _mm256_sub_epi32(_mm256_setzero_si256(),
                                                                       _mm256_slli_epi32(sums, 7)))
-        elif fmt == VX_IQ4_NL or fmt == VX_Q5_0 or fmt == VX_Q4_0:
+        elif fmt == VX_Q4_0:
             for i in range(MR):
                 c[i] = cs[i] + 8 * b
         if fmt == VX_Q8_0:
@@ -306,29 +313,11 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
                         _mm512_set1_epi32(c[i][l]), p, act_lane(xb[i], l))), acc[i][l])
-        elif fmt == VX_IQ4_NL:
-            for l in range(4):
-                p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
-                if vbmi:        # levels (64,) repeats the 16: an index's bits 4, 5 need no mask
-                    lo = vx_permb(p, levels)
-                    hi = vx_permb(_mm512_srli_epi16(p, 4), levels)
-                else:
-                    lo = _mm512_shuffle_epi8(levels, _mm512_and_si512(p, m4))
-                    hi = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4))
-                for i in range(MR):
-                    acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(c[i][l]), lo, act_lane(xb[i], l))), acc[i][l])
-                    acc[i][l + 4] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                        _mm512_set1_epi32(c[i][l + 4]), hi, act_lane(xb[i], l + 4))), acc[i][l + 4])
         else:
             for l in range(4):
                 p = _mm512_loadu_si512(<const void *>(blk + qoff + 64 * l))
                 lo = _mm512_and_si512(p, m4)
                 hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4)
-                if has_qh:      # the bytes whose nibble has its 5th bit: + 16
-                    memcpy(h5, blk + qhoff + 16 * l, 16)
-                    lo = _mm512_mask_add_epi8(lo, <__mmask64>h5[0], lo, sixteen)
-                    hi = _mm512_mask_add_epi8(hi, <__mmask64>h5[1], hi, sixteen)
                 for i in range(MR):
                     acc[i][l] = _mm512_fmadd_ps(dd[i], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
                         _mm512_setzero_si512() if has_m else _mm512_set1_epi32(c[i][l]), lo,
@@ -348,10 +337,10 @@ cdef inline void b32_il_tile(const act_rows *MR_, int fmt, bint vbmi, int64_t K,
             accm[i]))
 
 
-cdef inline void gemm_il_b32(int fmt, bint vbmi, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
+cdef inline void gemm_il_b32(const b32_format *F_, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
                              const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved weights w (groups of 16 rows, group_bytes apart): each group
-    against the act rows 2 at a time (then the last alone); vbmi as b32_il_tile's."""
+    """y (m, n) = act rows a . interleaved q4_0 / q4_1 / q8_0 weights w (groups of 16 rows, group_bytes
+    apart): each group against the act rows 2 at a time (then the last alone)."""
     cdef int64_t g, i0, r, rows
     cdef int i, mr
     cdef const int8_t *xq[2]     # (mr, K)
@@ -365,54 +354,33 @@ cdef inline void gemm_il_b32(int fmt, bint vbmi, int64_t K, const uint8_t *w, in
                 xq[i] = <const int8_t *>a + (i0 + i) * a_stride
                 ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
             if mr == 2:
-                b32_il_tile(<const count_2 *>NULL, fmt, vbmi, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(F_, <const count_2 *>NULL, K, w + g * group_bytes, xq, ds, out)
             else:
-                b32_il_tile(<const count_1 *>NULL, fmt, vbmi, K, w + g * group_bytes, xq, ds, out)
+                b32_il_tile(F_, <const count_1 *>NULL, K, w + g * group_bytes, xq, ds, out)
             for i in range(mr):
                 for r in range(rows):
                     y[(i0 + i) * ldy + g * IL_ROWS + r] = out[IL_ROWS * i + r]
 
 
+include "gemv_il_q5_iq4.pxi"
+
+
 cdef void gemm_il_q4_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q4_0 weights."""
-    gemm_il_b32(VX_Q4_0, False, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32_q4_0 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q4_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q4_1 weights."""
-    gemm_il_b32(VX_Q4_1, False, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32_q4_1 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q8_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q8_0 weights."""
-    gemm_il_b32(VX_Q8_0, False, K, w, gs, n, a, as_, m, y, ldy)
-
-
-cdef void gemm_il_iq4_nl(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
-                         int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved iq4_nl weights (pshufb lookup)."""
-    gemm_il_b32(VX_IQ4_NL, False, K, w, gs, n, a, as_, m, y, ldy)
-
-
-cdef void gemm_il_iq4_nl_vbmi(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
-                              int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved iq4_nl weights (vpermb lookup: AVX-512 VBMI CPUs only)."""
-    gemm_il_b32(VX_IQ4_NL, True, K, w, gs, n, a, as_, m, y, ldy)
-
-
-cdef void gemm_il_q5_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
-                       int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved q5_0 weights."""
-    gemm_il_b32(VX_Q5_0, False, K, w, gs, n, a, as_, m, y, ldy)
-
-
-cdef void gemm_il_q5_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
-                       int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved q5_1 weights."""
-    gemm_il_b32(VX_Q5_1, False, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32_q8_0 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void fill_gemv_il(vx_table *t, bint vbmi) noexcept:
