@@ -320,8 +320,9 @@ ctypedef struct vx_conv_table:
     void (*conv_f32)(const vx_conv_shape *s, const float *x, int64_t p0, int64_t np,
                      const float *packed, int64_t n, const float *bias, int act, float *cols,
                      float *y, int64_t ldy) noexcept nogil
-    # depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C); w (kh*kw, C)
-    void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w,
+    # depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C); x's pixels ldx
+    # floats apart (C, or more: a channel slice); w (kh*kw, C)
+    void (*dwconv_f32)(const vx_conv_shape *s, const float *x, int64_t ldx, const float *w,
                        const float *bias, int act, int64_t item, float *y) noexcept nogil
     # pack int8 rows (n, K) for qgemm; wsum[r] = sum of row r
     void (*qgemm_pack)(int64_t K, const int8_t *w, int64_t n, int8_t *packed,
@@ -339,12 +340,14 @@ ctypedef struct vx_conv_table:
                     const vx_requant *rq, int64_t item, int64_t rows, int8_t *y) noexcept nogil
     # y (n) = clamp(round_half_away(x / scale) + zp) as int8 (ops/quantized.py's quantize)
     void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) noexcept nogil
-    # f32 pools (kernels/pool.pxi), output row item = b*oh_total + oh into y (ow, C): max (numpy's
-    # maximum over the in-image taps); average (the in-image taps summed in row-major order, / the
-    # in-image count, or kh*kw with include_pad)
-    void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil
+    # f32 pools (kernels/pool.pxi), output row item = b*oh_total + oh into y (pixels of C, ldy
+    # floats apart: C, or more for a channel slice): max (numpy's maximum over the in-image taps);
+    # average (the in-image taps summed in row-major order, / the in-image count, or kh*kw with
+    # include_pad)
+    void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y,
+                         int64_t ldy) noexcept nogil
     void (*avg_pool_f32)(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
-                         float *y) noexcept nogil
+                         float *y, int64_t ldy) noexcept nogil
     # y (n) = (x * clip(x + 3, 0, 6)) / 6, numpy's float32 bits (kernels/activation.pxi); y may be x
     void (*hard_swish_f32)(int64_t n, const float *x, float *y) noexcept nogil
 
