@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from volvox.cli import main
-from volvox.compile.memory import ALIGNMENT, ChannelSlice, bind_dims, channel_slices, lifetimes, plan_arena
+from volvox.compile.memory import (ALIGNMENT, ChannelSlice, bind_dims, channel_slices, lifetimes, pixel_pitch,
+                                   plan_arena)
 from volvox.errors import ShapeError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from tiny_gguf import write_tiny_llama
@@ -184,9 +185,12 @@ def test_dense_block_concats_share_one_buffer_of_prefixes():
     nodes.append(("concat", "out", list(feats)))
     g = concat_graph(nodes, {"x": 4}, ["out"])
     slices = channel_slices(g, relu_outputs(g), lambda name: True)
-    assert {sl.buffer for sl in slices.values()} == {"cat0"} and {sl.width for sl in slices.values()} == {20}
+    assert {sl.buffer for sl in slices.values()} == {"cat0"} and {sl.width for sl in slices.values()} == {48}
     assert slices["x0"].offset == 0 and [slices[f"f{k}"].offset for k in range(4)] == [4, 8, 12, 16]
-    assert all(slices[f"cat{k}"].offset == 0 for k in range(4)) and slices["out"] == ChannelSlice("cat0", 0, 20)
+    assert all(slices[f"cat{k}"].offset == 0 for k in range(4)) and slices["out"] == ChannelSlice("cat0", 0, 48)
+    unpadded = channel_slices(g, relu_outputs(g), lambda name: name != "out")  # "out" must stay whole
+    assert {sl.width for sl in unpadded.values()} == {20}
+    simulate(g, unpadded)
     simulate(g, slices)
 
 
@@ -195,7 +199,7 @@ def test_nested_concats_join_one_buffer():
                       ("concat", "abc", ["ab", "c"]), ("relu", "d", "abc")], {"x": 3}, ["d"])
     slices = channel_slices(g, relu_outputs(g), lambda name: True)
     assert {n: (sl.offset, sl.width) for n, sl in slices.items()} == {
-        "a": (0, 9), "b": (3, 9), "c": (6, 9), "ab": (0, 9), "abc": (0, 9)}
+        "a": (0, 16), "b": (3, 16), "c": (6, 16), "ab": (0, 16), "abc": (0, 16)}
     simulate(g, slices)
 
 
@@ -212,6 +216,12 @@ def test_concats_that_cannot_share_copy(second, placed):
     slices = channel_slices(g, relu_outputs(g), lambda name: True)
     assert set(slices) == placed
     simulate(g, slices)
+
+
+@pytest.mark.parametrize("channels, pitch", [(1, 16), (16, 16), (17, 48), (256, 272), (512, 528), (1024, 1040),
+                                             (1040, 1040), (31, 48)])
+def test_shared_buffers_take_an_odd_number_of_cache_lines_per_pixel(channels, pitch):
+    assert pixel_pitch(channels) == pitch
 
 
 def test_slices_leave_out_other_axes_strided_refusals_and_unplaceable_inputs():

@@ -244,7 +244,8 @@ def plan_run_arena(graph: Graph, dims: dict[str, int], writers: set[str]) -> Run
 @dataclass(frozen=True)
 class ChannelSlice:
     """Where a tensor lives in a shared buffer of ``width`` channels per pixel (rows of the dims
-    before the last): its channels ``offset`` .. ``offset`` + its own. ``buffer`` names the buffer."""
+    before the last; the pixel stride, at least the span of the buffer's tensors): its channels
+    ``offset`` .. ``offset`` + its own. ``buffer`` names the buffer."""
 
     buffer: str
     offset: int
@@ -265,8 +266,9 @@ def channel_slices(graph: Graph, can_place: Callable[[str], bool],
     concatenated twice, or at two offsets by two concats, does not) and the tensors written into a
     buffer (placed inputs, and the copies of the others) cover disjoint channels, so nothing written
     is ever overwritten. A member narrower than its buffer is a strided view: ``can_stride(tensor)``
-    says whether its readers take one; a concat whose output cannot be is left out (it copies).
-    Returns each member's slice; tensors not in it keep buffers of their own."""
+    says whether its readers take one; a concat whose output cannot be is left out (it copies). A
+    buffer whose every member can be strided gets a padded pixel stride (``pixel_pitch``). Returns
+    each member's slice; tensors not in it keep buffers of their own."""
     concats = [node for node in graph.nodes if node.op == "concat" and _channel_concat(graph, node)]
     refused: set[str] = set()  # concat outputs whose slice would be strided where it cannot be
     while True:
@@ -274,8 +276,20 @@ def channel_slices(graph: Graph, can_place: Callable[[str], bool],
         strided = {name for name, sl in slices.items()
                    if graph.specs[name].shape[-1] != sl.width and not can_stride(name)}
         if not strided & {c.outputs["y"] for c in concats}:
-            return slices
+            break
         refused |= strided & {c.outputs["y"] for c in concats}
+    unpadded = {sl.buffer for name, sl in slices.items() if not can_stride(name)}
+    return {name: sl if sl.buffer in unpadded else ChannelSlice(sl.buffer, sl.offset, pixel_pitch(sl.width))
+            for name, sl in slices.items()}
+
+
+def pixel_pitch(channels: int) -> int:
+    """The float32 pixel stride of a shared buffer of ``channels``: an odd number of 64-byte lines.
+    A power-of-two stride (a 256-channel DenseNet block: 1 KB) maps the pixels a step reads or
+    writes together to a few cache sets, which they then evict from each other; an odd number of
+    lines spreads 64 pixels over 64 sets."""
+    lines = -(-channels // 16)
+    return (lines + 1 - lines % 2) * 16
 
 
 def _channel_concat(graph: Graph, node) -> bool:
