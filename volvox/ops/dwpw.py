@@ -18,6 +18,8 @@ Their backward recomputes the middle tensors (one conv2d node each) and runs eac
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from volvox import cpu
@@ -124,7 +126,8 @@ def dwpw_cpu(plan, node) -> None:
     """A fused depthwise -> 1x1 pair as one DWPW (float32) or QDWPW (int8) step: depthwise output rows
     go through the thread's scratch into the 1x1 conv's packed GEMM, the same tiles on the same rows
     as the two convs' own steps (a float32 pair with 1x1 weights past DWPW_SPLIT_BYTES: the two convs'
-    steps, the middle tensor in a buffer of the plan's). A float32 pair reads and writes channel slices
+    steps, the middle tensor in a buffer of the plan's; a 1x1 per-channel affine and its 1x1 conv: one
+    DWPW step on rows of pixels, whatever its weights). A float32 pair reads and writes channel slices
     of wider tensors (runtime/plan.py)."""
     x = plan.input(node, "x", strided=True)
     dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid = _pair_operands(
@@ -133,7 +136,17 @@ def dwpw_cpu(plan, node) -> None:
               "output shape")
     y = plan.output(node, strided=True)
     row, rows = mid.shape[2] * mid.shape[3], mid.shape[0] * mid.shape[1]
-    if PAIRED[node.op][0] == "conv2d" and w.size * 4 > DWPW_SPLIT_BYTES:
+    # a 1x1 stride-1 unpadded depthwise conv maps pixels to pixels: the map as rows of up to
+    # CONV_PIXELS pixels (a 7x7 map: one row of 49, not 7 of 7), each GEMM as long as a conv step's,
+    # when the pixels split into rows at least half that long
+    pixels = math.prod(mid.shape[:3])
+    per = max(d for d in range(1, min(pixels, CONV_PIXELS) + 1) if pixels % d == 0)
+    pixelwise = (PAIRED[node.op][0] == "conv2d" and window["window"][6:] == (1, 1, 1, 1, 1, 1, 0, 0)
+                 and 2 * per >= min(pixels, CONV_PIXELS))
+    if pixelwise:
+        window["window"] = (1, pixels // per, per, x.shape[3], pixels // per, per) + window["window"][6:]
+        row, rows = per * mid.shape[3], pixels // per
+    if PAIRED[node.op][0] == "conv2d" and w.size * 4 > DWPW_SPLIT_BYTES and not pixelwise:
         # 1x1 weights this large (7x7 maps, 1152 -> 192 channels: 885 KB) would stream from beyond
         # L2 once per depthwise row: two steps instead, the depthwise rows into a buffer of the plan's
         # own, then one GEMM over the map whose channels the threads split
