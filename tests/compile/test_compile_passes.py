@@ -435,6 +435,23 @@ def test_depthwise_pointwise_pairs_fuse_into_one_node(int8):
             np.testing.assert_array_equal(got[name], want[name])
 
 
+@pytest.mark.parametrize("dw_params, pairs", [({}, True), (dict(strides=[2, 2]), False),
+                                               (dict(pads=[1, 1, 1, 1]), False)])
+def test_a_per_channel_affine_pairs_with_its_1x1_conv_when_it_maps_pixels_to_pixels(dw_params, pairs):
+    """DenseNet's pre-activation BatchNorm (a 1x1 depthwise conv and its ReLU) before a 1x1 conv fuses
+    when it is stride 1 and unpadded (the DWPW step then runs rows of pixels); not strided or padded."""
+    w = {"s": rng.uniform(0.5, 2, (6, 1, 1, 1)).astype(np.float32), "t": rng.standard_normal(6).astype(np.float32),
+         "p": rng.standard_normal((5, 1, 1, 6)).astype(np.float32)}
+    nodes = [Node("bn", "conv2d", {"x": "x", "weight": "s", "bias": "t"}, {"y": "m"},
+                  dict(groups=6, activation="relu", **dw_params)),
+             Node("pw", "conv2d", {"x": "m", "weight": "p"}, {"y": "y"})]
+    x = {"x": rng.standard_normal((1, 7, 9, 6)).astype(np.float32)}
+    g = graph_of(x, w, nodes, ["y"])
+    fused, fw = compiled(g, w, ["fuse_depthwise_pointwise"])
+    assert [n.op for n in fused.nodes] == (["dwpw_conv2d"] if pairs else ["conv2d", "conv2d"])
+    np.testing.assert_array_equal(outputs(fused, fw, x)["y"], outputs(g, w, x)["y"])
+
+
 def test_int8_pairs_need_channels_in_fours_and_gpu_models_skip_the_pass():
     g, w, _ = _dwpw_graph(6, True)  # 6 channels: the 1x1 GEMM could not read the rows as its own
     assert "qdwpw_conv2d" not in {n.op for n in compiled(g, w, ["fuse_depthwise_pointwise"])[0].nodes}

@@ -267,6 +267,21 @@ def test_cnn_equals_onnxruntime(exported, name, opset):
         "the convolutions run on volvox's conv kernels"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name, copies", [("densenet", 0), ("inception", 0), ("shufflenet_v2", 1), ("squeezenet", 0)])
+def test_concat_inputs_are_written_in_place(exported, name, copies):
+    """The convs and pools a concat joins write straight into its buffer (runtime/plan.py channel
+    slices; ShuffleNet's split half is a slice of another tensor: copied), still onnxruntime's outputs."""
+    path = exported[(name, 17)]
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    model = volvox.load(path)
+    got = next(iter(model.run({"x": x}).values()))
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    plan = model._plan.plan
+    assert plan._slices and [op for _, op in plan.step_nodes].count("concat") == copies
+
+
 QUANTIZED = [("qdq", name, activations) for name in ("resnet", "mobilenet_v2", "efficientnet") for activations in ("uint8", "int8")] + \
             [("qoperator", name, activations) for name in ("vgg", "resnet") for activations in ("uint8", "int8")]
 

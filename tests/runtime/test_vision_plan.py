@@ -861,3 +861,89 @@ def test_transpose_steps_copy_every_element(shape, perm, threads):
     native, per_op = plan_and_per_op(model, {"x": x})
     assert model._plan.plan is not None, model._plan.why
     assert same_bits(native[y], np.maximum(x.transpose(perm), 0)) and same_bits(native[y], per_op[y])
+
+
+# ------------------------------------------------------------------ concats as channel slices
+def dense_graph() -> Model:
+    """DenseNet-shaped blocks whose concats the plan turns into channel slices of one buffer per block
+    (compile/memory.channel_slices): max pools and 3x3 convs write their slices; depthwise (a 1x1
+    per-channel affine, a 3x3), 1x1 and depthwise -> 1x1 steps read a block's growing prefixes; 3x3
+    convs reading a prefix and a slice (whole pixels only: that concat and that input keep their
+    copies); a slice and a strided concat among the graph outputs. 13 and 37 channels: vector tails."""
+    m = GraphMaker(x=((1, 9, 11, 5), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    stem = m.node("conv2d", dict(pads=[1, 1, 1, 1], activation="relu"), x="x", weight=m.w("stem", f(13, 3, 3, 5)))
+    feats = [m.node("max_pool2d", dict(kernel=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]), x=stem)]  # (1, 9, 11, 13)
+    cats = []
+    for k in range(3):
+        cats.append(m.node("concat", dict(axis=3), **{f"x{i}": t for i, t in enumerate(feats)}))
+        c = 13 + 6 * k
+        bn = m.node("conv2d", dict(groups=c, activation="relu"), x=cats[-1], weight=m.w(f"bn_s{k}", f(c, 1, 1, 1)),
+                    bias=m.w(f"bn_t{k}", f(c)))                                                       # 1x1 depthwise
+        mid = m.node("conv2d", dict(activation="relu"), x=bn, weight=m.w(f"w1_{k}", f(8, 1, 1, c)))
+        feats.append(m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=mid, weight=m.w(f"w3_{k}", f(6, 3, 3, 8))))
+    block = m.node("concat", dict(axis=3), **{f"x{i}": t for i, t in enumerate(feats)})            # (1, 9, 11, 31)
+    direct = m.node("conv2d", {}, x=cats[1], weight=m.w("w_direct", f(7, 1, 1, 19)))               # 1x1 on a prefix
+    im2col = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=cats[2], weight=m.w("w_im2col", f(4, 3, 3, 25)))  # refuses one
+    dw = m.node("conv2d", dict(groups=19, pads=[1, 1, 1, 1], activation="relu6"), x=cats[1],
+                weight=m.w("dw", f(19, 3, 3, 1)), bias=m.w("dwb", f(19)))
+    pair = m.node("conv2d", dict(activation="relu"), x=dw, weight=m.w("pw", f(10, 1, 1, 19)))     # fused: DWPW
+    down = m.node("avg_pool2d", dict(kernel=[2, 2], strides=[2, 2]), x=m.node("conv2d", {}, x=block,
+                  weight=m.w("w_trans", f(37, 1, 1, 31))))                                              # (1, 4, 5, 37)
+    grow = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x=down, weight=m.w("w_grow", f(5, 3, 3, 37)))
+    pool = m.node("max_pool2d", dict(kernel=[2, 2], strides=[2, 2]), x=block)                       # (1, 4, 5, 31)
+    out = m.node("concat", dict(axis=3), x0=down, x1=grow, x2=pool)                                 # (1, 4, 5, 73)
+    head = m.node("global_avg_pool", x=m.node("conv2d", dict(groups=73, activation="relu"), x=out,
+                                                 weight=m.w("bn_s", f(73, 1, 1, 1)), bias=m.w("bn_t", f(73))))
+    return m.model([head, cats[1], feats[2], direct, im2col, pair], optimize=True)
+
+
+def test_concats_become_channel_slices_of_one_buffer(tier, threads):
+    """The dense graph's producers write straight into their concat's buffer and its readers read
+    strided prefixes of it: bit for bit the per-op executor (numpy concatenates), on every tier. What
+    a 3x3 conv reads stays whole (its im2col copies whole pixels): the concat it reads keeps a buffer
+    of its own and its copies, and the average pool's output, which another 3x3 conv reads, is copied
+    into the last concat; nothing else is."""
+    model = dense_graph()
+    x = rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    plan = model._plan.plan
+    assert plan is not None, model._plan.why
+    for name in per_op:
+        assert same_bits(native[name], per_op[name]), name
+    cats = [n.outputs["y"] for n in model.graph.nodes if n.op == "concat"]
+    # each layer's per-channel affine -> 1x1 pair (DWPW on rows of pixels), and the 3x3 depthwise one
+    assert sorted(fused_pairs(model).values()) == sorted(cats[:3] + [cats[1]])
+    assert set(cats) - set(plan._slices) == {cats[2]}    # read by the 3x3 conv: a buffer of its own
+    ops = [op for _, op in plan.step_nodes]
+    assert ops.count("concat") == 4, ops                 # cats[2] copies its three inputs, the last concat one
+
+
+def test_channel_slices_are_close_to_the_reference():
+    model = dense_graph()
+    ref = reference_model(model)
+    x = rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
+    native, oracle = model.run({"x": x}), ref.run({"x": x})
+    assert model._plan.plan._slices
+    for name in oracle:
+        np.testing.assert_allclose(native[name], oracle[name], rtol=1e-4, atol=1e-4)
+
+
+def test_a_concat_read_through_a_view_stays_whole(threads):
+    """ShuffleNet v2: a concat's output reshaped (a view, no step) for its channel shuffle. Its
+    inputs are still written in place, the concat's buffer unpadded and whole, read through the view."""
+    m = GraphMaker(x=((1, 6, 7, 5), "float32"))
+    f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    a = m.node("conv2d", dict(pads=[1, 1, 1, 1]), x="x", weight=m.w("wa", f(6, 3, 3, 5)))
+    b = m.node("conv2d", dict(activation="relu"), x="x", weight=m.w("wb", f(6, 1, 1, 5)))
+    cat = m.node("concat", dict(axis=3), x0=a, x1=b)                                             # (1, 6, 7, 12)
+    shuffled = m.node("transpose", dict(perm=[0, 1, 2, 4, 3]), x=m.node("reshape", dict(shape=[1, 6, 7, 2, 6]), x=cat))
+    model = m.model([m.node("relu", x=shuffled)])
+    x = rng.standard_normal(model.graph.inputs[0].shape).astype(np.float32)
+    native, per_op = plan_and_per_op(model, {"x": x})
+    plan = model._plan.plan
+    assert plan is not None, model._plan.why
+    assert {name: sl.width for name, sl in plan._slices.items()} == {a: 12, b: 12, cat: 12}
+    assert [op for _, op in plan.step_nodes].count("concat") == 0
+    for name in per_op:
+        assert same_bits(native[name], per_op[name]), name

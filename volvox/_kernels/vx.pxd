@@ -335,8 +335,9 @@ ctypedef struct vx_conv_table:
     void (*conv_band_f32)(const vx_conv_shape *s, const float *x, int64_t b, int64_t r0, int64_t rows,
                           const float *packed, int64_t n, const float *bias, int act, float *band,
                           float *y, int64_t ldy) noexcept nogil
-    # depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C); w (kh*kw, C)
-    void (*dwconv_f32)(const vx_conv_shape *s, const float *x, const float *w,
+    # depthwise (multiplier 1) output row item = b*oh_total + oh into y (ow, C); x's pixels ldx
+    # floats apart (C, or more: a channel slice); w (kh*kw, C)
+    void (*dwconv_f32)(const vx_conv_shape *s, const float *x, int64_t ldx, const float *w,
                        const float *bias, int act, int64_t item, float *y) noexcept nogil
     # pack int8 rows (n, K) for qgemm; wsum[r] = sum of row r
     void (*qgemm_pack)(int64_t K, const int8_t *w, int64_t n, int8_t *packed,
@@ -354,12 +355,14 @@ ctypedef struct vx_conv_table:
                     const vx_requant *rq, int64_t item, int64_t rows, int8_t *y) noexcept nogil
     # y (n) = clamp(round_half_away(x / scale) + zp) as int8 (ops/quantized.py's quantize)
     void (*quantize_i8)(int64_t n, const float *x, float scale, int32_t zp, int8_t *y) noexcept nogil
-    # f32 pools (kernels/pool.pxi), output row item = b*oh_total + oh into y (ow, C): max (numpy's
-    # maximum over the in-image taps); average (the in-image taps summed in row-major order, / the
-    # in-image count, or kh*kw with include_pad)
-    void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil
+    # f32 pools (kernels/pool.pxi), output row item = b*oh_total + oh into y (pixels of C, ldy
+    # floats apart: C, or more for a channel slice): max (numpy's maximum over the in-image taps);
+    # average (the in-image taps summed in row-major order, / the in-image count, or kh*kw with
+    # include_pad)
+    void (*max_pool_f32)(const vx_conv_shape *s, const float *x, int64_t item, float *y,
+                         int64_t ldy) noexcept nogil
     void (*avg_pool_f32)(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
-                         float *y) noexcept nogil
+                         float *y, int64_t ldy) noexcept nogil
     # global average pool of one image's x (HW, C), channels c0 <= c < c1: y[c] = float(the pixels
     # summed in order in float64 / HW)
     void (*global_avg_f32)(int64_t HW, int64_t C, int64_t c0, int64_t c1, const float *x,

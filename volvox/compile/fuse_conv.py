@@ -38,10 +38,13 @@ def _pair(dw: Node, pw: Node, graph: Graph, weights: dict[str, Any]) -> bool:
         return False
     channels = graph.specs[dw.inputs["x"]].shape[3]
     strides, _, pads = window_params(pw.params)
-    # a 1x1 depthwise conv (a per-channel affine) stays apart: the fused step's row-at-a-time GEMM
-    # costs more than its output's round trip (DenseNet-121's pre-activation BatchNorms)
+    # a 1x1 depthwise conv (a per-channel affine: DenseNet-121's pre-activation BatchNorms) pairs
+    # when it maps pixels to pixels (float32, stride 1, unpadded): the DWPW step then runs on blocks
+    # of pixels, not rows (ops/dwpw.py)
+    dw_strides, _, dw_pads = window_params(dw.params)
+    pixelwise = dw_w.shape[1:3] == (1, 1) and dw_strides == (1, 1) and dw_pads == (0, 0, 0, 0)
     depthwise = (int(dw.params.get("groups", 1)) == channels == dw_w.shape[0] and dw_w.shape[3] == 1
-                 and dw_w.shape[1:3] != (1, 1))
+                 and (dw_w.shape[1:3] != (1, 1) or pixelwise and pw.op == "conv2d"))
     pointwise = (int(pw.params.get("groups", 1)) == 1 and pw_w.shape[1:] == (1, 1, channels)
                  and strides == (1, 1) and pads == (0, 0, 0, 0))
     return isinstance(channels, int) and channels > 1 and depthwise and pointwise and \

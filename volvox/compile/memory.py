@@ -10,6 +10,10 @@ arrays), weights and the KV cache are outside the arena.
 GreedyMemoryPlanner): the largest buffers are placed first, each at the lowest offset whose
 gap fits it among the already-placed buffers whose lifetimes overlap its own.
 
+``channel_slices`` lets concatenations along the channel axis (NHWC) disappear: the outputs of the
+nodes a concat joins are written straight into their slices of one buffer, and the concat's output
+(a DenseNet block's growing concats: prefixes of one buffer) is a view of it.
+
 ``plan_run_arena`` is the arena the per-op executor (runtime/executor.py) actually runs on:
 only nodes whose op can write into a preallocated buffer (``OpDef.into``) are placed, graph
 outputs never are, and the output of any other node not marked ``OpDef.fresh`` is taken to be
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -234,3 +239,125 @@ def plan_run_arena(graph: Graph, dims: dict[str, int], writers: set[str]) -> Run
             allocating[node.id] = -1 if None in shapes else sum(
                 math.prod(s) * np.dtype(graph.specs[n].dtype).itemsize for s, n in zip(shapes, node.outputs.values()))
     return RunArena(slots, arena, buffers, allocating)
+
+
+@dataclass(frozen=True)
+class ChannelSlice:
+    """Where a tensor lives in a shared buffer of ``width`` channels per pixel (rows of the dims
+    before the last; the pixel stride, at least the span of the buffer's tensors): its channels
+    ``offset`` .. ``offset`` + its own. ``buffer`` names the buffer."""
+
+    buffer: str
+    offset: int
+    width: int
+
+
+def channel_slices(graph: Graph, can_place: Callable[[str], bool],
+                   can_stride: Callable[[str], bool]) -> dict[str, ChannelSlice]:
+    """Channel slices of shared buffers for the float32 concats along the last axis of a validated
+    graph with static shapes: each input a concat joins is placed at its offset in the concat's
+    output when ``can_place(input)`` (its producer can write a slice: a row stride), a concat that
+    feeds another at its offset there (nested concats), and a concat's output is then a view of its
+    inputs. Inputs that are not placed (graph inputs, weights, views...) are still copied by the concat
+    into their slice. Concats that share inputs (DenseNet: every layer's concat holds all the block's
+    earlier outputs at the same offsets) share one buffer, as wide as its widest member.
+
+    A concat joins the buffers of its inputs only if every tensor keeps one offset (an input
+    concatenated twice, or at two offsets by two concats, does not) and the tensors written into a
+    buffer (placed inputs, and the copies of the others) cover disjoint channels, so nothing written
+    is ever overwritten. A member narrower than its buffer is a strided view: ``can_stride(tensor)``
+    says whether its readers take one; a concat whose output cannot be is left out (it copies). A
+    buffer whose every member can be strided gets a padded pixel stride (``pixel_pitch``). Returns
+    each member's slice; tensors not in it keep buffers of their own."""
+    concats = [node for node in graph.nodes if node.op == "concat" and _channel_concat(graph, node)]
+    refused: set[str] = set()  # concat outputs whose slice would be strided where it cannot be
+    while True:
+        slices = _join_concats(graph, concats, can_place, refused)
+        strided = {name for name, sl in slices.items()
+                   if graph.specs[name].shape[-1] != sl.width and not can_stride(name)}
+        if not strided & {c.outputs["y"] for c in concats}:
+            break
+        refused |= strided & {c.outputs["y"] for c in concats}
+    unpadded = {sl.buffer for name, sl in slices.items() if not can_stride(name)}
+    return {name: sl if sl.buffer in unpadded else ChannelSlice(sl.buffer, sl.offset, pixel_pitch(sl.width))
+            for name, sl in slices.items()}
+
+
+def pixel_pitch(channels: int) -> int:
+    """The float32 pixel stride of a shared buffer of ``channels``: an odd number of 64-byte lines.
+    A power-of-two stride (a 256-channel DenseNet block: 1 KB) maps the pixels a step reads or
+    writes together to a few cache sets, which they then evict from each other; an odd number of
+    lines spreads 64 pixels over 64 sets."""
+    lines = -(-channels // 16)
+    return (lines + 1 - lines % 2) * 16
+
+
+def _channel_concat(graph: Graph, node) -> bool:
+    """Whether ``node`` (a concat) joins float32 tensors of two or more static dims along the last."""
+    spec = graph.specs[node.outputs["y"]]
+    return (spec.dtype == "float32" and len(spec.shape) >= 2 and all(isinstance(d, int) for d in spec.shape)
+            and int(node.params["axis"]) % len(spec.shape) == len(spec.shape) - 1)
+
+
+def _join_concats(graph: Graph, concats: list, can_place: Callable[[str], bool],
+                  refused: set[str]) -> dict[str, ChannelSlice]:
+    """channel_slices' placement for ``concats`` in graph order, leaving out the ``refused`` outputs.
+    Offsets are channels in a buffer's frame (a merged buffer's may start below 0 until the end)."""
+    buffer_of: dict[str, str] = {}    # member tensor -> its buffer
+    at: dict[str, int] = {}           # member tensor -> its offset in its buffer's frame
+    members: dict[str, list[str]] = {}                   # buffer -> its member tensors
+    writes: dict[str, list[tuple[int, int, str]]] = {}   # buffer -> (start, end, tensor) written into it
+    for node in concats:
+        y = node.outputs["y"]
+        if y in refused:
+            continue
+        xs = list(node.inputs.values())
+        starts = np.cumsum([0] + [graph.specs[x].shape[-1] for x in xs[:-1]]).tolist()
+        joined, new, copied = [], [], []  # (input, its offset in y)
+        for x, o in zip(xs, starts):
+            if xs.count(x) > 1:
+                copied.append((x, o))
+            elif x in buffer_of:
+                joined.append((x, o))
+            elif can_place(x):
+                new.append((x, o))
+            else:
+                copied.append((x, o))
+        if not joined and not new:
+            continue  # nothing written in place: the concat copies, as before
+        y_at: dict[str, int] = {}     # each joined buffer -> y's offset in its frame
+        if any(y_at.setdefault(buffer_of[x], at[x] - o) != at[x] - o for x, o in joined):
+            continue  # one buffer at two offsets of y
+        # y's buffer: the first joined one (or a new one, y at 0); the others move into its frame
+        buf = next(iter(y_at), y)
+        base = y_at.get(buf, 0)       # y's offset in buf's frame
+        spans = list(writes.get(buf, []))
+        for other, other_at in y_at.items():
+            if other != buf:
+                spans += [(s0 + base - other_at, s1 + base - other_at, t) for s0, s1, t in writes[other]]
+        spans += [(base + o, base + o + graph.specs[x].shape[-1], x) for x, o in new + copied]
+        if not _disjoint(spans):
+            continue
+        for other, other_at in y_at.items():
+            if other != buf:
+                for t in members.pop(other):
+                    buffer_of[t], at[t] = buf, at[t] + base - other_at
+                    members.setdefault(buf, []).append(t)
+                del writes[other]
+        for t, o in [(y, 0)] + new:
+            buffer_of[t], at[t] = buf, base + o
+            members.setdefault(buf, []).append(t)
+        writes[buf] = spans
+    slices = {}
+    for buf, names in members.items():
+        lo = min(at[t] for t in names)
+        width = max(at[t] + graph.specs[t].shape[-1] for t in names) - lo
+        slices.update({t: ChannelSlice(buf, at[t] - lo, width) for t in names})
+    return slices
+
+
+def _disjoint(spans: list[tuple[int, int, str]]) -> bool:
+    """Whether the written channel ranges (start, end, tensor) overlap only where one tensor is written
+    to the same range twice (a concat input copied by two concats of one buffer)."""
+    spans = sorted(set(sp for sp in spans if sp[1] > sp[0]))
+    return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))

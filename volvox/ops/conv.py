@@ -316,14 +316,16 @@ def plan_fold_zero_point(plan, window: dict, bias, wsum: np.ndarray, zp_in: int)
 def conv_cpu(plan, node) -> None:
     """conv2d / qconv2d as one step: f32 by row bands (cpu.conv_band: the packed GEMM over a padded
     copy of the band's input rows) or im2col + packed GEMM (or the input rows of a 1x1 conv), or the
-    direct depthwise kernel; int8 im2col, requantized as TFLite."""
+    direct depthwise kernel; int8 im2col, requantized as TFLite. A float32 step writes a channel
+    slice of a wider tensor (runtime/plan.py), and the depthwise and 1x1 ones read one."""
     int8 = node.op == "qconv2d"
-    x, y = plan.input(node, "x"), plan.output(node)
+    x, y = plan.input(node, "x", strided=True), plan.output(node, strided=True)
     if not (x.ndim == 4 and native_conv(x, plan.input(node, "weight"), node.params)):
         return plan.island(node)  # grouped convs: their numpy fast path
     w, packed, bias, depthwise, window = plan_conv_operands(plan, node, x)
     cout, kk = w.shape[0], w.shape[1] * w.shape[2] * x.shape[3]
     if int8:
+        x, y = plan.input(node, "x"), plan.output(node)  # whole pixels
         window["requant"] = plan_requant(plan, node, cout, bias)
         zps = window["requant"][3:]
         if depthwise:
@@ -337,10 +339,13 @@ def conv_cpu(plan, node) -> None:
                  **plan_blocks(plan, y.size // cout, cout), **window)
         return
     if depthwise:
+        y = plan.output(node)  # whole output rows
         plan.add("dwconv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
-                 act=plan_activation(plan, node), **window)
+                 act=plan_activation(plan, node), ldx=plan.pixel_stride(x), **window)
         return
     direct = direct_conv(window["window"], w.shape)
+    if not direct:
+        x = plan.input(node, "x")  # bands and im2col copy whole pixels
     geo = window["window"][4:]
     band = 0 if direct else cpu.conv_band(geo)
     if band:
@@ -352,7 +357,7 @@ def conv_cpu(plan, node) -> None:
     scratch = plan.scratch(per, np.float32)  # (split, per): a band's padded input rows, or im2col rows
     plan.add("conv_f32", x=cpu.address(x), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
              scratch=cpu.address(scratch), ldc=0 if direct else kk, per_thread=per, act=plan_activation(plan, node),
-             **items, **window)
+             ldx=plan.pixel_stride(x), ldy=plan.pixel_stride(y), **items, **window)
 
 
 # ------------------------------------------------------------------ GPU lowerings

@@ -18,6 +18,8 @@ Their backward recomputes the middle tensors (one conv2d node each) and runs eac
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from volvox import cpu
@@ -124,23 +126,36 @@ def dwpw_cpu(plan, node) -> None:
     """A fused depthwise -> 1x1 pair as one DWPW (float32) or QDWPW (int8) step: depthwise output rows
     go through the thread's scratch into the 1x1 conv's packed GEMM, the same tiles on the same rows
     as the two convs' own steps (a float32 pair with 1x1 weights past DWPW_SPLIT_BYTES: the two convs'
-    steps, the middle tensor in a buffer of the plan's)."""
-    x = plan.input(node, "x")
+    steps, the middle tensor in a buffer of the plan's; a 1x1 per-channel affine and its 1x1 conv: one
+    DWPW step on rows of pixels, whatever its weights). A float32 pair reads and writes channel slices
+    of wider tensors (runtime/plan.py)."""
+    x = plan.input(node, "x", strided=True)
     dw, dw_packed, dw_bias, window, pw, w, packed, bias, mid = _pair_operands(
         plan, node.op, node.inputs, node.params, node.id, x)
     plan.need(node, tuple(plan.graph.specs[node.outputs["y"]].shape) == mid.shape[:3] + (w.shape[0],),
               "output shape")
-    y = plan.output(node)
+    y = plan.output(node, strided=True)
     row, rows = mid.shape[2] * mid.shape[3], mid.shape[0] * mid.shape[1]
-    if PAIRED[node.op][0] == "conv2d" and w.size * 4 > DWPW_SPLIT_BYTES:
+    # a 1x1 stride-1 unpadded depthwise conv maps pixels to pixels: the map as rows of up to
+    # CONV_PIXELS pixels (a 7x7 map: one row of 49, not 7 of 7), each GEMM as long as a conv step's,
+    # when the pixels split into rows at least half that long
+    pixels = math.prod(mid.shape[:3])
+    per = max(d for d in range(1, min(pixels, CONV_PIXELS) + 1) if pixels % d == 0)
+    pixelwise = (PAIRED[node.op][0] == "conv2d" and window["window"][6:] == (1, 1, 1, 1, 1, 1, 0, 0)
+                 and 2 * per >= min(pixels, CONV_PIXELS))
+    if pixelwise:
+        window["window"] = (1, pixels // per, per, x.shape[3], pixels // per, per) + window["window"][6:]
+        row, rows = per * mid.shape[3], pixels // per
+    if PAIRED[node.op][0] == "conv2d" and w.size * 4 > DWPW_SPLIT_BYTES and not pixelwise:
         # 1x1 weights this large (7x7 maps, 1152 -> 192 channels: 885 KB) would stream from beyond
         # L2 once per depthwise row: two steps instead, the depthwise rows into a buffer of the plan's
         # own, then one GEMM over the map whose channels the threads split
         mid = plan.buffer(node, mid.shape, np.float32)
         plan.add("dwconv_f32", x=cpu.address(x), w=cpu.address(dw_packed), bias=cpu.address(dw_bias),
-                 y=cpu.address(mid), act=plan_activation(plan, dw), **window)
+                 y=cpu.address(mid), act=plan_activation(plan, dw), ldx=plan.pixel_stride(x), **window)
         plan.add("conv_f32", x=cpu.address(mid), w=cpu.address(packed), bias=cpu.address(bias), y=cpu.address(y),
                  scratch=cpu.address(plan.scratch(0, np.float32)), act=plan_activation(plan, pw),
+                 ldy=plan.pixel_stride(y),
                  window=mid.shape + mid.shape[1:3] + (1, 1, 1, 1, 1, 1, 0, 0), cout=w.shape[0],
                  **plan_blocks(plan, rows * mid.shape[2], w.shape[0]))
         return
@@ -148,8 +163,10 @@ def dwpw_cpu(plan, node) -> None:
         plan.add("dwpw_f32", x=cpu.address(x), w=cpu.address(dw_packed), bias=cpu.address(dw_bias), y=cpu.address(y),
                  scratch=cpu.address(plan.scratch(row, np.float32)), per_thread=row, act=plan_activation(plan, dw),
                  pointwise=(cpu.address(packed), cpu.address(bias), w.shape[0], plan_activation(plan, pw), 0),
-                 cparts=plan_cparts(plan.split, rows, w.shape[0], 1), **window)
+                 cparts=plan_cparts(plan.split, rows, w.shape[0], 1), ldx=plan.pixel_stride(x),
+                 ldy=plan.pixel_stride(y), **window)
         return
+    x, y = plan.input(node, "x"), plan.output(node)  # int8: whole pixels
     # int8: bands of rows, a GEMM on about as many pixels as a QCONV work item (requantization is
     # prepared per GEMM call, and a row of a small map is a few pixels); a map of fewer bands than
     # threads takes one band per thread (a 6x6 map at 2 threads: two of three rows, not one of six

@@ -109,16 +109,18 @@ def plan_window(node, x: np.ndarray, y: np.ndarray) -> tuple:
 
 
 def max_pool2d_cpu(plan, node) -> None:
-    x, y = plan.input(node, "x"), plan.output(node)
+    """A MAX_POOL step (its output may be a channel slice of a wider tensor: runtime/plan.py)."""
+    x, y = plan.input(node, "x"), plan.output(node, strided=True)
     plan.need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
-    plan.add("max_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y))
+    plan.add("max_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y), ldy=plan.pixel_stride(y))
 
 
 def avg_pool2d_cpu(plan, node) -> None:
-    x, y = plan.input(node, "x"), plan.output(node)
+    """An AVG_POOL step (its output may be a channel slice, as max_pool2d's)."""
+    x, y = plan.input(node, "x"), plan.output(node, strided=True)
     plan.need(node, x.dtype == np.float32 and node.params.get("activation", "none") == "none", "fused activation")
     plan.add("avg_pool", x=cpu.address(x), y=cpu.address(y), window=plan_window(node, x, y),
-             include_pad=bool(node.params.get("count_include_pad", False)))
+             include_pad=bool(node.params.get("count_include_pad", False)), ldy=plan.pixel_stride(y))
 
 
 def global_avg_pool_cpu(plan, node) -> None:

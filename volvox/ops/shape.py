@@ -195,18 +195,31 @@ def pad_cpu(plan, node) -> None:
              zero_rest=True)
 
 
+def _row_stride(a: np.ndarray, axis: int) -> int:
+    """Bytes from one row of ``a`` (an index of the dims before ``axis``) to the next (a channel
+    slice's: its pixel stride)."""
+    if a.flags.c_contiguous or axis == 0:
+        return int(np.prod(a.shape[axis:], dtype=np.int64)) * a.itemsize
+    return a.strides[axis - 1]
+
+
 def concat_cpu(plan, node) -> None:
-    """Each input's rows copied into its columns of the output (concat_act: then its ReLU in place)."""
-    y = plan.output(node)
+    """Each input's rows copied into its columns of the output (concat_act: then its ReLU in place),
+    but for an input the plan placed there already (a channel slice of the output's buffer: the node
+    that wrote it wrote it in place, runtime/plan.py), which has no step; inputs and output may be
+    channel slices (rows a stride apart)."""
+    y = plan.output(node, strided=True)
     axis = int(node.params["axis"]) % y.ndim
     rows = int(np.prod(y.shape[:axis], dtype=np.int64))
     offset = 0
     for port in node.inputs:
-        x = plan.input(node, port)
+        x = plan.input(node, port, strided=True)
         plan.need(node, x.dtype == y.dtype, "dtypes differ")
         width = x.size // max(rows, 1) * x.itemsize
-        plan.add("copy_rows", src=cpu.address(x), dst=cpu.address(y), rows=rows, row_bytes=width, src_stride=width,
-                 dst_stride=y.size // max(rows, 1) * y.itemsize, dst_offset=offset)
+        src_stride, dst_stride = _row_stride(x, axis), _row_stride(y, axis)
+        if width and not (cpu.address(x) == cpu.address(y) + offset and src_stride == dst_stride):
+            plan.add("copy_rows", src=cpu.address(x), dst=cpu.address(y), rows=rows, row_bytes=width,
+                     src_stride=src_stride, dst_stride=dst_stride, dst_offset=offset)
         offset += width
     if "activation" in node.params:
         plan.need(node, node.params["activation"] == "relu", f"activation {node.params['activation']!r}")

@@ -10,7 +10,10 @@ executes every step in one nogil call, on the calling thread and the engine's te
 (volvox/_kernels/engine/team.pxi). An op without a ``cpu`` entry runs
 as an *island*: its numpy fast path on arena views, between native step ranges, exactly as the
 per-op executor runs it. An op whose output is a view of its input (``OpDef.view``: reshape,
-output_rows) has no step: its output is its input's buffer.
+output_rows) has no step: its output is its input's buffer. A channel concat's inputs may be
+written straight into its output (compile/memory.channel_slices: ``_channel_slices``): the tensors
+of such a buffer are channel slices, strided views that only the lowerings asking for one
+(``input`` / ``output`` with ``strided``) get.
 
 Two kinds of graphs are planned:
 - a language model's single-token step (``layers`` > 0): the inputs ``tokens`` and ``positions``
@@ -41,7 +44,7 @@ import numpy as np
 from volvox import cpu
 from volvox.cpu import address, aligned_empty
 from volvox.compile.fuse_linear import GraphIndex
-from volvox.compile.memory import RUN_TIME_DIMS, LiveRange, bind_dims, pack_arena
+from volvox.compile.memory import RUN_TIME_DIMS, ChannelSlice, LiveRange, bind_dims, channel_slices, pack_arena
 from volvox.errors import VolvoxError
 from volvox.ir.graph import Graph, Node, TensorSpec
 from volvox.ops import get_op, validate
@@ -64,9 +67,23 @@ MACS_PER_THREAD = 2 << 20
 RESIDUAL_CONVS = ("conv2d", "dwpw_conv2d", "expand_dwpw_conv2d")
 # Activations a conv step applies to each block it writes (fold_activation).
 FOLDED_ACTIVATIONS = ("silu", "hard_swish")
+# Ops whose float32 steps can write their output as a channel slice of a wider NHWC tensor (pixels
+# a row stride apart), and ops that can read an input as one: a concat's inputs written by the first
+# and read by the second are written straight into the concat's buffer (compile/memory.channel_slices).
+SLICE_WRITERS = ("conv2d", "dwpw_conv2d", "max_pool2d", "avg_pool2d")
+SLICE_READERS = ("concat", "conv2d", "dwpw_conv2d")
 
 class Unsupported(Exception):
     """The graph has something a plan does not lower (the per-op executor runs it)."""
+
+
+class SliceRefused(Exception):
+    """A lowering cannot take tensor ``name`` as a channel slice (its step reads or writes whole
+    pixels): the plan is lowered again with that tensor in a buffer of its own."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
 
 
 class Plan:
@@ -90,7 +107,17 @@ class Plan:
         self.macs = 0                 # multiply-adds of one forward pass (convs and matrix products)
         self.vocab = self.kv_shape = None  # token steps: set by the embedding and attention lowerings
         self.max_positions = capacity      # and lowered by a learned position table
-        self._lower()
+        self._buffers: dict[str, np.ndarray] = {}  # node id -> a plan buffer of its (both lowerings share it)
+        self._packs: dict[tuple, Any] = {}  # (weight name, kind) -> its packing (packed())
+        refused: set[str] = set()     # tensors a lowering could not take as channel slices
+        while True:
+            try:
+                self._lower(refused)
+                break
+            except SliceRefused as e:
+                if e.name in refused:  # a lowering refusing what no slice holds: a bug, not a graph
+                    raise Unsupported(f"tensor {e.name!r} refused as a channel slice twice") from None
+                refused.add(e.name)
         if layers and (self.vocab is None or self.kv_shape is None):
             raise Unsupported("no token embedding or no attention")
         self.useful_threads = max(1, self.macs // MACS_PER_THREAD)
@@ -98,8 +125,11 @@ class Plan:
         self._last_pos = -1           # token steps: the position of the last one run
 
     # ---------------------------------------------------------------------- lowering
-    def _lower(self) -> None:
+    def _lower(self, refused: set[str]) -> None:
+        """Place every activation in the arena and lower every node (``refused``: tensors kept out of
+        channel slices)."""
         graph, weights = self.graph, self.weights
+        self._keep = []
         alias = {node.outputs["y"]: node.inputs["x"] for node in graph.nodes
                  if get_op(node.op, node.id).view and node.inputs["x"] not in weights
                  and self._floats(node.outputs["y"]) == self._floats(node.inputs["x"])}
@@ -127,12 +157,22 @@ class Plan:
             last[root(name)] = len(graph.nodes)
         skip = {node.id for node in graph.nodes if node.outputs.get("y") in alias}  # views, in place: no buffer
         views = {node.id for node in graph.nodes if node.id in skip and node.outputs["y"] not in in_place}  # no step
+        self._slices = self._channel_slices(idx, alias, refused)
         # each node's outputs side by side (linear_split's column blocks are one GEMV row), alive from
-        # the node to its outputs' last reader; inputs from the start
+        # the node to its outputs' last reader; inputs from the start; a buffer of channel slices from
+        # its first member's node to its members' last reader
         buffers = [LiveRange(s.name, 4 * self._floats(s.name), -1, last.get(s.name, -1))
                    for s in graph.inputs if s.name not in run_inputs]
         self._parts: dict[str, tuple[str, int]] = {}  # tensor -> (its buffer, float offset in it)
+        sliced: dict[str, list[int]] = {}  # slice buffer -> [floats, first step, last step]
         for i, node in enumerate(graph.nodes):
+            sl = self._slices.get(node.outputs.get("y"))
+            if sl is not None:
+                y = node.outputs["y"]
+                span = sliced.setdefault(sl.buffer, [self._floats(y) // self._shape(y)[-1] * sl.width, i, i])
+                span[2] = max(span[2], last.get(y, i))
+                self._parts[y] = ("slices:" + sl.buffer, sl.offset)
+                continue
             if node.id in skip:
                 continue
             ports = [p for p in get_op(node.op).output_names if p in node.outputs]  # in the op's port order
@@ -144,12 +184,11 @@ class Plan:
         for s in graph.inputs:
             if s.name not in run_inputs:
                 self._parts[s.name] = (s.name, 0)
+        buffers += [LiveRange("slices:" + b, 4 * floats, first, end) for b, (floats, first, end) in sliced.items()]
         offsets, nbytes = pack_arena(buffers)
         self._home = {name: offsets[buf] // 4 + off for name, (buf, off) in self._parts.items()}  # float offsets
         self.arena = aligned_empty(nbytes // 4, np.float32)  # (floats,) every activation of one forward pass
         self.arena_bytes = nbytes
-        self._buffers: dict[str, np.ndarray] = {}  # node id -> a plan buffer of its (both lowerings share it)
-        self._packs: dict[tuple, Any] = {}  # (weight name, kind) -> its packing (packed())
         self._act: np.ndarray | None = None  # act_row()'s buffer
         inputs = [s for s in graph.inputs if s.name not in run_inputs]
         # graph inputs: (the addresses of their arena bytes) each, and which must still be copied in (_feed)
@@ -237,6 +276,24 @@ class Plan:
                 in_place[y] = max(convs, key=lambda x: order[idx.producer[x].id])
         return in_place
 
+    def _channel_slices(self, idx: GraphIndex, alias: dict[str, str], refused: set[str]) -> dict[str, ChannelSlice]:
+        """compile/memory.channel_slices for this plan: a concat input is written in place when its
+        producer is a SLICE_WRITERS node, its readers SLICE_READERS nodes, and it is not a view, viewed,
+        in place or ``refused``; a concat's output may be a strided view under the same conditions on
+        its readers (a whole-width one is contiguous: any reader)."""
+        bound = set(alias) | set(alias.values())
+
+        def can_stride(name: str) -> bool:
+            return (name not in bound and name not in refused
+                    and all(node.op in SLICE_READERS for node in idx.consumers.get(name, [])))
+
+        def can_place(name: str) -> bool:
+            node = idx.producer.get(name)
+            return (node is not None and node.op in SLICE_WRITERS and list(node.outputs.values()) == [name]
+                    and can_stride(name))
+
+        return channel_slices(self.graph, can_place, can_stride)
+
     def fold_residual(self, node: Node, act: int) -> bool:
         """Whether the step before ``node`` (a residual add in place on a conv's output: see
         _conv_residuals_in_place; FN code ``act``) now applies it: an f32 conv step (or DWPW /
@@ -247,7 +304,7 @@ class Plan:
         if conv is None or self._reads:  # not in place, or the other input is the caller's array (_feed)
             return False
         other = xs[1] if conv == xs[0] else xs[0]
-        if other in self.weights:
+        if other in self.weights or not self._tensor(other).flags.c_contiguous:  # the step reads it whole
             return False
         return self.steps.fold_residual(address(self._tensor(conv)), address(self._tensor(other)), act)
 
@@ -271,8 +328,10 @@ class Plan:
         name = node.inputs.get(port)
         return name if self.layers and name in RUN_INPUTS else None
 
-    def input(self, node: Node, port: str) -> np.ndarray:
-        """An input's array: the weight itself (contiguous, kept alive) or its arena view."""
+    def input(self, node: Node, port: str, strided: bool = False) -> np.ndarray:
+        """An input's array: the weight itself (contiguous, kept alive) or its arena view; a channel
+        slice (a strided view: its pixels a row stride apart) only to a lowering that says it reads one
+        (``strided``), else SliceRefused."""
         name = node.inputs[port]
         self.need(node, self.run_input(node, port) is None, f"{port} reads the run's {name}")
         if name in self.weights:
@@ -283,7 +342,7 @@ class Plan:
             w = np.ascontiguousarray(w) if w.ndim else w.copy()
             self._keep.append(w)
             return w
-        return self._tensor(name)
+        return self._whole(name, strided)
 
     def optional(self, node: Node, port: str) -> np.ndarray | None:
         """input(), or None when the optional port is not wired."""
@@ -294,9 +353,22 @@ class Plan:
         self.need(node, node.inputs[port] in self.weights, f"{port} is not a weight")
         return self.weights[node.inputs[port]]
 
-    def output(self, node: Node, port: str = "y") -> np.ndarray:
-        """The arena view an output port writes."""
-        return self._tensor(node.outputs[port])
+    def output(self, node: Node, port: str = "y", strided: bool = False) -> np.ndarray:
+        """The arena view an output port writes (a channel slice only if ``strided``: as input())."""
+        return self._whole(node.outputs[port], strided)
+
+    def _whole(self, name: str, strided: bool) -> np.ndarray:
+        """_tensor(name); SliceRefused for a strided channel slice unless ``strided``."""
+        a = self._tensor(name)
+        if not strided and not a.flags.c_contiguous:
+            raise SliceRefused(name)
+        return a
+
+    @staticmethod
+    def pixel_stride(a: np.ndarray) -> int:
+        """Elements from one pixel (position of the last axis) of ``a`` to the next: 0 when they are
+        contiguous (the steps' default), more for a channel slice."""
+        return 0 if a.flags.c_contiguous else a.strides[-2] // a.itemsize
 
     def outputs_row(self, node: Node) -> np.ndarray:
         """A node's outputs side by side as one float32 row (linear_split's GEMV writes them at once)."""
@@ -360,9 +432,18 @@ class Plan:
         return -(-int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[spec.dtype]).itemsize // 4)
 
     def _tensor(self, name: str) -> np.ndarray:
-        """The arena view holding activation ``name``, in its shape and dtype."""
+        """The arena view holding activation ``name``, in its shape and dtype (a channel slice: its
+        pixels its buffer's width apart)."""
         dtype, shape = np.dtype(_DTYPES[self.graph.specs[name].dtype]), self._shape(name)
         start = self._home[self._root(name)]
+        sl = self._slices.get(name)  # (a view's base is never strided: _channel_slices)
+        if sl is not None and sl.width != shape[-1]:
+            strides = [4, 4 * sl.width]  # (float32) channels, then pixels, then the dims before
+            for d in reversed(shape[1:-1]):
+                strides.append(strides[-1] * d)
+            rows = int(np.prod(shape[:-1], dtype=np.int64))
+            flat = self.arena[start:start + (rows - 1) * sl.width + shape[-1]]
+            return np.lib.stride_tricks.as_strided(flat, shape, strides[::-1])
         n = int(np.prod(shape, dtype=np.int64))
         raw = self.arena[start:start + -(-n * dtype.itemsize // 4)].view(np.uint8)
         return raw[:n * dtype.itemsize].view(dtype).reshape(shape)

@@ -88,12 +88,13 @@ cdef class StepPlan:
         return s
 
     cdef Window *_window(self, Step *s, tuple window, int64_t cout, tuple requant, int64_t ldc=0,
-                         int64_t per_thread=0, int act=0, int64_t cparts=1, int64_t pixels=0, int64_t band=0):
+                         int64_t per_thread=0, int act=0, int64_t cparts=1, int64_t pixels=0, int64_t band=0,
+                         int64_t ldx=0, int64_t ldy=0):
         cdef Window *w = &self.windows[s - self.steps]
         memset(w, 0, sizeof(Window))
         w.s = shape_of(window)
         w.cout, w.ldc, w.per_thread, w.act, w.cparts, w.pixels = cout, ldc, per_thread, act, cparts, pixels
-        w.band = band
+        w.band, w.ldx, w.ldy = band, ldx, ldy
         if requant is not None:
             w.rq = requant_of(requant)
         s.w = w
@@ -256,22 +257,25 @@ cdef class StepPlan:
     # ------------------------------------------------------------- window steps
     def conv_f32(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t scratch, tuple window,
                  int64_t cout, int64_t ldc=0, int64_t per_thread=0, int act=0, int64_t cparts=1, int64_t pixels=0,
-                 int64_t band=0):
+                 int64_t band=0, int64_t ldx=0, int64_t ldy=0):
         """y = act(conv(x, w packed by sgemm_pack) + bias): im2col rows of ldc floats in scratch (ldc 0:
-        a 1x1 stride-1 unpadded conv reading x's rows); items: blocks of `pixels` output pixels, each in
-        cparts ranges of output channels. band > 0 (unit column dilation): items are bands of `band`
-        output rows instead, each convolved from a padded copy of its input rows in scratch
-        (per_thread floats: cpu.conv_band_floats). window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh,
-        dw, pad_top, pad_left)."""
+        a 1x1 stride-1 unpadded conv reading x's rows, ldx floats apart: 0, c); items: blocks of `pixels`
+        output pixels, each in cparts ranges of output channels. band > 0 (unit column dilation): items
+        are bands of `band` output rows instead, each convolved from a padded copy of its input rows in
+        scratch (per_thread floats: cpu.conv_band_floats). y's pixels ldy floats apart (0: cout).
+        window = (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left)."""
+        if (ldc != 0 or band != 0) and ldx != 0:
+            raise ValueError("conv_f32: an im2col or banded conv reads contiguous pixels (ldx 0)")
         cdef Step *s = self._next(STEP_CONV_F32)
-        self._window(s, window, cout, None, ldc, per_thread, act, cparts, pixels, band)
+        self._window(s, window, cout, None, ldc, per_thread, act, cparts, pixels, band, ldx, ldy)
         self._operands(s, x, w, bias, y, scratch)
 
     def dwconv_f32(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, tuple window, int64_t cout,
-                   int act=0):
-        """Depthwise (multiplier 1) y = act(conv(x, w (kh*kw, C)) + bias); items: output rows."""
+                   int act=0, int64_t ldx=0):
+        """Depthwise (multiplier 1) y = act(conv(x, w (kh*kw, C)) + bias), x's pixels ldx floats apart (0:
+        C); items: output rows."""
         cdef Step *s = self._next(STEP_DWCONV_F32)
-        self._window(s, window, cout, None, 0, 0, act)
+        self._window(s, window, cout, None, 0, 0, act, 1, 0, ldx, 0)
         self._operands(s, x, w, bias, y, 0)
 
     def fold_activation(self, int fn, uintptr_t y):
@@ -299,18 +303,20 @@ cdef class StepPlan:
             conv_act = s.w.pw.act
         else:
             return False
-        if conv_act != FN_NONE or s.w.residual != NULL or <uintptr_t> s.a.win.y != y:
+        if conv_act != FN_NONE or s.w.residual != NULL or s.w.ldy != 0 or <uintptr_t> s.a.win.y != y:
             return False
         self.windows[self.n - 1].residual = <const float *> r
         self.windows[self.n - 1].residual_act = act
         return True
 
     def dwpw_f32(self, *, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t scratch, tuple window,
-                 int64_t cout, int64_t per_thread, int act, tuple pointwise, int64_t cparts=1):
-        """A depthwise conv's output rows (w (kh*kw, C), bias) through the thread's scratch (ow * C floats)
-        into the 1x1 conv `pointwise` = (packed, bias, cout, act) (its channels in cparts parts)."""
+                 int64_t cout, int64_t per_thread, int act, tuple pointwise, int64_t cparts=1, int64_t ldx=0,
+                 int64_t ldy=0):
+        """A depthwise conv's output rows (w (kh*kw, C), bias; x's pixels ldx floats apart, 0: C) through
+        the thread's scratch (ow * C floats) into the 1x1 conv `pointwise` = (packed, bias, cout, act)
+        (its channels in cparts parts; y's pixels ldy floats apart, 0: its cout)."""
         cdef Step *s = self._next(STEP_DWPW_F32)
-        cdef Window *win = self._window(s, window, cout, None, 0, per_thread, act, cparts)
+        cdef Window *win = self._window(s, window, cout, None, 0, per_thread, act, cparts, 0, ldx, ldy)
         win.pw = pointwise_of(pointwise, None)
         self._operands(s, x, w, bias, y, scratch)
 
@@ -384,16 +390,18 @@ cdef class StepPlan:
         s.a.qlookup.x, s.a.qlookup.table = <const int8_t *> ptr(x), <const int8_t *> ptr(table)
         s.a.qlookup.y, s.a.qlookup.count = <int8_t *> ptr(y), count
 
-    def max_pool(self, *, uintptr_t x, uintptr_t y, tuple window):
-        """f32 y = max pool of x (padding never wins); items: output rows."""
+    def max_pool(self, *, uintptr_t x, uintptr_t y, tuple window, int64_t ldy=0):
+        """f32 y = max pool of x (padding never wins), y's pixels ldy floats apart (0: C); items: output
+        rows."""
         cdef Step *s = self._next(STEP_MAX_POOL)
-        self._window(s, window, window[3], None)
+        self._window(s, window, window[3], None, 0, 0, 0, 1, 0, 0, ldy)
         self._operands(s, x, 0, 0, y, 0)
 
-    def avg_pool(self, *, uintptr_t x, uintptr_t y, tuple window, bint include_pad):
-        """f32 y = average pool of x (tap sums in order, / the in-image count or kh*kw); items: output rows."""
+    def avg_pool(self, *, uintptr_t x, uintptr_t y, tuple window, bint include_pad, int64_t ldy=0):
+        """f32 y = average pool of x (tap sums in order, / the in-image count or kh*kw), y's pixels ldy
+        floats apart (0: C); items: output rows."""
         cdef Step *s = self._next(STEP_AVG_POOL)
-        self._window(s, window, window[3], None)
+        self._window(s, window, window[3], None, 0, 0, 0, 1, 0, 0, ldy)
         self._operands(s, x, 0, 0, y, 0)
         s.a.win.include_pad = include_pad
 

@@ -56,6 +56,10 @@ cdef struct Window:
     int64_t pixels               # CONV_F32 / QCONV: output pixels per block (0: CONV_PIXELS)
     int64_t band                 # CONV_F32: output rows per item, convolved from their padded input
                                  # rows (conv_band_f32; per_thread: that copy's floats); 0: pixel blocks
+    int64_t ldx                  # floats from one input pixel to the next, 0: c (CONV_F32 1x1 direct,
+                                 # DWCONV_F32, DWPW_F32; more: x is a channel slice of a wider tensor)
+    int64_t ldy                  # floats from one output pixel to the next, 0: cout (CONV_F32,
+                                 # DWPW_F32, MAX_POOL, AVG_POOL; more: y is a channel slice)
     int32_t act                  # FN_NONE, FN_RELU or FN_RELU6 (f32 convs); CONV_F32 / DWCONV_F32 also
                                  # FN_SILU, FN_HARD_SWISH (post_activation)
     const float *residual        # CONV_F32, DWPW_F32, EXDWPW_F32: (n, oh, ow, cout) added to the output,
@@ -649,6 +653,16 @@ cdef int64_t rows_of_window(const Step *s, int team) noexcept nogil:
     return s.w.s.n * s.w.s.oh
 
 
+cdef inline int64_t x_pixel(const Window *w) noexcept nogil:
+    """Floats from one input pixel of a window step to the next (w.ldx, or the input's channels)."""
+    return w.ldx if w.ldx != 0 else w.s.c
+
+
+cdef inline int64_t y_pixel(const Window *w, int64_t cout) noexcept nogil:
+    """Floats from one output pixel of a window step to the next (w.ldy, or its cout channels)."""
+    return w.ldy if w.ldy != 0 else cout
+
+
 cdef inline int kernel_act(int act) noexcept nogil:
     """The activation a conv kernel applies in its store for a step's act (post_activation's: none)."""
     return FN_NONE if act == FN_SILU or act == FN_HARD_SWISH else act
@@ -694,21 +708,22 @@ cdef void run_conv_f32(const Step *s, const RunInput *inp, int me, int team, int
     conv_part(w, team, w.cout, item % conv_parts(w, team), &c0, &c1)
     cdef const float *bias = <const float *> a.extra
     cdef const float *packed = <const float *> a.w + c0 * KK
-    cdef float *y = <float *> a.y + p0 * w.cout + c0
+    cdef int64_t ldy = y_pixel(w, w.cout)
+    cdef float *y = <float *> a.y + p0 * ldy + c0
     if w.band > 0:
         _tbl.conv.conv_band_f32(&w.s, <const float *> a.x, b, r0, rows, packed, c1 - c0,
                                 bias + c0 if bias != NULL else NULL, kernel_act(w.act),
-                                <float *> a.scratch + me * w.per_thread, y, w.cout)
+                                <float *> a.scratch + me * w.per_thread, y, ldy)
     elif w.ldc != 0:
         _tbl.conv.conv_f32(&w.s, <const float *> a.x, p0, np_, packed, c1 - c0, bias + c0 if bias != NULL else NULL,
-                           kernel_act(w.act), <float *> a.scratch + me * w.per_thread, y, w.cout)
+                           kernel_act(w.act), <float *> a.scratch + me * w.per_thread, y, ldy)
     elif P == 1:                                                # 1x1 direct on one pixel (an SE block's)
         _tbl.conv.sgemv(KK, packed, c1 - c0, <const float *> a.x, bias + c0 if bias != NULL else NULL,
                         kernel_act(w.act), y)
     else:                                                       # 1x1 direct: the input rows
-        _tbl.conv.sgemm(KK, packed, c1 - c0, <const float *> a.x + p0 * KK, KK, np_, y, w.cout,
+        _tbl.conv.sgemm(KK, packed, c1 - c0, <const float *> a.x + p0 * x_pixel(w), x_pixel(w), np_, y, ldy,
                         bias + c0 if bias != NULL else NULL, kernel_act(w.act))
-    post_activation(w.act, np_, c1 - c0, y, w.cout)
+    post_activation(w.act, np_, c1 - c0, y, ldy)
     if w.residual != NULL:
         add_residual(w.residual_act, np_, c1 - c0, w.residual + p0 * w.cout + c0, y, w.cout)
 
@@ -717,8 +732,8 @@ cdef void run_dwconv_f32(const Step *s, const RunInput *inp, int me, int team, i
     cdef const WindowArgs *a = &s.a.win
     cdef const vx_conv_shape *g = &s.w.s
     cdef float *y = <float *> a.y + item * g.ow * g.c                # (ow, c): output row `item`
-    _tbl.conv.dwconv_f32(g, <const float *> a.x, <const float *> a.w, <const float *> a.extra, kernel_act(s.w.act),
-                         item, y)
+    _tbl.conv.dwconv_f32(g, <const float *> a.x, x_pixel(s.w), <const float *> a.w, <const float *> a.extra,
+                         kernel_act(s.w.act), item, y)
     post_activation(s.w.act, g.ow, g.c, y, g.c)
 
 
@@ -731,9 +746,11 @@ cdef void run_dwpw_f32(const Step *s, const RunInput *inp, int me, int team, int
     cdef int64_t r = item // conv_parts(w, team), c0, c1      # the depthwise output row; the 1x1's channels
     conv_part(w, team, w.pw.cout, item % conv_parts(w, team), &c0, &c1)
     cdef float *row = <float *> a.scratch + me * w.per_thread  # (ow, C)
-    _tbl.conv.dwconv_f32(g, <const float *> a.x, <const float *> a.w, <const float *> a.extra, w.act, r, row)
-    cdef float *y = <float *> a.y + r * g.ow * w.pw.cout + c0   # (ow, c1 - c0), w.pw.cout apart
-    _tbl.conv.sgemm(g.c, <const float *> w.pw.packed + c0 * g.c, c1 - c0, row, g.c, g.ow, y, w.pw.cout,
+    _tbl.conv.dwconv_f32(g, <const float *> a.x, x_pixel(w), <const float *> a.w, <const float *> a.extra, w.act, r,
+                         row)
+    cdef int64_t ldy = y_pixel(w, w.pw.cout)
+    cdef float *y = <float *> a.y + r * g.ow * ldy + c0        # (ow, c1 - c0), ldy apart
+    _tbl.conv.sgemm(g.c, <const float *> w.pw.packed + c0 * g.c, c1 - c0, row, g.c, g.ow, y, ldy,
                     w.pw.bias + c0 if w.pw.bias != NULL else NULL, w.pw.act)
     if w.residual != NULL:
         add_residual(w.residual_act, g.ow, c1 - c0, w.residual + r * g.ow * w.pw.cout + c0, y, w.pw.cout)
@@ -771,7 +788,7 @@ cdef void run_exdwpw_f32(const Step *s, const RunInput *inp, int me, int team, i
     band.oh = r1 - r0
     band.pt = g.pt + lo - r0 * g.sh
     for r in range(r0, r1):
-        _tbl.conv.dwconv_f32(&band, rows, <const float *> a.w, <const float *> a.extra, w.act, r - r0, row)
+        _tbl.conv.dwconv_f32(&band, rows, C, <const float *> a.w, <const float *> a.extra, w.act, r - r0, row)
         at = (b * g.oh + r) * g.ow * w.pw.cout                   # output row r: (ow, pw.cout)
         _tbl.conv.sgemm(C, <const float *> w.pw.packed, w.pw.cout, row, C, g.ow, <float *> a.y + at, w.pw.cout,
                         w.pw.bias, w.pw.act)
@@ -834,11 +851,12 @@ cdef void run_qavg_pool(const Step *s, const RunInput *inp, int me, int team, in
 
 
 cdef void run_max_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    _tbl.conv.max_pool_f32(&s.w.s, <const float *> s.a.win.x, item, <float *> s.a.win.y)
+    _tbl.conv.max_pool_f32(&s.w.s, <const float *> s.a.win.x, item, <float *> s.a.win.y, y_pixel(s.w, s.w.s.c))
 
 
 cdef void run_avg_pool(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:
-    _tbl.conv.avg_pool_f32(&s.w.s, s.a.win.include_pad, <const float *> s.a.win.x, item, <float *> s.a.win.y)
+    _tbl.conv.avg_pool_f32(&s.w.s, s.a.win.include_pad, <const float *> s.a.win.x, item, <float *> s.a.win.y,
+                           y_pixel(s.w, s.w.s.c))
 
 
 cdef void run_qsoftmax(const Step *s, const RunInput *inp, int me, int team, int64_t item) noexcept nogil:

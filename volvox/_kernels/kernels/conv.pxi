@@ -401,14 +401,15 @@ cdef void conv_band_f32(const vx_conv_shape *s, const float *x, int64_t b, int64
 # Depthwise f32 (multiplier 1)
 # ------------------------------------------------------------------------------------------------
 cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, const vx_conv_shape *s, const float *xp,
-                           const float *w, const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                           float *yo) noexcept nogil:
+                           int64_t ldx, const float *w, const float *bias, int act, int64_t i0, int64_t i1, int64_t j0,
+                           int64_t j1, float *yo) noexcept nogil:
     """Channels c .. c + CV*VL (the last vector's lanes k) of output pixels ow..ow+PX-1 of a
     depthwise row (PX = 1 with CV <= 4, or PX <= 4 with CV <= 2): PX*CV independent FMA chains,
     each summing its taps in row-major order from the bias. The chains are named variables
     a<pixel><vector>, not an array: GCC keeps a function with an array of vectors out of its
-    callers (its stack frame), and then the array in memory."""
-    cdef int64_t C = s.c, px = s.sw * C
+    callers (its stack frame), and then the array in memory. ldx: floats from one input pixel to
+    the next."""
+    cdef int64_t C = s.c, px = s.sw * ldx
     cdef vf_mask k0 = k if CV == 1 else vf_lanes(VL)               # the vectors' lanes: the last one's k
     cdef vf_mask k1 = k if CV == 2 else vf_lanes(VL)
     cdef vf_mask k2 = k if CV == 3 else vf_lanes(VL)
@@ -429,7 +430,7 @@ cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, con
     for i in range(i0, i1):
         for j in range(j0, j1):
             wr = w + (i * s.kw + j) * C + c
-            xr = xp + (i * s.dh * s.w + j * s.dw) * C + c
+            xr = xp + (i * s.dh * s.w + j * s.dw) * ldx + c
             w0 = vf_load_part(k0, wr)
             a00 = vf_fma(vf_load_part(k0, xr), w0, a00)
             if PX > 1:
@@ -475,7 +476,7 @@ cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, con
         vf_store_part(k3, yo + 3 * VL, act_vf(act, a03))
 
 
-cdef inline void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp, const float *w,
+cdef inline void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp, int64_t ldx, const float *w,
                             const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             float *yo) noexcept nogil:
     """Output pixels ow..ow+PX-1 (PX > 1: all see every column tap) of a depthwise row. xp: tap
@@ -484,21 +485,22 @@ cdef inline void dwf_pixels(const int PX, const vx_conv_shape *s, const float *x
     cdef int64_t C = s.c, c = 0
     if PX == 1:
         while c + 4 * VL <= C:
-            dwf_block(1, 4, vf_lanes(VL), c, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            dwf_block(1, 4, vf_lanes(VL), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             c += 4 * VL
     else:
         while c + 2 * VL <= C:
-            dwf_block(PX, 2, vf_lanes(VL), c, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+            dwf_block(PX, 2, vf_lanes(VL), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             c += 2 * VL
     while c < C:
-        dwf_block(PX, 1, vf_lanes(C - c), c, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+        dwf_block(PX, 1, vf_lanes(C - c), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
         c += VL
 
 
-cdef void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, const float *bias, int act,
+cdef void dwconv_f32(const vx_conv_shape *s, const float *x, int64_t ldx, const float *w, const float *bias, int act,
                      int64_t item, float *y) noexcept nogil:
     """Depthwise (multiplier 1) output row `item` = b * OH + oh into y (OW, C), that row's own
-    buffer (the output's row, or a scratch row). w: (kh*kw, C). Vector tiers: interior pixels go
+    buffer (the output's row, or a scratch row). x: (n, h, w) pixels ldx floats apart (C, or more
+    when x is a channel slice of a wider tensor); w: (kh*kw, C). Vector tiers: interior pixels go
     up to 4 at a time (dwf_pixels); generic (VL = 1): one channel at a time, its taps in order."""
     cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
     cdef int64_t ow = 0, i0, i1, j0, j1, e0, e1, f0, f1, c, i, j
@@ -508,7 +510,7 @@ cdef void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, con
     cdef int run
     while ow < s.ow:
         valid_taps(s, oh, ow, &i0, &i1, &j0, &j1)
-        xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
+        xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * ldx  # tap (0, 0)
         yo = y + ow * C                                             # (C,)
         if VL > 1:
             run = 1                                                 # pixels from ow seeing every column tap
@@ -518,20 +520,20 @@ cdef void dwconv_f32(const vx_conv_shape *s, const float *x, const float *w, con
                     break
                 run += 1
             if run == 4:
-                dwf_pixels(4, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+                dwf_pixels(4, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             elif run == 3:
-                dwf_pixels(3, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+                dwf_pixels(3, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             elif run == 2:
-                dwf_pixels(2, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+                dwf_pixels(2, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             else:
-                dwf_pixels(1, s, xp, w, bias, act, i0, i1, j0, j1, yo)
+                dwf_pixels(1, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             ow += run
         else:
             for c in range(C):
                 acc = bias[c] if bias != NULL else <float>0.0
                 for i in range(i0, i1):
                     for j in range(j0, j1):
-                        acc += xp[(i * s.dh * s.w + j * s.dw) * C + c] * w[(i * s.kw + j) * C + c]
+                        acc += xp[(i * s.dh * s.w + j * s.dw) * ldx + c] * w[(i * s.kw + j) * C + c]
                 yo[c] = act_f32(act, acc)
             ow += 1
 

@@ -11,9 +11,10 @@ cdef enum:
     GAP_BLOCK = 32      # channels whose float64 sums a global average pool keeps in registers
 
 
-cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, float *y) noexcept nogil:
-    """Output row item = b * oh_total + oh into y (ow, C): per channel numpy's maximum over the
-    in-image taps in row-major order, from -inf (padding never wins)."""
+cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, float *y, int64_t ldy) noexcept nogil:
+    """Output row item = b * oh_total + oh into y (n, oh, ow pixels of C, ldy floats apart: C, or more
+    when y is a channel slice of a wider tensor): per channel numpy's maximum over the in-image taps
+    in row-major order, from -inf (padding never wins)."""
     cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
     cdef int64_t ow, i0, i1, j0, j1, i, j, c, v
     cdef const float *xp
@@ -25,7 +26,7 @@ cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, flo
     for ow in range(s.ow):
         vx_pool_taps(s, oh, ow, &i0, &i1, &j0, &j1)
         xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
-        yo = y + (item * s.ow + ow) * C                                       # (C,)
+        yo = y + (item * s.ow + ow) * ldy                                      # (C,)
         c = 0
         while c + POOL_VECTORS * VL <= C:
             for v in range(POOL_VECTORS):
@@ -49,10 +50,11 @@ cdef void max_pool_f32(const vx_conv_shape *s, const float *x, int64_t item, flo
 
 
 cdef void avg_pool_f32(const vx_conv_shape *s, bint include_pad, const float *x, int64_t item,
-                       float *y) noexcept nogil:
-    """Output row item = b * oh_total + oh into y (ow, C): per channel the in-image taps summed in
-    row-major order, + 0.0 when the window has padded taps (adding the padding's zeros tap by tap
-    gives the same bits: only a -0 sum changes, to +0), / the in-image count (or kh * kw)."""
+                       float *y, int64_t ldy) noexcept nogil:
+    """Output row item = b * oh_total + oh into y (pixels ldy floats apart, as max_pool_f32's): per
+    channel the in-image taps summed in row-major order, + 0.0 when the window has padded taps
+    (adding the padding's zeros tap by tap gives the same bits: only a -0 sum changes, to +0), / the
+    in-image count (or kh * kw)."""
     cdef int64_t C = s.c, b = item // s.oh, oh = item % s.oh
     cdef int64_t ow, i0, i1, j0, j1, i, j, c, v, taps
     cdef bint padded
@@ -70,7 +72,7 @@ cdef void avg_pool_f32(const vx_conv_shape *s, bint include_pad, const float *x,
         count = vf_set1(<float>(s.kh * s.kw) if include_pad else <float>taps)
         xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * C  # tap (0, 0)
         x0 = xp + (i0 * s.w + j0) * C                                         # the first in-image tap
-        yo = y + (item * s.ow + ow) * C                                       # (C,)
+        yo = y + (item * s.ow + ow) * ldy                                      # (C,)
         c = 0
         while c + POOL_VECTORS * VL <= C:
             for v in range(POOL_VECTORS):
