@@ -275,7 +275,7 @@ cdef class StepPlan:
         """Depthwise (multiplier 1) y = act(conv(x, w (kh*kw, C)) + bias), x's pixels ldx floats apart (0:
         C); items: output rows."""
         cdef Step *s = self._next(STEP_DWCONV_F32)
-        self._window(s, window, cout, None, 0, 0, act, 1, 0, ldx, 0)
+        self._window(s, window, cout, None, 0, 0, act, 1, 0, 0, ldx, 0)
         self._operands(s, x, w, bias, y, 0)
 
     def fold_activation(self, int fn, uintptr_t y):
@@ -316,7 +316,7 @@ cdef class StepPlan:
         the thread's scratch (ow * C floats) into the 1x1 conv `pointwise` = (packed, bias, cout, act)
         (its channels in cparts parts; y's pixels ldy floats apart, 0: its cout)."""
         cdef Step *s = self._next(STEP_DWPW_F32)
-        cdef Window *win = self._window(s, window, cout, None, 0, per_thread, act, cparts, 0, ldx, ldy)
+        cdef Window *win = self._window(s, window, cout, None, 0, per_thread, act, cparts, 0, 0, ldx, ldy)
         win.pw = pointwise_of(pointwise, None)
         self._operands(s, x, w, bias, y, scratch)
 
@@ -394,14 +394,14 @@ cdef class StepPlan:
         """f32 y = max pool of x (padding never wins), y's pixels ldy floats apart (0: C); items: output
         rows."""
         cdef Step *s = self._next(STEP_MAX_POOL)
-        self._window(s, window, window[3], None, 0, 0, 0, 1, 0, 0, ldy)
+        self._window(s, window, window[3], None, 0, 0, 0, 1, 0, 0, 0, ldy)
         self._operands(s, x, 0, 0, y, 0)
 
     def avg_pool(self, *, uintptr_t x, uintptr_t y, tuple window, bint include_pad, int64_t ldy=0):
         """f32 y = average pool of x (tap sums in order, / the in-image count or kh*kw), y's pixels ldy
         floats apart (0: C); items: output rows."""
         cdef Step *s = self._next(STEP_AVG_POOL)
-        self._window(s, window, window[3], None, 0, 0, 0, 1, 0, 0, ldy)
+        self._window(s, window, window[3], None, 0, 0, 0, 1, 0, 0, 0, ldy)
         self._operands(s, x, 0, 0, y, 0)
         s.a.win.include_pad = include_pad
 
