@@ -48,6 +48,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from functools import partial
 
 import numpy as np
 
@@ -681,8 +682,16 @@ def _packed(w: np.ndarray, kind: str, make):
     if hit is not None and hit[0]() is w:
         return hit[1]
     val = make()
-    _PACKED[key] = (weakref.ref(w, lambda _, key=key: _PACKED.pop(key, None)), val)
+    _PACKED[key] = (weakref.ref(w, partial(_forget_packed, key)), val)
     return val
+
+
+def _forget_packed(key: tuple[int, str], ref: weakref.ref, cache: dict = _PACKED) -> None:
+    """A cached weight died: drop its packed form (unless a newer weight took its id and key). The
+    cache is bound at definition, so a callback during interpreter shutdown still finds it."""
+    hit = cache.get(key)
+    if hit is not None and hit[0] is ref:
+        del cache[key]
 
 
 def _pack_f32(w2: np.ndarray) -> np.ndarray:
