@@ -47,7 +47,7 @@ ctypedef fused kq_format:
     kq_q6_K
 
 cdef enum:
-    KQ_IL_PREFETCH = 2048       # bytes ahead of the super-block being read that a group asks for
+    KQ_IL_PREFETCH = 8192       # bytes ahead of the super-block being read that a group asks into L2
     LANE = 4 * VI_ROWS          # bytes of one lane of a group (4 bytes of each row)
 
 
@@ -310,10 +310,10 @@ cdef void kq_il_group(const kq_format *F_, int64_t K, const uint8_t *grp, const 
         blk = grp + b * sb
         off = 0
         while off < sb:          # 4 lines a turn: the loop's own instructions cost the GEMV where it is compute-bound
-            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off), _MM_HINT_T0)
-            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 64), _MM_HINT_T0)
-            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 128), _MM_HINT_T0)
-            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 192), _MM_HINT_T0)
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off), _MM_HINT_T1)
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 64), _MM_HINT_T1)
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 128), _MM_HINT_T1)
+            _mm_prefetch(<const char *>(blk + KQ_IL_PREFETCH + off + 192), _MM_HINT_T1)
             off += 256
         x = xq + VX_QK_K * b
         bs = bsums + 16 * b
