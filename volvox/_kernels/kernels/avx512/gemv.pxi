@@ -226,7 +226,7 @@ cdef inline int64_t dequant_f16_vec(int64_t K, const uint8_t *w, float *y) noexc
 # ------------------------------------------------------------------------------------------------
 cdef enum:
     IL_ROWS = 16                # rows per interleaved group: one int32 lane of a zmm each
-    IL_PREFETCH = 2048          # bytes ahead of the block being read that a group asks for
+    IL_PREFETCH = 8192          # bytes ahead of the block being read that a group asks into L2
 
 
 cdef inline __m512i act_lane(const int8_t *xb, int l) noexcept nogil:
@@ -293,7 +293,7 @@ cdef inline void b32_il_tile(const b32_format *F_, const act_rows *MR_, int64_t 
     for b in range(nb):
         blk = g + b * sb
         for l in range(0, sb, 64):
-            _mm_prefetch(<const char *>(blk + IL_PREFETCH + l), _MM_HINT_T0)
+            _mm_prefetch(<const char *>(blk + IL_PREFETCH + l), _MM_HINT_T1)
         dw = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>blk))
         for i in range(MR):
             dd[i] = _mm512_mul_ps(dw, _mm512_set1_ps(ds[i][2 * b]))

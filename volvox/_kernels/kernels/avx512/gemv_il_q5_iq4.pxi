@@ -67,7 +67,7 @@ cdef inline void b32x_il_tile(const b32x_format *F_, const act_rows *MR_, int64_
     for b in range(nb):
         blk = g + b * sb
         for l in range(0, sb, 64):
-            _mm_prefetch(<const char *>(blk + IL_PREFETCH + l), _MM_HINT_T0)
+            _mm_prefetch(<const char *>(blk + IL_PREFETCH + l), _MM_HINT_T1)
         dw = _mm512_cvtph_ps(_mm256_loadu_si256(<const void *>blk))
         for i in range(MR):
             dd[i] = _mm512_mul_ps(dw, _mm512_set1_ps(ds[i][2 * b]))
