@@ -34,6 +34,12 @@ CASES = [
     ((2, 10, 11, 19), (19, 3, 3), 19, (1, 2), (2, 2), (2, 0, 2, 3)),        # depthwise dilated, odd C
     ((1, 16, 16, 24), (24, 3, 3), 24, (1, 1), (1, 1), (1, 1, 1, 1)),        # interior pixels 4 at a time
     ((1, 3, 3, 8), (8, 3, 3), 8, (1, 1), (1, 1), (4, 4, 4, 4)),             # depthwise, rows all padding
+    ((1, 7, 13, 17), (17, 5, 5), 17, (1, 1), (1, 1), (2, 2, 2, 2)),         # 5x5 interior runs, C a vector + 1
+    ((2, 6, 9, 33), (33, 3, 3), 33, (1, 1), (1, 1), (0, 0, 0, 0)),          # 3x3 unpadded, C two vectors + 1
+    ((1, 5, 12, 40), (40, 5, 5), 40, (1, 1), (1, 1), (1, 1, 1, 1)),         # 5x5 under-padded: edge runs short
+    ((1, 3, 4, 16), (16, 5, 5), 16, (1, 1), (1, 1), (2, 2, 2, 2)),          # map smaller than the kernel
+    ((1, 9, 11, 7), (7, 3, 3), 7, (2, 2), (1, 1), (1, 1, 1, 1)),            # stride 2, odd sizes, C under a vector
+    ((1, 8, 14, 3), (3, 3, 3), 3, (1, 1), (1, 1), (1, 1, 1, 1)),            # 3 channels: one partial vector
 ]
 IDS = [f"{c[0]}-{c[1]}-g{c[2]}" for c in CASES]
 

@@ -400,16 +400,24 @@ cdef void conv_band_f32(const vx_conv_shape *s, const float *x, int64_t b, int64
 # ------------------------------------------------------------------------------------------------
 # Depthwise f32 (multiplier 1)
 # ------------------------------------------------------------------------------------------------
-cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, const vx_conv_shape *s, const float *xp,
-                           int64_t ldx, const float *w, const float *bias, int act, int64_t i0, int64_t i1, int64_t j0,
-                           int64_t j1, float *yo) noexcept nogil:
+cdef inline void dwf_block(const int PX, const int CV, const int KW, vf_mask k, int64_t c, const vx_conv_shape *s,
+                           const float *xp, int64_t ldx, const float *w, const float *bias, int act, int64_t i0,
+                           int64_t i1, int64_t j0, int64_t j1, float *yo) noexcept nogil:
     """Channels c .. c + CV*VL (the last vector's lanes k) of output pixels ow..ow+PX-1 of a
     depthwise row (PX = 1 with CV <= 4, or PX <= 4 with CV <= 2): PX*CV independent FMA chains,
     each summing its taps in row-major order from the bias. The chains are named variables
     a<pixel><vector>, not an array: GCC keeps a function with an array of vectors out of its
     callers (its stack frame), and then the array in memory. ldx: floats from one input pixel to
-    the next."""
-    cdef int64_t C = s.c, px = s.sw * ldx
+    the next. KW > 0 (stride 1, dilation 1): every pixel sees all KW (= s.kw) column taps, a
+    constant the compiler unrolls, so that the taps of neighbouring pixels on one input column
+    (pixel p's tap j, pixel p + 1's tap j - 1) are one load: a tap row of PX pixels loads
+    PX + KW - 1 input columns, not PX * KW; KW = 0: columns j0..j1-1."""
+    cdef int64_t C = s.c, px = ldx if KW > 0 else s.sw * ldx
+    cdef int64_t x_row = s.dh * s.w * ldx, x_col = ldx if KW > 0 else s.dw * ldx  # tap (i, j) to (i + 1, j) / (i, j + 1)
+    cdef int64_t w_row = s.kw * C                               # floats from tap (i, j)'s weights to (i + 1, j)'s
+    cdef int64_t jb = 0 if KW > 0 else j0, je = KW if KW > 0 else j1
+    cdef const float *xi = xp + i0 * x_row + jb * x_col + c   # (C,) tap (i, jb) of pixel ow, channel c on
+    cdef const float *wi = w + (i0 * s.kw + jb) * C + c       # (C,) its weights
     cdef vf_mask k0 = k if CV == 1 else vf_lanes(VL)               # the vectors' lanes: the last one's k
     cdef vf_mask k1 = k if CV == 2 else vf_lanes(VL)
     cdef vf_mask k2 = k if CV == 3 else vf_lanes(VL)
@@ -428,9 +436,9 @@ cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, con
     if CV > 3:
         a03 = vf_load_part(k3, bias + c + 3 * VL) if bias != NULL else vf_zero()
     for i in range(i0, i1):
-        for j in range(j0, j1):
-            wr = w + (i * s.kw + j) * C + c
-            xr = xp + (i * s.dh * s.w + j * s.dw) * ldx + c
+        for j in range(jb, je):
+            xr = xi + (j - jb) * x_col
+            wr = wi + (j - jb) * C
             w0 = vf_load_part(k0, wr)
             a00 = vf_fma(vf_load_part(k0, xr), w0, a00)
             if PX > 1:
@@ -454,6 +462,8 @@ cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, con
             if CV > 3:
                 w3 = vf_load_part(k3, wr + 3 * VL)
                 a03 = vf_fma(vf_load_part(k3, xr + 3 * VL), w3, a03)
+        xi += x_row
+        wi += w_row
     yo += c
     vf_store_part(k0, yo, act_vf(act, a00))
     if PX > 1:
@@ -476,23 +486,24 @@ cdef inline void dwf_block(const int PX, const int CV, vf_mask k, int64_t c, con
         vf_store_part(k3, yo + 3 * VL, act_vf(act, a03))
 
 
-cdef inline void dwf_pixels(const int PX, const vx_conv_shape *s, const float *xp, int64_t ldx, const float *w,
-                            const float *bias, int act, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                            float *yo) noexcept nogil:
+cdef inline void dwf_pixels(const int PX, const int KW, const vx_conv_shape *s, const float *xp, int64_t ldx,
+                            const float *w, const float *bias, int act, int64_t i0, int64_t i1, int64_t j0,
+                            int64_t j1, float *yo) noexcept nogil:
     """Output pixels ow..ow+PX-1 (PX > 1: all see every column tap) of a depthwise row. xp: tap
-    (0, 0) of pixel ow; yo: its output. One pixel runs 4 channel vectors at a time: its chains
-    would otherwise wait on each other's FMA latency (an edge pixel of a 7x7 map: 1.6x XNNPACK)."""
+    (0, 0) of pixel ow; yo: its output; KW as dwf_block's. One pixel runs 4 channel vectors at a
+    time: its chains would otherwise wait on each other's FMA latency (an edge pixel of a 7x7 map:
+    1.6x XNNPACK)."""
     cdef int64_t C = s.c, c = 0
     if PX == 1:
         while c + 4 * VL <= C:
-            dwf_block(1, 4, vf_lanes(VL), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+            dwf_block(1, 4, KW, vf_lanes(VL), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             c += 4 * VL
     else:
         while c + 2 * VL <= C:
-            dwf_block(PX, 2, vf_lanes(VL), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+            dwf_block(PX, 2, KW, vf_lanes(VL), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             c += 2 * VL
     while c < C:
-        dwf_block(PX, 1, vf_lanes(C - c), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+        dwf_block(PX, 1, KW, vf_lanes(C - c), c, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
         c += VL
 
 
@@ -508,6 +519,7 @@ cdef void dwconv_f32(const vx_conv_shape *s, const float *x, int64_t ldx, const 
     cdef float *yo
     cdef float acc
     cdef int run
+    cdef bint fixed
     while ow < s.ow:
         valid_taps(s, oh, ow, &i0, &i1, &j0, &j1)
         xp = x + ((b * s.h + oh * s.sh - s.pt) * s.w + ow * s.sw - s.pl) * ldx  # tap (0, 0)
@@ -519,14 +531,19 @@ cdef void dwconv_f32(const vx_conv_shape *s, const float *x, int64_t ldx, const 
                 if f1 != s.kw:
                     break
                 run += 1
-            if run == 4:
-                dwf_pixels(4, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+            fixed = run == 4 and s.sw == 1 and s.dw == 1          # a stride-1 interior run of 4
+            if fixed and s.kw == 3:
+                dwf_pixels(4, 3, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+            elif fixed and s.kw == 5:
+                dwf_pixels(4, 5, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+            elif run == 4:
+                dwf_pixels(4, 0, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             elif run == 3:
-                dwf_pixels(3, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+                dwf_pixels(3, 0, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             elif run == 2:
-                dwf_pixels(2, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+                dwf_pixels(2, 0, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             else:
-                dwf_pixels(1, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
+                dwf_pixels(1, 0, s, xp, ldx, w, bias, act, i0, i1, j0, j1, yo)
             ow += run
         else:
             for c in range(C):
