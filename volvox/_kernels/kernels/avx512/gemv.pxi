@@ -337,10 +337,32 @@ cdef inline void b32_il_tile(const b32_format *F_, const act_rows *MR_, int64_t 
             accm[i]))
 
 
-cdef inline void gemm_il_b32(const b32_format *F_, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
+include "gemv_il_q5_iq4.pxi"
+
+
+ctypedef fused b32_any_format:
+    b32_q4_0
+    b32_q4_1
+    b32_q8_0
+    b32x_q5_0
+    b32x_q5_1
+    b32x_iq4_nl
+    b32x_iq4_nl_vbmi
+
+
+cdef inline void b32_any_tile(const b32_any_format *F_, const act_rows *MR_, int64_t K, const uint8_t *g,
+                              const int8_t **xq, const float **ds, float *out) noexcept nogil:
+    """The format's tile: b32_il_tile (q4_0 / q4_1 / q8_0) or b32x_il_tile (q5_0 / q5_1 / iq4_nl)."""
+    if b32_any_format is b32_q4_0 or b32_any_format is b32_q4_1 or b32_any_format is b32_q8_0:
+        b32_il_tile(F_, MR_, K, g, xq, ds, out)
+    else:
+        b32x_il_tile(F_, MR_, K, g, xq, ds, out)
+
+
+cdef inline void gemm_il_b32(const b32_any_format *F_, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
                              const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved q4_0 / q4_1 / q8_0 weights w (groups of 16 rows, group_bytes
-    apart): each group against the act rows 2 at a time (then the last alone)."""
+    """y (m, n) = act rows a . interleaved 32-block weights w (groups of 16 rows, group_bytes apart):
+    each group against the act rows 2 at a time (then the last alone)."""
     cdef int64_t g, i0, r, rows
     cdef int i, mr
     cdef const int8_t *xq[2]     # (mr, K)
@@ -354,15 +376,12 @@ cdef inline void gemm_il_b32(const b32_format *F_, int64_t K, const uint8_t *w, 
                 xq[i] = <const int8_t *>a + (i0 + i) * a_stride
                 ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
             if mr == 2:
-                b32_il_tile(F_, <const count_2 *>NULL, K, w + g * group_bytes, xq, ds, out)
+                b32_any_tile(F_, <const count_2 *>NULL, K, w + g * group_bytes, xq, ds, out)
             else:
-                b32_il_tile(F_, <const count_1 *>NULL, K, w + g * group_bytes, xq, ds, out)
+                b32_any_tile(F_, <const count_1 *>NULL, K, w + g * group_bytes, xq, ds, out)
             for i in range(mr):
                 for r in range(rows):
                     y[(i0 + i) * ldy + g * IL_ROWS + r] = out[IL_ROWS * i + r]
-
-
-include "gemv_il_q5_iq4.pxi"
 
 
 cdef void gemm_il_q4_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,

@@ -106,50 +106,25 @@ cdef inline void b32x_il_tile(const b32x_format *F_, const act_rows *MR_, int64_
             accm[i]))
 
 
-cdef inline void gemm_il_b32x(const b32x_format *F_, int64_t K, const uint8_t *w, int64_t group_bytes, int64_t n,
-                              const void *a, int64_t a_stride, int64_t m, float *y, int64_t ldy) noexcept nogil:
-    """y (m, n) = act rows a . interleaved q5_0 / q5_1 / iq4_nl weights w (groups of IL_ROWS rows,
-    group_bytes apart): each group against the act rows 2 at a time (then the last alone)."""
-    cdef int64_t g, i0, r, rows
-    cdef int i, mr
-    cdef const int8_t *xq[2]     # (mr, K)
-    cdef const float *ds[2]      # (mr, K/32, 2)
-    cdef float out[32]           # (mr, IL_ROWS)
-    for g in range((n + IL_ROWS - 1) // IL_ROWS):
-        rows = n - g * IL_ROWS if n - g * IL_ROWS < IL_ROWS else IL_ROWS
-        for i0 in range(0, m, 2):
-            mr = 2 if i0 + 2 <= m else 1
-            for i in range(mr):
-                xq[i] = <const int8_t *>a + (i0 + i) * a_stride
-                ds[i] = <const float *>(<const char *>xq[i] + VX_ALIGN(K))
-            if mr == 2:
-                b32x_il_tile(F_, <const count_2 *>NULL, K, w + g * group_bytes, xq, ds, out)
-            else:
-                b32x_il_tile(F_, <const count_1 *>NULL, K, w + g * group_bytes, xq, ds, out)
-            for i in range(mr):
-                for r in range(rows):
-                    y[(i0 + i) * ldy + g * IL_ROWS + r] = out[IL_ROWS * i + r]
-
-
 cdef void gemm_il_q5_0(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q5_0 weights."""
-    gemm_il_b32x(<const b32x_q5_0 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32x_q5_0 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_q5_1(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                        int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved q5_1 weights."""
-    gemm_il_b32x(<const b32x_q5_1 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32x_q5_1 *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_iq4_nl(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                          int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved iq4_nl weights (pshufb lookup)."""
-    gemm_il_b32x(<const b32x_iq4_nl *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32x_iq4_nl *>NULL, K, w, gs, n, a, as_, m, y, ldy)
 
 
 cdef void gemm_il_iq4_nl_vbmi(int64_t K, const uint8_t *w, int64_t gs, int64_t n, const void *a, int64_t as_,
                               int64_t m, float *y, int64_t ldy) noexcept nogil:
     """y (m, n) = act rows a . interleaved iq4_nl weights (vpermb lookup: AVX-512 VBMI CPUs only)."""
-    gemm_il_b32x(<const b32x_iq4_nl_vbmi *>NULL, K, w, gs, n, a, as_, m, y, ldy)
+    gemm_il_b32(<const b32x_iq4_nl_vbmi *>NULL, K, w, gs, n, a, as_, m, y, ldy)
